@@ -1,0 +1,148 @@
+//! Granted directories, through the standard `wasi:filesystem` interfaces.
+//!
+//! Each `DirGrant` of the manifest becomes a preopened directory: the plugin sees the host
+//! directory under the guest path, read-only or read-write, and nothing else of the disk.
+//! wasmtime-wasi resolves every path relative to the preopened handle and refuses `..` and
+//! symlinks leading out of it.
+//!
+//! The directory is opened anew for every call (one `open` per grant): a `WasiCtx` cannot be
+//! cloned and wasmtime-wasi 48 offers no way to hand it an already-open handle. The path opened
+//! is the one resolved at load, so a symlink changed later does not move the grant.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path};
+
+use wasmtime::component::Linker;
+use wasmtime_wasi::FsPerms;
+
+use super::{Capability, StoreSetup};
+use crate::config::manifest::Grants;
+use crate::runtime::HostState;
+
+/// The filesystem capability.
+pub struct Filesystem;
+
+impl Capability for Filesystem {
+    fn name(&self) -> &'static str {
+        "filesystem"
+    }
+
+    fn add_to_linker(&self, _linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        // The `wasi:filesystem` functions come with the WASI base; this capability only
+        // decides which directories exist for the plugin.
+        Ok(())
+    }
+
+    fn prepare(&self, grants: &mut Grants) -> Result<(), String> {
+        let mut guests = BTreeSet::new();
+        for grant in &mut grants.filesystem {
+            check_guest_path(&grant.guest)?;
+            if !guests.insert(grant.guest.clone()) {
+                return Err(format!("guest path `{}` is granted twice", grant.guest));
+            }
+            if !grant.host.is_absolute() {
+                return Err(format!(
+                    "host path `{}` must be absolute",
+                    grant.host.display()
+                ));
+            }
+            std::fs::create_dir_all(&grant.host)
+                .map_err(|e| format!("cannot create directory `{}`: {e}", grant.host.display()))?;
+            // Pin the grant to the real directory, so a symlink changed later cannot
+            // redirect the plugin elsewhere.
+            let real = grant
+                .host
+                .canonicalize()
+                .map_err(|e| format!("cannot resolve `{}`: {e}", grant.host.display()))?;
+            if !real.is_dir() {
+                return Err(format!("`{}` is not a directory", real.display()));
+            }
+            grant.host = real;
+        }
+        Ok(())
+    }
+
+    fn configure(&self, grants: &Grants, setup: &mut StoreSetup) -> Result<(), String> {
+        for grant in &grants.filesystem {
+            let perms = if grant.writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            setup
+                .wasi
+                .preopened_dir(&grant.host, &grant.guest, perms)
+                .map_err(|e| {
+                    format!(
+                        "cannot open granted directory `{}`: {e:#}",
+                        grant.host.display()
+                    )
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// A guest path is absolute, normalised and not the root: `/data`, `/var/out`.
+fn check_guest_path(guest: &str) -> Result<(), String> {
+    let path = Path::new(guest);
+    let mut normal = 0;
+    for part in path.components() {
+        match part {
+            Component::RootDir => {}
+            Component::Normal(_) => normal += 1,
+            _ => return Err(format!("guest path `{guest}` must not contain `.` or `..`")),
+        }
+    }
+    if !guest.starts_with('/') || normal == 0 {
+        return Err(format!(
+            "guest path `{guest}` must be an absolute path below `/`, e.g. `/data`"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::manifest::DirGrant;
+
+    fn grants(host: &Path, guest: &str) -> Grants {
+        Grants {
+            filesystem: vec![DirGrant {
+                host: host.to_path_buf(),
+                guest: guest.to_string(),
+                writable: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn guest_paths() {
+        assert!(check_guest_path("/data").is_ok());
+        assert!(check_guest_path("/var/out").is_ok());
+        assert!(check_guest_path("/").is_err());
+        assert!(check_guest_path("data").is_err());
+        assert!(check_guest_path("/data/../etc").is_err());
+    }
+
+    #[test]
+    fn prepare_creates_and_pins_directories() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("a/b");
+        let mut g = grants(&dir, "/data");
+        Filesystem.prepare(&mut g).expect("prepared");
+        assert!(dir.is_dir());
+        assert!(g.filesystem[0].host.is_absolute());
+    }
+
+    #[test]
+    fn prepare_refuses_relative_and_duplicate() {
+        let mut g = grants(Path::new("relative/dir"), "/data");
+        assert!(Filesystem.prepare(&mut g).is_err());
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut g = grants(tmp.path(), "/data");
+        g.filesystem.push(g.filesystem[0].clone());
+        assert!(Filesystem.prepare(&mut g).unwrap_err().contains("twice"));
+    }
+}

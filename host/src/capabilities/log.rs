@@ -1,0 +1,125 @@
+//! The `jobrelay:plugin/log` interface: plugin log lines into the host's `tracing`.
+//!
+//! Every line is a tracing event with target `jobrelay::plugin` and the fields `plugin`,
+//! `version` and `event` (the id of the event being handled, `-` during a load-time `init`), at
+//! the level the plugin chose, so plugin logs are filtered and shipped like the host's own.
+//!
+//! A plugin cannot flood the host: a message is cut at [`MAX_MESSAGE_BYTES`], and a call may
+//! write [`MAX_LINES_PER_CALL`] lines; later lines are counted and reported in one warning at
+//! the end of the call. Logging never fails and never traps.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::Capability;
+use crate::runtime::bindings::Level;
+use crate::runtime::bindings::jobrelay::plugin::log as wit_log;
+use crate::runtime::{CallLabels, HostState};
+
+/// Longest message kept, in bytes; longer ones are cut at a character boundary.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+/// Lines one call may write.
+pub const MAX_LINES_PER_CALL: u32 = 1_000;
+
+/// The log capability. Always granted: the design brief lets every plugin log.
+pub struct Log;
+
+impl Capability for Log {
+    fn name(&self) -> &'static str {
+        "log"
+    }
+
+    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        wit_log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+    }
+}
+
+/// Per-call line budget.
+#[derive(Debug, Default)]
+pub struct LogThrottle {
+    written: u32,
+    dropped: u32,
+}
+
+impl LogThrottle {
+    /// Reports lines dropped during the call, if any.
+    pub fn finish(&self, labels: &CallLabels) {
+        if self.dropped > 0 {
+            tracing::warn!(
+                target: "jobrelay::plugin",
+                plugin = %labels.plugin,
+                version = %labels.version,
+                event = %labels.event_or_dash(),
+                "plugin wrote more than {MAX_LINES_PER_CALL} log lines in one call; {} dropped",
+                self.dropped
+            );
+        }
+    }
+}
+
+impl wit_log::Host for HostState {
+    fn write(&mut self, level: Level, message: String) {
+        let throttle = &mut self.caps.log;
+        if throttle.written >= MAX_LINES_PER_CALL {
+            throttle.dropped = throttle.dropped.saturating_add(1);
+            return;
+        }
+        throttle.written += 1;
+        emit(level, &self.labels, &cut(&message));
+    }
+}
+
+/// `message`, or its first [`MAX_MESSAGE_BYTES`] with a note saying how much was cut.
+fn cut(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.into();
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} more bytes cut)",
+        &message[..end],
+        message.len() - end
+    )
+    .into()
+}
+
+fn emit(level: Level, labels: &CallLabels, message: &str) {
+    let plugin = &*labels.plugin;
+    let version = &*labels.version;
+    let event = labels.event_or_dash();
+    // `tracing` needs the level at compile time, hence one macro call per level.
+    match level {
+        Level::Trace => {
+            tracing::trace!(target: "jobrelay::plugin", plugin, version, event, "{message}")
+        }
+        Level::Debug => {
+            tracing::debug!(target: "jobrelay::plugin", plugin, version, event, "{message}")
+        }
+        Level::Info => {
+            tracing::info!(target: "jobrelay::plugin", plugin, version, event, "{message}")
+        }
+        Level::Warn => {
+            tracing::warn!(target: "jobrelay::plugin", plugin, version, event, "{message}")
+        }
+        Level::Error => {
+            tracing::error!(target: "jobrelay::plugin", plugin, version, event, "{message}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_at_a_char_boundary() {
+        let short = "hello";
+        assert_eq!(cut(short), "hello");
+        let long = "é".repeat(MAX_MESSAGE_BYTES); // two bytes each
+        let out = cut(&long);
+        assert!(out.len() < MAX_MESSAGE_BYTES + 64);
+        assert!(out.ends_with("more bytes cut)"));
+    }
+}

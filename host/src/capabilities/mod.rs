@@ -1,0 +1,112 @@
+//! Host capabilities: what a plugin can reach beyond its own memory.
+//!
+//! A capability is one type implementing [`Capability`], one WIT interface (ours or a standard
+//! WASI one) and the steps that bind it: once into the engine-wide linker, once per plugin
+//! version to check and prepare the manifest's grants, and once per store to hand the plugin
+//! exactly what it was granted. Everything is refused unless granted.
+//!
+//! Adding a capability touches this folder only: a new file with the type, an entry in
+//! [`ALL`], and, if it keeps per-call state, a field in [`CapabilityState`].
+
+pub mod filesystem;
+pub mod log;
+pub mod wasi;
+
+use wasmtime::component::Linker;
+use wasmtime_wasi::WasiCtxBuilder;
+
+use crate::config::manifest::Grants;
+use crate::runtime::{CallLabels, HostState};
+
+/// One capability. Implementations are stateless values; per-call state lives in
+/// [`CapabilityState`].
+pub trait Capability: Send + Sync {
+    /// Name used in error messages.
+    fn name(&self) -> &'static str;
+
+    /// Adds the capability's host functions to the linker every plugin is linked with. Called
+    /// once, when the runtime is built.
+    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
+
+    /// Checks and normalises the grants of a plugin version when it is loaded (for example,
+    /// creates granted directories), so that a bad grant fails the load, not every call.
+    fn prepare(&self, grants: &mut Grants) -> Result<(), String> {
+        let _ = grants;
+        Ok(())
+    }
+
+    /// Sets up one store from the prepared grants. Runs on every call, so it must be cheap.
+    fn configure(&self, grants: &Grants, setup: &mut StoreSetup) -> Result<(), String> {
+        let _ = (grants, setup);
+        Ok(())
+    }
+}
+
+/// Every capability the host offers, in linking order.
+pub static ALL: &[&dyn Capability] = &[&wasi::WasiBase, &filesystem::Filesystem, &log::Log];
+
+/// What the capabilities build for one store before it exists.
+pub struct StoreSetup {
+    pub wasi: WasiCtxBuilder,
+    pub state: CapabilityState,
+}
+
+/// Per-store state of the capabilities, kept in the store's data.
+#[derive(Default)]
+pub struct CapabilityState {
+    pub stdio: wasi::Stdio,
+    pub log: log::LogThrottle,
+}
+
+impl CapabilityState {
+    /// Called once when the call is over, whatever its outcome: reports what the capabilities
+    /// held back during the call (captured output, dropped log lines).
+    pub fn finish(&self, labels: &CallLabels) {
+        self.stdio.emit(labels);
+        self.log.finish(labels);
+    }
+}
+
+/// A grant that a capability refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{capability}: {reason}")]
+pub struct GrantError {
+    pub capability: &'static str,
+    pub reason: String,
+}
+
+/// Links every capability into `linker`.
+pub fn add_all_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    for capability in ALL {
+        capability.add_to_linker(linker)?;
+    }
+    Ok(())
+}
+
+/// Checks and normalises a plugin version's grants with every capability.
+pub fn prepare_all(grants: &mut Grants) -> Result<(), GrantError> {
+    for capability in ALL {
+        capability.prepare(grants).map_err(|reason| GrantError {
+            capability: capability.name(),
+            reason,
+        })?;
+    }
+    Ok(())
+}
+
+/// Builds the WASI context and capability state of one store.
+pub fn configure_all(grants: &Grants) -> Result<StoreSetup, GrantError> {
+    let mut setup = StoreSetup {
+        wasi: WasiCtxBuilder::new(),
+        state: CapabilityState::default(),
+    };
+    for capability in ALL {
+        capability
+            .configure(grants, &mut setup)
+            .map_err(|reason| GrantError {
+                capability: capability.name(),
+                reason,
+            })?;
+    }
+    Ok(setup)
+}

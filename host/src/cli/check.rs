@@ -1,0 +1,124 @@
+//! `jobrelay check`: everything the daemon would refuse or fail on, found before it runs.
+//!
+//! Every config file is validated, every plugin compiled and initialised with its config, and
+//! every cluster asked for its version and for one item of each watched kind (which proves the
+//! credentials may list it). The report names each file; the exit code is 1 on any problem.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Api, Client};
+
+use crate::clusters::supervisor::build_client;
+use crate::config::main_file::MainConfig;
+use crate::config::state::ConfigState;
+use crate::runtime::{PluginSpec, Runtime};
+
+pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Result<ExitCode> {
+    let mut failures = 0usize;
+    let state = match ConfigState::load(config_dir) {
+        Ok((state, _)) => state,
+        Err((path, e)) => {
+            println!("FAIL  main     {}: {e}", path.display());
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let main = state.main().clone();
+    let kinds: Vec<&str> = main.kinds.iter().map(|k| k.name.as_str()).collect();
+    println!(
+        "ok    main     {} kinds: {}",
+        main.kinds.len(),
+        kinds.join(", ")
+    );
+    for (path, why) in state.problems() {
+        failures += 1;
+        println!("FAIL  file     {}: {why}", path.display());
+    }
+
+    let runtime = Runtime::new(main.runtime.clone())?;
+    for (name, source) in state.plugins() {
+        let started = Instant::now();
+        let spec = PluginSpec {
+            name: name.clone(),
+            version: source.version.clone(),
+            wasm: source.wasm.clone(),
+            wasm_sha256: source.wasm_sha256.clone(),
+            timeout: source.timeout,
+            memory_bytes: source.memory_bytes,
+            config: source.config.clone(),
+            grants: source.grants.clone(),
+        };
+        match runtime.load(spec).await {
+            Ok(_) => println!(
+                "ok    plugin   {name}: version {} ({} KiB, loaded in {} ms)",
+                source.version,
+                source.wasm.len() / 1024,
+                started.elapsed().as_millis()
+            ),
+            Err(e) => {
+                failures += 1;
+                println!(
+                    "FAIL  plugin   {name} ({}): {e}",
+                    source.manifest_path.display()
+                );
+            }
+        }
+    }
+
+    for (name, source) in state.clusters() {
+        match tokio::time::timeout(cluster_timeout, probe_cluster(&source.kubeconfig, &main)).await
+        {
+            Ok(Ok(report)) => println!("ok    cluster  {name}: {report}"),
+            Ok(Err(e)) => {
+                failures += 1;
+                println!("FAIL  cluster  {name} ({}): {e}", source.path.display());
+            }
+            Err(_) => {
+                failures += 1;
+                println!(
+                    "FAIL  cluster  {name} ({}): no answer within {} s",
+                    source.path.display(),
+                    cluster_timeout.as_secs()
+                );
+            }
+        }
+    }
+    if failures == 0 {
+        println!("all checks passed");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{failures} problem(s) found");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+async fn probe_cluster(
+    kubeconfig: &kube::config::Kubeconfig,
+    main: &MainConfig,
+) -> Result<String, String> {
+    let client: Client = build_client(kubeconfig).await?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("version: {e}"))?;
+    let mut listed = Vec::new();
+    for kind in &main.kinds {
+        let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
+        let api: Api<DynamicObject> = match main.watch.namespaces.first() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        api.list(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
+        listed.push(kind.name.as_str());
+    }
+    Ok(format!(
+        "{}, can list {}",
+        version.git_version,
+        listed.join(", ")
+    ))
+}

@@ -1,0 +1,61 @@
+//! The command line: `run`, `check` and `plugin run`.
+
+pub mod check;
+pub mod plugin_run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::telemetry::logging::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "jobrelay",
+    version,
+    about = "Relays training-job changes from many Kubernetes clusters to WebAssembly plugins"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human, env = "JOBRELAY_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon on a config folder, following its changes.
+    Run {
+        /// The config folder (main file, clusters/, plugins/).
+        #[arg(long, short, env = "JOBRELAY_CONFIG")]
+        config: PathBuf,
+    },
+    /// Validate every config file, compile every plugin and try every cluster; exit 1 on any
+    /// problem.
+    Check {
+        #[arg(long, short, env = "JOBRELAY_CONFIG")]
+        config: PathBuf,
+        /// Seconds to wait for each cluster to answer.
+        #[arg(long, default_value_t = 10)]
+        cluster_timeout: u64,
+    },
+    /// Plugin tools.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Call a plugin once with an event file, without any cluster.
+    Run {
+        /// The plugin component (.wasm).
+        wasm: PathBuf,
+        /// A job event as JSON (the format of `JobEvent`).
+        #[arg(long)]
+        event: PathBuf,
+        /// A plugin manifest for its config, limits and grants.
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+    },
+}

@@ -1,0 +1,148 @@
+//! Per-cluster health: connecting, synced, degraded or error, with the last error.
+//!
+//! Kept in one shared board so the status API, metrics and `check` read the same truth.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use crate::watch::watcher::Progress;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthState {
+    /// Building the client or waiting for the first list of every stream.
+    Connecting,
+    /// Every watch stream has listed and is watching.
+    Synced,
+    /// Some streams are synced, others are failing.
+    Degraded,
+    /// No stream is working.
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterHealth {
+    pub state: HealthState,
+    pub last_error: Option<String>,
+    /// RFC 3339 time of the last state change.
+    pub since: String,
+    /// Watch streams of this cluster (kinds × namespaces).
+    pub streams: usize,
+    pub streams_synced: usize,
+    #[serde(skip)]
+    stream_ok: Vec<bool>,
+}
+
+/// The health of every cluster, shared between supervisors and readers.
+#[derive(Debug, Clone, Default)]
+pub struct HealthBoard {
+    inner: Arc<RwLock<BTreeMap<String, ClusterHealth>>>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl HealthBoard {
+    /// A cluster (re)starts: connecting, with `streams` streams to come.
+    pub fn connecting(&self, cluster: &str, streams: usize) {
+        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        map.insert(
+            cluster.to_string(),
+            ClusterHealth {
+                state: HealthState::Connecting,
+                last_error: None,
+                since: now(),
+                streams,
+                streams_synced: 0,
+                stream_ok: vec![false; streams],
+            },
+        );
+    }
+
+    /// The cluster failed before any stream could start (e.g. its client could not be built).
+    pub fn failed(&self, cluster: &str, error: String) {
+        self.update(cluster, |h| {
+            h.last_error = Some(error);
+            h.stream_ok.iter_mut().for_each(|ok| *ok = false);
+        });
+    }
+
+    /// One stream reported progress.
+    pub fn stream(&self, cluster: &str, index: usize, progress: Progress) {
+        self.update(cluster, |h| {
+            if let Some(ok) = h.stream_ok.get_mut(index) {
+                match progress {
+                    Progress::Synced => *ok = true,
+                    Progress::Error(e) => {
+                        *ok = false;
+                        h.last_error = Some(e);
+                    }
+                }
+            }
+        });
+    }
+
+    pub fn remove(&self, cluster: &str) {
+        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        map.remove(cluster);
+    }
+
+    pub fn get(&self, cluster: &str) -> Option<ClusterHealth> {
+        let map = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        map.get(cluster).cloned()
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, ClusterHealth> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn update(&self, cluster: &str, f: impl FnOnce(&mut ClusterHealth)) {
+        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = map.get_mut(cluster) else {
+            return;
+        };
+        f(h);
+        h.streams_synced = h.stream_ok.iter().filter(|ok| **ok).count();
+        let state = if h.streams_synced == h.streams && h.streams > 0 {
+            HealthState::Synced
+        } else if h.last_error.is_none() {
+            HealthState::Connecting
+        } else if h.streams_synced > 0 {
+            HealthState::Degraded
+        } else {
+            HealthState::Error
+        };
+        if state != h.state {
+            h.state = state;
+            h.since = now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_follow_stream_progress() {
+        let b = HealthBoard::default();
+        b.connecting("a", 2);
+        assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Connecting));
+        b.stream("a", 0, Progress::Synced);
+        assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Connecting));
+        b.stream("a", 1, Progress::Error("boom".into()));
+        assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Degraded));
+        b.stream("a", 0, Progress::Error("down".into()));
+        let h = b.get("a").expect("present");
+        assert_eq!(h.state, HealthState::Error);
+        assert_eq!(h.last_error.as_deref(), Some("down"));
+        b.stream("a", 0, Progress::Synced);
+        b.stream("a", 1, Progress::Synced);
+        assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Synced));
+        b.remove("a");
+        assert!(b.get("a").is_none());
+    }
+}

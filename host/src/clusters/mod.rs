@@ -1,0 +1,6 @@
+//! Clusters: one supervisor task per kubeconfig file, each with its own cancellation, so adding,
+//! changing or removing one file starts, restarts or stops that cluster only.
+
+pub mod health;
+pub mod manager;
+pub mod supervisor;

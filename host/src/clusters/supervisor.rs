@@ -1,0 +1,147 @@
+//! One cluster's supervisor: builds the cluster's client and runs one watch stream per
+//! (job kind, namespace), until its own cancellation token fires.
+//!
+//! Every cluster has its own token (a child of the daemon's), so stopping one cluster cancels
+//! exactly its streams; dropping the stream tasks closes their HTTP connections, so nothing is
+//! left watching a removed cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::health::HealthBoard;
+use crate::config::main_file::MainConfig;
+use crate::config::sources::ClusterSource;
+use crate::watch::event::JobEvent;
+use crate::watch::watcher::{self, WatchTarget};
+
+/// A running supervisor.
+#[derive(Debug)]
+pub struct SupervisorHandle {
+    pub sha256: String,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl SupervisorHandle {
+    /// Cancel and wait until every stream of the cluster is gone.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Start supervising one cluster.
+pub fn spawn(
+    source: &ClusterSource,
+    main: &Arc<MainConfig>,
+    sink: mpsc::Sender<JobEvent>,
+    health: HealthBoard,
+    parent: &CancellationToken,
+) -> SupervisorHandle {
+    let cancel = parent.child_token();
+    let targets = targets(&source.name, main);
+    health.connecting(&source.name, targets.len());
+    let task = tokio::spawn(supervise(
+        source.name.clone(),
+        source.kubeconfig.clone(),
+        targets,
+        sink,
+        health,
+        cancel.clone(),
+    ));
+    SupervisorHandle {
+        sha256: source.sha256.clone(),
+        cancel,
+        task,
+    }
+}
+
+/// The streams of one cluster: every kind, in every configured namespace (or all).
+fn targets(cluster: &str, main: &MainConfig) -> Vec<WatchTarget> {
+    let cluster: Arc<str> = Arc::from(cluster);
+    let namespaces: Vec<Option<String>> = if main.watch.namespaces.is_empty() {
+        vec![None]
+    } else {
+        main.watch.namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut targets = Vec::new();
+    for kind in &main.kinds {
+        let kind = Arc::new(kind.clone());
+        for ns in &namespaces {
+            targets.push(WatchTarget {
+                cluster: cluster.clone(),
+                kind: kind.clone(),
+                namespace: ns.clone(),
+                label_selector: main.watch.label_selector.clone(),
+            });
+        }
+    }
+    targets
+}
+
+async fn supervise(
+    name: String,
+    kubeconfig: Arc<Kubeconfig>,
+    targets: Vec<WatchTarget>,
+    sink: mpsc::Sender<JobEvent>,
+    health: HealthBoard,
+    cancel: CancellationToken,
+) {
+    let client = tokio::select! {
+        c = connect(&name, &kubeconfig, &health) => c,
+        _ = cancel.cancelled() => return,
+    };
+    let mut streams = JoinSet::new();
+    for (index, target) in targets.into_iter().enumerate() {
+        let health = health.clone();
+        let cluster = name.clone();
+        streams.spawn(watcher::run(
+            client.clone(),
+            target,
+            sink.clone(),
+            move |p| health.stream(&cluster, index, p),
+        ));
+    }
+    tracing::info!(cluster = %name, streams = streams.len(), "cluster watched");
+    cancel.cancelled().await;
+    streams.shutdown().await;
+    tracing::info!(cluster = %name, "cluster stopped");
+}
+
+/// Build the cluster's client, retrying with backoff: a kubeconfig that parses can still fail
+/// here (missing credentials file, exec plugin error), and that must not end the supervisor.
+async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> Client {
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(30))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        match build_client(kubeconfig).await {
+            Ok(client) => return client,
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %e, "cannot build cluster client; retrying");
+                health.failed(name, e);
+                let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// A kube client from an in-memory kubeconfig.
+pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, String> {
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("kubeconfig: {e}"))?;
+    Client::try_from(config).map_err(|e| format!("client: {e}"))
+}

@@ -1,0 +1,111 @@
+//! Noticing config changes: inotify (through `notify`) on the config *folders*, debounced, plus
+//! a periodic re-scan.
+//!
+//! Folders, not files, are watched because of how the kubelet updates a mounted ConfigMap: it
+//! writes a new timestamped folder and atomically renames a `..data` link over the old one, so a
+//! watch on a file follows the old inode and dies. Any event in a watched folder only says
+//! "something changed"; the caller then re-reads everything and compares content hashes. The
+//! periodic re-scan covers what inotify can miss (queue overflow, a folder replaced wholesale).
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::RecursiveMode;
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use tokio::sync::mpsc;
+use tokio::time::{Interval, MissedTickBehavior};
+
+/// Why the folder should be re-read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A file event arrived (after the debounce delay).
+    FileEvent,
+    /// The periodic re-scan is due.
+    Rescan,
+}
+
+/// Watches folders and yields [`Trigger`]s.
+pub struct FolderWatch {
+    debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    /// Watched folder → its inode when the watch was set, to notice a replaced folder.
+    watched: HashMap<PathBuf, u64>,
+    events: mpsc::UnboundedReceiver<()>,
+    rescan: Interval,
+}
+
+impl FolderWatch {
+    pub fn new(debounce: Duration, rescan: Duration) -> Result<FolderWatch, notify::Error> {
+        let (tx, events) = mpsc::unbounded_channel();
+        let debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
+            match result {
+                Ok(events) if events.is_empty() => {}
+                Ok(_) => {
+                    let _ = tx.send(());
+                }
+                Err(errors) => {
+                    for e in errors {
+                        tracing::warn!(error = %e, "file watch error; the periodic re-scan covers it");
+                    }
+                    let _ = tx.send(());
+                }
+            }
+        })?;
+        let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + rescan, rescan);
+        rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Ok(FolderWatch {
+            debouncer,
+            watched: HashMap::new(),
+            events,
+            rescan,
+        })
+    }
+
+    /// Make sure each existing folder in `dirs` is watched (recursively, so the clusters/ and
+    /// plugins/ sub-folders and their `..data` swaps are seen), re-watching a folder that was
+    /// replaced. Folders that do not exist yet are picked up by a later call.
+    pub fn ensure_watched(&mut self, dirs: &[PathBuf]) {
+        self.watched.retain(|p, _| dirs.contains(p));
+        for dir in dirs {
+            let Some(ino) = inode(dir) else { continue };
+            match self.watched.get(dir) {
+                Some(known) if *known == ino => continue,
+                Some(_) => {
+                    let _ = self.debouncer.unwatch(dir);
+                }
+                None => {}
+            }
+            match self.debouncer.watch(dir, RecursiveMode::Recursive) {
+                Ok(()) => {
+                    self.watched.insert(dir.clone(), ino);
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch folder; relying on re-scans")
+                }
+            }
+        }
+    }
+
+    /// Wait for the next reason to re-read. Several file events that arrive together are
+    /// folded into one trigger.
+    pub async fn next(&mut self) -> Trigger {
+        tokio::select! {
+            got = self.events.recv() => {
+                while self.events.try_recv().is_ok() {}
+                match got {
+                    Some(()) => Trigger::FileEvent,
+                    None => { self.rescan.tick().await; Trigger::Rescan }
+                }
+            }
+            _ = self.rescan.tick() => Trigger::Rescan,
+        }
+    }
+}
+
+fn inode(dir: &Path) -> Option<u64> {
+    std::fs::metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
+}

@@ -1,0 +1,308 @@
+//! The main file, `jobrelay.yaml`: which job kinds to watch and where, and the defaults that
+//! plugins inherit.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::RuntimeSettings;
+use crate::watch::kinds::{JobKind, NormalizerSpec};
+
+use super::ConfigError;
+
+/// Name of the main file inside the config folder.
+pub const MAIN_FILE: &str = "jobrelay.yaml";
+
+/// The main file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MainFile {
+    /// Job kinds to watch. Empty: the built-in batch, Volcano, PyTorch and MPI kinds.
+    #[serde(default)]
+    pub kinds: Vec<KindEntry>,
+    /// Where to watch, on every cluster.
+    #[serde(default)]
+    pub watch: WatchScope,
+    /// Limits that plugin manifests inherit when they do not set their own.
+    #[serde(default)]
+    pub plugin_defaults: PluginDefaults,
+    /// Folder that relative `wasm:` paths of manifests are resolved against. Relative to the
+    /// config folder; defaults to the config folder itself. Watched for changes like the rest.
+    #[serde(default)]
+    pub plugin_dir: Option<PathBuf>,
+    /// The WebAssembly engine. Read once at start: changing it needs a restart.
+    #[serde(default)]
+    pub runtime: RuntimeSettings,
+    /// Seconds between full re-scans of the config folder, a backstop for missed file events.
+    #[serde(default = "default_rescan")]
+    pub rescan_seconds: u64,
+    /// Milliseconds of quiet after a file event before the folder is re-read.
+    #[serde(default = "default_debounce")]
+    pub debounce_ms: u64,
+}
+
+fn default_rescan() -> u64 {
+    30
+}
+fn default_debounce() -> u64 {
+    200
+}
+
+/// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindEntry {
+    pub name: String,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub plural: Option<String>,
+    #[serde(default, with = "serde_yaml_ng::with::singleton_map")]
+    pub normalizer: Option<NormalizerSpec>,
+    #[serde(default)]
+    pub pod_label: Option<String>,
+}
+
+/// Namespaces and labels to watch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchScope {
+    /// Namespaces to watch; empty watches all namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// A Kubernetes label selector applied to every job kind, e.g. `team=ml,!skip-relay`.
+    #[serde(default)]
+    pub label_selector: Option<String>,
+}
+
+/// Plugin limits used when a manifest does not set its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginDefaults {
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u64,
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+}
+
+fn default_timeout_ms() -> u64 {
+    5_000
+}
+fn default_memory_mb() -> u64 {
+    64
+}
+fn default_concurrency() -> usize {
+    4
+}
+
+impl Default for PluginDefaults {
+    fn default() -> Self {
+        PluginDefaults {
+            timeout_ms: default_timeout_ms(),
+            memory_mb: default_memory_mb(),
+            concurrency: default_concurrency(),
+        }
+    }
+}
+
+/// The main file after validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MainConfig {
+    pub kinds: Vec<JobKind>,
+    pub watch: WatchScope,
+    pub plugin_defaults: PluginDefaults,
+    /// Absolute.
+    pub plugin_dir: PathBuf,
+    pub runtime: RuntimeSettings,
+    pub rescan_seconds: u64,
+    pub debounce_ms: u64,
+}
+
+impl MainConfig {
+    /// Parse and validate the main file's text. `root` is the config folder.
+    pub fn parse(text: &str, root: &std::path::Path) -> Result<MainConfig, ConfigError> {
+        let text = if text.trim().is_empty() { "{}" } else { text };
+        let file: MainFile =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        file.validate(root)
+    }
+
+    /// The kind with this name, if watched.
+    pub fn kind(&self, name: &str) -> Option<&JobKind> {
+        self.kinds.iter().find(|k| k.name == name)
+    }
+
+    /// Whether a change from `self` to `next` requires restarting cluster watchers.
+    pub fn watch_differs(&self, next: &MainConfig) -> bool {
+        self.kinds != next.kinds || self.watch != next.watch
+    }
+}
+
+impl MainFile {
+    fn validate(self, root: &std::path::Path) -> Result<MainConfig, ConfigError> {
+        let entries = if self.kinds.is_empty() {
+            JobKind::DEFAULT_BUILTINS
+                .iter()
+                .map(|n| KindEntry::named(n))
+                .collect()
+        } else {
+            self.kinds
+        };
+        let mut kinds: Vec<JobKind> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.into_iter().enumerate() {
+            let kind = entry
+                .resolve()
+                .map_err(|why| ConfigError::Invalid(format!("kinds[{i}]: {why}")))?;
+            if kinds.iter().any(|k| k.name == kind.name) {
+                return Err(ConfigError::Invalid(format!(
+                    "kinds[{i}]: the name `{}` is used twice",
+                    kind.name
+                )));
+            }
+            kinds.push(kind);
+        }
+        if self.plugin_defaults.concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "plugin_defaults.concurrency: must be at least 1".into(),
+            ));
+        }
+        if self.plugin_defaults.timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "plugin_defaults.timeout_ms: must be at least 1".into(),
+            ));
+        }
+        if self.rescan_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "rescan_seconds: must be at least 1".into(),
+            ));
+        }
+        let plugin_dir = match self.plugin_dir {
+            Some(p) if p.is_absolute() => p,
+            Some(p) => root.join(p),
+            None => root.to_path_buf(),
+        };
+        Ok(MainConfig {
+            kinds,
+            watch: self.watch,
+            plugin_defaults: self.plugin_defaults,
+            plugin_dir,
+            runtime: self.runtime,
+            rescan_seconds: self.rescan_seconds,
+            debounce_ms: self.debounce_ms,
+        })
+    }
+}
+
+impl KindEntry {
+    fn named(name: &str) -> KindEntry {
+        KindEntry {
+            name: name.to_string(),
+            group: None,
+            version: None,
+            kind: None,
+            plural: None,
+            normalizer: None,
+            pod_label: None,
+        }
+    }
+
+    /// A name alone selects a built-in kind; anything else must be a complete definition.
+    fn resolve(self) -> Result<JobKind, String> {
+        let is_bare = self.group.is_none()
+            && self.version.is_none()
+            && self.kind.is_none()
+            && self.plural.is_none()
+            && self.normalizer.is_none();
+        if self.name.is_empty() {
+            return Err("`name` must not be empty".into());
+        }
+        if is_bare {
+            return JobKind::builtin(&self.name).ok_or_else(|| {
+                format!(
+                    "`{}` is not a built-in kind (built-in: batch-job, volcano-job, pytorch-job, \
+                     mpi-job, mpi-job-v1); give group, version, kind, plural and normalizer",
+                    self.name
+                )
+            });
+        }
+        let need = |v: Option<String>, field: &str| {
+            v.filter(|s| !s.is_empty())
+                .ok_or_else(|| format!("`{}`: missing `{field}`", self.name))
+        };
+        let kind = JobKind {
+            group: self.group.clone().unwrap_or_default(),
+            version: need(self.version.clone(), "version")?,
+            kind: need(self.kind.clone(), "kind")?,
+            plural: need(self.plural.clone(), "plural")?,
+            normalizer: self
+                .normalizer
+                .clone()
+                .ok_or_else(|| format!("`{}`: missing `normalizer`", self.name))?,
+            pod_label: self.pod_label.clone(),
+            name: self.name,
+        };
+        if let NormalizerSpec::Field(rule) = &kind.normalizer
+            && !rule.path.starts_with('/')
+        {
+            return Err(format!(
+                "`{}`: normalizer.field.path must be a JSON pointer starting with `/`",
+                kind.name
+            ));
+        }
+        Ok(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn empty_file_watches_the_builtins() {
+        let c = MainConfig::parse("", Path::new("/cfg")).expect("valid");
+        let names: Vec<_> = c.kinds.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, JobKind::DEFAULT_BUILTINS);
+        assert_eq!(c.plugin_dir, Path::new("/cfg"));
+    }
+
+    #[test]
+    fn custom_kind_needs_every_field() {
+        let err = MainConfig::parse(
+            "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n",
+            Path::new("/cfg"),
+        )
+        .expect_err("incomplete kind");
+        assert!(err.to_string().contains("kinds[0]"), "{err}");
+        assert!(err.to_string().contains("kind"), "{err}");
+    }
+
+    #[test]
+    fn unknown_field_and_unknown_builtin_are_refused() {
+        let err = MainConfig::parse("kindz: []\n", Path::new("/cfg")).expect_err("typo");
+        assert!(err.to_string().contains("kindz"), "{err}");
+        let err =
+            MainConfig::parse("kinds: [{name: tf-job}]\n", Path::new("/cfg")).expect_err("unknown");
+        assert!(err.to_string().contains("tf-job"), "{err}");
+    }
+
+    #[test]
+    fn custom_kind_with_field_rule() {
+        let c = MainConfig::parse(
+            "kinds:\n  - name: volcano-job\n  - name: trainjob\n    group: example.com\n    version: v1\n    kind: TrainJob\n    plural: trainjobs\n    normalizer:\n      field:\n        path: /status/phase\n        phases: {Done: succeeded}\n",
+            Path::new("/cfg"),
+        )
+        .expect("valid");
+        assert_eq!(c.kinds.len(), 2);
+        assert_eq!(
+            c.kind("trainjob").map(|k| k.api_version()),
+            Some("example.com/v1".into())
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! Validated sources: a cluster's kubeconfig and a plugin's resolved manifest, each tagged with
+//! the hash that says whether it changed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::config::Kubeconfig;
+
+use super::ConfigError;
+use super::files::{FileRead, sha256_hex};
+use super::main_file::MainConfig;
+use super::manifest::{Grants, PluginManifest};
+
+/// One cluster: a kubeconfig file whose stem is the cluster's name.
+#[derive(Debug, Clone)]
+pub struct ClusterSource {
+    pub name: String,
+    pub path: PathBuf,
+    /// Content hash: a cluster is restarted only when this changes.
+    pub sha256: String,
+    pub kubeconfig: Arc<Kubeconfig>,
+}
+
+/// Cluster names end up in event ids (`cluster/uid/resourceVersion`) and metric labels, so they
+/// are restricted to the characters of a Kubernetes name.
+pub fn validate_cluster_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "cluster name `{name}` (the file stem) must be 1-63 characters of a-z, 0-9, `-`, `_`"
+        )))
+    }
+}
+
+impl ClusterSource {
+    pub fn parse(name: &str, file: &FileRead) -> Result<ClusterSource, ConfigError> {
+        validate_cluster_name(name)?;
+        let content = file
+            .content
+            .as_ref()
+            .map_err(|e| ConfigError::Read(e.clone()))?;
+        let text = content.text().map_err(ConfigError::Parse)?;
+        let kubeconfig =
+            Kubeconfig::from_yaml(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        if kubeconfig.clusters.is_empty() {
+            return Err(ConfigError::Invalid("kubeconfig has no clusters".into()));
+        }
+        if kubeconfig.current_context.is_none() && kubeconfig.contexts.len() != 1 {
+            return Err(ConfigError::Invalid(
+                "kubeconfig has no current-context and not exactly one context".into(),
+            ));
+        }
+        Ok(ClusterSource {
+            name: name.to_string(),
+            path: file.path.clone(),
+            sha256: content.sha256.clone(),
+            kubeconfig: Arc::new(kubeconfig),
+        })
+    }
+}
+
+/// One plugin: its manifest resolved against the main file's defaults, plus its component.
+#[derive(Debug, Clone)]
+pub struct PluginSource {
+    pub name: String,
+    pub manifest_path: PathBuf,
+    pub wasm_path: PathBuf,
+    pub wasm: Arc<[u8]>,
+    pub wasm_sha256: String,
+    /// Job kind names this plugin receives; empty means all kinds.
+    pub kinds: Vec<String>,
+    pub timeout: Duration,
+    pub memory_bytes: u64,
+    pub concurrency: usize,
+    pub config: BTreeMap<String, String>,
+    /// Grants with host paths made absolute.
+    pub grants: Grants,
+    /// Identifies this exact plugin version: component and effective settings. A change of
+    /// either is a reload.
+    pub version: String,
+}
+
+impl PluginSource {
+    pub fn wants(&self, kind_name: &str) -> bool {
+        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind_name)
+    }
+
+    /// Resolve a manifest file. `root` is the config folder.
+    pub fn parse(
+        name: &str,
+        file: &FileRead,
+        main: &MainConfig,
+        root: &Path,
+    ) -> Result<PluginSource, ConfigError> {
+        let content = file
+            .content
+            .as_ref()
+            .map_err(|e| ConfigError::Read(e.clone()))?;
+        let text = content.text().map_err(ConfigError::Parse)?;
+        let manifest: PluginManifest =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        for kind in &manifest.kinds {
+            if main.kind(kind).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "kinds: `{kind}` is not a kind of the main file"
+                )));
+            }
+        }
+        let defaults = &main.plugin_defaults;
+        let timeout_ms = manifest.timeout_ms.unwrap_or(defaults.timeout_ms);
+        let memory_mb = manifest.memory_mb.unwrap_or(defaults.memory_mb);
+        let concurrency = manifest.concurrency.unwrap_or(defaults.concurrency);
+        if timeout_ms == 0 || memory_mb == 0 || concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "timeout_ms, memory_mb and concurrency must be at least 1".into(),
+            ));
+        }
+        let mut grants = manifest.grants.clone();
+        for (i, dir) in grants.filesystem.iter_mut().enumerate() {
+            if !dir.guest.starts_with('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "grants.filesystem[{i}].guest: `{}` must be an absolute guest path",
+                    dir.guest
+                )));
+            }
+            if dir.host.is_relative() {
+                dir.host = root.join(&dir.host);
+            }
+        }
+        let wasm_path = if manifest.wasm.is_absolute() {
+            manifest.wasm.clone()
+        } else {
+            main.plugin_dir.join(&manifest.wasm)
+        };
+        let wasm = std::fs::read(&wasm_path)
+            .map_err(|e| ConfigError::Read(format!("wasm `{}`: {e}", wasm_path.display())))?;
+        let wasm_sha256 = sha256_hex(&wasm);
+        let effective = serde_json::json!({
+            "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
+            "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
+            "grants": grants,
+        });
+        let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
+        Ok(PluginSource {
+            name: name.to_string(),
+            manifest_path: file.path.clone(),
+            wasm_path,
+            wasm: Arc::from(wasm),
+            wasm_sha256,
+            kinds: manifest.kinds,
+            timeout: Duration::from_millis(timeout_ms),
+            memory_bytes: memory_mb * 1024 * 1024,
+            concurrency,
+            config: manifest.config,
+            grants,
+            version,
+        })
+    }
+}

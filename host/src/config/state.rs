@@ -1,0 +1,277 @@
+//! The desired state: the last good version of every config file, and the difference each
+//! re-read makes to it.
+//!
+//! This is where "a broken file never disturbs anything" is decided: a file that fails keeps
+//! its last good version in force (or stays absent if it never was good) and is listed in
+//! [`ConfigState::problems`]; only a file that is really gone from the folder removes what it
+//! described.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::ConfigError;
+use super::files::{FolderScan, scan};
+use super::main_file::{MAIN_FILE, MainConfig};
+use super::sources::{ClusterSource, PluginSource};
+
+/// A change to one named item.
+#[derive(Debug, Clone)]
+pub enum Change<T> {
+    Added(T),
+    Changed(T),
+    Removed(String),
+}
+
+impl<T> Change<T> {
+    pub fn name<'a>(&'a self, name_of: impl Fn(&'a T) -> &'a str) -> &'a str {
+        match self {
+            Change::Added(t) | Change::Changed(t) => name_of(t),
+            Change::Removed(n) => n,
+        }
+    }
+}
+
+/// What one re-read changed.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// The main file changed in a way that needs every cluster's watchers restarted.
+    pub watch_changed: bool,
+    pub clusters: Vec<Change<ClusterSource>>,
+    pub plugins: Vec<Change<PluginSource>>,
+}
+
+impl Update {
+    pub fn is_empty(&self) -> bool {
+        !self.watch_changed && self.clusters.is_empty() && self.plugins.is_empty()
+    }
+}
+
+/// The config folder's last good state.
+#[derive(Debug)]
+pub struct ConfigState {
+    root: PathBuf,
+    main: Arc<MainConfig>,
+    main_sha256: Option<String>,
+    clusters: BTreeMap<String, ClusterSource>,
+    plugins: BTreeMap<String, PluginSource>,
+    problems: BTreeMap<PathBuf, String>,
+}
+
+impl ConfigState {
+    /// First read. Only a broken main file is fatal: without it nothing can be judged. A
+    /// missing main file means the defaults.
+    pub fn load(root: &Path) -> Result<(ConfigState, Update), (PathBuf, ConfigError)> {
+        let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        let folder = scan(&root);
+        let (main, main_sha256) = match &folder.main {
+            None => (
+                MainConfig::parse("", &root).map_err(|e| (root.join(MAIN_FILE), e))?,
+                None,
+            ),
+            Some(file) => {
+                let content = file
+                    .content
+                    .as_ref()
+                    .map_err(|e| (file.path.clone(), ConfigError::Read(e.clone())))?;
+                let text = content
+                    .text()
+                    .map_err(|e| (file.path.clone(), ConfigError::Parse(e)))?;
+                let main = MainConfig::parse(text, &root).map_err(|e| (file.path.clone(), e))?;
+                (main, Some(content.sha256.clone()))
+            }
+        };
+        let mut state = ConfigState {
+            root,
+            main: Arc::new(main),
+            main_sha256,
+            clusters: BTreeMap::new(),
+            plugins: BTreeMap::new(),
+            problems: BTreeMap::new(),
+        };
+        let update = state.apply(folder);
+        Ok((state, update))
+    }
+
+    /// Re-read the folder and return what changed.
+    pub fn refresh(&mut self) -> Update {
+        let folder = scan(&self.root);
+        self.apply(folder)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn main(&self) -> &Arc<MainConfig> {
+        &self.main
+    }
+
+    pub fn clusters(&self) -> &BTreeMap<String, ClusterSource> {
+        &self.clusters
+    }
+
+    pub fn plugins(&self) -> &BTreeMap<String, PluginSource> {
+        &self.plugins
+    }
+
+    /// Files currently refused, with the reason. A refused file's last good version (if any)
+    /// is still in force.
+    pub fn problems(&self) -> &BTreeMap<PathBuf, String> {
+        &self.problems
+    }
+
+    /// Folders whose changes matter: the config folder and the plugin folder.
+    pub fn watched_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.clone()];
+        if !self.main.plugin_dir.starts_with(&self.root) {
+            dirs.push(self.main.plugin_dir.clone());
+        }
+        dirs
+    }
+
+    fn apply(&mut self, folder: FolderScan) -> Update {
+        let mut problems = BTreeMap::new();
+        for (path, why) in &folder.conflicts {
+            problems.insert(path.clone(), why.clone());
+        }
+        let mut update = Update::default();
+        self.apply_main(&folder, &mut problems, &mut update);
+        self.apply_clusters(&folder, &mut problems, &mut update);
+        self.apply_plugins(&folder, &mut problems, &mut update);
+        self.report(problems);
+        update
+    }
+
+    fn apply_main(
+        &mut self,
+        folder: &FolderScan,
+        problems: &mut BTreeMap<PathBuf, String>,
+        update: &mut Update,
+    ) {
+        let parsed = match &folder.main {
+            // A removed main file means the defaults, like a missing one at start.
+            None => MainConfig::parse("", &self.root).map(|m| (m, None)),
+            Some(file) => match &file.content {
+                Err(e) => Err(ConfigError::Read(e.clone())),
+                Ok(c) if Some(&c.sha256) == self.main_sha256.as_ref() => return,
+                Ok(c) => c
+                    .text()
+                    .map_err(ConfigError::Parse)
+                    .and_then(|t| MainConfig::parse(t, &self.root))
+                    .map(|m| (m, Some(c.sha256.clone()))),
+            },
+        };
+        match parsed {
+            Ok((main, sha)) => {
+                if self.main_sha256 == sha && *self.main == main {
+                    return;
+                }
+                update.watch_changed = self.main.watch_differs(&main);
+                if self.main.runtime != main.runtime {
+                    tracing::warn!(
+                        file = %self.root.join(MAIN_FILE).display(),
+                        "the `runtime` section changed; it takes effect at the next restart"
+                    );
+                }
+                self.main = Arc::new(main);
+                self.main_sha256 = sha;
+            }
+            Err(e) => {
+                problems.insert(self.root.join(MAIN_FILE), e.to_string());
+            }
+        }
+    }
+
+    fn apply_clusters(
+        &mut self,
+        folder: &FolderScan,
+        problems: &mut BTreeMap<PathBuf, String>,
+        update: &mut Update,
+    ) {
+        let gone: Vec<String> = self
+            .clusters
+            .keys()
+            .filter(|n| !folder.clusters.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.clusters.remove(&name);
+            update.clusters.push(Change::Removed(name));
+        }
+        for (name, file) in &folder.clusters {
+            let known = self.clusters.get(name);
+            let unchanged = match (known, &file.content) {
+                (Some(k), Ok(c)) => k.sha256 == c.sha256,
+                _ => false,
+            };
+            if unchanged {
+                continue;
+            }
+            match ClusterSource::parse(name, file) {
+                Ok(source) => {
+                    let change = if known.is_some() {
+                        Change::Changed(source.clone())
+                    } else {
+                        Change::Added(source.clone())
+                    };
+                    self.clusters.insert(name.clone(), source);
+                    update.clusters.push(change);
+                }
+                Err(e) => {
+                    problems.insert(file.path.clone(), e.to_string());
+                }
+            }
+        }
+    }
+
+    fn apply_plugins(
+        &mut self,
+        folder: &FolderScan,
+        problems: &mut BTreeMap<PathBuf, String>,
+        update: &mut Update,
+    ) {
+        let gone: Vec<String> = self
+            .plugins
+            .keys()
+            .filter(|n| !folder.manifests.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.plugins.remove(&name);
+            update.plugins.push(Change::Removed(name));
+        }
+        for (name, file) in &folder.manifests {
+            match PluginSource::parse(name, file, &self.main, &self.root) {
+                Ok(source) => {
+                    let change = match self.plugins.get(name) {
+                        Some(known) if known.version == source.version => continue,
+                        Some(_) => Change::Changed(source.clone()),
+                        None => Change::Added(source.clone()),
+                    };
+                    self.plugins.insert(name.clone(), source);
+                    update.plugins.push(change);
+                }
+                Err(e) => {
+                    problems.insert(file.path.clone(), e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Log problems that appeared or changed, and files that recovered.
+    fn report(&mut self, problems: BTreeMap<PathBuf, String>) {
+        for (path, why) in &problems {
+            if self.problems.get(path) != Some(why) {
+                tracing::error!(file = %path.display(), reason = %why,
+                    "config file refused; its last good version stays in force");
+            }
+        }
+        for path in self.problems.keys() {
+            if !problems.contains_key(path) {
+                tracing::info!(file = %path.display(), "config file accepted again");
+            }
+        }
+        self.problems = problems;
+    }
+}

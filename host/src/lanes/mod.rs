@@ -1,0 +1,8 @@
+//! Lanes: one queue per plugin, so a slow or failing plugin never delays another.
+//!
+//! Within a lane, events of one job are handled one at a time in the order they were observed;
+//! different jobs run concurrently up to the plugin's concurrency.
+
+pub mod dispatcher;
+pub mod lane;
+pub mod plugin_set;

@@ -1,0 +1,176 @@
+//! The plugin set: turns plugin sources from the config folder into loaded versions and
+//! lanes, reloading in the background.
+//!
+//! A new or changed plugin is compiled and checked off the event path; only a version that
+//! loaded and accepted its config is installed. If loading fails, the version already serving
+//! keeps serving and the failure is recorded in the plugin's status. Loads of one plugin are
+//! numbered, so a slow older load finishing after a newer one can never install an old version.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use super::dispatcher::Routes;
+use super::lane::{Lane, LaneStats};
+use crate::config::sources::PluginSource;
+use crate::config::state::Change;
+use crate::runtime::{PluginSpec, Runtime};
+
+/// What an operator sees of one plugin.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PluginStatus {
+    /// The version serving events, if any loaded.
+    pub serving: Option<String>,
+    pub serving_wasm_sha256: Option<String>,
+    /// The outcome of the last load attempt.
+    pub last_reload: Option<ReloadOutcome>,
+    pub lane: Option<LaneStats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadOutcome {
+    pub version: String,
+    pub ok: bool,
+    pub error: Option<String>,
+    /// RFC 3339.
+    pub at: String,
+}
+
+#[derive(Default)]
+struct Book {
+    /// Latest load number started per plugin.
+    generation: BTreeMap<String, u64>,
+    status: BTreeMap<String, PluginStatus>,
+}
+
+/// Owns plugin loading and the lanes' plugin versions.
+#[derive(Clone)]
+pub struct PluginSet {
+    runtime: Runtime,
+    routes: Routes,
+    book: Arc<Mutex<Book>>,
+}
+
+impl PluginSet {
+    pub fn new(runtime: Runtime, routes: Routes) -> Self {
+        PluginSet {
+            runtime,
+            routes,
+            book: Arc::default(),
+        }
+    }
+
+    pub fn routes(&self) -> &Routes {
+        &self.routes
+    }
+
+    /// Apply plugin changes. Loads run in the background; the returned handles finish when
+    /// each load has been installed or refused (tests and `check` wait on them, the daemon
+    /// does not).
+    pub fn apply(&self, changes: Vec<Change<PluginSource>>) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut loads = Vec::new();
+        for change in changes {
+            match change {
+                Change::Added(source) | Change::Changed(source) => {
+                    let generation = {
+                        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                        let g = book.generation.entry(source.name.clone()).or_default();
+                        *g += 1;
+                        *g
+                    };
+                    let this = self.clone();
+                    loads.push(tokio::spawn(async move {
+                        this.load(source, generation).await;
+                    }));
+                }
+                Change::Removed(name) => {
+                    {
+                        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                        // Bump the generation so a load still running is not installed.
+                        *book.generation.entry(name.clone()).or_default() += 1;
+                        book.status.remove(&name);
+                    }
+                    if let Some(lane) = self.routes.remove(&name) {
+                        tracing::info!(plugin = %name, "plugin removed");
+                        loads.push(tokio::spawn(async move { lane.close().await }));
+                    }
+                }
+            }
+        }
+        loads
+    }
+
+    async fn load(&self, source: PluginSource, generation: u64) {
+        let spec = PluginSpec {
+            name: source.name.clone(),
+            version: source.version.clone(),
+            wasm: source.wasm.clone(),
+            wasm_sha256: source.wasm_sha256.clone(),
+            timeout: source.timeout,
+            memory_bytes: source.memory_bytes,
+            config: source.config.clone(),
+            grants: source.grants.clone(),
+        };
+        let result = self.runtime.load(spec).await;
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        if book.generation.get(&source.name) != Some(&generation) {
+            tracing::debug!(plugin = %source.name, version = %source.version,
+                "a newer change superseded this load");
+            return;
+        }
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let status = book.status.entry(source.name.clone()).or_default();
+        match result {
+            Ok(version) => {
+                match self.routes.get(&source.name) {
+                    Some(lane) => {
+                        lane.reconfigure(version, source.kinds.clone(), source.concurrency)
+                    }
+                    None => self.routes.insert(
+                        &source.name,
+                        Lane::new(version, source.kinds.clone(), source.concurrency),
+                    ),
+                }
+                tracing::info!(plugin = %source.name, version = %source.version,
+                    wasm = %source.wasm_path.display(), "plugin version serving");
+                status.serving = Some(source.version.clone());
+                status.serving_wasm_sha256 = Some(source.wasm_sha256.clone());
+                status.last_reload = Some(ReloadOutcome {
+                    version: source.version,
+                    ok: true,
+                    error: None,
+                    at,
+                });
+            }
+            Err(e) => {
+                tracing::error!(plugin = %source.name, version = %source.version,
+                    wasm = %source.wasm_path.display(), error = %e,
+                    serving = ?status.serving, "plugin load failed; the serving version stays");
+                status.last_reload = Some(ReloadOutcome {
+                    version: source.version,
+                    ok: false,
+                    error: Some(e.to_string()),
+                    at,
+                });
+            }
+        }
+    }
+
+    /// Status of every plugin, with lane counters.
+    pub fn status(&self) -> BTreeMap<String, PluginStatus> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = book.status.clone();
+        for (name, status) in out.iter_mut() {
+            status.lane = self.routes.get(name).map(|l| l.stats());
+        }
+        out
+    }
+
+    /// Wait until every lane has nothing queued or running.
+    pub async fn idle(&self) {
+        for lane in self.routes.lanes().values() {
+            lane.idle().await;
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! jobrelay: watches training jobs on many Kubernetes clusters and hands every change, as a
+//! versioned job event, to WebAssembly component plugins.
+//!
+//! Modules follow the data flow, and data flows one way:
+//! `config` → `clusters` → `watch` → `lanes` → `runtime` → `capabilities`, with `telemetry`
+//! beside them and `cli` on top.
+
+pub mod capabilities;
+pub mod cli;
+pub mod clusters;
+pub mod config;
+pub mod daemon;
+pub mod lanes;
+pub mod runtime;
+pub mod telemetry;
+pub mod watch;

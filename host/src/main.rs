@@ -1,0 +1,78 @@
+//! The `jobrelay` binary.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
+use jobrelay::cli::{Cli, Command, PluginCommand, check};
+use jobrelay::daemon::Daemon;
+use jobrelay::telemetry::logging;
+
+/// How long calls in flight may take to finish after a stop signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    let result = match cli.command {
+        Command::Run { config } => run(&config).await,
+        Command::Check {
+            config,
+            cluster_timeout,
+        } => check::check(&config, Duration::from_secs(cluster_timeout)).await,
+        Command::Plugin(PluginCommand::Run {
+            wasm,
+            event,
+            manifest,
+        }) => {
+            let args = PluginRunArgs {
+                wasm,
+                event,
+                manifest,
+            };
+            plugin_run(&args).await.map(|outcome| {
+                println!("{outcome}");
+                if outcome.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            })
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(config: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let daemon = Daemon::start(config).await?;
+    wait_for_stop_signal().await;
+    tracing::info!("stop signal received; shutting down (a second signal exits at once)");
+    tokio::select! {
+        _ = daemon.shutdown(SHUTDOWN_GRACE) => {}
+        _ = wait_for_stop_signal() => {
+            tracing::warn!("second stop signal; exiting now");
+            return Ok(ExitCode::from(130));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

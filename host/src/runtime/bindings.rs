@@ -1,0 +1,40 @@
+//! Host-side bindings of the `plugin` world in `wit/plugin.wit`.
+//!
+//! - Exports (`init`, `handle`) are async, so a call runs on a fiber that can yield to tokio at
+//!   every epoch tick and be dropped when the wall-clock backstop fires.
+//! - The one import, `log.write`, is synchronous and cannot trap: it only formats a tracing
+//!   event, and a plugin that logs too much is throttled, not killed.
+//! - Arguments are borrowed (`JobEvent<'a>` holds `&str`), so the event's object JSON, shared
+//!   by every lane, is lowered straight into the guest without a copy per call.
+// The generated `add_to_linker` of the type-only `types` interface has unused parameters.
+#![allow(unused_variables)]
+
+wasmtime::component::bindgen!({
+    world: "plugin",
+    path: "../wit",
+    exports: { default: async },
+    ownership: Borrowing { duplicate_if_necessary: true },
+});
+
+pub use self::jobrelay::plugin::log::Level;
+pub use self::jobrelay::plugin::types::Phase;
+
+/// The `types` interface has no functions; its host side is empty.
+impl self::jobrelay::plugin::types::Host for super::HostState {}
+
+impl From<crate::watch::event::Phase> for Phase {
+    fn from(phase: crate::watch::event::Phase) -> Phase {
+        use crate::watch::event::Phase as Host;
+        match phase {
+            Host::Pending => Phase::Pending,
+            Host::Running => Phase::Running,
+            Host::Restarting => Phase::Restarting,
+            Host::Suspended => Phase::Suspended,
+            Host::Succeeded => Phase::Succeeded,
+            Host::Failed => Phase::Failed,
+            Host::Terminating => Phase::Terminating,
+            Host::Deleted => Phase::Deleted,
+            Host::Unknown => Phase::Unknown,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! What can go wrong building the runtime, loading a plugin version, and calling it.
+//!
+//! Load errors name the plugin because they end up in the operator's status output next to
+//! other plugins' errors. Call errors do not: the caller (a lane) already knows whose call it
+//! made, and the retry decision is all it needs from the error beyond its text.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// The runtime could not be built: invalid settings or an engine wasmtime refuses.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error("invalid runtime settings: {0}")]
+    Settings(String),
+    #[error("cannot build the WebAssembly engine: {0}")]
+    Engine(String),
+}
+
+/// A plugin version could not be loaded. The previous version, if any, keeps running.
+#[derive(Debug, Clone, Error)]
+pub enum LoadError {
+    /// The bytes are not a valid component for this host (corrupt, a core module, a feature
+    /// wasmtime does not support).
+    #[error("plugin `{plugin}`: cannot compile the component: {reason}")]
+    Compile { plugin: String, reason: String },
+    /// A valid component, but not of the `jobrelay:plugin/plugin` world: it misses an export or
+    /// imports something the host does not provide.
+    #[error("plugin `{plugin}`: not a jobrelay plugin component: {reason}")]
+    WrongWorld { plugin: String, reason: String },
+    /// The plugin's `init` refused its configuration (or failed while checking it).
+    #[error("plugin `{plugin}`: init refused the configuration: {reason}")]
+    InitRefused { plugin: String, reason: String },
+    /// A grant in the manifest cannot be honoured (a directory cannot be created, a guest path
+    /// is invalid or used twice).
+    #[error("plugin `{plugin}`: invalid grant: {reason}")]
+    Grant { plugin: String, reason: String },
+    /// The manifest's limits are outside what the runtime allows.
+    #[error("plugin `{plugin}`: invalid limits: {reason}")]
+    Limits { plugin: String, reason: String },
+}
+
+impl LoadError {
+    /// The plugin the error is about.
+    pub fn plugin(&self) -> &str {
+        match self {
+            LoadError::Compile { plugin, .. }
+            | LoadError::WrongWorld { plugin, .. }
+            | LoadError::InitRefused { plugin, .. }
+            | LoadError::Grant { plugin, .. }
+            | LoadError::Limits { plugin, .. } => plugin,
+        }
+    }
+
+    /// A short stable name of the variant, for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Compile { .. } => "compile",
+            LoadError::WrongWorld { .. } => "wrong_world",
+            LoadError::InitRefused { .. } => "init_refused",
+            LoadError::Grant { .. } => "grant",
+            LoadError::Limits { .. } => "limits",
+        }
+    }
+}
+
+/// Why one call of a plugin did not succeed. Every variant fails that call only: the plugin
+/// version stays usable for the next event.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CallError {
+    /// The plugin returned `handler-error::retry`.
+    #[error("plugin asked to retry: {0}")]
+    Retry(String),
+    /// The plugin returned `handler-error::give-up`.
+    #[error("plugin gave up: {0}")]
+    GiveUp(String),
+    /// `init` returned an error on this instance. It accepted the same configuration when the
+    /// version was loaded, so the plugin is inconsistent; retrying will not help.
+    #[error("plugin init refused its configuration: {0}")]
+    InitRefused(String),
+    /// The call ran past its time limit and was stopped.
+    #[error("plugin call exceeded its time limit of {0:?}")]
+    Timeout(Duration),
+    /// The plugin needed more linear memory than its limit and trapped.
+    #[error("plugin exceeded its memory limit of {limit_bytes} bytes")]
+    MemoryLimit { limit_bytes: u64 },
+    /// The plugin trapped (a panic, an invalid memory access, `unreachable`, a host function
+    /// refusing an argument). The text has the trap, a few wasm frames and the tail of the
+    /// plugin's stderr, where a Rust panic message lands.
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    /// The host could not set the call up: the instance pool is full, a granted directory has
+    /// disappeared. Nothing of the plugin ran, or it was cut off by the host.
+    #[error("host could not run the plugin: {0}")]
+    Host(String),
+}
+
+impl CallError {
+    /// Whether delivering the same event again may succeed. Traps count as retryable: a trap
+    /// is often a transient condition inside the plugin (a peer's odd answer), and the retry
+    /// budget and dead-letter list bound the cost when it is not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CallError::Retry(_)
+            | CallError::Trap(_)
+            | CallError::Timeout(_)
+            | CallError::MemoryLimit { .. }
+            | CallError::Host(_) => true,
+            CallError::GiveUp(_) | CallError::InitRefused(_) => false,
+        }
+    }
+
+    /// A short stable name of the variant, for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Retry(_) => "retry",
+            CallError::GiveUp(_) => "give_up",
+            CallError::InitRefused(_) => "init_refused",
+            CallError::Timeout(_) => "timeout",
+            CallError::MemoryLimit { .. } => "memory_limit",
+            CallError::Trap(_) => "trap",
+            CallError::Host(_) => "host",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_split() {
+        assert!(CallError::Retry("x".into()).is_retryable());
+        assert!(CallError::Trap("x".into()).is_retryable());
+        assert!(CallError::Timeout(Duration::from_secs(1)).is_retryable());
+        assert!(CallError::MemoryLimit { limit_bytes: 1 }.is_retryable());
+        assert!(!CallError::GiveUp("x".into()).is_retryable());
+        assert!(!CallError::InitRefused("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn load_errors_name_the_plugin() {
+        let e = LoadError::WrongWorld {
+            plugin: "mysql-sync".into(),
+            reason: "missing export `handle`".into(),
+        };
+        assert!(e.to_string().contains("mysql-sync"));
+        assert_eq!(e.plugin(), "mysql-sync");
+    }
+}

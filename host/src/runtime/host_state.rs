@@ -1,0 +1,75 @@
+//! The data of one `Store`, i.e. of one plugin call.
+//!
+//! A store lives for one call and is dropped with everything the plugin opened, so nothing
+//! here is shared between calls or plugins. It carries the WASI context the capabilities set
+//! up from the plugin's grants, the memory budget, the labels every log line is tagged with,
+//! and the call's deadline state.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::capabilities::CapabilityState;
+
+use super::limits::MemoryBudget;
+
+/// Who is running: attached to every log line and captured output of the call.
+#[derive(Debug, Clone)]
+pub struct CallLabels {
+    pub plugin: Arc<str>,
+    pub version: Arc<str>,
+    /// The id of the event being handled; `None` while only `init` runs (at load).
+    pub event: Option<Arc<str>>,
+}
+
+impl CallLabels {
+    /// The event id, or `-` outside an event, for log fields.
+    pub fn event_or_dash(&self) -> &str {
+        self.event.as_deref().unwrap_or("-")
+    }
+}
+
+/// Per-store data.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) labels: CallLabels,
+    /// Per-store state of the capabilities (captured output, log throttle, ...).
+    pub(crate) caps: CapabilityState,
+    pub(crate) memory: MemoryBudget,
+    /// Wall-clock deadline of the call; the epoch callback compares against it.
+    pub(crate) deadline: Instant,
+    /// Set by the epoch callback when it stops the plugin for running past `deadline`.
+    pub(crate) timed_out: bool,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        wasi: WasiCtx,
+        caps: CapabilityState,
+        labels: CallLabels,
+        memory: MemoryBudget,
+        deadline: Instant,
+    ) -> HostState {
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            labels,
+            caps,
+            memory,
+            deadline,
+            timed_out: false,
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

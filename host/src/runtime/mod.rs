@@ -1,0 +1,300 @@
+//! The plugin runtime: WebAssembly components on wasmtime.
+//!
+//! The shape follows Kubewarden's policy server: one [`Runtime`] (one wasmtime `Engine`, one
+//! `Linker` with every host capability) for the process; per plugin version a compiled
+//! `Component` and an `InstancePre`, built by [`Runtime::load`]; per call a fresh `Store` with
+//! a deadline and a memory limit ([`PluginVersion::handle`]).
+//!
+//! Loading does all the checking up front, so a version that loads is one that can take
+//! events: the bytes compile, the component has the `plugin` world's exports and no imports
+//! the host lacks, the grants can be honoured, the limits fit the engine, and `init` accepts
+//! the configuration.
+
+pub mod bindings;
+mod compile;
+mod engine;
+mod error;
+mod host_state;
+mod limits;
+mod plugin;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::Engine;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+pub use self::compile::{CacheStats, ComponentSource};
+pub use self::engine::RuntimeSettings;
+pub use self::error::{CallError, LoadError, RuntimeError};
+pub use self::host_state::{CallLabels, HostState};
+pub use self::plugin::PluginVersion;
+
+use self::bindings::PluginPre;
+use self::compile::ComponentCache;
+use crate::capabilities;
+use crate::config::manifest::Grants;
+
+/// Everything needed to load one version of one plugin.
+#[derive(Debug, Clone)]
+pub struct PluginSpec {
+    /// The plugin's name, used in every error and log line.
+    pub name: String,
+    /// Caller-chosen id of this version (e.g. a short hash of wasm + manifest).
+    pub version: String,
+    /// The component's bytes.
+    pub wasm: Arc<[u8]>,
+    /// Hex sha256 of `wasm`; the cache key. Verified against the bytes; empty: computed here.
+    pub wasm_sha256: String,
+    /// Limit of one call (instantiation, `init` and `handle` together).
+    pub timeout: Duration,
+    /// Limit of the linear memory of one call, in bytes.
+    pub memory_bytes: u64,
+    /// Handed to the plugin's `init`.
+    pub config: BTreeMap<String, String>,
+    /// What the plugin may reach. Host paths must be absolute.
+    pub grants: Grants,
+}
+
+/// The plugin runtime. Cheap to clone; clones share the engine, linker and caches.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    cache: Arc<ComponentCache>,
+    settings: RuntimeSettings,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (with its epoch ticker), the linker and the caches.
+    pub fn new(settings: RuntimeSettings) -> Result<Runtime, RuntimeError> {
+        let engine = engine::build_engine(&settings)?;
+        let mut linker = Linker::new(&engine);
+        // The contract's type-only interface, imported by every plugin that uses its types.
+        bindings::jobrelay::plugin::types::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| RuntimeError::Engine(format!("cannot link the plugin types: {e:#}")))?;
+        capabilities::add_all_to_linker(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("cannot link host capabilities: {e:#}")))?;
+        engine::start_epoch_ticker(&engine, settings.epoch_tick)?;
+        let cache = Arc::new(ComponentCache::new(
+            engine.clone(),
+            settings.cache_dir.clone(),
+        ));
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache,
+                settings,
+            }),
+        })
+    }
+
+    /// The settings the runtime was built with.
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.inner.settings
+    }
+
+    /// Counters of the compiled-component caches.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.cache.stats()
+    }
+
+    /// The on-disk cache file a component with this sha256 (hex) is stored in, when the disk
+    /// cache is on. The file exists once a load compiled that component.
+    pub fn cache_file(&self, wasm_sha256: &str) -> Option<std::path::PathBuf> {
+        self.inner.cache.disk_path(wasm_sha256)
+    }
+
+    /// Loads one plugin version: checks limits and grants, compiles (or finds the compiled
+    /// code in a cache), checks the component's world, and runs `init(config)` once on a
+    /// throwaway instance. The result takes events with [`PluginVersion::handle`].
+    pub async fn load(&self, spec: PluginSpec) -> Result<Arc<PluginVersion>, LoadError> {
+        let PluginSpec {
+            name,
+            version,
+            wasm,
+            wasm_sha256,
+            timeout,
+            memory_bytes,
+            config,
+            grants,
+        } = spec;
+        self.check_limits(&name, timeout, memory_bytes)?;
+
+        let grants = prepare_grants(&name, grants).await?;
+
+        let hashed = Arc::clone(&wasm);
+        let actual_sha256 = tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
+            .await
+            .map_err(|e| LoadError::Compile {
+                plugin: name.clone(),
+                reason: format!("hashing task failed: {e}"),
+            })?;
+        if !wasm_sha256.is_empty() && !wasm_sha256.eq_ignore_ascii_case(&actual_sha256) {
+            return Err(LoadError::Compile {
+                plugin: name,
+                reason: format!(
+                    "the given sha256 {wasm_sha256} does not match the bytes ({actual_sha256})"
+                ),
+            });
+        }
+
+        let (component, source) =
+            self.inner
+                .cache
+                .get(&actual_sha256, wasm)
+                .await
+                .map_err(|reason| LoadError::Compile {
+                    plugin: name.clone(),
+                    reason,
+                })?;
+        let pre = self
+            .link(&component)
+            .map_err(|reason| LoadError::WrongWorld {
+                plugin: name.clone(),
+                reason,
+            })?;
+
+        let loaded = Arc::new(PluginVersion {
+            name: Arc::from(name.as_str()),
+            version: Arc::from(version.as_str()),
+            wasm_sha256: actual_sha256,
+            pre,
+            timeout,
+            memory_bytes,
+            config: config.into_iter().collect(),
+            grants,
+            source,
+            epoch_tick: self.inner.settings.epoch_tick,
+        });
+        match loaded.check_init().await {
+            Ok(()) => {}
+            Err(CallError::InitRefused(reason)) => {
+                return Err(LoadError::InitRefused {
+                    plugin: name,
+                    reason,
+                });
+            }
+            Err(other) => {
+                return Err(LoadError::InitRefused {
+                    plugin: name,
+                    reason: format!("init failed: {other}"),
+                });
+            }
+        }
+        tracing::debug!(
+            plugin = %loaded.name,
+            version = %loaded.version,
+            sha256 = %loaded.wasm_sha256,
+            source = loaded.source.as_str(),
+            "plugin version loaded"
+        );
+        Ok(loaded)
+    }
+
+    fn check_limits(
+        &self,
+        name: &str,
+        timeout: Duration,
+        memory_bytes: u64,
+    ) -> Result<(), LoadError> {
+        let refuse = |reason: String| {
+            Err(LoadError::Limits {
+                plugin: name.to_string(),
+                reason,
+            })
+        };
+        if timeout.is_zero() {
+            return refuse("the time limit must be above zero".into());
+        }
+        let ceiling = self.inner.settings.max_memory_bytes();
+        if memory_bytes == 0 {
+            return refuse("the memory limit must be above zero".into());
+        }
+        if memory_bytes > ceiling {
+            return refuse(format!(
+                "the memory limit of {} MiB is above the runtime's ceiling of {} MiB \
+                 (runtime.max_memory_mb)",
+                memory_bytes.div_ceil(1 << 20),
+                self.inner.settings.max_memory_mb
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the component against the `plugin` world and pre-instantiates it.
+    fn link(&self, component: &Component) -> Result<PluginPre<HostState>, String> {
+        let ty = component.component_type();
+        let exports: Vec<String> = ty
+            .exports(&self.inner.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let missing: Vec<&str> = ["init", "handle"]
+            .into_iter()
+            .filter(|wanted| !exports.iter().any(|e| e == wanted))
+            .collect();
+        if !missing.is_empty() {
+            let found = if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports
+                    .iter()
+                    .map(|e| format!("`{e}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let missing = missing
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            return Err(format!(
+                "it does not export {missing} (it exports {found}); build it against \
+                 world `plugin` of jobrelay:plugin@0.1.0"
+            ));
+        }
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(component)
+            .map_err(|e| format!("it imports something this host does not provide: {e:#}"))?;
+        PluginPre::new(pre).map_err(|e| format!("its exports have the wrong types: {e:#}"))
+    }
+}
+
+/// Runs the capabilities' load-time checks (they touch the filesystem, so off the async
+/// workers).
+async fn prepare_grants(name: &str, mut grants: Grants) -> Result<Grants, LoadError> {
+    let result = tokio::task::spawn_blocking(move || {
+        capabilities::prepare_all(&mut grants).map(|()| grants)
+    })
+    .await;
+    match result {
+        Ok(Ok(grants)) => Ok(grants),
+        Ok(Err(e)) => Err(LoadError::Grant {
+            plugin: name.to_string(),
+            reason: e.to_string(),
+        }),
+        Err(e) => Err(LoadError::Grant {
+            plugin: name.to_string(),
+            reason: format!("grant check task failed: {e}"),
+        }),
+    }
+}

@@ -1,0 +1,295 @@
+//! One loaded plugin version, and how one call of it runs.
+//!
+//! A version is compiled and linked once (`InstancePre`); every call then gets a fresh store
+//! and instance, so a trap, a runaway loop or a memory bomb can only ever fail the call it
+//! happens in, and no state leaks from one event, or one plugin, to the next. The cost is an
+//! instantiation per call (tens of microseconds with the pooling allocator).
+//!
+//! A call is bounded three ways:
+//! - time: the store's epoch callback runs once per engine tick while wasm executes; past the
+//!   call's deadline it stops the plugin, before that it yields the thread to other tasks, so a
+//!   busy plugin cannot starve the async runtime. Time spent inside host functions is not wasm
+//!   execution, so a wall-clock backstop (the limit plus a few ticks) drops the whole call if a
+//!   host function holds it too long.
+//! - memory: the store's limiter refuses growth past the manifest's limit (see `limits`).
+//! - everything else a plugin can touch is decided by its grants (see `crate::capabilities`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
+
+use super::bindings::{self, HandlerError, PluginPre};
+use super::compile::ComponentSource;
+use super::error::CallError;
+use super::host_state::{CallLabels, HostState};
+use super::limits::MemoryBudget;
+use crate::capabilities;
+use crate::config::manifest::Grants;
+use crate::watch::event::JobEvent;
+
+/// How many wasm frames a trap message carries.
+const TRAP_FRAMES: usize = 6;
+/// How many lines of the plugin's stderr a trap message carries.
+const TRAP_STDERR_LINES: usize = 3;
+
+/// One loaded version of one plugin: compiled, linked, its config accepted by its `init`.
+/// Shared (`Arc`) by every call of that version; calls run concurrently.
+pub struct PluginVersion {
+    pub(crate) name: Arc<str>,
+    pub(crate) version: Arc<str>,
+    pub(crate) wasm_sha256: String,
+    pub(crate) pre: PluginPre<HostState>,
+    pub(crate) timeout: Duration,
+    pub(crate) memory_bytes: u64,
+    pub(crate) config: Vec<(String, String)>,
+    pub(crate) grants: Grants,
+    pub(crate) source: ComponentSource,
+    pub(crate) epoch_tick: Duration,
+}
+
+impl std::fmt::Debug for PluginVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginVersion")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("wasm_sha256", &self.wasm_sha256)
+            .field("timeout", &self.timeout)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the guest answered, before it is mapped to a `CallError`.
+enum Answer {
+    Handled,
+    InitRefused(String),
+    Handler(HandlerError),
+}
+
+impl PluginVersion {
+    /// The plugin's name (its manifest's file stem).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The caller-provided version id.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Hex sha256 of the component bytes.
+    pub fn wasm_sha256(&self) -> &str {
+        &self.wasm_sha256
+    }
+
+    /// Where the compiled code came from when this version was loaded.
+    pub fn source(&self) -> ComponentSource {
+        self.source
+    }
+
+    /// Whether the compiled code came from a cache (memory or disk) instead of a compilation.
+    pub fn from_cache(&self) -> bool {
+        self.source != ComponentSource::Compiled
+    }
+
+    /// The time limit of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The memory limit of one call, in bytes.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_bytes
+    }
+
+    /// The grants as prepared at load (absolute, resolved host paths).
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// Handles one event on a fresh instance: `init(config)`, then `handle(event)`.
+    ///
+    /// Never panics on anything the plugin does; every failure is a `CallError` for this call
+    /// only.
+    pub async fn handle(&self, event: &JobEvent) -> Result<(), CallError> {
+        self.run(Some(event)).await
+    }
+
+    /// Runs `init` alone on a throwaway instance; used at load to vet the configuration.
+    pub(crate) async fn check_init(&self) -> Result<(), CallError> {
+        self.run(None).await
+    }
+
+    async fn run(&self, event: Option<&JobEvent>) -> Result<(), CallError> {
+        let labels = CallLabels {
+            plugin: self.name.clone(),
+            version: self.version.clone(),
+            event: event.map(|e| Arc::from(e.id.as_str())),
+        };
+        let mut store = self.new_store(labels)?;
+        let backstop = self.timeout + self.epoch_tick * 4;
+        let answer = tokio::time::timeout(backstop, self.call(&mut store, event)).await;
+        let state = store.data();
+        state.caps.finish(&state.labels);
+        tracing::trace!(
+            plugin = %state.labels.plugin,
+            version = %state.labels.version,
+            event = %state.labels.event_or_dash(),
+            memory_bytes = state.memory.used_bytes(),
+            "plugin call finished"
+        );
+        match answer {
+            Err(_elapsed) => Err(CallError::Timeout(self.timeout)),
+            Ok(Ok(Answer::Handled)) => Ok(()),
+            Ok(Ok(Answer::InitRefused(reason))) => Err(CallError::InitRefused(reason)),
+            Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => Err(CallError::Retry(reason)),
+            Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => Err(CallError::GiveUp(reason)),
+            Ok(Err(error)) => Err(self.classify(&error, state)),
+        }
+    }
+
+    fn new_store(&self, labels: CallLabels) -> Result<Store<HostState>, CallError> {
+        let setup = capabilities::configure_all(&self.grants)
+            .map_err(|e| CallError::Host(e.to_string()))?;
+        let mut wasi = setup.wasi;
+        let state = HostState::new(
+            wasi.build(),
+            setup.state,
+            labels,
+            MemoryBudget::new(self.memory_bytes),
+            Instant::now() + self.timeout,
+        );
+        let mut store = Store::new(self.pre.engine(), state);
+        store.limiter(|state| &mut state.memory);
+        // Check at the next tick, then every tick: stop past the deadline, else yield.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut cx| {
+            let state = cx.data_mut();
+            if Instant::now() >= state.deadline {
+                state.timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        Ok(store)
+    }
+
+    async fn call(
+        &self,
+        store: &mut Store<HostState>,
+        event: Option<&JobEvent>,
+    ) -> wasmtime::Result<Answer> {
+        let instance = self.pre.instantiate_async(&mut *store).await?;
+        let config: Vec<(&str, &str)> = self
+            .config
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if let Err(reason) = instance.call_init(&mut *store, &config).await? {
+            return Ok(Answer::InitRefused(reason));
+        }
+        let Some(event) = event else {
+            return Ok(Answer::Handled);
+        };
+        let labels: Vec<(&str, &str)> = pairs(&event.labels);
+        let annotations: Vec<(&str, &str)> = pairs(&event.annotations);
+        let wit_event = bindings::JobEvent {
+            id: &event.id,
+            cluster: &event.cluster,
+            api_version: &event.api_version,
+            kind: &event.kind,
+            namespace: &event.namespace,
+            name: &event.name,
+            uid: &event.uid,
+            resource_version: &event.resource_version,
+            generation: event.generation,
+            phase: event.phase.into(),
+            raw_phase: &event.raw_phase,
+            reason: event.reason.as_deref(),
+            message: event.message.as_deref(),
+            previous_phase: event.previous_phase.map(Into::into),
+            transition_time: &event.transition_time,
+            labels: &labels,
+            annotations: &annotations,
+            object_json: &event.object_json,
+        };
+        match instance.call_handle(&mut *store, wit_event).await? {
+            Ok(()) => Ok(Answer::Handled),
+            Err(error) => Ok(Answer::Handler(error)),
+        }
+    }
+
+    /// Maps a failed call (a trap, or an instantiation that did not happen) to its cause, using
+    /// what the store saw: the deadline callback's flag and the memory limiter's refusal.
+    fn classify(&self, error: &wasmtime::Error, state: &HostState) -> CallError {
+        if state.timed_out || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            return CallError::Timeout(self.timeout);
+        }
+        if state.memory.refused() {
+            return CallError::MemoryLimit {
+                limit_bytes: self.memory_bytes,
+            };
+        }
+        if error.downcast_ref::<Trap>().is_none() && error.downcast_ref::<WasmBacktrace>().is_none()
+        {
+            // Not raised by guest code: the instance could not be created (pool exhausted).
+            return CallError::Host(format!("{error:#}"));
+        }
+        CallError::Trap(describe_trap(
+            error,
+            &state.caps.stdio.stderr_tail(TRAP_STDERR_LINES),
+        ))
+    }
+}
+
+fn pairs(map: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// `<trap>; stderr: <last lines>; wasm backtrace: <frame> <- <frame> ...`, on one line. The
+/// stderr tail comes first: for a Rust plugin it holds the panic message and location, while
+/// frames of a stripped release build are only function indices.
+fn describe_trap(error: &wasmtime::Error, stderr_tail: &str) -> String {
+    let mut text = match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => error.root_cause().to_string(),
+    };
+    if !stderr_tail.is_empty() {
+        let _ = write!(text, "; stderr: {stderr_tail}");
+    }
+    if let Some(trace) = error.downcast_ref::<WasmBacktrace>() {
+        let rendered = trace.to_string();
+        let frames: Vec<String> = rendered
+            .lines()
+            .skip(1) // "error while executing at wasm backtrace:"
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("at "))
+            .take(TRAP_FRAMES)
+            .map(compact_frame)
+            .collect();
+        if !frames.is_empty() {
+            let _ = write!(text, "; wasm backtrace: {}", frames.join(" <- "));
+            if trace.frames().len() > TRAP_FRAMES {
+                text.push_str(" <- ...");
+            }
+        }
+    }
+    text
+}
+
+/// `"  3:   0x8626 - <unknown>!<wasm function 117>"` → `"0x8626 <wasm function 117>"`.
+fn compact_frame(line: &str) -> String {
+    let without_index = match line.split_once(':') {
+        Some((index, rest)) if index.trim().chars().all(|c| c.is_ascii_digit()) => rest,
+        _ => line,
+    };
+    without_index
+        .trim()
+        .replacen(" - ", " ", 1)
+        .replacen("<unknown>!", "", 1)
+}

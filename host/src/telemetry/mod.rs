@@ -1,0 +1,3 @@
+//! Telemetry: logs now; metrics and the status API build on the same data later.
+
+pub mod logging;

@@ -1,0 +1,7 @@
+//! Watching jobs: one watcher per (cluster, job kind, namespace), turning object versions into
+//! job events.
+
+pub mod event;
+pub mod kinds;
+pub mod normalize;
+pub mod watcher;

@@ -1,0 +1,405 @@
+//! One watch stream: a kube-rs `runtime::watcher` over `DynamicObject` for one (cluster, job
+//! kind, namespace), turned into job events.
+//!
+//! Why the raw watcher and not a controller: a controller merges versions of one object by key
+//! and reconciles the latest, which swallows intermediate phases. Here every distinct
+//! resourceVersion becomes an event, and the only state kept per job is the small projection
+//! needed to drop re-observed versions and to fill in the previous phase.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::{StreamExt, pin_mut};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::event::{JobEvent, Phase};
+use super::kinds::JobKind;
+use super::normalize::normalize;
+
+/// What one stream watches.
+#[derive(Debug, Clone)]
+pub struct WatchTarget {
+    pub cluster: Arc<str>,
+    pub kind: Arc<JobKind>,
+    /// `None` watches all namespaces.
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+}
+
+impl WatchTarget {
+    fn api(&self, client: Client) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(&self.kind.group, &self.kind.version, &self.kind.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &self.kind.plural);
+        match &self.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &ar),
+            None => Api::all_with(client, &ar),
+        }
+    }
+
+    /// A short label for logs: `cluster/kind[/namespace]`.
+    pub fn label(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{}/{}/{}", self.cluster, self.kind.name, ns),
+            None => format!("{}/{}", self.cluster, self.kind.name),
+        }
+    }
+}
+
+/// Progress of one stream, reported to the cluster's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// The initial (or a re-) list is complete: the stream is in sync.
+    Synced,
+    /// The stream failed; the watcher retries with backoff.
+    Error(String),
+}
+
+/// The part of a job remembered between versions. Kept small on purpose: whole objects are
+/// never retained.
+#[derive(Debug, Clone)]
+struct Seen {
+    resource_version: String,
+    phase: Phase,
+    namespace: String,
+    name: String,
+}
+
+/// Turns watcher events into job events, remembering per job what was last emitted.
+#[derive(Debug)]
+pub struct Tracker {
+    cluster: Arc<str>,
+    kind: Arc<JobKind>,
+    jobs: HashMap<String, Seen>,
+    /// Uids listed since the last `Init`; `None` outside a (re-)list.
+    listing: Option<HashSet<String>>,
+}
+
+impl Tracker {
+    pub fn new(cluster: Arc<str>, kind: Arc<JobKind>) -> Self {
+        Tracker {
+            cluster,
+            kind,
+            jobs: HashMap::new(),
+            listing: None,
+        }
+    }
+
+    /// Number of jobs currently tracked.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Feed one watcher event; returns the job events it means, in order.
+    pub fn observe(&mut self, event: Event<DynamicObject>) -> Vec<JobEvent> {
+        match event {
+            Event::Init => {
+                self.listing = Some(HashSet::new());
+                Vec::new()
+            }
+            Event::InitApply(obj) => {
+                if let (Some(listing), Some(uid)) =
+                    (self.listing.as_mut(), obj.metadata.uid.clone())
+                {
+                    listing.insert(uid);
+                }
+                self.apply(obj).into_iter().collect()
+            }
+            Event::Apply(obj) => self.apply(obj).into_iter().collect(),
+            Event::Delete(obj) => self.delete(obj).into_iter().collect(),
+            Event::InitDone => self.finish_listing(),
+        }
+    }
+
+    fn apply(&mut self, obj: DynamicObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.clone()?;
+        let rv = obj.metadata.resource_version.clone()?;
+        let previous = self.jobs.get(&uid);
+        if previous.is_some_and(|p| p.resource_version == rv) {
+            return None; // the same version seen again (re-list, reconnect)
+        }
+        let previous_phase = previous.map(|p| p.phase);
+        let event = self.build(obj, &uid, &rv, None, previous_phase)?;
+        self.jobs.insert(
+            uid,
+            Seen {
+                resource_version: rv,
+                phase: event.phase,
+                namespace: event.namespace.clone(),
+                name: event.name.clone(),
+            },
+        );
+        Some(event)
+    }
+
+    fn delete(&mut self, obj: DynamicObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.clone()?;
+        let previous = self.jobs.remove(&uid);
+        let mut rv = obj.metadata.resource_version.clone().unwrap_or_default();
+        if previous.as_ref().is_some_and(|p| p.resource_version == rv) || rv.is_empty() {
+            // Keep ids unique even if the server reused the last version for the deletion.
+            rv = format!("{rv}-deleted");
+        }
+        self.build(
+            obj,
+            &uid,
+            &rv,
+            Some(Phase::Deleted),
+            previous.map(|p| p.phase),
+        )
+    }
+
+    /// After a (re-)list, jobs that were tracked but not listed were deleted while the stream
+    /// was not watching: report them as deleted, since no DELETED event will ever come.
+    fn finish_listing(&mut self) -> Vec<JobEvent> {
+        let Some(listed) = self.listing.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<String> = self
+            .jobs
+            .keys()
+            .filter(|uid| !listed.contains(*uid))
+            .cloned()
+            .collect();
+        let mut events = Vec::with_capacity(gone.len());
+        for uid in gone {
+            let Some(seen) = self.jobs.remove(&uid) else {
+                continue;
+            };
+            let rv = format!("{}-gone", seen.resource_version);
+            let object = serde_json::json!({
+                "apiVersion": self.kind.api_version(),
+                "kind": self.kind.kind,
+                "metadata": {"name": seen.name, "namespace": seen.namespace, "uid": uid},
+            });
+            events.push(self.event_from_value(
+                object,
+                &uid,
+                &rv,
+                Some(Phase::Deleted),
+                Some(seen.phase),
+            ));
+        }
+        events
+    }
+
+    fn build(
+        &self,
+        obj: DynamicObject,
+        uid: &str,
+        rv: &str,
+        force: Option<Phase>,
+        previous_phase: Option<Phase>,
+    ) -> Option<JobEvent> {
+        let mut value = serde_json::to_value(&obj).ok()?;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        if let Some(obj) = value.as_object_mut() {
+            obj.entry("apiVersion")
+                .or_insert_with(|| Value::String(self.kind.api_version()));
+            obj.entry("kind")
+                .or_insert_with(|| Value::String(self.kind.kind.clone()));
+        }
+        Some(self.event_from_value(value, uid, rv, force, previous_phase))
+    }
+
+    fn event_from_value(
+        &self,
+        value: Value,
+        uid: &str,
+        rv: &str,
+        force: Option<Phase>,
+        previous_phase: Option<Phase>,
+    ) -> JobEvent {
+        let n = normalize(&self.kind.normalizer, &value);
+        let meta = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let map = |p: &str| {
+            value
+                .pointer(p)
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| *k != "kubectl.kubernetes.io/last-applied-configuration")
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let phase = force.unwrap_or(n.phase);
+        let transition_time = if phase == Phase::Deleted {
+            now_rfc3339()
+        } else {
+            n.transition_time.unwrap_or_else(now_rfc3339)
+        };
+        JobEvent {
+            id: JobEvent::make_id(&self.cluster, uid, rv),
+            cluster: self.cluster.to_string(),
+            api_version: self.kind.api_version(),
+            kind: self.kind.kind.clone(),
+            namespace: meta("/metadata/namespace").to_string(),
+            name: meta("/metadata/name").to_string(),
+            uid: uid.to_string(),
+            resource_version: rv.to_string(),
+            generation: value
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64),
+            phase,
+            raw_phase: n.raw_phase,
+            reason: n.reason,
+            message: n.message,
+            previous_phase,
+            transition_time,
+            labels: map("/metadata/labels"),
+            annotations: map("/metadata/annotations"),
+            object_json: Arc::from(value.to_string()),
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Runs one stream until the task is cancelled (dropped) or the sink closes.
+///
+/// Errors never end the stream: kube's watcher re-lists on `410 Gone` and resumes from the
+/// last version otherwise; `default_backoff` spaces retries (0.8 s doubling to 30 s, jitter).
+pub async fn run(
+    client: Client,
+    target: WatchTarget,
+    sink: mpsc::Sender<JobEvent>,
+    progress: impl Fn(Progress) + Send,
+) {
+    let mut config = watcher::Config::default();
+    if let Some(sel) = &target.label_selector {
+        config = config.labels(sel);
+    }
+    let stream = watcher::watcher(target.api(client), config).default_backoff();
+    pin_mut!(stream);
+    let mut tracker = Tracker::new(target.cluster.clone(), target.kind.clone());
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => {
+                let done = matches!(event, Event::InitDone);
+                for job_event in tracker.observe(event) {
+                    if sink.send(job_event).await.is_err() {
+                        return; // the dispatcher is gone: shutting down
+                    }
+                }
+                if done {
+                    progress(Progress::Synced);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(stream = %target.label(), error = %e, "watch error; retrying");
+                progress(Progress::Error(e.to_string()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tracker() -> Tracker {
+        let kind = JobKind::builtin("volcano-job").expect("built-in");
+        Tracker::new(Arc::from("alpha"), Arc::new(kind))
+    }
+
+    fn job(uid: &str, rv: &str, phase: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": format!("job-{uid}"), "namespace": "ml", "uid": uid,
+                         "resourceVersion": rv, "generation": 1,
+                         "labels": {"team": "nlp"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "x"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "status": {"state": {"phase": phase, "lastTransitionTime": "2026-05-01T00:00:00Z"}}
+        }))
+        .expect("valid object")
+    }
+
+    #[test]
+    fn every_version_becomes_an_event_with_previous_phase() {
+        let mut t = tracker();
+        let a = t.observe(Event::Apply(job("u1", "10", "Pending")));
+        let b = t.observe(Event::Apply(job("u1", "11", "Running")));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].id, "alpha/u1/10");
+        assert_eq!(a[0].previous_phase, None);
+        assert_eq!(b[0].phase, Phase::Running);
+        assert_eq!(b[0].previous_phase, Some(Phase::Pending));
+        assert_eq!(b[0].labels.get("team").map(String::as_str), Some("nlp"));
+        assert!(
+            !b[0]
+                .annotations
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
+        assert!(!b[0].object_json.contains("managedFields"));
+        assert_eq!(b[0].generation, Some(1));
+    }
+
+    #[test]
+    fn a_relist_drops_versions_already_seen() {
+        let mut t = tracker();
+        t.observe(Event::Apply(job("u1", "10", "Running")));
+        assert!(t.observe(Event::Init).is_empty());
+        assert!(
+            t.observe(Event::InitApply(job("u1", "10", "Running")))
+                .is_empty()
+        );
+        let newer = t.observe(Event::InitApply(job("u1", "12", "Completed")));
+        assert_eq!(newer.len(), 1);
+        assert_eq!(newer[0].phase, Phase::Succeeded);
+        assert!(t.observe(Event::InitDone).is_empty());
+    }
+
+    #[test]
+    fn a_job_missing_from_a_relist_is_reported_deleted() {
+        let mut t = tracker();
+        t.observe(Event::Apply(job("u1", "10", "Running")));
+        t.observe(Event::Apply(job("u2", "11", "Running")));
+        t.observe(Event::Init);
+        t.observe(Event::InitApply(job("u2", "11", "Running")));
+        let done = t.observe(Event::InitDone);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].uid, "u1");
+        assert_eq!(done[0].phase, Phase::Deleted);
+        assert_eq!(done[0].previous_phase, Some(Phase::Running));
+        assert_eq!(done[0].name, "job-u1");
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn delete_is_final_and_forgets_the_job() {
+        let mut t = tracker();
+        t.observe(Event::Apply(job("u1", "10", "Completed")));
+        let d = t.observe(Event::Delete(job("u1", "13", "Completed")));
+        assert_eq!(d[0].phase, Phase::Deleted);
+        assert_eq!(d[0].id, "alpha/u1/13");
+        assert_eq!(d[0].previous_phase, Some(Phase::Succeeded));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn objects_without_uid_or_version_are_skipped() {
+        let mut t = tracker();
+        let mut obj = job("u1", "10", "Running");
+        obj.metadata.uid = None;
+        assert!(t.observe(Event::Apply(obj)).is_empty());
+        let mut obj = job("u2", "10", "Running");
+        obj.metadata.resource_version = None;
+        assert!(t.observe(Event::Apply(obj)).is_empty());
+    }
+}

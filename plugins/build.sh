@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds jobrelay's WebAssembly components and puts them in <repo>/target/plugins/:
+#   event-log.wasm     the shipped plugins (plugins/ workspace), release profile
+#   probe.wasm         test plugins (tests/plugins/ workspace), release profile
+#   not-a-plugin.wasm
+#   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
+# Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target=wasm32-wasip2
+target_dir="$repo/target/wasm"
+out="$repo/target/plugins"
+
+if ! rustup target list --installed | grep -qx "$target"; then
+    rustup target add "$target" >/dev/null 2>&1
+fi
+
+build() { # workspace-dir profile-flag...
+    local dir="$1"
+    shift
+    (cd "$dir" && cargo build --quiet --target "$target" --target-dir "$target_dir" "$@")
+}
+
+build "$repo/plugins" --release
+build "$repo/tests/plugins" --release
+build "$repo/tests/plugins" --package probe
+
+mkdir -p "$out"
+copy() { # source-path dest-name
+    cp "$1" "$out/$2.tmp"
+    mv "$out/$2.tmp" "$out/$2"
+}
+release="$target_dir/$target/release"
+debug="$target_dir/$target/debug"
+copy "$release/event_log.wasm" event-log.wasm
+copy "$release/probe.wasm" probe.wasm
+copy "$release/not-a-plugin.wasm" not-a-plugin.wasm
+copy "$debug/probe.wasm" probe-debug.wasm
+
+for name in event-log probe not-a-plugin probe-debug; do
+    printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
+done

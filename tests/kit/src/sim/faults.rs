@@ -1,0 +1,102 @@
+//! Fault injection: the failures a daemon meets in production, on demand.
+//!
+//! * `drop_watches` — load balancers and apiserver restarts cut watch connections mid-stream.
+//! * `fail_next` — transient 5xx/429 answers.
+//! * `set_outage` — the apiserver answers 503 to everything (and open watches are cut).
+//! * `outage_hard` (in `server.rs`) — nothing listens on the port at all.
+//! * `stall_watches` — a connection that stays open but delivers nothing (a half-dead TCP
+//!   path), which only a client-side idle timeout can detect.
+//!
+//! Compaction (`compact`) lives with the store, since it is a store operation.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+
+use tokio::sync::watch;
+
+/// Shared fault switches, read by the HTTP layer and by every watch stream.
+pub(crate) struct Faults {
+    fail_remaining: AtomicUsize,
+    fail_code: AtomicU16,
+    outage: AtomicBool,
+    /// Bumped to cut every open watch stream.
+    drop_epoch: watch::Sender<u64>,
+    /// While true, watch streams send nothing.
+    stalled: watch::Sender<bool>,
+}
+
+impl Faults {
+    pub(crate) fn new() -> Faults {
+        Faults {
+            fail_remaining: AtomicUsize::new(0),
+            fail_code: AtomicU16::new(500),
+            outage: AtomicBool::new(false),
+            drop_epoch: watch::channel(0).0,
+            stalled: watch::channel(false).0,
+        }
+    }
+
+    /// Makes the next `n` requests fail with `code`.
+    pub(crate) fn fail_next(&self, n: usize, code: u16) {
+        self.fail_code.store(code, Ordering::SeqCst);
+        self.fail_remaining.store(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one injected failure, if any are left, and returns its status code.
+    pub(crate) fn take_failure(&self) -> Option<u16> {
+        self.fail_remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| self.fail_code.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn set_outage(&self, on: bool) {
+        self.outage.store(on, Ordering::SeqCst);
+        if on {
+            self.drop_watches();
+        }
+    }
+
+    pub(crate) fn outage(&self) -> bool {
+        self.outage.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn drop_watches(&self) {
+        self.drop_epoch.send_modify(|e| *e += 1);
+    }
+
+    pub(crate) fn drop_signal(&self) -> watch::Receiver<u64> {
+        self.drop_epoch.subscribe()
+    }
+
+    pub(crate) fn stall_watches(&self, on: bool) {
+        self.stalled.send_replace(on);
+    }
+
+    pub(crate) fn stall_signal(&self) -> watch::Receiver<bool> {
+        self.stalled.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_next_counts_down() {
+        let f = Faults::new();
+        assert_eq!(f.take_failure(), None);
+        f.fail_next(2, 503);
+        assert_eq!(f.take_failure(), Some(503));
+        assert_eq!(f.take_failure(), Some(503));
+        assert_eq!(f.take_failure(), None);
+    }
+
+    #[test]
+    fn drop_signal_fires() {
+        let f = Faults::new();
+        let rx = f.drop_signal();
+        assert!(!rx.has_changed().unwrap());
+        f.drop_watches();
+        assert!(rx.has_changed().unwrap());
+    }
+}

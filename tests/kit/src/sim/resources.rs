@@ -1,0 +1,239 @@
+//! The registry of resource kinds the simulator serves.
+//!
+//! A real apiserver only answers for resources it knows (built-ins plus installed CRDs), and the
+//! kube client relies on that: discovery lists them, and an unknown path is a 404. The registry
+//! plays the role of the installed CRDs: each entry says how a resource is addressed (group,
+//! version, plural), what its objects are called (kind), and whether it lives in namespaces.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+/// Group, version and plural resource name: how a resource is addressed in URLs.
+///
+/// The core group is the empty string (`/api/v1/...`); every other group lives under
+/// `/apis/{group}/{version}/...`. The fields are `Cow` so the built-ins can be `const`s while
+/// CRDs registered at run time use owned strings.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gvr {
+    pub group: Cow<'static, str>,
+    pub version: Cow<'static, str>,
+    pub plural: Cow<'static, str>,
+}
+
+impl Gvr {
+    /// `v1 pods`.
+    pub const POD: Gvr = Gvr::fixed("", "v1", "pods");
+    /// `v1 namespaces` (cluster-scoped).
+    pub const NAMESPACE: Gvr = Gvr::fixed("", "v1", "namespaces");
+    /// `batch/v1 jobs`.
+    pub const BATCH_JOB: Gvr = Gvr::fixed("batch", "v1", "jobs");
+    /// Volcano `batch.volcano.sh/v1alpha1 jobs`.
+    pub const VOLCANO_JOB: Gvr = Gvr::fixed("batch.volcano.sh", "v1alpha1", "jobs");
+    /// Kubeflow training-operator `kubeflow.org/v1 pytorchjobs`.
+    pub const PYTORCH_JOB: Gvr = Gvr::fixed("kubeflow.org", "v1", "pytorchjobs");
+    /// Legacy training-operator `kubeflow.org/v1 mpijobs`.
+    pub const MPI_JOB_V1: Gvr = Gvr::fixed("kubeflow.org", "v1", "mpijobs");
+    /// mpi-operator `kubeflow.org/v2beta1 mpijobs`.
+    pub const MPI_JOB_V2: Gvr = Gvr::fixed("kubeflow.org", "v2beta1", "mpijobs");
+    /// `coordination.k8s.io/v1 leases` (leader election).
+    pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
+
+    const fn fixed(group: &'static str, version: &'static str, plural: &'static str) -> Gvr {
+        Gvr {
+            group: Cow::Borrowed(group),
+            version: Cow::Borrowed(version),
+            plural: Cow::Borrowed(plural),
+        }
+    }
+
+    /// Any resource, e.g. `Gvr::new("example.com", "v1", "widgets")`.
+    pub fn new(
+        group: impl Into<Cow<'static, str>>,
+        version: impl Into<Cow<'static, str>>,
+        plural: impl Into<Cow<'static, str>>,
+    ) -> Gvr {
+        Gvr {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+        }
+    }
+
+    /// `v1` for the core group, else `group/version`, as written in `apiVersion`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `plural.group` (or `plural` for core), as the apiserver names a resource in messages
+    /// such as `jobs.batch "x" not found`.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The URL prefix of the group version: `/api/v1` or `/apis/{group}/{version}`.
+    pub fn url_prefix(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        }
+    }
+}
+
+impl fmt::Debug for Gvr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.plural)
+    }
+}
+
+impl fmt::Display for Gvr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Short name used by the brief; both names refer to the same type.
+pub type ResourceKey = Gvr;
+
+/// One servable resource: how it is addressed and what its objects look like.
+#[derive(Clone, Debug)]
+pub struct ResourceKind {
+    pub gvr: Gvr,
+    /// `Kind` of the objects, e.g. `PyTorchJob`.
+    pub kind: String,
+    /// Lower-case singular name used by discovery, e.g. `pytorchjob`.
+    pub singular: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Whether `.status` is a separate subresource. When it is, writes through the main
+    /// resource cannot change `.status` and writes through `/status` change nothing else.
+    pub status_subresource: bool,
+    /// Whether `/log` is served (pods only in a real cluster).
+    pub log_subresource: bool,
+    /// Short names shown in discovery (`po`, `vcjob`, ...).
+    pub short_names: Vec<String>,
+}
+
+impl ResourceKind {
+    /// A kind with a status subresource and no log subresource, like most CRDs.
+    pub fn new(
+        group: impl Into<Cow<'static, str>>,
+        version: impl Into<Cow<'static, str>>,
+        kind: impl Into<String>,
+        plural: impl Into<Cow<'static, str>>,
+        namespaced: bool,
+    ) -> ResourceKind {
+        let kind = kind.into();
+        ResourceKind {
+            gvr: Gvr::new(group, version, plural),
+            singular: kind.to_lowercase(),
+            kind,
+            namespaced,
+            status_subresource: true,
+            log_subresource: false,
+            short_names: Vec::new(),
+        }
+    }
+
+    /// Sets whether `/status` is a subresource.
+    pub fn with_status_subresource(mut self, on: bool) -> Self {
+        self.status_subresource = on;
+        self
+    }
+
+    /// Sets whether `/log` is served.
+    pub fn with_log_subresource(mut self, on: bool) -> Self {
+        self.log_subresource = on;
+        self
+    }
+
+    /// Adds discovery short names.
+    pub fn with_short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// `apiVersion` of the objects.
+    pub fn api_version(&self) -> String {
+        self.gvr.api_version()
+    }
+
+    /// `Kind` of a list of these objects, e.g. `JobList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// The built-in kinds every simulator starts with.
+    pub fn builtins(with_namespaces: bool) -> Vec<ResourceKind> {
+        let mut kinds = vec![
+            ResourceKind::new("", "v1", "Pod", "pods", true)
+                .with_log_subresource(true)
+                .with_short_names(&["po"]),
+            ResourceKind::new("batch", "v1", "Job", "jobs", true),
+            ResourceKind::new("batch.volcano.sh", "v1alpha1", "Job", "jobs", true)
+                .with_short_names(&["vcjob", "vj"]),
+            ResourceKind::new("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", true),
+            ResourceKind::new("kubeflow.org", "v1", "MPIJob", "mpijobs", true),
+            ResourceKind::new("kubeflow.org", "v2beta1", "MPIJob", "mpijobs", true),
+            ResourceKind::new("coordination.k8s.io", "v1", "Lease", "leases", true)
+                .with_status_subresource(false),
+        ];
+        if with_namespaces {
+            kinds.push(ResourceKind::new("", "v1", "Namespace", "namespaces", false).with_short_names(&["ns"]));
+        }
+        kinds
+    }
+}
+
+/// Thread-safe set of registered kinds, keyed by [`Gvr`].
+///
+/// Kinds of the same group and plural but different versions are separate resources here
+/// (objects created through `v1` are not visible through `v2beta1`): the simulator has no
+/// conversion webhooks to translate between schema versions.
+#[derive(Default)]
+pub(crate) struct Registry {
+    kinds: RwLock<BTreeMap<Gvr, Arc<ResourceKind>>>,
+}
+
+impl Registry {
+    pub(crate) fn with(kinds: Vec<ResourceKind>) -> Registry {
+        let registry = Registry::default();
+        for kind in kinds {
+            registry.register(kind);
+        }
+        registry
+    }
+
+    /// Adds or replaces a kind.
+    pub(crate) fn register(&self, kind: ResourceKind) {
+        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        kinds.insert(kind.gvr.clone(), Arc::new(kind));
+    }
+
+    pub(crate) fn get(&self, gvr: &Gvr) -> Option<Arc<ResourceKind>> {
+        let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
+        kinds.get(gvr).cloned()
+    }
+
+    /// Looks a resource up by the pieces of a URL.
+    pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceKind>> {
+        let key = Gvr::new(group.to_string(), version.to_string(), plural.to_string());
+        self.get(&key)
+    }
+
+    /// All kinds, sorted by group, version, plural.
+    pub(crate) fn all(&self) -> Vec<Arc<ResourceKind>> {
+        let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
+        kinds.values().cloned().collect()
+    }
+}
