@@ -1,7 +1,6 @@
 //! The config folder as the daemon sees it: real files, real symlinks, real inotify.
 
 use std::fs;
-use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
@@ -16,34 +15,8 @@ fn kubeconfig(server: &str) -> String {
     )
 }
 
-/// Write `files` the way the kubelet fills a ConfigMap volume: a timestamped folder, a `..data`
-/// link to it swapped by an atomic rename, and one visible link per key.
 fn kubelet_write(dir: &Path, stamp: &str, files: &[(&str, &str)]) {
-    fs::create_dir_all(dir).expect("mount dir");
-    let data = dir.join(stamp);
-    fs::create_dir(&data).expect("timestamped dir");
-    for (name, text) in files {
-        fs::write(data.join(name), text).expect("write key");
-    }
-    let old = fs::read_link(dir.join("..data")).ok();
-    symlink(stamp, dir.join("..data_tmp")).expect("tmp link");
-    fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("atomic swap");
-    for (name, _) in files {
-        let visible = dir.join(name);
-        if fs::symlink_metadata(&visible).is_err() {
-            symlink(format!("..data/{name}"), &visible).expect("visible link");
-        }
-    }
-    // Keys gone from the new version lose their visible link, then the old folder goes.
-    for entry in fs::read_dir(dir).expect("list mount").flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !name.starts_with('.') && !files.iter().any(|(n, _)| *n == name) {
-            fs::remove_file(entry.path()).expect("stale link removed");
-        }
-    }
-    if let Some(old) = old {
-        fs::remove_dir_all(dir.join(old)).expect("old dir removed");
-    }
+    jobrelay_testkit::configmap::kubelet_write(dir, stamp, files).expect("kubelet-style write");
 }
 
 fn describe(c: &Change<jobrelay::config::sources::ClusterSource>) -> String {

@@ -351,6 +351,20 @@ async fn limits_and_grants_are_checked_at_load() {
     assert!(matches!(err, LoadError::Limits { .. }), "{err}");
     assert!(err.to_string().contains("greedy"), "{err}");
 
+    // Below the component's own initial memory: no instance can even be created.
+    let mut s = spec("tiny", "probe", Grants::default());
+    s.memory_bytes = 512 * 1024;
+    let err = rt
+        .load(s)
+        .await
+        .expect_err("initial memory above the limit");
+    assert!(err.to_string().contains("memory limit"), "{err}");
+
+    let mut s = spec("slow", "probe", Grants::default());
+    s.timeout = Duration::from_secs(24 * 3600);
+    let err = rt.load(s).await.expect_err("absurd time limit");
+    assert!(matches!(err, LoadError::Limits { .. }), "{err}");
+
     let mut s = spec("relative", "probe", Grants::default());
     s.grants = data_grant(Path::new("not/absolute"));
     let err = rt.load(s).await.expect_err("relative host path");

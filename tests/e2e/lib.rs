@@ -1,1 +1,193 @@
-//! End-to-end test helpers.
+//! Helpers for the end-to-end tests: a config folder in a temp dir, the real plugins built by
+//! `plugins/build.sh`, and patient waiting (the machines running these tests are noisy, so
+//! every wait has a generous deadline and no test asserts on timing).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use jobrelay::daemon::Daemon;
+use jobrelay_testkit::SimCluster;
+use serde_json::Value;
+
+/// Generous deadline for anything the daemon should do "soon".
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A component built by `plugins/build.sh`.
+pub fn built_wasm(name: &str) -> PathBuf {
+    let path = repo_root().join("target/plugins").join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run plugins/build.sh (tests/run.sh does it)",
+        path.display()
+    );
+    path
+}
+
+/// Logs for the test binary, once, captured per test (shown for failing tests only);
+/// `RUST_LOG` tunes them.
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// Write a file the way a careful tool does: a hidden temp file, then an atomic rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) {
+    let dir = path.parent().expect("file has a parent");
+    fs::create_dir_all(dir).expect("create parent");
+    let name = path.file_name().expect("file name").to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    fs::write(&tmp, bytes).expect("write temp file");
+    fs::rename(&tmp, path).expect("rename into place");
+}
+
+/// A config folder in a temp dir, with its own plugin folder and output folder.
+pub struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// A config folder whose main file is `main_yaml` plus `plugin_dir: wasm` (a folder of this
+    /// setup, so tests can replace components without touching the build output).
+    pub fn new(main_yaml: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let setup = Setup { dir };
+        for sub in ["clusters", "plugins", "wasm", "out"] {
+            fs::create_dir_all(setup.path(sub)).expect("create folder");
+        }
+        let main = format!("plugin_dir: wasm\nrescan_seconds: 2\ndebounce_ms: 100\n{main_yaml}");
+        write_atomic(&setup.path("jobrelay.yaml"), main.as_bytes());
+        setup
+    }
+
+    pub fn config_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A path inside the config folder.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Copy a built component into this setup's plugin folder as `file_name`, atomically.
+    pub fn install_wasm(&self, built: &str, file_name: &str) {
+        let bytes = fs::read(built_wasm(built)).expect("read built component");
+        write_atomic(&self.path(&format!("wasm/{file_name}")), &bytes);
+    }
+
+    /// Write a plugin manifest `plugins/NAME.yaml`.
+    pub fn write_manifest(&self, name: &str, yaml: &str) {
+        write_atomic(&self.path(&format!("plugins/{name}.yaml")), yaml.as_bytes());
+    }
+
+    /// An event-log style manifest writing into `out/<out_sub>/<file>`.
+    pub fn log_manifest(wasm_file: &str, out_sub: &str, file: &str, extra: &str) -> String {
+        format!(
+            "wasm: {wasm_file}\ntimeout_ms: 5000\nmemory_mb: 32\nconcurrency: 4\n\
+             grants:\n  filesystem:\n    - host: out/{out_sub}\n      guest: /data\n      writable: true\n\
+             config:\n  file: {file}\n{extra}"
+        )
+    }
+
+    /// Write `clusters/NAME.yaml` for a simulated cluster.
+    pub fn add_cluster(&self, sim: &SimCluster) {
+        let path = self.path(&format!("clusters/{}.yaml", sim.name()));
+        write_atomic(&path, sim.kubeconfig_yaml().as_bytes());
+    }
+
+    pub fn remove_cluster(&self, name: &str) {
+        fs::remove_file(self.path(&format!("clusters/{name}.yaml"))).expect("remove kubeconfig");
+    }
+
+    /// JSON lines written so far to `out/<rel>` (none if the file does not exist yet).
+    pub fn lines(&self, rel: &str) -> Vec<Value> {
+        read_lines(&self.path(&format!("out/{rel}")))
+    }
+}
+
+pub fn read_lines(path: &Path) -> Vec<Value> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// Poll `check` every 50 ms until it returns `Some`, or panic after `DEADLINE` saying `what`.
+pub async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if started.elapsed() > DEADLINE {
+            panic!("timed out after {DEADLINE:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait until the daemon reports the cluster synced.
+pub async fn wait_synced(daemon: &Daemon, cluster: &str) {
+    wait_for(&format!("cluster {cluster} synced"), || {
+        let h = daemon.clusters().get(cluster).cloned()?;
+        (h.state == jobrelay::clusters::health::HealthState::Synced).then_some(())
+    })
+    .await
+}
+
+/// Wait until a plugin serves the given number of successful reloads worth of version, i.e.
+/// until its last reload attempt is for `version_differs_from` no more.
+pub async fn wait_plugin_serving(daemon: &Daemon, plugin: &str) -> String {
+    wait_for(&format!("plugin {plugin} serving"), || {
+        daemon.plugins().get(plugin).and_then(|s| s.serving.clone())
+    })
+    .await
+}
+
+/// Event lines grouped by job uid, in file order.
+pub fn by_job(lines: &[Value]) -> BTreeMap<String, Vec<Value>> {
+    let mut jobs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for l in lines {
+        let uid = uid_of(l);
+        jobs.entry(uid).or_default().push(l.clone());
+    }
+    jobs
+}
+
+/// The phases of a job's events with consecutive repeats folded.
+pub fn phase_path(events: &[Value]) -> Vec<String> {
+    let mut path: Vec<String> = Vec::new();
+    for e in events {
+        let p = e["phase"].as_str().expect("phase").to_string();
+        if path.last() != Some(&p) {
+            path.push(p);
+        }
+    }
+    path
+}
+
+/// The job uid inside an event id (`cluster/uid/resourceVersion`).
+pub fn uid_of(event: &Value) -> String {
+    let id = event["id"].as_str().expect("id");
+    id.split('/').nth(1).expect("id has three parts").to_string()
+}
+
+/// Resource versions of the simulator are numbers; their order is the order of writes.
+pub fn rv_of(event: &Value) -> u64 {
+    event["resource_version"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("numeric resource_version in {event}"))
+}

@@ -11,7 +11,9 @@
 //!   plus a hash of the engine's compilation settings, so a restart does not recompile and an
 //!   upgraded host never loads code compiled for another configuration. A cache file is
 //!   written atomically (temporary file, then rename) and carries its own key and a checksum
-//!   of its payload; a file that does not match is ignored, deleted and rebuilt.
+//!   of its payload; a file that does not match is ignored, deleted and rebuilt. Files of
+//!   other engine configurations are deleted when the runtime starts; files of wasm no longer
+//!   in use stay until the folder is cleaned (one file per distinct component).
 
 use std::collections::HashMap;
 use std::fs;
@@ -134,6 +136,9 @@ impl ComponentCache {
             }
         });
         let compat = compatibility_hash(&engine);
+        if let Some(dir) = &disk {
+            prune_foreign_files(dir, &hex::encode(&compat[..8]));
+        }
         ComponentCache {
             engine,
             compat,
@@ -361,6 +366,42 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Deletes cache files this engine can never use (written by another wasmtime version or
+/// configuration) and temporary files left by an interrupted write, so an upgraded host does
+/// not keep its predecessor's artifacts forever. Touches only names this module writes.
+fn prune_foreign_files(dir: &Path, compat_hex: &str) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let ours = format!("-{compat_hex}.cwasm");
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_temp = name.starts_with('.') && name.contains(".cwasm.") && name.ends_with(".tmp");
+        let is_foreign = is_cache_file_name(&name) && !name.ends_with(&ours);
+        if (is_temp || is_foreign) && fs::remove_file(entry.path()).is_ok() {
+            tracing::debug!(file = %name, "removed a stale component cache file");
+        }
+    }
+}
+
+/// `<64 hex>-<16 hex>.cwasm`
+fn is_cache_file_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".cwasm") else {
+        return false;
+    };
+    match stem.split_once('-') {
+        Some((wasm, compat)) => {
+            wasm.len() == 64
+                && compat.len() == 16
+                && wasm
+                    .chars()
+                    .chain(compat.chars())
+                    .all(|c| c.is_ascii_hexdigit())
+        }
+        None => false,
+    }
+}
+
 /// sha256 of the engine's compatibility hash: equal for engines whose compiled code is
 /// interchangeable (same wasmtime version, target, compiler flags and tunables).
 fn compatibility_hash(engine: &Engine) -> [u8; 32] {
@@ -419,6 +460,23 @@ mod tests {
         assert!(check_cache_file(&flipped, &key, &compat).is_err());
         assert!(check_cache_file(&bytes[..bytes.len() - 1], &key, &compat).is_err());
         assert!(check_cache_file(&bytes[..10], &key, &compat).is_err());
+    }
+
+    #[test]
+    fn stale_files_are_pruned_and_others_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wasm = "ab".repeat(32);
+        let current = format!("{wasm}-{}.cwasm", "1".repeat(16));
+        let old = format!("{wasm}-{}.cwasm", "2".repeat(16));
+        let temp = format!(".{current}.12.0.tmp");
+        for name in [&current, &old, &temp, &"notes.txt".to_string()] {
+            fs::write(dir.path().join(name), b"x").expect("write");
+        }
+        prune_foreign_files(dir.path(), &"1".repeat(16));
+        assert!(dir.path().join(&current).exists());
+        assert!(!dir.path().join(&old).exists());
+        assert!(!dir.path().join(&temp).exists());
+        assert!(dir.path().join("notes.txt").exists());
     }
 
     #[test]

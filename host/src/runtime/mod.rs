@@ -36,6 +36,11 @@ use self::compile::ComponentCache;
 use crate::capabilities;
 use crate::config::manifest::Grants;
 
+/// The longest time limit a manifest may set. One call holding an instance for longer is a
+/// plugin that should split its work; the bound also keeps deadline arithmetic far from
+/// overflow.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Everything needed to load one version of one plugin.
 #[derive(Debug, Clone)]
 pub struct PluginSpec {
@@ -221,8 +226,11 @@ impl Runtime {
                 reason,
             })
         };
-        if timeout.is_zero() {
-            return refuse("the time limit must be above zero".into());
+        if timeout.is_zero() || timeout > MAX_TIMEOUT {
+            return refuse(format!(
+                "the time limit must be above zero and at most {} s, got {timeout:?}",
+                MAX_TIMEOUT.as_secs()
+            ));
         }
         let ceiling = self.inner.settings.max_memory_bytes();
         if memory_bytes == 0 {

@@ -70,6 +70,13 @@ enum Answer {
     Handler(HandlerError),
 }
 
+/// Where a call failed: creating the instance (nothing of the plugin ran yet, unless its start
+/// code trapped), or in the plugin's exports.
+enum Failure {
+    Instantiate(wasmtime::Error),
+    Call(wasmtime::Error),
+}
+
 impl PluginVersion {
     /// The plugin's name (its manifest's file stem).
     pub fn name(&self) -> &str {
@@ -148,7 +155,7 @@ impl PluginVersion {
             Ok(Ok(Answer::InitRefused(reason))) => Err(CallError::InitRefused(reason)),
             Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => Err(CallError::Retry(reason)),
             Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => Err(CallError::GiveUp(reason)),
-            Ok(Err(error)) => Err(self.classify(&error, state)),
+            Ok(Err(failure)) => Err(self.classify(failure, state)),
         }
     }
 
@@ -183,14 +190,19 @@ impl PluginVersion {
         &self,
         store: &mut Store<HostState>,
         event: Option<&JobEvent>,
-    ) -> wasmtime::Result<Answer> {
-        let instance = self.pre.instantiate_async(&mut *store).await?;
+    ) -> Result<Answer, Failure> {
+        let instance = self
+            .pre
+            .instantiate_async(&mut *store)
+            .await
+            .map_err(Failure::Instantiate)?;
         let config: Vec<(&str, &str)> = self
             .config
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        if let Err(reason) = instance.call_init(&mut *store, &config).await? {
+        let init = instance.call_init(&mut *store, &config).await;
+        if let Err(reason) = init.map_err(Failure::Call)? {
             return Ok(Answer::InitRefused(reason));
         }
         let Some(event) = event else {
@@ -218,7 +230,8 @@ impl PluginVersion {
             annotations: &annotations,
             object_json: &event.object_json,
         };
-        match instance.call_handle(&mut *store, wit_event).await? {
+        let handled = instance.call_handle(&mut *store, wit_event).await;
+        match handled.map_err(Failure::Call)? {
             Ok(()) => Ok(Answer::Handled),
             Err(error) => Ok(Answer::Handler(error)),
         }
@@ -226,7 +239,11 @@ impl PluginVersion {
 
     /// Maps a failed call (a trap, or an instantiation that did not happen) to its cause, using
     /// what the store saw: the deadline callback's flag and the memory limiter's refusal.
-    fn classify(&self, error: &wasmtime::Error, state: &HostState) -> CallError {
+    fn classify(&self, failure: Failure, state: &HostState) -> CallError {
+        let (error, instantiating) = match &failure {
+            Failure::Instantiate(error) => (error, true),
+            Failure::Call(error) => (error, false),
+        };
         if state.timed_out || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             return CallError::Timeout(self.timeout);
         }
@@ -235,11 +252,15 @@ impl PluginVersion {
                 limit_bytes: self.memory_bytes,
             };
         }
-        if error.downcast_ref::<Trap>().is_none() && error.downcast_ref::<WasmBacktrace>().is_none()
-        {
-            // Not raised by guest code: the instance could not be created (pool exhausted).
+        let raised_by_wasm = error.downcast_ref::<Trap>().is_some()
+            || error.downcast_ref::<WasmBacktrace>().is_some();
+        if instantiating && !raised_by_wasm {
+            // The instance could not be created (the pool is exhausted, say).
             return CallError::Host(format!("{error:#}"));
         }
+        // Everything else is the plugin's doing, including values it returned that do not
+        // fit the contract (invalid UTF-8, a bad variant), which wasmtime reports without a
+        // trap code.
         CallError::Trap(describe_trap(
             error,
             &state.caps.stdio.stderr_tail(TRAP_STDERR_LINES),

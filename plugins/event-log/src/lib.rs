@@ -46,7 +46,9 @@ impl Settings {
             }
         }
         if file.is_empty() || file.contains('/') || file == "." || file == ".." {
-            return Err(format!("config `file` must be a plain file name, got `{file}`"));
+            return Err(format!(
+                "config `file` must be a plain file name, got `{file}`"
+            ));
         }
         if dir.is_empty() {
             return Err("config `dir` must not be empty".to_string());
@@ -138,7 +140,9 @@ struct EventLog;
 impl Guest for EventLog {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
         let settings = Settings::from_config(&config)?;
-        let mut slot = SETTINGS.lock().map_err(|_| "settings lock poisoned".to_string())?;
+        let mut slot = SETTINGS
+            .lock()
+            .map_err(|_| "settings lock poisoned".to_string())?;
         *slot = Some(settings);
         Ok(())
     }

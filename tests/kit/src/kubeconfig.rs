@@ -57,7 +57,8 @@ pub fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
         fastrand::u32(..)
     ));
     std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 
@@ -75,7 +76,10 @@ mod tests {
         });
         let doc: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
         assert_eq!(doc["current-context"], "east: 1");
-        assert_eq!(doc["clusters"][0]["cluster"]["server"], "http://127.0.0.1:1234");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "http://127.0.0.1:1234"
+        );
         assert_eq!(doc["users"][0]["user"]["token"], "t0k");
         assert_eq!(doc["contexts"][0]["context"]["namespace"], "ml");
     }

@@ -22,13 +22,23 @@ pub(crate) fn failure_message(reason: &str) -> String {
     match reason {
         "BackoffLimitExceeded" => "Job has reached the specified backoff limit".to_string(),
         "DeadlineExceeded" => "Job was active longer than specified deadline".to_string(),
-        "PodFailurePolicy" => "Container trainer for pod failed with exit code 1 matching FailJob rule at index 0".to_string(),
+        "PodFailurePolicy" => {
+            "Container trainer for pod failed with exit code 1 matching FailJob rule at index 0"
+                .to_string()
+        }
         other => format!("Job failed: {other}"),
     }
 }
 
 /// Sets (or updates) a condition; `lastTransitionTime` only moves when `status` changes.
-fn set_condition(status: &mut Value, kind: &str, value: bool, reason: &str, message: &str, now: &str) {
+fn set_condition(
+    status: &mut Value,
+    kind: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
     let value = if value { "True" } else { "False" };
     let entry = json!({
         "type": kind, "status": value, "reason": reason, "message": message,
@@ -56,9 +66,10 @@ fn set_condition(status: &mut Value, kind: &str, value: bool, reason: &str, mess
 
 /// Whether a condition of this type is `True`.
 pub(crate) fn has_condition(status: &Value, kind: &str) -> bool {
-    status["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+    status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
 }
 
 fn counts(status: &mut Value, active: u32, ready: u32) {
@@ -97,12 +108,26 @@ pub(crate) fn restarting(status: &mut Value, ctx: &Ctx) {
 pub(crate) fn completing(status: &mut Value, ctx: &Ctx) {
     counts(status, 0, 0);
     status["succeeded"] = json!(ctx.total);
-    set_condition(status, "SuccessCriteriaMet", true, COMPLETE_REASON, COMPLETE_MESSAGE, &ctx.now);
+    set_condition(
+        status,
+        "SuccessCriteriaMet",
+        true,
+        COMPLETE_REASON,
+        COMPLETE_MESSAGE,
+        &ctx.now,
+    );
 }
 
 /// Terminal success: `Complete` and `completionTime`.
 pub(crate) fn complete(status: &mut Value, ctx: &Ctx) {
-    set_condition(status, "Complete", true, COMPLETE_REASON, COMPLETE_MESSAGE, &ctx.now);
+    set_condition(
+        status,
+        "Complete",
+        true,
+        COMPLETE_REASON,
+        COMPLETE_MESSAGE,
+        &ctx.now,
+    );
     status["completionTime"] = json!(ctx.now);
 }
 
@@ -111,12 +136,26 @@ pub(crate) fn failure_target(status: &mut Value, ctx: &Ctx, reason: &str) {
     counts(status, 0, 0);
     let failed = status["failed"].as_u64().unwrap_or(0) + 1;
     status["failed"] = json!(failed);
-    set_condition(status, "FailureTarget", true, reason, &failure_message(reason), &ctx.now);
+    set_condition(
+        status,
+        "FailureTarget",
+        true,
+        reason,
+        &failure_message(reason),
+        &ctx.now,
+    );
 }
 
 /// Terminal failure: `Failed` with the same reason.
 pub(crate) fn failed(status: &mut Value, ctx: &Ctx, reason: &str) {
-    set_condition(status, "Failed", true, reason, &failure_message(reason), &ctx.now);
+    set_condition(
+        status,
+        "Failed",
+        true,
+        reason,
+        &failure_message(reason),
+        &ctx.now,
+    );
 }
 
 /// `spec.suspend=true` took effect: `Suspended`, pods gone, `startTime` cleared.
@@ -125,12 +164,26 @@ pub(crate) fn suspended(status: &mut Value, ctx: &Ctx) {
     if let Some(map) = status.as_object_mut() {
         map.remove("startTime");
     }
-    set_condition(status, "Suspended", true, "JobSuspended", "Job suspended", &ctx.now);
+    set_condition(
+        status,
+        "Suspended",
+        true,
+        "JobSuspended",
+        "Job suspended",
+        &ctx.now,
+    );
 }
 
 /// `spec.suspend=false` took effect: `Suspended=False`, a new `startTime`.
 pub(crate) fn resumed(status: &mut Value, ctx: &Ctx) {
-    set_condition(status, "Suspended", false, "JobResumed", "Job resumed", &ctx.now);
+    set_condition(
+        status,
+        "Suspended",
+        false,
+        "JobResumed",
+        "Job resumed",
+        &ctx.now,
+    );
     status["startTime"] = json!(ctx.now);
 }
 

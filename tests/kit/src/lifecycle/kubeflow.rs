@@ -31,9 +31,10 @@ pub(crate) fn message(ctx: &Ctx, what: &str) -> String {
 }
 
 fn is_true(status: &Value, kind: &str) -> bool {
-    status["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+    status["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
 }
 
 /// Records a condition with the operators' rules. Returns false when nothing changed.
@@ -86,13 +87,21 @@ pub(crate) fn set_condition(status: &mut Value, ctx: &Ctx, new: Condition) -> bo
 }
 
 /// Sets `replicaStatuses.<Role>` for every role at once.
-pub(crate) fn replica_statuses(status: &mut Value, roles: &[(&str, u32, u32, u32)], selector: &str) {
+pub(crate) fn replica_statuses(
+    status: &mut Value,
+    roles: &[(&str, u32, u32, u32)],
+    selector: &str,
+) {
     let mut map = serde_json::Map::new();
     for (role, active, succeeded, failed) in roles {
         let mut entry = json!({
             "selector": format!("{selector},training.kubeflow.org/replica-type={}", role.to_lowercase()),
         });
-        for (field, n) in [("active", active), ("succeeded", succeeded), ("failed", failed)] {
+        for (field, n) in [
+            ("active", active),
+            ("succeeded", succeeded),
+            ("failed", failed),
+        ] {
             if *n > 0 {
                 entry[field] = json!(n);
             }
@@ -100,6 +109,54 @@ pub(crate) fn replica_statuses(status: &mut Value, roles: &[(&str, u32, u32, u32
         map.insert(role.to_string(), entry);
     }
     status["replicaStatuses"] = Value::Object(map);
+}
+
+// ----- step helpers -------------------------------------------------------------------------
+
+pub(super) fn kubeflow_condition<'a>(
+    c: &Ctx,
+    kind: &'a str,
+    value: bool,
+    what: &str,
+) -> Condition<'a> {
+    Condition {
+        kind,
+        value,
+        reason: reason(c, kind),
+        message: message(c, what),
+    }
+}
+
+pub(super) fn created_condition(s: &mut Value, c: &Ctx) {
+    let has_created = s["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|x| x["type"] == "Created"));
+    if !has_created {
+        set_condition(s, c, kubeflow_condition(c, "Created", true, "is created."));
+    }
+}
+
+/// `replicaStatuses` for (leader, workers), each as (active, succeeded, failed).
+pub(super) fn replica_counts(
+    s: &mut Value,
+    c: &Ctx,
+    leader: (u32, u32, u32),
+    workers: (u32, u32, u32),
+) {
+    let (leader_role, worker_role) = if c.kind == "MPIJob" {
+        ("Launcher", "Worker")
+    } else {
+        ("Master", "Worker")
+    };
+    let selector = format!("training.kubeflow.org/job-name={}", c.name);
+    replica_statuses(
+        s,
+        &[
+            (leader_role, leader.0, leader.1, leader.2),
+            (worker_role, workers.0, workers.1, workers.2),
+        ],
+        &selector,
+    );
 }
 
 #[cfg(test)]
@@ -130,19 +187,40 @@ mod tests {
     fn operator_condition_rules() {
         let mut s = json!({});
         let c1 = ctx("t1");
-        assert!(set_condition(&mut s, &c1, cond(&c1, "Created", "is created.", true)));
+        assert!(set_condition(
+            &mut s,
+            &c1,
+            cond(&c1, "Created", "is created.", true)
+        ));
         let c2 = ctx("t2");
         set_condition(&mut s, &c2, cond(&c2, "Running", "is running.", true));
-        assert!(!set_condition(&mut s, &c2, cond(&c2, "Running", "is running.", true)), "no-op");
+        assert!(
+            !set_condition(&mut s, &c2, cond(&c2, "Running", "is running.", true)),
+            "no-op"
+        );
         let c3 = ctx("t3");
         set_condition(&mut s, &c3, cond(&c3, "Restarting", "is restarting.", true));
-        let types: Vec<&str> = s["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        let types: Vec<&str> = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
         assert_eq!(types, ["Created", "Restarting"]);
         let c4 = ctx("t4");
         set_condition(&mut s, &c4, cond(&c4, "Running", "is running.", true));
         let c5 = ctx("t5");
-        set_condition(&mut s, &c5, cond(&c5, "Succeeded", "successfully completed.", true));
-        let running = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Running").unwrap();
+        set_condition(
+            &mut s,
+            &c5,
+            cond(&c5, "Succeeded", "successfully completed.", true),
+        );
+        let running = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Running")
+            .unwrap();
         assert_eq!(running["status"], "False");
         assert_eq!(s["conditions"][2]["type"], "Succeeded");
         assert_eq!(s["conditions"][2]["reason"], "PyTorchJobSucceeded");
@@ -150,6 +228,10 @@ mod tests {
         let c6 = ctx("t6");
         set_condition(&mut s, &c6, cond(&c6, "Failed", "has failed.", true));
         let c7 = ctx("t7");
-        assert!(!set_condition(&mut s, &c7, cond(&c7, "Running", "is running.", true)));
+        assert!(!set_condition(
+            &mut s,
+            &c7,
+            cond(&c7, "Running", "is running.", true)
+        ));
     }
 }

@@ -61,7 +61,14 @@ pub(crate) fn plan(flavor: Flavor, job: &str, workers: u32) -> Vec<PodInfo> {
 }
 
 /// The pod object, in phase Pending.
-pub(crate) fn pod_object(flavor: Flavor, namespace: &str, job: &str, job_uid: &str, pod: &PodInfo, now: &str) -> Value {
+pub(crate) fn pod_object(
+    flavor: Flavor,
+    namespace: &str,
+    job: &str,
+    job_uid: &str,
+    pod: &PodInfo,
+    now: &str,
+) -> Value {
     let mut labels = json!({});
     labels[flavor.pod_label()] = json!(job);
     let mut annotations = json!({});
@@ -80,7 +87,11 @@ pub(crate) fn pod_object(flavor: Flavor, namespace: &str, job: &str, job_uid: &s
             annotations["volcano.sh/task-index"] = json!(pod.index.to_string());
         }
         Flavor::PyTorch | Flavor::Mpi => {
-            let operator = if flavor == Flavor::PyTorch { "pytorchjob-controller" } else { "mpi-operator" };
+            let operator = if flavor == Flavor::PyTorch {
+                "pytorchjob-controller"
+            } else {
+                "mpi-operator"
+            };
             labels["training.kubeflow.org/operator-name"] = json!(operator);
             labels["training.kubeflow.org/replica-type"] = json!(pod.role);
             labels["training.kubeflow.org/replica-index"] = json!(pod.index.to_string());
@@ -89,8 +100,16 @@ pub(crate) fn pod_object(flavor: Flavor, namespace: &str, job: &str, job_uid: &s
             }
         }
     }
-    let restart_policy = if flavor == Flavor::Mpi && pod.role == "worker" { "Never" } else { "OnFailure" };
-    let scheduler = if flavor == Flavor::Volcano { "volcano" } else { "default-scheduler" };
+    let restart_policy = if flavor == Flavor::Mpi && pod.role == "worker" {
+        "Never"
+    } else {
+        "OnFailure"
+    };
+    let scheduler = if flavor == Flavor::Volcano {
+        "volcano"
+    } else {
+        "default-scheduler"
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -145,7 +164,14 @@ pub(crate) fn pending_status(pod: &PodInfo, now: &str) -> Value {
 }
 
 /// Pod status with its container running (after `restarts` restarts).
-pub(crate) fn running_status(pod: &PodInfo, ip: u32, started: &str, now: &str, restarts: u32, ready: bool) -> Value {
+pub(crate) fn running_status(
+    pod: &PodInfo,
+    ip: u32,
+    started: &str,
+    now: &str,
+    restarts: u32,
+    ready: bool,
+) -> Value {
     let mut container = json!({
         "name": pod.container, "image": IMAGE, "imageID": format!("{IMAGE}@sha256:{:064x}", 0),
         "containerID": format!("containerd://{:064x}", u64::from(restarts) + 1),
@@ -172,7 +198,13 @@ pub(crate) fn running_status(pod: &PodInfo, ip: u32, started: &str, now: &str, r
 }
 
 /// Pod status once its container has exited.
-pub(crate) fn terminated_status(pod: &PodInfo, started: &str, now: &str, restarts: u32, exit: Exit) -> Value {
+pub(crate) fn terminated_status(
+    pod: &PodInfo,
+    started: &str,
+    now: &str,
+    restarts: u32,
+    exit: Exit,
+) -> Value {
     let (phase, code, reason) = match exit {
         Exit::Completed => ("Succeeded", 0, "Completed"),
         Exit::Error => ("Failed", 1, "Error"),

@@ -28,7 +28,13 @@ fn template(container_name: &str, restart_policy: &str) -> Value {
 
 /// The job as submitted: `apiVersion`, `kind`, `metadata` (name, namespace, labels,
 /// annotations, finalizers) and `spec`. `workers` is the number of worker replicas.
-pub(crate) fn job_object(flavor: Flavor, namespace: &str, name: &str, workers: u32, metadata: Value) -> Value {
+pub(crate) fn job_object(
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    workers: u32,
+    metadata: Value,
+) -> Value {
     let mut meta = metadata;
     meta["name"] = json!(name);
     meta["namespace"] = json!(namespace);

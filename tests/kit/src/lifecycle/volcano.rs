@@ -26,7 +26,14 @@ pub(crate) fn phase(status: &Value) -> &str {
 }
 
 /// Moves the job to `phase` with the given pod counts.
-pub(crate) fn transition(status: &mut Value, ctx: &Ctx, phase: &str, reason: &str, message: &str, counts: Counts) {
+pub(crate) fn transition(
+    status: &mut Value,
+    ctx: &Ctx,
+    phase: &str,
+    reason: &str,
+    message: &str,
+    counts: Counts,
+) {
     status["state"] = json!({
         "phase": phase,
         "reason": reason,
@@ -110,11 +117,34 @@ mod tests {
             total: 3,
         };
         let mut s = json!({});
-        transition(&mut s, &ctx("t1"), "Pending", "", "", Counts { pending: 3, ..Counts::default() });
-        transition(&mut s, &ctx("t2"), "Running", "", "", Counts { running: 3, ..Counts::default() });
+        transition(
+            &mut s,
+            &ctx("t1"),
+            "Pending",
+            "",
+            "",
+            Counts {
+                pending: 3,
+                ..Counts::default()
+            },
+        );
+        transition(
+            &mut s,
+            &ctx("t2"),
+            "Running",
+            "",
+            "",
+            Counts {
+                running: 3,
+                ..Counts::default()
+            },
+        );
         assert_eq!(phase(&s), "Running");
         assert_eq!(s["conditions"].as_array().unwrap().len(), 2);
-        assert_eq!(s["conditions"][1], json!({ "status": "Running", "lastTransitionTime": "t2" }));
+        assert_eq!(
+            s["conditions"][1],
+            json!({ "status": "Running", "lastTransitionTime": "t2" })
+        );
         assert_eq!(s["taskStatusCount"]["master"]["phase"]["Running"], 1);
         assert_eq!(s["taskStatusCount"]["worker"]["phase"]["Running"], 2);
         bump_retry(&mut s);

@@ -86,9 +86,16 @@ pub(crate) fn group(kinds: &[Arc<ResourceKind>], name: &str) -> Option<Value> {
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`, or `None` when nothing is registered there.
-pub(crate) fn resource_list(kinds: &[Arc<ResourceKind>], group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(
+    kinds: &[Arc<ResourceKind>],
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let mut resources = Vec::new();
-    for kind in kinds.iter().filter(|k| k.gvr.group == group && k.gvr.version == version) {
+    for kind in kinds
+        .iter()
+        .filter(|k| k.gvr.group == group && k.gvr.version == version)
+    {
         let mut main = json!({
             "name": kind.gvr.plural,
             "singularName": kind.singular,
@@ -122,7 +129,11 @@ pub(crate) fn resource_list(kinds: &[Arc<ResourceKind>], group: &str, version: &
     if resources.is_empty() {
         return None;
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     Some(json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -147,7 +158,9 @@ pub(crate) fn aggregated(kinds: &[Arc<ResourceKind>], core: bool) -> Value {
                 .map(|version| {
                     let resources: Vec<Value> = kinds
                         .iter()
-                        .filter(|k| k.gvr.group == group.as_str() && k.gvr.version == version.as_str())
+                        .filter(|k| {
+                            k.gvr.group == group.as_str() && k.gvr.version == version.as_str()
+                        })
                         .map(|k| aggregated_resource(k))
                         .collect();
                     json!({ "version": version, "resources": resources, "freshness": "Current" })
@@ -165,7 +178,8 @@ pub(crate) fn aggregated(kinds: &[Arc<ResourceKind>], core: bool) -> Value {
 }
 
 fn aggregated_resource(kind: &ResourceKind) -> Value {
-    let response_kind = json!({ "group": kind.gvr.group, "version": kind.gvr.version, "kind": kind.kind });
+    let response_kind =
+        json!({ "group": kind.gvr.group, "version": kind.gvr.version, "kind": kind.kind });
     let mut subresources = Vec::new();
     if kind.status_subresource {
         subresources.push(json!({ "subresource": "status", "responseKind": response_kind, "verbs": ["get", "patch", "update"] }));
@@ -213,20 +227,37 @@ mod tests {
 
     #[test]
     fn preferred_versions() {
-        let kinds: Vec<Arc<ResourceKind>> = ResourceKind::builtins(true).into_iter().map(Arc::new).collect();
+        let kinds: Vec<Arc<ResourceKind>> = ResourceKind::builtins(true)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let doc = group(&kinds, "kubeflow.org").unwrap();
         assert_eq!(doc["preferredVersion"]["version"], "v1");
         assert_eq!(doc["versions"][1]["version"], "v2beta1");
         assert!(group(&kinds, "nope").is_none());
         let list = group_list(&kinds);
-        assert!(list["groups"].as_array().unwrap().iter().any(|g| g["name"] == "batch.volcano.sh"));
+        assert!(
+            list["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["name"] == "batch.volcano.sh")
+        );
     }
 
     #[test]
     fn resource_lists_have_subresources() {
-        let kinds: Vec<Arc<ResourceKind>> = ResourceKind::builtins(true).into_iter().map(Arc::new).collect();
+        let kinds: Vec<Arc<ResourceKind>> = ResourceKind::builtins(true)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let core = resource_list(&kinds, "", "v1").unwrap();
-        let names: Vec<&str> = core["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
         assert!(names.contains(&"pods/log"));
         assert!(names.contains(&"pods/status"));
         assert!(names.contains(&"namespaces"));

@@ -41,7 +41,10 @@ pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
 type Query = HashMap<String, String>;
 
 /// Entry point for every request.
-pub(crate) async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub(crate) async fn handle(
+    state: Arc<SimState>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     state.stats.count_request();
     let method = req.method().to_string();
     let uri = req.uri().to_string();
@@ -59,7 +62,10 @@ pub(crate) async fn handle(state: Arc<SimState>, req: Request<Incoming>) -> Resu
 
 async fn serve(state: &Arc<SimState>, req: Request<Incoming>) -> Result<Response<Body>, SimError> {
     if state.faults.outage() {
-        return Err(SimError::new(503, "the server is currently unable to handle the request"));
+        return Err(SimError::new(
+            503,
+            "the server is currently unable to handle the request",
+        ));
     }
     if let Some(code) = state.faults.take_failure() {
         return Err(SimError::new(code, format!("injected failure ({code})")));
@@ -72,15 +78,25 @@ async fn serve(state: &Arc<SimState>, req: Request<Incoming>) -> Result<Response
     let is_get = req.method() == Method::GET;
     let kinds = || state.registry.all();
     match segments.as_slice() {
-        ["version"] if is_get => Ok(json_response(200, &discovery::version(state.options.kubernetes_minor))),
-        ["healthz" | "livez" | "readyz"] if is_get => Ok(text_response(200, Bytes::from_static(b"ok"))),
+        ["version"] if is_get => Ok(json_response(
+            200,
+            &discovery::version(state.options.kubernetes_minor),
+        )),
+        ["healthz" | "livez" | "readyz"] if is_get => {
+            Ok(text_response(200, Bytes::from_static(b"ok")))
+        }
         ["api" | "apis"] if is_get && wants_aggregated(&req) => {
             let doc = discovery::aggregated(&kinds(), segments[0] == "api");
             let mut response = json_response(200, &doc);
-            response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(AGGREGATED_DISCOVERY));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(AGGREGATED_DISCOVERY));
             Ok(response)
         }
-        ["api"] if is_get => Ok(json_response(200, &discovery::core_versions(&state.server_address()))),
+        ["api"] if is_get => Ok(json_response(
+            200,
+            &discovery::core_versions(&state.server_address()),
+        )),
         ["apis"] if is_get => Ok(json_response(200, &discovery::group_list(&kinds()))),
         ["apis", group] if is_get => discovery::group(&kinds(), group)
             .map(|doc| json_response(200, &doc))
@@ -104,7 +120,8 @@ async fn serve(state: &Arc<SimState>, req: Request<Incoming>) -> Result<Response
 }
 
 /// Content type of aggregated discovery documents.
-const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const AGGREGATED_DISCOVERY: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// Whether the client asked for aggregated discovery in `Accept`.
 fn wants_aggregated(req: &Request<Incoming>) -> bool {
@@ -143,17 +160,28 @@ struct Addressed {
     subresource: Option<String>,
 }
 
-fn resolve(state: &SimState, group: &str, version: &str, rest: &[&str]) -> Result<Addressed, SimError> {
+fn resolve(
+    state: &SimState,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Addressed, SimError> {
     // `namespaces/{ns}/{plural}...` when {plural} is a namespaced resource of this group version.
     if let ["namespaces", ns, plural, tail @ ..] = rest
-        && let Some(kind) = state.registry.find(group, version, plural).filter(|k| k.namespaced)
+        && let Some(kind) = state
+            .registry
+            .find(group, version, plural)
+            .filter(|k| k.namespaced)
     {
         return addressed(kind, Some(ns.to_string()), tail);
     }
     let [plural, tail @ ..] = rest else {
         return Err(not_found_path());
     };
-    let kind = state.registry.find(group, version, plural).ok_or_else(not_found_path)?;
+    let kind = state
+        .registry
+        .find(group, version, plural)
+        .ok_or_else(not_found_path)?;
     if kind.namespaced && !tail.is_empty() {
         // Objects of namespaced kinds are only reachable through their namespace.
         return Err(not_found_path());
@@ -161,13 +189,26 @@ fn resolve(state: &SimState, group: &str, version: &str, rest: &[&str]) -> Resul
     addressed(kind, None, tail)
 }
 
-fn addressed(kind: Arc<ResourceKind>, namespace: Option<String>, tail: &[&str]) -> Result<Addressed, SimError> {
+fn addressed(
+    kind: Arc<ResourceKind>,
+    namespace: Option<String>,
+    tail: &[&str],
+) -> Result<Addressed, SimError> {
     let (name, subresource) = match tail {
         [] => (None, None),
         [name] => (Some(name.to_string()), None),
         [name, sub] => (Some(name.to_string()), Some(sub.to_string())),
         _ => return Err(not_found_path()),
     };
+    let served = match subresource.as_deref() {
+        None => true,
+        Some("status") => kind.status_subresource,
+        Some("log") => kind.log_subresource,
+        Some(_) => false,
+    };
+    if !served {
+        return Err(not_found_path());
+    }
     Ok(Addressed {
         kind,
         namespace,
@@ -186,12 +227,16 @@ async fn dispatch(
     let ns = target.namespace.clone().unwrap_or_default();
     let kind = target.kind.clone();
     let dry_run = dry_run(&query)?;
-    match (target.name.as_deref(), target.subresource.as_deref(), &method) {
+    match (
+        target.name.as_deref(),
+        target.subresource.as_deref(),
+        &method,
+    ) {
         (None, None, &Method::GET) => {
             if flag(&query, "watch") {
-                watch(state, &target, &query)
+                watch(state, &target, &query).await
             } else {
-                list_objects(state, &target, &query)
+                list_objects(state, &target, &query).await
             }
         }
         (None, None, &Method::POST) => {
@@ -206,7 +251,9 @@ async fn dispatch(
                 dry_run,
                 keep_status: false,
             };
-            let created = state.store.write(|s| writes::create(s, &kind, &ns, body, opts))?;
+            let created = state
+                .store
+                .write(|s| writes::create(s, &kind, &ns, body, opts))?;
             Ok(json_response(201, &created))
         }
         (Some(name), None | Some("status"), &Method::GET) => {
@@ -237,7 +284,9 @@ async fn dispatch(
                         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
                     )
                 })?;
-            if patch_kind == PatchKind::Apply && query.get("fieldManager").is_none_or(|m| m.is_empty()) {
+            if patch_kind == PatchKind::Apply
+                && query.get("fieldManager").is_none_or(|m| m.is_empty())
+            {
                 return Err(SimError::new(
                     422,
                     "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
@@ -247,7 +296,16 @@ async fn dispatch(
             let patch = PatchBody::decode(patch_kind, &bytes)?;
             let create_missing = patch_kind == PatchKind::Apply;
             let (object, created) = state.store.write(|s| {
-                writes::patch(s, &kind, &ns, name, &patch, target_half, create_missing, dry_run)
+                writes::patch(
+                    s,
+                    &kind,
+                    &ns,
+                    name,
+                    &patch,
+                    target_half,
+                    create_missing,
+                    dry_run,
+                )
             })?;
             Ok(json_response(if created { 201 } else { 200 }, &object))
         }
@@ -255,7 +313,9 @@ async fn dispatch(
             let bytes = read_body(state, req).await?;
             let mut opts = delete_options(&bytes, &query)?;
             opts.dry_run |= dry_run;
-            let deleted = state.store.write(|s| writes::delete(s, &kind.gvr, &ns, name, &opts))?;
+            let deleted = state
+                .store
+                .write(|s| writes::delete(s, &kind.gvr, &ns, name, &opts))?;
             Ok(json_response(200, &deleted))
         }
         (Some(name), Some("log"), &Method::GET) if kind.log_subresource => {
@@ -263,9 +323,9 @@ async fn dispatch(
             let bytes = state.store.read(|s| read_log(s, &ns, name, &log_query))?;
             Ok(text_response(200, bytes))
         }
-        (_, None, _) | (Some(_), Some("status" | "log"), _) => Err(SimError::method_not_allowed(format!(
-            "the server does not allow this method on the requested resource ({method})"
-        ))),
+        (_, None, _) | (Some(_), Some("status" | "log"), _) => Err(SimError::method_not_allowed(
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )),
         _ => Err(not_found_path()),
     }
 }
@@ -278,7 +338,11 @@ fn subresource_target(kind: &ResourceKind, sub: Option<&str>) -> Result<Target, 
     }
 }
 
-fn list_objects(state: &SimState, target: &Addressed, query: &Query) -> Result<Response<Body>, SimError> {
+async fn list_objects(
+    state: &SimState,
+    target: &Addressed,
+    query: &Query,
+) -> Result<Response<Body>, SimError> {
     let kind = &target.kind;
     state.stats.count_list(&kind.gvr);
     let limit = match query.get("limit").filter(|l| !l.is_empty()) {
@@ -288,10 +352,17 @@ fn list_objects(state: &SimState, target: &Addressed, query: &Query) -> Result<R
         ),
         None => None,
     };
-    let exact_rv = match (query.get("resourceVersion"), query.get("resourceVersionMatch")) {
-        (Some(rv), Some(m)) if m == "Exact" => Some(parse_rv(rv)?),
+    let exact_rv = match (
+        query.get("resourceVersion"),
+        query.get("resourceVersionMatch"),
+    ) {
+        (Some(rv), Some(m)) if m == "Exact" => {
+            let rv = parse_rv(rv)?;
+            wait_for_rv(state, rv).await?;
+            Some(rv)
+        }
         (Some(rv), _) if !rv.is_empty() => {
-            parse_rv(rv)?;
+            wait_for_rv(state, parse_rv(rv)?).await?;
             None
         }
         _ => None,
@@ -322,12 +393,19 @@ fn list_objects(state: &SimState, target: &Addressed, query: &Query) -> Result<R
     Ok(json_response(200, &body))
 }
 
-fn watch(state: &Arc<SimState>, target: &Addressed, query: &Query) -> Result<Response<Body>, SimError> {
+async fn watch(
+    state: &Arc<SimState>,
+    target: &Addressed,
+    query: &Query,
+) -> Result<Response<Body>, SimError> {
     let kind = target.kind.clone();
     let resource_version = match query.get("resourceVersion").filter(|rv| !rv.is_empty()) {
         Some(rv) => Some(parse_rv(rv)?),
         None => None,
     };
+    if let Some(rv) = resource_version {
+        wait_for_rv(state, rv).await?;
+    }
     let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
         Some(t) => Duration::from_secs(
             t.parse::<u64>()
@@ -355,11 +433,43 @@ fn watch(state: &Arc<SimState>, target: &Addressed, query: &Query) -> Result<Res
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-        .headers_mut()
-        .insert("cache-control", HeaderValue::from_static("no-cache, private"));
+    response.headers_mut().insert(
+        "cache-control",
+        HeaderValue::from_static("no-cache, private"),
+    );
     Ok(response)
 }
+
+/// A resourceVersion newer than the store's is waited for briefly (another apiserver may be
+/// ahead); if it does not arrive, the apiserver answers 504 "Too large resource version".
+async fn wait_for_rv(state: &SimState, rv: u64) -> Result<(), SimError> {
+    let mut notify = state.store.subscribe();
+    let deadline = tokio::time::Instant::now() + TOO_LARGE_RV_WAIT;
+    loop {
+        let current = state.store.current_rv();
+        if rv <= current {
+            return Ok(());
+        }
+        if !matches!(
+            tokio::time::timeout_at(deadline, notify.changed()).await,
+            Ok(Ok(()))
+        ) {
+            let mut err = SimError::with_reason(
+                504,
+                "Timeout",
+                format!("Too large resource version: {rv}, current: {current}"),
+            );
+            err.details = Some(json!({
+                "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }],
+                "retryAfterSeconds": 1,
+            }));
+            return Err(err);
+        }
+    }
+}
+
+/// How long a request with a future resourceVersion waits, as the apiserver's watch cache.
+const TOO_LARGE_RV_WAIT: Duration = Duration::from_secs(3);
 
 fn parse_rv(rv: &str) -> Result<u64, SimError> {
     rv.parse::<u64>()
@@ -367,12 +477,20 @@ fn parse_rv(rv: &str) -> Result<u64, SimError> {
 }
 
 fn label_selector(query: &Query) -> Result<LabelSelector, SimError> {
-    LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or_default())
+    LabelSelector::parse(
+        query
+            .get("labelSelector")
+            .map(String::as_str)
+            .unwrap_or_default(),
+    )
 }
 
 fn field_selector(query: &Query, kind: &ResourceKind) -> Result<FieldSelector, SimError> {
     FieldSelector::parse(
-        query.get("fieldSelector").map(String::as_str).unwrap_or_default(),
+        query
+            .get("fieldSelector")
+            .map(String::as_str)
+            .unwrap_or_default(),
         &kind.gvr.plural,
     )
 }
@@ -399,7 +517,9 @@ fn dry_run(query: &Query) -> Result<bool, SimError> {
     match query.get("dryRun").map(String::as_str) {
         None | Some("") => Ok(false),
         Some("All") => Ok(true),
-        Some(other) => Err(SimError::bad_request(format!("unsupported dry run value: {other}"))),
+        Some(other) => Err(SimError::bad_request(format!(
+            "unsupported dry run value: {other}"
+        ))),
     }
 }
 
@@ -408,10 +528,12 @@ fn delete_options(body: &[u8], query: &Query) -> Result<DeleteOptions, SimError>
     let parsed: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        serde_json::from_slice(body).map_err(|e| SimError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| SimError::bad_request(format!("invalid DeleteOptions: {e}")))?
     };
     let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    let policy = text(parsed.get("propagationPolicy")).or_else(|| query.get("propagationPolicy").cloned());
+    let policy =
+        text(parsed.get("propagationPolicy")).or_else(|| query.get("propagationPolicy").cloned());
     let orphan_flag = parsed.get("orphanDependents").and_then(Value::as_bool) == Some(true);
     let dry_run = parsed
         .get("dryRun")
@@ -439,10 +561,13 @@ async fn read_body(state: &SimState, req: Request<Incoming>) -> Result<Bytes, Si
     let limit = state.options.max_body_bytes;
     match Limited::new(req.into_body(), limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(SimError::new(413, format!("the request body is larger than {limit} bytes")))
-        }
-        Err(e) => Err(SimError::bad_request(format!("failed to read the request body: {e}"))),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(SimError::new(
+            413,
+            format!("the request body is larger than {limit} bytes"),
+        )),
+        Err(e) => Err(SimError::bad_request(format!(
+            "failed to read the request body: {e}"
+        ))),
     }
 }
 
@@ -455,9 +580,11 @@ async fn read_json(state: &SimState, req: Request<Incoming>) -> Result<Value, Si
         .is_some_and(|ct| ct.contains("yaml"));
     let bytes = read_body(state, req).await?;
     let value: Value = if yaml {
-        serde_yaml_ng::from_slice(&bytes).map_err(|e| SimError::bad_request(format!("invalid YAML body: {e}")))?
+        serde_yaml_ng::from_slice(&bytes)
+            .map_err(|e| SimError::bad_request(format!("invalid YAML body: {e}")))?
     } else {
-        serde_json::from_slice(&bytes).map_err(|e| SimError::bad_request(format!("invalid JSON body: {e}")))?
+        serde_json::from_slice(&bytes)
+            .map_err(|e| SimError::bad_request(format!("invalid JSON body: {e}")))?
     };
     if !value.is_object() {
         return Err(SimError::bad_request("the request body must be an object"));
@@ -495,7 +622,9 @@ pub(crate) fn error_response(err: &SimError) -> Response<Body> {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     }
     if matches!(err.code, 429 | 503) {
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
 }

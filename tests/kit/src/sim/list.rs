@@ -62,8 +62,12 @@ fn encode_token(rv: u64, ns: &str, name: &str) -> String {
 }
 
 fn decode_token(token: &str) -> Result<ContinueToken, SimError> {
-    let invalid = || SimError::bad_request("continue key is not valid: incorrect encoded start resourceVersion");
-    let raw = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).map_err(|_| invalid())?;
+    let invalid = || {
+        SimError::bad_request("continue key is not valid: incorrect encoded start resourceVersion")
+    };
+    let raw = URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| invalid())?;
     let token: ContinueToken = serde_json::from_slice(&raw).map_err(|_| invalid())?;
     if token.v != TOKEN_VERSION {
         return Err(invalid());
@@ -148,20 +152,41 @@ mod tests {
     #[test]
     fn pages_are_consistent_and_ordered() {
         let store = seeded(7);
-        let mut query = ListQuery { limit: Some(3), ..Default::default() };
+        let mut query = ListQuery {
+            limit: Some(3),
+            ..Default::default()
+        };
         let mut names = Vec::new();
         let first = store.read(|s| list(s, &Gvr::BATCH_JOB, &query)).unwrap();
         assert_eq!(first.remaining, Some(4));
         let rv = first.resource_version;
-        names.extend(first.items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()));
+        names.extend(
+            first
+                .items
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_string()),
+        );
         // A write between pages does not show up in later pages.
         let kind = ResourceKind::new("batch", "v1", "Job", "jobs", true);
-        store.write(|s| create(s, &kind, "z", json!({ "metadata": { "name": "late" } }), CreateOptions::default()).unwrap());
+        store.write(|s| {
+            create(
+                s,
+                &kind,
+                "z",
+                json!({ "metadata": { "name": "late" } }),
+                CreateOptions::default(),
+            )
+            .unwrap()
+        });
         query.continue_token = first.continue_token;
         while query.continue_token.is_some() {
             let page = store.read(|s| list(s, &Gvr::BATCH_JOB, &query)).unwrap();
             assert_eq!(page.resource_version, rv);
-            names.extend(page.items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()));
+            names.extend(
+                page.items
+                    .iter()
+                    .map(|o| o["metadata"]["name"].as_str().unwrap().to_string()),
+            );
             query.continue_token = page.continue_token;
         }
         assert_eq!(names, ["j0", "j2", "j4", "j6", "j1", "j3", "j5"]);
@@ -170,18 +195,40 @@ mod tests {
     #[test]
     fn compacted_continue_is_expired() {
         let store = seeded(4);
-        let query = ListQuery { limit: Some(1), ..Default::default() };
+        let query = ListQuery {
+            limit: Some(1),
+            ..Default::default()
+        };
         let first = store.read(|s| list(s, &Gvr::BATCH_JOB, &query)).unwrap();
         let kind = ResourceKind::new("batch", "v1", "Job", "jobs", true);
         store.write(|s| {
-            create(s, &kind, "z", json!({ "metadata": { "name": "x" } }), CreateOptions::default()).unwrap();
+            create(
+                s,
+                &kind,
+                "z",
+                json!({ "metadata": { "name": "x" } }),
+                CreateOptions::default(),
+            )
+            .unwrap();
             s.compact();
         });
-        let next = ListQuery { continue_token: first.continue_token, ..query };
+        let next = ListQuery {
+            continue_token: first.continue_token,
+            ..query
+        };
         let err = store.read(|s| list(s, &Gvr::BATCH_JOB, &next)).unwrap_err();
         assert_eq!((err.code, err.reason.as_str()), (410, "Expired"));
-        let bad = ListQuery { continue_token: Some("!!".into()), ..Default::default() };
-        assert_eq!(store.read(|s| list(s, &Gvr::BATCH_JOB, &bad)).unwrap_err().code, 400);
+        let bad = ListQuery {
+            continue_token: Some("!!".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            store
+                .read(|s| list(s, &Gvr::BATCH_JOB, &bad))
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 
     #[test]

@@ -26,7 +26,10 @@ pub(crate) struct LogQuery {
 fn containers(pod: &Value) -> Vec<String> {
     ["containers", "initContainers", "ephemeralContainers"]
         .iter()
-        .filter_map(|field| pod.pointer(&format!("/spec/{field}")).and_then(Value::as_array))
+        .filter_map(|field| {
+            pod.pointer(&format!("/spec/{field}"))
+                .and_then(Value::as_array)
+        })
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .map(str::to_string)
@@ -34,7 +37,12 @@ fn containers(pod: &Value) -> Vec<String> {
 }
 
 /// Reads a pod log as the apiserver would return it.
-pub(crate) fn read(store: &StoreInner, namespace: &str, pod_name: &str, query: &LogQuery) -> Result<Bytes, SimError> {
+pub(crate) fn read(
+    store: &StoreInner,
+    namespace: &str,
+    pod_name: &str,
+    query: &LogQuery,
+) -> Result<Bytes, SimError> {
     let pod = store
         .objects
         .get(&ObjKey::new(&Gvr::POD, namespace, pod_name))
@@ -43,13 +51,20 @@ pub(crate) fn read(store: &StoreInner, namespace: &str, pod_name: &str, query: &
     let regular: Vec<String> = pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
-        .map(|cs| cs.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).map(str::to_string).collect())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
 
     let container = match &query.container {
         Some(c) if declared.is_empty() || declared.contains(c) => c.clone(),
         Some(c) => {
-            return Err(SimError::bad_request(format!("container {c} is not valid for pod {pod_name}")));
+            return Err(SimError::bad_request(format!(
+                "container {c} is not valid for pod {pod_name}"
+            )));
         }
         None if regular.len() == 1 => regular[0].clone(),
         None if regular.len() > 1 => {

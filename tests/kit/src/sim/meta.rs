@@ -57,18 +57,26 @@ pub(crate) fn set_meta(obj: &mut Value, field: &str, value: Option<Value>) {
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Whether `metadata.deletionTimestamp` is set.
 pub(crate) fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null())
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
 }
 
 /// `metadata.generation`, 0 when absent.
 pub(crate) fn generation(obj: &Value) -> i64 {
-    obj.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0)
+    obj.pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
 }
 
 /// UIDs named in `metadata.ownerReferences`.
@@ -118,7 +126,9 @@ pub(crate) fn is_dns_subdomain(name: &str) -> bool {
         && !name.is_empty()
         && name.split('.').all(|label| {
             !label.is_empty()
-                && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })

@@ -213,7 +213,11 @@ impl SimCluster {
     }
 
     fn namespace_for(kind: &ResourceKind, ns: &str) -> String {
-        if kind.namespaced { ns.to_string() } else { String::new() }
+        if kind.namespaced {
+            ns.to_string()
+        } else {
+            String::new()
+        }
     }
 
     // ----- in-process driver API ---------------------------------------------------------------
@@ -247,7 +251,11 @@ impl SimCluster {
     pub fn replace(&self, gvr: &Gvr, obj: Value) -> Result<Value, SimError> {
         let kind = self.kind(gvr)?;
         let ns = Self::namespace_for(&kind, meta::meta_str(&obj, "namespace"));
-        let ns = if kind.namespaced && ns.is_empty() { "default".to_string() } else { ns };
+        let ns = if kind.namespaced && ns.is_empty() {
+            "default".to_string()
+        } else {
+            ns
+        };
         let name = meta::meta_str(&obj, "name").to_string();
         self.state()
             .store
@@ -256,22 +264,48 @@ impl SimCluster {
     }
 
     /// Applies a JSON merge patch to the main resource.
-    pub fn patch_merge(&self, gvr: &Gvr, ns: &str, name: &str, patch: Value) -> Result<Value, SimError> {
+    pub fn patch_merge(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value, SimError> {
         self.patch(gvr, ns, name, PatchBody::Merge(patch), Target::Main)
     }
 
     /// Applies a JSON patch (RFC 6902) to the main resource.
-    pub fn patch_json(&self, gvr: &Gvr, ns: &str, name: &str, patch: Value) -> Result<Value, SimError> {
-        let ops = serde_json::from_value(patch).map_err(|e| SimError::bad_request(format!("invalid JSON patch: {e}")))?;
+    pub fn patch_json(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value, SimError> {
+        let ops = serde_json::from_value(patch)
+            .map_err(|e| SimError::bad_request(format!("invalid JSON patch: {e}")))?;
         self.patch(gvr, ns, name, PatchBody::Json(ops), Target::Main)
     }
 
     /// Applies a JSON merge patch to the status subresource.
-    pub fn patch_status(&self, gvr: &Gvr, ns: &str, name: &str, patch: Value) -> Result<Value, SimError> {
+    pub fn patch_status(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value, SimError> {
         self.patch(gvr, ns, name, PatchBody::Merge(patch), Target::Status)
     }
 
-    fn patch(&self, gvr: &Gvr, ns: &str, name: &str, patch: PatchBody, target: Target) -> Result<Value, SimError> {
+    fn patch(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        patch: PatchBody,
+        target: Target,
+    ) -> Result<Value, SimError> {
         let kind = self.kind(gvr)?;
         let ns = Self::namespace_for(&kind, ns);
         self.state()
@@ -282,12 +316,22 @@ impl SimCluster {
 
     /// Replaces `.status` as a controller would through `/status` (no resourceVersion
     /// precondition). A `null` status removes it.
-    pub fn update_status(&self, gvr: &Gvr, ns: &str, name: &str, status: Value) -> Result<Value, SimError> {
+    pub fn update_status(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        status: Value,
+    ) -> Result<Value, SimError> {
         let kind = self.kind(gvr)?;
         let ns = Self::namespace_for(&kind, ns);
         self.state().store.write(|s| {
             let key = ObjKey::new(gvr, &ns, name);
-            let current = s.objects.get(&key).cloned().ok_or_else(|| SimError::not_found(gvr, name))?;
+            let current = s
+                .objects
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| SimError::not_found(gvr, name))?;
             let mut next = (*current).clone();
             meta::set_meta(&mut next, "resourceVersion", None);
             if let Some(map) = next.as_object_mut() {
@@ -297,7 +341,11 @@ impl SimCluster {
                     map.insert("status".into(), status);
                 }
             }
-            let target = if kind.status_subresource { Target::Status } else { Target::Main };
+            let target = if kind.status_subresource {
+                Target::Status
+            } else {
+                Target::Main
+            };
             writes::update(s, &kind, &ns, name, next, target, false).map(|o| (*o).clone())
         })
     }
@@ -334,7 +382,14 @@ impl SimCluster {
 
     /// Stores the log of a container (`previous`: of its last terminated instance). Logs may be
     /// any bytes. They disappear with the pod.
-    pub fn set_pod_log(&self, ns: &str, pod: &str, container: &str, previous: bool, bytes: impl Into<Bytes>) {
+    pub fn set_pod_log(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+        bytes: impl Into<Bytes>,
+    ) {
         let key = LogKey {
             namespace: ns.to_string(),
             pod: pod.to_string(),

@@ -29,12 +29,19 @@ pub enum PatchKind {
 impl PatchKind {
     /// Maps a `Content-Type` (parameters ignored) to a patch kind; `None` means 415.
     pub fn from_content_type(content_type: &str) -> Option<PatchKind> {
-        let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let essence = content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
         match essence.as_str() {
             "application/merge-patch+json" => Some(PatchKind::Merge),
             "application/strategic-merge-patch+json" => Some(PatchKind::StrategicMerge),
             "application/json-patch+json" => Some(PatchKind::Json),
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" => Some(PatchKind::Apply),
+            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                Some(PatchKind::Apply)
+            }
             _ => None,
         }
     }
@@ -91,8 +98,14 @@ impl PatchBody {
             PatchBody::Json(ops) => {
                 // `patch_unsafe` may leave `doc` half-patched on error, which is fine because
                 // `doc` is a scratch copy that is discarded on error.
-                json_patch::patch_unsafe(&mut doc, ops)
-                    .map_err(|e| SimError::new(422, format!("the server rejected our request due to an error in our request: {e}")))?;
+                json_patch::patch_unsafe(&mut doc, ops).map_err(|e| {
+                    SimError::new(
+                        422,
+                        format!(
+                            "the server rejected our request due to an error in our request: {e}"
+                        ),
+                    )
+                })?;
             }
         }
         if !doc.is_object() {
@@ -120,13 +133,17 @@ mod tests {
         )
         .unwrap();
         let out = patch.apply_to(&doc).unwrap();
-        assert_eq!(out, json!({ "a": "z", "c": { "d": "e", "h": 1 }, "l": [3] }));
+        assert_eq!(
+            out,
+            json!({ "a": "z", "c": { "d": "e", "h": 1 }, "l": [3] })
+        );
         assert_eq!(doc["a"], "b", "input untouched");
     }
 
     #[test]
     fn json_patch_ops_and_escaping() {
-        let doc = json!({ "metadata": { "annotations": { "a/b": "1", "m~n": "2" } }, "list": [1, 2] });
+        let doc =
+            json!({ "metadata": { "annotations": { "a/b": "1", "m~n": "2" } }, "list": [1, 2] });
         let out = json_patch(json!([
             { "op": "test", "path": "/metadata/annotations/a~1b", "value": "1" },
             { "op": "replace", "path": "/metadata/annotations/m~0n", "value": "3" },
@@ -160,9 +177,22 @@ mod tests {
 
     #[test]
     fn malformed_patches_are_400() {
-        assert_eq!(PatchBody::decode(PatchKind::Json, b"{").unwrap_err().code, 400);
-        assert_eq!(PatchBody::decode(PatchKind::Json, br#"[{"op":"nope","path":"/a"}]"#).unwrap_err().code, 400);
-        assert_eq!(PatchBody::decode(PatchKind::Merge, b"[1]").unwrap_err().code, 400);
+        assert_eq!(
+            PatchBody::decode(PatchKind::Json, b"{").unwrap_err().code,
+            400
+        );
+        assert_eq!(
+            PatchBody::decode(PatchKind::Json, br#"[{"op":"nope","path":"/a"}]"#)
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            PatchBody::decode(PatchKind::Merge, b"[1]")
+                .unwrap_err()
+                .code,
+            400
+        );
         assert!(PatchKind::from_content_type("text/plain").is_none());
         assert_eq!(
             PatchKind::from_content_type("application/merge-patch+json; charset=utf-8"),
@@ -174,6 +204,9 @@ mod tests {
     fn apply_accepts_yaml() {
         let p = PatchBody::decode(PatchKind::Apply, b"metadata:\n  labels:\n    a: b\n").unwrap();
         let out = p.apply_to(&json!({ "metadata": { "name": "x" } })).unwrap();
-        assert_eq!(out, json!({ "metadata": { "name": "x", "labels": { "a": "b" } } }));
+        assert_eq!(
+            out,
+            json!({ "metadata": { "name": "x", "labels": { "a": "b" } } })
+        );
     }
 }

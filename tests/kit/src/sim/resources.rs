@@ -189,7 +189,10 @@ impl ResourceKind {
                 .with_status_subresource(false),
         ];
         if with_namespaces {
-            kinds.push(ResourceKind::new("", "v1", "Namespace", "namespaces", false).with_short_names(&["ns"]));
+            kinds.push(
+                ResourceKind::new("", "v1", "Namespace", "namespaces", false)
+                    .with_short_names(&["ns"]),
+            );
         }
         kinds
     }
@@ -226,7 +229,12 @@ impl Registry {
     }
 
     /// Looks a resource up by the pieces of a URL.
-    pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceKind>> {
+    pub(crate) fn find(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceKind>> {
         let key = Gvr::new(group.to_string(), version.to_string(), plural.to_string());
         self.get(&key)
     }

@@ -103,7 +103,9 @@ fn split_terms(input: &str) -> Result<Vec<String>, SimError> {
 }
 
 fn parse_error(selector: &str, why: &str) -> SimError {
-    SimError::bad_request(format!("unable to parse requirement: {why} in selector \"{selector}\""))
+    SimError::bad_request(format!(
+        "unable to parse requirement: {why} in selector \"{selector}\""
+    ))
 }
 
 fn parse_label_term(term: &str) -> Result<Requirement, SimError> {
@@ -111,13 +113,22 @@ fn parse_label_term(term: &str) -> Result<Requirement, SimError> {
         return Ok(Requirement::NotExists(label_key(key.trim(), term)?));
     }
     if let Some((key, value)) = term.split_once("!=") {
-        return Ok(Requirement::NotEquals(label_key(key.trim(), term)?, label_value(value.trim(), term)?));
+        return Ok(Requirement::NotEquals(
+            label_key(key.trim(), term)?,
+            label_value(value.trim(), term)?,
+        ));
     }
     if let Some((key, value)) = term.split_once("==") {
-        return Ok(Requirement::Equals(label_key(key.trim(), term)?, label_value(value.trim(), term)?));
+        return Ok(Requirement::Equals(
+            label_key(key.trim(), term)?,
+            label_value(value.trim(), term)?,
+        ));
     }
     if let Some((key, value)) = term.split_once('=') {
-        return Ok(Requirement::Equals(label_key(key.trim(), term)?, label_value(value.trim(), term)?));
+        return Ok(Requirement::Equals(
+            label_key(key.trim(), term)?,
+            label_value(value.trim(), term)?,
+        ));
     }
     // Set-based: `key in (a,b)` / `key notin (a)`.
     let mut words = term.splitn(2, char::is_whitespace);
@@ -147,7 +158,11 @@ fn parse_label_term(term: &str) -> Result<Requirement, SimError> {
         values.push(label_value(value, term)?);
     }
     let key = label_key(key, term)?;
-    Ok(if negate { Requirement::NotIn(key, values) } else { Requirement::In(key, values) })
+    Ok(if negate {
+        Requirement::NotIn(key, values)
+    } else {
+        Requirement::In(key, values)
+    })
 }
 
 /// Label keys: optional DNS prefix and a name of letters, digits, `-`, `_`, `.`.
@@ -156,9 +171,13 @@ fn label_key(key: &str, term: &str) -> Result<String, SimError> {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    let name_ok = !name.is_empty() && name.len() <= 63 && name.chars().all(is_label_char) && alnum_ends(name);
+    let name_ok =
+        !name.is_empty() && name.len() <= 63 && name.chars().all(is_label_char) && alnum_ends(name);
     let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty() && p.len() <= 253 && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        !p.is_empty()
+            && p.len() <= 253
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
     });
     if name_ok && prefix_ok {
         Ok(key.to_string())
@@ -169,10 +188,15 @@ fn label_key(key: &str, term: &str) -> Result<String, SimError> {
 
 /// Label values: empty, or up to 63 label characters starting and ending alphanumeric.
 fn label_value(value: &str, term: &str) -> Result<String, SimError> {
-    if value.is_empty() || (value.len() <= 63 && value.chars().all(is_label_char) && alnum_ends(value)) {
+    if value.is_empty()
+        || (value.len() <= 63 && value.chars().all(is_label_char) && alnum_ends(value))
+    {
         Ok(value.to_string())
     } else {
-        Err(parse_error(term, &format!("invalid label value \"{value}\"")))
+        Err(parse_error(
+            term,
+            &format!("invalid label value \"{value}\""),
+        ))
     }
 }
 
@@ -206,7 +230,9 @@ impl FieldSelector {
             } else if let Some((k, v)) = term.split_once('=') {
                 (k, v, false)
             } else {
-                return Err(SimError::bad_request(format!("invalid field selector: '{term}'")));
+                return Err(SimError::bad_request(format!(
+                    "invalid field selector: '{term}'"
+                )));
             };
             let key = key.trim().to_string();
             if !field_supported(&key, plural) {
@@ -215,7 +241,11 @@ impl FieldSelector {
                 )));
             }
             let value = value.trim().to_string();
-            requirements.push(if negate { Requirement::NotEquals(key, value) } else { Requirement::Equals(key, value) });
+            requirements.push(if negate {
+                Requirement::NotEquals(key, value)
+            } else {
+                Requirement::Equals(key, value)
+            });
         }
         Ok(FieldSelector { requirements })
     }
@@ -252,7 +282,9 @@ fn field_supported(key: &str, plural: &str) -> bool {
         "status.podIP",
         "status.nominatedNodeName",
     ];
-    COMMON.contains(&key) || (plural == "pods" && POD.contains(&key)) || (plural == "jobs" && key == "status.successful")
+    COMMON.contains(&key)
+        || (plural == "pods" && POD.contains(&key))
+        || (plural == "jobs" && key == "status.successful")
 }
 
 #[cfg(test)]
@@ -280,7 +312,11 @@ mod tests {
             ("app=x,tier=web", false),
             ("", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "{sel}"
+            );
         }
     }
 
@@ -296,13 +332,24 @@ mod tests {
             ("missing in (prod)", false),
             ("example.com/role in (worker),env", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "{sel}"
+            );
         }
     }
 
     #[test]
     fn malformed_selectors_are_errors() {
-        for sel in ["app in (x", "a,,b", "app in x", "=x", "bad key=x", "app in ()"] {
+        for sel in [
+            "app in (x",
+            "a,,b",
+            "app in x",
+            "=x",
+            "bad key=x",
+            "app in ()",
+        ] {
             let err = LabelSelector::parse(sel).unwrap_err();
             assert_eq!(err.code, 400, "{sel}");
         }
@@ -311,11 +358,35 @@ mod tests {
     #[test]
     fn field_selectors() {
         let o = json!({ "metadata": { "name": "a", "namespace": "ns" }, "status": { "phase": "Running" } });
-        assert!(FieldSelector::parse("metadata.name=a", "jobs").unwrap().matches(&o));
-        assert!(!FieldSelector::parse("metadata.name!=a", "jobs").unwrap().matches(&o));
-        assert!(FieldSelector::parse("metadata.namespace==ns,metadata.name=a", "jobs").unwrap().matches(&o));
-        assert!(FieldSelector::parse("status.phase=Running", "pods").unwrap().matches(&o));
-        assert_eq!(FieldSelector::parse("status.phase=Running", "leases").unwrap_err().code, 400);
-        assert_eq!(FieldSelector::parse("spec.foo=1", "pods").unwrap_err().code, 400);
+        assert!(
+            FieldSelector::parse("metadata.name=a", "jobs")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=a", "jobs")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("metadata.namespace==ns,metadata.name=a", "jobs")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            FieldSelector::parse("status.phase=Running", "pods")
+                .unwrap()
+                .matches(&o)
+        );
+        assert_eq!(
+            FieldSelector::parse("status.phase=Running", "leases")
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            FieldSelector::parse("spec.foo=1", "pods").unwrap_err().code,
+            400
+        );
     }
 }

@@ -55,7 +55,8 @@ impl Server {
     fn serve(&self, listener: TcpListener) {
         let token = self.root.child_token();
         let state = self.state.clone();
-        self.runtime.spawn(accept_loop(listener, state, token.clone()));
+        self.runtime
+            .spawn(accept_loop(listener, state, token.clone()));
         let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
         *listening = Some(token);
     }
@@ -97,7 +98,10 @@ impl Server {
     }
 
     pub(crate) fn is_listening(&self) -> bool {
-        self.listening.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.listening
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Stops everything: listener, connections, and with them the watch streams.

@@ -88,7 +88,10 @@ impl Stats {
 
     fn sum(&self, pick: impl Fn(&Gvr) -> bool, field: impl Fn(&PerResource) -> usize) -> usize {
         let map = self.per_resource.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter().filter(|(g, _)| pick(g)).map(|(_, r)| field(r)).sum()
+        map.iter()
+            .filter(|(g, _)| pick(g))
+            .map(|(_, r)| field(r))
+            .sum()
     }
 
     pub(crate) fn open_watches(&self) -> usize {

@@ -62,12 +62,20 @@ impl SimError {
     }
 
     pub(crate) fn not_found(gvr: &Gvr, name: &str) -> SimError {
-        SimError::new(404, format!("{} \"{name}\" not found", gvr.group_resource())).about(gvr, name)
+        SimError::new(
+            404,
+            format!("{} \"{name}\" not found", gvr.group_resource()),
+        )
+        .about(gvr, name)
     }
 
     pub(crate) fn already_exists(gvr: &Gvr, name: &str) -> SimError {
-        SimError::with_reason(409, "AlreadyExists", format!("{} \"{name}\" already exists", gvr.group_resource()))
-            .about(gvr, name)
+        SimError::with_reason(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", gvr.group_resource()),
+        )
+        .about(gvr, name)
     }
 
     /// Optimistic-concurrency failure: the object changed since the client read it.
@@ -75,7 +83,10 @@ impl SimError {
         SimError::with_reason(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", gvr.group_resource()),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                gvr.group_resource()
+            ),
         )
         .about(gvr, name)
     }
@@ -89,7 +100,14 @@ impl SimError {
     }
 
     /// Validation failure (422 Invalid), e.g. a forbidden field change.
-    pub(crate) fn invalid(gvr: &Gvr, kind: &str, name: &str, field: &str, cause: &str, detail: &str) -> SimError {
+    pub(crate) fn invalid(
+        gvr: &Gvr,
+        kind: &str,
+        name: &str,
+        field: &str,
+        cause: &str,
+        detail: &str,
+    ) -> SimError {
         let qualified = if gvr.group.is_empty() {
             kind.to_string()
         } else {

@@ -103,9 +103,18 @@ pub(crate) struct StoreInner {
 
 impl StoreInner {
     /// Commits a create or update: bumps the RV, stamps it on the object, records history.
-    pub(crate) fn commit_put(&mut self, key: ObjKey, mut object: Value, event: EventType) -> Arc<Value> {
+    pub(crate) fn commit_put(
+        &mut self,
+        key: ObjKey,
+        mut object: Value,
+        event: EventType,
+    ) -> Arc<Value> {
         self.rv += 1;
-        set_meta(&mut object, "resourceVersion", Some(json!(self.rv.to_string())));
+        set_meta(
+            &mut object,
+            "resourceVersion",
+            Some(json!(self.rv.to_string())),
+        );
         let object = Arc::new(object);
         let prev = self.objects.insert(key.clone(), object.clone());
         self.record(Change {
@@ -122,7 +131,11 @@ impl StoreInner {
     /// new RV). Logs of a removed pod go with it.
     pub(crate) fn commit_remove(&mut self, key: ObjKey, mut last_state: Value) -> Arc<Value> {
         self.rv += 1;
-        set_meta(&mut last_state, "resourceVersion", Some(json!(self.rv.to_string())));
+        set_meta(
+            &mut last_state,
+            "resourceVersion",
+            Some(json!(self.rv.to_string())),
+        );
         let object = Arc::new(last_state);
         let prev = self.objects.remove(&key);
         if key.gvr == Gvr::POD {

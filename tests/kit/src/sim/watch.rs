@@ -55,7 +55,11 @@ impl WatchRequest {
         if change.key.gvr != self.kind.gvr {
             return None;
         }
-        if self.namespace.as_ref().is_some_and(|ns| *ns != change.key.namespace) {
+        if self
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != change.key.namespace)
+        {
             return None;
         }
         let now = self.matches(&change.object);
@@ -114,7 +118,8 @@ fn bookmark_line(kind: &ResourceKind, rv: u64, initial_end: bool) -> Bytes {
     if initial_end {
         metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
     }
-    let object = json!({ "kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata });
+    let object =
+        json!({ "kind": kind.kind, "apiVersion": kind.api_version(), "metadata": metadata });
     event_line("BOOKMARK", &object)
 }
 
@@ -147,7 +152,10 @@ async fn run(state: &SimState, req: &WatchRequest, tx: &mpsc::Sender<Chunk>) -> 
     };
 
     let deadline = Instant::now() + req.timeout;
-    let every = state.options.bookmark_interval.max(Duration::from_millis(10));
+    let every = state
+        .options
+        .bookmark_interval
+        .max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
@@ -191,7 +199,12 @@ async fn run(state: &SimState, req: &WatchRequest, tx: &mpsc::Sender<Chunk>) -> 
 /// Appends the events after `cursor` to `pending` and advances the cursor to the store's RV.
 /// Returns true when the cursor had fallen behind the compaction horizon; the pending queue
 /// then ends with the `410 Expired` error event.
-fn collect(state: &SimState, req: &WatchRequest, cursor: &mut u64, pending: &mut Vec<Bytes>) -> bool {
+fn collect(
+    state: &SimState,
+    req: &WatchRequest,
+    cursor: &mut u64,
+    pending: &mut Vec<Bytes>,
+) -> bool {
     let (changes, now) = state.store.read(|s| (s.changes_since(*cursor), s.rv));
     match changes {
         Ok(changes) => {
@@ -204,7 +217,9 @@ fn collect(state: &SimState, req: &WatchRequest, cursor: &mut u64, pending: &mut
             false
         }
         Err(horizon) => {
-            let status = SimError::expired(format!("too old resource version: {cursor} ({horizon})")).to_status();
+            let status =
+                SimError::expired(format!("too old resource version: {cursor} ({horizon})"))
+                    .to_status();
             pending.push(event_line("ERROR", &status));
             true
         }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::meta::{
-    finalizers, generation, is_deleting, is_dns_subdomain, meta_mut, meta_str, new_uid, now_rfc3339, owner_uids,
-    random_suffix, set_meta,
+    finalizers, generation, is_deleting, is_dns_subdomain, meta_mut, meta_str, new_uid,
+    now_rfc3339, owner_uids, random_suffix, set_meta,
 };
 use super::patch::PatchBody;
 use super::resources::{Gvr, ResourceKind};
@@ -65,7 +65,9 @@ pub(crate) fn create(
     opts: CreateOptions,
 ) -> Result<Arc<Value>, SimError> {
     if !obj.is_object() {
-        return Err(SimError::bad_request("the request body must be a JSON object"));
+        return Err(SimError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     check_type(kind, &mut obj)?;
     let namespace = resolve_namespace(kind, path_namespace, &mut obj)?;
@@ -108,13 +110,19 @@ pub(crate) fn create(
         return Err(SimError::already_exists(&kind.gvr, &name));
     }
 
-    if kind.status_subresource && !opts.keep_status {
-        if let Some(map) = obj.as_object_mut() {
-            map.remove("status");
-        }
+    if kind.status_subresource
+        && !opts.keep_status
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.remove("status");
     }
     let meta = meta_mut(&mut obj);
-    for field in ["deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"] {
+    for field in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    ] {
         meta.remove(field);
     }
     meta.insert("uid".into(), json!(new_uid()));
@@ -139,9 +147,15 @@ pub(crate) fn update(
 ) -> Result<Arc<Value>, SimError> {
     let gvr = &kind.gvr;
     let key = ObjKey::new(gvr, namespace, name);
-    let existing = store.objects.get(&key).cloned().ok_or_else(|| SimError::not_found(gvr, name))?;
+    let existing = store
+        .objects
+        .get(&key)
+        .cloned()
+        .ok_or_else(|| SimError::not_found(gvr, name))?;
     if !new.is_object() {
-        return Err(SimError::bad_request("the request body must be a JSON object"));
+        return Err(SimError::bad_request(
+            "the request body must be a JSON object",
+        ));
     }
     check_type(kind, &mut new)?;
     let body_namespace = resolve_namespace(kind, namespace, &mut new)?;
@@ -166,7 +180,9 @@ pub(crate) fn update(
         return Err(SimError::conflict(
             gvr,
             name,
-            &format!("Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}"),
+            &format!(
+                "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {have_uid}"
+            ),
         ));
     }
 
@@ -222,7 +238,11 @@ pub(crate) fn update(
     }
 
     if desired_state(&existing) != desired_state(&candidate) {
-        set_meta(&mut candidate, "generation", Some(json!(generation(&existing) + 1)));
+        set_meta(
+            &mut candidate,
+            "generation",
+            Some(json!(generation(&existing) + 1)),
+        );
     }
     if candidate == *existing {
         // A no-op write: the apiserver neither bumps the RV nor notifies watchers.
@@ -257,10 +277,15 @@ pub(crate) fn patch(
             let base = json!({ "metadata": { "name": name } });
             let mut obj = patch.apply_to(&base)?;
             if meta_str(&obj, "name") != name {
-                return Err(SimError::bad_request("the name in the patch does not match the URL"));
+                return Err(SimError::bad_request(
+                    "the name in the patch does not match the URL",
+                ));
             }
             set_meta(&mut obj, "resourceVersion", None);
-            let opts = CreateOptions { dry_run, keep_status: false };
+            let opts = CreateOptions {
+                dry_run,
+                keep_status: false,
+            };
             return create(store, kind, namespace, obj, opts).map(|o| (o, true));
         }
         return Err(SimError::not_found(&kind.gvr, name));
@@ -278,7 +303,11 @@ pub(crate) fn delete(
     opts: &DeleteOptions,
 ) -> Result<Arc<Value>, SimError> {
     let key = ObjKey::new(gvr, namespace, name);
-    let existing = store.objects.get(&key).cloned().ok_or_else(|| SimError::not_found(gvr, name))?;
+    let existing = store
+        .objects
+        .get(&key)
+        .cloned()
+        .ok_or_else(|| SimError::not_found(gvr, name))?;
     let uid = meta_str(&existing, "uid").to_string();
     if let Some(want) = opts.precondition_uid.as_deref().filter(|u| !u.is_empty())
         && want != uid
@@ -306,7 +335,12 @@ pub(crate) fn delete(
         if opts.dry_run {
             return Ok(existing);
         }
-        return Ok(remove_and_collect(store, key, (*existing).clone(), opts.orphan));
+        return Ok(remove_and_collect(
+            store,
+            key,
+            (*existing).clone(),
+            opts.orphan,
+        ));
     }
     if opts.dry_run || is_deleting(&existing) {
         // Already marked: a repeated delete changes nothing.
@@ -331,7 +365,12 @@ fn mark_deleting(store: &mut StoreInner, key: ObjKey, existing: &Value) -> Arc<V
 }
 
 /// Removes an object for good, then lets the garbage collector deal with its dependents.
-fn remove_and_collect(store: &mut StoreInner, key: ObjKey, last_state: Value, orphan: bool) -> Arc<Value> {
+fn remove_and_collect(
+    store: &mut StoreInner,
+    key: ObjKey,
+    last_state: Value,
+    orphan: bool,
+) -> Arc<Value> {
     let uid = meta_str(&last_state, "uid").to_string();
     let removed = store.commit_remove(key, last_state);
     let orphan = store.orphan_uids.remove(&uid) || orphan;
@@ -416,7 +455,11 @@ fn check_type(kind: &ResourceKind, obj: &mut Value) -> Result<(), SimError> {
 }
 
 /// Decides the object's namespace from the path and the body, and writes it into the body.
-fn resolve_namespace(kind: &ResourceKind, path_namespace: &str, obj: &mut Value) -> Result<String, SimError> {
+fn resolve_namespace(
+    kind: &ResourceKind,
+    path_namespace: &str,
+    obj: &mut Value,
+) -> Result<String, SimError> {
     if !kind.namespaced {
         set_meta(obj, "namespace", None);
         return Ok(String::new());
@@ -452,7 +495,9 @@ fn desired_state(obj: &Value) -> Vec<(&String, &Value)> {
     obj.as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -484,7 +529,8 @@ mod tests {
             assert_eq!(meta_str(&o, "uid").len(), 36);
             let err = create(s, &kind, "ns", job("a"), CreateOptions::default()).unwrap_err();
             assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
-            let err = create(s, &kind, "ns", job("Bad_Name"), CreateOptions::default()).unwrap_err();
+            let err =
+                create(s, &kind, "ns", job("Bad_Name"), CreateOptions::default()).unwrap_err();
             assert_eq!(err.code, 422);
             let gen_name = json!({ "metadata": { "generateName": "x-" } });
             let o = create(s, &kind, "ns", gen_name, CreateOptions::default()).unwrap();

@@ -1,0 +1,82 @@
+//! Watch failures — dropped connections, `410 Gone`, an outage — lose no terminal phase.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jobrelay::clusters::health::HealthState;
+use jobrelay::daemon::Daemon;
+use jobrelay_e2e::*;
+use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("");
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+
+    let mut jobs: Vec<JobDriver> = Vec::new();
+    for (i, flavor) in Flavor::ALL.iter().cycle().take(12).enumerate() {
+        let mut d = JobDriver::create(&sim, *flavor, "ml", &format!("job-{i}")).expect("create");
+        d.running().expect("running");
+        jobs.push(d);
+    }
+    let (first, rest) = jobs.split_at_mut(4);
+    let (second, third) = rest.split_at_mut(4);
+
+    // 1. Watches dropped: jobs finish while the watchers reconnect.
+    sim.drop_watches();
+    for d in first.iter_mut() {
+        d.succeeded().expect("succeeded");
+    }
+
+    // 2. History compacted, then watches dropped: resuming gets 410 and must re-list.
+    let lists_before = sim.list_requests_for(&Gvr::VOLCANO_JOB);
+    for d in second.iter_mut() {
+        d.failed("NodeLost").expect("failed");
+    }
+    sim.compact();
+    sim.drop_watches();
+    wait_for("a re-list after 410", || {
+        (sim.list_requests_for(&Gvr::VOLCANO_JOB) > lists_before).then_some(())
+    })
+    .await;
+
+    // 3. An outage: the API answers 503 and drops watches; jobs finish meanwhile.
+    sim.set_outage(true);
+    wait_for("the outage shows in cluster health", || {
+        let h = daemon.clusters().get("alpha").cloned()?;
+        (h.state != HealthState::Synced).then_some(())
+    })
+    .await;
+    // Writes go through the driver API, which the outage does not block (the operators keep
+    // working; only jobrelay's view is cut off).
+    for d in third.iter_mut() {
+        d.succeeded().expect("succeeded");
+    }
+    sim.set_outage(false);
+    wait_synced(&daemon, "alpha").await;
+
+    let expect: Vec<(String, &str)> = first
+        .iter()
+        .chain(third.iter())
+        .map(|d| (d.uid().to_string(), "succeeded"))
+        .chain(second.iter().map(|d| (d.uid().to_string(), "failed")))
+        .collect();
+    let lines = wait_for("every terminal phase delivered", || {
+        let lines = setup.lines("log/events.jsonl");
+        expect
+            .iter()
+            .all(|(uid, phase)| lines.iter().any(|l| uid_of(l) == *uid && l["phase"] == *phase))
+            .then_some(lines)
+    })
+    .await;
+    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().expect("id")).collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(ids.len(), unique.len(), "re-lists deliver no version twice");
+    daemon.shutdown(Duration::from_secs(10)).await;
+}
