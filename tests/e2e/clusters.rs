@@ -15,10 +15,15 @@ fn has_job(setup: &Setup, uid: &str, phase: &str) -> bool {
 
 /// Watch connections the daemon opened to a simulator, over every watched kind.
 fn watches_opened(sim: &SimCluster) -> usize {
-    [Gvr::BATCH_JOB, Gvr::VOLCANO_JOB, Gvr::PYTORCH_JOB, Gvr::MPI_JOB_V2]
-        .iter()
-        .map(|g| sim.watch_requests_for(g))
-        .sum()
+    [
+        Gvr::BATCH_JOB,
+        Gvr::VOLCANO_JOB,
+        Gvr::PYTORCH_JOB,
+        Gvr::MPI_JOB_V2,
+    ]
+    .iter()
+    .map(|g| sim.watch_requests_for(g))
+    .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -28,9 +33,14 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
     let beta = SimCluster::start("beta").await.expect("sim beta");
     let setup = Setup::new("");
     setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     setup.add_cluster(&alpha);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
     let alpha_watches = watches_opened(&alpha);
     assert_eq!(alpha_watches, 4, "one watch per built-in kind");
@@ -40,8 +50,15 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
     wait_synced(&daemon, "beta").await;
     let mut job = JobDriver::create(&beta, Flavor::Volcano, "ml", "on-beta").expect("create");
     job.running().expect("running");
-    wait_for("beta's job in the log", || has_job(&setup, job.uid(), "running").then_some(())).await;
-    assert_eq!(watches_opened(&alpha), alpha_watches, "alpha's watches were not reopened");
+    wait_for("beta's job in the log", || {
+        has_job(&setup, job.uid(), "running").then_some(())
+    })
+    .await;
+    assert_eq!(
+        watches_opened(&alpha),
+        alpha_watches,
+        "alpha's watches were not reopened"
+    );
 
     // Changed: only beta restarts.
     let beta_watches = watches_opened(&beta);
@@ -54,17 +71,31 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
     })
     .await;
     wait_synced(&daemon, "beta").await;
-    assert_eq!(watches_opened(&alpha), alpha_watches, "alpha untouched by beta's change");
+    assert_eq!(
+        watches_opened(&alpha),
+        alpha_watches,
+        "alpha untouched by beta's change"
+    );
 
     // Removed: beta's watches close and its events stop; alpha goes on.
     setup.remove_cluster("beta");
-    wait_for("beta's watches closed", || (beta.open_watches() == 0).then_some(())).await;
-    assert!(daemon.clusters().get("beta").is_none(), "beta's health entry is gone");
-    let mut late = JobDriver::create(&beta, Flavor::Volcano, "ml", "after-removal").expect("create");
+    wait_for("beta's watches closed", || {
+        (beta.open_watches() == 0).then_some(())
+    })
+    .await;
+    assert!(
+        !daemon.clusters().contains_key("beta"),
+        "beta's health entry is gone"
+    );
+    let mut late =
+        JobDriver::create(&beta, Flavor::Volcano, "ml", "after-removal").expect("create");
     late.running().expect("running");
     let mut marker = JobDriver::create(&alpha, Flavor::Batch, "ml", "on-alpha").expect("create");
     marker.running().expect("running");
-    wait_for("alpha still delivers", || has_job(&setup, marker.uid(), "running").then_some(())).await;
+    wait_for("alpha still delivers", || {
+        has_job(&setup, marker.uid(), "running").then_some(())
+    })
+    .await;
     // Events are delivered in observation order per cluster, and alpha's later job already
     // arrived; give beta's (impossible) delivery a moment more before asserting its absence.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -72,7 +103,11 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
         !has_job(&setup, late.uid(), "pending") && !has_job(&setup, late.uid(), "running"),
         "a removed cluster produces no events"
     );
-    assert_eq!(watches_opened(&alpha), alpha_watches, "alpha untouched by beta's removal");
+    assert_eq!(
+        watches_opened(&alpha),
+        alpha_watches,
+        "alpha untouched by beta's removal"
+    );
     assert_eq!(beta.open_watches(), 0);
     daemon.shutdown(Duration::from_secs(10)).await;
     assert_eq!(alpha.open_watches(), 0, "shutdown closes every watch");
@@ -84,18 +119,26 @@ async fn an_unreachable_cluster_reports_error_and_recovers() {
     let sim = SimCluster::start("flaky").await.expect("sim");
     let setup = Setup::new("kinds: [{name: volcano-job}]\n");
     setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     write_atomic(
         &setup.path("clusters/flaky.yaml"),
         sim.kubeconfig_yaml_with_token("wrong-token").as_bytes(),
     );
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     let error = wait_for("cluster in error with the reason", || {
         let h = daemon.clusters().get("flaky").cloned()?;
         (h.state == jobrelay::clusters::health::HealthState::Error).then_some(h.last_error?)
     })
     .await;
-    assert!(error.contains("401") || error.to_lowercase().contains("unauthorized"), "{error}");
+    assert!(
+        error.contains("401") || error.to_lowercase().contains("unauthorized"),
+        "{error}"
+    );
     setup.add_cluster(&sim); // the right token
     wait_synced(&daemon, "flaky").await;
     daemon.shutdown(Duration::from_secs(10)).await;

@@ -20,7 +20,9 @@ pub fn repo_root() -> PathBuf {
 
 /// A component built by `plugins/build.sh`.
 pub fn built_wasm(name: &str) -> PathBuf {
-    let path = repo_root().join("target/plugins").join(format!("{name}.wasm"));
+    let path = repo_root()
+        .join("target/plugins")
+        .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
         "{} is missing: run plugins/build.sh (tests/run.sh does it)",
@@ -181,7 +183,10 @@ pub fn phase_path(events: &[Value]) -> Vec<String> {
 /// The job uid inside an event id (`cluster/uid/resourceVersion`).
 pub fn uid_of(event: &Value) -> String {
     let id = event["id"].as_str().expect("id");
-    id.split('/').nth(1).expect("id has three parts").to_string()
+    id.split('/')
+        .nth(1)
+        .expect("id has three parts")
+        .to_string()
 }
 
 /// Resource versions of the simulator are numbers; their order is the order of writes.

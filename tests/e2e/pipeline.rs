@@ -9,7 +9,9 @@ use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 use serde_json::Value;
 
 fn terminal_seen(lines: &[Value], uid: &str, phase: &str) -> bool {
-    lines.iter().any(|l| uid_of(l) == uid && l["phase"] == phase)
+    lines
+        .iter()
+        .any(|l| uid_of(l) == uid && l["phase"] == phase)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,11 +21,16 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
     let beta = SimCluster::start("beta").await.expect("sim beta");
     let setup = Setup::new("");
     setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     setup.add_cluster(&alpha);
     setup.add_cluster(&beta);
 
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
     wait_synced(&daemon, "beta").await;
 
@@ -45,7 +52,11 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
         p.pending().expect("created");
         p.running().expect("running");
         p.failed("OOMKilled").expect("failed");
-        expected.push((sim.name().into(), p.uid().into(), vec!["pending", "running", "failed"]));
+        expected.push((
+            sim.name().into(),
+            p.uid().into(),
+            vec!["pending", "running", "failed"],
+        ));
 
         let mut b = JobDriver::create(sim, Flavor::Batch, "etl", "batch-prep").expect("create");
         b.running().expect("running");
@@ -67,7 +78,14 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
             sim.name().into(),
             m.uid().into(),
             // Resumed, the job waits for its workers again before it runs.
-            vec!["pending", "running", "suspended", "pending", "running", "succeeded"],
+            vec![
+                "pending",
+                "running",
+                "suspended",
+                "pending",
+                "running",
+                "succeeded",
+            ],
         ));
     }
 
@@ -80,7 +98,10 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
     })
     .await;
 
-    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().expect("id")).collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["id"].as_str().expect("id"))
+        .collect();
     let unique: BTreeSet<&str> = ids.iter().copied().collect();
     assert_eq!(ids.len(), unique.len(), "no event is delivered twice");
 
@@ -93,8 +114,17 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
         for e in events {
             assert_eq!(e["cluster"], cluster.as_str());
             let rv = rv_of(e);
-            assert!(rv > last_rv, "resource versions in observed order: {events:?}");
-            assert_eq!(e["id"], format!("{cluster}/{uid}/{}", e["resource_version"].as_str().unwrap_or_default()));
+            assert!(
+                rv > last_rv,
+                "resource versions in observed order: {events:?}"
+            );
+            assert_eq!(
+                e["id"],
+                format!(
+                    "{cluster}/{uid}/{}",
+                    e["resource_version"].as_str().unwrap_or_default()
+                )
+            );
             assert_eq!(
                 e["previous_phase"].as_str().map(str::to_string),
                 last_phase,
@@ -104,7 +134,10 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
             last_phase = e["phase"].as_str().map(str::to_string);
         }
     }
-    let volcano = lines.iter().find(|l| l["raw_phase"] == "Restarting").expect("restart seen");
+    let volcano = lines
+        .iter()
+        .find(|l| l["raw_phase"] == "Restarting")
+        .expect("restart seen");
     assert_eq!(volcano["api_version"], "batch.volcano.sh/v1alpha1");
     assert_eq!(volcano["kind"], "Job");
     assert_eq!(volcano["namespace"], "ml");
@@ -118,14 +151,19 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
     let setup = Setup::new("");
     setup.install_wasm("event-log", "event-log.wasm");
     setup.install_wasm("probe", "probe.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     setup.write_manifest(
         "probe",
         "wasm: probe.wasm\ntimeout_ms: 300\nmemory_mb: 16\nconcurrency: 2\n\
          grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
     );
     setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "gamma").await;
 
     let mut uids = Vec::new();
@@ -153,7 +191,10 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
         let uid = &uids[3].1;
         lines
             .iter()
-            .any(|l| l["id"].as_str().is_some_and(|id| id.contains(uid.as_str())) && l["phase"] == "succeeded")
+            .any(|l| {
+                l["id"].as_str().is_some_and(|id| id.contains(uid.as_str()))
+                    && l["phase"] == "succeeded"
+            })
             .then_some(())
     })
     .await;
@@ -168,11 +209,16 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
         (lane.failed as usize >= bad_events && lane.pending == 0).then_some(lane)
     })
     .await;
-    assert_eq!(lane.failed as usize, bad_events, "only the bad jobs' calls fail: {lane:?}");
+    assert_eq!(
+        lane.failed as usize, bad_events,
+        "only the bad jobs' calls fail: {lane:?}"
+    );
     let probe_lines = setup.lines("probe/probe.jsonl");
     for (behave, uid) in &uids[..3] {
         assert!(
-            !probe_lines.iter().any(|l| l["id"].as_str().is_some_and(|id| id.contains(uid.as_str()))),
+            !probe_lines
+                .iter()
+                .any(|l| l["id"].as_str().is_some_and(|id| id.contains(uid.as_str()))),
             "a {behave} call never completes normally"
         );
     }

@@ -21,7 +21,9 @@ fn ids(lines: &[Value]) -> Vec<String> {
 /// pause between rounds so events keep flowing for a while. Returns the uids.
 async fn drive(sim: SimCluster, jobs: usize, cycles: usize) -> Vec<String> {
     let mut drivers: Vec<JobDriver> = (0..jobs)
-        .map(|i| JobDriver::create(&sim, Flavor::Volcano, "ml", &format!("train-{i}")).expect("create"))
+        .map(|i| {
+            JobDriver::create(&sim, Flavor::Volcano, "ml", &format!("train-{i}")).expect("create")
+        })
         .collect();
     for d in drivers.iter_mut() {
         d.running().expect("running");
@@ -47,10 +49,18 @@ async fn a_plugin_replaced_mid_stream_loses_and_repeats_nothing() {
     setup.install_wasm("event-log", "ref.wasm");
     setup.install_wasm("event-log", "swap.wasm");
     // `ref` is never touched: it is the record of what every lane must get.
-    setup.write_manifest("ref", &Setup::log_manifest("ref.wasm", "ref", "events.jsonl", ""));
-    setup.write_manifest("swap", &Setup::log_manifest("swap.wasm", "swap", "events.jsonl", ""));
+    setup.write_manifest(
+        "ref",
+        &Setup::log_manifest("ref.wasm", "ref", "events.jsonl", ""),
+    );
+    setup.write_manifest(
+        "swap",
+        &Setup::log_manifest("swap.wasm", "swap", "events.jsonl", ""),
+    );
     setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
     let first_version = wait_plugin_serving(&daemon, "swap").await;
 
@@ -70,14 +80,20 @@ async fn a_plugin_replaced_mid_stream_loses_and_repeats_nothing() {
 
     let reference = wait_for("every job succeeded in the reference lane", || {
         let lines = setup.lines("ref/events.jsonl");
-        let done = uids
-            .iter()
-            .all(|u| lines.iter().any(|l| uid_of(l) == *u && l["phase"] == "succeeded"));
+        let done = uids.iter().all(|u| {
+            lines
+                .iter()
+                .any(|l| uid_of(l) == *u && l["phase"] == "succeeded")
+        });
         done.then_some(lines)
     })
     .await;
     let reference_ids: BTreeSet<String> = ids(&reference).into_iter().collect();
-    assert_eq!(reference_ids.len(), reference.len(), "reference lane has no duplicates");
+    assert_eq!(
+        reference_ids.len(),
+        reference.len(),
+        "reference lane has no duplicates"
+    );
 
     let (old, new) = wait_for("the swapped lane caught up with the reference", || {
         let old = setup.lines("swap/events.jsonl");
@@ -85,13 +101,23 @@ async fn a_plugin_replaced_mid_stream_loses_and_repeats_nothing() {
         (old.len() + new.len() >= reference.len()).then_some((old, new))
     })
     .await;
-    assert!(!old.is_empty() && !new.is_empty(), "the swap happened mid-stream");
+    assert!(
+        !old.is_empty() && !new.is_empty(),
+        "the swap happened mid-stream"
+    );
     assert!(new.iter().all(|l| l["by"] == "probe"));
     let mut swapped: Vec<String> = ids(&old);
     swapped.extend(ids(&new));
     let swapped_set: BTreeSet<String> = swapped.iter().cloned().collect();
-    assert_eq!(swapped.len(), swapped_set.len(), "no event handled twice across the reload");
-    assert_eq!(swapped_set, reference_ids, "no event lost across the reload");
+    assert_eq!(
+        swapped.len(),
+        swapped_set.len(),
+        "no event handled twice across the reload"
+    );
+    assert_eq!(
+        swapped_set, reference_ids,
+        "no event lost across the reload"
+    );
 
     // Per job, every event before the swap went to the old version, every later one to the new.
     let mut last_old: BTreeMap<String, u64> = BTreeMap::new();
@@ -116,7 +142,9 @@ async fn corrupt_or_wrong_components_and_broken_yaml_leave_the_old_version_servi
     let manifest = Setup::log_manifest("log.wasm", "log", "events.jsonl", "");
     setup.write_manifest("log", &manifest);
     setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
     let serving = wait_plugin_serving(&daemon, "log").await;
 
@@ -145,7 +173,10 @@ async fn corrupt_or_wrong_components_and_broken_yaml_leave_the_old_version_servi
     };
 
     // 1. Corrupt bytes.
-    write_atomic(&setup.path("wasm/log.wasm"), b"\0asm\x01\0\0\0 this is not a component");
+    write_atomic(
+        &setup.path("wasm/log.wasm"),
+        b"\0asm\x01\0\0\0 this is not a component",
+    );
     let error = wait_for("the corrupt component refused", || failed_reload(&daemon)).await;
     assert!(error.contains("log"), "the error names the plugin: {error}");
     wait_delivered(delivered("after-corrupt")).await;
@@ -170,7 +201,10 @@ async fn corrupt_or_wrong_components_and_broken_yaml_leave_the_old_version_servi
 
     // Fixed again: the good component under a changed config becomes a new serving version.
     setup.install_wasm("event-log", "log.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("log.wasm", "log", "events-2.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("log.wasm", "log", "events-2.jsonl", ""),
+    );
     wait_for("a new version serving", || {
         let s = daemon.plugins().remove("log")?;
         (s.serving.as_deref() != Some(serving.as_str()) && s.last_reload.as_ref()?.ok).then_some(())
@@ -197,17 +231,27 @@ async fn a_configmap_symlink_swap_of_the_plugins_folder_reloads_the_plugin() {
     std::fs::remove_dir(setup.path("plugins")).expect("empty plugins folder");
     let plugins = setup.path("plugins");
     let manifest = |file: &str| Setup::log_manifest("event-log.wasm", "log", file, "");
-    kubelet_write(&plugins, "..2026_11_21_09_00_00.1", &[("log.yaml", &manifest("first.jsonl"))])
-        .expect("first version");
+    kubelet_write(
+        &plugins,
+        "..2026_11_21_09_00_00.1",
+        &[("log.yaml", &manifest("first.jsonl"))],
+    )
+    .expect("first version");
     setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
     let mut serving = wait_plugin_serving(&daemon, "log").await;
 
     let mut a = JobDriver::create(&sim, Flavor::Volcano, "ml", "a").expect("create");
     a.running().expect("running");
     wait_for("first file written", || {
-        setup.lines("log/first.jsonl").iter().any(|l| uid_of(l) == a.uid()).then_some(())
+        setup
+            .lines("log/first.jsonl")
+            .iter()
+            .any(|l| uid_of(l) == a.uid())
+            .then_some(())
     })
     .await;
 
@@ -220,10 +264,15 @@ async fn a_configmap_symlink_swap_of_the_plugins_folder_reloads_the_plugin() {
             (now != serving && s.last_reload?.version == now).then_some(now)
         })
         .await;
-        let mut b = JobDriver::create(&sim, Flavor::Volcano, "ml", &format!("b{i}")).expect("create");
+        let mut b =
+            JobDriver::create(&sim, Flavor::Volcano, "ml", &format!("b{i}")).expect("create");
         b.running().expect("running");
         wait_for("the new manifest's file written", || {
-            setup.lines(&format!("log/{file}")).iter().any(|l| uid_of(l) == b.uid()).then_some(())
+            setup
+                .lines(&format!("log/{file}"))
+                .iter()
+                .any(|l| uid_of(l) == b.uid())
+                .then_some(())
         })
         .await;
     }

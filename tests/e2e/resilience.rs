@@ -14,9 +14,14 @@ async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = Setup::new("");
     setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest("log", &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""));
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon starts");
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
 
     let mut jobs: Vec<JobDriver> = Vec::new();
@@ -71,11 +76,18 @@ async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
         let lines = setup.lines("log/events.jsonl");
         expect
             .iter()
-            .all(|(uid, phase)| lines.iter().any(|l| uid_of(l) == *uid && l["phase"] == *phase))
+            .all(|(uid, phase)| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == *uid && l["phase"] == *phase)
+            })
             .then_some(lines)
     })
     .await;
-    let ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().expect("id")).collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["id"].as_str().expect("id"))
+        .collect();
     let unique: BTreeSet<&str> = ids.iter().copied().collect();
     assert_eq!(ids.len(), unique.len(), "re-lists deliver no version twice");
     daemon.shutdown(Duration::from_secs(10)).await;

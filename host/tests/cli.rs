@@ -1,0 +1,189 @@
+//! The `jobrelay` binary itself: `check` and `plugin run`, as an operator runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use jobrelay_testkit::SimCluster;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn built(name: &str) -> PathBuf {
+    let p = repo().join("target/plugins").join(format!("{name}.wasm"));
+    assert!(p.exists(), "{} missing: run plugins/build.sh", p.display());
+    p
+}
+
+async fn jobrelay(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("jobrelay runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, content).expect("write");
+}
+
+fn folder(sim: &SimCluster) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nkinds: [{{name: volcano-job}}, {{name: batch-job}}]\n",
+            repo().join("target/plugins").display()
+        ),
+    );
+    write(&root.join("clusters/alpha.yaml"), &sim.kubeconfig_yaml());
+    write(
+        &root.join("plugins/log.yaml"),
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n",
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_a_good_folder() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let dir = folder(&sim);
+    let config = dir.path().to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("ok    cluster  alpha: v1."), "{report}");
+    assert!(
+        report.contains("can list volcano-job, batch-job"),
+        "{report}"
+    );
+    assert!(report.contains("ok    plugin   log: version"), "{report}");
+    assert!(report.contains("all checks passed"), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_every_bad_file_and_exits_1() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let dir = folder(&sim);
+    let root = dir.path();
+    write(
+        &root.join("clusters/broken.yaml"),
+        "apiVersion: v1\nclusters: {{{\n",
+    );
+    write(&root.join("clusters/Bad Name.yaml"), &sim.kubeconfig_yaml());
+    write(
+        &root.join("clusters/wrong-token.yaml"),
+        &sim.kubeconfig_yaml_with_token("nope"),
+    );
+    write(
+        &root.join("plugins/wrong.yaml"),
+        "wasm: not-a-plugin.wasm\n",
+    );
+    write(
+        &root.join("plugins/typo.yaml"),
+        "wasm: event-log.wasm\nconcurency: 3\n",
+    );
+    let config = root.to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config, "--cluster-timeout", "20"]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("ok    cluster  alpha"),
+        "good files still pass: {report}"
+    );
+    for needle in [
+        "broken.yaml: cannot parse",
+        "Bad Name.yaml: invalid: cluster name `Bad Name`",
+        "typo.yaml: cannot parse",
+        "concurency",
+        "FAIL  plugin   wrong",
+        "FAIL  cluster  wrong-token",
+        "5 problem(s) found",
+    ] {
+        assert!(
+            report.contains(needle),
+            "report lacks {needle:?}:\n{report}"
+        );
+    }
+    assert!(
+        !report.contains("nope"),
+        "credentials never appear in the report:\n{report}"
+    );
+}
+
+#[tokio::test]
+async fn check_refuses_a_broken_main_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(
+        &dir.path().join("jobrelay.yaml"),
+        "kinds: [{name: tf-job}]\n",
+    );
+    let config = dir.path().to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("jobrelay.yaml") && report.contains("tf-job"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("log.yaml");
+    write(
+        &manifest,
+        "wasm: ignored.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\nconfig:\n  file: one.jsonl\n",
+    );
+    let wasm = built("event-log").to_string_lossy().to_string();
+    let event = repo()
+        .join("plugins/example-event.json")
+        .to_string_lossy()
+        .to_string();
+    let m = manifest.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &m]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(report.starts_with("ok: plugin"), "{report}");
+    let written = std::fs::read_to_string(dir.path().join("out/one.jsonl")).expect("line written");
+    let line: serde_json::Value = serde_json::from_str(written.trim()).expect("one JSON line");
+    assert_eq!(line["phase"], "succeeded");
+    assert_eq!(
+        line["id"],
+        "example/0b0e8d6c-5f41-4d53-9d1a-1f1b0c0a2a11/48213"
+    );
+
+    // A plugin that traps: exit 1 and the reason.
+    let mut event_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&event).expect("event")).expect("json");
+    event_json["labels"]["jobrelay.test/behave"] = "trap".into();
+    let trap_event = dir.path().join("trap.json");
+    std::fs::write(&trap_event, event_json.to_string()).expect("write");
+    let probe = built("probe").to_string_lossy().to_string();
+    let t = trap_event.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &probe, "--event", &t]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.starts_with("trap: plugin"), "{report}");
+
+    // A broken event file: exit 2, naming the file.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"id\": 3}").expect("write");
+    let b = bad.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &probe, "--event", &b]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{report}");
+    assert!(report.contains("bad.json"), "{report}");
+}
