@@ -45,7 +45,7 @@ fn default_rescan() -> u64 {
     30
 }
 fn default_debounce() -> u64 {
-    200
+    50
 }
 
 /// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.

@@ -524,6 +524,8 @@ async fn compaction_and_dropped_watches_force_a_relist() {
     let client = client_for(&sim).await;
     let mut events = spawn_watcher(jobs(&client, "ml"), watcher::Config::default());
     events.synced().await;
+    // InitDone comes before the watch request: wait until the watch is really open.
+    eventually("the watch to open", || sim.open_watches() == 1).await;
     let lists_before = sim.list_requests("jobs");
 
     // The watcher misses a change, the history is compacted, then its connection drops.
@@ -546,7 +548,12 @@ async fn compaction_and_dropped_watches_force_a_relist() {
         .await;
     events.synced().await;
     assert!(sim.list_requests("jobs") > lists_before);
-    assert!(sim.watch_requests("jobs") >= 2);
+    // The missed change reaches the watcher either as a 410 on its stalled stream or on the
+    // re-watch from its old resourceVersion; both end in a relist and a new watch.
+    eventually("a new watch after the relist", || {
+        sim.watch_requests("jobs") >= 2
+    })
+    .await;
 
     // And it keeps watching afterwards.
     sim.create(&Gvr::BATCH_JOB, job_value("ml", "after", json!({})))
@@ -925,6 +932,7 @@ async fn stalled_watches_trip_the_client_idle_timeout() {
     // Server timeout 1 s, so the client's idle timeout is 1 + 5 s.
     let mut events = spawn_watcher(jobs(&client, "ml"), watcher::Config::default().timeout(1));
     events.synced().await;
+    eventually("the watch to open", || sim.open_watches() == 1).await;
 
     sim.stall_watches(true);
     sleep(Duration::from_millis(300)).await;
@@ -1275,6 +1283,30 @@ async fn serves_registered_crds_and_survives_bad_input() {
     )
     .await;
     assert_eq!(raw, 400);
+    let huge =
+        "/apis/example.com/v1/namespaces/ml/widgets?watch=1&timeoutSeconds=18446744073709551615";
+    let request = hyper::Request::get(huge).body(Vec::new()).unwrap();
+    let started = client.request_events::<Value>(request).await;
+    assert!(
+        started.is_ok(),
+        "a watch with an absurd timeout still starts"
+    );
+    let raw = http_request(
+        &client,
+        "GET",
+        "/apis/example.com/v1/namespaces/ml/widgets?labelSelector=%E2%9C%93%20in%20(",
+        b"",
+    )
+    .await;
+    assert_eq!(raw, 400);
+    let raw = http_request(
+        &client,
+        "PATCH",
+        "/apis/example.com/v1/namespaces/ml/widgets/w",
+        b"{}",
+    )
+    .await;
+    assert_eq!(raw, 415, "patch without a patch content type");
     assert!(widgets.get("w").await.is_ok(), "still serving");
 }
 

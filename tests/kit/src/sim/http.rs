@@ -407,9 +407,11 @@ async fn watch(
         wait_for_rv(state, rv).await?;
     }
     let timeout = match query.get("timeoutSeconds").filter(|t| !t.is_empty()) {
+        // Capped (at a year) so that no value can overflow the deadline arithmetic.
         Some(t) => Duration::from_secs(
             t.parse::<u64>()
-                .map_err(|_| SimError::bad_request(format!("invalid timeoutSeconds: {t}")))?,
+                .map_err(|_| SimError::bad_request(format!("invalid timeoutSeconds: {t}")))?
+                .min(365 * 24 * 3600),
         ),
         // The apiserver picks a random timeout of 30-60 minutes when none is given.
         None => Duration::from_secs(1800),

@@ -110,7 +110,7 @@ struct Inner {
 /// A running simulated cluster. Cheap to clone; the server stops when the last clone is
 /// dropped (or on [`SimCluster::shutdown`]).
 ///
-/// Knowing simplifications: objects are untyped JSON (no schema validation or defaulting);
+/// Known simplifications: objects are untyped JSON (no schema validation or defaulting);
 /// strategic-merge and apply patches use merge-patch semantics; deletion is immediate unless
 /// finalizers hold it (no graceful pod termination); the garbage collector runs synchronously
 /// in background mode; different versions of one CRD are separate stores (no conversion).

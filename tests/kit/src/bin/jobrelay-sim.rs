@@ -1,0 +1,134 @@
+//! `jobrelay-sim`: a simulated cluster for trying jobrelay without Kubernetes.
+//!
+//! Starts the test kit's Kubernetes API simulator on 127.0.0.1, writes a kubeconfig for it
+//! (atomically, so a watching jobrelay picks it up), and plays realistic training-job
+//! lifecycles on it — Volcano, PyTorch, MPI and batch jobs that run, restart, succeed, fail and
+//! get deleted — until stopped.
+//!
+//! Usage: `jobrelay-sim --kubeconfig PATH [--name NAME] [--interval-ms N] [--jobs N]`
+//! (`--jobs 0`, the default, runs until killed).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+
+struct Args {
+    kubeconfig: PathBuf,
+    name: String,
+    interval: Duration,
+    jobs: usize,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut kubeconfig = None;
+    let mut name = "example-sim".to_string();
+    let mut interval = Duration::from_millis(700);
+    let mut jobs = 0;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
+            "--name" => name = value()?,
+            "--interval-ms" => interval = Duration::from_millis(value()?.parse()?),
+            "--jobs" => jobs = value()?.parse()?,
+            "-h" | "--help" => {
+                println!(
+                    "jobrelay-sim --kubeconfig PATH [--name NAME] [--interval-ms N] [--jobs N]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(Args {
+        kubeconfig: kubeconfig.context("--kubeconfig PATH is required")?,
+        name,
+        interval,
+        jobs,
+    })
+}
+
+/// One job's script: the steps it goes through after creation.
+fn script(flavor: Flavor, n: usize) -> Vec<&'static str> {
+    match (flavor, n % 3) {
+        (Flavor::Volcano, 0) => vec![
+            "pending",
+            "running",
+            "restarting",
+            "running",
+            "succeeded",
+            "delete",
+        ],
+        (Flavor::Volcano, _) => vec!["pending", "running", "failed", "delete"],
+        (Flavor::Batch, _) => vec!["running", "succeeded", "delete"],
+        (_, 1) => vec!["pending", "running", "failed", "delete"],
+        _ => vec!["pending", "running", "succeeded", "delete"],
+    }
+}
+
+fn step(job: &mut JobDriver, what: &str) -> anyhow::Result<String> {
+    match what {
+        "pending" => job.pending(),
+        "running" => job.running(),
+        "restarting" => job.restarting(),
+        "succeeded" => job.succeeded(),
+        "failed" => job.failed("BackoffLimitExceeded"),
+        "delete" => job.delete(),
+        other => bail!("unknown step {other}"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let sim = SimCluster::start(&args.name).await?;
+    sim.write_kubeconfig(&args.kubeconfig)?;
+    println!(
+        "simulated cluster `{}` at {} (kubeconfig: {})",
+        args.name,
+        sim.url(),
+        args.kubeconfig.display()
+    );
+    // A few jobs in flight at once, each advancing one step per tick.
+    let mut running: Vec<(JobDriver, Vec<&'static str>)> = Vec::new();
+    let mut started = 0usize;
+    let mut tick = tokio::time::interval(args.interval);
+    loop {
+        tick.tick().await;
+        if running.len() < 3 && (args.jobs == 0 || started < args.jobs) {
+            let flavor = Flavor::ALL[started % Flavor::ALL.len()];
+            let prefix = match flavor {
+                Flavor::Batch => "batch",
+                Flavor::Volcano => "volcano",
+                Flavor::PyTorch => "pytorch",
+                Flavor::Mpi => "mpi",
+            };
+            let name = format!("{prefix}-{started}");
+            let job = JobDriver::create(&sim, flavor, "ml", &name)?;
+            println!("created {} ml/{name}", flavor.kind());
+            let mut steps = script(flavor, started);
+            steps.reverse();
+            running.push((job, steps));
+            started += 1;
+        }
+        for (job, steps) in running.iter_mut() {
+            if let Some(next) = steps.pop() {
+                let rv = step(job, next)?;
+                println!(
+                    "  {} ml/{} -> {next} (resourceVersion {rv})",
+                    job.flavor().kind(),
+                    job.name()
+                );
+            }
+        }
+        running.retain(|(_, steps)| !steps.is_empty());
+        if args.jobs > 0 && started >= args.jobs && running.is_empty() {
+            println!("all {} jobs played", args.jobs);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            return Ok(());
+        }
+    }
+}
