@@ -187,3 +187,45 @@ async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
     assert_eq!(out.status.code(), Some(2), "{report}");
     assert!(report.contains("bad.json"), "{report}");
 }
+
+#[tokio::test]
+async fn json_logs_name_the_refused_file_and_a_missing_folder_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(&dir.path().join("clusters/broken.yaml"), "clusters: [\n");
+    let config = dir.path().to_string_lossy().to_string();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["--log-format", "json", "check", "--config", &config])
+        .env("RUST_LOG", "info")
+        .output()
+        .await
+        .expect("jobrelay runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let refused: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .filter(|v: &serde_json::Value| v["level"] == "ERROR")
+        .collect();
+    assert_eq!(refused.len(), 1, "{stderr}");
+    assert!(
+        refused[0]["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("clusters/broken.yaml")),
+        "{stderr}"
+    );
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("parse")),
+        "{stderr}"
+    );
+
+    let missing = dir.path().join("nowhere").to_string_lossy().to_string();
+    let out = jobrelay(&["run", "--config", &missing]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{report}");
+    assert!(
+        report.contains("nowhere") && report.contains("does not exist"),
+        "{report}"
+    );
+}

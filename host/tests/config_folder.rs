@@ -164,3 +164,21 @@ async fn plugin_manifest_errors_name_the_field() {
     assert!(p[&missing].contains("nowhere.wasm"), "{}", p[&missing]);
     assert!(p[&typo].contains("timeout"), "{}", p[&typo]);
 }
+
+#[tokio::test]
+async fn the_periodic_rescan_finds_changes_without_file_events() {
+    let root = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(root.path().join("clusters")).expect("clusters dir");
+    let (mut state, _) = ConfigState::load(root.path()).expect("loads");
+    // No folder is watched: only the re-scan can notice the new file.
+    let mut watch =
+        FolderWatch::new(Duration::from_millis(50), Duration::from_millis(300)).expect("watcher");
+    fs::write(
+        root.path().join("clusters/late.yaml"),
+        kubeconfig("http://127.0.0.1:5"),
+    )
+    .expect("write");
+    assert_eq!(next_trigger(&mut watch).await, Trigger::Rescan);
+    let update = state.refresh();
+    assert!(matches!(update.clusters.as_slice(), [Change::Added(s)] if s.name == "late"));
+}

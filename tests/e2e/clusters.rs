@@ -31,17 +31,7 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
     init_logs();
     let alpha = SimCluster::start("alpha").await.expect("sim alpha");
     let beta = SimCluster::start("beta").await.expect("sim beta");
-    let setup = Setup::new("");
-    setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest(
-        "log",
-        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
-    );
-    setup.add_cluster(&alpha);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
+    let (setup, daemon) = start_with_event_log("", &[&alpha]).await;
     let alpha_watches = watches_opened(&alpha);
     assert_eq!(alpha_watches, 4, "one watch per built-in kind");
 

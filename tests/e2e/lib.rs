@@ -126,6 +126,36 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A config folder with the event-log plugin as `log` (writing `out/log/events.jsonl`) and
+/// the given clusters, and a daemon running on it with every cluster synced.
+pub async fn start_with_event_log(main_yaml: &str, sims: &[&SimCluster]) -> (Setup, Daemon) {
+    let setup = Setup::new(main_yaml);
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
+    for sim in sims {
+        setup.add_cluster(sim);
+    }
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    for sim in sims {
+        wait_synced(&daemon, sim.name()).await;
+    }
+    (setup, daemon)
+}
+
+/// Assert that no event id appears twice in the lines.
+pub fn assert_unique_ids(lines: &[Value], why: &str) {
+    let mut seen = std::collections::BTreeSet::new();
+    for l in lines {
+        let id = l["id"].as_str().expect("id");
+        assert!(seen.insert(id), "{why}: {id} appears twice");
+    }
+}
+
 /// Poll `check` every 50 ms until it returns `Some`, or panic after `DEADLINE` saying `what`.
 pub async fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();

@@ -1,6 +1,5 @@
 //! A job's life on two clusters, through the real daemon, to the real event-log plugin.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jobrelay::daemon::Daemon;
@@ -19,21 +18,7 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
     init_logs();
     let alpha = SimCluster::start("alpha").await.expect("sim alpha");
     let beta = SimCluster::start("beta").await.expect("sim beta");
-    let setup = Setup::new("");
-    setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest(
-        "log",
-        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
-    );
-    setup.add_cluster(&alpha);
-    setup.add_cluster(&beta);
-
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
-    wait_synced(&daemon, "beta").await;
-
+    let (setup, daemon) = start_with_event_log("", &[&alpha, &beta]).await;
     let mut expected: Vec<(String, String, Vec<&str>)> = Vec::new(); // cluster, uid, phase path
     for sim in [&alpha, &beta] {
         let mut v = JobDriver::create(sim, Flavor::Volcano, "ml", "volcano-train").expect("create");
@@ -98,12 +83,7 @@ async fn lifecycles_on_two_clusters_reach_event_log_in_order() {
     })
     .await;
 
-    let ids: Vec<&str> = lines
-        .iter()
-        .map(|l| l["id"].as_str().expect("id"))
-        .collect();
-    let unique: BTreeSet<&str> = ids.iter().copied().collect();
-    assert_eq!(ids.len(), unique.len(), "no event is delivered twice");
+    assert_unique_ids(&lines, "no event is delivered twice");
 
     let jobs = by_job(&lines);
     for (cluster, uid, path) in &expected {

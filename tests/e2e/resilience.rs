@@ -1,10 +1,8 @@
 //! Watch failures — dropped connections, `410 Gone`, an outage — lose no terminal phase.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jobrelay::clusters::health::HealthState;
-use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
 use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
 
@@ -12,18 +10,7 @@ use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
 async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
-    let setup = Setup::new("");
-    setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest(
-        "log",
-        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
-
+    let (setup, daemon) = start_with_event_log("", &[&sim]).await;
     let mut jobs: Vec<JobDriver> = Vec::new();
     for (i, flavor) in Flavor::ALL.iter().cycle().take(12).enumerate() {
         let mut d = JobDriver::create(&sim, *flavor, "ml", &format!("job-{i}")).expect("create");
@@ -84,11 +71,6 @@ async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
             .then_some(lines)
     })
     .await;
-    let ids: Vec<&str> = lines
-        .iter()
-        .map(|l| l["id"].as_str().expect("id"))
-        .collect();
-    let unique: BTreeSet<&str> = ids.iter().copied().collect();
-    assert_eq!(ids.len(), unique.len(), "re-lists deliver no version twice");
+    assert_unique_ids(&lines, "re-lists deliver no version twice");
     daemon.shutdown(Duration::from_secs(10)).await;
 }

@@ -40,17 +40,7 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
     let runtime = Runtime::new(main.runtime.clone())?;
     for (name, source) in state.plugins() {
         let started = Instant::now();
-        let spec = PluginSpec {
-            name: name.clone(),
-            version: source.version.clone(),
-            wasm: source.wasm.clone(),
-            wasm_sha256: source.wasm_sha256.clone(),
-            timeout: source.timeout,
-            memory_bytes: source.memory_bytes,
-            config: source.config.clone(),
-            grants: source.grants.clone(),
-        };
-        match runtime.load(spec).await {
+        match runtime.load(PluginSpec::from(source)).await {
             Ok(_) => println!(
                 "ok    plugin   {name}: version {} ({} KiB, loaded in {} ms)",
                 source.version,

@@ -63,6 +63,12 @@ impl ConfigState {
     /// missing main file means the defaults.
     pub fn load(root: &Path) -> Result<(ConfigState, Update), (PathBuf, ConfigError)> {
         let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+        if !root.is_dir() {
+            return Err((
+                root,
+                ConfigError::Read("the config folder does not exist or is not a folder".into()),
+            ));
+        }
         let folder = scan(&root);
         let (main, main_sha256) = match &folder.main {
             None => (

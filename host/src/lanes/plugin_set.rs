@@ -33,6 +33,8 @@ pub struct ReloadOutcome {
     pub version: String,
     pub ok: bool,
     pub error: Option<String>,
+    /// How long the load took (compile or cache hit, link, the load-time `init`).
+    pub load_ms: f64,
     /// RFC 3339.
     pub at: String,
 }
@@ -102,17 +104,9 @@ impl PluginSet {
     }
 
     async fn load(&self, source: PluginSource, generation: u64) {
-        let spec = PluginSpec {
-            name: source.name.clone(),
-            version: source.version.clone(),
-            wasm: source.wasm.clone(),
-            wasm_sha256: source.wasm_sha256.clone(),
-            timeout: source.timeout,
-            memory_bytes: source.memory_bytes,
-            config: source.config.clone(),
-            grants: source.grants.clone(),
-        };
-        let result = self.runtime.load(spec).await;
+        let started = std::time::Instant::now();
+        let result = self.runtime.load(PluginSpec::from(&source)).await;
+        let load_ms = started.elapsed().as_secs_f64() * 1000.0;
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         if book.generation.get(&source.name) != Some(&generation) {
             tracing::debug!(plugin = %source.name, version = %source.version,
@@ -140,6 +134,7 @@ impl PluginSet {
                     version: source.version,
                     ok: true,
                     error: None,
+                    load_ms,
                     at,
                 });
             }
@@ -151,6 +146,7 @@ impl PluginSet {
                     version: source.version,
                     ok: false,
                     error: Some(e.to_string()),
+                    load_ms,
                     at,
                 });
             }

@@ -35,6 +35,7 @@ use self::bindings::PluginPre;
 use self::compile::ComponentCache;
 use crate::capabilities;
 use crate::config::manifest::Grants;
+use crate::config::sources::PluginSource;
 
 /// The longest time limit a manifest may set. One call holding an instance for longer is a
 /// plugin that should split its work; the bound also keeps deadline arithmetic far from
@@ -60,6 +61,22 @@ pub struct PluginSpec {
     pub config: BTreeMap<String, String>,
     /// What the plugin may reach. Host paths must be absolute.
     pub grants: Grants,
+}
+
+impl From<&PluginSource> for PluginSpec {
+    /// The version a config folder's plugin source describes.
+    fn from(source: &PluginSource) -> PluginSpec {
+        PluginSpec {
+            name: source.name.clone(),
+            version: source.version.clone(),
+            wasm: source.wasm.clone(),
+            wasm_sha256: source.wasm_sha256.clone(),
+            timeout: source.timeout,
+            memory_bytes: source.memory_bytes,
+            config: source.config.clone(),
+            grants: source.grants.clone(),
+        }
+    }
 }
 
 /// The plugin runtime. Cheap to clone; clones share the engine, linker and caches.
