@@ -21,9 +21,13 @@ use crate::config::state::{ConfigState, Update};
 use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::runtime::Runtime;
+use crate::state::open_store;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.
 const EVENT_BUFFER: usize = 1024;
+
+/// How often replay requests made by `jobrelay dead-letters replay` are picked up.
+const REPLAY_POLL: Duration = Duration::from_secs(2);
 
 /// A running daemon.
 pub struct Daemon {
@@ -43,9 +47,11 @@ impl Daemon {
         let main = state.main().clone();
         let runtime =
             Runtime::new(main.runtime.clone()).context("cannot build the WebAssembly engine")?;
+        let store = open_store(&main.state_path)
+            .await
+            .with_context(|| format!("cannot open the state file {}", main.state_path.display()))?;
         let routes = Routes::default();
-        routes.set_kinds(&main);
-        let plugins = PluginSet::new(runtime, routes.clone());
+        let plugins = PluginSet::new(runtime, routes.clone(), store);
         let health = HealthBoard::default();
         let cancel = CancellationToken::new();
         let (sink, events) = mpsc::channel(EVENT_BUFFER);
@@ -70,9 +76,14 @@ impl Daemon {
             let problems = problems.clone();
             let cancel = cancel.clone();
             tokio::spawn(async move {
+                let mut replays = tokio::time::interval(REPLAY_POLL);
                 loop {
                     let trigger = tokio::select! {
                         t = folder.next() => t,
+                        _ = replays.tick() => {
+                            plugins.take_replays().await;
+                            continue;
+                        }
                         _ = cancel.cancelled() => break,
                     };
                     let update = state.refresh();
@@ -80,7 +91,7 @@ impl Daemon {
                         tracing::info!("periodic re-scan found changes that file events missed");
                     }
                     *problems.write().unwrap_or_else(|p| p.into_inner()) = state.problems().clone();
-                    apply(&state, update, &plugins, &routes, &mut clusters).await;
+                    apply(&state, update, &plugins, &mut clusters).await;
                     folder.ensure_watched(&state.watched_dirs());
                 }
                 clusters.stop_all().await;
@@ -116,16 +127,24 @@ impl Daemon {
             .clone()
     }
 
-    /// Stop watching, then let queued and running calls finish for up to `grace`.
+    /// Stop watching, then let calls in flight finish for up to `grace`. Cursors are written as
+    /// each event is settled, so nothing acknowledged is lost; events still queued were not
+    /// acknowledged and are delivered after the next start.
     pub async fn shutdown(self, grace: Duration) {
         self.cancel.cancel();
         let _ = self.task.await;
-        if tokio::time::timeout(grace, self.plugins.idle())
+        if tokio::time::timeout(grace, self.plugins.close())
             .await
             .is_err()
         {
-            tracing::warn!("grace period over with plugin calls still queued or running");
+            tracing::warn!("grace period over with plugin calls still running");
         }
+        self.plugins.close_store().await;
+    }
+
+    /// Wait until no lane has queued or running work (tests, benchmarks).
+    pub async fn idle(&self) {
+        self.plugins.idle().await;
     }
 }
 
@@ -137,18 +156,32 @@ async fn apply(
     state: &ConfigState,
     update: Update,
     plugins: &PluginSet,
-    routes: &Routes,
     clusters: &mut ClusterManager,
 ) {
     if update.is_empty() {
         return;
     }
     let main = state.main();
-    // Plugin loads run in the background; the serving versions keep taking events meanwhile.
-    drop(plugins.apply(update.plugins));
+    let added = update
+        .plugins
+        .iter()
+        .any(|c| matches!(c, crate::config::state::Change::Added(_)));
+    let loads = plugins.apply(update.plugins);
+    if added {
+        // A new plugin should see every job's current version, not only later changes: wait
+        // for it to load, then re-list every cluster. Other plugins skip what they already
+        // handled (their cursors), so they see no repeats.
+        for load in loads {
+            let _ = load.await;
+        }
+        tracing::info!("plugin added; re-listing every cluster so it sees the current jobs");
+        clusters.restart_all(state.clusters(), main).await;
+        return;
+    }
+    // Reloads run in the background; the serving versions keep taking events meanwhile.
+    drop(loads);
     if update.watch_changed {
         tracing::info!("kinds or watch scope changed; restarting every cluster's watchers");
-        routes.set_kinds(main);
         clusters.restart_all(state.clusters(), main).await;
     } else {
         clusters.apply(&update.clusters, main).await;

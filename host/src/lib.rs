@@ -12,5 +12,6 @@ pub mod config;
 pub mod daemon;
 pub mod lanes;
 pub mod runtime;
+pub mod state;
 pub mod telemetry;
 pub mod watch;

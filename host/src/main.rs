@@ -41,6 +41,7 @@ async fn main() -> ExitCode {
                 }
             })
         }
+        Command::DeadLetters { config, command } => dead_letters(&config, &command).await,
     };
     match result {
         Ok(code) => code,
@@ -62,6 +63,20 @@ async fn run(config: &std::path::Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(130));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn dead_letters(
+    config: &std::path::Path,
+    command: &jobrelay::cli::dead_letters::DeadLettersCommand,
+) -> anyhow::Result<ExitCode> {
+    let (state, _) = jobrelay::config::state::ConfigState::load(config)
+        .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let store = jobrelay::state::open_store(&state.main().state_path).await?;
+    let out = jobrelay::cli::dead_letters::run(store.as_ref(), command).await;
+    store.close().await;
+    let text = out?;
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 

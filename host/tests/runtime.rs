@@ -91,6 +91,7 @@ fn event(rv: u32, behave: Option<&str>) -> JobEvent {
         labels,
         annotations: BTreeMap::from([("note".to_string(), "x".to_string())]),
         object_json: Arc::from(r#"{"kind":"Job","spec":{"parallelism":2}}"#),
+        synthetic: false,
     }
 }
 

@@ -66,7 +66,9 @@ impl Setup {
         for sub in ["clusters", "plugins", "wasm", "out"] {
             fs::create_dir_all(setup.path(sub)).expect("create folder");
         }
-        let main = format!("plugin_dir: wasm\nrescan_seconds: 2\ndebounce_ms: 100\n{main_yaml}");
+        let main = format!(
+            "plugin_dir: wasm\nstate: {{path: state/jobrelay.db}}\nrescan_seconds: 2\ndebounce_ms: 100\n{main_yaml}"
+        );
         write_atomic(&setup.path("jobrelay.yaml"), main.as_bytes());
         setup
     }

@@ -137,7 +137,7 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
     );
     setup.write_manifest(
         "probe",
-        "wasm: probe.wasm\ntimeout_ms: 300\nmemory_mb: 16\nconcurrency: 2\n\
+        "wasm: probe.wasm\nretry: {max_attempts: 2, min_delay_ms: 10, max_delay_ms: 20}\ntimeout_ms: 300\nmemory_mb: 16\nconcurrency: 2\n\
          grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
     );
     setup.add_cluster(&sim);
@@ -184,14 +184,19 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
         .filter(|l| uids[..3].iter().any(|(_, uid)| uid_of(l) == *uid))
         .count();
     assert!(bad_events >= 9, "each bad job has at least three versions");
-    let lane = wait_for("every bad call counted as failed", || {
+    let lane = wait_for("every bad event dead-lettered", || {
         let lane = daemon.plugins().get("probe")?.lane.clone()?;
-        (lane.failed as usize >= bad_events && lane.pending == 0).then_some(lane)
+        (lane.dead_lettered as usize >= bad_events && lane.pending == 0).then_some(lane)
     })
     .await;
     assert_eq!(
-        lane.failed as usize, bad_events,
-        "only the bad jobs' calls fail: {lane:?}"
+        lane.dead_lettered as usize, bad_events,
+        "only the bad jobs' events are dead-lettered: {lane:?}"
+    );
+    assert_eq!(
+        lane.failed_calls as usize,
+        2 * bad_events,
+        "each bad event was tried twice (retry.max_attempts): {lane:?}"
     );
     let probe_lines = setup.lines("probe/probe.jsonl");
     for (behave, uid) in &uids[..3] {

@@ -1,6 +1,7 @@
 //! The command line: `run`, `check` and `plugin run`.
 
 pub mod check;
+pub mod dead_letters;
 pub mod plugin_run;
 
 use std::path::PathBuf;
@@ -43,6 +44,13 @@ pub enum Command {
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// List, replay or drop dead letters; works beside a running daemon.
+    DeadLetters {
+        #[arg(long, short, env = "JOBRELAY_CONFIG")]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: dead_letters::DeadLettersCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,19 +11,19 @@ use super::supervisor::{self, SupervisorHandle};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
-use crate::watch::event::JobEvent;
+use crate::watch::watcher::Observation;
 
 /// Owns one supervisor per cluster.
 pub struct ClusterManager {
     running: BTreeMap<String, SupervisorHandle>,
-    sink: mpsc::Sender<JobEvent>,
+    sink: mpsc::Sender<Observation>,
     health: HealthBoard,
     cancel: CancellationToken,
 }
 
 impl ClusterManager {
     pub fn new(
-        sink: mpsc::Sender<JobEvent>,
+        sink: mpsc::Sender<Observation>,
         health: HealthBoard,
         cancel: CancellationToken,
     ) -> Self {

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::health::HealthBoard;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
-use crate::watch::event::JobEvent;
+use crate::watch::watcher::Observation;
 use crate::watch::watcher::{self, WatchTarget};
 
 /// A running supervisor.
@@ -41,7 +41,7 @@ impl SupervisorHandle {
 pub fn spawn(
     source: &ClusterSource,
     main: &Arc<MainConfig>,
-    sink: mpsc::Sender<JobEvent>,
+    sink: mpsc::Sender<Observation>,
     health: HealthBoard,
     parent: &CancellationToken,
 ) -> SupervisorHandle {
@@ -90,7 +90,7 @@ async fn supervise(
     name: String,
     kubeconfig: Arc<Kubeconfig>,
     targets: Vec<WatchTarget>,
-    sink: mpsc::Sender<JobEvent>,
+    sink: mpsc::Sender<Observation>,
     health: HealthBoard,
     cancel: CancellationToken,
 ) {
@@ -139,9 +139,13 @@ async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> C
 
 /// A kube client from an in-memory kubeconfig.
 pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, String> {
-    let config =
+    let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
             .await
             .map_err(|e| format!("kubeconfig: {e}"))?;
+    // The client's own retry of 429/503/504 (up to 15 times, honouring Retry-After) would hide
+    // an unavailable API server from the cluster's health for minutes. The watcher already
+    // retries every failed request with backoff, so each failure is retried and also seen.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| format!("client: {e}"))
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::RuntimeSettings;
+use crate::state::StateSettings;
 use crate::watch::kinds::{JobKind, NormalizerSpec};
 
 use super::ConfigError;
@@ -33,6 +34,9 @@ pub struct MainFile {
     /// The WebAssembly engine. Read once at start: changing it needs a restart.
     #[serde(default)]
     pub runtime: RuntimeSettings,
+    /// Where cursors and dead letters are kept. Read once at start.
+    #[serde(default)]
+    pub state: StateSettings,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -120,6 +124,8 @@ pub struct MainConfig {
     /// Absolute.
     pub plugin_dir: PathBuf,
     pub runtime: RuntimeSettings,
+    /// The state file, absolute.
+    pub state_path: PathBuf,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -193,6 +199,7 @@ impl MainFile {
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
             runtime: self.runtime,
+            state_path: self.state.resolved_path(root),
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::lanes::mode::DeliveryMode;
+use crate::lanes::settings::{RateLimitSpec, RetryPolicy};
+
 /// The manifest as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,6 +30,16 @@ pub struct PluginManifest {
     /// one at a time.
     #[serde(default)]
     pub concurrency: Option<usize>,
+    /// Which versions the plugin receives: `every-version` (default), `transitions`,
+    /// `terminal` or `latest`.
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// How failed calls are retried before the event is dead-lettered.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// Token buckets every call waits for, e.g. `[{per_second: 5}, {per_minute: 100}]`.
+    #[serde(default)]
+    pub rate_limits: Vec<RateLimitSpec>,
     /// Capabilities granted to the plugin.
     #[serde(default)]
     pub grants: Grants,

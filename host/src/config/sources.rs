@@ -12,6 +12,8 @@ use super::ConfigError;
 use super::files::{FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::{Grants, PluginManifest};
+use crate::lanes::mode::DeliveryMode;
+use crate::lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
 #[derive(Debug, Clone)]
@@ -81,6 +83,9 @@ pub struct PluginSource {
     pub timeout: Duration,
     pub memory_bytes: u64,
     pub concurrency: usize,
+    pub delivery: DeliveryMode,
+    pub retry: RetryPolicy,
+    pub rate_limits: Vec<RateLimitSpec>,
     pub config: BTreeMap<String, String>,
     /// Grants with host paths made absolute.
     pub grants: Grants,
@@ -92,6 +97,17 @@ pub struct PluginSource {
 impl PluginSource {
     pub fn wants(&self, kind_name: &str) -> bool {
         self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind_name)
+    }
+
+    /// The lane settings this source describes.
+    pub fn lane_settings(&self) -> LaneSettings {
+        LaneSettings {
+            mode: self.delivery,
+            concurrency: self.concurrency,
+            retry: self.retry.clone(),
+            rate_limits: self.rate_limits.clone(),
+            kinds: self.kinds.clone(),
+        }
     }
 
     /// Resolve a manifest file. `root` is the config folder.
@@ -124,6 +140,16 @@ impl PluginSource {
                 "timeout_ms, memory_mb and concurrency must be at least 1".into(),
             ));
         }
+        if manifest.retry.max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "retry.max_attempts must be at least 1".into(),
+            ));
+        }
+        for (i, limit) in manifest.rate_limits.iter().enumerate() {
+            limit
+                .validate()
+                .map_err(|e| ConfigError::Invalid(format!("rate_limits[{i}]: {e}")))?;
+        }
         let mut grants = manifest.grants.clone();
         for (i, dir) in grants.filesystem.iter_mut().enumerate() {
             if !dir.guest.starts_with('/') {
@@ -147,7 +173,8 @@ impl PluginSource {
         let effective = serde_json::json!({
             "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
-            "grants": grants,
+            "grants": grants, "delivery": manifest.delivery, "retry": manifest.retry,
+            "rate_limits": manifest.rate_limits,
         });
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
@@ -160,6 +187,9 @@ impl PluginSource {
             timeout: Duration::from_millis(timeout_ms),
             memory_bytes: memory_mb * 1024 * 1024,
             concurrency,
+            delivery: manifest.delivery,
+            retry: manifest.retry,
+            rate_limits: manifest.rate_limits,
             config: manifest.config,
             grants,
             version,

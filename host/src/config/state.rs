@@ -174,10 +174,10 @@ impl ConfigState {
                     return;
                 }
                 update.watch_changed = self.main.watch_differs(&main);
-                if self.main.runtime != main.runtime {
+                if self.main.runtime != main.runtime || self.main.state_path != main.state_path {
                     tracing::warn!(
                         file = %self.root.join(MAIN_FILE).display(),
-                        "the `runtime` section changed; it takes effect at the next restart"
+                        "the `runtime` or `state` section changed; it takes effect at the next restart"
                     );
                 }
                 self.main = Arc::new(main);

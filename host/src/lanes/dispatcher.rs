@@ -1,78 +1,86 @@
-//! The dispatcher: takes job events from every watcher, in observation order, and queues each
-//! on the lanes of the plugins that want its kind.
+//! The dispatcher: takes observations from every watcher, in observation order, and offers
+//! each to the lanes of the plugins that want its kind.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
-use super::lane::Lane;
-use crate::config::main_file::MainConfig;
-use crate::watch::event::JobEvent;
+use super::lane::{Lane, Listed, Observed};
+use crate::watch::watcher::Observation;
 
-/// The lanes by plugin name, and how to tell an event's configured kind name.
+/// The lanes by plugin name.
 #[derive(Clone, Default)]
 pub struct Routes {
-    inner: Arc<RwLock<RoutesInner>>,
-}
-
-#[derive(Default)]
-struct RoutesInner {
-    lanes: BTreeMap<String, Lane>,
-    /// (apiVersion, kind) → configured kind name.
-    kind_names: HashMap<(String, String), String>,
+    inner: Arc<RwLock<BTreeMap<String, Lane>>>,
 }
 
 impl Routes {
-    pub fn set_kinds(&self, main: &MainConfig) {
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        inner.kind_names = main
-            .kinds
-            .iter()
-            .map(|k| ((k.api_version(), k.kind.clone()), k.name.clone()))
-            .collect();
-    }
-
     pub fn insert(&self, name: &str, lane: Lane) {
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        inner.lanes.insert(name.to_string(), lane);
+        let mut lanes = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        lanes.insert(name.to_string(), lane);
     }
 
     pub fn remove(&self, name: &str) -> Option<Lane> {
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        inner.lanes.remove(name)
+        let mut lanes = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        lanes.remove(name)
     }
 
     pub fn get(&self, name: &str) -> Option<Lane> {
-        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        inner.lanes.get(name).cloned()
+        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        lanes.get(name).cloned()
     }
 
     pub fn lanes(&self) -> BTreeMap<String, Lane> {
-        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        inner.lanes.clone()
+        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        lanes.clone()
     }
 
-    /// Queue the event on every lane that wants it.
-    pub fn route(&self, event: JobEvent) {
-        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let Some(kind_name) = inner
-            .kind_names
-            .get(&(event.api_version.clone(), event.kind.clone()))
-        else {
-            tracing::debug!(event = %event.id, "event of a kind no longer configured; skipped");
-            return;
-        };
-        for lane in inner.lanes.values().filter(|l| l.wants(kind_name)) {
-            lane.push(event.clone());
+    /// Offer the observation to every lane that wants its kind.
+    pub fn route(&self, observation: Observation) {
+        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        match observation {
+            Observation::Version {
+                event,
+                kind,
+                from_list,
+            } => {
+                tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name,
+                    from_list, "observed");
+                let observed = Observed {
+                    event,
+                    kind,
+                    from_list,
+                };
+                for lane in lanes.values().filter(|l| l.wants(&observed.kind.name)) {
+                    lane.push(&observed);
+                }
+            }
+            Observation::Listed {
+                cluster,
+                kind,
+                namespace,
+                uids,
+            } => {
+                let listed = Listed {
+                    cluster: cluster.to_string(),
+                    api_version: kind.api_version(),
+                    kind: kind.kind.clone(),
+                    namespace,
+                    uids,
+                    job_kind: kind.clone(),
+                };
+                for lane in lanes.values().filter(|l| l.wants(&kind.name)) {
+                    lane.listed(&listed);
+                }
+            }
         }
     }
 }
 
 /// Run until every sender is gone.
-pub async fn run(routes: Routes, mut events: mpsc::Receiver<JobEvent>) {
-    while let Some(event) = events.recv().await {
-        tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name, "observed");
-        routes.route(event);
+pub async fn run(routes: Routes, mut observations: mpsc::Receiver<Observation>) {
+    while let Some(observation) = observations.recv().await {
+        routes.route(observation);
     }
 }

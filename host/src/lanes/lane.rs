@@ -1,51 +1,133 @@
 //! One plugin's lane: per-job FIFO queues drained by one worker per busy job, under a
 //! semaphore that bounds how many jobs the plugin handles at once.
 //!
-//! The plugin version is looked up when a call starts, not when an event is queued: a hot
-//! reload swaps the version in place and the queue is untouched, so no event is dropped or
-//! handled twice by a reload, and calls already running finish on the version they started on.
+//! - **Order**: a job has at most one worker, which handles its events one at a time; a failing
+//!   event is retried (with backoff, under the plugin's rate limits) before the job's next
+//!   event, so order is kept. Other jobs go on meanwhile.
+//! - **What is queued** is decided by the plugin's delivery mode ([`super::mode`]) against what
+//!   the lane accepted for the job, so a job's queue never holds more than its mode needs
+//!   (`latest`: one version).
+//! - **Durability**: after a call succeeds (or its event is dead-lettered) the job's cursor is
+//!   written to the state store before the job's next event starts. After a restart the lane
+//!   starts from those cursors, so versions already handled are skipped.
+//! - **Hot reload**: the plugin version is looked up when a call starts, not when an event is
+//!   queued: a reload swaps the version in place and the queues are untouched, so no event is
+//!   dropped or handled twice by a reload, and calls in flight finish on their version.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use governor::DefaultDirectRateLimiter;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
-use crate::runtime::PluginVersion;
-use crate::watch::event::{JobEvent, JobKey};
+use super::mode::{Accepted, Decision};
+use super::settings::LaneSettings;
+use crate::runtime::{CallError, PluginVersion};
+use crate::state::{Cursor, CursorStore};
+use crate::watch::catch_up;
+use crate::watch::event::{JobEvent, JobKey, Phase};
+use crate::watch::kinds::JobKind;
 
-/// Counters of one lane, for status and tests.
+/// Counters of one lane, for status, metrics and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct LaneStats {
-    /// Calls that returned ok.
+    /// Events handled successfully.
     pub delivered: u64,
-    /// Calls that failed (any error); without retries yet, such an event is not handled.
-    pub failed: u64,
-    /// Events waiting in the lane.
+    /// Calls that failed and were retried.
+    pub retried: u64,
+    /// Events moved to the dead-letter list.
+    pub dead_lettered: u64,
+    /// Failed calls in all (retried or not).
+    pub failed_calls: u64,
+    /// Observed versions the delivery mode did not want (duplicates included).
+    pub skipped: u64,
+    /// Events waiting in the lane, in flight included.
     pub pending: u64,
     /// Calls running now.
     pub in_flight: u64,
+    /// Jobs the lane tracks.
+    pub jobs: u64,
+}
+
+/// One observed version as the dispatcher hands it to lanes.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub event: JobEvent,
+    pub kind: Arc<JobKind>,
+    /// Seen in a (re-)list rather than a watch event: a gap may lie behind it.
+    pub from_list: bool,
+}
+
+/// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
+#[derive(Debug)]
+struct Item {
+    event: JobEvent,
+    replay: bool,
+}
+
+/// What a lane keeps per job: the projection needed to judge and order its events.
+#[derive(Debug, Default)]
+struct JobState {
+    accepted: Accepted,
+    /// Phase of the last version delivered (the `previous_phase` of the next one).
+    delivered_phase: Option<Phase>,
+    queue: VecDeque<Item>,
+    busy: bool,
+    api_version: Arc<str>,
+    kind: Arc<str>,
+    namespace: String,
+    name: String,
+}
+
+impl JobState {
+    fn from_cursor(c: &Cursor) -> JobState {
+        let delivered = !c.resource_version.is_empty();
+        JobState {
+            accepted: Accepted {
+                resource_version: delivered.then(|| c.resource_version.clone()),
+                phase: delivered.then_some(c.phase),
+                transition_time: delivered.then(|| c.transition_time.clone()),
+                terminal_done: delivered && c.phase.is_terminal(),
+                deleted: c.deleted,
+            },
+            delivered_phase: delivered.then_some(c.phase),
+            queue: VecDeque::new(),
+            busy: false,
+            api_version: Arc::from(c.api_version.as_str()),
+            kind: Arc::from(c.kind.as_str()),
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+        }
+    }
 }
 
 struct Inner {
+    name: String,
     plugin: ArcSwap<PluginVersion>,
-    kinds: ArcSwap<Vec<String>>,
+    settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
-    queues: Mutex<HashMap<JobKey, VecDeque<JobEvent>>>,
+    limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
+    jobs: Mutex<HashMap<JobKey, JobState>>,
+    store: Arc<dyn CursorStore>,
     workers: TaskTracker,
     closed: AtomicBool,
     delivered: AtomicU64,
-    failed: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    failed_calls: AtomicU64,
+    skipped: AtomicU64,
     pending: AtomicU64,
     in_flight: AtomicU64,
     /// Woken whenever the lane may have become idle.
     settled: Notify,
+    /// Woken when the lane closes, to cut retry waits short.
+    closing: Notify,
 }
 
 /// A cheap handle to one plugin's lane.
@@ -54,24 +136,57 @@ pub struct Lane {
     inner: Arc<Inner>,
 }
 
+fn limiters(settings: &LaneSettings) -> Vec<DefaultDirectRateLimiter> {
+    settings
+        .rate_limits
+        .iter()
+        .filter_map(|r| r.limiter())
+        .collect()
+}
+
 impl Lane {
-    pub fn new(plugin: Arc<PluginVersion>, kinds: Vec<String>, concurrency: usize) -> Lane {
-        Lane {
+    /// A lane starting from the plugin's stored cursors.
+    pub async fn open(
+        name: &str,
+        plugin: Arc<PluginVersion>,
+        settings: LaneSettings,
+        store: Arc<dyn CursorStore>,
+    ) -> Result<Lane, crate::state::StoreError> {
+        let cursors = store.cursors(name).await?;
+        let jobs: HashMap<JobKey, JobState> = cursors
+            .iter()
+            .map(|c| {
+                let key = JobKey {
+                    cluster: c.cluster.clone(),
+                    uid: c.uid.clone(),
+                };
+                (key, JobState::from_cursor(c))
+            })
+            .collect();
+        let concurrency = settings.concurrency.max(1);
+        Ok(Lane {
             inner: Arc::new(Inner {
+                name: name.to_string(),
                 plugin: ArcSwap::new(plugin),
-                kinds: ArcSwap::from_pointee(kinds),
-                permits: ArcSwap::from_pointee(Semaphore::new(concurrency.max(1))),
-                concurrency: AtomicUsize::new(concurrency.max(1)),
-                queues: Mutex::new(HashMap::new()),
+                limiters: ArcSwap::from_pointee(limiters(&settings)),
+                settings: ArcSwap::from_pointee(settings),
+                permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
+                concurrency: AtomicUsize::new(concurrency),
+                jobs: Mutex::new(jobs),
+                store,
                 workers: TaskTracker::new(),
                 closed: AtomicBool::new(false),
                 delivered: AtomicU64::new(0),
-                failed: AtomicU64::new(0),
+                retried: AtomicU64::new(0),
+                dead_lettered: AtomicU64::new(0),
+                failed_calls: AtomicU64::new(0),
+                skipped: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 settled: Notify::new(),
+                closing: Notify::new(),
             }),
-        }
+        })
     }
 
     /// The version that the next call will use.
@@ -81,49 +196,197 @@ impl Lane {
 
     /// Whether this lane takes events of the given kind name (empty list: all kinds).
     pub fn wants(&self, kind_name: &str) -> bool {
-        let kinds = self.inner.kinds.load();
-        kinds.is_empty() || kinds.iter().any(|k| k == kind_name)
+        let settings = self.inner.settings.load();
+        settings.kinds.is_empty() || settings.kinds.iter().any(|k| k == kind_name)
     }
 
     /// Install a new plugin version and settings. Queued events go to the new version; calls
     /// in flight finish on the old one.
-    pub fn reconfigure(&self, plugin: Arc<PluginVersion>, kinds: Vec<String>, concurrency: usize) {
+    pub fn reconfigure(&self, plugin: Arc<PluginVersion>, settings: LaneSettings) {
         self.inner.plugin.store(plugin);
-        self.inner.kinds.store(Arc::new(kinds));
-        let concurrency = concurrency.max(1);
+        let concurrency = settings.concurrency.max(1);
         // A new semaphore for a new limit: calls holding the old one finish normally.
         if self.inner.concurrency.swap(concurrency, Ordering::SeqCst) != concurrency {
             self.inner
                 .permits
                 .store(Arc::new(Semaphore::new(concurrency)));
         }
+        if self.inner.settings.load().rate_limits != settings.rate_limits {
+            self.inner.limiters.store(Arc::new(limiters(&settings)));
+        }
+        self.inner.settings.store(Arc::new(settings));
     }
 
-    /// Queue one event. Starts a worker for the job if it has none.
-    pub fn push(&self, event: JobEvent) {
+    /// Offer one observed version. The delivery mode decides whether it is queued; after a
+    /// gap, transitions recorded in the status are queued first as synthetic events.
+    pub fn push(&self, observed: &Observed) {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let event = &observed.event;
+        let mode = self.inner.settings.load().mode;
+        let key = event.job_key();
+        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let job = jobs.entry(key.clone()).or_insert_with(|| {
+            self.remember(event);
+            JobState {
+                api_version: Arc::from(event.api_version.as_str()),
+                kind: Arc::from(event.kind.as_str()),
+                namespace: event.namespace.clone(),
+                name: event.name.clone(),
+                ..JobState::default()
+            }
+        });
+        let mut offered = Vec::new();
+        if observed.from_list && mode.wants_catch_up() {
+            offered.extend(self.missed(job, observed));
+        }
+        offered.push(event.clone());
+        for event in offered {
+            let queued: HashSet<&str> = job
+                .queue
+                .iter()
+                .filter(|i| !i.replay)
+                .map(|i| i.event.resource_version.as_str())
+                .collect();
+            let decision = mode.decide(&mut job.accepted, &event, |rv| queued.contains(rv));
+            match decision {
+                Decision::Skip(_) => {
+                    self.inner.skipped.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                Decision::Replace => {
+                    let before = job.queue.len();
+                    job.queue.retain(|i| i.replay);
+                    let dropped = (before - job.queue.len()) as u64;
+                    self.inner.pending.fetch_sub(dropped, Ordering::SeqCst);
+                    self.inner.skipped.fetch_add(dropped, Ordering::SeqCst);
+                }
+                Decision::Append => {}
+            }
+            self.inner.pending.fetch_add(1, Ordering::SeqCst);
+            job.queue.push_back(Item {
+                event,
+                replay: false,
+            });
+        }
+        self.wake(&key, job);
+    }
+
+    /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]).
+    /// Written in the background: losing it only weakens deletion detection across a crash.
+    fn remember(&self, event: &JobEvent) {
+        if event.phase == Phase::Deleted {
+            return;
+        }
+        let store = self.inner.store.clone();
+        let cursor = Cursor::from_event(&self.inner.name, event);
+        tokio::spawn(async move {
+            if let Err(e) = store.remember_job(&cursor).await {
+                tracing::warn!(plugin = %cursor.plugin, job = %cursor.uid, error = %e,
+                    "cannot note a newly seen job");
+            }
+        });
+    }
+
+    /// Missed transitions of a job seen again after a gap, as synthetic events.
+    fn missed(&self, job: &JobState, observed: &Observed) -> Vec<JobEvent> {
+        let (Some(last_phase), Some(last_time)) =
+            (job.accepted.phase, job.accepted.transition_time.as_deref())
+        else {
+            return Vec::new();
+        };
+        if last_phase == observed.event.phase || job.accepted.deleted {
+            return Vec::new();
+        }
+        let Ok(object) = serde_json::from_str::<serde_json::Value>(&observed.event.object_json)
+        else {
+            return Vec::new();
+        };
+        let missed = catch_up::missed_transitions(
+            &observed.kind.normalizer,
+            &object,
+            last_phase,
+            Some(last_time),
+        );
+        catch_up::synthetic_events(&observed.event, last_phase, &missed)
+    }
+
+    /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and
+    /// does not move the job's cursor (later versions may have been delivered since).
+    pub fn push_replay(&self, event: JobEvent) {
         if self.inner.closed.load(Ordering::SeqCst) {
             return;
         }
         let key = event.job_key();
-        let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let job = jobs.entry(key.clone()).or_insert_with(|| JobState {
+            api_version: Arc::from(event.api_version.as_str()),
+            kind: Arc::from(event.kind.as_str()),
+            namespace: event.namespace.clone(),
+            name: event.name.clone(),
+            ..JobState::default()
+        });
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
-        if let Some(queue) = queues.get_mut(&key) {
-            queue.push_back(event); // its worker is running and will get to it
+        job.queue.push_back(Item {
+            event,
+            replay: true,
+        });
+        self.wake(&key, job);
+    }
+
+    /// A stream finished a (re-)list: jobs of that cluster, kind and namespace that the lane
+    /// knows but that were not listed are gone, and get their deletion (a job deleted while
+    /// jobrelay was down or disconnected is still delivered as deleted).
+    pub fn listed(&self, listed: &Listed) {
+        let mut gone: Vec<JobEvent> = Vec::new();
+        {
+            let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, job) in jobs.iter() {
+                let same_stream = key.cluster == listed.cluster
+                    && *job.api_version == *listed.api_version
+                    && *job.kind == *listed.kind
+                    && listed
+                        .namespace
+                        .as_deref()
+                        .is_none_or(|ns| ns == job.namespace);
+                if same_stream && !job.accepted.deleted && !listed.uids.contains(&key.uid) {
+                    gone.push(gone_event(key, job));
+                }
+            }
+        }
+        for event in gone {
+            let kind = listed.job_kind.clone();
+            self.push(&Observed {
+                event,
+                kind,
+                from_list: false,
+            });
+        }
+    }
+
+    /// Start the job's worker if it has work and none is running.
+    fn wake(&self, key: &JobKey, job: &mut JobState) {
+        if job.busy || job.queue.is_empty() {
             return;
         }
-        queues.insert(key.clone(), VecDeque::from([event]));
-        drop(queues);
+        job.busy = true;
         let inner = self.inner.clone();
-        self.inner.workers.spawn(work(inner, key));
+        self.inner.workers.spawn(work(inner, key.clone()));
     }
 
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;
+        let jobs = i.jobs.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
         LaneStats {
             delivered: i.delivered.load(Ordering::SeqCst),
-            failed: i.failed.load(Ordering::SeqCst),
+            retried: i.retried.load(Ordering::SeqCst),
+            dead_lettered: i.dead_lettered.load(Ordering::SeqCst),
+            failed_calls: i.failed_calls.load(Ordering::SeqCst),
+            skipped: i.skipped.load(Ordering::SeqCst),
             pending: i.pending.load(Ordering::SeqCst),
             in_flight: i.in_flight.load(Ordering::SeqCst),
+            jobs,
         }
     }
 
@@ -138,60 +401,211 @@ impl Lane {
         }
     }
 
-    /// Stop taking events, drop what is queued, and wait for calls in flight to finish.
+    /// Stop starting calls and wait for the ones in flight. Queued events stay unacknowledged:
+    /// their cursors were not advanced, so a restart delivers them.
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        let dropped: usize = {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            queues.values_mut().map(|q| q.drain(..).count()).sum()
-        };
-        self.inner
-            .pending
-            .fetch_sub(dropped as u64, Ordering::SeqCst);
+        self.inner.closing.notify_waiters();
         self.inner.workers.close();
         self.inner.workers.wait().await;
         self.inner.settled.notify_waiters();
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+}
+
+/// The end of one (re-)list of one stream, for deletion-while-away detection.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub cluster: String,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub uids: Arc<HashSet<String>>,
+    pub job_kind: Arc<JobKind>,
+}
+
+/// The deletion of a job that vanished unseen. Its version is the last accepted one plus
+/// `-gone`, so its id is stable across restarts.
+fn gone_event(key: &JobKey, job: &JobState) -> JobEvent {
+    let rv = format!(
+        "{}-gone",
+        job.accepted.resource_version.as_deref().unwrap_or("0")
+    );
+    let object = serde_json::json!({
+        "apiVersion": &*job.api_version,
+        "kind": &*job.kind,
+        "metadata": {"name": job.name, "namespace": job.namespace, "uid": key.uid},
+    });
+    JobEvent {
+        id: JobEvent::make_id(&key.cluster, &key.uid, &rv),
+        cluster: key.cluster.clone(),
+        api_version: job.api_version.to_string(),
+        kind: job.kind.to_string(),
+        namespace: job.namespace.clone(),
+        name: job.name.clone(),
+        uid: key.uid.clone(),
+        resource_version: rv,
+        generation: None,
+        phase: Phase::Deleted,
+        raw_phase: String::new(),
+        reason: Some("NotListed".into()),
+        message: Some("the job was gone when jobrelay listed its cluster again".into()),
+        previous_phase: None,
+        transition_time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        labels: Default::default(),
+        annotations: Default::default(),
+        object_json: Arc::from(object.to_string()),
+        synthetic: false,
     }
 }
 
 /// Drain one job's queue, one event at a time.
 async fn work(inner: Arc<Inner>, key: JobKey) {
     loop {
-        let event = {
-            let mut queues = inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let next = queues.get_mut(&key).and_then(VecDeque::pop_front);
-            if next.is_none() {
-                queues.remove(&key);
+        let next = {
+            let mut jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(job) = jobs.get_mut(&key) else {
+                return;
+            };
+            let closed = inner.closed.load(Ordering::SeqCst);
+            match job.queue.front() {
+                Some(item) if !closed => {
+                    let mut event = item.event.clone();
+                    if !item.replay {
+                        event.previous_phase = job.delivered_phase;
+                    }
+                    Some((event, item.replay))
+                }
+                _ => {
+                    job.busy = false;
+                    // A deleted job's state is no longer needed once nothing waits for it.
+                    if job.accepted.deleted && job.queue.is_empty() {
+                        jobs.remove(&key);
+                    }
+                    None
+                }
             }
-            next
         };
-        let Some(event) = event else {
+        let Some((event, replay)) = next else {
             inner.settled.notify_waiters();
             return;
         };
-        let permits = inner.permits.load_full();
-        let Ok(_permit) = permits.acquire().await else {
-            return;
+        let Some(outcome) = deliver(&inner, &event).await else {
+            return; // the lane closed while retrying: leave the event unacknowledged
         };
+        acknowledge(&inner, &key, &event, replay, outcome).await;
+    }
+}
+
+/// How a queued event ended.
+enum Outcome {
+    Delivered,
+    DeadLettered,
+}
+
+/// Call the plugin until it succeeds, gives up or runs out of attempts. `None`: the lane
+/// closed before the event was settled.
+async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
+    let settings = inner.settings.load_full();
+    let mut delays = settings.retry.delays();
+    let mut attempts = 0u32;
+    loop {
+        for limiter in inner.limiters.load().iter() {
+            limiter.until_ready().await;
+        }
+        let permits = inner.permits.load_full();
+        let permit = permits.acquire().await.ok()?;
+        if inner.closed.load(Ordering::SeqCst) {
+            return None;
+        }
         let plugin = inner.plugin.load_full();
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
         let started = Instant::now();
-        let result = plugin.handle(&event).await;
+        let result = plugin.handle(event).await;
         inner.in_flight.fetch_sub(1, Ordering::SeqCst);
-        match result {
+        drop(permit);
+        attempts += 1;
+        let error = match result {
             Ok(()) => {
-                inner.delivered.fetch_add(1, Ordering::SeqCst);
-                tracing::debug!(plugin = %plugin.name(), version = %plugin.version(),
-                    event = %event.id, phase = %event.phase,
+                tracing::debug!(plugin = %inner.name, version = %plugin.version(),
+                    event = %event.id, phase = %event.phase, attempts,
                     elapsed_ms = started.elapsed().as_millis() as u64, "delivered");
+                return Some(Outcome::Delivered);
             }
-            Err(e) => {
-                inner.failed.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!(plugin = %plugin.name(), version = %plugin.version(),
-                    event = %event.id, error = %e, "plugin call failed");
-            }
+            Err(e) => e,
+        };
+        inner.failed_calls.fetch_add(1, Ordering::SeqCst);
+        let delay = if error.is_retryable() {
+            delays.next()
+        } else {
+            None
+        };
+        let Some(delay) = delay else {
+            dead_letter(inner, event, &error, attempts).await;
+            return Some(Outcome::DeadLettered);
+        };
+        inner.retried.fetch_add(1, Ordering::SeqCst);
+        tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
+            attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
+            "plugin call failed; retrying");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = inner.closing.notified() => return None,
         }
-        inner.pending.fetch_sub(1, Ordering::SeqCst);
-        inner.settled.notify_waiters();
     }
+}
+
+async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
+    inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
+    tracing::error!(plugin = %inner.name, event = %event.id, attempts, error = %error,
+        "event moved to the dead-letter list");
+    if let Err(e) = inner
+        .store
+        .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
+        .await
+    {
+        tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
+            "cannot record the dead letter; the event will be delivered again after a restart");
+    }
+}
+
+/// Settle the event at the head of the job's queue: record it, persist the cursor, pop it.
+async fn acknowledge(
+    inner: &Inner,
+    key: &JobKey,
+    event: &JobEvent,
+    replay: bool,
+    outcome: Outcome,
+) {
+    if matches!(outcome, Outcome::Delivered) {
+        inner.delivered.fetch_add(1, Ordering::SeqCst);
+    }
+    if !replay {
+        let cursor = Cursor::from_event(&inner.name, event);
+        let saved = if cursor.deleted {
+            inner
+                .store
+                .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
+                .await
+        } else {
+            inner.store.save_cursor(&cursor).await
+        };
+        if let Err(e) = saved {
+            tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
+                "cannot store the cursor; the event may be delivered again after a restart");
+        }
+    }
+    let mut jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(job) = jobs.get_mut(key) {
+        job.queue.pop_front();
+        if !replay {
+            job.delivered_phase = Some(event.phase);
+        }
+    }
+    inner.pending.fetch_sub(1, Ordering::SeqCst);
+    drop(jobs);
+    inner.settled.notify_waiters();
 }

@@ -5,4 +5,6 @@
 
 pub mod dispatcher;
 pub mod lane;
+pub mod mode;
 pub mod plugin_set;
+pub mod settings;

@@ -16,6 +16,7 @@ use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
 use crate::runtime::{PluginSpec, Runtime};
+use crate::state::CursorStore;
 
 /// What an operator sees of one plugin.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -51,14 +52,16 @@ struct Book {
 pub struct PluginSet {
     runtime: Runtime,
     routes: Routes,
+    store: Arc<dyn CursorStore>,
     book: Arc<Mutex<Book>>,
 }
 
 impl PluginSet {
-    pub fn new(runtime: Runtime, routes: Routes) -> Self {
+    pub fn new(runtime: Runtime, routes: Routes, store: Arc<dyn CursorStore>) -> Self {
         PluginSet {
             runtime,
             routes,
+            store,
             book: Arc::default(),
         }
     }
@@ -107,27 +110,46 @@ impl PluginSet {
         let started = std::time::Instant::now();
         let result = self.runtime.load(PluginSpec::from(&source)).await;
         let load_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        if book.generation.get(&source.name) != Some(&generation) {
+        let superseded = {
+            let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+            book.generation.get(&source.name) != Some(&generation)
+        };
+        if superseded {
             tracing::debug!(plugin = %source.name, version = %source.version,
                 "a newer change superseded this load");
             return;
         }
         let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let result = match (result, self.routes.get(&source.name)) {
+            (Ok(version), Some(lane)) => {
+                lane.reconfigure(version, source.lane_settings());
+                Ok(())
+            }
+            (Ok(version), None) => {
+                match Lane::open(
+                    &source.name,
+                    version,
+                    source.lane_settings(),
+                    self.store.clone(),
+                )
+                .await
+                {
+                    Ok(lane) => {
+                        self.routes.insert(&source.name, lane);
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("cannot read the plugin's cursors: {e}")),
+                }
+            }
+            (Err(e), _) => Err(e.to_string()),
+        };
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let status = book.status.entry(source.name.clone()).or_default();
         match result {
-            Ok(version) => {
-                match self.routes.get(&source.name) {
-                    Some(lane) => {
-                        lane.reconfigure(version, source.kinds.clone(), source.concurrency)
-                    }
-                    None => self.routes.insert(
-                        &source.name,
-                        Lane::new(version, source.kinds.clone(), source.concurrency),
-                    ),
-                }
+            Ok(()) => {
                 tracing::info!(plugin = %source.name, version = %source.version,
-                    wasm = %source.wasm_path.display(), "plugin version serving");
+                    wasm = %source.wasm_path.display(), delivery = ?source.delivery,
+                    "plugin version serving");
                 status.serving = Some(source.version.clone());
                 status.serving_wasm_sha256 = Some(source.wasm_sha256.clone());
                 status.last_reload = Some(ReloadOutcome {
@@ -138,18 +160,45 @@ impl PluginSet {
                     at,
                 });
             }
-            Err(e) => {
+            Err(error) => {
                 tracing::error!(plugin = %source.name, version = %source.version,
-                    wasm = %source.wasm_path.display(), error = %e,
+                    wasm = %source.wasm_path.display(), error = %error,
                     serving = ?status.serving, "plugin load failed; the serving version stays");
                 status.last_reload = Some(ReloadOutcome {
                     version: source.version,
                     ok: false,
-                    error: Some(e.to_string()),
+                    error: Some(error),
                     load_ms,
                     at,
                 });
             }
+        }
+    }
+
+    /// Queue the dead letters an operator asked to replay (`jobrelay dead-letters replay`).
+    pub async fn take_replays(&self) {
+        for (name, lane) in self.routes.lanes() {
+            match self.store.take_replays(&name).await {
+                Ok(letters) => {
+                    for letter in letters {
+                        tracing::info!(plugin = %name, event = %letter.event.id, "replaying a dead letter");
+                        lane.push_replay(letter.event);
+                    }
+                }
+                Err(e) => tracing::warn!(plugin = %name, error = %e, "cannot read replay requests"),
+            }
+        }
+    }
+
+    /// Close the state store (after the lanes stopped writing to it).
+    pub async fn close_store(&self) {
+        self.store.close().await;
+    }
+
+    /// Stop every lane: no new calls; calls in flight finish.
+    pub async fn close(&self) {
+        for lane in self.routes.lanes().values() {
+            lane.close().await;
         }
     }
 

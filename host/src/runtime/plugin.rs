@@ -229,6 +229,7 @@ impl PluginVersion {
             labels: &labels,
             annotations: &annotations,
             object_json: &event.object_json,
+            synthetic: event.synthetic,
         };
         let handled = instance.call_handle(&mut *store, wit_event).await;
         match handled.map_err(Failure::Call)? {

@@ -85,6 +85,9 @@ pub struct JobEvent {
     /// The observed object as JSON text; shared, because every plugin lane gets the same event.
     #[serde(rename = "object", with = "embedded_json", default = "empty_object")]
     pub object_json: Arc<str>,
+    /// Reconstructed from status timestamps after a watch gap, not observed.
+    #[serde(default)]
+    pub synthetic: bool,
 }
 
 impl JobEvent {

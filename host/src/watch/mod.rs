@@ -1,6 +1,7 @@
 //! Watching jobs: one watcher per (cluster, job kind, namespace), turning object versions into
 //! job events.
 
+pub mod catch_up;
 pub mod event;
 pub mod kinds;
 pub mod normalize;

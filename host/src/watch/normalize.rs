@@ -115,23 +115,12 @@ fn batch(object: &Value) -> Normalized {
     Normalized::bare(Phase::Pending, "")
 }
 
-/// Volcano `batch.volcano.sh/v1alpha1` Job: `status.state.phase`.
-///
-/// Phases that still hold workers while moving on (Completing, Terminating, Aborting) count as
-/// running; Aborted can be resumed, so it counts as suspended; Terminated is a failure.
+/// Volcano `batch.volcano.sh/v1alpha1` Job: `status.state.phase`, mapped by [`volcano_phase`].
 fn volcano(object: &Value) -> Normalized {
     let Some(raw) = str_at(object, "/status/state/phase").filter(|p| !p.is_empty()) else {
         return Normalized::bare(Phase::Pending, "");
     };
-    let phase = match raw {
-        "Pending" => Phase::Pending,
-        "Running" | "Completing" | "Terminating" | "Aborting" => Phase::Running,
-        "Restarting" => Phase::Restarting,
-        "Completed" => Phase::Succeeded,
-        "Failed" | "Terminated" => Phase::Failed,
-        "Aborted" => Phase::Suspended,
-        _ => Phase::Unknown,
-    };
+    let phase = volcano_phase(raw);
     let s = |p: &str| {
         str_at(object, p)
             .filter(|v| !v.is_empty())
@@ -143,6 +132,23 @@ fn volcano(object: &Value) -> Normalized {
         reason: s("/status/state/reason"),
         message: s("/status/state/message"),
         transition_time: s("/status/state/lastTransitionTime"),
+    }
+}
+
+/// A Volcano `JobPhase` as a normalized phase (also used for the phases recorded in
+/// `status.conditions`, see `catch_up`).
+///
+/// Phases that still hold workers while moving on (Completing, Terminating, Aborting) count as
+/// running; Aborted can be resumed, so it counts as suspended; Terminated is a failure.
+pub(crate) fn volcano_phase(raw: &str) -> Phase {
+    match raw {
+        "Pending" => Phase::Pending,
+        "Running" | "Completing" | "Terminating" | "Aborting" => Phase::Running,
+        "Restarting" => Phase::Restarting,
+        "Completed" => Phase::Succeeded,
+        "Failed" | "Terminated" => Phase::Failed,
+        "Aborted" => Phase::Suspended,
+        _ => Phase::Unknown,
     }
 }
 

@@ -59,31 +59,47 @@ pub enum Progress {
     Error(String),
 }
 
-/// The part of a job remembered between versions. Kept small on purpose: whole objects are
-/// never retained.
+/// What a stream tells the lanes.
+// Versions are the common case and move through a channel once; boxing them would add an
+// allocation per event to save space in the rare `Listed`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
-struct Seen {
-    resource_version: String,
-    phase: Phase,
-    namespace: String,
-    name: String,
+pub enum Observation {
+    /// One version of one job.
+    Version {
+        event: JobEvent,
+        kind: Arc<JobKind>,
+        /// Seen in a (re-)list: a gap may lie behind it.
+        from_list: bool,
+    },
+    /// A (re-)list finished: these are all the jobs of this cluster, kind and namespace.
+    Listed {
+        cluster: Arc<str>,
+        kind: Arc<JobKind>,
+        namespace: Option<String>,
+        uids: Arc<HashSet<String>>,
+    },
 }
 
-/// Turns watcher events into job events, remembering per job what was last emitted.
+/// Turns watcher events into observations, remembering per job only the last version seen,
+/// to drop versions seen again within this stream's life (re-lists, reconnects). Whole
+/// objects are never retained; per-plugin state (what was delivered) lives in the lanes.
 #[derive(Debug)]
 pub struct Tracker {
     cluster: Arc<str>,
     kind: Arc<JobKind>,
-    jobs: HashMap<String, Seen>,
+    namespace: Option<String>,
+    jobs: HashMap<String, String>,
     /// Uids listed since the last `Init`; `None` outside a (re-)list.
     listing: Option<HashSet<String>>,
 }
 
 impl Tracker {
-    pub fn new(cluster: Arc<str>, kind: Arc<JobKind>) -> Self {
+    pub fn new(cluster: Arc<str>, kind: Arc<JobKind>, namespace: Option<String>) -> Self {
         Tracker {
             cluster,
             kind,
+            namespace,
             jobs: HashMap::new(),
             listing: None,
         }
@@ -98,45 +114,43 @@ impl Tracker {
         self.jobs.is_empty()
     }
 
-    /// Feed one watcher event; returns the job events it means, in order.
-    pub fn observe(&mut self, event: Event<DynamicObject>) -> Vec<JobEvent> {
-        match event {
+    /// Feed one watcher event; returns what it means, in order.
+    pub fn observe(&mut self, event: Event<DynamicObject>) -> Vec<Observation> {
+        let (event, from_list) = match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
-                Vec::new()
+                return Vec::new();
             }
+            Event::InitDone => return self.finish_listing().into_iter().collect(),
             Event::InitApply(obj) => {
                 if let (Some(listing), Some(uid)) =
                     (self.listing.as_mut(), obj.metadata.uid.clone())
                 {
                     listing.insert(uid);
                 }
-                self.apply(obj).into_iter().collect()
+                (self.apply(obj), true)
             }
-            Event::Apply(obj) => self.apply(obj).into_iter().collect(),
-            Event::Delete(obj) => self.delete(obj).into_iter().collect(),
-            Event::InitDone => self.finish_listing(),
-        }
+            Event::Apply(obj) => (self.apply(obj), false),
+            Event::Delete(obj) => (self.delete(obj), false),
+        };
+        event
+            .map(|event| Observation::Version {
+                event,
+                kind: self.kind.clone(),
+                from_list,
+            })
+            .into_iter()
+            .collect()
     }
 
     fn apply(&mut self, obj: DynamicObject) -> Option<JobEvent> {
         let uid = obj.metadata.uid.clone()?;
         let rv = obj.metadata.resource_version.clone()?;
-        let previous = self.jobs.get(&uid);
-        if previous.is_some_and(|p| p.resource_version == rv) {
+        if self.jobs.get(&uid) == Some(&rv) {
             return None; // the same version seen again (re-list, reconnect)
         }
-        let previous_phase = previous.map(|p| p.phase);
-        let event = self.build(obj, &uid, &rv, None, previous_phase)?;
-        self.jobs.insert(
-            uid,
-            Seen {
-                resource_version: rv,
-                phase: event.phase,
-                namespace: event.namespace.clone(),
-                name: event.name.clone(),
-            },
-        );
+        let event = self.build(obj, &uid, &rv, None)?;
+        self.jobs.insert(uid, rv);
         Some(event)
     }
 
@@ -144,51 +158,25 @@ impl Tracker {
         let uid = obj.metadata.uid.clone()?;
         let previous = self.jobs.remove(&uid);
         let mut rv = obj.metadata.resource_version.clone().unwrap_or_default();
-        if previous.as_ref().is_some_and(|p| p.resource_version == rv) || rv.is_empty() {
+        if previous.as_deref() == Some(rv.as_str()) || rv.is_empty() {
             // Keep ids unique even if the server reused the last version for the deletion.
             rv = format!("{rv}-deleted");
         }
-        self.build(
-            obj,
-            &uid,
-            &rv,
-            Some(Phase::Deleted),
-            previous.map(|p| p.phase),
-        )
+        self.build(obj, &uid, &rv, Some(Phase::Deleted))
     }
 
-    /// After a (re-)list, jobs that were tracked but not listed were deleted while the stream
-    /// was not watching: report them as deleted, since no DELETED event will ever come.
-    fn finish_listing(&mut self) -> Vec<JobEvent> {
-        let Some(listed) = self.listing.take() else {
-            return Vec::new();
-        };
-        let gone: Vec<String> = self
-            .jobs
-            .keys()
-            .filter(|uid| !listed.contains(*uid))
-            .cloned()
-            .collect();
-        let mut events = Vec::with_capacity(gone.len());
-        for uid in gone {
-            let Some(seen) = self.jobs.remove(&uid) else {
-                continue;
-            };
-            let rv = format!("{}-gone", seen.resource_version);
-            let object = serde_json::json!({
-                "apiVersion": self.kind.api_version(),
-                "kind": self.kind.kind,
-                "metadata": {"name": seen.name, "namespace": seen.namespace, "uid": uid},
-            });
-            events.push(self.event_from_value(
-                object,
-                &uid,
-                &rv,
-                Some(Phase::Deleted),
-                Some(seen.phase),
-            ));
-        }
-        events
+    /// After a (re-)list, forget jobs that were not listed and tell the lanes which jobs
+    /// exist: each lane reports the jobs it knows and that are gone as deleted (no DELETED
+    /// event will ever come for them).
+    fn finish_listing(&mut self) -> Option<Observation> {
+        let listed = self.listing.take()?;
+        self.jobs.retain(|uid, _| listed.contains(uid));
+        Some(Observation::Listed {
+            cluster: self.cluster.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            uids: Arc::new(listed),
+        })
     }
 
     fn build(
@@ -197,7 +185,6 @@ impl Tracker {
         uid: &str,
         rv: &str,
         force: Option<Phase>,
-        previous_phase: Option<Phase>,
     ) -> Option<JobEvent> {
         let mut value = serde_json::to_value(&obj).ok()?;
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -209,16 +196,16 @@ impl Tracker {
             obj.entry("kind")
                 .or_insert_with(|| Value::String(self.kind.kind.clone()));
         }
-        Some(self.event_from_value(value, uid, rv, force, previous_phase))
+        Some(self.event_from_value(value, uid, rv, force))
     }
 
+    /// The event for one version; `previous_phase` is filled in per plugin by its lane.
     fn event_from_value(
         &self,
         value: Value,
         uid: &str,
         rv: &str,
         force: Option<Phase>,
-        previous_phase: Option<Phase>,
     ) -> JobEvent {
         let n = normalize(&self.kind.normalizer, &value);
         let meta = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
@@ -256,11 +243,12 @@ impl Tracker {
             raw_phase: n.raw_phase,
             reason: n.reason,
             message: n.message,
-            previous_phase,
+            previous_phase: None,
             transition_time,
             labels: map("/metadata/labels"),
             annotations: map("/metadata/annotations"),
             object_json: Arc::from(value.to_string()),
+            synthetic: false,
         }
     }
 }
@@ -276,7 +264,7 @@ fn now_rfc3339() -> String {
 pub async fn run(
     client: Client,
     target: WatchTarget,
-    sink: mpsc::Sender<JobEvent>,
+    sink: mpsc::Sender<Observation>,
     progress: impl Fn(Progress) + Send,
 ) {
     let mut config = watcher::Config::default();
@@ -285,13 +273,17 @@ pub async fn run(
     }
     let stream = watcher::watcher(target.api(client), config).default_backoff();
     pin_mut!(stream);
-    let mut tracker = Tracker::new(target.cluster.clone(), target.kind.clone());
+    let mut tracker = Tracker::new(
+        target.cluster.clone(),
+        target.kind.clone(),
+        target.namespace.clone(),
+    );
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
                 let done = matches!(event, Event::InitDone);
-                for job_event in tracker.observe(event) {
-                    if sink.send(job_event).await.is_err() {
+                for observation in tracker.observe(event) {
+                    if sink.send(observation).await.is_err() {
                         return; // the dispatcher is gone: shutting down
                     }
                 }
@@ -314,7 +306,7 @@ mod tests {
 
     fn tracker() -> Tracker {
         let kind = JobKind::builtin("volcano-job").expect("built-in");
-        Tracker::new(Arc::from("alpha"), Arc::new(kind))
+        Tracker::new(Arc::from("alpha"), Arc::new(kind), None)
     }
 
     fn job(uid: &str, rv: &str, phase: &str) -> DynamicObject {
@@ -330,66 +322,82 @@ mod tests {
         .expect("valid object")
     }
 
-    #[test]
-    fn every_version_becomes_an_event_with_previous_phase() {
-        let mut t = tracker();
-        let a = t.observe(Event::Apply(job("u1", "10", "Pending")));
-        let b = t.observe(Event::Apply(job("u1", "11", "Running")));
-        assert_eq!(a.len(), 1);
-        assert_eq!(a[0].id, "alpha/u1/10");
-        assert_eq!(a[0].previous_phase, None);
-        assert_eq!(b[0].phase, Phase::Running);
-        assert_eq!(b[0].previous_phase, Some(Phase::Pending));
-        assert_eq!(b[0].labels.get("team").map(String::as_str), Some("nlp"));
-        assert!(
-            !b[0]
-                .annotations
-                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
-        );
-        assert!(!b[0].object_json.contains("managedFields"));
-        assert_eq!(b[0].generation, Some(1));
+    fn versions(obs: Vec<Observation>) -> Vec<(JobEvent, bool)> {
+        obs.into_iter()
+            .filter_map(|o| match o {
+                Observation::Version {
+                    event, from_list, ..
+                } => Some((event, from_list)),
+                Observation::Listed { .. } => None,
+            })
+            .collect()
     }
 
     #[test]
-    fn a_relist_drops_versions_already_seen() {
+    fn every_version_becomes_an_event() {
+        let mut t = tracker();
+        let a = versions(t.observe(Event::Apply(job("u1", "10", "Pending"))));
+        let b = versions(t.observe(Event::Apply(job("u1", "11", "Running"))));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].0.id, "alpha/u1/10");
+        assert!(!a[0].1, "a watch event is not from a list");
+        let b = &b[0].0;
+        assert_eq!(b.phase, Phase::Running);
+        assert_eq!(b.labels.get("team").map(String::as_str), Some("nlp"));
+        assert!(
+            !b.annotations
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
+        assert!(!b.object_json.contains("managedFields"));
+        assert_eq!(b.generation, Some(1));
+        assert!(!b.synthetic);
+    }
+
+    #[test]
+    fn a_relist_drops_versions_already_seen_and_reports_what_exists() {
         let mut t = tracker();
         t.observe(Event::Apply(job("u1", "10", "Running")));
+        t.observe(Event::Apply(job("u2", "11", "Running")));
         assert!(t.observe(Event::Init).is_empty());
         assert!(
             t.observe(Event::InitApply(job("u1", "10", "Running")))
                 .is_empty()
         );
-        let newer = t.observe(Event::InitApply(job("u1", "12", "Completed")));
+        let newer = versions(t.observe(Event::InitApply(job("u1", "12", "Completed"))));
         assert_eq!(newer.len(), 1);
-        assert_eq!(newer[0].phase, Phase::Succeeded);
-        assert!(t.observe(Event::InitDone).is_empty());
-    }
-
-    #[test]
-    fn a_job_missing_from_a_relist_is_reported_deleted() {
-        let mut t = tracker();
-        t.observe(Event::Apply(job("u1", "10", "Running")));
-        t.observe(Event::Apply(job("u2", "11", "Running")));
-        t.observe(Event::Init);
-        t.observe(Event::InitApply(job("u2", "11", "Running")));
+        assert_eq!(newer[0].0.phase, Phase::Succeeded);
+        assert!(newer[0].1, "seen in a list");
         let done = t.observe(Event::InitDone);
-        assert_eq!(done.len(), 1);
-        assert_eq!(done[0].uid, "u1");
-        assert_eq!(done[0].phase, Phase::Deleted);
-        assert_eq!(done[0].previous_phase, Some(Phase::Running));
-        assert_eq!(done[0].name, "job-u1");
-        assert_eq!(t.len(), 1);
+        match done.as_slice() {
+            [
+                Observation::Listed {
+                    cluster,
+                    namespace,
+                    uids,
+                    ..
+                },
+            ] => {
+                assert_eq!(&**cluster, "alpha");
+                assert_eq!(namespace, &None);
+                assert_eq!(uids.len(), 1);
+                assert!(uids.contains("u1"));
+            }
+            other => panic!("expected one Listed, got {other:?}"),
+        }
+        assert_eq!(t.len(), 1, "u2 was not listed and is forgotten");
     }
 
     #[test]
     fn delete_is_final_and_forgets_the_job() {
         let mut t = tracker();
         t.observe(Event::Apply(job("u1", "10", "Completed")));
-        let d = t.observe(Event::Delete(job("u1", "13", "Completed")));
-        assert_eq!(d[0].phase, Phase::Deleted);
-        assert_eq!(d[0].id, "alpha/u1/13");
-        assert_eq!(d[0].previous_phase, Some(Phase::Succeeded));
+        let d = versions(t.observe(Event::Delete(job("u1", "13", "Completed"))));
+        assert_eq!(d[0].0.phase, Phase::Deleted);
+        assert_eq!(d[0].0.id, "alpha/u1/13");
         assert!(t.is_empty());
+        t.observe(Event::Apply(job("u2", "20", "Running")));
+        let d = versions(t.observe(Event::Delete(job("u2", "20", "Running"))));
+        assert_eq!(d[0].0.resource_version, "20-deleted", "ids stay unique");
     }
 
     #[test]

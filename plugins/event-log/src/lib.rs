@@ -78,6 +78,8 @@ struct Line<'a> {
     previous_phase: Option<&'static str>,
     transition_time: &'a str,
     labels: BTreeMap<&'a str, &'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    synthetic: bool,
 }
 
 fn phase_name(phase: Phase) -> &'static str {
@@ -116,6 +118,7 @@ fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect(),
+        synthetic: event.synthetic,
     };
     let mut bytes = serde_json::to_vec(&line).map_err(|e| format!("cannot encode event: {e}"))?;
     bytes.push(b'\n');

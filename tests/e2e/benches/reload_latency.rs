@@ -69,7 +69,9 @@ async fn poll_until(mut check: impl FnMut() -> bool) -> Instant {
 }
 
 fn main_file(debounce_ms: u64) -> String {
-    format!("plugin_dir: wasm\nrescan_seconds: 30\ndebounce_ms: {debounce_ms}\n")
+    format!(
+        "plugin_dir: wasm\nstate: {{path: state.db}}\nrescan_seconds: 30\ndebounce_ms: {debounce_ms}\n"
+    )
 }
 
 async fn cluster_pickup(debounce_ms: u64) {

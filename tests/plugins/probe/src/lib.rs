@@ -15,6 +15,8 @@
 //! | `sleep-ms:N`   | busy-waits N milliseconds on the monotonic clock, then records     |
 //! | `read:PATH`    | reads PATH and returns `give-up` saying whether the read succeeded |
 //! | `spam`         | writes 1 MiB to stdout and stderr and 2,000 log lines, then records |
+//! | `flaky:N`      | fails with `retry` the first N calls for each event id, then records; the count |
+//! |                | is kept in `/data/flaky/<hash of id>` so it survives fresh instances |
 //!
 //! The config key `fail_init=true` makes `init` refuse its configuration.
 
@@ -160,6 +162,11 @@ impl Guest for Probe {
                         .parse::<u64>()
                         .map_err(|e| HandlerError::GiveUp(format!("bad sleep-ms: {e}")))?;
                     busy_wait(ms);
+                } else if let Some(n) = other.strip_prefix("flaky:") {
+                    let n = n
+                        .parse::<u32>()
+                        .map_err(|e| HandlerError::GiveUp(format!("bad flaky: {e}")))?;
+                    flaky(&event.id, n)?;
                 } else if let Some(path) = other.strip_prefix("read:") {
                     return Err(HandlerError::GiveUp(match std::fs::read(path) {
                         Ok(bytes) => format!("read succeeded: {} bytes from {path}", bytes.len()),
@@ -170,6 +177,29 @@ impl Guest for Probe {
         }
         record(&event)
     }
+}
+
+/// Fail the first `n` calls for this event id, counting in a granted file.
+fn flaky(id: &str, n: u32) -> Result<(), HandlerError> {
+    let hash = id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let dir = "/data/flaky";
+    let path = format!("{dir}/{hash:016x}");
+    let io = |e: std::io::Error| HandlerError::GiveUp(format!("flaky counter {path}: {e}"));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let seen: u32 = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    if seen < n {
+        std::fs::write(&path, (seen + 1).to_string()).map_err(io)?;
+        return Err(HandlerError::Retry(format!(
+            "probe is flaky: call {} of {n} failing",
+            seen + 1
+        )));
+    }
+    Ok(())
 }
 
 export!(Probe);

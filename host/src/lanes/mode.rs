@@ -1,0 +1,114 @@
+//! Delivery modes: which observed versions of a job a plugin receives.
+//!
+//! The decision is a pure function of what the lane already accepted for the job, so it can be
+//! tested exhaustively (property tests in `lanes/mode/tests.rs`) apart from queues and timing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::watch::event::{JobEvent, Phase};
+
+/// Chosen per plugin in its manifest (`delivery:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryMode {
+    /// Every distinct resourceVersion, in order; nothing merged.
+    #[default]
+    EveryVersion,
+    /// Only when the normalised phase changes, and the deletion.
+    Transitions,
+    /// The first time the job reaches succeeded or failed, and the deletion.
+    Terminal,
+    /// Compacted: of the versions waiting, only the newest is delivered.
+    Latest,
+}
+
+/// What a lane has accepted for one job: enough to judge the next version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Accepted {
+    /// resourceVersion of the last version accepted (queued or delivered).
+    pub resource_version: Option<String>,
+    /// Its phase.
+    pub phase: Option<Phase>,
+    /// Its transition time (RFC 3339), for catching up missed transitions.
+    pub transition_time: Option<String>,
+    /// A terminal phase was accepted once (the `terminal` mode's "first time").
+    pub terminal_done: bool,
+    /// The deletion was accepted: nothing after it.
+    pub deleted: bool,
+}
+
+/// What to do with an observed version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Not for this plugin (duplicate, same phase, not terminal, after deletion).
+    Skip(SkipReason),
+    /// Queue it behind the job's earlier versions.
+    Append,
+    /// Queue it in place of the job's versions still waiting (`latest`).
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The same resourceVersion was already accepted (re-list, reconnect, restart).
+    Duplicate,
+    /// The job's deletion was already accepted.
+    AfterDeletion,
+    /// `transitions`: the phase did not change.
+    SamePhase,
+    /// `terminal`: not a first terminal phase nor the deletion.
+    NotTerminal,
+}
+
+impl DeliveryMode {
+    /// Judge `event` given what was accepted, and on acceptance record it in `accepted`.
+    ///
+    /// `queued` tells whether a version with this resourceVersion is waiting in the queue (a
+    /// version can be accepted, queued, and observed again before it is delivered).
+    pub fn decide(
+        self,
+        accepted: &mut Accepted,
+        event: &JobEvent,
+        queued: impl Fn(&str) -> bool,
+    ) -> Decision {
+        if accepted.deleted {
+            return Decision::Skip(SkipReason::AfterDeletion);
+        }
+        let rv = event.resource_version.as_str();
+        if accepted.resource_version.as_deref() == Some(rv) || queued(rv) {
+            return Decision::Skip(SkipReason::Duplicate);
+        }
+        let deleted = event.phase == Phase::Deleted;
+        let decision = match self {
+            _ if deleted && self != DeliveryMode::Latest => Decision::Append,
+            DeliveryMode::EveryVersion => Decision::Append,
+            DeliveryMode::Latest => Decision::Replace,
+            DeliveryMode::Transitions if accepted.phase == Some(event.phase) => {
+                Decision::Skip(SkipReason::SamePhase)
+            }
+            DeliveryMode::Transitions => Decision::Append,
+            DeliveryMode::Terminal if event.phase.is_terminal() && !accepted.terminal_done => {
+                Decision::Append
+            }
+            DeliveryMode::Terminal => Decision::Skip(SkipReason::NotTerminal),
+        };
+        if !matches!(decision, Decision::Skip(_)) {
+            accepted.resource_version = Some(event.resource_version.clone());
+            accepted.phase = Some(event.phase);
+            accepted.transition_time = Some(event.transition_time.clone());
+            accepted.terminal_done |= event.phase.is_terminal();
+            accepted.deleted |= deleted;
+        }
+        decision
+    }
+
+    /// Whether missed transitions (reconstructed after a watch gap) matter to this mode.
+    /// `terminal` takes them too: a job that finished and was deleted during a gap has its
+    /// terminal phase only as a reconstructed transition.
+    pub fn wants_catch_up(self) -> bool {
+        self != DeliveryMode::Latest
+    }
+}
+
+#[cfg(test)]
+mod tests;

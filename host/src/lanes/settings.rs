@@ -1,0 +1,150 @@
+//! A lane's delivery settings, as written in a plugin manifest: mode, retries, rate limits.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde::{Deserialize, Serialize};
+
+use super::mode::DeliveryMode;
+
+/// How failed calls are retried. Backoff is exponential with full jitter, per job: the job's
+/// later events wait behind the failing one, other jobs go on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Calls in all, the first one included; after the last the event is dead-lettered.
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "default_min_delay")]
+    pub min_delay_ms: u64,
+    #[serde(default = "default_max_delay")]
+    pub max_delay_ms: u64,
+}
+
+fn default_attempts() -> u32 {
+    8
+}
+fn default_min_delay() -> u64 {
+    500
+}
+fn default_max_delay() -> u64 {
+    60_000
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: default_attempts(),
+            min_delay_ms: default_min_delay(),
+            max_delay_ms: default_max_delay(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delays between attempts: `max_attempts - 1` of them.
+    pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + use<> {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(self.min_delay_ms))
+            .with_max_delay(Duration::from_millis(
+                self.max_delay_ms.max(self.min_delay_ms),
+            ))
+            .with_jitter()
+            .with_max_times(self.max_attempts.saturating_sub(1) as usize)
+            .build()
+    }
+}
+
+/// One token bucket. Several can be set (e.g. 5 per second and 100 per minute); a call waits
+/// for all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitSpec {
+    #[serde(default)]
+    pub per_second: Option<u32>,
+    #[serde(default)]
+    pub per_minute: Option<u32>,
+    /// Calls allowed at once after a quiet period; defaults to the rate itself.
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+impl RateLimitSpec {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.burst == Some(0) {
+            return Err("rate_limits: burst must be at least 1".into());
+        }
+        match (self.per_second, self.per_minute) {
+            (Some(0), None) | (None, Some(0)) => {
+                Err("rate_limits: rates must be at least 1".into())
+            }
+            (Some(_), None) | (None, Some(_)) => Ok(()),
+            _ => Err("rate_limits: give exactly one of per_second or per_minute".into()),
+        }
+    }
+
+    pub fn limiter(&self) -> Option<DefaultDirectRateLimiter> {
+        let quota = match (self.per_second, self.per_minute) {
+            (Some(n), None) => Quota::per_second(NonZeroU32::new(n)?),
+            (None, Some(n)) => Quota::per_minute(NonZeroU32::new(n)?),
+            _ => return None,
+        };
+        let quota = match self.burst.and_then(NonZeroU32::new) {
+            Some(b) => quota.allow_burst(b),
+            None => quota,
+        };
+        Some(RateLimiter::direct(quota))
+    }
+}
+
+/// Everything a lane needs besides the plugin version itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneSettings {
+    pub mode: DeliveryMode,
+    pub concurrency: usize,
+    pub retry: RetryPolicy,
+    pub rate_limits: Vec<RateLimitSpec>,
+    /// Kind names (empty: all).
+    pub kinds: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_are_bounded_and_counted() {
+        let p = RetryPolicy {
+            max_attempts: 4,
+            min_delay_ms: 10,
+            max_delay_ms: 40,
+        };
+        let d: Vec<Duration> = p.delays().collect();
+        assert_eq!(d.len(), 3);
+        assert!(d.iter().all(|x| *x <= Duration::from_millis(80)), "{d:?}");
+    }
+
+    #[test]
+    fn rate_limits_need_exactly_one_rate() {
+        let ok = RateLimitSpec {
+            per_second: Some(5),
+            per_minute: None,
+            burst: None,
+        };
+        assert!(ok.validate().is_ok() && ok.limiter().is_some());
+        let both = RateLimitSpec {
+            per_second: Some(5),
+            per_minute: Some(100),
+            burst: None,
+        };
+        assert!(both.validate().is_err());
+        let zero = RateLimitSpec {
+            per_second: Some(0),
+            per_minute: None,
+            burst: None,
+        };
+        assert!(zero.validate().is_err());
+    }
+}

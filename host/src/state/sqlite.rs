@@ -1,0 +1,606 @@
+//! The default backend: one SQLite file, shared by the daemon and the `dead-letters` CLI.
+//!
+//! # Durability
+//!
+//! The file is in write-ahead-log mode with `synchronous = NORMAL`. A committed transaction
+//! survives the jobrelay process being killed at any point (SIGKILL, OOM kill, a panic), which
+//! is the promise the delivery guarantees rest on. It is *not* synced to disk on every commit:
+//! after a power loss or a kernel crash the last transactions before it may be missing, and
+//! the lanes then re-deliver those events (at-least-once, never lost). `FULL` would close that
+//! gap at the price of one fsync per acknowledged batch.
+//!
+//! # Two processes, one file
+//!
+//! The CLI writes replay requests while the daemon writes cursors. SQLite lets one writer in at
+//! a time; the other waits up to [`BUSY_TIMEOUT`]. Every transaction that writes starts with
+//! `BEGIN IMMEDIATE`, because a transaction that reads first and writes later cannot wait for
+//! the lock in WAL mode: SQLite would fail it at once with "database is locked".
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde::de::IntoDeserializer;
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Sqlite, query::Query};
+
+use super::cursor::Cursor;
+use super::dead_letter::{DeadLetter, Selection};
+use super::error::StoreError;
+use super::store::CursorStore;
+use crate::watch::event::{JobEvent, Phase};
+
+/// The schema this build writes. A file with a higher version is refused; a lower one would be
+/// migrated forward on open (there is none yet).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a statement waits for the other process's write lock before failing. Writes are
+/// short (a batch of cursor upserts), so a wait this long means something is wrong.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A few connections let a listing CLI or a slow reader not stall the lanes' writes; SQLite
+/// serialises writers anyway, so more would only add threads.
+const MAX_CONNECTIONS: u32 = 4;
+
+/// Version 1. `IF NOT EXISTS` everywhere: `schema_version` may already exist, empty, when an
+/// earlier creation was interrupted.
+const SCHEMA_V1: &str = "
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cursors (
+    plugin TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    uid TEXT NOT NULL,
+    api_version TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    resource_version TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    transition_time TEXT NOT NULL,
+    deleted INTEGER NOT NULL,
+    PRIMARY KEY (plugin, cluster, uid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_letters (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    plugin TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    uid TEXT NOT NULL,
+    event_json TEXT NOT NULL,
+    error TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    replay_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS dead_letters_by_plugin ON dead_letters (plugin, replay_requested);
+CREATE INDEX IF NOT EXISTS dead_letters_by_job ON dead_letters (cluster, uid);
+";
+
+const UPSERT_CURSOR: &str = "
+INSERT INTO cursors (plugin, cluster, uid, api_version, kind, namespace, name,
+                     resource_version, phase, transition_time, deleted)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (plugin, cluster, uid) DO UPDATE SET
+    api_version = excluded.api_version,
+    kind = excluded.kind,
+    namespace = excluded.namespace,
+    name = excluded.name,
+    resource_version = excluded.resource_version,
+    phase = excluded.phase,
+    transition_time = excluded.transition_time,
+    deleted = excluded.deleted";
+
+const REMEMBER_JOB: &str = "
+INSERT INTO cursors (plugin, cluster, uid, api_version, kind, namespace, name,
+                     resource_version, phase, transition_time, deleted)
+VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?)
+ON CONFLICT (plugin, cluster, uid) DO NOTHING";
+
+/// The selection of [`Selection`] in SQL (a macro, because `concat!` needs literals and sqlx
+/// takes only `&'static str`). Binds: plugin, plugin, select-all flag, seqs as a JSON array;
+/// `json_each` keeps the seq list one bound parameter instead of SQL built by hand.
+macro_rules! selection_where {
+    () => {
+        "(? IS NULL OR plugin = ?) AND (? OR seq IN (SELECT value FROM json_each(?)))"
+    };
+}
+
+macro_rules! dead_letter_columns {
+    () => {
+        "seq, plugin, event_json, error, attempts, at, replay_requested"
+    };
+}
+
+const LIST_DEAD_LETTERS: &str = concat!(
+    "SELECT ",
+    dead_letter_columns!(),
+    " FROM dead_letters WHERE (? IS NULL OR plugin = ?) ORDER BY seq"
+);
+const DROP_SELECTED: &str = concat!("DELETE FROM dead_letters WHERE ", selection_where!());
+const MARK_SELECTED: &str = concat!(
+    "UPDATE dead_letters SET replay_requested = 1 WHERE ",
+    selection_where!()
+);
+const TAKE_REPLAYS: &str = concat!(
+    "DELETE FROM dead_letters WHERE plugin = ? AND replay_requested = 1 RETURNING ",
+    dead_letter_columns!()
+);
+
+/// The state store on one SQLite file. Cheap to share: clone the `Arc` it lives in.
+#[derive(Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens the state file, creating it (and its folder) if missing, and creates or checks the
+    /// schema. Refuses a file written by a newer jobrelay, a non-SQLite file and another
+    /// program's SQLite database, each with an error naming the path.
+    ///
+    /// A new file is created readable by its owner only: dead letters hold whole job objects,
+    /// which may carry credentials in their pod templates.
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let path = path.to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        create_private_file(&path);
+
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(false);
+        let pool = connect(&path, options).await?;
+        let store = SqliteStore { pool, path };
+        if let Err(e) = store.migrate().await {
+            store.pool.close().await;
+            return Err(e);
+        }
+        Ok(store)
+    }
+
+    /// The file this store works on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the schema in a new file, or checks the version of an existing one. Runs under
+    /// the write lock so a daemon and a CLI opening a new file at once do not both create it.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.failed("lock the file to check its schema"))?;
+
+        let has_version_table: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(self.failed("read the schema"))?;
+
+        if has_version_table {
+            let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(self.failed("read the schema version"))?;
+            match found {
+                Some(v) if v > SCHEMA_VERSION => {
+                    return Err(StoreError::NewerSchema {
+                        path: self.path.clone(),
+                        found: v,
+                        supported: SCHEMA_VERSION,
+                    });
+                }
+                Some(SCHEMA_VERSION) => return Ok(()),
+                Some(v) => {
+                    // Versions start at 1; migrations from older versions would go here.
+                    return Err(StoreError::Corrupt {
+                        path: self.path.clone(),
+                        what: "schema version",
+                        detail: format!("version {v} never existed"),
+                    });
+                }
+                // The table exists but is empty: treat the file as new.
+                None => {}
+            }
+        } else {
+            let tables: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+            )
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(self.failed("read the schema"))?;
+            if tables > 0 {
+                return Err(StoreError::NotAStateFile {
+                    path: self.path.clone(),
+                });
+            }
+        }
+
+        sqlx::raw_sql(SCHEMA_V1)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.failed("create the schema"))?;
+        sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
+            .bind(SCHEMA_VERSION)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.failed("record the schema version"))?;
+        tx.commit()
+            .await
+            .map_err(self.failed("commit the new schema"))?;
+        Ok(())
+    }
+
+    /// Maps a sqlx error to one that names the file and what was being done.
+    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+        move |source| StoreError::Query {
+            path: self.path.clone(),
+            operation,
+            source,
+        }
+    }
+
+    fn corrupt(&self, what: &'static str, detail: impl ToString) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.clone(),
+            what,
+            detail: detail.to_string(),
+        }
+    }
+
+    fn cursor_from_row(&self, row: &SqliteRow) -> Result<Cursor, StoreError> {
+        let text = |column: &'static str| -> Result<String, StoreError> {
+            row.try_get::<String, _>(column)
+                .map_err(|e| self.corrupt("cursor", e))
+        };
+        let phase_text = text("phase")?;
+        let phase = parse_phase(&phase_text)
+            .ok_or_else(|| self.corrupt("cursor", format!("unknown phase {phase_text:?}")))?;
+        Ok(Cursor {
+            plugin: text("plugin")?,
+            cluster: text("cluster")?,
+            uid: text("uid")?,
+            api_version: text("api_version")?,
+            kind: text("kind")?,
+            namespace: text("namespace")?,
+            name: text("name")?,
+            resource_version: text("resource_version")?,
+            phase,
+            transition_time: text("transition_time")?,
+            deleted: row
+                .try_get::<bool, _>("deleted")
+                .map_err(|e| self.corrupt("cursor", e))?,
+        })
+    }
+
+    fn dead_letter_from_row(&self, row: &SqliteRow) -> Result<DeadLetter, StoreError> {
+        let bad = |e: sqlx::Error| self.corrupt("dead letter", e);
+        let seq: i64 = row.try_get("seq").map_err(bad)?;
+        let event_json: String = row.try_get("event_json").map_err(bad)?;
+        let event: JobEvent = serde_json::from_str(&event_json)
+            .map_err(|e| self.corrupt("dead letter", format!("seq {seq}: event: {e}")))?;
+        let attempts: i64 = row.try_get("attempts").map_err(bad)?;
+        let attempts = u32::try_from(attempts).map_err(|_| {
+            self.corrupt(
+                "dead letter",
+                format!("seq {seq}: attempts {attempts} out of range"),
+            )
+        })?;
+        Ok(DeadLetter {
+            seq,
+            plugin: row.try_get("plugin").map_err(bad)?,
+            event,
+            error: row.try_get("error").map_err(bad)?,
+            attempts,
+            at: row.try_get("at").map_err(bad)?,
+            replay_requested: row.try_get("replay_requested").map_err(bad)?,
+        })
+    }
+
+    fn dead_letters_from_rows(&self, rows: &[SqliteRow]) -> Result<Vec<DeadLetter>, StoreError> {
+        rows.iter().map(|r| self.dead_letter_from_row(r)).collect()
+    }
+}
+
+#[async_trait]
+impl CursorStore for SqliteStore {
+    async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT plugin, cluster, uid, api_version, kind, namespace, name, resource_version,
+                    phase, transition_time, deleted
+             FROM cursors WHERE plugin = ? ORDER BY cluster, uid",
+        )
+        .bind(plugin)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.failed("load cursors"))?;
+        rows.iter().map(|r| self.cursor_from_row(r)).collect()
+    }
+
+    async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
+        upsert_cursor(cursor)
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("save a cursor"))?;
+        Ok(())
+    }
+
+    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
+        sqlx::query(REMEMBER_JOB)
+            .bind(cursor.plugin.clone())
+            .bind(cursor.cluster.clone())
+            .bind(cursor.uid.clone())
+            .bind(cursor.api_version.clone())
+            .bind(cursor.kind.clone())
+            .bind(cursor.namespace.clone())
+            .bind(cursor.name.clone())
+            .bind(cursor.phase.as_str())
+            .bind(cursor.transition_time.clone())
+            .bind(cursor.deleted)
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("remember a job"))?;
+        Ok(())
+    }
+
+    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        if cursors.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.failed("begin saving cursors"))?;
+        for cursor in cursors {
+            upsert_cursor(cursor)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.failed("save cursors"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(self.failed("commit saved cursors"))?;
+        Ok(())
+    }
+
+    async fn remove_cursor(
+        &self,
+        plugin: &str,
+        cluster: &str,
+        uid: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM cursors WHERE plugin = ? AND cluster = ? AND uid = ?")
+            .bind(plugin)
+            .bind(cluster)
+            .bind(uid)
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("remove a cursor"))?;
+        Ok(())
+    }
+
+    async fn add_dead_letter(
+        &self,
+        plugin: &str,
+        event: &JobEvent,
+        error: &str,
+        attempts: u32,
+    ) -> Result<i64, StoreError> {
+        let event_json = serde_json::to_string(event).map_err(|source| StoreError::Encode {
+            what: "a dead-lettered event",
+            source,
+        })?;
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let done = sqlx::query(
+            "INSERT INTO dead_letters (plugin, event_id, cluster, uid, event_json, error, attempts, at,
+                                       replay_requested)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
+        )
+        .bind(plugin)
+        .bind(&event.id)
+        .bind(&event.cluster)
+        .bind(&event.uid)
+        .bind(event_json)
+        .bind(error)
+        .bind(i64::from(attempts))
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .map_err(self.failed("add a dead letter"))?;
+        Ok(done.last_insert_rowid())
+    }
+
+    async fn dead_letters(&self, plugin: Option<&str>) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows = sqlx::query(LIST_DEAD_LETTERS)
+            .bind(plugin)
+            .bind(plugin)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(self.failed("list dead letters"))?;
+        self.dead_letters_from_rows(&rows)
+    }
+
+    async fn drop_dead_letters(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError> {
+        let selection = Selection::new(plugin, seqs, all)?;
+        let done = bind_selection(sqlx::query(DROP_SELECTED), &selection)?
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("drop dead letters"))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_replay(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError> {
+        let selection = Selection::new(plugin, seqs, all)?;
+        let done = bind_selection(sqlx::query(MARK_SELECTED), &selection)?
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("mark dead letters for replay"))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn take_replays(&self, plugin: &str) -> Result<Vec<DeadLetter>, StoreError> {
+        // One DELETE … RETURNING under the write lock: a row is returned by exactly the
+        // statement that deleted it, so two takers can never both get it.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.failed("begin taking replays"))?;
+        let rows = sqlx::query(TAKE_REPLAYS)
+            .bind(plugin)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.failed("take dead letters marked for replay"))?;
+        // Decode before committing: a row that cannot be read stays in the file for an
+        // operator to look at rather than vanishing.
+        let mut letters = self.dead_letters_from_rows(&rows)?;
+        tx.commit()
+            .await
+            .map_err(self.failed("commit taken replays"))?;
+        letters.sort_by_key(|l| l.seq);
+        Ok(letters)
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Binds the four parameters of `selection_where!`.
+fn bind_selection<'q>(
+    query: Query<'q, Sqlite, SqliteArguments>,
+    selection: &Selection<'_>,
+) -> Result<Query<'q, Sqlite, SqliteArguments>, StoreError> {
+    let seqs_json = serde_json::to_string(selection.seqs.unwrap_or(&[])).map_err(|source| {
+        StoreError::Encode {
+            what: "dead-letter ids",
+            source,
+        }
+    })?;
+    Ok(query
+        .bind(selection.plugin)
+        .bind(selection.plugin)
+        .bind(selection.seqs.is_none())
+        .bind(seqs_json))
+}
+
+fn upsert_cursor(cursor: &Cursor) -> Query<'static, Sqlite, SqliteArguments> {
+    sqlx::query(UPSERT_CURSOR)
+        .bind(cursor.plugin.clone())
+        .bind(cursor.cluster.clone())
+        .bind(cursor.uid.clone())
+        .bind(cursor.api_version.clone())
+        .bind(cursor.kind.clone())
+        .bind(cursor.namespace.clone())
+        .bind(cursor.name.clone())
+        .bind(cursor.resource_version.clone())
+        .bind(cursor.phase.as_str())
+        .bind(cursor.transition_time.clone())
+        .bind(cursor.deleted)
+}
+
+/// Phases are stored by their serde name, the same text as in event JSON.
+fn parse_phase(text: &str) -> Option<Phase> {
+    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        text.into_deserializer();
+    Phase::deserialize(de).ok()
+}
+
+/// Creates a missing state file with owner-only permissions before SQLite creates it with the
+/// default ones. Best effort: if this fails, opening reports the real problem.
+fn create_private_file(path: &Path) {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let _ = options.open(path);
+}
+
+/// Opens the pool, retrying while another process holds the lock.
+///
+/// Switching a new file to WAL needs an exclusive lock that SQLite does not wait for, so a
+/// daemon and a CLI creating the file at the same instant can see "database is locked" once;
+/// after that the mode is stored in the file and the switch is a no-op.
+async fn connect(path: &Path, options: SqliteConnectOptions) -> Result<SqlitePool, StoreError> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(BUSY_TIMEOUT * 3)
+            .connect_with(options.clone())
+            .await;
+        match attempt {
+            Ok(pool) => return Ok(pool),
+            Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(source) => {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
+fn is_busy(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    db.code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_round_trips_through_its_stored_text() {
+        for phase in [
+            Phase::Pending,
+            Phase::Running,
+            Phase::Restarting,
+            Phase::Suspended,
+            Phase::Succeeded,
+            Phase::Failed,
+            Phase::Terminating,
+            Phase::Deleted,
+            Phase::Unknown,
+        ] {
+            assert_eq!(parse_phase(phase.as_str()), Some(phase));
+        }
+        assert_eq!(parse_phase("Running"), None);
+    }
+}

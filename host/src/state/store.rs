@@ -1,0 +1,79 @@
+//! The store behind the lanes, as a trait so a server database can replace SQLite when
+//! replicas shard clusters between them (see DESIGN.md, "HA and scale-out").
+
+use async_trait::async_trait;
+
+use super::cursor::Cursor;
+use super::dead_letter::DeadLetter;
+use super::error::StoreError;
+use crate::watch::event::JobEvent;
+
+/// Durable cursors, dead letters and replay requests.
+///
+/// Shared as `Arc<dyn CursorStore>` by every lane of the daemon; a CLI process opens the same
+/// store beside the running daemon, so every method must be safe against a second process
+/// using the store at the same time.
+#[async_trait]
+pub trait CursorStore: Send + Sync {
+    /// All cursors of one plugin (loaded once per lane at start; a lane keeps them in memory).
+    async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError>;
+
+    /// Upsert by (plugin, cluster, uid).
+    async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError>;
+
+    /// Records that a plugin's lane has seen a job, without overwriting a cursor that exists:
+    /// a job seen but never delivered (its versions did not match the delivery mode) must
+    /// still get its deletion if it vanishes while jobrelay is down. Stored with an empty
+    /// resourceVersion, meaning "nothing delivered".
+    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError>;
+
+    /// Several upserts in one transaction: all are stored or none. Batching acks this way
+    /// costs one disk sync instead of one per event.
+    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError>;
+
+    /// Forgets one job for one plugin. Removing a cursor that does not exist is not an error.
+    async fn remove_cursor(&self, plugin: &str, cluster: &str, uid: &str)
+    -> Result<(), StoreError>;
+
+    /// Stores a dead letter; returns its seq, unique in the store and never reused.
+    async fn add_dead_letter(
+        &self,
+        plugin: &str,
+        event: &JobEvent,
+        error: &str,
+        attempts: u32,
+    ) -> Result<i64, StoreError>;
+
+    /// Dead letters, oldest (lowest seq) first; of one plugin, or of all.
+    async fn dead_letters(&self, plugin: Option<&str>) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Removes dead letters: the given seqs (restricted to `plugin` if given), or, with empty
+    /// `seqs`, all of `plugin`, or with neither, everything, but only if `all` is set.
+    /// Seqs together with `all` are refused as ambiguous. Returns how many were removed.
+    async fn drop_dead_letters(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError>;
+
+    /// Marks dead letters for replay, with the selection rules of
+    /// [`drop_dead_letters`](CursorStore::drop_dead_letters). Returns how many were selected
+    /// (including any already marked).
+    async fn request_replay(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError>;
+
+    /// The daemon's side: atomically takes (removes and returns, oldest first) the dead letters
+    /// of `plugin` that are marked for replay. Two takers never get the same dead letter; a
+    /// taken letter that fails again comes back as a new dead letter with a new seq.
+    async fn take_replays(&self, plugin: &str) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Releases the store's connections at shutdown. Everything acknowledged is already
+    /// committed, so this only tidies up (for SQLite: folds the write-ahead log back into the
+    /// file); the default does nothing.
+    async fn close(&self) {}
+}

@@ -1,0 +1,383 @@
+//! Catch-up after a watch gap: rebuilding the transitions a job went through while jobrelay was
+//! not watching, from the timestamps its own status keeps.
+//!
+//! After a `410 Gone` re-list, an outage or a restart, jobrelay sees only a job's *current*
+//! object. If the status records earlier phases with times, [`missed_transitions`] lists the
+//! ones that happened after the last delivered state and before the current one, and
+//! [`synthetic_events`] turns them into events flagged `synthetic`, to be delivered before the
+//! real event. Both are pure: no I/O, no clock.
+//!
+//! # How the history is read
+//!
+//! Each kind yields *recorded entries* `(phase, time)`; they are sorted by time (ties broken
+//! per kind, see below), entries after the current phase's own time are dropped (they cannot
+//! precede it), and consecutive entries with the same normalized phase are folded into the
+//! first one (when the phase was entered). From that history the catch-up keeps what lies
+//! strictly after `last_time`, minus a leading entry equal to `last_phase` (already delivered)
+//! and a trailing entry equal to the current phase (that one is the real event).
+//!
+//! Timestamps in Kubernetes statuses have one-second resolution, so several transitions can
+//! share a time. Entries at exactly `last_time` are dropped, except those that sort *after* an
+//! entry of `last_phase` at that same time (then the order says they came later). When the
+//! order cannot tell, nothing is guessed: the tie is treated as already delivered. Clock skew
+//! between jobrelay and the controllers matters only if `last_time` was jobrelay's own clock
+//! (a status without a transition time): a transition recorded slightly "before" it is lost.
+//!
+//! # What each kind can and cannot tell
+//!
+//! **Volcano** (`batch.volcano.sh/v1alpha1 Job`): `status.conditions[]` holds
+//! `{status: <JobPhase>, lastTransitionTime}`. The field is declared with
+//! `patchMergeKey=status`, which *suggests* one entry per phase, but the job controller writes
+//! the whole status with `UpdateStatus` (no strategic merge) and *appends* an entry on every
+//! phase change (`syncJob`/`killJob`, and `initJobStatus` for the first `Pending`); the test
+//! kit's driver does the same. So a phase entered twice appears twice, in order, and
+//! Running → Restarting → Running → Failed is fully recoverable. Entries are mapped with the
+//! normalizer's own table ([`volcano_phase`]), so Completing/Terminating/Aborting fold into
+//! the running entry before them exactly as a live watch would see them. Ties are broken by
+//! array order (append order is chronological). Limits: newer Volcano releases drop
+//! consecutive duplicates (harmless, we fold them anyway) and keep only the newest 32 entries
+//! (a gap longer than 32 phase changes loses its oldest part); entries carry no reason or
+//! message. Should a writer ever merge entries by phase (one per phase, newest time kept), an
+//! earlier visit of a phase loses its time: Pending → Running → Restarting → Running → Failed
+//! then reads as Pending → Restarting → Running → Failed — the first Running is missing,
+//! nothing is invented.
+//!
+//! **Kubeflow** (PyTorchJob, MPIJob): conditions Created/Running/Restarting/Suspended/
+//! Succeeded/Failed, one entry per type. Every *True* condition is an entry at its
+//! `lastTransitionTime`, with its reason and message. Ties are broken by lifecycle order
+//! (Created, Running, Restarting, Suspended, Succeeded, Failed). What is lost:
+//! - Running and Restarting *replace* each other, so after Running → Restarting → Running the
+//!   Restarting entry is gone and Running carries the re-entry time: a restart that ended
+//!   before the gap closed cannot be seen, and Running → Restarting → Running → Failed reads
+//!   as Running → Failed (the earlier Running is folded with the delivered one).
+//! - On Succeeded/Failed the operators flip Running to *False* without touching its
+//!   `lastTransitionTime` (training-operator and mpi-operator `filterOutCondition`; the test
+//!   kit too), so a False Running condition still says when the job last started running. It
+//!   is taken as a Running entry at that time; other operator versions stamp the flip time
+//!   instead, which then is only an upper bound, still ordered before the terminal condition
+//!   of the same second. Its reason/message describe the flip, not the start, so they are
+//!   left out. A False Running condition whose reason marks a suspension (`…Suspended`) is
+//!   *not* taken as proof of running: suspending writes it whether or not the job ever ran.
+//! - False Suspended (a resume) and other False conditions say when something ended, not a
+//!   phase that began; they are ignored.
+//!
+//! **batch/v1 Job**: True conditions at their `lastTransitionTime`: Suspended → suspended,
+//! SuccessCriteriaMet and Complete → succeeded, FailureTarget and Failed → failed (the same
+//! mapping as the normalizer; interim and final fold into one transition). Running has no
+//! condition: it is taken from `status.startTime` when pod counts (`active`, `ready`,
+//! `succeeded`, `failed`, `terminating`) show that pods existed; raw phase `Active`, as the
+//! normalizer names it. Limits: `startTime` is when the controller started the pods (not
+//! when they became ready), it is cleared on suspension and reset on resume, so only the
+//! latest start is known; pending has no time (nothing is rebuilt for it); the normalizer
+//! never reports restarting for batch, and neither does this.
+//!
+//! **Generic `conditions` rules**: True conditions of the listed types at their
+//! `lastTransitionTime`, mapped by the rule list; ties are broken by the list read backwards
+//! (the first rule is the most final). One entry per type, so a type entered twice keeps
+//! only its latest time; False conditions are ignored.
+//!
+//! **Generic `field` rules**: a single phase string has no history: nothing is rebuilt.
+//!
+//! Malformed input (conditions that are not an array, entries that are not objects, missing
+//! or unparsable times) yields fewer entries, never a panic. `metadata.deletionTimestamp`
+//! makes the current phase `terminating` (as the normalizer says), so a job that finished and
+//! was then deleted during the gap gets its terminal phase as a missed transition.
+
+use chrono::{DateTime, FixedOffset};
+use serde_json::Value;
+
+use super::event::{JobEvent, Phase};
+use super::kinds::NormalizerSpec;
+use super::normalize::{normalize, volcano_phase};
+
+/// One transition the status recorded but jobrelay did not see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissedTransition {
+    pub phase: Phase,
+    /// The kind's own phase or condition type.
+    pub raw_phase: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// When the phase was entered, RFC 3339, exactly as the status wrote it.
+    pub at: String,
+    /// Position of this transition in the object's whole recorded (folded) history, from 0.
+    /// It does not depend on `last_phase`/`last_time`, so the synthetic ids built from it stay
+    /// the same when a catch-up is cut short and redone from a later cursor.
+    pub ordinal: usize,
+}
+
+/// Transitions recorded in `object`'s status that happened after the last delivered state
+/// (`last_phase`, entered at `last_time`, RFC 3339) and before the object's current phase,
+/// oldest first.
+///
+/// Never starts with `last_phase`, never contains the current phase as its last item (that is
+/// the real event), has no two consecutive items of the same phase, and is empty when the
+/// status records no usable times, when `last_time` is `None` (nothing was delivered for this
+/// job: first sight is not a gap) or does not parse.
+pub fn missed_transitions(
+    spec: &NormalizerSpec,
+    object: &Value,
+    last_phase: Phase,
+    last_time: Option<&str>,
+) -> Vec<MissedTransition> {
+    let Some(last) = last_time.and_then(parse_time) else {
+        return Vec::new();
+    };
+    let current = normalize(spec, object);
+    let current_at = current.transition_time.as_deref().and_then(parse_time);
+    let history = history(spec, object, current_at);
+
+    // Everything up to and including `last_time` was delivered, except that entries sharing
+    // `last_time` which sort after the last delivered phase's own entry came later.
+    let mut start = history.iter().take_while(|s| s.at <= last).count();
+    if let Some(i) = history[..start]
+        .iter()
+        .rposition(|s| s.at == last && s.phase == last_phase)
+    {
+        start = i + 1;
+    }
+    let mut missed = &history[start..];
+    if let Some((first, rest)) = missed.split_first()
+        && first.phase == last_phase
+    {
+        missed = rest;
+    }
+    if let Some((tail, rest)) = missed.split_last()
+        && tail.phase == current.phase
+    {
+        missed = rest;
+    }
+    missed
+        .iter()
+        .map(|s| MissedTransition {
+            phase: s.phase,
+            raw_phase: s.raw.clone(),
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            at: s.at_text.clone(),
+            ordinal: s.ordinal,
+        })
+        .collect()
+}
+
+/// Synthetic events for `missed`, each a copy of `current` (the real event about to be
+/// delivered: same job fields and object) with `synthetic: true` and the transition's phase,
+/// raw phase, reason, message and time.
+///
+/// `previous_phase` is chained: the first one's is `last_phase`, each next one's the phase
+/// before it. The caller sets the real event's `previous_phase` to the last synthetic phase.
+/// `resource_version` is `<current rv>~<phase>~<ordinal>` (e.g. `1234~running~1`) and `id` is
+/// `cluster/uid/<that resource_version>`: the same status gives the same ids, so a
+/// re-delivery after a restart can be recognised by plugins.
+pub fn synthetic_events(
+    current: &JobEvent,
+    last_phase: Phase,
+    missed: &[MissedTransition],
+) -> Vec<JobEvent> {
+    let mut previous = last_phase;
+    missed
+        .iter()
+        .map(|m| {
+            let rv = format!("{}~{}~{}", current.resource_version, m.phase, m.ordinal);
+            let event = JobEvent {
+                id: JobEvent::make_id(&current.cluster, &current.uid, &rv),
+                resource_version: rv,
+                phase: m.phase,
+                raw_phase: m.raw_phase.clone(),
+                reason: m.reason.clone(),
+                message: m.message.clone(),
+                previous_phase: Some(previous),
+                transition_time: m.at.clone(),
+                synthetic: true,
+                ..current.clone()
+            };
+            previous = m.phase;
+            event
+        })
+        .collect()
+}
+
+/// One point of a job's recorded history.
+#[derive(Debug)]
+struct Step {
+    phase: Phase,
+    raw: String,
+    reason: Option<String>,
+    message: Option<String>,
+    at: DateTime<FixedOffset>,
+    at_text: String,
+    /// Breaks ties between equal times: lower sorts first.
+    rank: usize,
+    ordinal: usize,
+}
+
+/// The object's recorded history: sorted, cut at the current phase's time, folded, numbered.
+fn history(
+    spec: &NormalizerSpec,
+    object: &Value,
+    current_at: Option<DateTime<FixedOffset>>,
+) -> Vec<Step> {
+    let mut entries = match spec {
+        NormalizerSpec::Volcano => volcano(object),
+        NormalizerSpec::Kubeflow => kubeflow(object),
+        NormalizerSpec::Batch => batch(object),
+        NormalizerSpec::Conditions(rules) => {
+            let n = rules.len();
+            let table: Vec<(&str, Phase, usize)> = rules
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.type_.as_str(), r.phase, n - 1 - i))
+                .collect();
+            true_conditions(object, &table)
+        }
+        NormalizerSpec::Field(_) => Vec::new(),
+    };
+    // Stable: equal (time, rank) keep the status's own order.
+    entries.sort_by(|a, b| a.at.cmp(&b.at).then(a.rank.cmp(&b.rank)));
+    if let Some(limit) = current_at {
+        entries.retain(|e| e.at <= limit);
+    }
+    let mut folded: Vec<Step> = Vec::with_capacity(entries.len());
+    for e in entries {
+        if folded.last().is_some_and(|l| l.phase == e.phase) {
+            continue;
+        }
+        let ordinal = folded.len();
+        folded.push(Step { ordinal, ..e });
+    }
+    folded
+}
+
+fn parse_time(text: &str) -> Option<DateTime<FixedOffset>> {
+    DateTime::parse_from_rfc3339(text).ok()
+}
+
+fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+fn non_empty(v: &Value, key: &str) -> Option<String> {
+    text(v, key).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// `status.conditions` entries, or nothing when that is not an array.
+fn conditions(object: &Value) -> impl Iterator<Item = &Value> {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// A step at the condition's `lastTransitionTime`, if it has a usable one.
+fn step_at(c: &Value, phase: Phase, raw: &str, rank: usize, with_text: bool) -> Option<Step> {
+    let at_text = text(c, "lastTransitionTime")?;
+    Some(Step {
+        phase,
+        raw: raw.to_string(),
+        reason: with_text.then(|| non_empty(c, "reason")).flatten(),
+        message: with_text.then(|| non_empty(c, "message")).flatten(),
+        at: parse_time(at_text)?,
+        at_text: at_text.to_string(),
+        rank,
+        ordinal: 0,
+    })
+}
+
+/// True conditions whose type is in `table` (type, phase, tie rank).
+fn true_conditions(object: &Value, table: &[(&str, Phase, usize)]) -> Vec<Step> {
+    conditions(object)
+        .filter(|c| text(c, "status") == Some("True"))
+        .filter_map(|c| {
+            let ty = text(c, "type")?;
+            let (_, phase, rank) = table.iter().find(|(t, _, _)| *t == ty)?;
+            step_at(c, *phase, ty, *rank, true)
+        })
+        .collect()
+}
+
+/// Volcano: every `{status: <JobPhase>, lastTransitionTime}` entry, in array order.
+fn volcano(object: &Value) -> Vec<Step> {
+    conditions(object)
+        .filter_map(|c| {
+            let raw = text(c, "status").filter(|s| !s.is_empty())?;
+            step_at(c, volcano_phase(raw), raw, 0, false)
+        })
+        .collect()
+}
+
+/// Kubeflow condition types in lifecycle order (the tie rank is the index). Must agree with
+/// the normalizer's precedence table, which is this list backwards (checked by a test).
+const KUBEFLOW_LIFECYCLE: [(&str, Phase); 6] = [
+    ("Created", Phase::Pending),
+    ("Running", Phase::Running),
+    ("Restarting", Phase::Restarting),
+    ("Suspended", Phase::Suspended),
+    ("Succeeded", Phase::Succeeded),
+    ("Failed", Phase::Failed),
+];
+
+/// Kubeflow: true conditions, plus a False Running condition as proof that the job ran.
+fn kubeflow(object: &Value) -> Vec<Step> {
+    let table: Vec<(&str, Phase, usize)> = KUBEFLOW_LIFECYCLE
+        .iter()
+        .enumerate()
+        .map(|(i, (t, p))| (*t, *p, i))
+        .collect();
+    let mut steps = true_conditions(object, &table);
+    steps.extend(
+        conditions(object)
+            .filter(|c| text(c, "type") == Some("Running") && text(c, "status") == Some("False"))
+            .filter(|c| !text(c, "reason").is_some_and(|r| r.ends_with("Suspended")))
+            .filter_map(|c| step_at(c, Phase::Running, "Running", 1, false)),
+    );
+    steps
+}
+
+/// batch/v1 conditions and their phases (tie rank: interim before final). Same mapping as the
+/// normalizer (checked by a test).
+const BATCH_CONDITIONS: [(&str, Phase, usize); 5] = [
+    ("Suspended", Phase::Suspended, 1),
+    ("SuccessCriteriaMet", Phase::Succeeded, 2),
+    ("FailureTarget", Phase::Failed, 2),
+    ("Complete", Phase::Succeeded, 3),
+    ("Failed", Phase::Failed, 3),
+];
+
+/// batch/v1: true conditions, plus running at `startTime` when the counts show pods existed.
+fn batch(object: &Value) -> Vec<Step> {
+    let mut steps = true_conditions(object, &BATCH_CONDITIONS);
+    let count = |key: &str| {
+        object
+            .pointer(&format!("/status/{key}"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let had_pods = ["active", "ready", "succeeded", "failed", "terminating"]
+        .into_iter()
+        .any(|k| count(k) > 0);
+    if had_pods
+        && let Some(status) = object.get("status")
+        && let Some(step) = start_time_step(status)
+    {
+        steps.push(step);
+    }
+    steps
+}
+
+fn start_time_step(status: &Value) -> Option<Step> {
+    let at_text = text(status, "startTime")?;
+    Some(Step {
+        phase: Phase::Running,
+        raw: "Active".to_string(),
+        reason: None,
+        message: None,
+        at: parse_time(at_text)?,
+        at_text: at_text.to_string(),
+        rank: 0,
+        ordinal: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests;
