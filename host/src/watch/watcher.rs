@@ -278,21 +278,33 @@ pub async fn run(
         target.kind.clone(),
         target.namespace.clone(),
     );
+    // In sync once a list completed; after an error, in sync again as soon as the stream
+    // delivers anything (a resumed watch does not re-list). An idle stream that recovered
+    // stays reported in error until its next event or re-list.
+    let mut listed_once = false;
+    let mut healthy = false;
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
-                let done = matches!(event, Event::InitDone);
+                let recovered = match event {
+                    Event::InitDone => true,
+                    Event::Apply(_) | Event::Delete(_) => listed_once && !healthy,
+                    Event::Init | Event::InitApply(_) => false,
+                };
                 for observation in tracker.observe(event) {
                     if sink.send(observation).await.is_err() {
                         return; // the dispatcher is gone: shutting down
                     }
                 }
-                if done {
+                if recovered {
+                    listed_once = true;
+                    healthy = true;
                     progress(Progress::Synced);
                 }
             }
             Err(e) => {
                 tracing::warn!(stream = %target.label(), error = %e, "watch error; retrying");
+                healthy = false;
                 progress(Progress::Error(e.to_string()));
             }
         }
