@@ -32,7 +32,12 @@ async fn clusters_are_added_changed_and_removed_one_file_at_a_time() {
     let alpha = SimCluster::start("alpha").await.expect("sim alpha");
     let beta = SimCluster::start("beta").await.expect("sim beta");
     let (setup, daemon) = start_with_event_log("", &[&alpha]).await;
-    let alpha_watches = watches_opened(&alpha);
+    // Synced means listed; the watch requests follow the lists.
+    let alpha_watches = wait_for("one watch per built-in kind", || {
+        let n = watches_opened(&alpha);
+        (n >= 4).then_some(n)
+    })
+    .await;
     assert_eq!(alpha_watches, 4, "one watch per built-in kind");
 
     // Added mid-run: beta gets watched and its jobs arrive.

@@ -178,6 +178,7 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
             .then_some(())
     })
     .await;
+    daemon.idle().await;
     let log_lines = setup.lines("log/events.jsonl");
     let bad_events = log_lines
         .iter()
@@ -193,11 +194,14 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
         lane.dead_lettered as usize, bad_events,
         "only the bad jobs' events are dead-lettered: {lane:?}"
     );
-    assert_eq!(
-        lane.failed_calls as usize,
-        2 * bad_events,
-        "each bad event was tried twice (retry.max_attempts): {lane:?}"
+    // Each bad event was tried twice (retry.max_attempts). A good call may also time out on
+    // a loaded machine and be retried, so this is a lower bound.
+    assert!(
+        lane.failed_calls as usize >= 2 * bad_events,
+        "each bad event was tried twice: {lane:?}"
     );
+    let good_events = log_lines.len() - bad_events;
+    assert_eq!(lane.delivered as usize, good_events, "every good event delivered: {lane:?}");
     let probe_lines = setup.lines("probe/probe.jsonl");
     for (behave, uid) in &uids[..3] {
         assert!(
