@@ -17,6 +17,8 @@ plugins/build.sh
 
 step "format"
 cargo fmt --all -- --check
+(cd plugins && cargo fmt --all -- --check)
+(cd tests/plugins && cargo fmt --all -- --check)
 
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings

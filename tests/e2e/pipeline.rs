@@ -201,7 +201,10 @@ async fn a_misbehaving_plugin_fails_only_its_own_calls() {
         "each bad event was tried twice: {lane:?}"
     );
     let good_events = log_lines.len() - bad_events;
-    assert_eq!(lane.delivered as usize, good_events, "every good event delivered: {lane:?}");
+    assert_eq!(
+        lane.delivered as usize, good_events,
+        "every good event delivered: {lane:?}"
+    );
     let probe_lines = setup.lines("probe/probe.jsonl");
     for (behave, uid) in &uids[..3] {
         assert!(

@@ -21,9 +21,14 @@ impl Guest for Bulky {
 
     fn handle(event: JobEvent) -> Result<(), HandlerError> {
         let bytes = event.id.as_bytes();
-        let pick = bytes.iter().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(*b as usize));
+        let pick = bytes
+            .iter()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(*b as usize));
         let mix = TABLE[pick % TABLE.len()](pick as u64, bytes);
-        let line = format!("{{\"by\":\"bulky\",\"id\":\"{}\",\"mix\":{mix}}}\n", event.id);
+        let line = format!(
+            "{{\"by\":\"bulky\",\"id\":\"{}\",\"mix\":{mix}}}\n",
+            event.id
+        );
         OpenOptions::new()
             .create(true)
             .append(true)

@@ -181,9 +181,9 @@ impl Guest for Probe {
 
 /// Fail the first `n` calls for this event id, counting in a granted file.
 fn flaky(id: &str, n: u32) -> Result<(), HandlerError> {
-    let hash = id
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     let dir = "/data/flaky";
     let path = format!("{dir}/{hash:016x}");
     let io = |e: std::io::Error| HandlerError::GiveUp(format!("flaky counter {path}: {e}"));
