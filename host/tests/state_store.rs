@@ -794,3 +794,35 @@ async fn two_processes_share_the_file() {
     assert!(cursors.iter().all(|c| c.resource_version == "199"));
     assert!(rounds > 1, "the two processes overlapped");
 }
+
+#[tokio::test]
+async fn remembering_a_job_never_overwrites_a_delivered_cursor() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    // First sight: stored with an empty version ("nothing delivered").
+    store
+        .remember_job(&cursor("p", "c", "seen", "5", Phase::Running))
+        .await
+        .expect("remember");
+    // Delivered first, remembered late: the delivered cursor wins.
+    store
+        .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
+        .await
+        .expect("save");
+    store
+        .remember_job(&cursor("p", "c", "done", "3", Phase::Pending))
+        .await
+        .expect("remember");
+    let mut all = store.cursors("p").await.expect("cursors");
+    all.sort_by(|a, b| a.uid.cmp(&b.uid));
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        (all[0].uid.as_str(), all[0].resource_version.as_str()),
+        ("done", "9")
+    );
+    assert_eq!(all[0].phase, Phase::Succeeded);
+    assert_eq!(
+        (all[1].uid.as_str(), all[1].resource_version.as_str()),
+        ("seen", "")
+    );
+}

@@ -4,26 +4,13 @@ use std::time::Duration;
 
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
-use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
+use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 
 fn has_job(setup: &Setup, uid: &str, phase: &str) -> bool {
     setup
         .lines("log/events.jsonl")
         .iter()
         .any(|l| uid_of(l) == uid && l["phase"] == phase)
-}
-
-/// Watch connections the daemon opened to a simulator, over every watched kind.
-fn watches_opened(sim: &SimCluster) -> usize {
-    [
-        Gvr::BATCH_JOB,
-        Gvr::VOLCANO_JOB,
-        Gvr::PYTORCH_JOB,
-        Gvr::MPI_JOB_V2,
-    ]
-    .iter()
-    .map(|g| sim.watch_requests_for(g))
-    .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -128,6 +128,20 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Watch connections opened so far to a simulator, over the four built-in kinds.
+pub fn watches_opened(sim: &SimCluster) -> usize {
+    use jobrelay_testkit::Gvr;
+    [
+        Gvr::BATCH_JOB,
+        Gvr::VOLCANO_JOB,
+        Gvr::PYTORCH_JOB,
+        Gvr::MPI_JOB_V2,
+    ]
+    .iter()
+    .map(|g| sim.watch_requests_for(g))
+    .sum()
+}
+
 /// A config folder with the event-log plugin as `log` (writing `out/log/events.jsonl`) and
 /// the given clusters, and a daemon running on it with every cluster synced.
 pub async fn start_with_event_log(main_yaml: &str, sims: &[&SimCluster]) -> (Setup, Daemon) {

@@ -100,7 +100,7 @@ ON CONFLICT (plugin, cluster, uid) DO UPDATE SET
 const REMEMBER_JOB: &str = "
 INSERT INTO cursors (plugin, cluster, uid, api_version, kind, namespace, name,
                      resource_version, phase, transition_time, deleted)
-VALUES (?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (plugin, cluster, uid) DO NOTHING";
 
 /// The selection of [`Selection`] in SQL (a macro, because `concat!` needs literals and sqlx
@@ -343,17 +343,11 @@ impl CursorStore for SqliteStore {
     }
 
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        sqlx::query(REMEMBER_JOB)
-            .bind(cursor.plugin.clone())
-            .bind(cursor.cluster.clone())
-            .bind(cursor.uid.clone())
-            .bind(cursor.api_version.clone())
-            .bind(cursor.kind.clone())
-            .bind(cursor.namespace.clone())
-            .bind(cursor.name.clone())
-            .bind(cursor.phase.as_str())
-            .bind(cursor.transition_time.clone())
-            .bind(cursor.deleted)
+        let seen = Cursor {
+            resource_version: String::new(),
+            ..cursor.clone()
+        };
+        cursor_query(REMEMBER_JOB, &seen)
             .execute(&self.pool)
             .await
             .map_err(self.failed("remember a job"))?;
@@ -513,7 +507,12 @@ fn bind_selection<'q>(
 }
 
 fn upsert_cursor(cursor: &Cursor) -> Query<'static, Sqlite, SqliteArguments> {
-    sqlx::query(UPSERT_CURSOR)
+    cursor_query(UPSERT_CURSOR, cursor)
+}
+
+/// A cursor's columns bound in table order, for the statements that write one.
+fn cursor_query(sql: &'static str, cursor: &Cursor) -> Query<'static, Sqlite, SqliteArguments> {
+    sqlx::query(sql)
         .bind(cursor.plugin.clone())
         .bind(cursor.cluster.clone())
         .bind(cursor.uid.clone())

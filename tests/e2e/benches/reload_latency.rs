@@ -13,22 +13,10 @@ use std::time::{Duration, Instant};
 use jobrelay::clusters::health::HealthState;
 use jobrelay::daemon::Daemon;
 use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
-use jobrelay_e2e::{Setup, built_wasm, write_atomic};
-use jobrelay_testkit::{Gvr, SimCluster};
+use jobrelay_e2e::{Setup, built_wasm, watches_opened, write_atomic};
+use jobrelay_testkit::SimCluster;
 
 const ROUNDS: usize = 10;
-
-fn watches(sim: &SimCluster) -> usize {
-    [
-        Gvr::BATCH_JOB,
-        Gvr::VOLCANO_JOB,
-        Gvr::PYTORCH_JOB,
-        Gvr::MPI_JOB_V2,
-    ]
-    .iter()
-    .map(|g| sim.watch_requests_for(g))
-    .sum()
-}
 
 fn summary(label: &str, mut xs: Vec<Duration>) -> Duration {
     xs.sort();
@@ -87,7 +75,7 @@ async fn cluster_pickup(debounce_ms: u64) {
         let sim = SimCluster::start(&format!("c{i}")).await.expect("sim");
         let t0 = Instant::now();
         setup.add_cluster(&sim);
-        let watched = poll_until(|| watches(&sim) > 0).await;
+        let watched = poll_until(|| watches_opened(&sim) > 0).await;
         let synced = poll_until(|| {
             daemon
                 .clusters()
