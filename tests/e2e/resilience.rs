@@ -74,3 +74,39 @@ async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
     assert_unique_ids(&lines, "re-lists deliver no version twice");
     daemon.shutdown(Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_watch_is_detected_and_reopened() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let (setup, daemon) = start_with_event_log(
+        "kinds: [{name: volcano-job}]\nwatch: {timeout_seconds: 2}\n",
+        &[&sim],
+    )
+    .await;
+    let opened = wait_for("the watch open", || {
+        let n = sim.watch_requests_for(&Gvr::VOLCANO_JOB);
+        (n >= 1).then_some(n)
+    })
+    .await;
+    // The connection stays open but carries nothing, not even bookmarks.
+    sim.stall_watches(true);
+    let mut job = JobDriver::create(&sim, Flavor::Volcano, "ml", "quiet").expect("create");
+    job.running().expect("running");
+    // kube's client drops a watch silent for timeout + 5 s and opens a new one.
+    wait_for("a new watch request", || {
+        (sim.watch_requests_for(&Gvr::VOLCANO_JOB) > opened).then_some(())
+    })
+    .await;
+    sim.stall_watches(false);
+    wait_for("the job delivered after the stall", || {
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| uid_of(l) == job.uid() && l["phase"] == "running")
+            .then_some(())
+    })
+    .await;
+    wait_synced(&daemon, "alpha").await;
+    daemon.shutdown(Duration::from_secs(10)).await;
+}

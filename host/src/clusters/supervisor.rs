@@ -80,6 +80,7 @@ fn targets(cluster: &str, main: &MainConfig) -> Vec<WatchTarget> {
                 kind: kind.clone(),
                 namespace: ns.clone(),
                 label_selector: main.watch.label_selector.clone(),
+                timeout_seconds: main.watch.timeout_seconds,
             });
         }
     }

@@ -72,7 +72,7 @@ pub struct KindEntry {
 }
 
 /// Namespaces and labels to watch.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchScope {
     /// Namespaces to watch; empty watches all namespaces.
@@ -81,6 +81,26 @@ pub struct WatchScope {
     /// A Kubernetes label selector applied to every job kind, e.g. `team=ml,!skip-relay`.
     #[serde(default)]
     pub label_selector: Option<String>,
+    /// Server-side timeout of one watch request, in seconds. The client gives up on a watch
+    /// that stayed silent for this long plus 5 s and reconnects, so this also bounds how long
+    /// a stalled connection (a dead network path, a hung proxy) goes unnoticed. Bookmarks keep
+    /// a healthy idle watch from looking silent.
+    #[serde(default = "default_watch_timeout")]
+    pub timeout_seconds: u32,
+}
+
+fn default_watch_timeout() -> u32 {
+    60
+}
+
+impl Default for WatchScope {
+    fn default() -> Self {
+        WatchScope {
+            namespaces: Vec::new(),
+            label_selector: None,
+            timeout_seconds: default_watch_timeout(),
+        }
+    }
 }
 
 /// Plugin limits used when a manifest does not set its own.
@@ -181,6 +201,11 @@ impl MainFile {
         if self.plugin_defaults.timeout_ms == 0 {
             return Err(ConfigError::Invalid(
                 "plugin_defaults.timeout_ms: must be at least 1".into(),
+            ));
+        }
+        if self.watch.timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "watch.timeout_seconds: must be at least 1".into(),
             ));
         }
         if self.rescan_seconds == 0 {

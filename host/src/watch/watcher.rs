@@ -29,6 +29,8 @@ pub struct WatchTarget {
     /// `None` watches all namespaces.
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
+    /// Seconds per watch request; a silent connection is dropped after this plus 5 s.
+    pub timeout_seconds: u32,
 }
 
 impl WatchTarget {
@@ -267,7 +269,7 @@ pub async fn run(
     sink: mpsc::Sender<Observation>,
     progress: impl Fn(Progress) + Send,
 ) {
-    let mut config = watcher::Config::default();
+    let mut config = watcher::Config::default().timeout(target.timeout_seconds);
     if let Some(sel) = &target.label_selector {
         config = config.labels(sel);
     }
