@@ -14,11 +14,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{ConfigState, Update};
 use crate::lanes::dispatcher::{self, Routes};
+use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::runtime::Runtime;
 use crate::state::open_store;
@@ -28,6 +30,9 @@ const EVENT_BUFFER: usize = 1024;
 
 /// How often replay requests made by `jobrelay dead-letters replay` are picked up.
 const REPLAY_POLL: Duration = Duration::from_secs(2);
+
+/// How often finalizer holds are checked against `finalizers.max_hold_seconds`.
+const HOLD_SWEEP: Duration = Duration::from_secs(5);
 
 /// A running daemon.
 pub struct Daemon {
@@ -50,8 +55,13 @@ impl Daemon {
         let store = open_store(&main.state_path)
             .await
             .with_context(|| format!("cannot open the state file {}", main.state_path.display()))?;
-        let routes = Routes::default();
-        let plugins = PluginSet::new(runtime, routes.clone(), store);
+        let releaser = FinalizerService::new(main.finalizers.name.clone());
+        let book = Arc::new(FinalizerBook::new(
+            releaser.clone(),
+            main.finalizers.dead_letter_blocks,
+        ));
+        let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone());
+        let plugins = PluginSet::new(runtime, routes.clone(), store, Some(book.clone()));
         let health = HealthBoard::default();
         let cancel = CancellationToken::new();
         let (sink, events) = mpsc::channel(EVENT_BUFFER);
@@ -60,7 +70,8 @@ impl Daemon {
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
         }
-        let mut clusters = ClusterManager::new(sink, health.clone(), cancel.clone());
+        let mut clusters =
+            ClusterManager::new(sink, health.clone(), releaser.clone(), cancel.clone());
         clusters.apply(&first.clusters, &main).await;
 
         let mut folder = FolderWatch::new(
@@ -77,11 +88,17 @@ impl Daemon {
             let cancel = cancel.clone();
             tokio::spawn(async move {
                 let mut replays = tokio::time::interval(REPLAY_POLL);
+                let mut sweeps = tokio::time::interval(HOLD_SWEEP);
                 loop {
                     let trigger = tokio::select! {
                         t = folder.next() => t,
                         _ = replays.tick() => {
                             plugins.take_replays().await;
+                            continue;
+                        }
+                        _ = sweeps.tick() => {
+                            let max_hold = Duration::from_secs(state.main().finalizers.max_hold_seconds);
+                            book.sweep(max_hold);
                             continue;
                         }
                         _ = cancel.cancelled() => break,

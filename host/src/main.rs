@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
-use jobrelay::cli::{Cli, Command, PluginCommand, check};
+use jobrelay::cli::{Cli, Command, FinalizersCommand, PluginCommand, check};
 use jobrelay::daemon::Daemon;
 use jobrelay::telemetry::logging;
 
@@ -42,6 +42,22 @@ async fn main() -> ExitCode {
             })
         }
         Command::DeadLetters { config, command } => dead_letters(&config, &command).await,
+        Command::Finalizers {
+            command:
+                FinalizersCommand::Release {
+                    config,
+                    cluster_timeout,
+                },
+        } => jobrelay::cli::finalizers::release(&config, Duration::from_secs(cluster_timeout))
+            .await
+            .map(|(report, ok)| {
+                print!("{report}");
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }),
     };
     match result {
         Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod dead_letters;
+pub mod finalizers;
 pub mod plugin_run;
 
 use std::path::PathBuf;
@@ -44,12 +45,29 @@ pub enum Command {
     /// Plugin tools.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// jobrelay's finalizer on jobs.
+    Finalizers {
+        #[command(subcommand)]
+        command: FinalizersCommand,
+    },
     /// List, replay or drop dead letters; works beside a running daemon.
     DeadLetters {
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
         #[command(subcommand)]
         command: dead_letters::DeadLettersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FinalizersCommand {
+    /// Remove jobrelay's finalizer from every job of every cluster (for uninstalling).
+    Release {
+        #[arg(long, short, env = "JOBRELAY_CONFIG")]
+        config: PathBuf,
+        /// Seconds allowed per cluster.
+        #[arg(long, default_value_t = 120)]
+        cluster_timeout: u64,
     },
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
 use super::supervisor::{self, SupervisorHandle};
 use crate::config::main_file::MainConfig;
@@ -18,6 +19,7 @@ pub struct ClusterManager {
     running: BTreeMap<String, SupervisorHandle>,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
+    finalizers: Arc<FinalizerService>,
     cancel: CancellationToken,
 }
 
@@ -25,12 +27,14 @@ impl ClusterManager {
     pub fn new(
         sink: mpsc::Sender<Observation>,
         health: HealthBoard,
+        finalizers: Arc<FinalizerService>,
         cancel: CancellationToken,
     ) -> Self {
         ClusterManager {
             running: BTreeMap::new(),
             sink,
             health,
+            finalizers,
             cancel,
         }
     }
@@ -86,6 +90,7 @@ impl ClusterManager {
             main,
             self.sink.clone(),
             self.health.clone(),
+            self.finalizers.clone(),
             &self.cancel,
         );
         tracing::info!(cluster = %source.name, file = %source.path.display(), "cluster started");

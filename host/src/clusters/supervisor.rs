@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
@@ -43,6 +44,7 @@ pub fn spawn(
     main: &Arc<MainConfig>,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
+    finalizers: Arc<FinalizerService>,
     parent: &CancellationToken,
 ) -> SupervisorHandle {
     let cancel = parent.child_token();
@@ -54,6 +56,7 @@ pub fn spawn(
         targets,
         sink,
         health,
+        finalizers,
         cancel.clone(),
     ));
     SupervisorHandle {
@@ -81,6 +84,7 @@ fn targets(cluster: &str, main: &MainConfig) -> Vec<WatchTarget> {
                 namespace: ns.clone(),
                 label_selector: main.watch.label_selector.clone(),
                 timeout_seconds: main.watch.timeout_seconds,
+                finalizer: kind.finalizer.then(|| main.finalizers.name.clone()),
             });
         }
     }
@@ -93,12 +97,14 @@ async fn supervise(
     targets: Vec<WatchTarget>,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
+    finalizers: Arc<FinalizerService>,
     cancel: CancellationToken,
 ) {
     let client = tokio::select! {
         c = connect(&name, &kubeconfig, &health) => c,
         _ = cancel.cancelled() => return,
     };
+    finalizers.register(&name, client.clone());
     let mut streams = JoinSet::new();
     for (index, target) in targets.into_iter().enumerate() {
         let health = health.clone();
@@ -113,6 +119,7 @@ async fn supervise(
     tracing::info!(cluster = %name, streams = streams.len(), "cluster watched");
     cancel.cancelled().await;
     streams.shutdown().await;
+    finalizers.unregister(&name);
     tracing::info!(cluster = %name, "cluster stopped");
 }
 

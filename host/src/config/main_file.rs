@@ -37,6 +37,9 @@ pub struct MainFile {
     /// Where cursors and dead letters are kept. Read once at start.
     #[serde(default)]
     pub state: StateSettings,
+    /// jobrelay's finalizer, for kinds with `finalizer: true`.
+    #[serde(default)]
+    pub finalizers: FinalizerSettings,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -69,6 +72,43 @@ pub struct KindEntry {
     pub normalizer: Option<NormalizerSpec>,
     #[serde(default)]
     pub pod_label: Option<String>,
+    /// Hold deletion of these jobs with jobrelay's finalizer (see `finalizers`).
+    #[serde(default)]
+    pub finalizer: bool,
+}
+
+/// How jobrelay's finalizer behaves, for kinds that enable it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinalizerSettings {
+    /// The finalizer's name on job objects.
+    #[serde(default = "default_finalizer_name")]
+    pub name: String,
+    /// Whether a dead-lettered deletion still holds the job (until the dead letter is replayed
+    /// and delivered, or `max_hold_seconds` passes). Default: a dead letter releases it.
+    #[serde(default)]
+    pub dead_letter_blocks: bool,
+    /// The longest jobrelay holds a job's deletion, whatever the plugins do: deletion must never
+    /// hang forever because of jobrelay.
+    #[serde(default = "default_max_hold")]
+    pub max_hold_seconds: u64,
+}
+
+fn default_finalizer_name() -> String {
+    "jobrelay.io/delivery".into()
+}
+fn default_max_hold() -> u64 {
+    3600
+}
+
+impl Default for FinalizerSettings {
+    fn default() -> Self {
+        FinalizerSettings {
+            name: default_finalizer_name(),
+            dead_letter_blocks: false,
+            max_hold_seconds: default_max_hold(),
+        }
+    }
 }
 
 /// Namespaces and labels to watch.
@@ -146,6 +186,7 @@ pub struct MainConfig {
     pub runtime: RuntimeSettings,
     /// The state file, absolute.
     pub state_path: PathBuf,
+    pub finalizers: FinalizerSettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -166,7 +207,7 @@ impl MainConfig {
 
     /// Whether a change from `self` to `next` requires restarting cluster watchers.
     pub fn watch_differs(&self, next: &MainConfig) -> bool {
-        self.kinds != next.kinds || self.watch != next.watch
+        self.kinds != next.kinds || self.watch != next.watch || self.finalizers != next.finalizers
     }
 }
 
@@ -203,6 +244,12 @@ impl MainFile {
                 "plugin_defaults.timeout_ms: must be at least 1".into(),
             ));
         }
+        if !self.finalizers.name.contains('/') || self.finalizers.max_hold_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "finalizers: `name` must be qualified (domain/name) and max_hold_seconds at least 1"
+                    .into(),
+            ));
+        }
         if self.watch.timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "watch.timeout_seconds: must be at least 1".into(),
@@ -225,6 +272,7 @@ impl MainFile {
             plugin_dir,
             runtime: self.runtime,
             state_path: self.state.resolved_path(root),
+            finalizers: self.finalizers,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })
@@ -241,6 +289,7 @@ impl KindEntry {
             plural: None,
             normalizer: None,
             pod_label: None,
+            finalizer: false,
         }
     }
 
@@ -255,7 +304,8 @@ impl KindEntry {
             return Err("`name` must not be empty".into());
         }
         if is_bare {
-            return JobKind::builtin(&self.name).ok_or_else(|| {
+            let finalizer = self.finalizer;
+            return JobKind::builtin(&self.name).map(|k| JobKind { finalizer, ..k }).ok_or_else(|| {
                 format!(
                     "`{}` is not a built-in kind (built-in: batch-job, volcano-job, pytorch-job, \
                      mpi-job, mpi-job-v1); give group, version, kind, plural and normalizer",
@@ -277,6 +327,7 @@ impl KindEntry {
                 .clone()
                 .ok_or_else(|| format!("`{}`: missing `normalizer`", self.name))?,
             pod_label: self.pod_label.clone(),
+            finalizer: self.finalizer,
             name: self.name,
         };
         if let NormalizerSpec::Field(rule) = &kind.normalizer

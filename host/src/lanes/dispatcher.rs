@@ -6,16 +6,28 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
+use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Listed, Observed};
+use crate::watch::event::Phase;
+use crate::watch::finalizer::has_finalizer;
 use crate::watch::watcher::Observation;
 
-/// The lanes by plugin name.
+/// The lanes by plugin name, and the finalizer holds they report to.
 #[derive(Clone, Default)]
 pub struct Routes {
     inner: Arc<RwLock<BTreeMap<String, Lane>>>,
+    finalizers: Option<(Arc<FinalizerBook>, String)>,
 }
 
 impl Routes {
+    /// Routes that hold deletions of finalizer kinds in `book` (finalizer `name`).
+    pub fn with_finalizers(book: Arc<FinalizerBook>, name: String) -> Routes {
+        Routes {
+            inner: Arc::default(),
+            finalizers: Some((book, name)),
+        }
+    }
+
     pub fn insert(&self, name: &str, lane: Lane) {
         let mut lanes = self.inner.write().unwrap_or_else(|p| p.into_inner());
         lanes.insert(name.to_string(), lane);
@@ -52,7 +64,12 @@ impl Routes {
                     kind,
                     from_list,
                 };
-                for lane in lanes.values().filter(|l| l.wants(&observed.kind.name)) {
+                let wanting: Vec<&Lane> = lanes
+                    .values()
+                    .filter(|l| l.wants(&observed.kind.name))
+                    .collect();
+                self.hold_if_deleting(&observed, &wanting);
+                for lane in wanting {
                     lane.push(&observed);
                 }
             }
@@ -75,6 +92,33 @@ impl Routes {
                 }
             }
         }
+    }
+}
+
+impl Routes {
+    /// A job of a finalizer kind that is being deleted and still carries our finalizer is
+    /// held until every lane that wants it is done (recorded before the lanes see the event).
+    fn hold_if_deleting(&self, observed: &Observed, wanting: &[&Lane]) {
+        let Some((book, finalizer)) = &self.finalizers else {
+            return;
+        };
+        let event = &observed.event;
+        if !observed.kind.finalizer || event.phase != Phase::Terminating {
+            return;
+        }
+        let carries = serde_json::from_str::<serde_json::Value>(&event.object_json)
+            .is_ok_and(|o| has_finalizer(&o, finalizer));
+        if !carries {
+            return;
+        }
+        let job = HeldJob {
+            cluster: event.cluster.clone(),
+            kind: observed.kind.clone(),
+            namespace: event.namespace.clone(),
+            name: event.name.clone(),
+            uid: event.uid.clone(),
+        };
+        book.hold(job, wanting.iter().map(|l| l.name().to_string()).collect());
     }
 }
 

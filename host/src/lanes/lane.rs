@@ -25,6 +25,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
+use super::finalizer_book::FinalizerBook;
 use super::mode::{Accepted, Decision};
 use super::settings::LaneSettings;
 use crate::runtime::{CallError, PluginVersion};
@@ -92,7 +93,7 @@ impl JobState {
                 resource_version: delivered.then(|| c.resource_version.clone()),
                 phase: delivered.then_some(c.phase),
                 transition_time: delivered.then(|| c.transition_time.clone()),
-                terminal_done: delivered && c.phase.is_terminal(),
+                terminal_done: delivered && super::mode::is_end(c.phase),
                 deleted: c.deleted,
             },
             delivered_phase: delivered.then_some(c.phase),
@@ -115,6 +116,8 @@ struct Inner {
     limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
     jobs: Mutex<HashMap<JobKey, JobState>>,
     store: Arc<dyn CursorStore>,
+    /// Holds on jobs being deleted, told when this lane is done with a job.
+    book: Option<Arc<FinalizerBook>>,
     workers: TaskTracker,
     closed: AtomicBool,
     delivered: AtomicU64,
@@ -151,6 +154,7 @@ impl Lane {
         plugin: Arc<PluginVersion>,
         settings: LaneSettings,
         store: Arc<dyn CursorStore>,
+        book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, crate::state::StoreError> {
         let cursors = store.cursors(name).await?;
         let jobs: HashMap<JobKey, JobState> = cursors
@@ -174,6 +178,7 @@ impl Lane {
                 concurrency: AtomicUsize::new(concurrency),
                 jobs: Mutex::new(jobs),
                 store,
+                book,
                 workers: TaskTracker::new(),
                 closed: AtomicBool::new(false),
                 delivered: AtomicU64::new(0),
@@ -271,6 +276,11 @@ impl Lane {
             });
         }
         self.wake(&key, job);
+        let idle = !job.busy && job.queue.is_empty();
+        drop(jobs);
+        if idle && let Some(book) = &self.inner.book {
+            book.lane_done(&self.inner.name, &key);
+        }
     }
 
     /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]).
@@ -490,6 +500,9 @@ async fn work(inner: Arc<Inner>, key: JobKey) {
             }
         };
         let Some((event, replay)) = next else {
+            if let Some(book) = &inner.book {
+                book.lane_done(&inner.name, &key);
+            }
             inner.settled.notify_waiters();
             return;
         };
@@ -560,6 +573,9 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
 
 async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
+    if let Some(book) = &inner.book {
+        book.lane_dead_lettered(&inner.name, &event.job_key());
+    }
     tracing::error!(plugin = %inner.name, event = %event.id, attempts, error = %error,
         "event moved to the dead-letter list");
     if let Err(e) = inner

@@ -4,6 +4,7 @@
 //! different jobs run concurrently up to the plugin's concurrency.
 
 pub mod dispatcher;
+pub mod finalizer_book;
 pub mod lane;
 pub mod mode;
 pub mod plugin_set;

@@ -16,7 +16,8 @@ pub enum DeliveryMode {
     EveryVersion,
     /// Only when the normalised phase changes, and the deletion.
     Transitions,
-    /// The first time the job reaches succeeded or failed, and the deletion.
+    /// The first time the job reaches its end — succeeded, failed, or deletion requested
+    /// (terminating) — and the deletion itself.
     Terminal,
     /// Compacted: of the versions waiting, only the newest is delivered.
     Latest,
@@ -31,7 +32,8 @@ pub struct Accepted {
     pub phase: Option<Phase>,
     /// Its transition time (RFC 3339), for catching up missed transitions.
     pub transition_time: Option<String>,
-    /// A terminal phase was accepted once (the `terminal` mode's "first time").
+    /// An end (terminal phase or terminating) was accepted once (the `terminal` mode's
+    /// "first time").
     pub terminal_done: bool,
     /// The deletion was accepted: nothing after it.
     pub deleted: bool,
@@ -87,7 +89,7 @@ impl DeliveryMode {
                 Decision::Skip(SkipReason::SamePhase)
             }
             DeliveryMode::Transitions => Decision::Append,
-            DeliveryMode::Terminal if event.phase.is_terminal() && !accepted.terminal_done => {
+            DeliveryMode::Terminal if is_end(event.phase) && !accepted.terminal_done => {
                 Decision::Append
             }
             DeliveryMode::Terminal => Decision::Skip(SkipReason::NotTerminal),
@@ -96,7 +98,7 @@ impl DeliveryMode {
             accepted.resource_version = Some(event.resource_version.clone());
             accepted.phase = Some(event.phase);
             accepted.transition_time = Some(event.transition_time.clone());
-            accepted.terminal_done |= event.phase.is_terminal();
+            accepted.terminal_done |= is_end(event.phase);
             accepted.deleted |= deleted;
         }
         decision
@@ -108,6 +110,12 @@ impl DeliveryMode {
     pub fn wants_catch_up(self) -> bool {
         self != DeliveryMode::Latest
     }
+}
+
+/// The end of a job's run as the `terminal` mode sees it: an outcome, or deletion requested
+/// (which, for a job held by jobrelay's finalizer, is the last moment its pods and logs exist).
+pub fn is_end(phase: Phase) -> bool {
+    phase.is_terminal() || phase == Phase::Terminating
 }
 
 #[cfg(test)]

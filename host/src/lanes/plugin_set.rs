@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::dispatcher::Routes;
+use super::finalizer_book::FinalizerBook;
 use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
@@ -53,15 +54,22 @@ pub struct PluginSet {
     runtime: Runtime,
     routes: Routes,
     store: Arc<dyn CursorStore>,
+    finalizers: Option<Arc<FinalizerBook>>,
     book: Arc<Mutex<Book>>,
 }
 
 impl PluginSet {
-    pub fn new(runtime: Runtime, routes: Routes, store: Arc<dyn CursorStore>) -> Self {
+    pub fn new(
+        runtime: Runtime,
+        routes: Routes,
+        store: Arc<dyn CursorStore>,
+        finalizers: Option<Arc<FinalizerBook>>,
+    ) -> Self {
         PluginSet {
             runtime,
             routes,
             store,
+            finalizers,
             book: Arc::default(),
         }
     }
@@ -131,6 +139,7 @@ impl PluginSet {
                     version,
                     source.lane_settings(),
                     self.store.clone(),
+                    self.finalizers.clone(),
                 )
                 .await
                 {

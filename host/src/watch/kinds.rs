@@ -27,6 +27,10 @@ pub struct JobKind {
     /// Label that pods of this job carry with the job's name as value.
     #[serde(default)]
     pub pod_label: Option<String>,
+    /// Whether jobrelay holds deletion of these jobs with its finalizer until every plugin
+    /// that wants the kind has handled the deletion.
+    #[serde(default)]
+    pub finalizer: bool,
 }
 
 impl JobKind {
@@ -49,6 +53,7 @@ impl JobKind {
             plural: plural.into(),
             normalizer: n,
             pod_label: Some(label.into()),
+            finalizer: false,
         };
         Some(match name {
             "batch-job" => k(

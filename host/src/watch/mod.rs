@@ -3,6 +3,7 @@
 
 pub mod catch_up;
 pub mod event;
+pub mod finalizer;
 pub mod kinds;
 pub mod normalize;
 pub mod watcher;

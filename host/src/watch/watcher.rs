@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::event::{JobEvent, Phase};
+use super::finalizer;
 use super::kinds::JobKind;
 use super::normalize::normalize;
 
@@ -31,6 +32,8 @@ pub struct WatchTarget {
     pub label_selector: Option<String>,
     /// Seconds per watch request; a silent connection is dropped after this plus 5 s.
     pub timeout_seconds: u32,
+    /// jobrelay's finalizer name, when this kind's deletions are held.
+    pub finalizer: Option<String>,
 }
 
 impl WatchTarget {
@@ -255,6 +258,22 @@ impl Tracker {
     }
 }
 
+/// Add the finalizer in the background; a failure (the object changed meanwhile) is retried
+/// on the next version observed.
+fn add_finalizer(client: &Client, target: &WatchTarget, obj: &DynamicObject, finalizer: &str) {
+    let (client, kind, obj, finalizer) = (
+        client.clone(),
+        target.kind.clone(),
+        obj.clone(),
+        finalizer.to_string(),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = finalizer::add(client, &kind, &obj, &finalizer).await {
+            tracing::debug!(job = ?obj.metadata.name, error = %e, "finalizer not added yet");
+        }
+    });
+}
+
 fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
@@ -273,7 +292,7 @@ pub async fn run(
     if let Some(sel) = &target.label_selector {
         config = config.labels(sel);
     }
-    let stream = watcher::watcher(target.api(client), config).default_backoff();
+    let stream = watcher::watcher(target.api(client.clone()), config).default_backoff();
     pin_mut!(stream);
     let mut tracker = Tracker::new(
         target.cluster.clone(),
@@ -288,6 +307,12 @@ pub async fn run(
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => {
+                if let (Some(finalizer), Event::Apply(obj) | Event::InitApply(obj)) =
+                    (&target.finalizer, &event)
+                    && finalizer::needs_finalizer(obj, finalizer)
+                {
+                    add_finalizer(&client, &target, obj, finalizer);
+                }
                 let recovered = match event {
                     Event::InitDone => true,
                     Event::Apply(_) | Event::Delete(_) => listed_once && !healthy,

@@ -1,0 +1,73 @@
+//! `jobrelay finalizers release`: remove jobrelay's finalizer from every job of every cluster,
+//! for uninstalling (or freeing jobs held while jobrelay cannot run).
+
+use std::path::Path;
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+
+use crate::clusters::supervisor::build_client;
+use crate::config::state::ConfigState;
+use crate::watch::finalizer;
+
+/// Returns the report to print, and whether everything went well.
+pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(String, bool)> {
+    let (state, _) = ConfigState::load(config_dir)
+        .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let main = state.main();
+    let name = &main.finalizers.name;
+    let mut report = String::new();
+    let mut ok = true;
+    for (cluster, source) in state.clusters() {
+        let work = async {
+            let client = build_client(&source.kubeconfig).await?;
+            let mut removed = 0usize;
+            // Every kind, not only those with `finalizer: true` now: the setting may have been
+            // turned off after jobs got the finalizer.
+            for kind in &main.kinds {
+                let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+                let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                let jobs = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
+                for job in jobs
+                    .items
+                    .iter()
+                    .filter(|j| !finalizer::needs_finalizer_ignoring_deletion(j, name))
+                {
+                    let (Some(ns), Some(job_name), Some(uid)) = (
+                        job.metadata.namespace.as_deref(),
+                        job.metadata.name.as_deref(),
+                        job.metadata.uid.as_deref(),
+                    ) else {
+                        continue;
+                    };
+                    if finalizer::remove(client.clone(), kind, ns, job_name, uid, name).await? {
+                        removed += 1;
+                    }
+                }
+            }
+            Ok::<usize, String>(removed)
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(Ok(n)) => report.push_str(&format!(
+                "ok    cluster  {cluster}: finalizer removed from {n} job(s)\n"
+            )),
+            Ok(Err(e)) => {
+                ok = false;
+                report.push_str(&format!("FAIL  cluster  {cluster}: {e}\n"));
+            }
+            Err(_) => {
+                ok = false;
+                report.push_str(&format!(
+                    "FAIL  cluster  {cluster}: no answer within {} s\n",
+                    timeout.as_secs()
+                ));
+            }
+        }
+    }
+    Ok((report, ok))
+}
