@@ -1,0 +1,831 @@
+//! The `jobrelay run` process as an operator's supervisor treats it: killed with SIGKILL in the
+//! middle of a stream of job changes and restarted, stopped with SIGTERM while a plugin call is
+//! running, and stopped at once by a second signal.
+//!
+//! The simulated cluster lives in the test process; the daemon is the real binary in a child
+//! process. Every child is wrapped in [`Relay`], whose `Drop` kills it, so a failing assertion
+//! never leaves a daemon behind. Deadlines are generous (the machines are noisy); the only
+//! timing asserted is "exits within N seconds", with N far from the expected value.
+//!
+//! `JOBRELAY_SOAK_SEED=<n>` replays one schedule of the soak (the seed is printed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+/// Deadline for anything the daemon should do "soon".
+const DEADLINE: Duration = Duration::from_secs(90);
+/// The plugins' concurrency in these tests: at most this many calls are in flight at a kill.
+const CONCURRENCY: usize = 4;
+const BEHAVE: &str = "jobrelay.test/behave";
+
+// ----- the daemon as a child process -----------------------------------------------------------
+
+/// One `jobrelay run` child. Its stderr (the logs) is collected in memory; dropping the guard
+/// kills the process (SIGKILL), so no test leaves a daemon running.
+struct Relay {
+    what: String,
+    child: Child,
+    pid: u32,
+    log: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(config: &Path, what: &str) -> Relay {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .env_remove("JOBRELAY_LOG_FORMAT")
+            .env_remove("JOBRELAY_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("jobrelay starts");
+        let pid = child.id().expect("a running child has a pid");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let sink = log.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Relay {
+            what: what.to_string(),
+            child,
+            pid,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The last lines of the log, for failure messages.
+    fn tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(40);
+        format!(
+            "--- last log lines of {} ---\n{}",
+            self.what,
+            lines[from..].join("\n")
+        )
+    }
+
+    /// The log lines at ERROR level, prefixed with the run they come from.
+    fn errors(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("ERROR"))
+            .map(|l| format!("{}: {l}", self.what))
+            .collect()
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`) with the system's `kill` command.
+    fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .arg("-s")
+            .arg(name)
+            .arg(self.pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -s {name} {} failed", self.pid);
+    }
+
+    /// SIGKILL (what `Child::kill` sends), and reap the process.
+    async fn sigkill(&mut self) {
+        self.child.kill().await.expect("SIGKILL the daemon");
+        self.drain_log().await;
+    }
+
+    /// Waits for the process to exit; `None` if it is still running after `within`.
+    async fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        let status = tokio::time::timeout(within, self.child.wait()).await.ok()?;
+        let status = status.expect("wait for the daemon");
+        self.drain_log().await;
+        Some(status)
+    }
+
+    /// After the exit: wait until every line the process wrote has been read.
+    async fn drain_log(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // Already reaped or already gone: nothing to do.
+        let _ = self.child.start_kill();
+    }
+}
+
+// ----- config folder ---------------------------------------------------------------------------
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn plugin_dir() -> PathBuf {
+    let dir = repo().join("target/plugins");
+    for name in ["event-log", "probe"] {
+        let wasm = dir.join(format!("{name}.wasm"));
+        assert!(
+            wasm.exists(),
+            "{} is missing: run plugins/build.sh",
+            wasm.display()
+        );
+    }
+    dir
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().expect("a parent folder")).expect("mkdir");
+    std::fs::write(path, content).expect("write");
+}
+
+/// A config folder watching every built-in kind on `sim` (as cluster `alpha`) with one plugin
+/// `plugins/<plugin>.yaml` given by `manifest`.
+fn config_folder(sim: &SimCluster, plugin: &str, manifest: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\ndebounce_ms: 100\nrescan_seconds: 2\n",
+            plugin_dir().display()
+        ),
+    );
+    write(&root.join("clusters/alpha.yaml"), &sim.kubeconfig_yaml());
+    write(&root.join(format!("plugins/{plugin}.yaml")), manifest);
+    dir
+}
+
+/// JSON lines of a plugin's output file, and the lines that are not JSON (a torn write).
+fn read_lines(path: &Path) -> (Vec<Value>, Vec<String>) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut good = Vec::new();
+    let mut torn = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str(line) {
+            Ok(v) => good.push(v),
+            Err(_) => torn.push(line.to_string()),
+        }
+    }
+    (good, torn)
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or_default()
+}
+
+/// Polls `check` every 200 ms until it returns `Some`; `Err` with the last `Err` of `check`
+/// after `deadline`.
+async fn poll<T>(
+    deadline: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let started = Instant::now();
+    loop {
+        match check() {
+            Ok(v) => return Ok(v),
+            Err(why) if started.elapsed() > deadline => return Err(why),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The plugin's cursors by job uid, read from the state file after the daemon exited.
+async fn cursors(config: &Path, plugin: &str) -> HashMap<String, jobrelay::state::Cursor> {
+    let store = jobrelay::state::open_store(&config.join("state/jobrelay.db"))
+        .await
+        .expect("open the state file");
+    let cursors = store.cursors(plugin).await.expect("read cursors");
+    store.close().await;
+    cursors.into_iter().map(|c| (c.uid.clone(), c)).collect()
+}
+
+// ----- a small seeded PRNG (splitmix64) --------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    fn percent(&mut self, p: u64) -> bool {
+        self.next() % 100 < p
+    }
+}
+
+fn soak_seed() -> u64 {
+    if let Some(seed) = std::env::var("JOBRELAY_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return seed;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7)
+}
+
+// ----- the job lifecycles of the soak ----------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Pending,
+    Running,
+    Restarting,
+    Succeeded,
+    Failed,
+    Delete,
+}
+
+/// One job's life: created at `start_ms`, then each step at its time (ms from the start).
+#[derive(Clone, Debug)]
+struct Plan {
+    flavor: Flavor,
+    namespace: &'static str,
+    name: String,
+    start_ms: u64,
+    steps: Vec<(u64, Step)>,
+}
+
+impl Plan {
+    fn terminal(&self) -> &'static str {
+        if self.steps.iter().any(|(_, s)| *s == Step::Failed) {
+            "failed"
+        } else {
+            "succeeded"
+        }
+    }
+
+    fn deleted(&self) -> bool {
+        self.steps.iter().any(|(_, s)| *s == Step::Delete)
+    }
+
+    fn end_ms(&self) -> u64 {
+        self.steps.last().map_or(self.start_ms, |(at, _)| *at)
+    }
+}
+
+/// `jobs` lifecycles over all four flavours: created within the first 9 s, steps 0.4–1.8 s
+/// apart, some pending first, some restarting once or twice, a third failing, a third deleted
+/// a little after finishing. The whole schedule spans roughly 15–22 s.
+fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
+    (0..jobs)
+        .map(|i| {
+            let flavor = Flavor::ALL[i % Flavor::ALL.len()];
+            let start_ms = rng.range(0, 9000);
+            let mut at = start_ms;
+            let mut steps = Vec::new();
+            let mut step = |rng: &mut Rng, s: Step| {
+                at += rng.range(400, 1800);
+                steps.push((at, s));
+            };
+            if rng.percent(50) {
+                step(rng, Step::Pending);
+            }
+            step(rng, Step::Running);
+            let restarts = match rng.range(0, 9) {
+                0..=5 => 0,
+                6..=8 => 1,
+                _ => 2,
+            };
+            for _ in 0..restarts {
+                step(rng, Step::Restarting);
+                step(rng, Step::Running);
+            }
+            let end = if rng.percent(33) {
+                Step::Failed
+            } else {
+                Step::Succeeded
+            };
+            step(rng, end);
+            if i % 3 == 1 {
+                step(rng, Step::Delete);
+            }
+            Plan {
+                flavor,
+                namespace: if i % 2 == 0 { "ml" } else { "research" },
+                name: format!("{}-{i}", format!("{flavor:?}").to_lowercase()),
+                start_ms,
+                steps,
+            }
+        })
+        .collect()
+}
+
+/// What the driver did to one job.
+#[derive(Debug, Clone)]
+struct Played {
+    name: String,
+    uid: String,
+    terminal: &'static str,
+    /// The resourceVersion of the succeeded/failed write (the job's last version, unless it
+    /// was deleted afterwards).
+    terminal_rv: String,
+    deleted: bool,
+}
+
+/// Plays the plans in time order against the simulator.
+async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<Vec<Played>> {
+    // (at, job, step index); step index 0 creates the job.
+    let mut timeline: Vec<(u64, usize, usize)> = Vec::new();
+    for (job, plan) in plans.iter().enumerate() {
+        timeline.push((plan.start_ms, job, 0));
+        for (n, (at, _)) in plan.steps.iter().enumerate() {
+            timeline.push((*at, job, n + 1));
+        }
+    }
+    timeline.sort();
+    let t0 = tokio::time::Instant::now();
+    let mut drivers: Vec<Option<JobDriver>> = plans.iter().map(|_| None).collect();
+    let mut terminal_rvs: Vec<String> = vec![String::new(); plans.len()];
+    for (at, job, n) in timeline {
+        tokio::time::sleep_until(t0 + Duration::from_millis(at)).await;
+        let plan = &plans[job];
+        if n == 0 {
+            drivers[job] = Some(JobDriver::create(
+                &sim,
+                plan.flavor,
+                plan.namespace,
+                &plan.name,
+            )?);
+            continue;
+        }
+        let driver = drivers[job].as_mut().expect("created before its steps");
+        match plan.steps[n - 1].1 {
+            Step::Pending => {
+                driver.pending()?;
+            }
+            Step::Running => {
+                driver.running()?;
+            }
+            Step::Restarting => {
+                driver.restarting()?;
+            }
+            Step::Succeeded => terminal_rvs[job] = driver.succeeded()?,
+            Step::Failed => terminal_rvs[job] = driver.failed("OOMKilled")?,
+            Step::Delete => {
+                driver.delete()?;
+            }
+        }
+    }
+    Ok(plans
+        .iter()
+        .zip(drivers)
+        .zip(terminal_rvs)
+        .map(|((plan, driver), terminal_rv)| Played {
+            name: plan.name.clone(),
+            uid: driver.expect("every job was created").uid().to_string(),
+            terminal: plan.terminal(),
+            terminal_rv,
+            deleted: plan.deleted(),
+        })
+        .collect())
+}
+
+/// Jobs whose final state is not in the event log yet: for a job still there, its terminal
+/// version; for a deleted job, any deletion event.
+fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> {
+    played
+        .iter()
+        .filter(|job| {
+            !lines.iter().any(|l| {
+                str_of(l, "uid") == job.uid
+                    && if job.deleted {
+                        str_of(l, "phase") == "deleted"
+                    } else {
+                        str_of(l, "resource_version") == job.terminal_rv
+                            && str_of(l, "phase") == job.terminal
+                    }
+            })
+        })
+        .map(|job| {
+            if job.deleted {
+                format!("{}: deleted", job.name)
+            } else {
+                format!("{}: {} at {}", job.name, job.terminal, job.terminal_rv)
+            }
+        })
+        .collect()
+}
+
+// ----- 1. SIGKILL soak -------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
+    const JOBS: usize = 24;
+    const KILLS: usize = 5;
+    let started = Instant::now();
+    let seed = soak_seed();
+    println!("soak seed {seed} (JOBRELAY_SOAK_SEED={seed} replays this schedule)");
+    let mut rng = Rng(seed);
+    let plans = plan_jobs(&mut rng, JOBS);
+    let span = plans.iter().map(Plan::end_ms).max().unwrap_or(0);
+    println!(
+        "{JOBS} jobs, lifecycles spread over {:.1} s",
+        span as f64 / 1000.0
+    );
+
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let manifest = format!(
+        "wasm: event-log.wasm\ndelivery: every-version\ntimeout_ms: 5000\nconcurrency: {CONCURRENCY}\n\
+         grants:\n  filesystem:\n    - {{host: out/log, guest: /data, writable: true}}\n\
+         config:\n  file: events.jsonl\n"
+    );
+    let dir = config_folder(&sim, "log", &manifest);
+    let config = dir.path().to_path_buf();
+    let events = config.join("out/log/events.jsonl");
+
+    let driver = tokio::spawn(drive(sim.clone(), plans.clone()));
+    let mut runs = Vec::new();
+    let mut errors = Vec::new();
+    for round in 1..=KILLS {
+        let mut relay = Relay::start(&config, &format!("run {round}"));
+        let ms = rng.range(500, 3000);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        let (lines, _) = read_lines(&events);
+        if let Some(status) = relay.child.try_wait().expect("try_wait") {
+            panic!("run {round} ended by itself: {status}\n{}", relay.tail());
+        }
+        relay.sigkill().await;
+        errors.extend(relay.errors());
+        println!(
+            "run {round}: SIGKILL after {ms} ms ({} event lines so far)",
+            lines.len()
+        );
+        runs.push(ms);
+    }
+    let mut last = Relay::start(&config, &format!("run {} (the last)", KILLS + 1));
+    let played = driver
+        .await
+        .expect("driver task")
+        .expect("driver plays every step");
+    let driven = started.elapsed();
+
+    let waited = poll(DEADLINE, || {
+        let (lines, _) = read_lines(&events);
+        let missing = missing_finals(&played, &lines);
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join(", "))
+        }
+    })
+    .await;
+    if let Err(missing) = waited {
+        panic!(
+            "after {DEADLINE:?} these final states are still not delivered: {missing}\n{}",
+            last.tail()
+        );
+    }
+    last.signal("TERM");
+    let status = last.exit_within(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "SIGTERM ends the last run with code 0 ({status:?})\n{}",
+        last.tail()
+    );
+    errors.extend(last.errors());
+
+    // --- the event log across all runs ---
+    let (lines, torn) = read_lines(&events);
+    assert!(
+        torn.is_empty(),
+        "lines of events.jsonl that are not JSON (torn by a kill?): {torn:#?}"
+    );
+    let mut per_id: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in &lines {
+        *per_id.entry(str_of(l, "id")).or_default() += 1;
+    }
+    let duplicated: Vec<(&str, usize)> = per_id
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| (*id, *n))
+        .collect();
+    let synthetic = lines.iter().filter(|l| l["synthetic"] == true).count();
+    let gone = lines
+        .iter()
+        .filter(|l| str_of(l, "resource_version").ends_with("-gone"))
+        .count();
+    let bound = CONCURRENCY * KILLS;
+    println!("--- soak figures ---");
+    println!("seed:               {seed}");
+    println!(
+        "runs:               {} (SIGKILL after {runs:?} ms, then SIGTERM)",
+        KILLS + 1
+    );
+    println!(
+        "jobs:               {JOBS} ({} deleted)",
+        played.iter().filter(|j| j.deleted).count()
+    );
+    println!(
+        "events delivered:   {} lines, {} distinct ids ({synthetic} synthetic catch-up, {gone} deletions found by re-list)",
+        lines.len(),
+        per_id.len()
+    );
+    println!(
+        "duplicated ids:     {} (bound: concurrency {CONCURRENCY} x {KILLS} kills = {bound})",
+        duplicated.len()
+    );
+    for (id, n) in &duplicated {
+        println!("  {id} x{n}");
+    }
+    println!("error log lines:    {}", errors.len());
+    for line in errors.iter().take(10) {
+        println!("  {line}");
+    }
+    println!("driver finished at: {:.1} s", driven.as_secs_f64());
+    println!(
+        "elapsed:            {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    assert!(
+        duplicated.iter().all(|(_, n)| *n <= 2),
+        "an event was delivered more than twice: {duplicated:?}"
+    );
+    assert!(
+        duplicated.len() <= bound,
+        "{} duplicated ids exceed concurrency x kills = {bound}: {duplicated:?}",
+        duplicated.len()
+    );
+    let missing = missing_finals(&played, &lines);
+    assert!(
+        missing.is_empty(),
+        "final states not delivered: {missing:?}"
+    );
+    let known: BTreeSet<&str> = played.iter().map(|j| j.uid.as_str()).collect();
+    let strangers: Vec<&Value> = lines
+        .iter()
+        .filter(|l| !known.contains(str_of(l, "uid")))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "events of unknown jobs: {strangers:?}"
+    );
+    let deleted_without_terminal: Vec<&str> = played
+        .iter()
+        .filter(|j| {
+            j.deleted
+                && !lines
+                    .iter()
+                    .any(|l| str_of(l, "uid") == j.uid && str_of(l, "phase") == j.terminal)
+        })
+        .map(|j| j.name.as_str())
+        .collect();
+    // Allowed by the guarantees (a job that finished and was deleted while jobrelay was down
+    // leaves only its deletion), but worth seeing.
+    println!("deleted jobs whose terminal phase was never seen: {deleted_without_terminal:?}");
+
+    // --- nothing left in a lane: the state file matches the cluster ---
+    let cursors = cursors(&config, "log").await;
+    let mut left = Vec::new();
+    let mut present = BTreeSet::new();
+    for flavor in Flavor::ALL {
+        for job in sim.list(&flavor.gvr(), None).expect("list jobs") {
+            let meta = &job["metadata"];
+            let (uid, rv) = (str_of(meta, "uid"), str_of(meta, "resourceVersion"));
+            present.insert(uid.to_string());
+            // every-version delivers every version, so the cursor must be the current one.
+            match cursors.get(uid) {
+                Some(c) if c.resource_version == rv => {}
+                Some(c) => left.push(format!(
+                    "{}: cursor at {:?} ({}), job at {rv}",
+                    str_of(meta, "name"),
+                    c.resource_version,
+                    c.phase
+                )),
+                None => left.push(format!("{}: no cursor, job at {rv}", str_of(meta, "name"))),
+            }
+        }
+    }
+    for job in played.iter().filter(|j| j.deleted) {
+        assert!(
+            !present.contains(&job.uid),
+            "{} was deleted but is still listed",
+            job.name
+        );
+        // A delivered deletion removes the job's cursor.
+        if let Some(c) = cursors.get(&job.uid) {
+            left.push(format!(
+                "{}: deleted, but a cursor remains at {:?} ({})",
+                job.name, c.resource_version, c.phase
+            ));
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "left in the lane after the final SIGTERM:\n{}",
+        left.join("\n")
+    );
+    println!(
+        "cursors:            {} in the state file, each at its job's current version",
+        cursors.len()
+    );
+}
+
+// ----- 2. SIGTERM lets the call in flight finish -----------------------------------------------
+
+fn probe_manifest(timeout_ms: u64) -> String {
+    format!(
+        "wasm: probe.wasm\ntimeout_ms: {timeout_ms}\nconcurrency: {CONCURRENCY}\n\
+         grants:\n  filesystem:\n    - {{host: out/probe, guest: /data, writable: true}}\n"
+    )
+}
+
+/// Waits until the daemon logs that the probe started handling `id`.
+async fn wait_call_started(relay: &Relay, id: &str) {
+    let needle = format!("probe handling {id}");
+    let started = poll(DEADLINE, || {
+        if relay.log().contains(&needle) {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    })
+    .await;
+    if started.is_err() {
+        panic!("the call for {id} never started\n{}", relay.tail());
+    }
+}
+
+fn ids_in(path: &Path, id: &str) -> usize {
+    read_lines(path)
+        .0
+        .iter()
+        .filter(|l| str_of(l, "id") == id)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_call_in_flight_finish_and_acknowledges_it() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = config_folder(&sim, "probe", &probe_manifest(10_000));
+    let config = dir.path();
+    let output = config.join("out/probe/probe.jsonl");
+    let slow = JobDriver::builder(Flavor::Batch, "ml", "slow")
+        .label(BEHAVE, "sleep-ms:2500")
+        .create(&sim)
+        .expect("create the slow job");
+    let id = format!("alpha/{}/{}", slow.uid(), slow.resource_version());
+
+    let mut relay = Relay::start(config, "first run");
+    wait_call_started(&relay, &id).await;
+    assert_eq!(ids_in(&output, &id), 0, "the call is still running");
+    relay.signal("TERM");
+    let signalled = Instant::now();
+    let status = relay.exit_within(Duration::from_secs(30)).await;
+    println!(
+        "SIGTERM during a 2.5 s call: {} after {:.2} s",
+        status.map_or("still running".to_string(), |s| s.to_string()),
+        signalled.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "SIGTERM exits 0 ({status:?})\n{}",
+        relay.tail()
+    );
+    assert_eq!(
+        ids_in(&output, &id),
+        1,
+        "the call in flight finished before the exit\n{}",
+        relay.tail()
+    );
+    let cursor = cursors(config, "probe").await.remove(slow.uid());
+    assert_eq!(
+        cursor.map(|c| c.resource_version),
+        Some(slow.resource_version().to_string()),
+        "the finished call's cursor was written before the exit"
+    );
+
+    // A restart does not deliver it again. A quick job created now is handled after the slow
+    // job would have been re-queued (the first list holds both, or the slow one before it);
+    // stopping with SIGTERM after that lets any such call finish, so it would show.
+    let mut again = Relay::start(config, "second run");
+    let marker = JobDriver::create(&sim, Flavor::Volcano, "ml", "marker").expect("marker job");
+    let marker_id = format!("alpha/{}/{}", marker.uid(), marker.resource_version());
+    let delivered = poll(DEADLINE, || {
+        if ids_in(&output, &marker_id) > 0 {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    })
+    .await;
+    assert!(
+        delivered.is_ok(),
+        "the marker job is delivered after the restart\n{}",
+        again.tail()
+    );
+    again.signal("TERM");
+    let status = again.exit_within(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "SIGTERM exits 0 ({status:?})\n{}",
+        again.tail()
+    );
+    assert!(
+        !again.log().contains(&format!("probe handling {id}")),
+        "the restart called the plugin again for {id}\n{}",
+        again.tail()
+    );
+    assert_eq!(ids_in(&output, &id), 1, "{id} was delivered once in all");
+}
+
+// ----- 3. a second signal exits at once ----------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once_with_130() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    // The call would take 15 s, well inside both its timeout and the 20 s shutdown grace.
+    let dir = config_folder(&sim, "probe", &probe_manifest(30_000));
+    let config = dir.path();
+    let output = config.join("out/probe/probe.jsonl");
+    let slow = JobDriver::builder(Flavor::PyTorch, "ml", "very-slow")
+        .label(BEHAVE, "sleep-ms:15000")
+        .create(&sim)
+        .expect("create the slow job");
+    let id = format!("alpha/{}/{}", slow.uid(), slow.resource_version());
+
+    let mut relay = Relay::start(config, "the run");
+    wait_call_started(&relay, &id).await;
+    relay.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        relay.child.try_wait().expect("try_wait").is_none(),
+        "the first signal waits for the call in flight\n{}",
+        relay.tail()
+    );
+    relay.signal("TERM");
+    let signalled = Instant::now();
+    let status = relay.exit_within(Duration::from_secs(10)).await;
+    println!(
+        "second SIGTERM during a 15 s call: {} after {:.2} s",
+        status.map_or("still running".to_string(), |s| s.to_string()),
+        signalled.elapsed().as_secs_f64()
+    );
+    assert!(
+        status.is_some(),
+        "the second signal ends the process within 10 s (the call would take 15 s)\n{}",
+        relay.tail()
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(130),
+        "a second signal exits with 130\n{}",
+        relay.tail()
+    );
+    assert_eq!(
+        ids_in(&output, &id),
+        0,
+        "the interrupted call did not finish"
+    );
+    // Not acknowledged, so the next start delivers it again (at-least-once).
+    let cursor = cursors(config, "probe").await.remove(slow.uid());
+    assert!(
+        cursor
+            .as_ref()
+            .is_none_or(|c| c.resource_version != slow.resource_version()),
+        "the interrupted call's cursor was not advanced: {cursor:?}"
+    );
+}
