@@ -4,6 +4,7 @@
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
 #   bulky.wasm         about 2 MB of code, for the reload benchmark
+#   noop.wasm          does nothing, for the lane throughput benchmark
 #   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
 # Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing).
 set -euo pipefail
@@ -38,8 +39,9 @@ copy "$release/event_log.wasm" event-log.wasm
 copy "$release/probe.wasm" probe.wasm
 copy "$release/not-a-plugin.wasm" not-a-plugin.wasm
 copy "$release/bulky.wasm" bulky.wasm
+copy "$release/noop.wasm" noop.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 
-for name in event-log probe not-a-plugin bulky probe-debug; do
+for name in event-log probe not-a-plugin bulky noop probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -112,6 +112,29 @@ impl FinalizerBook {
         }
     }
 
+    /// A plugin was removed: it owes no job anything any more.
+    pub fn forget_lane(&self, lane: &str) {
+        let released: Vec<HeldJob> = {
+            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            for hold in holds.values_mut() {
+                hold.waiting.remove(lane);
+                hold.blocked.remove(lane);
+            }
+            let done: Vec<JobKey> = holds
+                .iter()
+                .filter(|(_, h)| h.waiting.is_empty() && h.blocked.is_empty())
+                .map(|(k, _)| k.clone())
+                .collect();
+            done.iter()
+                .filter_map(|k| holds.remove(k))
+                .map(|h| h.job)
+                .collect()
+        };
+        for job in released {
+            self.releaser.release(job);
+        }
+    }
+
     /// Release holds older than `max_hold`.
     pub fn sweep(&self, max_hold: Duration) {
         let expired: Vec<HeldJob> = {
@@ -213,5 +236,17 @@ mod tests {
         book.sweep(Duration::ZERO);
         assert_eq!(released(&r), ["u1", "u2"], "the sweep always ends a hold");
         assert!(book.is_empty());
+    }
+
+    #[test]
+    fn a_removed_plugin_owes_nothing() {
+        let r = Arc::new(Recorder::default());
+        let book = FinalizerBook::new(r.clone(), false);
+        book.hold(job("u1"), vec!["a".into(), "gone".into()]);
+        book.hold(job("u2"), vec!["gone".into()]);
+        book.forget_lane("gone");
+        assert_eq!(released(&r), ["u2"]);
+        book.lane_done("a", &key("u1"));
+        assert_eq!(released(&r), ["u2", "u1"]);
     }
 }

@@ -26,9 +26,10 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::finalizer_book::FinalizerBook;
+use super::handler::Handler;
 use super::mode::{Accepted, Decision};
 use super::settings::LaneSettings;
-use crate::runtime::{CallError, PluginVersion};
+use crate::runtime::CallError;
 use crate::state::{Cursor, CursorStore};
 use crate::watch::catch_up;
 use crate::watch::event::{JobEvent, JobKey, Phase};
@@ -109,7 +110,8 @@ impl JobState {
 
 struct Inner {
     name: String,
-    plugin: ArcSwap<PluginVersion>,
+    /// The handler the next call uses (double `Arc`: `ArcSwap` needs a sized pointee).
+    plugin: ArcSwap<Arc<dyn Handler>>,
     settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
@@ -151,7 +153,7 @@ impl Lane {
     /// A lane starting from the plugin's stored cursors.
     pub async fn open(
         name: &str,
-        plugin: Arc<PluginVersion>,
+        plugin: Arc<dyn Handler>,
         settings: LaneSettings,
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
@@ -171,7 +173,7 @@ impl Lane {
         Ok(Lane {
             inner: Arc::new(Inner {
                 name: name.to_string(),
-                plugin: ArcSwap::new(plugin),
+                plugin: ArcSwap::from_pointee(plugin),
                 limiters: ArcSwap::from_pointee(limiters(&settings)),
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
@@ -194,9 +196,9 @@ impl Lane {
         })
     }
 
-    /// The version that the next call will use.
-    pub fn plugin(&self) -> Arc<PluginVersion> {
-        self.inner.plugin.load_full()
+    /// The handler (plugin version) that the next call will use.
+    pub fn plugin(&self) -> Arc<dyn Handler> {
+        Arc::clone(&**self.inner.plugin.load())
     }
 
     /// Whether this lane takes events of the given kind name (empty list: all kinds).
@@ -207,8 +209,8 @@ impl Lane {
 
     /// Install a new plugin version and settings. Queued events go to the new version; calls
     /// in flight finish on the old one.
-    pub fn reconfigure(&self, plugin: Arc<PluginVersion>, settings: LaneSettings) {
-        self.inner.plugin.store(plugin);
+    pub fn reconfigure(&self, plugin: Arc<dyn Handler>, settings: LaneSettings) {
+        self.inner.plugin.store(Arc::new(plugin));
         let concurrency = settings.concurrency.max(1);
         // A new semaphore for a new limit: calls holding the old one finish normally.
         if self.inner.concurrency.swap(concurrency, Ordering::SeqCst) != concurrency {
@@ -534,7 +536,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         if inner.closed.load(Ordering::SeqCst) {
             return None;
         }
-        let plugin = inner.plugin.load_full();
+        let plugin = Arc::clone(&**inner.plugin.load());
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
         let started = Instant::now();
         let result = plugin.handle(event).await;
@@ -564,9 +566,17 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
+        // Register for the close signal before checking the flag, so a close that happens
+        // in between still cuts the wait short.
+        let closing = inner.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        if inner.closed.load(Ordering::SeqCst) {
+            return None;
+        }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = inner.closing.notified() => return None,
+            _ = closing => return None,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod dispatcher;
 pub mod finalizer_book;
+pub mod handler;
 pub mod lane;
 pub mod mode;
 pub mod plugin_set;

@@ -108,6 +108,9 @@ impl PluginSet {
                         tracing::info!(plugin = %name, "plugin removed");
                         loads.push(tokio::spawn(async move { lane.close().await }));
                     }
+                    if let Some(book) = &self.finalizers {
+                        book.forget_lane(&name);
+                    }
                 }
             }
         }
