@@ -21,6 +21,6 @@ pub mod sim;
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
 pub use lifecycle::{Flavor, JobBuilder, JobDriver};
 pub use sim::{
-    EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKey,
-    ResourceKind, SimCluster, SimError, SimOptions,
+    EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKind,
+    SimCluster, SimError, SimOptions,
 };

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 pub use patch::PatchKind;
-pub use resources::{Gvr, ResourceKey, ResourceKind};
+pub use resources::{Gvr, ResourceKind};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use stats::RequestRecord;
 pub use status::SimError;

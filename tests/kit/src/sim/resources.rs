@@ -102,9 +102,6 @@ impl fmt::Display for Gvr {
     }
 }
 
-/// Short name used by the brief; both names refer to the same type.
-pub type ResourceKey = Gvr;
-
 /// One servable resource: how it is addressed and what its objects look like.
 #[derive(Clone, Debug)]
 pub struct ResourceKind {
