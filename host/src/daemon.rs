@@ -50,6 +50,7 @@ impl Daemon {
         let (mut state, first) = ConfigState::load(config_dir)
             .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
         let main = state.main().clone();
+        let root = state.root().to_path_buf();
         let runtime =
             Runtime::new(main.runtime.clone()).context("cannot build the WebAssembly engine")?;
         let store = open_store(&main.state_path)
@@ -116,7 +117,7 @@ impl Daemon {
                 let _ = dispatch.await;
             })
         };
-        tracing::info!(config = %state_root(config_dir).display(), "jobrelay running");
+        tracing::info!(config = %root.display(), "jobrelay running");
         Ok(Daemon {
             health,
             plugins,
@@ -163,10 +164,6 @@ impl Daemon {
     pub async fn idle(&self) {
         self.plugins.idle().await;
     }
-}
-
-fn state_root(dir: &Path) -> PathBuf {
-    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
 async fn apply(

@@ -95,10 +95,6 @@ pub struct PluginSource {
 }
 
 impl PluginSource {
-    pub fn wants(&self, kind_name: &str) -> bool {
-        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind_name)
-    }
-
     /// The lane settings this source describes.
     pub fn lane_settings(&self) -> LaneSettings {
         LaneSettings {

@@ -23,15 +23,6 @@ pub enum Change<T> {
     Removed(String),
 }
 
-impl<T> Change<T> {
-    pub fn name<'a>(&'a self, name_of: impl Fn(&'a T) -> &'a str) -> &'a str {
-        match self {
-            Change::Added(t) | Change::Changed(t) => name_of(t),
-            Change::Removed(n) => n,
-        }
-    }
-}
-
 /// What one re-read changed.
 #[derive(Debug, Default)]
 pub struct Update {

@@ -81,8 +81,6 @@ impl Routes {
             } => {
                 let listed = Listed {
                     cluster: cluster.to_string(),
-                    api_version: kind.api_version(),
-                    kind: kind.kind.clone(),
                     namespace,
                     uids,
                     job_kind: kind.clone(),

@@ -87,6 +87,17 @@ struct JobState {
 }
 
 impl JobState {
+    /// A job the lane has not seen before.
+    fn for_event(event: &JobEvent) -> JobState {
+        JobState {
+            api_version: Arc::from(event.api_version.as_str()),
+            kind: Arc::from(event.kind.as_str()),
+            namespace: event.namespace.clone(),
+            name: event.name.clone(),
+            ..JobState::default()
+        }
+    }
+
     fn from_cursor(c: &Cursor) -> JobState {
         let delivered = !c.resource_version.is_empty();
         JobState {
@@ -236,13 +247,7 @@ impl Lane {
         let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
         let job = jobs.entry(key.clone()).or_insert_with(|| {
             self.remember(event);
-            JobState {
-                api_version: Arc::from(event.api_version.as_str()),
-                kind: Arc::from(event.kind.as_str()),
-                namespace: event.namespace.clone(),
-                name: event.name.clone(),
-                ..JobState::default()
-            }
+            JobState::for_event(event)
         });
         let mut offered = Vec::new();
         if observed.from_list && mode.wants_catch_up() {
@@ -250,13 +255,15 @@ impl Lane {
         }
         offered.push(event.clone());
         for event in offered {
-            let queued: HashSet<&str> = job
-                .queue
-                .iter()
-                .filter(|i| !i.replay)
-                .map(|i| i.event.resource_version.as_str())
-                .collect();
-            let decision = mode.decide(&mut job.accepted, &event, |rv| queued.contains(rv));
+            // Only consulted when the version differs from the last one accepted, which is
+            // rare for a version still queued; no set is built per event.
+            let queue = &job.queue;
+            let queued = |rv: &str| {
+                queue
+                    .iter()
+                    .any(|i| !i.replay && i.event.resource_version == rv)
+            };
+            let decision = mode.decide(&mut job.accepted, &event, queued);
             match decision {
                 Decision::Skip(_) => {
                     self.inner.skipped.fetch_add(1, Ordering::SeqCst);
@@ -332,13 +339,9 @@ impl Lane {
         }
         let key = event.job_key();
         let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let job = jobs.entry(key.clone()).or_insert_with(|| JobState {
-            api_version: Arc::from(event.api_version.as_str()),
-            kind: Arc::from(event.kind.as_str()),
-            namespace: event.namespace.clone(),
-            name: event.name.clone(),
-            ..JobState::default()
-        });
+        let job = jobs
+            .entry(key.clone())
+            .or_insert_with(|| JobState::for_event(&event));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         job.queue.push_back(Item {
             event,
@@ -356,8 +359,8 @@ impl Lane {
             let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
             for (key, job) in jobs.iter() {
                 let same_stream = key.cluster == listed.cluster
-                    && *job.api_version == *listed.api_version
-                    && *job.kind == *listed.kind
+                    && *job.api_version == listed.job_kind.api_version()
+                    && *job.kind == listed.job_kind.kind
                     && listed
                         .namespace
                         .as_deref()
@@ -432,8 +435,6 @@ impl Lane {
 #[derive(Debug, Clone)]
 pub struct Listed {
     pub cluster: String,
-    pub api_version: String,
-    pub kind: String,
     pub namespace: Option<String>,
     pub uids: Arc<HashSet<String>>,
     pub job_kind: Arc<JobKind>,

@@ -141,6 +141,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Run one statement over a dead-letter selection; returns how many rows it touched.
+    async fn execute_selected(
+        &self,
+        sql: &'static str,
+        selection: &Selection<'_>,
+        what: &'static str,
+    ) -> Result<u64, StoreError> {
+        let done = bind_selection(sqlx::query(sql), selection)?
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed(what))?;
+        Ok(done.rows_affected())
+    }
+
     /// Opens the state file, creating it (and its folder) if missing, and creates or checks the
     /// schema. Refuses a file written by a newer jobrelay, a non-SQLite file and another
     /// program's SQLite database, each with an error naming the path.
@@ -439,11 +453,8 @@ impl CursorStore for SqliteStore {
         all: bool,
     ) -> Result<u64, StoreError> {
         let selection = Selection::new(plugin, seqs, all)?;
-        let done = bind_selection(sqlx::query(DROP_SELECTED), &selection)?
-            .execute(&self.pool)
+        self.execute_selected(DROP_SELECTED, &selection, "drop dead letters")
             .await
-            .map_err(self.failed("drop dead letters"))?;
-        Ok(done.rows_affected())
     }
 
     async fn request_replay(
@@ -453,11 +464,8 @@ impl CursorStore for SqliteStore {
         all: bool,
     ) -> Result<u64, StoreError> {
         let selection = Selection::new(plugin, seqs, all)?;
-        let done = bind_selection(sqlx::query(MARK_SELECTED), &selection)?
-            .execute(&self.pool)
+        self.execute_selected(MARK_SELECTED, &selection, "mark dead letters for replay")
             .await
-            .map_err(self.failed("mark dead letters for replay"))?;
-        Ok(done.rows_affected())
     }
 
     async fn take_replays(&self, plugin: &str) -> Result<Vec<DeadLetter>, StoreError> {

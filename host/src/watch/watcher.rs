@@ -184,6 +184,7 @@ impl Tracker {
         })
     }
 
+    /// The event for one version; `previous_phase` is filled in per plugin by its lane.
     fn build(
         &self,
         obj: DynamicObject,
@@ -201,17 +202,6 @@ impl Tracker {
             obj.entry("kind")
                 .or_insert_with(|| Value::String(self.kind.kind.clone()));
         }
-        Some(self.event_from_value(value, uid, rv, force))
-    }
-
-    /// The event for one version; `previous_phase` is filled in per plugin by its lane.
-    fn event_from_value(
-        &self,
-        value: Value,
-        uid: &str,
-        rv: &str,
-        force: Option<Phase>,
-    ) -> JobEvent {
         let n = normalize(&self.kind.normalizer, &value);
         let meta = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
         let map = |p: &str| {
@@ -232,7 +222,7 @@ impl Tracker {
         } else {
             n.transition_time.unwrap_or_else(now_rfc3339)
         };
-        JobEvent {
+        Some(JobEvent {
             id: JobEvent::make_id(&self.cluster, uid, rv),
             cluster: self.cluster.to_string(),
             api_version: self.kind.api_version(),
@@ -254,7 +244,7 @@ impl Tracker {
             annotations: map("/metadata/annotations"),
             object_json: Arc::from(value.to_string()),
             synthetic: false,
-        }
+        })
     }
 }
 
