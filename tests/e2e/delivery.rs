@@ -316,3 +316,51 @@ async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
     store.close().await;
     daemon.shutdown(Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_space_calls_out_across_jobs() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("kinds: [{name: volcano-job}]\n");
+    setup.install_wasm("probe", "probe.wasm");
+    setup.write_manifest(
+        "probe",
+        "wasm: probe.wasm\nconcurrency: 4\nrate_limits: [{per_second: 5, burst: 1}]\n\
+         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+
+    let started = std::time::Instant::now();
+    let mut uids = Vec::new();
+    for i in 0..3 {
+        let mut job = JobDriver::create(&sim, Flavor::Volcano, "ml", &format!("limited-{i}"))
+            .expect("create");
+        job.running().expect("running");
+        uids.push(job.uid().to_string());
+    }
+    let lines = wait_for("every job running", || {
+        let lines = setup.lines("probe/probe.jsonl");
+        uids.iter()
+            .all(|u| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == *u && l["phase"] == "running")
+            })
+            .then_some(lines)
+    })
+    .await;
+    // A bucket of 5 per second with a burst of 1 lets the first call through at once and
+    // each later one 200 ms after the previous: a lower bound no scheduler can beat.
+    let elapsed = started.elapsed();
+    let floor = Duration::from_millis(200) * (lines.len() as u32 - 1);
+    assert!(
+        elapsed >= floor,
+        "{} calls in {elapsed:?}, faster than the limit allows ({floor:?})",
+        lines.len()
+    );
+    daemon.shutdown(Duration::from_secs(10)).await;
+}
