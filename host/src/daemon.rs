@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::capabilities::Services;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
@@ -23,7 +24,9 @@ use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::runtime::Runtime;
-use crate::state::open_store;
+use crate::state::open_stores;
+use crate::telemetry;
+use crate::telemetry::status::StatusSources;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.
 const EVENT_BUFFER: usize = 1024;
@@ -41,6 +44,8 @@ pub struct Daemon {
     problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
     cancel: CancellationToken,
     task: JoinHandle<()>,
+    /// Where the telemetry endpoint listens, when configured.
+    telemetry: Option<std::net::SocketAddr>,
 }
 
 impl Daemon {
@@ -51,11 +56,13 @@ impl Daemon {
             .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
         let main = state.main().clone();
         let root = state.root().to_path_buf();
-        let runtime =
-            Runtime::new(main.runtime.clone()).context("cannot build the WebAssembly engine")?;
-        let store = open_store(&main.state_path)
+        let (store, kv) = open_stores(&main.state_path)
             .await
             .with_context(|| format!("cannot open the state file {}", main.state_path.display()))?;
+        let services = Services::open(&main, Some(kv)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let directory = services.clusters.clone();
+        let runtime = Runtime::with_services(main.runtime.clone(), services)
+            .context("cannot build the WebAssembly engine")?;
         let releaser = FinalizerService::new(main.finalizers.name.clone());
         let book = Arc::new(FinalizerBook::new(
             releaser.clone(),
@@ -71,8 +78,13 @@ impl Daemon {
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
         }
-        let mut clusters =
-            ClusterManager::new(sink, health.clone(), releaser.clone(), cancel.clone());
+        let mut clusters = ClusterManager::new(
+            sink,
+            health.clone(),
+            releaser.clone(),
+            directory,
+            cancel.clone(),
+        );
         clusters.apply(&first.clusters, &main).await;
 
         let mut folder = FolderWatch::new(
@@ -117,14 +129,34 @@ impl Daemon {
                 let _ = dispatch.await;
             })
         };
+        let sources = StatusSources {
+            health: health.clone(),
+            plugins: plugins.clone(),
+            problems: problems.clone(),
+            routes: routes.clone(),
+        };
+        let telemetry = match main.telemetry.listen {
+            Some(listen) => Some(
+                telemetry::http::serve(listen, sources, cancel.clone())
+                    .await
+                    .with_context(|| format!("cannot listen on {listen} (telemetry.listen)"))?,
+            ),
+            None => None,
+        };
         tracing::info!(config = %root.display(), "jobrelay running");
         Ok(Daemon {
+            telemetry,
             health,
             plugins,
             problems,
             cancel,
             task,
         })
+    }
+
+    /// The bound address of the telemetry endpoint (`telemetry.listen`), if any.
+    pub fn telemetry_addr(&self) -> Option<std::net::SocketAddr> {
+        self.telemetry
     }
 
     /// Health of every cluster.

@@ -26,11 +26,13 @@ async fn main() -> ExitCode {
             wasm,
             event,
             manifest,
+            state_dir,
         }) => {
             let args = PluginRunArgs {
                 wasm,
                 event,
                 manifest,
+                state_dir,
             };
             plugin_run(&args).await.map(|outcome| {
                 println!("{outcome}");
@@ -40,6 +42,24 @@ async fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             })
+        }
+        Command::Demo {
+            dir,
+            plugins,
+            jobs,
+            interval_ms,
+            listen,
+        } => {
+            let args = jobrelay::cli::demo::DemoArgs {
+                dir,
+                plugins: plugins.unwrap_or_else(jobrelay::cli::demo::default_plugins_dir),
+                jobs,
+                interval: Duration::from_millis(interval_ms.max(1)),
+                listen,
+            };
+            jobrelay::cli::demo::demo(&args)
+                .await
+                .map(|()| ExitCode::SUCCESS)
         }
         Command::DeadLetters { config, command } => dead_letters(&config, &command).await,
         Command::Finalizers {

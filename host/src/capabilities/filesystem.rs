@@ -15,7 +15,7 @@ use std::path::{Component, Path};
 use wasmtime::component::Linker;
 use wasmtime_wasi::FsPerms;
 
-use super::{Capability, StoreSetup};
+use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::manifest::Grants;
 use crate::runtime::HostState;
 
@@ -33,7 +33,7 @@ impl Capability for Filesystem {
         Ok(())
     }
 
-    fn prepare(&self, grants: &mut Grants) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, _load: &LoadScope<'_>) -> Result<(), String> {
         let mut guests = BTreeSet::new();
         for grant in &mut grants.filesystem {
             check_guest_path(&grant.guest)?;
@@ -62,16 +62,17 @@ impl Capability for Filesystem {
         Ok(())
     }
 
-    fn configure(&self, grants: &Grants, setup: &mut StoreSetup) -> Result<(), String> {
-        for grant in &grants.filesystem {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        let Some(wasi) = setup.wasi.as_mut() else {
+            return Ok(()); // a kept instance keeps its preopened directories
+        };
+        for grant in &call.grants.filesystem {
             let perms = if grant.writable {
                 FsPerms::ReadWrite
             } else {
                 FsPerms::ReadOnly
             };
-            setup
-                .wasi
-                .preopened_dir(&grant.host, &grant.guest, perms)
+            wasi.preopened_dir(&grant.host, &grant.guest, perms)
                 .map_err(|e| {
                     format!(
                         "cannot open granted directory `{}`: {e:#}",
@@ -114,6 +115,16 @@ mod tests {
                 guest: guest.to_string(),
                 writable: true,
             }],
+            ..Grants::default()
+        }
+    }
+
+    fn load() -> LoadScope<'static> {
+        static SERVICES: std::sync::LazyLock<crate::capabilities::Services> =
+            std::sync::LazyLock::new(Default::default);
+        LoadScope {
+            plugin: "test",
+            services: &SERVICES,
         }
     }
 
@@ -131,7 +142,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("a/b");
         let mut g = grants(&dir, "/data");
-        Filesystem.prepare(&mut g).expect("prepared");
+        Filesystem.prepare(&mut g, &load()).expect("prepared");
         assert!(dir.is_dir());
         assert!(g.filesystem[0].host.is_absolute());
     }
@@ -139,10 +150,15 @@ mod tests {
     #[test]
     fn prepare_refuses_relative_and_duplicate() {
         let mut g = grants(Path::new("relative/dir"), "/data");
-        assert!(Filesystem.prepare(&mut g).is_err());
+        assert!(Filesystem.prepare(&mut g, &load()).is_err());
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut g = grants(tmp.path(), "/data");
         g.filesystem.push(g.filesystem[0].clone());
-        assert!(Filesystem.prepare(&mut g).unwrap_err().contains("twice"));
+        assert!(
+            Filesystem
+                .prepare(&mut g, &load())
+                .unwrap_err()
+                .contains("twice")
+        );
     }
 }

@@ -57,7 +57,7 @@ impl LogThrottle {
 }
 
 impl wit_log::Host for HostState {
-    fn write(&mut self, level: Level, message: String) {
+    async fn write(&mut self, level: Level, message: String) {
         let throttle = &mut self.caps.log;
         if throttle.written >= MAX_LINES_PER_CALL {
             throttle.dropped = throttle.dropped.saturating_add(1);

@@ -6,10 +6,18 @@
 //! exactly what it was granted. Everything is refused unless granted.
 //!
 //! Adding a capability touches this folder only: a new file with the type, an entry in
-//! [`ALL`], and, if it keeps per-call state, a field in [`CapabilityState`].
+//! [`ALL`], and, if it keeps per-call state, a field in [`CapabilityState`]; if it needs a
+//! process-wide resource (a pool, a store, a client), a field in [`Services`].
 
+pub mod archive;
 pub mod filesystem;
+pub mod http;
+pub mod kv;
+pub mod lifecycle;
 pub mod log;
+pub mod pod_logs;
+pub mod services;
+pub mod sql;
 pub mod wasi;
 
 use wasmtime::component::Linker;
@@ -17,6 +25,27 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::config::manifest::Grants;
 use crate::runtime::{CallLabels, HostState};
+use crate::watch::event::JobEvent;
+
+pub use self::services::Services;
+
+/// What a capability knows when a plugin version is loaded.
+pub struct LoadScope<'a> {
+    /// The plugin's name.
+    pub plugin: &'a str,
+    pub services: &'a Services,
+}
+
+/// What a capability knows when it sets up the store of one call.
+pub struct CallScope<'a> {
+    /// The plugin's name.
+    pub plugin: &'a str,
+    /// The grants as prepared at load.
+    pub grants: &'a Grants,
+    pub services: &'a Services,
+    /// The event being handled; `None` while only `init` runs.
+    pub event: Option<&'a JobEvent>,
+}
 
 /// One capability. Implementations are stateless values; per-call state lives in
 /// [`CapabilityState`].
@@ -30,24 +59,35 @@ pub trait Capability: Send + Sync {
 
     /// Checks and normalises the grants of a plugin version when it is loaded (for example,
     /// creates granted directories), so that a bad grant fails the load, not every call.
-    fn prepare(&self, grants: &mut Grants) -> Result<(), String> {
-        let _ = grants;
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+        let _ = (grants, load);
         Ok(())
     }
 
     /// Sets up one store from the prepared grants. Runs on every call, so it must be cheap.
-    fn configure(&self, grants: &Grants, setup: &mut StoreSetup) -> Result<(), String> {
-        let _ = (grants, setup);
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        let _ = (call, setup);
         Ok(())
     }
 }
 
 /// Every capability the host offers, in linking order.
-pub static ALL: &[&dyn Capability] = &[&wasi::WasiBase, &filesystem::Filesystem, &log::Log];
+pub static ALL: &[&dyn Capability] = &[
+    &wasi::WasiBase,
+    &filesystem::Filesystem,
+    &log::Log,
+    &lifecycle::Lifecycle,
+    &sql::Sql,
+    &kv::Kv,
+    &http::Http,
+    &pod_logs::PodLogs,
+    &archive::Archive,
+];
 
-/// What the capabilities build for one store before it exists.
+/// What the capabilities build for one store before it exists, or for a kept store before
+/// its next call (then `wasi` is `None`: the instance keeps the WASI context it started with).
 pub struct StoreSetup {
-    pub wasi: WasiCtxBuilder,
+    pub wasi: Option<WasiCtxBuilder>,
     pub state: CapabilityState,
 }
 
@@ -56,6 +96,11 @@ pub struct StoreSetup {
 pub struct CapabilityState {
     pub stdio: wasi::Stdio,
     pub log: log::LogThrottle,
+    pub sql: sql::SqlAccess,
+    pub kv: kv::KvAccess,
+    pub http: http::HttpAccess,
+    pub pod_logs: pod_logs::PodLogAccess,
+    pub archive: archive::ArchiveAccess,
 }
 
 impl CapabilityState {
@@ -84,25 +129,28 @@ pub fn add_all_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()>
 }
 
 /// Checks and normalises a plugin version's grants with every capability.
-pub fn prepare_all(grants: &mut Grants) -> Result<(), GrantError> {
+pub fn prepare_all(grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), GrantError> {
     for capability in ALL {
-        capability.prepare(grants).map_err(|reason| GrantError {
-            capability: capability.name(),
-            reason,
-        })?;
+        capability
+            .prepare(grants, load)
+            .map_err(|reason| GrantError {
+                capability: capability.name(),
+                reason,
+            })?;
     }
     Ok(())
 }
 
-/// Builds the WASI context and capability state of one store.
-pub fn configure_all(grants: &Grants) -> Result<StoreSetup, GrantError> {
+/// Builds the WASI context and capability state of one store; with `new_store` false, only
+/// the capability state (for a kept instance's next call).
+pub fn configure_all(call: &CallScope<'_>, new_store: bool) -> Result<StoreSetup, GrantError> {
     let mut setup = StoreSetup {
-        wasi: WasiCtxBuilder::new(),
+        wasi: new_store.then(WasiCtxBuilder::new),
         state: CapabilityState::default(),
     };
     for capability in ALL {
         capability
-            .configure(grants, &mut setup)
+            .configure(call, &mut setup)
             .map_err(|reason| GrantError {
                 capability: capability.name(),
                 reason,

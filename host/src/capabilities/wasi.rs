@@ -30,8 +30,7 @@ use wasmtime::component::Linker;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use super::{Capability, StoreSetup};
-use crate::config::manifest::Grants;
+use super::{CallScope, Capability, StoreSetup};
 use crate::runtime::{CallLabels, HostState};
 
 /// Bytes of stdout and of stderr kept per call.
@@ -49,10 +48,11 @@ impl Capability for WasiBase {
         wasmtime_wasi::p2::add_to_linker_async(linker)
     }
 
-    fn configure(&self, _grants: &Grants, setup: &mut StoreSetup) -> Result<(), String> {
-        setup
-            .wasi
-            .allow_tcp(false)
+    fn configure(&self, _call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        let Some(wasi) = setup.wasi.as_mut() else {
+            return Ok(()); // a kept instance keeps its WASI context
+        };
+        wasi.allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
@@ -104,6 +104,15 @@ impl Stdio {
     }
 
     /// The last `max_lines` non-empty lines of stderr, joined with ` | `, for error messages.
+    /// Forgets what was captured, for an instance that serves another call.
+    pub fn clear(&self) {
+        for captured in [&self.stdout, &self.stderr] {
+            let mut tail = captured.lock();
+            tail.bytes.clear();
+            tail.dropped = 0;
+        }
+    }
+
     pub fn stderr_tail(&self, max_lines: usize) -> String {
         let tail = self.stderr.lock();
         let (front, back) = tail.bytes.as_slices();

@@ -37,7 +37,11 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
         println!("FAIL  file     {}: {why}", path.display());
     }
 
-    let runtime = Runtime::new(main.runtime.clone())?;
+    // Plugins load with the real SQL connections and archive (their load-time `init` may set
+    // up tables), but without the state file, which belongs to the running daemon.
+    let services =
+        crate::capabilities::Services::open(&main, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let runtime = Runtime::with_services(main.runtime.clone(), services)?;
     for (name, source) in state.plugins() {
         let started = Instant::now();
         match runtime.load(PluginSpec::from(source)).await {

@@ -1,7 +1,8 @@
-//! The command line: `run`, `check` and `plugin run`.
+//! The command line: `run`, `check`, `demo`, `plugin run`, `dead-letters`, `finalizers`.
 
 pub mod check;
 pub mod dead_letters;
+pub mod demo;
 pub mod finalizers;
 pub mod plugin_run;
 
@@ -41,6 +42,25 @@ pub enum Command {
         /// Seconds to wait for each cluster to answer.
         #[arg(long, default_value_t = 10)]
         cluster_timeout: u64,
+    },
+    /// Run the whole product on a simulated cluster: the three shipped plugins on local
+    /// defaults, live progress, and the status endpoint. Needs `plugins/build.sh` first.
+    Demo {
+        /// Folder for config, state, tables and archive (emptied first).
+        #[arg(long, default_value = "target/demo")]
+        dir: PathBuf,
+        /// Folder with the built components; default: `target/plugins` beside this binary.
+        #[arg(long)]
+        plugins: Option<PathBuf>,
+        /// Jobs to play; 0 plays until Ctrl-C.
+        #[arg(long, default_value_t = 0)]
+        jobs: usize,
+        /// Milliseconds between lifecycle steps.
+        #[arg(long, default_value_t = 700)]
+        interval_ms: u64,
+        /// Address of the status and metrics endpoint.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: std::net::SocketAddr,
     },
     /// Plugin tools.
     #[command(subcommand)]
@@ -83,5 +103,10 @@ pub enum PluginCommand {
         /// A plugin manifest for its config, limits and grants.
         #[arg(long)]
         manifest: Option<PathBuf>,
+        /// Where the run keeps what the plugin writes through its grants: the `embedded` SQL
+        /// connection (`plugins.db`), its key-value entries (`state.db`) and the archive
+        /// (`archive/`). Default: a temporary folder removed afterwards.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
 }

@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::config::main_file::PluginDefaults;
+use crate::capabilities::Services;
+use crate::capabilities::archive::ArchiveStore;
+use crate::capabilities::services::EMBEDDED_DB_FILE;
+use crate::capabilities::sql::Databases;
+use crate::config::main_file::{ArchiveLocation, PluginDefaults, SqlSettings};
 use crate::config::manifest::PluginManifest;
 use crate::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
+use crate::state::{PluginKv, SqliteStore};
 use crate::watch::event::JobEvent;
 
 /// Arguments of `plugin run`.
@@ -27,6 +32,9 @@ pub struct PluginRunArgs {
     /// A plugin manifest for config, limits and grants. Its `wasm:` is ignored (the command
     /// line names the component); relative grant paths are resolved against its folder.
     pub manifest: Option<PathBuf>,
+    /// Folder for the `embedded` SQL connection, key-value entries and the archive; `None`: a
+    /// temporary folder.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What the call did.
@@ -105,6 +113,7 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
                 .memory_mb
                 .unwrap_or(defaults.memory_mb)
                 .saturating_mul(1 << 20),
+            instance_reuse: manifest.instance_reuse.unwrap_or(1),
             config: manifest.config,
             grants: manifest.grants,
         },
@@ -115,12 +124,25 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
             wasm_sha256: String::new(),
             timeout: Duration::from_millis(defaults.timeout_ms),
             memory_bytes: defaults.memory_mb.saturating_mul(1 << 20),
+            instance_reuse: 1,
             config: Default::default(),
             grants: Default::default(),
         },
     };
 
-    let runtime = Runtime::new(RuntimeSettings::default())?;
+    // The same capabilities as the daemon, on local files: the `embedded` SQL connection, a
+    // key-value store and a local archive. No cluster, so pod logs are refused.
+    let scratch = match &args.state_dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().context("cannot create a temporary state folder")?),
+    };
+    let state_dir = match (&args.state_dir, &scratch) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(tmp)) => tmp.path().to_path_buf(),
+        (None, None) => bail!("no state folder"),
+    };
+    let services = scratch_services(&state_dir).await?;
+    let runtime = Runtime::with_services(RuntimeSettings::default(), services)?;
     let started = Instant::now();
     let version = runtime.load(spec).await?;
     let load_elapsed = started.elapsed();
@@ -133,6 +155,26 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
         result,
         load_elapsed,
         elapsed: started.elapsed(),
+    })
+}
+
+async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the state folder {}", dir.display()))?;
+    let kv: Arc<dyn PluginKv> = Arc::new(
+        SqliteStore::open(&dir.join("state.db"))
+            .await
+            .context("cannot open the run's state file")?,
+    );
+    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_FILE))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let archive = ArchiveStore::open(&ArchiveLocation::Local(dir.join("archive")))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Services {
+        sql,
+        kv: Some(kv),
+        archive: Some(archive),
+        ..Services::default()
     })
 }
 

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
 use super::supervisor::{self, SupervisorHandle};
+use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
@@ -20,6 +21,7 @@ pub struct ClusterManager {
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
     finalizers: Arc<FinalizerService>,
+    directory: ClusterDirectory,
     cancel: CancellationToken,
 }
 
@@ -28,6 +30,7 @@ impl ClusterManager {
         sink: mpsc::Sender<Observation>,
         health: HealthBoard,
         finalizers: Arc<FinalizerService>,
+        directory: ClusterDirectory,
         cancel: CancellationToken,
     ) -> Self {
         ClusterManager {
@@ -35,6 +38,7 @@ impl ClusterManager {
             sink,
             health,
             finalizers,
+            directory,
             cancel,
         }
     }
@@ -51,6 +55,7 @@ impl ClusterManager {
     /// Apply cluster changes: start added ones, restart changed ones, stop removed ones. Other
     /// clusters are not touched.
     pub async fn apply(&mut self, changes: &[Change<ClusterSource>], main: &Arc<MainConfig>) {
+        self.directory.set_kinds(&main.kinds);
         for change in changes {
             match change {
                 Change::Added(source) | Change::Changed(source) => {
@@ -71,6 +76,7 @@ impl ClusterManager {
         sources: &BTreeMap<String, ClusterSource>,
         main: &Arc<MainConfig>,
     ) {
+        self.directory.set_kinds(&main.kinds);
         self.stop_all().await;
         for source in sources.values() {
             self.start(source, main);
@@ -90,7 +96,10 @@ impl ClusterManager {
             main,
             self.sink.clone(),
             self.health.clone(),
-            self.finalizers.clone(),
+            supervisor::ClientUsers {
+                finalizers: self.finalizers.clone(),
+                directory: self.directory.clone(),
+            },
             &self.cancel,
         );
         tracing::info!(cluster = %source.name, file = %source.path.display(), "cluster started");

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
+use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::watch::watcher::Observation;
@@ -38,13 +39,34 @@ impl SupervisorHandle {
     }
 }
 
+/// Who gets a cluster's client once it is connected, and loses it when the cluster stops.
+#[derive(Clone)]
+pub struct ClientUsers {
+    /// Removes jobrelay's finalizer from jobs.
+    pub finalizers: Arc<FinalizerService>,
+    /// Reads pod logs for plugins.
+    pub directory: ClusterDirectory,
+}
+
+impl ClientUsers {
+    fn register(&self, cluster: &str, client: &Client) {
+        self.finalizers.register(cluster, client.clone());
+        self.directory.set_client(cluster, client.clone());
+    }
+
+    fn unregister(&self, cluster: &str) {
+        self.finalizers.unregister(cluster);
+        self.directory.remove_client(cluster);
+    }
+}
+
 /// Start supervising one cluster.
 pub fn spawn(
     source: &ClusterSource,
     main: &Arc<MainConfig>,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
-    finalizers: Arc<FinalizerService>,
+    users: ClientUsers,
     parent: &CancellationToken,
 ) -> SupervisorHandle {
     let cancel = parent.child_token();
@@ -56,7 +78,7 @@ pub fn spawn(
         targets,
         sink,
         health,
-        finalizers,
+        users,
         cancel.clone(),
     ));
     SupervisorHandle {
@@ -97,14 +119,14 @@ async fn supervise(
     targets: Vec<WatchTarget>,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
-    finalizers: Arc<FinalizerService>,
+    users: ClientUsers,
     cancel: CancellationToken,
 ) {
     let client = tokio::select! {
         c = connect(&name, &kubeconfig, &health) => c,
         _ = cancel.cancelled() => return,
     };
-    finalizers.register(&name, client.clone());
+    users.register(&name, &client);
     let mut streams = JoinSet::new();
     for (index, target) in targets.into_iter().enumerate() {
         let health = health.clone();
@@ -119,7 +141,7 @@ async fn supervise(
     tracing::info!(cluster = %name, streams = streams.len(), "cluster watched");
     cancel.cancelled().await;
     streams.shutdown().await;
-    finalizers.unregister(&name);
+    users.unregister(&name);
     tracing::info!(cluster = %name, "cluster stopped");
 }
 

@@ -40,6 +40,15 @@ pub struct MainFile {
     /// jobrelay's finalizer, for kinds with `finalizer: true`.
     #[serde(default)]
     pub finalizers: FinalizerSettings,
+    /// Named SQL connections that plugins may be granted. Read once at start.
+    #[serde(default)]
+    pub sql: SqlSettings,
+    /// Where plugins with an archive grant write. Read once at start.
+    #[serde(default)]
+    pub archive: ArchiveSettings,
+    /// The HTTP endpoint for metrics, probes and status. Read once at start.
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -109,6 +118,111 @@ impl Default for FinalizerSettings {
             max_hold_seconds: default_max_hold(),
         }
     }
+}
+
+/// The `telemetry:` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// Address of `/metrics`, `/healthz`, `/readyz` and `/status`, e.g. `0.0.0.0:9464`.
+    /// Absent: no endpoint.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The `sql:` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSettings {
+    /// Connections by name; plugins are granted names, never URLs.
+    #[serde(default)]
+    pub connections: std::collections::BTreeMap<String, SqlConnection>,
+}
+
+/// One named SQL connection pool.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlConnection {
+    /// `mysql://user:password@host:3306/db` (MySQL, MariaDB) or `sqlite:///path/file.db`.
+    /// May be a secret reference, `env:NAME` or `file:/path`, so the password stays out of
+    /// the config folder.
+    pub url: String,
+    /// Most connections the pool opens (default 8).
+    #[serde(default = "default_sql_max_connections")]
+    pub max_connections: u32,
+    /// How long a statement waits for a free connection, in milliseconds (default 5000).
+    #[serde(default = "default_sql_acquire_timeout")]
+    pub acquire_timeout_ms: u64,
+}
+
+impl std::fmt::Debug for SqlConnection {
+    /// Never prints the URL: it may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConnection")
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout_ms", &self.acquire_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_sql_max_connections() -> u32 {
+    8
+}
+fn default_sql_acquire_timeout() -> u64 {
+    5_000
+}
+
+/// The `archive:` section: one store for every plugin, each writing under its own prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveSettings {
+    /// A local folder (relative: to the config folder). Default: `archive/` next to the
+    /// state file.
+    #[serde(default)]
+    pub local: Option<PathBuf>,
+    /// An S3-compatible bucket instead of a local folder.
+    #[serde(default)]
+    pub s3: Option<S3Settings>,
+}
+
+/// An S3-compatible object store.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Settings {
+    pub bucket: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint for non-AWS stores (MinIO, Ceph), e.g. `http://minio:9000`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Key id and secret; secret references (`env:NAME`, `file:/path`) are the expected form.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// Allow a plain-HTTP endpoint.
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+impl std::fmt::Debug for S3Settings {
+    /// Never prints the credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("allow_http", &self.allow_http)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the archive lives, after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveLocation {
+    /// A local folder, absolute.
+    Local(PathBuf),
+    S3(S3Settings),
 }
 
 /// Namespaces and labels to watch.
@@ -187,6 +301,9 @@ pub struct MainConfig {
     /// The state file, absolute.
     pub state_path: PathBuf,
     pub finalizers: FinalizerSettings,
+    pub sql: SqlSettings,
+    pub archive: ArchiveLocation,
+    pub telemetry: TelemetrySettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -260,6 +377,39 @@ impl MainFile {
                 "rescan_seconds: must be at least 1".into(),
             ));
         }
+        for (name, connection) in &self.sql.connections {
+            if name.is_empty()
+                || connection.url.trim().is_empty()
+                || connection.max_connections == 0
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "sql.connections.{name}: needs a non-empty name and `url`, and \
+                     max_connections of at least 1"
+                )));
+            }
+        }
+        let state_path = self.state.resolved_path(root);
+        let archive = match (self.archive.local, self.archive.s3) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "archive: give `local` or `s3`, not both".into(),
+                ));
+            }
+            (_, Some(s3)) if s3.bucket.is_empty() => {
+                return Err(ConfigError::Invalid(
+                    "archive.s3.bucket: must not be empty".into(),
+                ));
+            }
+            (_, Some(s3)) => ArchiveLocation::S3(s3),
+            (Some(p), None) if p.is_absolute() => ArchiveLocation::Local(p),
+            (Some(p), None) => ArchiveLocation::Local(root.join(p)),
+            (None, None) => ArchiveLocation::Local(
+                state_path
+                    .parent()
+                    .map(|dir| dir.join("archive"))
+                    .unwrap_or_else(|| root.join("archive")),
+            ),
+        };
         let plugin_dir = match self.plugin_dir {
             Some(p) if p.is_absolute() => p,
             Some(p) => root.join(p),
@@ -271,8 +421,11 @@ impl MainFile {
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
             runtime: self.runtime,
-            state_path: self.state.resolved_path(root),
+            state_path,
             finalizers: self.finalizers,
+            sql: self.sql,
+            archive,
+            telemetry: self.telemetry,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })

@@ -12,6 +12,7 @@ pub mod files;
 pub mod folder_watch;
 pub mod main_file;
 pub mod manifest;
+pub mod secret;
 pub mod sources;
 pub mod state;
 

@@ -82,6 +82,10 @@ pub struct PluginSource {
     pub kinds: Vec<String>,
     pub timeout: Duration,
     pub memory_bytes: u64,
+    /// Calls per instance (1: fresh instance per event).
+    pub instance_reuse: u32,
+    /// Most versions of one job queued in the lane.
+    pub max_queued_per_job: usize,
     pub concurrency: usize,
     pub delivery: DeliveryMode,
     pub retry: RetryPolicy,
@@ -103,6 +107,7 @@ impl PluginSource {
             retry: self.retry.clone(),
             rate_limits: self.rate_limits.clone(),
             kinds: self.kinds.clone(),
+            max_queued_per_job: self.max_queued_per_job,
         }
     }
 
@@ -134,6 +139,20 @@ impl PluginSource {
         if timeout_ms == 0 || memory_mb == 0 || concurrency == 0 {
             return Err(ConfigError::Invalid(
                 "timeout_ms, memory_mb and concurrency must be at least 1".into(),
+            ));
+        }
+        let max_queued_per_job = manifest
+            .max_queued_per_job
+            .unwrap_or(crate::lanes::settings::DEFAULT_MAX_QUEUED_PER_JOB);
+        if max_queued_per_job < 2 {
+            return Err(ConfigError::Invalid(
+                "max_queued_per_job must be at least 2".into(),
+            ));
+        }
+        let instance_reuse = manifest.instance_reuse.unwrap_or(1);
+        if instance_reuse == 0 {
+            return Err(ConfigError::Invalid(
+                "instance_reuse must be at least 1".into(),
             ));
         }
         if manifest.retry.max_attempts == 0 {
@@ -170,7 +189,8 @@ impl PluginSource {
             "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
             "grants": grants, "delivery": manifest.delivery, "retry": manifest.retry,
-            "rate_limits": manifest.rate_limits,
+            "rate_limits": manifest.rate_limits, "instance_reuse": instance_reuse,
+            "max_queued_per_job": max_queued_per_job,
         });
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
@@ -182,6 +202,8 @@ impl PluginSource {
             kinds: manifest.kinds,
             timeout: Duration::from_millis(timeout_ms),
             memory_bytes: memory_mb * 1024 * 1024,
+            instance_reuse,
+            max_queued_per_job,
             concurrency,
             delivery: manifest.delivery,
             retry: manifest.retry,

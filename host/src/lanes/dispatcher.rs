@@ -6,8 +6,10 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
+use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Listed, Observed};
+use super::recent::RecentEvents;
 use crate::watch::event::Phase;
 use crate::watch::finalizer::has_finalizer;
 use crate::watch::watcher::Observation;
@@ -17,6 +19,8 @@ use crate::watch::watcher::Observation;
 pub struct Routes {
     inner: Arc<RwLock<BTreeMap<String, Lane>>>,
     finalizers: Option<(Arc<FinalizerBook>, String)>,
+    recent: RecentEvents,
+    observed: Arc<EventCounts>,
 }
 
 impl Routes {
@@ -25,7 +29,19 @@ impl Routes {
         Routes {
             inner: Arc::default(),
             finalizers: Some((book, name)),
+            recent: RecentEvents::default(),
+            observed: Arc::default(),
         }
+    }
+
+    /// Events observed, by cluster and kind.
+    pub fn observed(&self) -> Vec<(String, String, Counts)> {
+        self.observed.snapshot()
+    }
+
+    /// The latest events routed, for the status page.
+    pub fn recent(&self) -> &RecentEvents {
+        &self.recent
     }
 
     pub fn insert(&self, name: &str, lane: Lane) {
@@ -59,6 +75,9 @@ impl Routes {
             } => {
                 tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name,
                     from_list, "observed");
+                self.recent.record(&event);
+                self.observed
+                    .add(&event.cluster, &event.kind, Count::Observed);
                 let observed = Observed {
                     event,
                     kind,

@@ -14,6 +14,10 @@ pub trait Handler: Send + Sync {
     fn version(&self) -> &str;
     /// Handle one event; retryable errors are retried by the lane.
     async fn handle(&self, event: &JobEvent) -> Result<(), CallError>;
+    /// The most memory one call has used, in bytes, where the handler knows it.
+    fn memory_high_water_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -28,5 +32,9 @@ impl Handler for PluginVersion {
 
     async fn handle(&self, event: &JobEvent) -> Result<(), CallError> {
         PluginVersion::handle(self, event).await
+    }
+
+    fn memory_high_water_bytes(&self) -> Option<u64> {
+        Some(PluginVersion::memory_high_water_bytes(self))
     }
 }

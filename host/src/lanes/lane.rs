@@ -6,7 +6,9 @@
 //!   event, so order is kept. Other jobs go on meanwhile.
 //! - **What is queued** is decided by the plugin's delivery mode ([`super::mode`]) against what
 //!   the lane accepted for the job, so a job's queue never holds more than its mode needs
-//!   (`latest`: one version).
+//!   (`latest`: one version; `terminal`: at most two). `every-version` and `transitions` need
+//!   every queued version, so their queues are bounded by `max_queued_per_job`: a version
+//!   beyond it goes to the dead-letter list (durable, replayable) rather than into memory.
 //! - **Durability**: after a call succeeds (or its event is dead-lettered) the job's cursor is
 //!   written to the state store before the job's next event starts. After a restart the lane
 //!   starts from those cursors, so versions already handled are skipped.
@@ -25,6 +27,8 @@ use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
+use super::call_stats::{CallSnapshot, CallStats};
+use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::{Accepted, Decision};
@@ -36,7 +40,7 @@ use crate::watch::event::{JobEvent, JobKey, Phase};
 use crate::watch::kinds::JobKind;
 
 /// Counters of one lane, for status, metrics and tests.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct LaneStats {
     /// Events handled successfully.
     pub delivered: u64,
@@ -54,6 +58,15 @@ pub struct LaneStats {
     pub in_flight: u64,
     /// Jobs the lane tracks.
     pub jobs: u64,
+    /// Call durations and failures by kind.
+    pub calls: CallSnapshot,
+    /// Seconds the oldest event still waiting (or in flight) has been in the lane; 0 when
+    /// nothing waits. Grows when a plugin is down or too slow.
+    pub oldest_pending_seconds: f64,
+    /// The most memory one call of the serving version has used, in bytes (wasm plugins).
+    pub memory_high_water_bytes: Option<u64>,
+    /// Delivered, retried and dead-lettered by (cluster, job kind).
+    pub by_job_kind: Vec<(String, String, Counts)>,
 }
 
 /// One observed version as the dispatcher hands it to lanes.
@@ -70,6 +83,8 @@ pub struct Observed {
 struct Item {
     event: JobEvent,
     replay: bool,
+    /// When it was queued, for the age of the oldest pending event.
+    queued_at: Instant,
 }
 
 /// What a lane keeps per job: the projection needed to judge and order its events.
@@ -140,10 +155,17 @@ struct Inner {
     skipped: AtomicU64,
     pending: AtomicU64,
     in_flight: AtomicU64,
+    /// Durations and failure kinds of the plugin's calls.
+    calls: CallStats,
+    /// Delivered, retried and dead-lettered events by cluster and kind.
+    by_job_kind: EventCounts,
     /// Woken whenever the lane may have become idle.
     settled: Notify,
     /// Woken when the lane closes, to cut retry waits short.
     closing: Notify,
+    /// Versions over a job's queue bound, waiting to be written as dead letters, in arrival
+    /// order; `true` while a task is writing them (one at a time, so their order is kept).
+    parking: Mutex<(VecDeque<(JobEvent, usize)>, bool)>,
 }
 
 /// A cheap handle to one plugin's lane.
@@ -201,8 +223,11 @@ impl Lane {
                 skipped: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
+                calls: CallStats::default(),
+                by_job_kind: EventCounts::default(),
                 settled: Notify::new(),
                 closing: Notify::new(),
+                parking: Mutex::new((VecDeque::new(), false)),
             }),
         })
     }
@@ -276,12 +301,20 @@ impl Lane {
                     self.inner.pending.fetch_sub(dropped, Ordering::SeqCst);
                     self.inner.skipped.fetch_add(dropped, Ordering::SeqCst);
                 }
-                Decision::Append => {}
+                Decision::Append => {
+                    let cap = self.inner.settings.load().max_queued_per_job;
+                    let queued = job.queue.iter().filter(|i| !i.replay).count();
+                    if queued >= cap {
+                        self.park(event, cap);
+                        continue;
+                    }
+                }
             }
             self.inner.pending.fetch_add(1, Ordering::SeqCst);
             job.queue.push_back(Item {
                 event,
                 replay: false,
+                queued_at: Instant::now(),
             });
         }
         self.wake(&key, job);
@@ -290,6 +323,38 @@ impl Lane {
         if idle && let Some(book) = &self.inner.book {
             book.lane_done(&self.inner.name, &key);
         }
+    }
+
+    /// Moves a version that would exceed the job's queue bound to the dead-letter list: the
+    /// plugin is down or far behind, and holding every version in memory would grow without
+    /// limit. The version stays durable and replayable (`jobrelay dead-letters replay`), and a
+    /// deletion held by the finalizer is released as for any dead letter.
+    fn park(&self, event: JobEvent, cap: usize) {
+        let mut parking = self.inner.parking.lock().unwrap_or_else(|p| p.into_inner());
+        parking.0.push_back((event, cap));
+        if parking.1 {
+            return; // the running writer takes it
+        }
+        parking.1 = true;
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = {
+                    let mut parking = inner.parking.lock().unwrap_or_else(|p| p.into_inner());
+                    let next = parking.0.pop_front();
+                    if next.is_none() {
+                        parking.1 = false;
+                    }
+                    next
+                };
+                let Some((event, cap)) = next else { break };
+                let error = CallError::Host(format!(
+                    "lane overflow: {cap} versions of this job were already waiting (the \
+                     plugin is down or too slow; max_queued_per_job)"
+                ));
+                dead_letter(&inner, &event, &error, 0).await;
+            }
+        });
     }
 
     /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]).
@@ -345,6 +410,7 @@ impl Lane {
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         job.queue.push_back(Item {
             event,
+            queued_at: Instant::now(),
             replay: true,
         });
         self.wake(&key, job);
@@ -392,7 +458,14 @@ impl Lane {
 
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;
-        let jobs = i.jobs.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        let (jobs, oldest) = {
+            let jobs = i.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let oldest = jobs
+                .values()
+                .filter_map(|job| job.queue.front().map(|item| item.queued_at))
+                .min();
+            (jobs.len() as u64, oldest)
+        };
         LaneStats {
             delivered: i.delivered.load(Ordering::SeqCst),
             retried: i.retried.load(Ordering::SeqCst),
@@ -402,6 +475,10 @@ impl Lane {
             pending: i.pending.load(Ordering::SeqCst),
             in_flight: i.in_flight.load(Ordering::SeqCst),
             jobs,
+            calls: i.calls.snapshot(),
+            oldest_pending_seconds: oldest.map_or(0.0, |at| at.elapsed().as_secs_f64()),
+            memory_high_water_bytes: i.plugin.load().memory_high_water_bytes(),
+            by_job_kind: i.by_job_kind.snapshot(),
         }
     }
 
@@ -541,6 +618,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
         let started = Instant::now();
         let result = plugin.handle(event).await;
+        inner.calls.record(started.elapsed(), &result);
         inner.in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
         attempts += 1;
@@ -564,6 +642,9 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             return Some(Outcome::DeadLettered);
         };
         inner.retried.fetch_add(1, Ordering::SeqCst);
+        inner
+            .by_job_kind
+            .add(&event.cluster, &event.kind, Count::Retried);
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
@@ -584,6 +665,9 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
 
 async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
+    inner
+        .by_job_kind
+        .add(&event.cluster, &event.kind, Count::DeadLettered);
     if let Some(book) = &inner.book {
         book.lane_dead_lettered(&inner.name, &event.job_key());
     }
@@ -609,6 +693,9 @@ async fn acknowledge(
 ) {
     if matches!(outcome, Outcome::Delivered) {
         inner.delivered.fetch_add(1, Ordering::SeqCst);
+        inner
+            .by_job_kind
+            .add(&event.cluster, &event.kind, Count::Delivered);
     }
     if !replay {
         let cursor = Cursor::from_event(&inner.name, event);
@@ -628,6 +715,11 @@ async fn acknowledge(
     let mut jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(job) = jobs.get_mut(key) {
         job.queue.pop_front();
+        if job.queue.is_empty() {
+            // An idle job keeps no queue buffer: it would hold room for several whole events
+            // (hundreds of bytes each) for every job the lane tracks.
+            job.queue = VecDeque::new();
+        }
         if !replay {
             job.delivered_phase = Some(event.phase);
         }

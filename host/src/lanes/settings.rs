@@ -108,7 +108,13 @@ pub struct LaneSettings {
     pub rate_limits: Vec<RateLimitSpec>,
     /// Kind names (empty: all).
     pub kinds: Vec<String>,
+    /// Most versions of one job queued at once (see `PluginManifest::max_queued_per_job`).
+    pub max_queued_per_job: usize,
 }
+
+/// Default of `max_queued_per_job`: far above what a healthy plugin ever has queued for one
+/// job, low enough that a plugin down for hours cannot hold a busy job's whole history.
+pub const DEFAULT_MAX_QUEUED_PER_JOB: usize = 1_000;
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,9 @@
 //!
 //! - Exports (`init`, `handle`) are async, so a call runs on a fiber that can yield to tokio at
 //!   every epoch tick and be dropped when the wall-clock backstop fires.
-//! - The one import, `log.write`, is synchronous and cannot trap: it only formats a tracing
-//!   event, and a plugin that logs too much is throttled, not killed.
+//! - Imports are async (SQL, pod logs and archive writes wait on the network) and never trap:
+//!   every failure is a value the plugin sees, and a plugin that logs too much is throttled,
+//!   not killed. Resources map to the capability types that implement them.
 //! - Arguments are borrowed (`JobEvent<'a>` holds `&str`), so the event's object JSON, shared
 //!   by every lane, is lowered straight into the guest without a copy per call.
 // The generated `add_to_linker` of the type-only `types` interface has unused parameters.
@@ -12,8 +13,13 @@
 wasmtime::component::bindgen!({
     world: "plugin",
     path: "../wit",
+    imports: { default: async },
     exports: { default: async },
     ownership: Borrowing { duplicate_if_necessary: true },
+    with: {
+        "jobrelay:plugin/pod-logs.log": crate::capabilities::pod_logs::LogReader,
+        "jobrelay:plugin/archive.writer": crate::capabilities::archive::ObjectWriter,
+    },
 });
 
 pub use self::jobrelay::plugin::log::Level;

@@ -65,6 +65,34 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// Readies a kept store for another call: the capability state for the new event
+    /// (keeping the captured output streams, which the WASI context writes into), new labels
+    /// and deadline.
+    pub(crate) fn renew(
+        &mut self,
+        mut caps: CapabilityState,
+        labels: CallLabels,
+        deadline: Instant,
+    ) {
+        std::mem::swap(&mut caps.stdio, &mut self.caps.stdio);
+        self.caps = caps;
+        self.labels = labels;
+        self.deadline = deadline;
+        self.timed_out = false;
+    }
+
+    /// The capability state and the resource table at once, for views that need both.
+    pub(crate) fn caps_and_table(&mut self) -> (&mut CapabilityState, &mut ResourceTable) {
+        (&mut self.caps, &mut self.table)
+    }
+
+    /// The store's resource table (resources the capabilities hand to the plugin).
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

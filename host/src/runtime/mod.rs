@@ -57,6 +57,9 @@ pub struct PluginSpec {
     pub timeout: Duration,
     /// Limit of the linear memory of one call, in bytes.
     pub memory_bytes: u64,
+    /// Calls one instance may serve (1: a fresh instance per call). See
+    /// `PluginManifest::instance_reuse`.
+    pub instance_reuse: u32,
     /// Handed to the plugin's `init`.
     pub config: BTreeMap<String, String>,
     /// What the plugin may reach. Host paths must be absolute.
@@ -73,6 +76,7 @@ impl From<&PluginSource> for PluginSpec {
             wasm_sha256: source.wasm_sha256.clone(),
             timeout: source.timeout,
             memory_bytes: source.memory_bytes,
+            instance_reuse: source.instance_reuse,
             config: source.config.clone(),
             grants: source.grants.clone(),
         }
@@ -86,6 +90,7 @@ pub struct Runtime {
 }
 
 struct Inner {
+    services: Arc<capabilities::Services>,
     engine: Engine,
     linker: Linker<HostState>,
     cache: Arc<ComponentCache>,
@@ -101,8 +106,18 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds the engine (with its epoch ticker), the linker and the caches.
+    /// Builds the engine (with its epoch ticker), the linker and the caches, with no host
+    /// services: grants of SQL, key-value, pod logs and archive are refused at load.
     pub fn new(settings: RuntimeSettings) -> Result<Runtime, RuntimeError> {
+        Runtime::with_services(settings, capabilities::Services::default())
+    }
+
+    /// Like [`Runtime::new`], with the services the capabilities reach (pools, stores,
+    /// cluster clients).
+    pub fn with_services(
+        settings: RuntimeSettings,
+        services: capabilities::Services,
+    ) -> Result<Runtime, RuntimeError> {
         let engine = engine::build_engine(&settings)?;
         let mut linker = Linker::new(&engine);
         // The contract's type-only interface, imported by every plugin that uses its types.
@@ -120,6 +135,7 @@ impl Runtime {
         ));
         Ok(Runtime {
             inner: Arc::new(Inner {
+                services: Arc::new(services),
                 engine,
                 linker,
                 cache,
@@ -131,6 +147,11 @@ impl Runtime {
     /// The settings the runtime was built with.
     pub fn settings(&self) -> &RuntimeSettings {
         &self.inner.settings
+    }
+
+    /// The services the capabilities reach.
+    pub fn services(&self) -> &capabilities::Services {
+        &self.inner.services
     }
 
     /// Counters of the compiled-component caches.
@@ -155,12 +176,14 @@ impl Runtime {
             wasm_sha256,
             timeout,
             memory_bytes,
+            instance_reuse,
             config,
             grants,
         } = spec;
         self.check_limits(&name, timeout, memory_bytes)?;
 
-        let grants = prepare_grants(&name, grants).await?;
+        let grants = prepare_grants(&name, grants, self.inner.services.clone()).await?;
+        let config = resolve_secrets(&name, config)?;
 
         let hashed = Arc::clone(&wasm);
         let actual_sha256 = tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
@@ -201,8 +224,12 @@ impl Runtime {
             pre,
             timeout,
             memory_bytes,
+            instance_reuse: instance_reuse.max(1),
+            idle: std::sync::Mutex::new(Vec::new()),
+            memory_high_water: std::sync::atomic::AtomicU64::new(0),
             config: config.into_iter().collect(),
             grants,
+            services: self.inner.services.clone(),
             source,
             epoch_tick: self.inner.settings.epoch_tick,
         });
@@ -306,9 +333,18 @@ impl Runtime {
 
 /// Runs the capabilities' load-time checks (they touch the filesystem, so off the async
 /// workers).
-async fn prepare_grants(name: &str, mut grants: Grants) -> Result<Grants, LoadError> {
+async fn prepare_grants(
+    name: &str,
+    mut grants: Grants,
+    services: Arc<capabilities::Services>,
+) -> Result<Grants, LoadError> {
+    let plugin = name.to_string();
     let result = tokio::task::spawn_blocking(move || {
-        capabilities::prepare_all(&mut grants).map(|()| grants)
+        let load = capabilities::LoadScope {
+            plugin: &plugin,
+            services: &services,
+        };
+        capabilities::prepare_all(&mut grants, &load).map(|()| grants)
     })
     .await;
     match result {
@@ -322,4 +358,24 @@ async fn prepare_grants(name: &str, mut grants: Grants) -> Result<Grants, LoadEr
             reason: format!("grant check task failed: {e}"),
         }),
     }
+}
+
+/// Replaces `env:NAME` and `file:/path` values of a plugin's config by what they point at.
+/// The error names the key and the reference, never a resolved value.
+fn resolve_secrets(
+    name: &str,
+    config: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, LoadError> {
+    config
+        .into_iter()
+        .map(
+            |(key, value)| match crate::config::secret::resolve(&value) {
+                Ok(resolved) => Ok((key, resolved)),
+                Err(e) => Err(LoadError::InitRefused {
+                    plugin: name.to_string(),
+                    reason: format!("config `{key}`: {e}"),
+                }),
+            },
+        )
+        .collect()
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
 
-use super::bindings::{self, HandlerError, PluginPre};
+use super::bindings::{self, HandlerError, Plugin, PluginPre};
 use super::compile::ComponentSource;
 use super::error::CallError;
 use super::host_state::{CallLabels, HostState};
@@ -44,8 +44,15 @@ pub struct PluginVersion {
     pub(crate) pre: PluginPre<HostState>,
     pub(crate) timeout: Duration,
     pub(crate) memory_bytes: u64,
+    /// Calls one instance may serve; 1 means a fresh instance per call.
+    pub(crate) instance_reuse: u32,
+    /// Instances that served a call successfully and may serve more (`instance_reuse` > 1).
+    pub(crate) idle: std::sync::Mutex<Vec<Warm>>,
+    /// The most linear memory any call of this version used, in bytes.
+    pub(crate) memory_high_water: std::sync::atomic::AtomicU64,
     pub(crate) config: Vec<(String, String)>,
     pub(crate) grants: Grants,
+    pub(crate) services: Arc<capabilities::Services>,
     pub(crate) source: ComponentSource,
     pub(crate) epoch_tick: Duration,
 }
@@ -61,6 +68,18 @@ impl std::fmt::Debug for PluginVersion {
             .field("source", &self.source)
             .finish_non_exhaustive()
     }
+}
+
+/// Most idle instances kept per version: enough for a lane's concurrency, few enough that
+/// idle instances do not hold many pool slots.
+const MAX_IDLE: usize = 16;
+
+/// A live instance kept for its next call, with the store it lives in.
+pub(crate) struct Warm {
+    store: Store<HostState>,
+    instance: Plugin,
+    /// Calls it has served.
+    calls: u32,
 }
 
 /// What the guest answered, before it is mapped to a `CallError`.
@@ -113,6 +132,20 @@ impl PluginVersion {
         self.memory_bytes
     }
 
+    /// The most linear memory one call (instance) of this version has used so far, in bytes.
+    pub fn memory_high_water_bytes(&self) -> u64 {
+        self.memory_high_water
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes the memory a finished call used.
+    fn note_memory(&self, state: &HostState) {
+        self.memory_high_water.fetch_max(
+            u64::try_from(state.memory.used_bytes()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
     /// The grants as prepared at load (absolute, resolved host paths).
     pub fn grants(&self) -> &Grants {
         &self.grants
@@ -132,16 +165,20 @@ impl PluginVersion {
     }
 
     async fn run(&self, event: Option<&JobEvent>) -> Result<(), CallError> {
+        if let (Some(event), true) = (event, self.instance_reuse > 1) {
+            return self.run_reusing(event).await;
+        }
         let labels = CallLabels {
             plugin: self.name.clone(),
             version: self.version.clone(),
             event: event.map(|e| Arc::from(e.id.as_str())),
         };
-        let mut store = self.new_store(labels)?;
+        let mut store = self.new_store(labels, event)?;
         let backstop = self.timeout + self.epoch_tick * 4;
         let answer = tokio::time::timeout(backstop, self.call(&mut store, event)).await;
         let state = store.data();
         state.caps.finish(&state.labels);
+        self.note_memory(state);
         tracing::trace!(
             plugin = %state.labels.plugin,
             version = %state.labels.version,
@@ -159,10 +196,107 @@ impl PluginVersion {
         }
     }
 
-    fn new_store(&self, labels: CallLabels) -> Result<Store<HostState>, CallError> {
-        let setup = capabilities::configure_all(&self.grants)
+    /// One call on a kept instance when there is one, else on a new one that is kept
+    /// afterwards if the call succeeds and it has calls left. Any failure retires the
+    /// instance: a trap or a timeout may have left it half-way through anything.
+    async fn run_reusing(&self, event: &JobEvent) -> Result<(), CallError> {
+        let labels = CallLabels {
+            plugin: self.name.clone(),
+            version: self.version.clone(),
+            event: Some(Arc::from(event.id.as_str())),
+        };
+        let warm = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let (mut store, instance, calls) = match warm {
+            Some(mut warm) => {
+                self.renew(&mut warm.store, labels, event)?;
+                (warm.store, Some(warm.instance), warm.calls)
+            }
+            None => (self.new_store(labels, Some(event))?, None, 0),
+        };
+        let backstop = self.timeout + self.epoch_tick * 4;
+        let answer = tokio::time::timeout(backstop, async {
+            let instance = match instance {
+                Some(instance) => instance,
+                None => match self.start(&mut store).await? {
+                    Ok(instance) => instance,
+                    Err(reason) => return Ok((Answer::InitRefused(reason), None)),
+                },
+            };
+            let answer = self.call_handle(&mut store, &instance, event).await?;
+            Ok((answer, Some(instance)))
+        })
+        .await;
+        let state = store.data();
+        state.caps.finish(&state.labels);
+        self.note_memory(state);
+        match answer {
+            Err(_elapsed) => Err(CallError::Timeout(self.timeout)),
+            Ok(Ok((Answer::Handled, instance))) => {
+                if let Some(instance) = instance
+                    && calls + 1 < self.instance_reuse
+                {
+                    store.data().caps.stdio.clear();
+                    if let Ok(mut idle) = self.idle.lock()
+                        && idle.len() < MAX_IDLE
+                    {
+                        idle.push(Warm {
+                            store,
+                            instance,
+                            calls: calls + 1,
+                        });
+                    }
+                }
+                Ok(())
+            }
+            Ok(Ok((Answer::InitRefused(reason), _))) => Err(CallError::InitRefused(reason)),
+            Ok(Ok((Answer::Handler(HandlerError::Retry(reason)), _))) => {
+                Err(CallError::Retry(reason))
+            }
+            Ok(Ok((Answer::Handler(HandlerError::GiveUp(reason)), _))) => {
+                Err(CallError::GiveUp(reason))
+            }
+            Ok(Err(failure)) => Err(self.classify(failure, state)),
+        }
+    }
+
+    /// Prepares a kept store for its next call: fresh capability state for this event (the
+    /// captured output and the WASI context stay: the instance holds handles into them), a
+    /// new deadline, and the epoch check armed again.
+    fn renew(
+        &self,
+        store: &mut Store<HostState>,
+        labels: CallLabels,
+        event: &JobEvent,
+    ) -> Result<(), CallError> {
+        let scope = capabilities::CallScope {
+            plugin: &self.name,
+            grants: &self.grants,
+            services: &self.services,
+            event: Some(event),
+        };
+        let setup = capabilities::configure_all(&scope, false)
             .map_err(|e| CallError::Host(e.to_string()))?;
-        let mut wasi = setup.wasi;
+        store
+            .data_mut()
+            .renew(setup.state, labels, Instant::now() + self.timeout);
+        store.set_epoch_deadline(1);
+        Ok(())
+    }
+
+    fn new_store(
+        &self,
+        labels: CallLabels,
+        event: Option<&JobEvent>,
+    ) -> Result<Store<HostState>, CallError> {
+        let scope = capabilities::CallScope {
+            plugin: &self.name,
+            grants: &self.grants,
+            services: &self.services,
+            event,
+        };
+        let setup = capabilities::configure_all(&scope, true)
+            .map_err(|e| CallError::Host(e.to_string()))?;
+        let mut wasi = setup.wasi.unwrap_or_default();
         let state = HostState::new(
             wasi.build(),
             setup.state,
@@ -191,6 +325,18 @@ impl PluginVersion {
         store: &mut Store<HostState>,
         event: Option<&JobEvent>,
     ) -> Result<Answer, Failure> {
+        let instance = match self.start(store).await? {
+            Ok(instance) => instance,
+            Err(reason) => return Ok(Answer::InitRefused(reason)),
+        };
+        match event {
+            Some(event) => self.call_handle(store, &instance, event).await,
+            None => Ok(Answer::Handled),
+        }
+    }
+
+    /// A new instance with `init(config)` run; the inner error is `init`'s refusal.
+    async fn start(&self, store: &mut Store<HostState>) -> Result<Result<Plugin, String>, Failure> {
         let instance = self
             .pre
             .instantiate_async(&mut *store)
@@ -202,12 +348,15 @@ impl PluginVersion {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let init = instance.call_init(&mut *store, &config).await;
-        if let Err(reason) = init.map_err(Failure::Call)? {
-            return Ok(Answer::InitRefused(reason));
-        }
-        let Some(event) = event else {
-            return Ok(Answer::Handled);
-        };
+        Ok(init.map_err(Failure::Call)?.map(|()| instance))
+    }
+
+    async fn call_handle(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Plugin,
+        event: &JobEvent,
+    ) -> Result<Answer, Failure> {
         let labels: Vec<(&str, &str)> = pairs(&event.labels);
         let annotations: Vec<(&str, &str)> = pairs(&event.annotations);
         let wit_event = bindings::JobEvent {

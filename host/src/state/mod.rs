@@ -25,7 +25,7 @@ pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};
 pub use self::error::StoreError;
 pub use self::sqlite::{SCHEMA_VERSION, SqliteStore};
-pub use self::store::CursorStore;
+pub use self::store::{CursorStore, PluginKv};
 
 /// Where the state file lives when the main file does not say.
 pub const DEFAULT_STATE_PATH: &str = "/var/lib/jobrelay/state.db";
@@ -70,6 +70,15 @@ impl StateSettings {
 pub async fn open_store(path: &Path) -> Result<Arc<dyn CursorStore>, StoreError> {
     let store = SqliteStore::open(path).await?;
     Ok(Arc::new(store))
+}
+
+/// Opens the state file once and returns it both as the cursor store and as the plugins'
+/// key-value store.
+pub async fn open_stores(
+    path: &Path,
+) -> Result<(Arc<dyn CursorStore>, Arc<dyn PluginKv>), StoreError> {
+    let store = Arc::new(SqliteStore::open(path).await?);
+    Ok((store.clone(), store))
 }
 
 #[cfg(test)]

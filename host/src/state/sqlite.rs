@@ -32,12 +32,12 @@ use sqlx::{Sqlite, query::Query};
 use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::error::StoreError;
-use super::store::CursorStore;
+use super::store::{CursorStore, PluginKv};
 use crate::watch::event::{JobEvent, Phase};
 
-/// The schema this build writes. A file with a higher version is refused; a lower one would be
-/// migrated forward on open (there is none yet).
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes. A file with a higher version is refused; a lower one is
+/// migrated forward on open.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a statement waits for the other process's write lock before failing. Writes are
 /// short (a batch of cursor upserts), so a wait this long means something is wrong.
@@ -82,6 +82,22 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 CREATE INDEX IF NOT EXISTS dead_letters_by_plugin ON dead_letters (plugin, replay_requested);
 CREATE INDEX IF NOT EXISTS dead_letters_by_job ON dead_letters (cluster, uid);
 ";
+
+/// Version 2 adds the plugins' key-value entries. `expires_at` is Unix seconds, NULL for
+/// entries that never expire.
+const SCHEMA_V2: &str = "
+CREATE TABLE IF NOT EXISTS plugin_kv (
+    plugin TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    expires_at INTEGER,
+    PRIMARY KEY (plugin, key)
+);
+CREATE INDEX IF NOT EXISTS plugin_kv_by_expiry ON plugin_kv (expires_at) WHERE expires_at IS NOT NULL;
+";
+
+/// The schema scripts, version 1 first: a file at version N runs the scripts after the Nth.
+const SCHEMAS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
 
 const UPSERT_CURSOR: &str = "
 INSERT INTO cursors (plugin, cluster, uid, api_version, kind, namespace, name,
@@ -208,6 +224,8 @@ impl SqliteStore {
         .await
         .map_err(self.failed("read the schema"))?;
 
+        // How many of `SCHEMAS` the file already has (0: a new file).
+        let mut migrate_from = 0;
         if has_version_table {
             let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
                 .fetch_one(&mut *tx)
@@ -222,8 +240,8 @@ impl SqliteStore {
                     });
                 }
                 Some(SCHEMA_VERSION) => return Ok(()),
+                Some(1) => migrate_from = 1,
                 Some(v) => {
-                    // Versions start at 1; migrations from older versions would go here.
                     return Err(StoreError::Corrupt {
                         path: self.path.clone(),
                         what: "schema version",
@@ -247,10 +265,13 @@ impl SqliteStore {
             }
         }
 
-        sqlx::raw_sql(SCHEMA_V1)
-            .execute(&mut *tx)
-            .await
-            .map_err(self.failed("create the schema"))?;
+        // Every script from the file's version on, in order: all of them for a new file.
+        for script in SCHEMAS.iter().skip(migrate_from).copied() {
+            sqlx::raw_sql(script)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.failed("create or migrate the schema"))?;
+        }
         sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
             .bind(SCHEMA_VERSION)
             .execute(&mut *tx)
@@ -258,7 +279,7 @@ impl SqliteStore {
             .map_err(self.failed("record the schema version"))?;
         tx.commit()
             .await
-            .map_err(self.failed("commit the new schema"))?;
+            .map_err(self.failed("commit the schema"))?;
         Ok(())
     }
 
@@ -587,6 +608,85 @@ fn is_busy(error: &sqlx::Error) -> bool {
     db.code()
         .and_then(|code| code.parse::<i32>().ok())
         .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+/// Seconds since the Unix epoch, for kv expiry.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[async_trait]
+impl PluginKv for SqliteStore {
+    async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        sqlx::query_scalar(
+            "SELECT value FROM plugin_kv WHERE plugin = ? AND key = ? \
+             AND (expires_at IS NULL OR expires_at > ?)",
+        )
+        .bind(plugin)
+        .bind(key)
+        .bind(unix_now())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(self.failed("read a plugin key"))
+    }
+
+    async fn kv_set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), StoreError> {
+        let now = unix_now();
+        let expires_at = ttl_seconds.map(|ttl| now.saturating_add(i64::from(ttl)));
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.failed("lock the file to write a plugin key"))?;
+        sqlx::query(
+            "INSERT INTO plugin_kv (plugin, key, value, expires_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, \
+             expires_at = excluded.expires_at",
+        )
+        .bind(plugin)
+        .bind(key)
+        .bind(value)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(self.failed("write a plugin key"))?;
+        // Expired entries go a few at a time with each write, so the table never needs a
+        // sweeper task and a write never pays for a large backlog at once.
+        sqlx::query(
+            "DELETE FROM plugin_kv WHERE rowid IN (SELECT rowid FROM plugin_kv \
+             WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT 16)",
+        )
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(self.failed("remove expired plugin keys"))?;
+        tx.commit()
+            .await
+            .map_err(self.failed("commit a plugin key"))
+    }
+
+    async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM plugin_kv WHERE plugin = ? AND key = ? \
+             AND (expires_at IS NULL OR expires_at > ?)",
+        )
+        .bind(plugin)
+        .bind(key)
+        .bind(unix_now())
+        .execute(&self.pool)
+        .await
+        .map_err(self.failed("delete a plugin key"))?;
+        Ok(done.rows_affected() > 0)
+    }
 }
 
 #[cfg(test)]

@@ -77,3 +77,22 @@ pub trait CursorStore: Send + Sync {
     /// file); the default does nothing.
     async fn close(&self) {}
 }
+
+/// The plugins' small key-value entries (the `kv` capability), namespaced by plugin name.
+#[async_trait]
+pub trait PluginKv: Send + Sync {
+    /// The value under `key`, unless absent or expired.
+    async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Stores `value` under `key`; with `ttl_seconds`, it expires that long from now.
+    async fn kv_set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), StoreError>;
+
+    /// Removes `key`; whether a live entry was there.
+    async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError>;
+}

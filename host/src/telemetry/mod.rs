@@ -1,3 +1,8 @@
-//! Telemetry: logs now; metrics and the status API build on the same data later.
+//! Telemetry: logs, Prometheus metrics, the status endpoint and page, all read from the counters the
+//! clusters and lanes keep anyway.
 
+pub mod http;
 pub mod logging;
+pub mod metrics;
+pub mod page;
+pub mod status;

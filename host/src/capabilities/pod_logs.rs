@@ -1,0 +1,377 @@
+//! The `jobrelay:plugin/pod-logs` interface: logs of the job's own pods, and nothing else.
+//!
+//! A call's scope is the job of the event it handles. "The job's pods" are found the way the
+//! job's controller marks them: in the job's namespace, carrying the kind's pod label
+//! (`pod_label` of the kind, e.g. `volcano.sh/job-name`) with the job's name, and owned by the
+//! job's uid. The label alone is not enough: a job deleted and re-created under the same name
+//! labels its pods the same way, and its logs are not this event's. Any pod or container
+//! outside that set is refused.
+//!
+//! Logs are streamed from the API server in chunks the plugin pulls, so a large log never sits
+//! whole in host or plugin memory, and each container log is cut at the grant's cap.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use futures::io::{AsyncRead, AsyncReadExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, LogParams};
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+use super::{CallScope, Capability, StoreSetup};
+use crate::runtime::HostState;
+use crate::runtime::bindings::jobrelay::plugin::pod_logs as wit;
+use crate::watch::event::JobEvent;
+use crate::watch::kinds::JobKind;
+
+use wit::{Container, Error as LogError, Pod as WitPod};
+
+/// Default cap of one container log.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Largest chunk one `read` returns.
+pub const MAX_READ_BYTES: u32 = 1 << 20;
+
+/// The pod-logs capability.
+pub struct PodLogs;
+
+/// The clients of the clusters being watched, and the pod label of each job kind. Kept up to
+/// date by the cluster manager as clusters come and go.
+#[derive(Clone, Default)]
+pub struct ClusterDirectory {
+    inner: Arc<RwLock<Directory>>,
+}
+
+#[derive(Default)]
+struct Directory {
+    clients: HashMap<String, kube::Client>,
+    /// (apiVersion, kind) → pod label.
+    pod_labels: HashMap<(String, String), String>,
+}
+
+impl std::fmt::Debug for ClusterDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterDirectory").finish_non_exhaustive()
+    }
+}
+
+impl ClusterDirectory {
+    /// Records the client of a cluster (replacing an older one).
+    pub fn set_client(&self, cluster: &str, client: kube::Client) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.clients.insert(cluster.to_string(), client);
+        }
+    }
+
+    /// Forgets a removed cluster.
+    pub fn remove_client(&self, cluster: &str) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.clients.remove(cluster);
+        }
+    }
+
+    /// Records the pod label of every kind that has one.
+    pub fn set_kinds(&self, kinds: &[JobKind]) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.pod_labels = kinds
+                .iter()
+                .filter_map(|kind| {
+                    let label = kind.pod_label.clone()?;
+                    Some(((kind.api_version(), kind.kind.clone()), label))
+                })
+                .collect();
+        }
+    }
+
+    /// The scope of a call handling `event`, or why there is none.
+    fn scope(&self, event: &JobEvent) -> Result<JobScope, String> {
+        let directory = self
+            .inner
+            .read()
+            .map_err(|_| "the cluster directory is unavailable".to_string())?;
+        let client = directory
+            .clients
+            .get(&*event.cluster)
+            .cloned()
+            .ok_or_else(|| format!("cluster `{}` is not connected", event.cluster))?;
+        let label = directory
+            .pod_labels
+            .get(&(event.api_version.to_string(), event.kind.to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "kind {} {} has no `pod_label` in the main file, so its pods cannot be found",
+                    event.api_version, event.kind
+                )
+            })?;
+        Ok(JobScope {
+            client,
+            namespace: event.namespace.to_string(),
+            name: event.name.to_string(),
+            uid: event.uid.to_string(),
+            label,
+        })
+    }
+}
+
+impl Capability for PodLogs {
+    fn name(&self) -> &'static str {
+        "pod-logs"
+    }
+
+    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+    }
+
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        let Some(grant) = &call.grants.pod_logs else {
+            return Ok(());
+        };
+        let scope = match call.event {
+            Some(event) => call.services.clusters.scope(event),
+            None => Err("there is no job in scope outside `handle`".to_string()),
+        };
+        setup.state.pod_logs = PodLogAccess {
+            granted: true,
+            max_bytes: grant.max_bytes_per_container.unwrap_or(DEFAULT_MAX_BYTES),
+            scope,
+            pods: None,
+        };
+        Ok(())
+    }
+}
+
+/// Where the job of one call lives.
+struct JobScope {
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    uid: String,
+    label: String,
+}
+
+/// The pod-logs state of one call.
+pub struct PodLogAccess {
+    granted: bool,
+    max_bytes: u64,
+    scope: Result<JobScope, String>,
+    /// The job's pods, listed on first use and kept for the call.
+    pods: Option<Vec<WitPod>>,
+}
+
+impl Default for PodLogAccess {
+    fn default() -> Self {
+        PodLogAccess {
+            granted: false,
+            max_bytes: DEFAULT_MAX_BYTES,
+            scope: Err("pod logs are not granted to this plugin (grants.pod_logs)".into()),
+            pods: None,
+        }
+    }
+}
+
+impl PodLogAccess {
+    fn scope(&self) -> Result<&JobScope, LogError> {
+        if !self.granted {
+            return Err(LogError::Denied(
+                "pod logs are not granted to this plugin (grants.pod_logs)".into(),
+            ));
+        }
+        self.scope
+            .as_ref()
+            .map_err(|why| LogError::Denied(why.clone()))
+    }
+
+    async fn pods(&mut self) -> Result<&[WitPod], LogError> {
+        if self.pods.is_none() {
+            let scope = self.scope()?;
+            let listed = list_pods(scope).await?;
+            self.pods = Some(listed);
+        }
+        Ok(self.pods.as_deref().unwrap_or_default())
+    }
+}
+
+async fn list_pods(scope: &JobScope) -> Result<Vec<WitPod>, LogError> {
+    let api: Api<Pod> = Api::namespaced(scope.client.clone(), &scope.namespace);
+    let params = ListParams::default().labels(&format!("{}={}", scope.label, scope.name));
+    let list = api
+        .list(&params)
+        .await
+        .map_err(|e| unavailable("list pods", e))?;
+    let mut pods: Vec<WitPod> = list
+        .items
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.uid == scope.uid)
+        })
+        .map(describe)
+        .collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(pods)
+}
+
+/// The WIT view of a pod: its containers (init containers first) with restart counts.
+fn describe(pod: Pod) -> WitPod {
+    let spec = pod.spec.unwrap_or_default();
+    let status = pod.status.unwrap_or_default();
+    let restarts = |statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>,
+                    name: &str| {
+        statuses
+            .iter()
+            .flatten()
+            .find(|s| s.name == name)
+            .map_or(0, |s| u32::try_from(s.restart_count).unwrap_or(0))
+    };
+    let mut containers = Vec::new();
+    for container in spec.init_containers.iter().flatten() {
+        containers.push(Container {
+            restart_count: restarts(&status.init_container_statuses, &container.name),
+            name: container.name.clone(),
+            init: true,
+        });
+    }
+    for container in &spec.containers {
+        containers.push(Container {
+            restart_count: restarts(&status.container_statuses, &container.name),
+            name: container.name.clone(),
+            init: false,
+        });
+    }
+    WitPod {
+        name: pod.metadata.name.unwrap_or_default(),
+        phase: status.phase.unwrap_or_else(|| "Unknown".into()),
+        node: spec.node_name,
+        containers,
+    }
+}
+
+fn unavailable(what: &str, error: kube::Error) -> LogError {
+    match &error {
+        kube::Error::Api(status) if status.code == 404 => {
+            LogError::NotFound(format!("{what}: {}", status.message))
+        }
+        // The API server answers 400 for a container that has no previous instance, or that
+        // has not started yet.
+        kube::Error::Api(status) if status.code == 400 => {
+            LogError::NotFound(format!("{what}: {}", status.message))
+        }
+        _ => LogError::Unavailable(format!("{what}: {error}")),
+    }
+}
+
+/// A container log being read. The stream is the API server's response body.
+pub struct LogReader {
+    stream: Pin<Box<dyn AsyncRead + Send>>,
+    /// Bytes the plugin may still get.
+    remaining: u64,
+    truncated: bool,
+    done: bool,
+}
+
+impl wit::Host for HostState {
+    async fn pods(&mut self) -> Result<Vec<WitPod>, LogError> {
+        Ok(self.caps.pod_logs.pods().await?.to_vec())
+    }
+
+    async fn open(
+        &mut self,
+        pod: String,
+        container: String,
+        previous: bool,
+    ) -> Result<Resource<LogReader>, LogError> {
+        let access = &mut self.caps.pod_logs;
+        let pods = access.pods().await?;
+        let Some(found) = pods.iter().find(|p| p.name == pod) else {
+            let scope = access.scope()?;
+            return Err(LogError::Denied(format!(
+                "pod `{pod}` is not one of the pods of job {}/{}",
+                scope.namespace, scope.name
+            )));
+        };
+        if !found.containers.iter().any(|c| c.name == container) {
+            return Err(LogError::Denied(format!(
+                "pod `{pod}` has no container `{container}`"
+            )));
+        }
+        let max_bytes = access.max_bytes;
+        let scope = access.scope()?;
+        let api: Api<Pod> = Api::namespaced(scope.client.clone(), &scope.namespace);
+        let params = LogParams {
+            container: Some(container.clone()),
+            previous,
+            // One byte over the cap tells a log of exactly the cap from a longer one.
+            limit_bytes: i64::try_from(max_bytes.saturating_add(1)).ok(),
+            ..LogParams::default()
+        };
+        let stream = api
+            .log_stream(&pod, &params)
+            .await
+            .map_err(|e| unavailable(&format!("log of {pod}/{container}"), e))?;
+        let reader = LogReader {
+            stream: Box::pin(stream),
+            remaining: max_bytes,
+            truncated: false,
+            done: false,
+        };
+        self.table()
+            .push(reader)
+            .map_err(|e| LogError::Unavailable(format!("cannot open another log: {e}")))
+    }
+}
+
+impl wit::HostLog for HostState {
+    async fn read(
+        &mut self,
+        log: Resource<LogReader>,
+        max_bytes: u32,
+    ) -> Result<Vec<u8>, LogError> {
+        let reader = self
+            .table()
+            .get_mut(&log)
+            .map_err(|e| LogError::Denied(format!("invalid log handle: {e}")))?;
+        if reader.done {
+            return Ok(Vec::new());
+        }
+        let want = max_bytes.clamp(1, MAX_READ_BYTES) as usize;
+        let mut buf = vec![0u8; want];
+        let read = reader
+            .stream
+            .read(&mut buf)
+            .await
+            .map_err(|e| LogError::Unavailable(format!("reading the log: {e}")))?;
+        if read == 0 {
+            reader.done = true;
+            return Ok(Vec::new());
+        }
+        buf.truncate(read);
+        let allowed = usize::try_from(reader.remaining).unwrap_or(usize::MAX);
+        if buf.len() > allowed {
+            buf.truncate(allowed);
+            reader.truncated = true;
+            reader.done = true;
+        }
+        reader.remaining -= buf.len() as u64;
+        if buf.is_empty() {
+            reader.done = true;
+        }
+        Ok(buf)
+    }
+
+    async fn truncated(&mut self, log: Resource<LogReader>) -> bool {
+        self.table()
+            .get(&log)
+            .map(|reader| reader.truncated)
+            .unwrap_or(false)
+    }
+
+    async fn drop(&mut self, log: Resource<LogReader>) -> wasmtime::Result<()> {
+        self.table().delete(log)?;
+        Ok(())
+    }
+}

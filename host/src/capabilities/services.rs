@@ -1,0 +1,64 @@
+//! The process-wide resources behind the capabilities: pools, stores and cluster clients.
+//!
+//! Built once by the daemon (or a CLI command) and shared by every plugin version; a call's
+//! store gets only the parts its grants name. A host built without some service (a test, the
+//! `plugin run` command without a main file) refuses the grants that need it at load, with a
+//! message saying so.
+
+use std::sync::Arc;
+
+use super::archive::ArchiveStore;
+use super::pod_logs::ClusterDirectory;
+use super::sql::Databases;
+use crate::config::main_file::MainConfig;
+use crate::state::PluginKv;
+
+/// File name of the `embedded` SQL connection, next to the state file.
+pub const EMBEDDED_DB_FILE: &str = "plugins.db";
+
+/// Everything the capabilities reach outside the store.
+#[derive(Clone, Default)]
+pub struct Services {
+    /// Named SQL pools.
+    pub sql: Databases,
+    /// Where plugins' key-value entries are kept.
+    pub kv: Option<Arc<dyn PluginKv>>,
+    /// The archive store.
+    pub archive: Option<ArchiveStore>,
+    /// The watched clusters' clients, for pod logs.
+    pub clusters: ClusterDirectory,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("sql", &self.sql)
+            .field("kv", &self.kv.is_some())
+            .field("archive", &self.archive)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Services {
+    /// The services the main file describes, with `kv` kept in the state store (none: kv calls
+    /// fail, as in `jobrelay check`, which must not open the state file). SQL pools
+    /// connect lazily and the archive folder is created, so this fails only on configuration
+    /// errors (a bad URL, an unresolvable secret, an archive folder that cannot be made).
+    pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, String> {
+        let state_dir = main
+            .state_path
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_FILE))?;
+        let archive = ArchiveStore::open(&main.archive)?;
+        let clusters = ClusterDirectory::default();
+        clusters.set_kinds(&main.kinds);
+        Ok(Services {
+            sql,
+            kv,
+            archive: Some(archive),
+            clusters,
+        })
+    }
+}

@@ -1,0 +1,442 @@
+//! The `jobrelay:plugin/sql` interface: statements on named connections the host owns.
+//!
+//! The main file defines connections by name (`sql.connections`); a manifest grants names
+//! (`grants.sql: [main]`). The host builds one pool per connection at start and hands a plugin
+//! only the pools of the names it was granted, so a plugin never sees a URL or a password and
+//! cannot reach a database nobody granted it. One connection always exists: `embedded`, an
+//! SQLite file next to the state file, so a plugin that needs a table works without any
+//! database server.
+//!
+//! Values are bound, never spliced; `?` is the placeholder on both dialects. Results are
+//! capped ([`MAX_ROWS`], [`MAX_RESULT_BYTES`]) so a careless `SELECT *` cannot blow up host
+//! memory. Errors come back as values sorted into "denied", "unavailable" (worth a retry) and
+//! "rejected" (the statement itself is wrong), which maps directly onto the handler's retry
+//! or give-up.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{AssertSqlSafe, Column, Row, ValueRef};
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{CallScope, Capability, LoadScope, StoreSetup};
+use crate::config::main_file::{SqlConnection, SqlSettings};
+use crate::config::manifest::Grants;
+use crate::config::secret;
+use crate::runtime::HostState;
+use crate::runtime::bindings::jobrelay::plugin::sql as wit;
+
+use wit::{Dialect, Error as SqlError, Rows, Statement, Value};
+
+/// Rows one query may return.
+pub const MAX_ROWS: usize = 10_000;
+/// Bytes of values one query may return (text and blobs counted by length, others as 8).
+pub const MAX_RESULT_BYTES: usize = 16 << 20;
+/// Statements one transaction may hold.
+pub const MAX_STATEMENTS: usize = 1_000;
+/// The connection that always exists unless the main file redefines it.
+pub const EMBEDDED: &str = "embedded";
+
+/// The SQL capability.
+pub struct Sql;
+
+/// One pool, of either dialect. Clones share the pool.
+#[derive(Clone)]
+pub enum Database {
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
+
+/// The named pools of the process.
+#[derive(Clone, Default)]
+pub struct Databases {
+    by_name: Arc<BTreeMap<String, Database>>,
+}
+
+impl std::fmt::Debug for Databases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Databases {
+    /// Builds the pools of the main file's connections, plus [`EMBEDDED`] at `embedded_path`
+    /// unless the main file defines a connection of that name.
+    ///
+    /// Pools connect lazily: a database that is down at start does not stop jobrelay; the
+    /// plugin's statements fail as "unavailable" (and are retried) until it is back. A URL
+    /// that cannot be parsed, or a secret that cannot be resolved, is an error naming the
+    /// connection, never showing the URL.
+    pub fn open(settings: &SqlSettings, embedded_path: &Path) -> Result<Databases, String> {
+        let mut by_name = BTreeMap::new();
+        for (name, connection) in &settings.connections {
+            let database =
+                open_one(connection).map_err(|why| format!("sql.connections.{name}: {why}"))?;
+            by_name.insert(name.clone(), database);
+        }
+        if !by_name.contains_key(EMBEDDED) {
+            let options = SqliteConnectOptions::new()
+                .filename(embedded_path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_lazy_with(options);
+            by_name.insert(EMBEDDED.to_string(), Database::Sqlite(pool));
+        }
+        Ok(Databases {
+            by_name: Arc::new(by_name),
+        })
+    }
+
+    /// The pool of a connection.
+    pub fn get(&self, name: &str) -> Option<&Database> {
+        self.by_name.get(name)
+    }
+
+    /// Closes every pool (at shutdown, so connections end cleanly).
+    pub async fn close(&self) {
+        for database in self.by_name.values() {
+            match database {
+                Database::MySql(pool) => pool.close().await,
+                Database::Sqlite(pool) => pool.close().await,
+            }
+        }
+    }
+}
+
+fn open_one(connection: &SqlConnection) -> Result<Database, String> {
+    let url = secret::resolve(&connection.url).map_err(|e| format!("url: {e}"))?;
+    let acquire = Duration::from_millis(connection.acquire_timeout_ms.max(1));
+    if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+        let url = url.replacen("mariadb:", "mysql:", 1);
+        // The parse error is not shown: it can quote the URL, password included.
+        let options = MySqlConnectOptions::from_str(&url)
+            .map_err(|_| "url: not a valid mysql:// URL".to_string())?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(connection.max_connections)
+            .acquire_timeout(acquire)
+            .connect_lazy_with(options);
+        Ok(Database::MySql(pool))
+    } else if url.starts_with("sqlite:") {
+        let options = SqliteConnectOptions::from_str(&url)
+            .map_err(|_| "url: not a valid sqlite:// URL".to_string())?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(acquire);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connection.max_connections)
+            .acquire_timeout(acquire)
+            .connect_lazy_with(options);
+        Ok(Database::Sqlite(pool))
+    } else {
+        Err("url: must start with mysql://, mariadb:// or sqlite:".into())
+    }
+}
+
+impl Capability for Sql {
+    fn name(&self) -> &'static str {
+        "sql"
+    }
+
+    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+    }
+
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+        for name in &grants.sql {
+            if load.services.sql.get(name).is_none() {
+                return Err(format!(
+                    "connection `{name}` is not defined in the main file's `sql.connections` \
+                     (defined: {:?})",
+                    load.services.sql
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        let granted = call
+            .grants
+            .sql
+            .iter()
+            .filter_map(|name| {
+                let database = call.services.sql.get(name)?;
+                Some((name.clone(), database.clone()))
+            })
+            .collect();
+        setup.state.sql = SqlAccess { granted };
+        Ok(())
+    }
+}
+
+/// The pools one call may use.
+#[derive(Default)]
+pub struct SqlAccess {
+    granted: Vec<(String, Database)>,
+}
+
+impl SqlAccess {
+    fn database(&self, name: &str) -> Result<&Database, SqlError> {
+        self.granted
+            .iter()
+            .find(|(granted, _)| granted == name)
+            .map(|(_, database)| database)
+            .ok_or_else(|| {
+                SqlError::Denied(format!(
+                    "connection `{name}` is not granted to this plugin (grants.sql)"
+                ))
+            })
+    }
+}
+
+impl wit::Host for HostState {
+    async fn connection_dialect(&mut self, connection: String) -> Result<Dialect, SqlError> {
+        Ok(match self.caps.sql.database(&connection)? {
+            Database::MySql(_) => Dialect::Mysql,
+            Database::Sqlite(_) => Dialect::Sqlite,
+        })
+    }
+
+    async fn execute(&mut self, connection: String, statement: Statement) -> Result<u64, SqlError> {
+        match self.caps.sql.database(&connection)?.clone() {
+            Database::MySql(pool) => mysql::execute(&pool, statement).await,
+            Database::Sqlite(pool) => sqlite::execute(&pool, statement).await,
+        }
+    }
+
+    async fn query(&mut self, connection: String, statement: Statement) -> Result<Rows, SqlError> {
+        match self.caps.sql.database(&connection)?.clone() {
+            Database::MySql(pool) => mysql::query(&pool, statement).await,
+            Database::Sqlite(pool) => sqlite::query(&pool, statement).await,
+        }
+    }
+
+    async fn transaction(
+        &mut self,
+        connection: String,
+        statements: Vec<Statement>,
+    ) -> Result<Vec<u64>, SqlError> {
+        if statements.len() > MAX_STATEMENTS {
+            return Err(SqlError::Rejected(format!(
+                "a transaction holds at most {MAX_STATEMENTS} statements, got {}",
+                statements.len()
+            )));
+        }
+        match self.caps.sql.database(&connection)?.clone() {
+            Database::MySql(pool) => mysql::transaction(&pool, statements).await,
+            Database::Sqlite(pool) => sqlite::transaction(&pool, statements).await,
+        }
+    }
+}
+
+/// Sorts a driver error into the three kinds the plugin sees.
+fn classify(error: sqlx::Error) -> SqlError {
+    match &error {
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            let message = db.message();
+            // MySQL/MariaDB: 1205 lock wait timeout, 1213 deadlock (both roll back and
+            // succeed when retried); SQLite: 5 busy, 6 locked.
+            let transient = matches!(&*code, "40001" | "HY000" if message.contains("Deadlock") || message.contains("Lock wait"))
+                || matches!(&*code, "5" | "6" | "261" | "517");
+            if transient {
+                SqlError::Unavailable(format!("database: {message}"))
+            } else {
+                SqlError::Rejected(format!("database: {message} (code {code})"))
+            }
+        }
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => SqlError::Unavailable(format!("{error}")),
+        _ => SqlError::Rejected(format!("{error}")),
+    }
+}
+
+/// Counts a value against [`MAX_RESULT_BYTES`].
+fn value_bytes(value: &Value) -> usize {
+    match value {
+        Value::Text(text) => text.len(),
+        Value::Blob(blob) => blob.len(),
+        _ => 8,
+    }
+}
+
+fn too_large(what: String) -> SqlError {
+    SqlError::Rejected(format!(
+        "the result is too large ({what}; at most {MAX_ROWS} rows and {} MiB): page with LIMIT",
+        MAX_RESULT_BYTES >> 20
+    ))
+}
+
+/// One implementation per dialect, generated from one template: the drivers' query and row
+/// types differ, the logic does not.
+macro_rules! dialect_impl {
+    ($module:ident, $db:ty, $pool:ty, $row:ty, $decode:path) => {
+        mod $module {
+            use super::*;
+
+            fn bind<'q>(
+                sql: String,
+                params: Vec<Value>,
+            ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments> {
+                let mut query = sqlx::query(AssertSqlSafe(sql));
+                for param in params {
+                    query = match param {
+                        Value::Null => query.bind(None::<i64>),
+                        Value::Int(v) => query.bind(v),
+                        Value::Float(v) => query.bind(v),
+                        Value::Text(v) => query.bind(v),
+                        Value::Blob(v) => query.bind(v),
+                    };
+                }
+                query
+            }
+
+            pub(super) async fn execute(
+                pool: &$pool,
+                statement: Statement,
+            ) -> Result<u64, SqlError> {
+                let done = bind(statement.sql, statement.params)
+                    .execute(pool)
+                    .await
+                    .map_err(classify)?;
+                Ok(done.rows_affected())
+            }
+
+            pub(super) async fn query(
+                pool: &$pool,
+                statement: Statement,
+            ) -> Result<Rows, SqlError> {
+                use futures::TryStreamExt;
+                let query = bind(statement.sql, statement.params);
+                let mut stream = query.fetch(pool);
+                let mut columns: Option<Vec<String>> = None;
+                let mut rows = Vec::new();
+                let mut bytes = 0usize;
+                while let Some(row) = stream.try_next().await.map_err(classify)? {
+                    let row: $row = row;
+                    if columns.is_none() {
+                        columns =
+                            Some(row.columns().iter().map(|c| c.name().to_string()).collect());
+                    }
+                    if rows.len() == MAX_ROWS {
+                        return Err(too_large(format!("more than {MAX_ROWS} rows")));
+                    }
+                    let mut values = Vec::with_capacity(row.len());
+                    for index in 0..row.len() {
+                        let value = $decode(&row, index)?;
+                        bytes += value_bytes(&value);
+                        values.push(value);
+                    }
+                    if bytes > MAX_RESULT_BYTES {
+                        return Err(too_large(format!("over {} bytes", MAX_RESULT_BYTES)));
+                    }
+                    rows.push(values);
+                }
+                Ok(Rows {
+                    columns: columns.unwrap_or_default(),
+                    rows,
+                })
+            }
+
+            pub(super) async fn transaction(
+                pool: &$pool,
+                statements: Vec<Statement>,
+            ) -> Result<Vec<u64>, SqlError> {
+                let mut tx = pool.begin().await.map_err(classify)?;
+                let mut affected = Vec::with_capacity(statements.len());
+                for statement in statements {
+                    let done = bind(statement.sql, statement.params)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    affected.push(done.rows_affected());
+                }
+                tx.commit().await.map_err(classify)?;
+                Ok(affected)
+            }
+        }
+    };
+}
+
+dialect_impl!(mysql, sqlx::MySql, MySqlPool, MySqlRow, decode_mysql);
+dialect_impl!(sqlite, sqlx::Sqlite, SqlitePool, SqliteRow, decode_sqlite);
+
+/// A MySQL column as a WIT value. The driver checks types strictly, so the decodings are tried
+/// from the most to the least specific; temporal types come back as text.
+fn decode_mysql(row: &MySqlRow, index: usize) -> Result<Value, SqlError> {
+    let raw = row.try_get_raw(index).map_err(classify)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    if let Ok(v) = row.try_get::<i64, _>(index) {
+        return Ok(Value::Int(v));
+    }
+    if let Ok(v) = row.try_get::<u64, _>(index) {
+        return Ok(i64::try_from(v).map_or_else(|_| Value::Text(v.to_string()), Value::Int));
+    }
+    if let Ok(v) = row.try_get::<f64, _>(index) {
+        return Ok(Value::Float(v));
+    }
+    if let Ok(v) = row.try_get::<f32, _>(index) {
+        return Ok(Value::Float(f64::from(v)));
+    }
+    if let Ok(v) = row.try_get::<bool, _>(index) {
+        return Ok(Value::Int(i64::from(v)));
+    }
+    if let Ok(v) = row.try_get::<String, _>(index) {
+        return Ok(Value::Text(v));
+    }
+    if let Ok(v) = row.try_get::<chrono::NaiveDateTime, _>(index) {
+        return Ok(Value::Text(v.format("%Y-%m-%d %H:%M:%S%.f").to_string()));
+    }
+    if let Ok(v) = row.try_get::<chrono::DateTime<chrono::Utc>, _>(index) {
+        return Ok(Value::Text(v.format("%Y-%m-%d %H:%M:%S%.f").to_string()));
+    }
+    if let Ok(v) = row.try_get::<chrono::NaiveDate, _>(index) {
+        return Ok(Value::Text(v.to_string()));
+    }
+    if let Ok(v) = row.try_get::<Vec<u8>, _>(index) {
+        return Ok(Value::Blob(v));
+    }
+    Err(unsupported(
+        row.columns()[index].name(),
+        &row.columns()[index].type_info().to_string(),
+    ))
+}
+
+/// An SQLite value as a WIT value (SQLite types each value, not each column).
+fn decode_sqlite(row: &SqliteRow, index: usize) -> Result<Value, SqlError> {
+    let raw = row.try_get_raw(index).map_err(classify)?;
+    if raw.is_null() {
+        return Ok(Value::Null);
+    }
+    let type_name = raw.type_info().to_string();
+    let value = match type_name.as_str() {
+        "INTEGER" | "BOOLEAN" | "INT8" => row.try_get::<i64, _>(index).map(Value::Int),
+        "REAL" => row.try_get::<f64, _>(index).map(Value::Float),
+        "BLOB" => row.try_get::<Vec<u8>, _>(index).map(Value::Blob),
+        _ => row.try_get::<String, _>(index).map(Value::Text),
+    };
+    value.map_err(|_| unsupported(row.columns()[index].name(), &type_name))
+}
+
+fn unsupported(column: &str, type_name: &str) -> SqlError {
+    SqlError::Rejected(format!(
+        "column `{column}` has type {type_name}, which has no plugin value; CAST it to a \
+         number or text in the query"
+    ))
+}

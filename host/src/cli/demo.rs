@@ -1,0 +1,254 @@
+//! `jobrelay demo`: the whole product on one machine, with nothing to install.
+//!
+//! An embedded simulated cluster (the test kit's Kubernetes API simulator) plays realistic job
+//! lifecycles; the daemon watches it with the three shipped plugins on embedded defaults —
+//! mysql-sync on the `embedded` SQLite connection, log-archive into a local folder,
+//! feishu-notify posting signed cards to a local Feishu receiver that prints them — and the
+//! telemetry endpoint shows status and metrics. Everything lives in one folder, printed at
+//! start, so the tables, archives and state can be looked at afterwards.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use jobrelay_testkit::{FeishuReceiver, Scenario, SimCluster};
+
+use crate::daemon::Daemon;
+
+/// The plugins the demo runs.
+const PLUGINS: [&str; 3] = ["mysql-sync", "log-archive", "feishu-notify"];
+const BOT: &str = "demo";
+const SECRET: &str = "demo-signing-secret";
+
+/// Arguments of `demo`.
+#[derive(Debug, Clone)]
+pub struct DemoArgs {
+    /// Folder for the config, state, tables and archive; emptied first.
+    pub dir: PathBuf,
+    /// Folder with the built components (`plugins/build.sh` writes `target/plugins/`).
+    pub plugins: PathBuf,
+    /// Jobs to play; 0 plays until Ctrl-C.
+    pub jobs: usize,
+    /// Time between lifecycle steps.
+    pub interval: Duration,
+    /// Address of the telemetry endpoint.
+    pub listen: SocketAddr,
+}
+
+/// Where `plugins/build.sh` puts the components, seen from the running binary
+/// (`target/debug/jobrelay` → `target/plugins`), or from the repository root.
+pub fn default_plugins_dir() -> PathBuf {
+    let beside_binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(|target| target.join("plugins")));
+    match beside_binary {
+        Some(dir) if dir.join("mysql-sync.wasm").exists() => dir,
+        _ => PathBuf::from("target/plugins"),
+    }
+}
+
+/// Runs the demo; returns when the jobs are played (or on Ctrl-C).
+pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
+    for plugin in PLUGINS {
+        let path = args.plugins.join(format!("{plugin}.wasm"));
+        if !path.exists() {
+            bail!(
+                "{} is missing: build the plugins first with `plugins/build.sh`",
+                path.display()
+            );
+        }
+    }
+    let plugins = args
+        .plugins
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", args.plugins.display()))?;
+    if args.dir.exists() {
+        std::fs::remove_dir_all(&args.dir)
+            .with_context(|| format!("cannot empty {}", args.dir.display()))?;
+    }
+    let sim = SimCluster::start("demo").await?;
+    let feishu = FeishuReceiver::start().await?;
+    let webhook = feishu.add_bot(BOT, Some(SECRET), None);
+    write_config(&args.dir, &plugins, &sim, &webhook, args.listen)?;
+
+    let daemon = Daemon::start(&args.dir).await?;
+    println!("jobrelay demo");
+    println!("  folder:   {}", args.dir.display());
+    println!("  cluster:  simulated, {}", sim.url());
+    if let Some(addr) = daemon.telemetry_addr() {
+        println!("  status:   http://{addr}/   (JSON: /status, metrics: /metrics)");
+    }
+    println!(
+        "  tables:   {}",
+        args.dir.join("state/plugins.db").display()
+    );
+    println!(
+        "  archive:  {}",
+        args.dir.join("archive/log-archive").display()
+    );
+    println!();
+
+    let mut scenario = Scenario::new(&sim, "ml", args.jobs);
+    let mut tick = tokio::time::interval(args.interval);
+    let mut cards_shown = 0;
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stop => {
+                println!("stopping");
+                break;
+            }
+        }
+        for line in scenario.tick()? {
+            println!("{line}");
+        }
+        cards_shown = print_cards(&feishu, cards_shown);
+        if scenario.done() {
+            settle(&daemon, &feishu, &mut cards_shown).await;
+            summary(&daemon, &args.dir, &feishu).await;
+            break;
+        }
+    }
+    daemon.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+fn write_config(
+    dir: &Path,
+    plugins: &Path,
+    sim: &SimCluster,
+    webhook: &str,
+    listen: SocketAddr,
+) -> anyhow::Result<()> {
+    let write = |rel: &str, text: &str| -> anyhow::Result<()> {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    };
+    write("secrets/feishu", SECRET)?;
+    write("clusters/demo.yaml", &sim.kubeconfig_yaml())?;
+    write(
+        "jobrelay.yaml",
+        &format!(
+            "kinds:\n  - {{name: batch-job}}\n  - {{name: volcano-job, finalizer: true}}\n  \
+             - {{name: pytorch-job}}\n  - {{name: mpi-job}}\n\
+             plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\narchive: {{local: archive}}\n\
+             telemetry: {{listen: \"{listen}\"}}\n",
+            plugins.display()
+        ),
+    )?;
+    write(
+        "plugins/mysql-sync.yaml",
+        "wasm: mysql-sync.wasm\ndelivery: transitions\ninstance_reuse: 64\n\
+         grants: {sql: [embedded]}\nconfig: {connection: embedded}\n",
+    )?;
+    write(
+        "plugins/log-archive.yaml",
+        "wasm: log-archive.wasm\ndelivery: transitions\ntimeout_ms: 20000\n\
+         grants: {pod_logs: {}, archive: {}, kv: true}\n",
+    )?;
+    write(
+        "plugins/feishu-notify.yaml",
+        &format!(
+            "wasm: feishu-notify.wasm\ndelivery: transitions\n\
+             rate_limits: [{{per_second: 5}}, {{per_minute: 100}}]\n\
+             grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
+             config:\n  webhook: \"{webhook}\"\n  secret: \"file:{}\"\n",
+            dir.join("secrets/feishu").display()
+        ),
+    )?;
+    Ok(())
+}
+
+/// Prints the cards received since `shown`; returns the new count.
+fn print_cards(feishu: &FeishuReceiver, shown: usize) -> usize {
+    let cards = feishu.messages(BOT);
+    for card in cards.iter().skip(shown) {
+        let title = card.body["card"]["header"]["title"]["content"]
+            .as_str()
+            .unwrap_or("(no title)");
+        let signed = if card.signed { "signed" } else { "unsigned" };
+        println!("  feishu card ({signed}): {title}");
+    }
+    cards.len()
+}
+
+/// Waits (up to 30 s) until every lane is empty, printing the last cards.
+async fn settle(daemon: &Daemon, feishu: &FeishuReceiver, shown: &mut usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let busy = daemon
+            .plugins()
+            .values()
+            .any(|p| p.lane.as_ref().is_some_and(|l| l.pending > 0));
+        *shown = print_cards(feishu, *shown);
+        if !busy {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn summary(daemon: &Daemon, dir: &Path, feishu: &FeishuReceiver) {
+    println!();
+    println!("summary");
+    for (name, plugin) in daemon.plugins() {
+        if let Some(lane) = plugin.lane {
+            println!(
+                "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
+                lane.delivered, lane.retried, lane.dead_lettered
+            );
+        }
+    }
+    let db = dir.join("state/plugins.db");
+    match sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await {
+        Ok(pool) => {
+            let jobs: Result<Vec<(String, String)>, _> =
+                sqlx::query_as("SELECT name, phase FROM jobs ORDER BY name")
+                    .fetch_all(&pool)
+                    .await;
+            let transitions: Result<i64, _> =
+                sqlx::query_scalar("SELECT COUNT(*) FROM job_transitions")
+                    .fetch_one(&pool)
+                    .await;
+            if let (Ok(jobs), Ok(transitions)) = (jobs, transitions) {
+                println!(
+                    "  mysql-sync (SQLite): {} jobs, {transitions} transitions",
+                    jobs.len()
+                );
+                for (name, phase) in jobs {
+                    println!("    {name}: {phase}");
+                }
+            }
+            pool.close().await;
+        }
+        Err(e) => println!("  cannot read {}: {e}", db.display()),
+    }
+    let manifests = count_files(&dir.join("archive/log-archive"), "manifest.json");
+    println!("  log-archive: {manifests} job archives");
+    println!("  feishu-notify: {} cards", feishu.messages(BOT).len());
+}
+
+fn count_files(dir: &Path, name: &str) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == name) {
+                count += 1;
+            }
+        }
+    }
+    count
+}

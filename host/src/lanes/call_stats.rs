@@ -1,0 +1,115 @@
+//! How a lane's plugin calls went: a duration histogram and failures by kind, kept with
+//! atomics so recording a call costs a few increments and no lock.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::runtime::CallError;
+
+/// Upper bounds of the duration buckets, in seconds: from a fast wasm call to the longest
+/// time limit worth telling apart.
+pub const BUCKETS: [f64; 12] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+];
+
+/// The failure kinds counted (`CallError::kind`).
+const KINDS: [&str; 7] = [
+    "retry",
+    "give_up",
+    "init_refused",
+    "timeout",
+    "memory_limit",
+    "trap",
+    "host",
+];
+
+/// Live counters.
+#[derive(Debug, Default)]
+pub struct CallStats {
+    /// Calls per bucket (not cumulative); the last slot counts calls above every bound.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+    failures: [AtomicU64; KINDS.len()],
+}
+
+/// A copy of the counters, for status and metrics.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct CallSnapshot {
+    /// `(upper bound in seconds, calls at or under it)`, cumulative, without `+Inf`.
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// Failed calls by kind (`trap`, `timeout`, `memory_limit`, `retry`, ...).
+    pub failures: BTreeMap<&'static str, u64>,
+}
+
+impl CallStats {
+    /// Records one call.
+    pub fn record(&self, elapsed: Duration, result: &Result<(), CallError>) {
+        let seconds = elapsed.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        if let Err(error) = result
+            && let Some(i) = KINDS.iter().position(|k| *k == error.kind())
+        {
+            self.failures[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> CallSnapshot {
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(BUCKETS.len());
+        for (bound, count) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += count.load(Ordering::Relaxed);
+            buckets.push((*bound, cumulative));
+        }
+        let count = cumulative + self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
+        CallSnapshot {
+            buckets,
+            count,
+            sum_seconds: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            failures: KINDS
+                .iter()
+                .zip(&self.failures)
+                .map(|(k, n)| (*k, n.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative_and_failures_by_kind() {
+        let stats = CallStats::default();
+        stats.record(Duration::from_micros(300), &Ok(()));
+        stats.record(Duration::from_millis(3), &Err(CallError::Trap("x".into())));
+        stats.record(
+            Duration::from_secs(60),
+            &Err(CallError::Timeout(Duration::from_secs(30))),
+        );
+        let s = stats.snapshot();
+        assert_eq!(s.count, 3);
+        assert_eq!(s.buckets[0], (0.000_5, 1));
+        assert_eq!(s.buckets[3], (0.005, 2));
+        assert_eq!(
+            s.buckets.last(),
+            Some(&(30.0, 2)),
+            "the 60 s call is above every bound"
+        );
+        assert_eq!(s.failures["trap"], 1);
+        assert_eq!(s.failures["timeout"], 1);
+        assert_eq!(s.failures["retry"], 0);
+        assert!((s.sum_seconds - 60.0033).abs() < 1e-6, "{}", s.sum_seconds);
+    }
+}

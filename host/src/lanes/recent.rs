@@ -1,0 +1,56 @@
+//! The last few job events the dispatcher saw, for the status page: what is moving right now.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::watch::event::JobEvent;
+
+/// Events kept.
+pub const KEPT: usize = 25;
+
+/// One observed version, as the status page shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecentEvent {
+    /// When it was observed (RFC 3339).
+    pub at: String,
+    pub id: String,
+    pub cluster: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
+    pub synthetic: bool,
+}
+
+/// A small ring of the latest events, newest last. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct RecentEvents {
+    inner: Arc<Mutex<VecDeque<RecentEvent>>>,
+}
+
+impl RecentEvents {
+    pub fn record(&self, event: &JobEvent) {
+        let mut ring = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.len() == KEPT {
+            ring.pop_front();
+        }
+        ring.push_back(RecentEvent {
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            id: event.id.clone(),
+            cluster: event.cluster.clone(),
+            kind: event.kind.clone(),
+            namespace: event.namespace.clone(),
+            name: event.name.clone(),
+            phase: event.phase.to_string(),
+            synthetic: event.synthetic,
+        });
+    }
+
+    /// Newest first.
+    pub fn snapshot(&self) -> Vec<RecentEvent> {
+        let ring = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        ring.iter().rev().cloned().collect()
+    }
+}

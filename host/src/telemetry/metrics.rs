@@ -1,0 +1,369 @@
+//! Prometheus metrics, read from the daemon's own counters at scrape time.
+//!
+//! The lanes and the health board already count everything these metrics report, so a
+//! collector turns a [`Status`] snapshot into metric families when Prometheus scrapes; the
+//! event path pays nothing for metrics. Names follow Prometheus conventions: a `jobrelay_`
+//! prefix, `_total` on counters, base units.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use super::status::{Status, StatusSources};
+use crate::clusters::health::HealthState;
+use crate::lanes::event_counts::Counts;
+use crate::lanes::lane::LaneStats;
+use crate::lanes::plugin_set::PluginStatus;
+
+/// Reads the daemon's counters on every scrape.
+pub struct DaemonCollector {
+    sources: StatusSources,
+}
+
+impl std::fmt::Debug for DaemonCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DaemonCollector")
+    }
+}
+
+/// A registry with the daemon's collector in it.
+pub fn registry(sources: StatusSources) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(DaemonCollector { sources }));
+    registry
+}
+
+/// The text exposition of `registry`.
+pub fn render(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The encoder wants per-bucket (not cumulative) counts and `f64::MAX` as the `+Inf` bound;
+/// the snapshot has cumulative counts without `+Inf`.
+fn with_inf(cumulative: &[(f64, u64)], count: u64) -> Vec<(f64, u64)> {
+    let mut out = Vec::with_capacity(cumulative.len() + 1);
+    let mut below = 0;
+    for (bound, total) in cumulative {
+        out.push((*bound, total - below));
+        below = *total;
+    }
+    out.push((f64::MAX, count - below));
+    out
+}
+
+/// One metric family: name, help, type, and its labelled values.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: Vec<(Labels, M)>,
+) -> Result<(), std::fmt::Error> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, value) in samples {
+        value.encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Every plugin that has a lane, with its lane's counters.
+fn lanes(status: &Status) -> impl Iterator<Item = (&String, &LaneStats)> {
+    status
+        .plugins
+        .iter()
+        .filter_map(|(name, p)| Some((name, p.lane.as_ref()?)))
+}
+
+/// One sample per plugin, labelled `plugin`, from what `read` finds in its status; a plugin
+/// for which `read` finds nothing has no sample.
+fn per_plugin<M>(status: &Status, read: impl Fn(&PluginStatus) -> Option<M>) -> Vec<(Labels, M)> {
+    status
+        .plugins
+        .iter()
+        .filter_map(|(name, p)| Some((vec![("plugin", name.clone())], read(p)?)))
+        .collect()
+}
+
+fn lane_counter(
+    status: &Status,
+    read: impl Fn(&LaneStats) -> u64,
+) -> Vec<(Labels, ConstCounter<u64>)> {
+    per_plugin(status, |p| Some(ConstCounter::new(read(p.lane.as_ref()?))))
+}
+
+fn lane_gauge(status: &Status, read: impl Fn(&LaneStats) -> u64) -> Vec<(Labels, ConstGauge<i64>)> {
+    per_plugin(status, |p| Some(gauge(read(p.lane.as_ref()?))))
+}
+
+/// A count as a gauge value (gauges are signed).
+fn gauge(value: u64) -> ConstGauge<i64> {
+    ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+/// A per-plugin, per-cluster, per-kind counter from the lanes.
+fn by_job_kind(status: &Status, read: impl Fn(&Counts) -> u64) -> Vec<(Labels, ConstCounter<u64>)> {
+    lanes(status)
+        .flat_map(|(name, lane)| {
+            lane.by_job_kind.iter().map(|(cluster, kind, counts)| {
+                (
+                    vec![
+                        ("plugin", name.clone()),
+                        ("cluster", cluster.clone()),
+                        ("kind", kind.clone()),
+                    ],
+                    ConstCounter::new(read(counts)),
+                )
+            })
+        })
+        .collect()
+}
+
+impl Collector for DaemonCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let status = self.sources.snapshot();
+        let e = &mut encoder;
+
+        let health: Vec<(Labels, ConstGauge<i64>)> = status
+            .clusters
+            .iter()
+            .flat_map(|(name, c)| {
+                [
+                    HealthState::Connecting,
+                    HealthState::Synced,
+                    HealthState::Degraded,
+                    HealthState::Error,
+                ]
+                .into_iter()
+                .map(move |state| {
+                    let labels = vec![
+                        ("cluster", name.clone()),
+                        ("state", format!("{state:?}").to_lowercase()),
+                    ];
+                    (labels, ConstGauge::new(i64::from(c.state == state)))
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_cluster_health",
+            "1 for the cluster's current health state",
+            MetricType::Gauge,
+            health,
+        )?;
+        let streams = |synced: bool| -> Vec<(Labels, ConstGauge<i64>)> {
+            status
+                .clusters
+                .iter()
+                .map(|(name, c)| {
+                    let n = if synced { c.streams_synced } else { c.streams };
+                    (vec![("cluster", name.clone())], gauge(n as u64))
+                })
+                .collect()
+        };
+        family(
+            e,
+            "jobrelay_cluster_watch_streams",
+            "Watch streams of the cluster (kinds x namespaces)",
+            MetricType::Gauge,
+            streams(false),
+        )?;
+        family(
+            e,
+            "jobrelay_cluster_watch_streams_synced",
+            "Watch streams that have listed and are watching",
+            MetricType::Gauge,
+            streams(true),
+        )?;
+
+        let observed: Vec<(Labels, ConstCounter<u64>)> = status
+            .observed
+            .iter()
+            .map(|o| {
+                (
+                    vec![("cluster", o.cluster.clone()), ("kind", o.kind.clone())],
+                    ConstCounter::new(o.events),
+                )
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_events_observed",
+            "Job versions the watchers observed",
+            MetricType::Counter,
+            observed,
+        )?;
+        family(
+            e,
+            "jobrelay_events_delivered",
+            "Events a plugin handled successfully",
+            MetricType::Counter,
+            by_job_kind(&status, |c| c.delivered),
+        )?;
+        family(
+            e,
+            "jobrelay_events_retried",
+            "Failed calls that were retried",
+            MetricType::Counter,
+            by_job_kind(&status, |c| c.retried),
+        )?;
+        family(
+            e,
+            "jobrelay_events_dead_lettered",
+            "Events moved to the dead-letter list",
+            MetricType::Counter,
+            by_job_kind(&status, |c| c.dead_lettered),
+        )?;
+        family(
+            e,
+            "jobrelay_events_skipped",
+            "Observed versions the plugin's delivery mode did not want (duplicates included)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.skipped),
+        )?;
+        family(
+            e,
+            "jobrelay_plugin_calls_failed",
+            "Plugin calls that failed (retried or not)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.failed_calls),
+        )?;
+        family(
+            e,
+            "jobrelay_lane_pending_events",
+            "Events waiting in the plugin's lane, calls in flight included",
+            MetricType::Gauge,
+            lane_gauge(&status, |l| l.pending),
+        )?;
+        family(
+            e,
+            "jobrelay_lane_in_flight_calls",
+            "Plugin calls running now",
+            MetricType::Gauge,
+            lane_gauge(&status, |l| l.in_flight),
+        )?;
+        family(
+            e,
+            "jobrelay_lane_jobs",
+            "Jobs the plugin's lane tracks",
+            MetricType::Gauge,
+            lane_gauge(&status, |l| l.jobs),
+        )?;
+
+        let failures: Vec<(Labels, ConstCounter<u64>)> = lanes(&status)
+            .flat_map(|(name, lane)| {
+                lane.calls.failures.iter().map(move |(kind, n)| {
+                    (
+                        vec![("plugin", name.clone()), ("kind", kind.to_string())],
+                        ConstCounter::new(*n),
+                    )
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_plugin_call_failures",
+            "Failed plugin calls by kind (trap, timeout, memory_limit, retry, give_up, host, init_refused)",
+            MetricType::Counter,
+            failures,
+        )?;
+        let with_lanes: Vec<(&String, &LaneStats)> = lanes(&status).collect();
+        if !with_lanes.is_empty() {
+            let mut metric = e.encode_descriptor(
+                "jobrelay_plugin_call_duration_seconds",
+                "Wall-clock time of plugin calls (fresh instance or kept one, init and handle)",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (name, lane) in with_lanes {
+                let labels: Labels = vec![("plugin", name.clone())];
+                let calls = &lane.calls;
+                metric.encode_family(&labels)?.encode_histogram::<Labels>(
+                    calls.sum_seconds,
+                    calls.count,
+                    &with_inf(&calls.buckets, calls.count),
+                    None,
+                )?;
+            }
+        }
+
+        let oldest = per_plugin(&status, |p| {
+            Some(ConstGauge::new(p.lane.as_ref()?.oldest_pending_seconds))
+        });
+        family(
+            e,
+            "jobrelay_lane_oldest_pending_seconds",
+            "Age of the oldest event waiting in the plugin's lane (0: none)",
+            MetricType::Gauge,
+            oldest,
+        )?;
+        let memory = per_plugin(&status, |p| {
+            Some(gauge(p.lane.as_ref()?.memory_high_water_bytes?))
+        });
+        family(
+            e,
+            "jobrelay_plugin_memory_high_water_bytes",
+            "The most linear memory one call of the serving version has used",
+            MetricType::Gauge,
+            memory,
+        )?;
+
+        let serving: Vec<(Labels, ConstGauge<i64>)> = status
+            .plugins
+            .iter()
+            .filter_map(|(name, p)| {
+                let labels = vec![
+                    ("plugin", name.clone()),
+                    ("version", p.serving.clone()?),
+                    (
+                        "wasm_sha256",
+                        p.serving_wasm_sha256.clone().unwrap_or_default(),
+                    ),
+                ];
+                Some((labels, ConstGauge::new(1)))
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_plugin_serving",
+            "1 for the plugin version serving events",
+            MetricType::Gauge,
+            serving,
+        )?;
+        let reloads = per_plugin(&status, |p| {
+            Some(ConstGauge::new(i64::from(p.last_reload.as_ref()?.ok)))
+        });
+        family(
+            e,
+            "jobrelay_plugin_last_reload_success",
+            "1 if the plugin's last load succeeded, 0 if it failed",
+            MetricType::Gauge,
+            reloads,
+        )?;
+        let problems = vec![(Labels::new(), gauge(status.problems.len() as u64))];
+        family(
+            e,
+            "jobrelay_config_files_refused",
+            "Config files refused (their last good version stays in force)",
+            MetricType::Gauge,
+            problems,
+        )?;
+        let ready = vec![(Labels::new(), ConstGauge::new(i64::from(status.ready)))];
+        family(
+            e,
+            "jobrelay_ready",
+            "1 once every cluster has listed and every plugin serves",
+            MetricType::Gauge,
+            ready,
+        )
+    }
+}
