@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds jobrelay's WebAssembly components and puts them in <repo>/target/plugins/:
 #   event-log.wasm     the shipped plugins (plugins/ workspace), release profile
+#   feishu-notify.wasm
+#   mysql-sync.wasm
+#   log-archive.wasm
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
 #   bulky.wasm         about 2 MB of code, for the reload benchmark
 #   noop.wasm          does nothing, for the lane throughput benchmark
+#   intruder.wasm      reaches for what it was not granted (sandbox tests)
 #   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
 # Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing).
 set -euo pipefail
@@ -36,12 +40,16 @@ copy() { # source-path dest-name
 release="$target_dir/$target/release"
 debug="$target_dir/$target/debug"
 copy "$release/event_log.wasm" event-log.wasm
+copy "$release/feishu_notify.wasm" feishu-notify.wasm
+copy "$release/mysql_sync.wasm" mysql-sync.wasm
+copy "$release/log_archive.wasm" log-archive.wasm
 copy "$release/probe.wasm" probe.wasm
 copy "$release/not-a-plugin.wasm" not-a-plugin.wasm
 copy "$release/bulky.wasm" bulky.wasm
 copy "$release/noop.wasm" noop.wasm
+copy "$release/intruder.wasm" intruder.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 
-for name in event-log probe not-a-plugin bulky noop probe-debug; do
+for name in event-log feishu-notify mysql-sync log-archive probe not-a-plugin bulky noop intruder probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -13,13 +13,8 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "plugin",
-});
-
-use jobrelay::plugin::log::{self as host_log, Level};
-use jobrelay::plugin::types::Phase;
+use jobrelay_guest::log::{self as host_log, Level};
+use jobrelay_guest::{Guest, HandlerError, JobEvent, phase_name};
 
 /// Where lines go when the manifest's `config` says nothing.
 const DEFAULT_DIR: &str = "/data";
@@ -80,20 +75,6 @@ struct Line<'a> {
     labels: BTreeMap<&'a str, &'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     synthetic: bool,
-}
-
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Pending => "pending",
-        Phase::Running => "running",
-        Phase::Restarting => "restarting",
-        Phase::Suspended => "suspended",
-        Phase::Succeeded => "succeeded",
-        Phase::Failed => "failed",
-        Phase::Terminating => "terminating",
-        Phase::Deleted => "deleted",
-        Phase::Unknown => "unknown",
-    }
 }
 
 fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
@@ -168,4 +149,4 @@ impl Guest for EventLog {
     }
 }
 
-export!(EventLog);
+jobrelay_guest::bindings::export!(EventLog with_types_in jobrelay_guest::bindings);

@@ -1,7 +1,8 @@
 //! `probe`: a test plugin that behaves like a small event recorder, and misbehaves on request.
 //!
 //! Normally it logs one line through the host's `log` import and appends one JSON line
-//! (`"by":"probe"` plus id, cluster, name, phase, resource_version) to `/data/probe.jsonl`.
+//! (`"by":"probe"` plus id, cluster, name, phase, resource_version, and `instance_calls`, the
+//! number of events this instance has handled) to `/data/probe.jsonl`.
 //!
 //! The label `jobrelay.test/behave` on the event asks for something else:
 //!
@@ -17,6 +18,15 @@
 //! | `spam`         | writes 1 MiB to stdout and stderr and 2,000 log lines, then records |
 //! | `flaky:N`      | fails with `retry` the first N calls for each event id, then records; the count |
 //! |                | is kept in `/data/flaky/<hash of id>` so it survives fresh instances |
+//! | `http-get`     | GETs the URL in the annotation `jobrelay.test/url` (see below)     |
+//!
+//! `http-get` sends a GET through the standard `wasi:http/outgoing-handler` (the `wasip2`
+//! crate, as a real plugin would) and reads the whole body. It gives up with
+//! `http: <error-code debug>` (e.g. `http: ErrorCode::HttpRequestDenied`) if the request or
+//! the body fails, or with `http: body: <io-error debug string>` for a body error that carries
+//! no error code; it asks for a retry with `status <n>` for a non-2xx status; otherwise it
+//! returns `Ok` without recording. The URL travels in an annotation, not in the label, because
+//! Kubernetes label values are at most 63 characters with no `:` or `/`.
 //!
 //! The config key `fail_init=true` makes `init` refuse its configuration.
 
@@ -27,15 +37,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-wit_bindgen::generate!({
-    path: "../../../wit",
-    world: "plugin",
-});
-
-use jobrelay::plugin::log::{self as host_log, Level};
-use jobrelay::plugin::types::Phase;
+use jobrelay_guest::log::{self as host_log, Level};
+use jobrelay_guest::{Guest, HandlerError, JobEvent, phase_name};
 
 const BEHAVE_LABEL: &str = "jobrelay.test/behave";
+const URL_ANNOTATION: &str = "jobrelay.test/url";
 const OUTPUT: &str = "/data/probe.jsonl";
 
 #[derive(Serialize)]
@@ -46,21 +52,12 @@ struct Line<'a> {
     name: &'a str,
     phase: &'static str,
     resource_version: &'a str,
+    /// Events this instance has handled, this one included: 1 on a fresh instance.
+    instance_calls: u32,
 }
 
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Pending => "pending",
-        Phase::Running => "running",
-        Phase::Restarting => "restarting",
-        Phase::Suspended => "suspended",
-        Phase::Succeeded => "succeeded",
-        Phase::Failed => "failed",
-        Phase::Terminating => "terminating",
-        Phase::Deleted => "deleted",
-        Phase::Unknown => "unknown",
-    }
-}
+/// Per-instance counter: shows whether the host reused an instance.
+static INSTANCE_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 fn record(event: &JobEvent) -> Result<(), HandlerError> {
     let line = Line {
@@ -70,6 +67,7 @@ fn record(event: &JobEvent) -> Result<(), HandlerError> {
         name: &event.name,
         phase: phase_name(event.phase),
         resource_version: &event.resource_version,
+        instance_calls: INSTANCE_CALLS.load(std::sync::atomic::Ordering::Relaxed),
     };
     let mut bytes = serde_json::to_vec(&line)
         .map_err(|e| HandlerError::GiveUp(format!("cannot encode: {e}")))?;
@@ -135,6 +133,7 @@ impl Guest for Probe {
     }
 
     fn handle(event: JobEvent) -> Result<(), HandlerError> {
+        INSTANCE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let behave = event
             .labels
             .iter()
@@ -156,6 +155,20 @@ impl Guest for Probe {
                 ));
             }
             "spam" => spam(),
+            "http-get" => {
+                let url = event
+                    .annotations
+                    .iter()
+                    .find(|(key, _)| key == URL_ANNOTATION)
+                    .map(|(_, value)| value.as_str())
+                    .ok_or_else(|| {
+                        HandlerError::GiveUp(format!(
+                            "http-get needs the annotation {URL_ANNOTATION}"
+                        ))
+                    })?;
+                // Answers without recording: the HTTP tests grant no `/data`.
+                return http_get(url);
+            }
             other => {
                 if let Some(ms) = other.strip_prefix("sleep-ms:") {
                     let ms = ms
@@ -202,4 +215,87 @@ fn flaky(id: &str, n: u32) -> Result<(), HandlerError> {
     Ok(())
 }
 
-export!(Probe);
+/// GETs `url` (`scheme://authority[/path]`) and reads the whole response body.
+fn http_get(url: &str) -> Result<(), HandlerError> {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::{Fields, IncomingBody, Method, OutgoingRequest, Scheme};
+    use wasip2::io::streams::StreamError;
+
+    let give_up = |what: String| HandlerError::GiveUp(format!("http: {what}"));
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| give_up(format!("not a URL: {url}")))?;
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, "/"),
+    };
+    let scheme = match scheme {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        other => Scheme::Other(other.to_string()),
+    };
+
+    let request = OutgoingRequest::new(Fields::new());
+    let refused = |what: &str| give_up(format!("the host refused the request's {what}"));
+    request
+        .set_method(&Method::Get)
+        .map_err(|()| refused("method"))?;
+    request
+        .set_scheme(Some(&scheme))
+        .map_err(|()| refused("scheme"))?;
+    request
+        .set_authority(Some(authority))
+        .map_err(|()| refused("authority"))?;
+    request
+        .set_path_with_query(Some(path))
+        .map_err(|()| refused("path"))?;
+
+    let future =
+        outgoing_handler::handle(request, None).map_err(|code| give_up(format!("{code:?}")))?;
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        Some(Ok(Err(code))) => return Err(give_up(format!("{code:?}"))),
+        Some(Err(())) => return Err(give_up("response already taken".to_string())),
+        None => return Err(give_up("no response after waiting".to_string())),
+    };
+    let status = response.status();
+
+    let body = response
+        .consume()
+        .map_err(|()| give_up("body already taken".to_string()))?;
+    let mut read = 0usize;
+    {
+        let stream = body
+            .stream()
+            .map_err(|()| give_up("stream already taken".to_string()))?;
+        loop {
+            match stream.blocking_read(64 * 1024) {
+                Ok(chunk) => read += chunk.len(),
+                Err(StreamError::Closed) => break,
+                Err(StreamError::LastOperationFailed(error)) => {
+                    return Err(give_up(
+                        match wasip2::http::types::http_error_code(&error) {
+                            Some(code) => format!("{code:?}"),
+                            None => format!("body: {}", error.to_debug_string()),
+                        },
+                    ));
+                }
+            }
+        }
+        // The stream is a child of the body: dropped here, before the body is finished.
+    }
+    let trailers = IncomingBody::finish(body);
+    trailers.subscribe().block();
+    if let Some(Ok(Err(code))) = trailers.get() {
+        return Err(give_up(format!("{code:?}")));
+    }
+
+    if !(200..300).contains(&status) {
+        return Err(HandlerError::Retry(format!("status {status}")));
+    }
+    host_log::write(Level::Info, &format!("http-get read {read} bytes"));
+    Ok(())
+}
+
+jobrelay_guest::bindings::export!(Probe with_types_in jobrelay_guest::bindings);

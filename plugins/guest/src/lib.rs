@@ -1,0 +1,86 @@
+//! `jobrelay-guest`: the guest side of the plugin contract, for plugins written in Rust.
+//!
+//! It generates the bindings of `wit/plugin.wit` once, so a plugin depends on this crate
+//! instead of running `wit_bindgen::generate!` itself, and adds the few helpers every plugin
+//! otherwise writes again (phase names). A plugin implements [`Guest`] and exports it:
+//!
+//! ```ignore
+//! use jobrelay_guest::{Guest, HandlerError, JobEvent};
+//!
+//! struct MyPlugin;
+//!
+//! impl Guest for MyPlugin {
+//!     fn init(_config: Vec<(String, String)>) -> Result<(), String> { Ok(()) }
+//!     fn handle(event: JobEvent) -> Result<(), HandlerError> { Ok(()) }
+//! }
+//!
+//! jobrelay_guest::bindings::export!(MyPlugin with_types_in jobrelay_guest::bindings);
+//! ```
+
+/// The generated bindings. In a module of their own: the exported `export!` macro lives at the
+/// crate root, and would clash with the generator's own re-export there.
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "plugin",
+        pub_export_macro: true,
+        default_bindings_module: "jobrelay_guest::bindings",
+    });
+}
+
+pub use self::bindings::jobrelay::plugin::types::Phase;
+pub use self::bindings::jobrelay::plugin::{archive, kv, lifecycle, log, pod_logs, sql};
+pub use self::bindings::{Guest, HandlerError, JobEvent};
+
+/// Every phase, in the WIT enum's order.
+pub const PHASES: [Phase; 9] = [
+    Phase::Pending,
+    Phase::Running,
+    Phase::Restarting,
+    Phase::Suspended,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::Terminating,
+    Phase::Deleted,
+    Phase::Unknown,
+];
+
+/// The WIT name of a phase (`running`, `succeeded`, ...): the word plugins use in config keys,
+/// table rows and messages.
+pub fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "pending",
+        Phase::Running => "running",
+        Phase::Restarting => "restarting",
+        Phase::Suspended => "suspended",
+        Phase::Succeeded => "succeeded",
+        Phase::Failed => "failed",
+        Phase::Terminating => "terminating",
+        Phase::Deleted => "deleted",
+        Phase::Unknown => "unknown",
+    }
+}
+
+/// The phase with this WIT name.
+pub fn phase_from_name(name: &str) -> Option<Phase> {
+    PHASES.into_iter().find(|phase| phase_name(*phase) == name)
+}
+
+/// Whether a phase is the end of a job's run (`succeeded` or `failed`).
+pub fn is_terminal(phase: Phase) -> bool {
+    matches!(phase, Phase::Succeeded | Phase::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for phase in PHASES {
+            assert_eq!(phase_from_name(phase_name(phase)), Some(phase));
+        }
+        assert_eq!(phase_from_name("Running"), None);
+        assert!(is_terminal(Phase::Failed) && !is_terminal(Phase::Deleted));
+    }
+}

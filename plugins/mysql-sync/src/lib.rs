@@ -1,0 +1,208 @@
+//! `mysql-sync`: keeps the current state of every job in a `jobs` table and one row per
+//! delivered transition in a `job_transitions` table, on MySQL/MariaDB or SQLite.
+//!
+//! The plugin reaches the database only through the host's `sql` interface, on a connection
+//! the manifest grants by name; the host owns the pool and the credentials. Each event is two
+//! idempotent writes (see `statements`), so at-least-once delivery, retries and replays never
+//! duplicate a transition or roll a job back to an older state.
+//!
+//! The schema is created at load time (`lifecycle.loading`), not on every event: the `init`
+//! of each event's fresh instance only parses the config.
+
+mod row;
+mod settings;
+mod statements;
+
+pub use row::VersionKey;
+pub use settings::Settings;
+pub use statements::Dialect;
+
+#[cfg(target_arch = "wasm32")]
+mod plugin {
+    use std::sync::Mutex;
+
+    use super::row;
+    use super::settings::Settings;
+    use super::statements::{self, Dialect};
+
+    use jobrelay_guest::sql::{self, Error as SqlError, Statement, Value};
+    use jobrelay_guest::{
+        Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, phase_name,
+    };
+
+    /// What `init` prepares; `init` always runs first on an instance. The statement texts
+    /// are built once per instance, which pays off when the host reuses instances.
+    static STATE: Mutex<Option<Prepared>> = Mutex::new(None);
+
+    #[derive(Clone)]
+    struct Prepared {
+        connection: String,
+        insert_transition: String,
+        upsert_job: String,
+    }
+
+    struct MysqlSync;
+
+    jobrelay_guest::bindings::export!(MysqlSync with_types_in jobrelay_guest::bindings);
+
+    impl Guest for MysqlSync {
+        fn init(config: Vec<(String, String)>) -> Result<(), String> {
+            let settings = Settings::from_config(&config)?;
+            let dialect =
+                match sql::connection_dialect(&settings.connection).map_err(|e| describe(&e))? {
+                    sql::Dialect::Mysql => Dialect::MySql,
+                    sql::Dialect::Sqlite => Dialect::Sqlite,
+                };
+            if lifecycle::loading() {
+                for ddl in
+                    statements::schema(dialect, &settings.jobs_table, &settings.transitions_table)
+                {
+                    sql::execute(
+                        &settings.connection,
+                        &Statement {
+                            sql: ddl,
+                            params: Vec::new(),
+                        },
+                    )
+                    .map_err(|e| format!("creating the tables: {}", describe(&e)))?;
+                }
+            }
+            *STATE
+                .lock()
+                .map_err(|_| "state lock poisoned".to_string())? = Some(Prepared {
+                insert_transition: statements::insert_transition(
+                    dialect,
+                    &settings.transitions_table,
+                ),
+                upsert_job: statements::upsert_job(dialect, &settings.jobs_table),
+                connection: settings.connection,
+            });
+            Ok(())
+        }
+
+        fn handle(event: JobEvent) -> Result<(), HandlerError> {
+            let prepared = STATE
+                .lock()
+                .ok()
+                .and_then(|s| s.clone())
+                .ok_or_else(|| HandlerError::GiveUp("handle before init".into()))?;
+            let object: serde_json::Value =
+                serde_json::from_str(&event.object_json).unwrap_or(serde_json::Value::Null);
+            let now = row::sql_now();
+
+            if event.previous_phase != Some(event.phase) {
+                let statement = Statement {
+                    sql: prepared.insert_transition.clone(),
+                    params: transition_values(&event, &now),
+                };
+                sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+            }
+            let statement = Statement {
+                sql: prepared.upsert_job.clone(),
+                params: job_values(&event, &object, &now),
+            };
+            sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+            Ok(())
+        }
+    }
+
+    fn text(value: impl Into<String>) -> Value {
+        Value::Text(value.into())
+    }
+
+    fn optional(value: Option<String>) -> Value {
+        value.map_or(Value::Null, Value::Text)
+    }
+
+    fn transition_values(event: &JobEvent, now: &str) -> Vec<Value> {
+        let mut values = vec![
+            text(&event.id),
+            text(&event.cluster),
+            text(&event.uid),
+            text(&event.namespace),
+            text(&event.name),
+            text(&event.kind),
+            optional(event.previous_phase.map(|p| phase_name(p).to_string())),
+            text(phase_name(event.phase)),
+        ];
+        values.extend(wording(event));
+        values.extend([
+            optional(row::sql_time(&event.transition_time)),
+            Value::Int(i64::from(event.synthetic)),
+            text(now),
+        ]);
+        values
+    }
+
+    /// `raw_phase`, `reason` and `message`, cut to what the columns keep.
+    fn wording(event: &JobEvent) -> [Value; 3] {
+        [
+            text(row::cut(&event.raw_phase, 256)),
+            optional(
+                event
+                    .reason
+                    .as_deref()
+                    .map(|r| row::cut(r, row::MAX_REASON_BYTES)),
+            ),
+            optional(
+                event
+                    .message
+                    .as_deref()
+                    .map(|m| row::cut(m, row::MAX_MESSAGE_BYTES)),
+            ),
+        ]
+    }
+
+    fn job_values(event: &JobEvent, object: &serde_json::Value, now: &str) -> Vec<Value> {
+        let terminal = is_terminal(event.phase);
+        let start = row::start_time(object)
+            .or_else(|| (event.phase == Phase::Running).then(|| event.transition_time.clone()));
+        let finish = row::completion_time(object)
+            .or_else(|| terminal.then(|| event.transition_time.clone()));
+        let duration = match (&start, &finish) {
+            (Some(s), Some(f)) => row::seconds_between(s, f),
+            _ => None,
+        };
+        let version =
+            row::VersionKey::parse(&event.resource_version, event.phase == Phase::Deleted);
+        let mut values = vec![
+            text(&event.cluster),
+            text(&event.uid),
+            text(&event.namespace),
+            text(&event.name),
+            text(&event.api_version),
+            text(&event.kind),
+            text(phase_name(event.phase)),
+        ];
+        values.extend(wording(event));
+        values.extend([
+            optional(start.as_deref().and_then(row::sql_time)),
+            optional(finish.as_deref().and_then(row::sql_time)),
+            duration.map_or(Value::Null, Value::Int),
+            text(row::labels_json(&event.labels)),
+            text(row::cut(&event.resource_version, 128)),
+            optional(row::sql_time(&event.transition_time)),
+            text(now),
+            Value::Int(version.minor),
+            Value::Int(version.major),
+        ]);
+        values
+    }
+
+    fn describe(error: &SqlError) -> String {
+        match error {
+            SqlError::Denied(m) => format!("sql denied: {m}"),
+            SqlError::Unavailable(m) => format!("sql unavailable: {m}"),
+            SqlError::Rejected(m) => format!("sql rejected: {m}"),
+        }
+    }
+
+    /// A database that is down or busy is worth retrying; a statement it refuses, or a
+    /// connection not granted, is not.
+    fn handler_error(error: SqlError) -> HandlerError {
+        match &error {
+            SqlError::Unavailable(_) => HandlerError::Retry(describe(&error)),
+            SqlError::Denied(_) | SqlError::Rejected(_) => HandlerError::GiveUp(describe(&error)),
+        }
+    }
+}

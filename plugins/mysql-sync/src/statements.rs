@@ -1,0 +1,266 @@
+//! The SQL text, per dialect. Table names come from validated settings; every value is a `?`
+//! placeholder bound by the host.
+//!
+//! One event is two statements, both idempotent, so no transaction is needed and a retried or
+//! replayed event changes nothing:
+//! - `INSERT IGNORE` of the transition row, keyed by the event id;
+//! - an upsert of the job row that only takes effect when the event's version is newer than
+//!   the stored one (`version_major`, `version_minor`; see `row::VersionKey`), so an older event
+//!   arriving late (a replayed dead letter) never overwrites a newer state.
+
+/// Which SQL to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    MySql,
+    Sqlite,
+}
+
+/// Columns of the jobs table in insert order; the first two are the key. The version columns
+/// come last: MySQL applies `ON DUPLICATE KEY UPDATE` assignments left to right, and every
+/// assignment's guard must still see the old version.
+pub const JOB_COLUMNS: &[&str] = &[
+    "cluster",
+    "uid",
+    "namespace",
+    "name",
+    "api_version",
+    "kind",
+    "phase",
+    "raw_phase",
+    "reason",
+    "message",
+    "start_time",
+    "finish_time",
+    "duration_seconds",
+    "labels_json",
+    "resource_version",
+    "transition_time",
+    "updated_at",
+    "version_minor",
+    "version_major",
+];
+
+/// Columns of the transitions table in insert order.
+pub const TRANSITION_COLUMNS: &[&str] = &[
+    "event_id",
+    "cluster",
+    "uid",
+    "namespace",
+    "name",
+    "kind",
+    "from_phase",
+    "to_phase",
+    "raw_phase",
+    "reason",
+    "message",
+    "transition_time",
+    "synthetic",
+    "recorded_at",
+];
+
+/// The schema, one statement per entry. `CREATE ... IF NOT EXISTS` throughout: run at every
+/// load, it creates what is missing and leaves existing tables alone.
+pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
+    match dialect {
+        Dialect::MySql => vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {jobs} (
+                    cluster VARCHAR(253) NOT NULL,
+                    uid VARCHAR(64) NOT NULL,
+                    namespace VARCHAR(253) NOT NULL,
+                    name VARCHAR(253) NOT NULL,
+                    api_version VARCHAR(253) NOT NULL,
+                    kind VARCHAR(128) NOT NULL,
+                    phase VARCHAR(16) NOT NULL,
+                    raw_phase VARCHAR(256) NOT NULL,
+                    reason VARCHAR(1024) NULL,
+                    message MEDIUMTEXT NULL,
+                    start_time DATETIME(3) NULL,
+                    finish_time DATETIME(3) NULL,
+                    duration_seconds BIGINT NULL,
+                    labels_json MEDIUMTEXT NOT NULL,
+                    resource_version VARCHAR(128) NOT NULL,
+                    transition_time DATETIME(3) NULL,
+                    updated_at DATETIME(3) NOT NULL,
+                    version_minor BIGINT NOT NULL,
+                    version_major BIGINT NOT NULL,
+                    PRIMARY KEY (cluster, uid),
+                    KEY {jobs}_by_name (namespace, name),
+                    KEY {jobs}_by_phase (phase)
+                ) DEFAULT CHARSET = utf8mb4"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {transitions} (
+                    event_id VARCHAR(512) NOT NULL,
+                    cluster VARCHAR(253) NOT NULL,
+                    uid VARCHAR(64) NOT NULL,
+                    namespace VARCHAR(253) NOT NULL,
+                    name VARCHAR(253) NOT NULL,
+                    kind VARCHAR(128) NOT NULL,
+                    from_phase VARCHAR(16) NULL,
+                    to_phase VARCHAR(16) NOT NULL,
+                    raw_phase VARCHAR(256) NOT NULL,
+                    reason VARCHAR(1024) NULL,
+                    message MEDIUMTEXT NULL,
+                    transition_time DATETIME(3) NULL,
+                    synthetic TINYINT NOT NULL,
+                    recorded_at DATETIME(3) NOT NULL,
+                    PRIMARY KEY (event_id),
+                    KEY {transitions}_by_job (cluster, uid)
+                ) DEFAULT CHARSET = utf8mb4"
+            ),
+        ],
+        Dialect::Sqlite => vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {jobs} (
+                    cluster TEXT NOT NULL,
+                    uid TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    api_version TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    phase TEXT NOT NULL,
+                    raw_phase TEXT NOT NULL,
+                    reason TEXT,
+                    message TEXT,
+                    start_time TEXT,
+                    finish_time TEXT,
+                    duration_seconds INTEGER,
+                    labels_json TEXT NOT NULL,
+                    resource_version TEXT NOT NULL,
+                    transition_time TEXT,
+                    updated_at TEXT NOT NULL,
+                    version_minor INTEGER NOT NULL,
+                    version_major INTEGER NOT NULL,
+                    PRIMARY KEY (cluster, uid)
+                )"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {jobs}_by_name ON {jobs} (namespace, name)"),
+            format!("CREATE INDEX IF NOT EXISTS {jobs}_by_phase ON {jobs} (phase)"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {transitions} (
+                    event_id TEXT NOT NULL PRIMARY KEY,
+                    cluster TEXT NOT NULL,
+                    uid TEXT NOT NULL,
+                    namespace TEXT NOT NULL,
+                    name TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    from_phase TEXT,
+                    to_phase TEXT NOT NULL,
+                    raw_phase TEXT NOT NULL,
+                    reason TEXT,
+                    message TEXT,
+                    transition_time TEXT,
+                    synthetic INTEGER NOT NULL,
+                    recorded_at TEXT NOT NULL
+                )"
+            ),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {transitions}_by_job ON {transitions} (cluster, uid)"
+            ),
+        ],
+    }
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// Inserts a transition row unless one with the same event id exists.
+pub fn insert_transition(dialect: Dialect, table: &str) -> String {
+    let verb = match dialect {
+        Dialect::MySql => "INSERT IGNORE",
+        Dialect::Sqlite => "INSERT OR IGNORE",
+    };
+    format!(
+        "{verb} INTO {table} ({}) VALUES ({})",
+        TRANSITION_COLUMNS.join(", "),
+        placeholders(TRANSITION_COLUMNS.len())
+    )
+}
+
+/// Inserts the job row, or updates it if the event is newer than what is stored. A start time
+/// the event does not know keeps the stored one, and the duration is computed from whichever
+/// start time results, so a `succeeded` event whose status lacks a start time still gets one.
+pub fn upsert_job(dialect: Dialect, table: &str) -> String {
+    let columns = JOB_COLUMNS.join(", ");
+    let values = placeholders(JOB_COLUMNS.len());
+    let updated = &JOB_COLUMNS[2..];
+    match dialect {
+        Dialect::MySql => {
+            let newer = "(VALUES(version_major) > version_major OR \
+                         (VALUES(version_major) = version_major AND \
+                          VALUES(version_minor) > version_minor))";
+            let assignments: Vec<String> = updated
+                .iter()
+                .map(|column| {
+                    let new = match *column {
+                        "start_time" => "COALESCE(VALUES(start_time), start_time)".to_string(),
+                        "duration_seconds" => "COALESCE(VALUES(duration_seconds), \
+                             TIMESTAMPDIFF(SECOND, start_time, VALUES(finish_time)))"
+                            .to_string(),
+                        other => format!("VALUES({other})"),
+                    };
+                    format!("{column} = IF({newer}, {new}, {column})")
+                })
+                .collect();
+            format!(
+                "INSERT INTO {table} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE {}",
+                assignments.join(", ")
+            )
+        }
+        Dialect::Sqlite => {
+            let assignments: Vec<String> = updated
+                .iter()
+                .map(|column| match *column {
+                    "start_time" => {
+                        format!("start_time = COALESCE(excluded.start_time, {table}.start_time)")
+                    }
+                    "duration_seconds" => format!(
+                        "duration_seconds = COALESCE(excluded.duration_seconds, \
+                         CAST(ROUND((julianday(excluded.finish_time) - julianday(COALESCE(\
+                         excluded.start_time, {table}.start_time))) * 86400) AS INTEGER))"
+                    ),
+                    other => format!("{other} = excluded.{other}"),
+                })
+                .collect();
+            format!(
+                "INSERT INTO {table} ({columns}) VALUES ({values}) \
+                 ON CONFLICT (cluster, uid) DO UPDATE SET {} \
+                 WHERE excluded.version_major > {table}.version_major OR \
+                 (excluded.version_major = {table}.version_major AND \
+                  excluded.version_minor > {table}.version_minor)",
+                assignments.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_columns_are_assigned_last_on_mysql() {
+        let sql = upsert_job(Dialect::MySql, "jobs");
+        let minor = sql.rfind("version_minor = IF").expect("minor assigned");
+        let major = sql.rfind("version_major = IF").expect("major assigned");
+        let phase = sql.find("phase = IF").expect("phase assigned");
+        assert!(phase < minor && minor < major, "{sql}");
+        assert_eq!(sql.matches('?').count(), JOB_COLUMNS.len());
+    }
+
+    #[test]
+    fn placeholders_match_columns() {
+        for dialect in [Dialect::MySql, Dialect::Sqlite] {
+            assert_eq!(
+                insert_transition(dialect, "t").matches('?').count(),
+                TRANSITION_COLUMNS.len()
+            );
+            assert_eq!(
+                upsert_job(dialect, "jobs").matches('?').count(),
+                JOB_COLUMNS.len()
+            );
+        }
+    }
+}

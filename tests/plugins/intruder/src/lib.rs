@@ -1,0 +1,193 @@
+//! `intruder`: a test plugin that tries one thing per event and reports what the host said.
+//!
+//! The annotation `jobrelay.test/try` of the event says what to try:
+//! - `sql:<connection>`: `SELECT 1` on a connection;
+//! - `sql-tx:<connection>`: a transaction whose second insert breaks a key must leave nothing,
+//!   and a good one must report its rows (checked inside; `give-up` says what differed);
+//! - `sql-types:<connection>`: a query's values come back with the documented types;
+//! - `pod-log:<pod>:<container>`: open and read a pod log;
+//! - `pods`: list the job's pods;
+//! - `archive-put:<key>` / `archive-create:<key>`: write an object;
+//! - `archive-empty:<key>`: create an object and finish it without writing anything;
+//! - `kv`: set and read back a key;
+//! - `read:<path>`: read a file through WASI.
+//!
+//! The call returns `Ok` when the attempt succeeded and `give-up("refused: <what the host
+//! said>")` when it was refused, so a test can assert both the refusal and its message.
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "plugin",
+});
+
+use jobrelay::plugin::{archive, kv, pod_logs, sql};
+
+struct Intruder;
+
+fn refused(what: impl std::fmt::Debug) -> HandlerError {
+    HandlerError::GiveUp(format!("refused: {what:?}"))
+}
+
+impl Guest for Intruder {
+    fn init(_config: Vec<(String, String)>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn handle(event: JobEvent) -> Result<(), HandlerError> {
+        let attempt = event
+            .annotations
+            .iter()
+            .find(|(k, _)| k == "jobrelay.test/try")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let (verb, arg) = attempt.split_once(':').unwrap_or((attempt.as_str(), ""));
+        match verb {
+            "sql" => {
+                let statement = sql::Statement {
+                    sql: "SELECT 1".into(),
+                    params: Vec::new(),
+                };
+                sql::query(arg, &statement).map(|_| ()).map_err(refused)
+            }
+            "sql-tx" => sql_transaction(arg),
+            "sql-types" => sql_types(arg),
+            "pods" => pod_logs::pods().map(|_| ()).map_err(refused),
+            "pod-log" => {
+                let (pod, container) = arg.split_once(':').unwrap_or((arg, ""));
+                let log = pod_logs::open(pod, container, false).map_err(refused)?;
+                log.read(1024).map(|_| ()).map_err(refused)
+            }
+            "archive-put" => archive::put(arg, b"x").map_err(refused),
+            "archive-create" => {
+                let writer = archive::create(arg).map_err(refused)?;
+                writer.write(b"x").map_err(refused)?;
+                writer.finish().map(|_| ()).map_err(refused)
+            }
+            "archive-empty" => {
+                let writer = archive::create(arg).map_err(refused)?;
+                match writer.finish().map_err(refused)? {
+                    0 => Ok(()),
+                    n => Err(differs(("size of an empty object", n))),
+                }
+            }
+            "kv" => {
+                kv::set("k", b"v", None).map_err(refused)?;
+                match kv::get("k").map_err(refused)? {
+                    Some(v) if v == b"v" => Ok(()),
+                    other => Err(HandlerError::GiveUp(format!("kv read back {other:?}"))),
+                }
+            }
+            "read" => std::fs::read(arg)
+                .map(|_| ())
+                .map_err(|e| refused(e.to_string())),
+            "" => Ok(()),
+            other => Err(HandlerError::GiveUp(format!("unknown attempt `{other}`"))),
+        }
+    }
+}
+
+fn statement(sql: &str, params: Vec<sql::Value>) -> sql::Statement {
+    sql::Statement {
+        sql: sql.into(),
+        params,
+    }
+}
+
+/// The generated value types have no `PartialEq`; their debug forms are exact.
+fn same(a: &impl std::fmt::Debug, b: &impl std::fmt::Debug) -> bool {
+    format!("{a:?}") == format!("{b:?}")
+}
+
+fn differs(what: impl std::fmt::Debug) -> HandlerError {
+    HandlerError::GiveUp(format!("differs: {what:?}"))
+}
+
+fn sql_transaction(connection: &str) -> Result<(), HandlerError> {
+    use sql::Value::Int;
+    let setup = [
+        statement(
+            "CREATE TABLE IF NOT EXISTS intruder_tx (x INTEGER PRIMARY KEY)",
+            vec![],
+        ),
+        statement("DELETE FROM intruder_tx", vec![]),
+    ];
+    sql::transaction(connection, &setup).map_err(refused)?;
+    let broken = [
+        statement("INSERT INTO intruder_tx (x) VALUES (?)", vec![Int(1)]),
+        statement("INSERT INTO intruder_tx (x) VALUES (?)", vec![Int(1)]),
+    ];
+    match sql::transaction(connection, &broken) {
+        Err(sql::Error::Rejected(_)) => {}
+        other => return Err(differs(("a broken transaction", other))),
+    }
+    let count = || {
+        sql::query(
+            connection,
+            &statement("SELECT COUNT(*) FROM intruder_tx", vec![]),
+        )
+        .map(|rows| rows.rows)
+        .map_err(refused)
+    };
+    let after_broken = count()?;
+    if !same(&after_broken, &vec![vec![Int(0)]]) {
+        return Err(differs((
+            "rows after a rolled-back transaction",
+            after_broken,
+        )));
+    }
+    let good = [
+        statement("INSERT INTO intruder_tx (x) VALUES (?)", vec![Int(1)]),
+        statement(
+            "INSERT INTO intruder_tx (x) VALUES (?), (?)",
+            vec![Int(2), Int(3)],
+        ),
+    ];
+    let affected = sql::transaction(connection, &good).map_err(refused)?;
+    if affected != vec![1, 2] {
+        return Err(differs(("rows affected", affected)));
+    }
+    let after_good = count()?;
+    if !same(&after_good, &vec![vec![Int(3)]]) {
+        return Err(differs(("rows after a committed transaction", after_good)));
+    }
+    Ok(())
+}
+
+fn sql_types(connection: &str) -> Result<(), HandlerError> {
+    use sql::Value::{Float, Int, Null, Text};
+    let dialect = sql::connection_dialect(connection).map_err(refused)?;
+    let (query, expected) = match dialect {
+        sql::Dialect::Mysql => (
+            "SELECT 1 AS i, CAST(2.5 AS DOUBLE) AS f, 'x' AS t, NULL AS n, \
+             CAST('2026-01-02 03:04:05' AS DATETIME) AS d, \
+             CAST(18446744073709551615 AS UNSIGNED) AS u",
+            vec![
+                Int(1),
+                Float(2.5),
+                Text("x".into()),
+                Null,
+                Text("2026-01-02 03:04:05".into()),
+                Text("18446744073709551615".into()),
+            ],
+        ),
+        sql::Dialect::Sqlite => (
+            "SELECT 1 AS i, 2.5 AS f, 'x' AS t, NULL AS n",
+            vec![Int(1), Float(2.5), Text("x".into()), Null],
+        ),
+    };
+    let rows = sql::query(connection, &statement(query, vec![])).map_err(refused)?;
+    let got = rows.rows.into_iter().next().unwrap_or_default();
+    if !same(&got, &expected) {
+        return Err(differs(("values", got)));
+    }
+    if dialect == sql::Dialect::Mysql {
+        // DECIMAL has no plugin value: the error names the column.
+        match sql::query(connection, &statement("SELECT 2.5 AS d", vec![])) {
+            Err(sql::Error::Rejected(m)) if m.contains("column `d`") => {}
+            other => return Err(differs(("a DECIMAL column", other))),
+        }
+    }
+    Ok(())
+}
+
+export!(Intruder);
