@@ -1,6 +1,7 @@
 //! Test kit for jobrelay: a Kubernetes API simulator that speaks the real HTTP protocol, the
 //! kubeconfig files that point clients at it, and drivers that move training jobs through
-//! realistic lifecycles.
+//! realistic lifecycles; and a stand-in for Feishu's custom-bot webhook ([`FeishuReceiver`]) for
+//! notifier plugins.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -14,12 +15,17 @@
 //! ```
 
 pub mod configmap;
+pub mod feishu;
 pub mod kubeconfig;
 pub mod lifecycle;
+pub mod scenario;
+mod serve;
 pub mod sim;
 
+pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
 pub use lifecycle::{Flavor, JobBuilder, JobDriver};
+pub use scenario::Scenario;
 pub use sim::{
     EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKind,
     SimCluster, SimError, SimOptions,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use jobrelay_testkit::{Scenario, SimCluster};
 
 struct Args {
     kubeconfig: PathBuf,
@@ -51,36 +51,6 @@ fn parse_args() -> anyhow::Result<Args> {
     })
 }
 
-/// One job's script: the steps it goes through after creation.
-fn script(flavor: Flavor, n: usize) -> Vec<&'static str> {
-    match (flavor, n % 3) {
-        (Flavor::Volcano, 0) => vec![
-            "pending",
-            "running",
-            "restarting",
-            "running",
-            "succeeded",
-            "delete",
-        ],
-        (Flavor::Volcano, _) => vec!["pending", "running", "failed", "delete"],
-        (Flavor::Batch, _) => vec!["running", "succeeded", "delete"],
-        (_, 1) => vec!["pending", "running", "failed", "delete"],
-        _ => vec!["pending", "running", "succeeded", "delete"],
-    }
-}
-
-fn step(job: &mut JobDriver, what: &str) -> anyhow::Result<String> {
-    match what {
-        "pending" => job.pending(),
-        "running" => job.running(),
-        "restarting" => job.restarting(),
-        "succeeded" => job.succeeded(),
-        "failed" => job.failed("BackoffLimitExceeded"),
-        "delete" => job.delete(),
-        other => bail!("unknown step {other}"),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
@@ -93,39 +63,14 @@ async fn main() -> anyhow::Result<()> {
         args.kubeconfig.display()
     );
     // A few jobs in flight at once, each advancing one step per tick.
-    let mut running: Vec<(JobDriver, Vec<&'static str>)> = Vec::new();
-    let mut started = 0usize;
+    let mut scenario = Scenario::new(&sim, "ml", args.jobs);
     let mut tick = tokio::time::interval(args.interval);
     loop {
         tick.tick().await;
-        if running.len() < 3 && (args.jobs == 0 || started < args.jobs) {
-            let flavor = Flavor::ALL[started % Flavor::ALL.len()];
-            let prefix = match flavor {
-                Flavor::Batch => "batch",
-                Flavor::Volcano => "volcano",
-                Flavor::PyTorch => "pytorch",
-                Flavor::Mpi => "mpi",
-            };
-            let name = format!("{prefix}-{started}");
-            let job = JobDriver::create(&sim, flavor, "ml", &name)?;
-            println!("created {} ml/{name}", flavor.kind());
-            let mut steps = script(flavor, started);
-            steps.reverse();
-            running.push((job, steps));
-            started += 1;
+        for line in scenario.tick()? {
+            println!("{line}");
         }
-        for (job, steps) in running.iter_mut() {
-            if let Some(next) = steps.pop() {
-                let rv = step(job, next)?;
-                println!(
-                    "  {} ml/{} -> {next} (resourceVersion {rv})",
-                    job.flavor().kind(),
-                    job.name()
-                );
-            }
-        }
-        running.retain(|(_, steps)| !steps.is_empty());
-        if args.jobs > 0 && started >= args.jobs && running.is_empty() {
+        if scenario.done() {
             println!("all {} jobs played", args.jobs);
             tokio::time::sleep(Duration::from_secs(2)).await;
             return Ok(());

@@ -10,9 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -55,8 +52,12 @@ impl Server {
     fn serve(&self, listener: TcpListener) {
         let token = self.root.child_token();
         let state = self.state.clone();
-        self.runtime
-            .spawn(accept_loop(listener, state, token.clone()));
+        self.runtime.spawn(crate::serve::accept_loop(
+            listener,
+            token.clone(),
+            "simulator",
+            move |req| handle(state.clone(), req),
+        ));
         let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
         *listening = Some(token);
     }
@@ -113,38 +114,5 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.root.cancel();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<SimState>, token: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = token.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::debug!("simulator accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let token = token.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| handle(state.clone(), req));
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                result = connection => {
-                    if let Err(e) = result {
-                        tracing::debug!("simulator connection ended: {e}");
-                    }
-                }
-                // Dropping the connection future closes the socket without a goodbye.
-                _ = token.cancelled() => {}
-            }
-        });
     }
 }
