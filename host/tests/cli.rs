@@ -229,3 +229,50 @@ async fn json_logs_name_the_refused_file_and_a_missing_folder_is_an_error() {
         "{report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_example_config_checks_clean() {
+    // The example folder as shipped (no cluster files), with its plugins: event-log,
+    // mysql-sync on the embedded SQLite connection, and log-archive.
+    let config = repo().join("config");
+    let out = jobrelay(&["check", "--config", &config.to_string_lossy()]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    for plugin in ["event-log", "mysql-sync", "log-archive"] {
+        assert!(
+            report.contains(&format!("ok    plugin   {plugin}: version")),
+            "{plugin}: {report}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("demo");
+    let out = jobrelay(&[
+        "demo",
+        "--jobs",
+        "4",
+        "--interval-ms",
+        "100",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        &folder.to_string_lossy(),
+        "--plugins",
+        &repo().join("target/plugins").to_string_lossy(),
+    ])
+    .await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("status:   http://127.0.0.1:"), "{report}");
+    assert!(
+        report.contains("(JSON: /status, metrics: /metrics)"),
+        "{report}"
+    );
+    assert!(report.contains("mysql-sync (SQLite): 4 jobs"), "{report}");
+    assert!(report.contains("log-archive: 4 job archives"), "{report}");
+    assert!(report.contains("feishu card (signed):"), "{report}");
+    assert!(folder.join("state/plugins.db").exists());
+}

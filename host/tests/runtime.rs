@@ -51,6 +51,7 @@ fn data_grant(dir: &Path) -> Grants {
             guest: "/data".into(),
             writable: true,
         }],
+        ..Grants::default()
     }
 }
 
@@ -62,6 +63,7 @@ fn spec(name: &str, component: &str, grants: Grants) -> PluginSpec {
         wasm_sha256: String::new(),
         timeout: Duration::from_secs(5),
         memory_bytes: 32 * MIB,
+        instance_reuse: 1,
         config: BTreeMap::new(),
         grants,
     }
@@ -525,6 +527,7 @@ async fn plugin_run_calls_a_plugin_once_from_files() {
         wasm: plugins_dir().join("event-log.wasm"),
         event: event_file.clone(),
         manifest: Some(manifest),
+        state_dir: None,
     })
     .await
     .expect("runs");
@@ -536,12 +539,42 @@ async fn plugin_run_calls_a_plugin_once_from_files() {
     // Without a manifest the probe has no /data: its append fails and it asks to retry.
     let outcome = plugin_run(&PluginRunArgs {
         wasm: plugins_dir().join("probe.wasm"),
-        event: event_file,
+        event: event_file.clone(),
         manifest: None,
+        state_dir: None,
     })
     .await
     .expect("runs");
     assert_eq!(outcome.status(), "retry", "{outcome}");
+
+    // A plugin that needs SQL runs on the embedded connection of the given state folder.
+    let manifest = dir.path().join("mysql-sync.yaml");
+    std::fs::write(
+        &manifest,
+        "wasm: ignored.wasm
+grants: {sql: [embedded]}
+config: {connection: embedded}
+",
+    )
+    .expect("write manifest");
+    let state = dir.path().join("run-state");
+    let outcome = plugin_run(&PluginRunArgs {
+        wasm: plugins_dir().join("mysql-sync.wasm"),
+        event: event_file,
+        manifest: Some(manifest),
+        state_dir: Some(state.clone()),
+    })
+    .await
+    .expect("runs");
+    assert!(outcome.is_ok(), "{outcome}");
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", state.join("plugins.db").display()))
+        .await
+        .expect("the embedded database exists");
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&db)
+        .await
+        .expect("the jobs table exists");
+    assert_eq!(rows, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,4 +611,63 @@ async fn a_full_instance_pool_fails_calls_with_a_retryable_host_error() {
         .handle(&event(99, None))
         .await
         .expect("a call after the burst");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_instances_serve_a_bounded_number_of_calls_and_retire_on_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let calls_per_line = |path: &Path| -> Vec<u64> {
+        lines(path)
+            .iter()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+                v["instance_calls"].as_u64().expect("instance_calls")
+            })
+            .collect()
+    };
+    let out = dir.path().join("probe.jsonl");
+
+    // Default: a fresh instance for every event.
+    let fresh = load_probe(&rt, dir.path(), "fresh").await;
+    for rv in 1..=3 {
+        fresh.handle(&event(rv, None)).await.expect("handled");
+    }
+    assert_eq!(calls_per_line(&out), vec![1, 1, 1]);
+    std::fs::remove_file(&out).expect("reset");
+
+    // Reuse for 3 calls: one instance serves three events, then a new one takes over.
+    let mut s = spec("probe", "probe", data_grant(dir.path()));
+    s.version = "reused".into();
+    s.instance_reuse = 3;
+    let reused = rt.load(s).await.expect("probe loads");
+    for rv in 1..=5 {
+        reused.handle(&event(rv, None)).await.expect("handled");
+    }
+    assert_eq!(calls_per_line(&out), vec![1, 2, 3, 1, 2]);
+
+    // A failure retires the instance: the next event gets a fresh one.
+    match reused.handle(&event(6, Some("trap"))).await {
+        Err(CallError::Trap(_)) => {}
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    reused.handle(&event(7, None)).await.expect("handled");
+    match reused.handle(&event(8, Some("giveup"))).await {
+        Err(CallError::GiveUp(_)) => {}
+        other => panic!("expected a give-up, got {other:?}"),
+    }
+    reused.handle(&event(9, None)).await.expect("handled");
+    assert_eq!(calls_per_line(&out), vec![1, 2, 3, 1, 2, 1, 1]);
+
+    // A kept instance still obeys the time limit on its next call.
+    let mut s = spec("probe", "probe", data_grant(dir.path()));
+    s.version = "reused-slow".into();
+    s.instance_reuse = 10;
+    s.timeout = Duration::from_millis(200);
+    let slow = rt.load(s).await.expect("probe loads");
+    slow.handle(&event(10, None)).await.expect("handled");
+    match slow.handle(&event(11, Some("loop"))).await {
+        Err(CallError::Timeout(_)) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jobrelay::cli::dead_letters::{self, DeadLettersCommand};
-use jobrelay::state::{Cursor, CursorStore, SCHEMA_VERSION, SqliteStore, StoreError, open_store};
+use jobrelay::state::{
+    Cursor, CursorStore, PluginKv, SCHEMA_VERSION, SqliteStore, StoreError, open_store,
+};
 use jobrelay::watch::event::{JobEvent, Phase};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
@@ -514,12 +516,12 @@ async fn a_newer_schema_is_refused() {
         .await
         .expect_err("a newer schema is refused");
     assert!(
-        matches!(err, StoreError::NewerSchema { found: 2, .. }),
+        matches!(err, StoreError::NewerSchema { found: 3, .. }),
         "{err}"
     );
     let text = err.to_string();
     assert!(text.contains(&path.display().to_string()), "{text}");
-    assert!(text.contains("schema version 2"), "{text}");
+    assert!(text.contains("schema version 3"), "{text}");
 }
 
 #[tokio::test]
@@ -825,4 +827,100 @@ async fn remembering_a_job_never_overwrites_a_delivered_cursor() {
         (all[1].uid.as_str(), all[1].resource_version.as_str()),
         ("seen", "")
     );
+}
+
+#[tokio::test]
+async fn plugin_kv_entries_are_per_plugin_and_expire() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    store.kv_set("a", "k", b"one", None).await.expect("set");
+    store.kv_set("b", "k", b"two", None).await.expect("set");
+    assert_eq!(
+        store.kv_get("a", "k").await.expect("get"),
+        Some(b"one".to_vec())
+    );
+    assert_eq!(
+        store.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec())
+    );
+    store
+        .kv_set("a", "k", b"three", None)
+        .await
+        .expect("replace");
+    assert_eq!(
+        store.kv_get("a", "k").await.expect("get"),
+        Some(b"three".to_vec())
+    );
+    assert!(store.kv_delete("a", "k").await.expect("delete"));
+    assert!(!store.kv_delete("a", "k").await.expect("delete again"));
+    assert_eq!(store.kv_get("a", "k").await.expect("get"), None);
+    assert_eq!(
+        store.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec()),
+        "untouched"
+    );
+
+    // An entry with a zero TTL is expired at once: invisible, and swept by later writes.
+    store
+        .kv_set("a", "short", b"x", Some(0))
+        .await
+        .expect("set");
+    assert_eq!(store.kv_get("a", "short").await.expect("get"), None);
+    store
+        .kv_set("a", "other", b"y", Some(3600))
+        .await
+        .expect("set");
+    assert_eq!(
+        store.kv_get("a", "other").await.expect("get"),
+        Some(b"y".to_vec())
+    );
+    store.close().await;
+
+    // Entries survive a reopen.
+    let store = open(&path).await;
+    assert_eq!(
+        store.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec())
+    );
+    let rows: i64 = {
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .expect("raw connection");
+        sqlx::query_scalar("SELECT COUNT(*) FROM plugin_kv WHERE key = 'short'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("count")
+    };
+    assert_eq!(rows, 0, "the expired entry was swept");
+}
+
+#[tokio::test]
+async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    store
+        .save_cursor(&cursor("p", "c", "u1", "5", Phase::Running))
+        .await
+        .expect("cursor");
+    store.close().await;
+    // Turn the file back into a version 1 file: no kv table, version 1.
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .expect("raw connection");
+    sqlx::raw_sql("DROP TABLE plugin_kv; UPDATE schema_version SET version = 1;")
+        .execute(&mut conn)
+        .await
+        .expect("downgrade");
+    conn.close().await.expect("close");
+
+    let store = open(&path).await;
+    assert_eq!(store.cursors("p").await.expect("cursors").len(), 1);
+    store
+        .kv_set("p", "k", b"v", None)
+        .await
+        .expect("the kv table exists again");
 }

@@ -242,3 +242,41 @@ pub fn rv_of(event: &Value) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("numeric resource_version in {event}"))
 }
+
+/// Waits until the JSON lines in `out/<rel>` hold, for every `(uid, phase)` of `expect`, an
+/// event of that job in that phase; returns the lines.
+pub async fn wait_for_phases(setup: &Setup, rel: &str, expect: &[(String, &str)]) -> Vec<Value> {
+    wait_for("every expected phase delivered", || {
+        let lines = setup.lines(rel);
+        expect
+            .iter()
+            .all(|(uid, phase)| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == *uid && l["phase"] == *phase)
+            })
+            .then_some(lines)
+    })
+    .await
+}
+
+/// A plain HTTP/1.1 GET (for the telemetry endpoint); returns the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}

@@ -59,18 +59,7 @@ async fn dropped_watches_410_and_an_outage_lose_no_terminal_phase() {
         .map(|d| (d.uid().to_string(), "succeeded"))
         .chain(second.iter().map(|d| (d.uid().to_string(), "failed")))
         .collect();
-    let lines = wait_for("every terminal phase delivered", || {
-        let lines = setup.lines("log/events.jsonl");
-        expect
-            .iter()
-            .all(|(uid, phase)| {
-                lines
-                    .iter()
-                    .any(|l| uid_of(l) == *uid && l["phase"] == *phase)
-            })
-            .then_some(lines)
-    })
-    .await;
+    let lines = wait_for_phases(&setup, "log/events.jsonl", &expect).await;
     assert_unique_ids(&lines, "re-lists deliver no version twice");
     daemon.shutdown(Duration::from_secs(10)).await;
 }
@@ -108,5 +97,78 @@ async fn a_silent_watch_is_detected_and_reopened() {
     })
     .await;
     wait_synced(&daemon, "alpha").await;
+    daemon.shutdown(Duration::from_secs(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_30_second_api_outage_loses_no_final_state() {
+    init_logs();
+    let sim = SimCluster::start("gamma").await.expect("sim");
+    let (setup, daemon) = start_with_event_log("", &[&sim]).await;
+    let mut jobs: Vec<JobDriver> = Vec::new();
+    for (i, flavor) in Flavor::ALL.iter().cycle().take(8).enumerate() {
+        let mut d = JobDriver::create(&sim, *flavor, "ml", &format!("long-{i}")).expect("create");
+        d.running().expect("running");
+        jobs.push(d);
+    }
+    wait_for("every job running delivered", || {
+        let lines = setup.lines("log/events.jsonl");
+        jobs.iter()
+            .all(|d| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == d.uid() && l["phase"] == "running")
+            })
+            .then_some(())
+    })
+    .await;
+
+    // The API server goes away entirely (connections refused) for 30 s. Meanwhile jobs
+    // restart, finish and fail, one is deleted and one is created.
+    sim.outage_hard(true).expect("outage");
+    wait_for("the outage shows in cluster health", || {
+        let h = daemon.clusters().get("gamma").cloned()?;
+        (h.state != HealthState::Synced).then_some(())
+    })
+    .await;
+    let (finishing, rest) = jobs.split_at_mut(4);
+    for d in finishing.iter_mut() {
+        d.restarting().expect("restarting");
+        d.running().expect("running again");
+        d.succeeded().expect("succeeded");
+    }
+    let (failing, deleted) = rest.split_at_mut(3);
+    for d in failing.iter_mut() {
+        d.failed("NodeLost").expect("failed");
+    }
+    deleted[0].delete().expect("delete");
+    let mut created =
+        JobDriver::create(&sim, Flavor::PyTorch, "ml", "born-in-outage").expect("create");
+    created.running().expect("running");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let during = daemon.clusters().get("gamma").cloned().expect("health");
+    assert_eq!(
+        during.state,
+        HealthState::Error,
+        "30 s in, still down: {during:?}"
+    );
+    sim.outage_hard(false).expect("back");
+    wait_synced(&daemon, "gamma").await;
+
+    let mut expect: Vec<(String, &str)> = finishing
+        .iter()
+        .map(|d| (d.uid().to_string(), "succeeded"))
+        .chain(failing.iter().map(|d| (d.uid().to_string(), "failed")))
+        .collect();
+    expect.push((deleted[0].uid().to_string(), "deleted"));
+    expect.push((created.uid().to_string(), "running"));
+    let lines = wait_for_phases(&setup, "log/events.jsonl", &expect).await;
+    assert_unique_ids(&lines, "nothing delivered twice across the outage");
+    // Each job's delivered history ends in its final state: nothing older arrives after it.
+    let by = by_job(&lines);
+    for (uid, phase) in &expect {
+        let last = by[uid].last().expect("delivered");
+        assert_eq!(last["phase"], *phase, "{uid}: {:?}", phase_path(&by[uid]));
+    }
     daemon.shutdown(Duration::from_secs(10)).await;
 }

@@ -109,6 +109,7 @@ async fn load_alone(base: &[u8]) {
             wasm_sha256: String::new(),
             timeout: Duration::from_secs(5),
             memory_bytes: 64 << 20,
+            instance_reuse: 1,
             config: Default::default(),
             grants: Default::default(),
         };

@@ -1,0 +1,103 @@
+//! Helpers shared by the capability tests: components from `target/plugins/`, a runtime with
+//! host services, events, and the test MariaDB.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jobrelay::capabilities::Services;
+use jobrelay::config::manifest::Grants;
+use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
+use jobrelay::watch::event::{JobEvent, Phase};
+
+pub const MIB: u64 = 1 << 20;
+
+/// The test MariaDB: `JOBRELAY_TEST_MYSQL_URL`, or root without a password on 127.0.0.1.
+/// Tests that use it fail when it is unreachable; `tests/run.sh` starts it.
+pub fn mysql_url() -> String {
+    std::env::var("JOBRELAY_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
+}
+
+/// A table-name prefix no other test (or earlier run) uses.
+pub fn unique_prefix(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("t{}_{tag}_{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+pub fn plugins_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("plugins")
+}
+
+pub fn wasm(name: &str) -> Arc<[u8]> {
+    let path = plugins_dir().join(format!("{name}.wasm"));
+    match std::fs::read(&path) {
+        Ok(bytes) => bytes.into(),
+        Err(e) => panic!(
+            "cannot read {} ({e}): build the components first with `plugins/build.sh`",
+            path.display()
+        ),
+    }
+}
+
+pub fn runtime(services: Services) -> Runtime {
+    Runtime::with_services(
+        RuntimeSettings {
+            max_instances: 64,
+            max_memory_mb: 64,
+            ..RuntimeSettings::default()
+        },
+        services,
+    )
+    .expect("runtime builds")
+}
+
+pub fn spec(name: &str, component: &str, config: &[(&str, &str)], grants: Grants) -> PluginSpec {
+    PluginSpec {
+        name: name.into(),
+        version: format!("{name}-v1"),
+        wasm: wasm(component),
+        wasm_sha256: String::new(),
+        timeout: Duration::from_secs(10),
+        memory_bytes: 32 * MIB,
+        instance_reuse: 1,
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        grants,
+    }
+}
+
+/// One version of job `uid` (namespace `ml`, name `train-<uid>`, cluster `east`).
+pub fn event(uid: &str, rv: &str, phase: Phase, previous: Option<Phase>, at: &str) -> JobEvent {
+    JobEvent {
+        id: JobEvent::make_id("east", uid, rv),
+        cluster: "east".into(),
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        namespace: "ml".into(),
+        name: format!("train-{uid}"),
+        uid: uid.into(),
+        resource_version: rv.into(),
+        generation: Some(1),
+        phase,
+        raw_phase: format!("{phase:?}"),
+        reason: None,
+        message: None,
+        previous_phase: previous,
+        transition_time: at.into(),
+        labels: BTreeMap::from([("team".to_string(), "nlp".to_string())]),
+        annotations: BTreeMap::new(),
+        object_json: Arc::from(r#"{"kind":"Job","status":{}}"#),
+        synthetic: false,
+    }
+}

@@ -1,0 +1,16 @@
+//! The host's integration tests, one module per area, linked into one test binary.
+//! Run one area with `cargo test -p jobrelay --test integration mysql_sync::`.
+
+mod common;
+
+mod cli;
+mod config_folder;
+mod feishu_notify;
+mod http_capability;
+mod lane_bound;
+mod log_archive;
+mod mysql_sync;
+mod process;
+mod runtime;
+mod sandbox;
+mod state_store;

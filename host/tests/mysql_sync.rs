@@ -1,0 +1,350 @@
+//! The `mysql-sync` plugin on a real MariaDB (over TCP) and on SQLite, through the host's
+//! `sql` capability and real wasmtime. Needs MariaDB at `JOBRELAY_TEST_MYSQL_URL` (default
+//! root@127.0.0.1:3306/test): the tests fail, not skip, without it.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{event, mysql_url, runtime, spec, unique_prefix};
+use jobrelay::capabilities::Services;
+use jobrelay::capabilities::sql::Databases;
+use jobrelay::config::main_file::{SqlConnection, SqlSettings};
+use jobrelay::config::manifest::Grants;
+use jobrelay::runtime::{CallError, LoadError, PluginVersion, Runtime};
+use jobrelay::watch::event::{JobEvent, Phase};
+use sqlx::Row;
+use sqlx::mysql::MySqlPool;
+
+/// Test SQL text built at run time (table names carry a per-test prefix).
+macro_rules! sql {
+    ($($text:tt)*) => {
+        sqlx::AssertSqlSafe(format!($($text)*))
+    };
+}
+
+fn services(dir: &Path) -> Services {
+    let settings = SqlSettings {
+        connections: BTreeMap::from([(
+            "main".to_string(),
+            SqlConnection {
+                url: mysql_url(),
+                max_connections: 8,
+                acquire_timeout_ms: 5_000,
+            },
+        )]),
+    };
+    Services {
+        sql: Databases::open(&settings, &dir.join("plugins.db")).expect("pools"),
+        ..Services::default()
+    }
+}
+
+fn grants(connections: &[&str]) -> Grants {
+    Grants {
+        sql: connections.iter().map(|c| c.to_string()).collect(),
+        ..Grants::default()
+    }
+}
+
+async fn load(rt: &Runtime, connection: &str, prefix: &str) -> Arc<PluginVersion> {
+    let jobs = format!("{prefix}_jobs");
+    let transitions = format!("{prefix}_transitions");
+    let config = [
+        ("connection", connection),
+        ("jobs_table", jobs.as_str()),
+        ("transitions_table", transitions.as_str()),
+    ];
+    rt.load(spec(
+        "mysql-sync",
+        "mysql-sync",
+        &config,
+        grants(&[connection]),
+    ))
+    .await
+    .expect("mysql-sync loads and creates its tables")
+}
+
+async fn mariadb() -> MySqlPool {
+    MySqlPool::connect(&mysql_url())
+        .await
+        .expect("MariaDB must be reachable for this test (tests/run.sh starts it)")
+}
+
+/// A job's life: pending, running, then finished, with its status carrying the times.
+fn lifecycle(uid: &str, base: u32, last: Phase) -> Vec<JobEvent> {
+    let mut pending = event(
+        uid,
+        &base.to_string(),
+        Phase::Pending,
+        None,
+        "2026-11-21T10:00:00Z",
+    );
+    pending.object_json = Arc::from(r#"{"status":{}}"#);
+    let mut running = event(
+        uid,
+        &(base + 1).to_string(),
+        Phase::Running,
+        Some(Phase::Pending),
+        "2026-11-21T10:00:05Z",
+    );
+    running.object_json = Arc::from(r#"{"status":{"startTime":"2026-11-21T10:00:05Z"}}"#);
+    let mut done = event(
+        uid,
+        &(base + 2).to_string(),
+        last,
+        Some(Phase::Running),
+        "2026-11-21T11:00:10Z",
+    );
+    done.reason = Some("Completed".into());
+    done.message = Some("all workers finished".into());
+    // The finished version's status no longer needs a start time for the duration: the
+    // stored one is used.
+    done.object_json = Arc::from(r#"{"status":{"completionTime":"2026-11-21T11:00:10Z"}}"#);
+    vec![pending, running, done]
+}
+
+async fn handle_all(plugin: &PluginVersion, events: &[JobEvent]) {
+    for e in events {
+        plugin.handle(e).await.expect("handled");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_rows_follow_the_job_and_replays_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("life");
+    let plugin = load(&rt, "main", &prefix).await;
+    let db = mariadb().await;
+
+    let events = lifecycle("u-1", 100, Phase::Succeeded);
+    handle_all(&plugin, &events).await;
+
+    let row = sqlx::query(sql!(
+        "SELECT phase, raw_phase, reason, message, CAST(start_time AS CHAR) AS s, \
+         CAST(finish_time AS CHAR) AS f, duration_seconds, resource_version, labels_json, \
+         CAST(updated_at AS CHAR) AS u FROM {prefix}_jobs WHERE cluster = 'east' AND uid = 'u-1'"
+    ))
+    .fetch_one(&db)
+    .await
+    .expect("the job has a row");
+    assert_eq!(row.get::<String, _>("phase"), "succeeded");
+    assert_eq!(row.get::<String, _>("resource_version"), "102");
+    assert_eq!(
+        row.get::<Option<String>, _>("reason").as_deref(),
+        Some("Completed")
+    );
+    assert_eq!(row.get::<String, _>("s"), "2026-11-21 10:00:05.000");
+    assert_eq!(row.get::<String, _>("f"), "2026-11-21 11:00:10.000");
+    assert_eq!(row.get::<Option<i64>, _>("duration_seconds"), Some(3605));
+    assert_eq!(row.get::<String, _>("labels_json"), r#"{"team":"nlp"}"#);
+    let updated_at: String = row.get("u");
+
+    let transitions = sqlx::query(sql!(
+        "SELECT event_id, from_phase, to_phase FROM {prefix}_transitions ORDER BY event_id"
+    ))
+    .fetch_all(&db)
+    .await
+    .expect("transitions");
+    let got: Vec<(String, Option<String>, String)> = transitions
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("east/u-1/100".into(), None, "pending".into()),
+            (
+                "east/u-1/101".into(),
+                Some("pending".into()),
+                "running".into()
+            ),
+            (
+                "east/u-1/102".into(),
+                Some("running".into()),
+                "succeeded".into()
+            ),
+        ]
+    );
+
+    // Every event again (a restart's re-delivery, a replayed dead letter), then the old
+    // `running` version alone, late: nothing changes, not even `updated_at`.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    handle_all(&plugin, &events).await;
+    plugin.handle(&events[1]).await.expect("late event handled");
+    let count: i64 = sqlx::query_scalar(sql!("SELECT COUNT(*) FROM {prefix}_transitions"))
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(
+        count, 3,
+        "one row per transition, whatever was re-delivered"
+    );
+    let (phase, again): (String, String) = sqlx::query_as(sql!(
+        "SELECT phase, CAST(updated_at AS CHAR) FROM {prefix}_jobs WHERE uid = 'u-1'"
+    ))
+    .fetch_one(&db)
+    .await
+    .expect("row");
+    assert_eq!(
+        phase, "succeeded",
+        "an older event never overwrites a newer state"
+    );
+    assert_eq!(again, updated_at, "a replay writes nothing");
+
+    // The deletion is newer than everything: it is recorded.
+    let mut deleted = event(
+        "u-1",
+        "102-deleted",
+        Phase::Deleted,
+        Some(Phase::Succeeded),
+        "2026-11-21T12:00:00Z",
+    );
+    deleted.object_json = Arc::from(r#"{"status":{"completionTime":"2026-11-21T11:00:10Z"}}"#);
+    plugin.handle(&deleted).await.expect("deletion handled");
+    let phase: String =
+        sqlx::query_scalar(sql!("SELECT phase FROM {prefix}_jobs WHERE uid = 'u-1'"))
+            .fetch_one(&db)
+            .await
+            .expect("row");
+    assert_eq!(phase, "deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_gets_the_same_rows_through_the_embedded_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("lite");
+    let plugin = load(&rt, "embedded", &prefix).await;
+    let events = lifecycle("u-2", 7, Phase::Failed);
+    handle_all(&plugin, &events).await;
+    handle_all(&plugin, &events).await;
+
+    let db = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("plugins.db").display()
+    ))
+    .await
+    .expect("sqlite");
+    let (phase, duration, start): (String, Option<i64>, Option<String>) = sqlx::query_as(sql!(
+        "SELECT phase, duration_seconds, start_time FROM {prefix}_jobs WHERE uid = 'u-2'"
+    ))
+    .fetch_one(&db)
+    .await
+    .expect("row");
+    assert_eq!(phase, "failed");
+    assert_eq!(duration, Some(3605));
+    assert_eq!(start.as_deref(), Some("2026-11-21 10:00:05.000"));
+    let count: i64 = sqlx::query_scalar(sql!("SELECT COUNT(*) FROM {prefix}_transitions"))
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(count, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_events_are_stored_not_fatal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("odd");
+    let plugin = load(&rt, "main", &prefix).await;
+    let db = mariadb().await;
+
+    let mut odd = event("u-3", "5", Phase::Unknown, None, "not a time");
+    odd.object_json = Arc::from("this is not JSON");
+    odd.message = Some("é".repeat(40_000)); // 80 KB, cut to 16 KiB at a char boundary
+    odd.labels = (0..2_000)
+        .map(|i| (format!("label-{i}"), "v".repeat(200)))
+        .collect();
+    plugin.handle(&odd).await.expect("an odd event is stored");
+    let (message_len, labels): (i64, String) = sqlx::query_as(sql!(
+        "SELECT LENGTH(message), labels_json FROM {prefix}_jobs WHERE uid = 'u-3'"
+    ))
+    .fetch_one(&db)
+    .await
+    .expect("row");
+    assert!(message_len <= 16 * 1024, "{message_len}");
+    assert!(
+        labels.contains("labels-omitted"),
+        "huge labels are replaced by a marker"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_granted_by_name_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+
+    // A connection the main file does not define: the load fails, naming it.
+    let err = rt
+        .load(spec(
+            "mysql-sync",
+            "mysql-sync",
+            &[("connection", "other")],
+            grants(&["other"]),
+        ))
+        .await
+        .expect_err("an undefined connection is refused");
+    assert!(matches!(err, LoadError::Grant { .. }), "{err}");
+    assert!(err.to_string().contains("`other`"), "{err}");
+
+    // Defined but not granted to this plugin: its init is refused with the sql error.
+    let err = rt
+        .load(spec(
+            "mysql-sync",
+            "mysql-sync",
+            &[("connection", "main")],
+            grants(&["embedded"]),
+        ))
+        .await
+        .expect_err("an ungranted connection is refused");
+    let text = err.to_string();
+    assert!(text.contains("not granted"), "{text}");
+
+    // A statement the database refuses is a give-up with the database's words.
+    let prefix = unique_prefix("bad");
+    let plugin = load(&rt, "main", &prefix).await;
+    let db = mariadb().await;
+    sqlx::query(sql!("DROP TABLE {prefix}_jobs"))
+        .execute(&db)
+        .await
+        .expect("drop");
+    let e = event(
+        "u-4",
+        "1",
+        Phase::Running,
+        Some(Phase::Running),
+        "2026-11-21T10:00:00Z",
+    );
+    match plugin.handle(&e).await {
+        Err(CallError::GiveUp(reason)) => assert!(reason.contains("rejected"), "{reason}"),
+        other => panic!("expected a give-up, got {other:?}"),
+    }
+}
+
+/// The `sql` interface itself on MariaDB, through the `intruder` test plugin: transactions are
+/// all or nothing, and values come back typed (DATETIME and big unsigned integers as text,
+/// DECIMAL refused with the column named).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_transactions_and_value_types() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let intruder = rt
+        .load(spec("intruder", "intruder", &[], grants(&["main"])))
+        .await
+        .expect("intruder loads");
+    for what in ["sql-tx:main", "sql-types:main"] {
+        let mut e = event("u-sql", "1", Phase::Running, None, "2026-11-21T10:00:00Z");
+        e.annotations
+            .insert("jobrelay.test/try".into(), what.into());
+        intruder
+            .handle(&e)
+            .await
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+    }
+    let db = mariadb().await;
+    let _ = sqlx::query("DROP TABLE intruder_tx").execute(&db).await;
+}

@@ -1,0 +1,267 @@
+//! What a plugin was not granted stays out of reach: every attempt of the `intruder` test
+//! plugin is refused with an error that says what and why, and the host keeps serving.
+//! Outbound HTTP refusals are proven in `http_capability.rs`.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::{event, runtime, spec};
+use jobrelay::capabilities::Services;
+use jobrelay::capabilities::archive::ArchiveStore;
+use jobrelay::capabilities::pod_logs::ClusterDirectory;
+use jobrelay::capabilities::sql::Databases;
+use jobrelay::clusters::supervisor::build_client;
+use jobrelay::config::main_file::{ArchiveLocation, SqlConnection, SqlSettings};
+use jobrelay::config::manifest::{ArchiveGrant, Grants, PodLogsGrant};
+use jobrelay::runtime::{CallError, PluginVersion, Runtime};
+use jobrelay::state::{PluginKv, SqliteStore};
+use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay::watch::kinds::JobKind;
+use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use kube::config::Kubeconfig;
+
+struct Setup {
+    _sim: SimCluster,
+    mine: JobDriver,
+    theirs: JobDriver,
+    dir: tempfile::TempDir,
+    rt: Runtime,
+}
+
+async fn setup() -> Setup {
+    let sim = SimCluster::start("east").await.expect("simulator");
+    let mine = JobDriver::builder(Flavor::PyTorch, "ml", "mine")
+        .workers(1)
+        .create(&sim)
+        .expect("job");
+    let theirs = JobDriver::builder(Flavor::PyTorch, "ml", "theirs")
+        .workers(1)
+        .create(&sim)
+        .expect("job");
+    for job in [&mine, &theirs] {
+        for pod in job.pod_names() {
+            job.set_log(&pod, false, format!("log of {pod}\n"))
+                .expect("log");
+        }
+    }
+    let client = build_client(&Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig"))
+        .await
+        .expect("client");
+    let directory = ClusterDirectory::default();
+    directory.set_client("east", client);
+    directory.set_kinds(
+        &JobKind::builtin("pytorch-job")
+            .into_iter()
+            .collect::<Vec<_>>(),
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret_db = format!("sqlite://{}", dir.path().join("secret.db").display());
+    let sql = SqlSettings {
+        connections: BTreeMap::from([(
+            "secret-db".to_string(),
+            SqlConnection {
+                url: secret_db,
+                max_connections: 1,
+                acquire_timeout_ms: 1_000,
+            },
+        )]),
+    };
+    let kv: Arc<dyn PluginKv> = Arc::new(
+        SqliteStore::open(&dir.path().join("state.db"))
+            .await
+            .expect("state"),
+    );
+    let services = Services {
+        sql: Databases::open(&sql, &dir.path().join("plugins.db")).expect("pools"),
+        kv: Some(kv),
+        archive: Some(
+            ArchiveStore::open(&ArchiveLocation::Local(dir.path().join("archive")))
+                .expect("archive"),
+        ),
+        clusters: directory,
+    };
+    Setup {
+        _sim: sim,
+        mine,
+        theirs,
+        rt: runtime(services),
+        dir,
+    }
+}
+
+async fn intruder(rt: &Runtime, grants: Grants) -> Arc<PluginVersion> {
+    rt.load(spec("intruder", "intruder", &[], grants))
+        .await
+        .expect("intruder loads")
+}
+
+fn attempt(job: &JobDriver, what: &str) -> JobEvent {
+    let mut e = event(
+        job.uid(),
+        "10",
+        Phase::Failed,
+        Some(Phase::Running),
+        "2026-11-21T10:00:00Z",
+    );
+    e.api_version = "kubeflow.org/v1".into();
+    e.kind = "PyTorchJob".into();
+    e.name = job.name().into();
+    e.namespace = job.namespace().into();
+    e.annotations
+        .insert("jobrelay.test/try".into(), what.into());
+    e
+}
+
+/// The refusal's text; panics if the attempt was not refused as a give-up.
+async fn refused(plugin: &PluginVersion, e: &JobEvent) -> String {
+    match plugin.handle(e).await {
+        Err(CallError::GiveUp(reason)) => {
+            assert!(reason.starts_with("refused:"), "{reason}");
+            reason
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ungranted_reach_is_refused_and_granted_reach_works() {
+    let s = setup().await;
+    let granted = Grants {
+        sql: vec!["embedded".into()],
+        pod_logs: Some(PodLogsGrant::default()),
+        archive: Some(ArchiveGrant::default()),
+        ..Grants::default()
+    };
+    let plugin = intruder(&s.rt, granted).await;
+    let mine = &s.mine;
+
+    // SQL: only the granted connection.
+    let text = refused(&plugin, &attempt(mine, "sql:secret-db")).await;
+    assert!(
+        text.contains("Denied") && text.contains("`secret-db` is not granted"),
+        "{text}"
+    );
+    plugin
+        .handle(&attempt(mine, "sql:embedded"))
+        .await
+        .expect("the granted connection works");
+    // Transactions are all or nothing, and values come back with their types (the plugin
+    // checks and gives up saying what differed).
+    plugin
+        .handle(&attempt(mine, "sql-tx:embedded"))
+        .await
+        .expect("a broken transaction leaves nothing, a good one commits");
+    plugin
+        .handle(&attempt(mine, "sql-types:embedded"))
+        .await
+        .expect("SQLite values keep their types");
+
+    // Pod logs: the job's own pods only.
+    let their_pod = s.theirs.pod_names()[0].clone();
+    let their_container = s.theirs.pods()[0].container.clone();
+    let text = refused(
+        &plugin,
+        &attempt(mine, &format!("pod-log:{their_pod}:{their_container}")),
+    )
+    .await;
+    assert!(
+        text.contains("Denied") && text.contains("is not one of the pods of job ml/mine"),
+        "{text}"
+    );
+    let my_pod = mine.pod_names()[0].clone();
+    let my_container = mine.pods()[0].container.clone();
+    plugin
+        .handle(&attempt(mine, &format!("pod-log:{my_pod}:{my_container}")))
+        .await
+        .expect("the job's own pod log is readable");
+    let text = refused(
+        &plugin,
+        &attempt(mine, &format!("pod-log:{my_pod}:sidecar")),
+    )
+    .await;
+    assert!(text.contains("has no container `sidecar`"), "{text}");
+
+    // Archive: keys stay under the plugin's prefix.
+    for bad in ["../escape", "/etc/evil", "a/../../b", "a//b", "./x"] {
+        for verb in ["archive-put", "archive-create"] {
+            let text = refused(&plugin, &attempt(mine, &format!("{verb}:{bad}"))).await;
+            assert!(text.contains("InvalidKey"), "{verb}:{bad}: {text}");
+        }
+    }
+    assert!(!s.dir.path().join("escape").exists());
+    assert!(!s.dir.path().join("archive/escape").exists());
+    assert!(!s.dir.path().join("archive/b").exists());
+    plugin
+        .handle(&attempt(mine, "archive-put:ok/key"))
+        .await
+        .expect("a key under the prefix is written");
+    assert_eq!(
+        std::fs::read(s.dir.path().join("archive/intruder/ok/key")).expect("written"),
+        b"x"
+    );
+    // A log with no output is an empty object, not an error.
+    plugin
+        .handle(&attempt(mine, "archive-empty:ok/empty"))
+        .await
+        .expect("an empty object is written");
+    assert_eq!(
+        std::fs::read(s.dir.path().join("archive/intruder/ok/empty")).expect("written"),
+        b""
+    );
+
+    // Key-value and files: not granted at all.
+    let text = refused(&plugin, &attempt(mine, "kv")).await;
+    assert!(text.contains("not granted"), "{text}");
+    let secret = s.dir.path().join("secret.db");
+    let text = refused(
+        &plugin,
+        &attempt(mine, &format!("read:{}", secret.display())),
+    )
+    .await;
+    assert!(!text.is_empty());
+    refused(&plugin, &attempt(mine, "read:/etc/passwd")).await;
+
+    // The host is unharmed: an ordinary event is handled.
+    plugin
+        .handle(&attempt(mine, ""))
+        .await
+        .expect("still serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_granted_by_default() {
+    let s = setup().await;
+    let plugin = intruder(&s.rt, Grants::default()).await;
+    let mine = &s.mine;
+    for what in [
+        "sql:embedded",
+        "pods",
+        "archive-put:k",
+        "archive-create:k",
+        "kv",
+    ] {
+        let text = refused(&plugin, &attempt(mine, what)).await;
+        assert!(text.contains("not granted"), "{what}: {text}");
+    }
+    plugin
+        .handle(&attempt(mine, ""))
+        .await
+        .expect("still serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_kv_keeps_values_per_plugin() {
+    let s = setup().await;
+    let grants = Grants {
+        kv: true,
+        ..Grants::default()
+    };
+    let plugin = intruder(&s.rt, grants).await;
+    plugin
+        .handle(&attempt(&s.mine, "kv"))
+        .await
+        .expect("kv set and get");
+}

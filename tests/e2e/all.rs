@@ -1,0 +1,12 @@
+//! The end-to-end tests, one module per area, linked into one test binary.
+//! Run one area with `cargo test -p jobrelay-e2e --test e2e delivery::`.
+
+mod chart;
+mod clusters;
+mod delivery;
+mod finalizers;
+mod pipeline;
+mod reload;
+mod resilience;
+mod status_page;
+mod telemetry;

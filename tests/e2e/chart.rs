@@ -1,0 +1,412 @@
+//! The Helm chart in `deploy/helm/jobrelay`, rendered without Helm (which cannot be installed
+//! here): the templates are Go templates, rendered with `gtmpl` plus the three Helm functions
+//! they use (`toYaml`, `indent`, `quote`), then parsed as Kubernetes objects and checked.
+//!
+//! The ClusterRole is checked against what the daemon really calls: a daemon runs against the
+//! simulator through job lifecycles (finalizer held and released, pod logs read by
+//! log-archive), every request the simulator saw is mapped to (API group, resource, verb), and
+//! that set must be exactly what the chart grants.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gtmpl::{Context, FuncError, Template, Value as Tv};
+use jobrelay::config::main_file::MainConfig;
+use jobrelay::config::manifest::PluginManifest;
+use jobrelay::daemon::Daemon;
+use jobrelay_e2e::*;
+use jobrelay_testkit::{Flavor, Gvr, JobDriver};
+use serde_json::{Value, json};
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("deploy/helm/jobrelay")
+}
+
+fn to_template_value(v: &Value) -> Tv {
+    match v {
+        Value::Null => Tv::Nil,
+        Value::Bool(b) => Tv::from(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Tv::from(i),
+            (None, Some(f)) => Tv::from(f),
+            _ => Tv::Nil,
+        },
+        Value::String(s) => Tv::from(s.clone()),
+        Value::Array(a) => Tv::Array(a.iter().map(to_template_value).collect()),
+        Value::Object(o) => Tv::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), to_template_value(v)))
+                .collect(),
+        ),
+    }
+}
+
+fn from_template_value(v: &Tv) -> Value {
+    match v {
+        Tv::NoValue | Tv::Nil | Tv::Function(_) => Value::Null,
+        Tv::Bool(b) => json!(b),
+        Tv::String(s) => json!(s),
+        Tv::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => json!(i),
+            (None, Some(f)) => json!(f),
+            _ => Value::Null,
+        },
+        Tv::Array(a) => Value::Array(a.iter().map(from_template_value).collect()),
+        Tv::Object(o) | Tv::Map(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), from_template_value(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// Helm's `toYaml`: the value as YAML, without the trailing newline.
+fn to_yaml(args: &[Tv]) -> Result<Tv, FuncError> {
+    let value = args
+        .first()
+        .ok_or(FuncError::ExactlyXArgs("toYaml".into(), 1))?;
+    let text = serde_yaml_ng::to_string(&from_template_value(value))
+        .map_err(|e| FuncError::Generic(e.to_string()))?;
+    Ok(Tv::from(text.trim_end_matches('\n').to_string()))
+}
+
+/// Helm's `indent N text`: every line prefixed with N spaces.
+fn indent(args: &[Tv]) -> Result<Tv, FuncError> {
+    let (Some(Tv::Number(n)), Some(Tv::String(text))) = (args.first(), args.get(1)) else {
+        return Err(FuncError::Generic(
+            "indent takes a number and a string".into(),
+        ));
+    };
+    let pad = " ".repeat(n.as_u64().unwrap_or(0) as usize);
+    let lines: Vec<String> = text.lines().map(|l| format!("{pad}{l}")).collect();
+    Ok(Tv::from(lines.join("\n")))
+}
+
+/// Helm's `quote`: a double-quoted string.
+fn quote(args: &[Tv]) -> Result<Tv, FuncError> {
+    let value = args.first().map(from_template_value).unwrap_or(Value::Null);
+    let text = match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Ok(Tv::from(serde_json::to_string(&text).unwrap_or_default()))
+}
+
+/// Renders every template with `values` merged over the chart's `values.yaml`; returns the
+/// objects, each with the file it came from.
+fn render(overrides: Value) -> Vec<(String, Value)> {
+    let dir = chart_dir();
+    let defaults: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml parses");
+    let mut values = defaults;
+    merge(&mut values, overrides);
+    let context = json!({
+        "Values": values,
+        "Release": {"Name": "jobrelay", "Namespace": "platform"},
+        "Chart": {"Name": "jobrelay", "Version": "0.1.0"},
+    });
+    let mut objects = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("templates"))
+        .expect("templates")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for file in files {
+        let name = file
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .to_string();
+        let text = std::fs::read_to_string(&file).expect("template");
+        let mut template = Template::default();
+        template.add_func("toYaml", to_yaml);
+        template.add_func("indent", indent);
+        template.add_func("quote", quote);
+        template
+            .parse(text)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = template
+            .render(&Context::from(to_template_value(&context)))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for doc in serde_yaml_ng::Deserializer::from_str(&out) {
+            let value: Value = serde::Deserialize::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{name} renders to invalid YAML: {e}\n{out}"));
+            if !value.is_null() {
+                objects.push((name.clone(), value));
+            }
+        }
+    }
+    objects
+}
+
+fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn object<'a>(objects: &'a [(String, Value)], kind: &str) -> &'a Value {
+    objects
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+#[test]
+fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
+    let objects = render(json!({
+        "clusters": {"secretName": "jobrelay-clusters", "names": ["east", "west"]},
+        "envFromSecrets": ["jobrelay-secrets"],
+    }));
+    let kinds: BTreeSet<&str> = objects
+        .iter()
+        .filter_map(|(_, o)| o["kind"].as_str())
+        .collect();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(kind), "{kind} missing: {kinds:?}");
+    }
+
+    let deployment = object(&objects, "Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(
+        container["envFrom"][0]["secretRef"]["name"],
+        "jobrelay-secrets"
+    );
+    let writable: BTreeSet<&str> = container["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .filter(|m| m["readOnly"] != true)
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert_eq!(
+        writable,
+        BTreeSet::from([
+            "/tmp",
+            "/var/lib/jobrelay/archive",
+            "/var/lib/jobrelay/state"
+        ]),
+        "with a read-only root, exactly these paths are writable"
+    );
+    let sources = &pod["volumes"][0]["projected"]["sources"];
+    let paths: BTreeSet<&str> = sources
+        .as_array()
+        .expect("sources")
+        .iter()
+        .flat_map(|s| {
+            s.as_object()
+                .and_then(|o| o.values().next())
+                .and_then(|v| v["items"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["path"].as_str())
+        })
+        .collect();
+    for path in [
+        "jobrelay.yaml",
+        "plugins/mysql-sync.yaml",
+        "plugins/log-archive.yaml",
+        "clusters/east.yaml",
+        "clusters/west.yaml",
+    ] {
+        assert!(
+            paths.contains(path),
+            "{path} not in the config folder: {paths:?}"
+        );
+    }
+
+    // The config the chart writes is one jobrelay accepts.
+    let data = &object(&objects, "ConfigMap")["data"];
+    let main = MainConfig::parse(
+        data["jobrelay.yaml"].as_str().expect("main file"),
+        Path::new("/etc/jobrelay"),
+    )
+    .expect("the rendered main file is valid");
+    assert_eq!(main.telemetry.listen.map(|a| a.port()), Some(9464));
+    assert_eq!(
+        main.state_path,
+        Path::new("/var/lib/jobrelay/state/jobrelay.db")
+    );
+    for name in ["mysql-sync", "log-archive"] {
+        let text = data[format!("plugin-{name}.yaml").as_str()]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} manifest"));
+        let manifest: PluginManifest =
+            serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!manifest.wasm.as_os_str().is_empty());
+    }
+    let service = object(&objects, "Service");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9464);
+}
+
+/// `(apiGroup, resource[/subresource], verb)` of one request the simulator saw.
+fn access(method: &str, uri: &str) -> Option<(String, String, String)> {
+    let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => return None, // discovery and other non-resource paths
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] => rest,
+        rest => rest,
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        _ => return None,
+    };
+    let verb = match (method, named) {
+        ("GET", false) if query.contains("watch=true") || query.contains("watch=1") => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("POST", _) => "create",
+        ("DELETE", _) => "delete",
+        _ => return None,
+    };
+    Some((group, resource, verb.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
+    init_logs();
+    let sim = jobrelay_testkit::SimCluster::start("east")
+        .await
+        .expect("sim");
+    let setup = Setup::new(
+        "kinds: [{name: volcano-job, finalizer: true}, {name: pytorch-job}, {name: batch-job}, {name: mpi-job}]\n",
+    );
+    setup.install_wasm("log-archive", "log-archive.wasm");
+    setup.write_manifest(
+        "log-archive",
+        "wasm: log-archive.wasm\ndelivery: transitions\ntimeout_ms: 20000\n\
+         grants: {pod_logs: {}, archive: {}, kv: true}\n",
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    wait_synced(&daemon, "east").await;
+    let mut volcano = JobDriver::create(&sim, Flavor::Volcano, "ml", "held").expect("job");
+    volcano.running().expect("running");
+    for pod in volcano.pod_names() {
+        volcano.set_log(&pod, false, "training\n").expect("log");
+    }
+    let mut batch = JobDriver::create(&sim, Flavor::Batch, "ml", "done").expect("job");
+    batch.running().expect("running");
+    batch.succeeded().expect("succeeded");
+    wait_for("the finalizer on the Volcano job", || {
+        let obj = sim.get(&Gvr::VOLCANO_JOB, "ml", "held").ok()?;
+        obj.pointer("/metadata/finalizers")?
+            .as_array()?
+            .iter()
+            .any(|f| f == "jobrelay.io/delivery")
+            .then_some(())
+    })
+    .await;
+    volcano.delete().expect("delete");
+    wait_for("the job released and gone", || {
+        sim.get(&Gvr::VOLCANO_JOB, "ml", "held")
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+
+    let used: BTreeSet<(String, String, String)> = sim
+        .recent_requests()
+        .iter()
+        .filter_map(|r| access(&r.method, &r.uri))
+        .collect();
+    let role = render(json!({}))
+        .into_iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == "ClusterRole")
+        .expect("ClusterRole");
+    let mut granted: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in rule["apiGroups"].as_array().expect("groups") {
+            for resource in rule["resources"].as_array().expect("resources") {
+                let verbs = rule["verbs"]
+                    .as_array()
+                    .expect("verbs")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string));
+                granted
+                    .entry((
+                        group.as_str().unwrap_or_default().to_string(),
+                        resource.as_str().unwrap_or_default().to_string(),
+                    ))
+                    .or_default()
+                    .extend(verbs);
+            }
+        }
+    }
+    for (group, resource, verb) in &used {
+        let allowed = granted
+            .get(&(group.clone(), resource.clone()))
+            .is_some_and(|verbs| verbs.contains(verb));
+        assert!(
+            allowed,
+            "the daemon calls {verb} on {group}/{resource}, which the chart does not grant"
+        );
+    }
+    // Nothing more than that: every verb granted on a resource the run exercised was used.
+    for ((group, resource), verbs) in &granted {
+        let exercised = used.iter().any(|(g, r, _)| g == group && r == resource);
+        if !exercised {
+            continue; // a kind this run had no job of (MPI, PyTorch) has the same rule shape
+        }
+        for verb in verbs {
+            assert!(
+                used.contains(&(group.clone(), resource.clone(), verb.clone())),
+                "the chart grants {verb} on {group}/{resource}, which the daemon never calls"
+            );
+        }
+    }
+    for needed in [
+        ("batch.volcano.sh", "jobs", "patch"),
+        ("", "pods", "list"),
+        ("", "pods/log", "get"),
+    ] {
+        let needed = (
+            needed.0.to_string(),
+            needed.1.to_string(),
+            needed.2.to_string(),
+        );
+        assert!(used.contains(&needed), "the run exercised {needed:?}");
+    }
+}
