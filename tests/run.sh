@@ -6,11 +6,47 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "disk"
+# A full test build needs a few GiB; say how much there is, so a full disk is easy to spot.
+df -h . | tail -n 1
+
 step "toolchain"
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+
+step "mariadb"
+# Tests that need MariaDB connect to 127.0.0.1:3306 as root with an empty password (override
+# with JOBRELAY_TEST_MYSQL_URL) and fail, never skip, when it is unreachable. Start the server
+# if it is installed but stopped; install it if it is missing.
+if [ -z "${JOBRELAY_TEST_MYSQL_URL:-}" ]; then
+  # `ping` succeeds whenever the server answers, even if root may not log in over TCP yet.
+  mariadb_up() { mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1; }
+  if ! mariadb_up; then
+    if [ ! -x /usr/sbin/mariadbd ]; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq && apt-get install -y -qq mariadb-server >/dev/null
+    fi
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+    for _ in $(seq 1 60); do mariadb_up && break; sleep 1; done
+  fi
+  mariadb_up || { echo "MariaDB did not come up on 127.0.0.1:3306" >&2; exit 1; }
+  # Root over TCP with an empty password, as the tests expect (a fresh Debian install lets
+  # root in through the unix socket only).
+  if ! mysql --protocol=tcp -h127.0.0.1 -uroot -e "SELECT 1" >/dev/null 2>&1; then
+    mysql -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('')"
+  fi
+  mysql --protocol=tcp -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test"
+fi
+
+step "chromium"
+# The status page test renders the page in headless Chromium; install it if missing.
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${JOBRELAY_TEST_CHROMIUM:-}" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 
 step "plugins (wasm32-wasip2)"
 plugins/build.sh
