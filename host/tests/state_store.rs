@@ -758,7 +758,7 @@ async fn two_processes_share_the_file() {
     let store = open(&path).await;
     let exe = std::env::current_exe().expect("test binary");
     let mut child = tokio::process::Command::new(exe)
-        .args(["child_process_writer", "--exact", "--test-threads=1"])
+        .args(["state_store::child_process_writer", "--exact", "--test-threads=1"])
         .env(CHILD_ENV, &path)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
