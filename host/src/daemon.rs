@@ -20,6 +20,8 @@ use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{ConfigState, Update};
+use crate::coordination::lease::LeaseLock;
+use crate::coordination::{Election, Mode, Role};
 use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
@@ -46,6 +48,13 @@ pub struct Daemon {
     task: JoinHandle<()>,
     /// Where the telemetry endpoint listens, when configured.
     telemetry: Option<std::net::SocketAddr>,
+    /// The leader election, with `coordination.mode: leader`.
+    election: Option<(Election, CancellationToken)>,
+    /// Cancelled when this replica lost the Lease and stopped delivering.
+    lost: CancellationToken,
+    /// How long calls in flight may go on after the Lease is lost: half the margin between
+    /// the renew deadline and the Lease duration, so they end before a follower may start.
+    loss_grace: Duration,
 }
 
 impl Daemon {
@@ -78,6 +87,34 @@ impl Daemon {
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
         }
+        let election = match main.coordination.mode {
+            Mode::Single => None,
+            Mode::Leader => {
+                let settings = &main.coordination;
+                let home = crate::coordination::home::connect(settings)
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                let timings = settings.timings();
+                tracing::info!(
+                    identity = %home.identity,
+                    lease = %format!("{}/{}", home.namespace, settings.lease_name),
+                    "leader election: waiting for the Lease before watching any cluster"
+                );
+                let lock = LeaseLock::new(
+                    home.client,
+                    &home.namespace,
+                    &settings.lease_name,
+                    &home.identity,
+                    timings.lease_duration,
+                );
+                let stop = CancellationToken::new();
+                Some((Election::start(lock, timings, stop.clone()), stop))
+            }
+        };
+        let role = match &election {
+            Some((e, _)) => e.role(),
+            None => tokio::sync::watch::channel(Role::Single).1,
+        };
         let mut clusters = ClusterManager::new(
             sink,
             health.clone(),
@@ -85,7 +122,11 @@ impl Daemon {
             directory,
             cancel.clone(),
         );
+        if election.is_some() {
+            clusters = clusters.inactive();
+        }
         clusters.apply(&first.clusters, &main).await;
+        let lost = CancellationToken::new();
 
         let mut folder = FolderWatch::new(
             Duration::from_millis(main.debounce_ms),
@@ -99,14 +140,38 @@ impl Daemon {
             let plugins = plugins.clone();
             let problems = problems.clone();
             let cancel = cancel.clone();
+            let lost = lost.clone();
+            let mut role = role.clone();
             tokio::spawn(async move {
                 let mut replays = tokio::time::interval(REPLAY_POLL);
                 let mut sweeps = tokio::time::interval(HOLD_SWEEP);
                 loop {
                     let trigger = tokio::select! {
                         t = folder.next() => t,
+                        now = next_role(&mut role) => {
+                            match now {
+                                Role::Leader => {
+                                    if let Err(e) = plugins.reload_cursors().await {
+                                        tracing::error!(error = %e, "cannot read the cursors at take-over; not delivering");
+                                        lost.cancel();
+                                        break;
+                                    }
+                                    tracing::info!("leading: listing every cluster and delivering from the shared cursors");
+                                    clusters.activate(state.clusters(), state.main()).await;
+                                }
+                                Role::Lost => {
+                                    lost.cancel();
+                                    break;
+                                }
+                                Role::Single | Role::Follower { .. } => {}
+                            }
+                            continue;
+                        }
                         _ = replays.tick() => {
-                            plugins.take_replays().await;
+                            // Replays are deliveries: only the replica that delivers takes them.
+                            if role.borrow().delivers() {
+                                plugins.take_replays().await;
+                            }
                             continue;
                         }
                         _ = sweeps.tick() => {
@@ -134,6 +199,7 @@ impl Daemon {
             plugins: plugins.clone(),
             problems: problems.clone(),
             routes: routes.clone(),
+            role: role.clone(),
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(
@@ -144,7 +210,14 @@ impl Daemon {
             None => None,
         };
         tracing::info!(config = %root.display(), "jobrelay running");
+        let loss_grace = {
+            let t = main.coordination.timings();
+            t.lease_duration.saturating_sub(t.renew_deadline) / 2
+        };
         Ok(Daemon {
+            election,
+            lost,
+            loss_grace,
             telemetry,
             health,
             plugins,
@@ -180,6 +253,9 @@ impl Daemon {
     /// Stop watching, then let calls in flight finish for up to `grace`. Cursors are written as
     /// each event is settled, so nothing acknowledged is lost; events still queued were not
     /// acknowledged and are delivered after the next start.
+    ///
+    /// A leader gives its Lease up last, once its calls have ended, so a follower takes over
+    /// at once instead of waiting for the Lease to expire.
     pub async fn shutdown(self, grace: Duration) {
         self.cancel.cancel();
         let _ = self.task.await;
@@ -190,11 +266,35 @@ impl Daemon {
             tracing::warn!("grace period over with plugin calls still running");
         }
         self.plugins.close_store().await;
+        if let Some((election, stop)) = self.election {
+            stop.cancel();
+            election.finished().await;
+        }
+    }
+
+    /// Resolves when this replica lost the Lease and stopped watching; the process should
+    /// then shut down with [`loss_grace`](Daemon::loss_grace) and exit, to come back as a
+    /// follower. Never resolves for a single replica.
+    pub async fn lost_leadership(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// The grace for calls in flight after the Lease was lost.
+    pub fn loss_grace(&self) -> Duration {
+        self.loss_grace
     }
 
     /// Wait until no lane has queued or running work (tests, benchmarks).
     pub async fn idle(&self) {
         self.plugins.idle().await;
+    }
+}
+
+/// The role once it changes; pending forever when no election runs (or it has ended).
+async fn next_role(role: &mut tokio::sync::watch::Receiver<Role>) -> Role {
+    match role.changed().await {
+        Ok(()) => role.borrow_and_update().clone(),
+        Err(_) => std::future::pending().await,
     }
 }
 

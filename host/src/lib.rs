@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod clusters;
 pub mod config;
+pub mod coordination;
 pub mod daemon;
 pub mod lanes;
 pub mod runtime;

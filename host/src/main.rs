@@ -11,6 +11,8 @@ use jobrelay::telemetry::logging;
 
 /// How long calls in flight may take to finish after a stop signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Exit status after losing the Lease (leader election): not a crash, but not a clean stop.
+const LOST_LEASE_EXIT: u8 = 3;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -90,7 +92,16 @@ async fn main() -> ExitCode {
 
 async fn run(config: &std::path::Path) -> anyhow::Result<ExitCode> {
     let daemon = Daemon::start(config).await?;
-    wait_for_stop_signal().await;
+    tokio::select! {
+        _ = wait_for_stop_signal() => {}
+        _ = daemon.lost_leadership() => {
+            // Another replica may take the Lease soon: stop, and come back as a follower.
+            let grace = daemon.loss_grace();
+            daemon.shutdown(grace).await;
+            tracing::error!("exiting after losing the Lease; a restart rejoins as a follower");
+            return Ok(ExitCode::from(LOST_LEASE_EXIT));
+        }
+    }
     tracing::info!("stop signal received; shutting down (a second signal exits at once)");
     tokio::select! {
         _ = daemon.shutdown(SHUTDOWN_GRACE) => {}

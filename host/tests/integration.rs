@@ -8,6 +8,7 @@ mod config_folder;
 mod feishu_notify;
 mod http_capability;
 mod lane_bound;
+mod leader_election;
 mod log_archive;
 mod mysql_sync;
 mod process;

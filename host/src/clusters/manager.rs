@@ -23,6 +23,10 @@ pub struct ClusterManager {
     finalizers: Arc<FinalizerService>,
     directory: ClusterDirectory,
     cancel: CancellationToken,
+    /// Whether clusters run at all. A follower in a leader election keeps the manager
+    /// inactive: changes are ignored until [`activate`](ClusterManager::activate) starts every
+    /// cluster from the config's list as it is then.
+    active: bool,
 }
 
 impl ClusterManager {
@@ -40,7 +44,24 @@ impl ClusterManager {
             finalizers,
             directory,
             cancel,
+            active: true,
         }
+    }
+
+    /// A manager that starts no cluster until activated.
+    pub fn inactive(mut self) -> Self {
+        self.active = false;
+        self
+    }
+
+    /// Starts every cluster of `sources` (this replica begins to deliver).
+    pub async fn activate(
+        &mut self,
+        sources: &BTreeMap<String, ClusterSource>,
+        main: &Arc<MainConfig>,
+    ) {
+        self.active = true;
+        self.restart_all(sources, main).await;
     }
 
     pub fn health(&self) -> &HealthBoard {
@@ -56,6 +77,9 @@ impl ClusterManager {
     /// clusters are not touched.
     pub async fn apply(&mut self, changes: &[Change<ClusterSource>], main: &Arc<MainConfig>) {
         self.directory.set_kinds(&main.kinds);
+        if !self.active {
+            return;
+        }
         for change in changes {
             match change {
                 Change::Added(source) | Change::Changed(source) => {
@@ -78,6 +102,9 @@ impl ClusterManager {
     ) {
         self.directory.set_kinds(&main.kinds);
         self.stop_all().await;
+        if !self.active {
+            return;
+        }
         for source in sources.values() {
             self.start(source, main);
         }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::coordination::CoordinationSettings;
 use crate::runtime::RuntimeSettings;
 use crate::state::StateSettings;
 use crate::watch::kinds::{JobKind, NormalizerSpec};
@@ -49,6 +50,9 @@ pub struct MainFile {
     /// The HTTP endpoint for metrics, probes and status. Read once at start.
     #[serde(default)]
     pub telemetry: TelemetrySettings,
+    /// Leader election between replicas. Read once at start.
+    #[serde(default)]
+    pub coordination: CoordinationSettings,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -304,6 +308,8 @@ pub struct MainConfig {
     pub sql: SqlSettings,
     pub archive: ArchiveLocation,
     pub telemetry: TelemetrySettings,
+    /// With a relative kubeconfig resolved.
+    pub coordination: CoordinationSettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -410,6 +416,10 @@ impl MainFile {
                     .unwrap_or_else(|| root.join("archive")),
             ),
         };
+        let coordination = self
+            .coordination
+            .validate(root)
+            .map_err(ConfigError::Invalid)?;
         let plugin_dir = match self.plugin_dir {
             Some(p) if p.is_absolute() => p,
             Some(p) => root.join(p),
@@ -426,6 +436,7 @@ impl MainFile {
             sql: self.sql,
             archive,
             telemetry: self.telemetry,
+            coordination,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })

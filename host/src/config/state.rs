@@ -165,10 +165,14 @@ impl ConfigState {
                     return;
                 }
                 update.watch_changed = self.main.watch_differs(&main);
-                if self.main.runtime != main.runtime || self.main.state_path != main.state_path {
+                if self.main.runtime != main.runtime
+                    || self.main.state_path != main.state_path
+                    || self.main.coordination != main.coordination
+                {
                     tracing::warn!(
                         file = %self.root.join(MAIN_FILE).display(),
-                        "the `runtime` or `state` section changed; it takes effect at the next restart"
+                        "the `runtime`, `state` or `coordination` section changed; it takes \
+                         effect at the next restart"
                     );
                 }
                 self.main = Arc::new(main);

@@ -191,17 +191,7 @@ impl Lane {
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, crate::state::StoreError> {
-        let cursors = store.cursors(name).await?;
-        let jobs: HashMap<JobKey, JobState> = cursors
-            .iter()
-            .map(|c| {
-                let key = JobKey {
-                    cluster: c.cluster.clone(),
-                    uid: c.uid.clone(),
-                };
-                (key, JobState::from_cursor(c))
-            })
-            .collect();
+        let jobs = jobs_from(&store.cursors(name).await?);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
@@ -493,6 +483,19 @@ impl Lane {
         }
     }
 
+    /// Forgets what the lane knows of every job that has no work in it and reads the
+    /// plugin's cursors again. For a replica that takes over delivery: while it waited (no
+    /// watchers, so no work), the replica that delivered moved the shared cursors on.
+    pub async fn reload_cursors(&self) -> Result<(), crate::state::StoreError> {
+        let fresh = jobs_from(&self.inner.store.cursors(&self.inner.name).await?);
+        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.retain(|_, job| job.busy || !job.queue.is_empty());
+        for (key, job) in fresh {
+            jobs.entry(key).or_insert(job);
+        }
+        Ok(())
+    }
+
     /// Stop starting calls and wait for the ones in flight. Queued events stay unacknowledged:
     /// their cursors were not advanced, so a restart delivers them.
     pub async fn close(&self) {
@@ -506,6 +509,19 @@ impl Lane {
     pub fn name(&self) -> &str {
         &self.inner.name
     }
+}
+
+fn jobs_from(cursors: &[Cursor]) -> HashMap<JobKey, JobState> {
+    cursors
+        .iter()
+        .map(|c| {
+            let key = JobKey {
+                cluster: c.cluster.clone(),
+                uid: c.uid.clone(),
+            };
+            (key, JobState::from_cursor(c))
+        })
+        .collect()
 }
 
 /// The end of one (re-)list of one stream, for deletion-while-away detection.

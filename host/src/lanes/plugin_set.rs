@@ -202,6 +202,16 @@ impl PluginSet {
         }
     }
 
+    /// Every lane re-reads its cursors from the store (see [`Lane::reload_cursors`]). Fails on
+    /// the first lane whose cursors cannot be read: delivering from stale cursors would repeat
+    /// what another replica delivered.
+    pub async fn reload_cursors(&self) -> Result<(), crate::state::StoreError> {
+        for lane in self.routes.lanes().values() {
+            lane.reload_cursors().await?;
+        }
+        Ok(())
+    }
+
     /// Close the state store (after the lanes stopped writing to it).
     pub async fn close_store(&self) {
         self.store.close().await;

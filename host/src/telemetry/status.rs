@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
+use crate::coordination::Role;
 use crate::lanes::dispatcher::Routes;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::lanes::recent::RecentEvent;
@@ -20,13 +21,18 @@ pub struct StatusSources {
     pub problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
     /// The dispatcher's routes: recent events and what was observed per cluster and kind.
     pub routes: Routes,
+    /// This replica's part in the leader election.
+    pub role: tokio::sync::watch::Receiver<Role>,
 }
 
 /// The daemon at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// Ready: every cluster's streams have listed, and every plugin serves a version.
+    /// Ready: every cluster's streams have listed, and every plugin serves a version. A
+    /// follower watches no cluster: it is ready once its plugins are, to take over.
     pub ready: bool,
+    /// Single replica, leader, follower (with the leader's identity), or lost.
+    pub coordination: Role,
     pub clusters: BTreeMap<String, ClusterHealth>,
     pub plugins: BTreeMap<String, PluginStatus>,
     /// Config files refused (path → reason); their last good versions stay in force.
@@ -59,6 +65,7 @@ impl StatusSources {
             && plugins.values().all(|p| p.serving.is_some());
         Status {
             ready,
+            coordination: self.role.borrow().clone(),
             clusters,
             plugins,
             problems,

@@ -1,0 +1,150 @@
+//! Leader election: keeps trying to hold the Lease, renews it while held, and says when this
+//! replica may deliver and when it must stop.
+//!
+//! A leader that cannot renew for `renew_deadline` gives up leadership for good ([`Role::Lost`]):
+//! the daemon then stops delivering and the process exits, so that Kubernetes restarts it as a
+//! follower. Since the deadline is shorter than the Lease duration, the old leader has stopped
+//! before any follower may take the Lease. Coming back as a fresh follower, rather than trying
+//! to win the Lease again in place, keeps one simple rule: a process delivers during at most one
+//! unbroken term.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{Holding, LeaseError, LeaseLock};
+use super::settings::Timings;
+
+/// This replica's part in the election.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Role {
+    /// No election: the only replica, always delivering.
+    Single,
+    /// Waiting; `holder` is the leader as last seen (none while the Lease is free).
+    Follower { holder: Option<String> },
+    /// Holds the Lease and delivers.
+    Leader,
+    /// Was leader and could not renew in time: must stop delivering.
+    Lost,
+}
+
+impl Role {
+    /// Whether this replica may deliver now.
+    pub fn delivers(&self) -> bool {
+        matches!(self, Role::Single | Role::Leader)
+    }
+}
+
+/// A running election.
+pub struct Election {
+    role: watch::Receiver<Role>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Election {
+    /// Starts campaigning. Cancelling `cancel` ends the election and releases the Lease if held.
+    pub fn start(lock: LeaseLock, timings: Timings, cancel: CancellationToken) -> Election {
+        let (tx, rx) = watch::channel(Role::Follower { holder: None });
+        let task = tokio::spawn(campaign(lock, timings, tx, cancel));
+        Election { role: rx, task }
+    }
+
+    /// The role, as it changes.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    /// Waits for the election task to end (after cancellation: the Lease released).
+    pub async fn finished(self) {
+        let _ = self.task.await;
+    }
+}
+
+async fn campaign(
+    mut lock: LeaseLock,
+    timings: Timings,
+    role: watch::Sender<Role>,
+    cancel: CancellationToken,
+) {
+    // When the Lease was last renewed, while leading.
+    let mut renewed: Option<Instant> = None;
+    loop {
+        // A request that hangs must not hold the leader past its deadline.
+        let limit = match renewed {
+            Some(at) => timings.renew_deadline.saturating_sub(at.elapsed()),
+            None => timings.renew_deadline,
+        };
+        let attempt = tokio::select! {
+            a = tokio::time::timeout(limit, lock.try_hold()) => a,
+            _ = cancel.cancelled() => break,
+        };
+        let leading = renewed.is_some();
+        match attempt.unwrap_or(Err(LeaseError::TimedOut)) {
+            Ok(Holding::Held) => {
+                if !leading {
+                    tracing::info!(identity = %lock.identity(), "took the Lease: this replica delivers now");
+                    role.send_replace(Role::Leader);
+                }
+                renewed = Some(Instant::now());
+            }
+            Ok(Holding::Other(holder)) if !leading => {
+                let holder = holder.or_else(|| lock.holder().map(str::to_string));
+                role.send_if_modified(|r| {
+                    let next = Role::Follower { holder };
+                    let changed = *r != next;
+                    *r = next;
+                    changed
+                });
+            }
+            Ok(Holding::Other(holder)) => {
+                tracing::error!(
+                    identity = %lock.identity(),
+                    holder = holder.as_deref().unwrap_or("?"),
+                    "the Lease was taken by another replica: stopping delivery"
+                );
+                role.send_replace(Role::Lost);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read or write the Lease");
+            }
+        }
+        if let Some(at) = renewed
+            && at.elapsed() > timings.renew_deadline
+        {
+            tracing::error!(
+                identity = %lock.identity(),
+                deadline_seconds = timings.renew_deadline.as_secs(),
+                "could not renew the Lease in time: stopping delivery"
+            );
+            role.send_replace(Role::Lost);
+            return;
+        }
+        let wait = if renewed.is_some() {
+            timings.retry_period
+        } else {
+            jittered(timings.retry_period)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    if renewed.is_some() {
+        match lock.release().await {
+            Ok(()) => tracing::info!(identity = %lock.identity(), "released the Lease"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release the Lease; it expires on its own")
+            }
+        }
+    }
+}
+
+/// Followers spread their attempts out a little, so replicas started together do not all
+/// write at once whenever the Lease frees up.
+fn jittered(period: Duration) -> Duration {
+    period + period.mul_f64(fastrand::f64() * 0.2)
+}

@@ -1,0 +1,15 @@
+//! Several replicas, one deliverer: leader election through a Lease on the home cluster.
+//!
+//! With `coordination.mode: leader` every replica loads its config and compiles its plugins,
+//! but only the one holding the Lease watches clusters and delivers. The others wait, ready: on
+//! taking the Lease a replica re-reads every lane's cursors from the shared state store, lists
+//! every cluster, and delivers what changed since the cursors were written, exactly as after a
+//! restart. See `docs/delivery.md` for what this guarantees.
+
+pub mod elector;
+pub mod home;
+pub mod lease;
+pub mod settings;
+
+pub use self::elector::{Election, Role};
+pub use self::settings::{CoordinationSettings, Mode};

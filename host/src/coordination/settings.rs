@@ -1,0 +1,183 @@
+//! The `coordination:` section of the main file: whether replicas elect one that delivers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How this process shares the work with other replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The only replica: it delivers everything, no Lease is used.
+    #[default]
+    Single,
+    /// Replicas elect one leader through a Lease on the home cluster; only the leader watches
+    /// and delivers, the others wait with their plugins compiled.
+    Leader,
+}
+
+/// ```yaml
+/// coordination:
+///   mode: leader
+///   lease_name: jobrelay          # in `namespace` of the home cluster
+///   namespace: jobrelay           # default: the pod's own namespace
+///   kubeconfig: home.kubeconfig   # default: the pod's service account (in-cluster)
+///   lease_duration_seconds: 15
+///   renew_deadline_seconds: 10
+///   retry_period_seconds: 2
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "snake_case", deny_unknown_fields)]
+pub struct CoordinationSettings {
+    pub mode: Mode,
+    /// Name of the Lease object.
+    pub lease_name: String,
+    /// Namespace of the Lease. Default: `POD_NAMESPACE`, else the service account's namespace,
+    /// else the kubeconfig's.
+    pub namespace: Option<String>,
+    /// Kubeconfig of the home cluster (relative: against the config folder). Without it the
+    /// pod's service account is used, so the home cluster needs no kubeconfig file.
+    pub kubeconfig: Option<PathBuf>,
+    /// This replica's name in the Lease. Default: `POD_NAME`, else host name and process id.
+    pub identity: Option<String>,
+    /// How long a Lease not renewed keeps others out. A follower takes over this long after
+    /// it last saw the Lease change.
+    pub lease_duration_seconds: u32,
+    /// The leader stops delivering if it could not renew for this long. Shorter than the
+    /// lease duration, so it has stopped before anyone else may start; the difference is the
+    /// margin for clocks that run at different speeds.
+    pub renew_deadline_seconds: u32,
+    /// How often the leader renews and followers try to acquire.
+    pub retry_period_seconds: u32,
+}
+
+impl Default for CoordinationSettings {
+    fn default() -> Self {
+        CoordinationSettings {
+            mode: Mode::Single,
+            lease_name: "jobrelay".to_string(),
+            namespace: None,
+            kubeconfig: None,
+            identity: None,
+            lease_duration_seconds: 15,
+            renew_deadline_seconds: 10,
+            retry_period_seconds: 2,
+        }
+    }
+}
+
+/// The timings of an election, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl CoordinationSettings {
+    /// Checks the section and resolves a relative kubeconfig against `root`. Errors name the
+    /// field.
+    pub fn validate(mut self, root: &Path) -> Result<CoordinationSettings, String> {
+        if !is_dns_label_like(&self.lease_name) {
+            return Err(format!(
+                "coordination.lease_name: `{}` is not a valid object name (lowercase letters, \
+                 digits, '-' and '.', at most 253 characters)",
+                self.lease_name
+            ));
+        }
+        if let Some(ns) = &self.namespace
+            && !is_dns_label_like(ns)
+        {
+            return Err(format!(
+                "coordination.namespace: `{ns}` is not a valid namespace"
+            ));
+        }
+        if self
+            .identity
+            .as_deref()
+            .is_some_and(|i| i.trim().is_empty())
+        {
+            return Err("coordination.identity: must not be empty".into());
+        }
+        let (lease, deadline, retry) = (
+            self.lease_duration_seconds,
+            self.renew_deadline_seconds,
+            self.retry_period_seconds,
+        );
+        if retry == 0 || deadline <= retry || lease <= deadline {
+            return Err(format!(
+                "coordination: needs 0 < retry_period_seconds ({retry}) < \
+                 renew_deadline_seconds ({deadline}) < lease_duration_seconds ({lease})"
+            ));
+        }
+        self.kubeconfig = self
+            .kubeconfig
+            .map(|p| if p.is_absolute() { p } else { root.join(p) });
+        Ok(self)
+    }
+
+    pub fn timings(&self) -> Timings {
+        Timings {
+            lease_duration: Duration::from_secs(self.lease_duration_seconds.into()),
+            renew_deadline: Duration::from_secs(self.renew_deadline_seconds.into()),
+            retry_period: Duration::from_secs(self.retry_period_seconds.into()),
+        }
+    }
+}
+
+fn is_dns_label_like(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<CoordinationSettings, String> {
+        let s: CoordinationSettings = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        s.validate(Path::new("/etc/jobrelay"))
+    }
+
+    #[test]
+    fn defaults_are_single_replica_with_client_go_timings() {
+        let s = parse("{}").expect("defaults");
+        assert_eq!(s.mode, Mode::Single);
+        assert_eq!(s.lease_name, "jobrelay");
+        let t = s.timings();
+        assert_eq!(t.lease_duration, Duration::from_secs(15));
+        assert_eq!(t.renew_deadline, Duration::from_secs(10));
+        assert_eq!(t.retry_period, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn relative_kubeconfig_is_against_the_config_folder() {
+        let s = parse("mode: leader\nkubeconfig: home.yaml").expect("valid");
+        assert_eq!(s.mode, Mode::Leader);
+        assert_eq!(s.kubeconfig, Some(PathBuf::from("/etc/jobrelay/home.yaml")));
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let e = parse("lease_duration_seconds: 5\nrenew_deadline_seconds: 5").unwrap_err();
+        assert!(e.contains("renew_deadline_seconds (5)"), "{e}");
+        let e = parse("retry_period_seconds: 0").unwrap_err();
+        assert!(e.contains("retry_period_seconds (0)"), "{e}");
+        let e = parse("lease_name: Jobrelay_Lease").unwrap_err();
+        assert!(e.starts_with("coordination.lease_name"), "{e}");
+        let e = parse("namespace: '-x'").unwrap_err();
+        assert!(e.starts_with("coordination.namespace"), "{e}");
+        let e = parse("identity: ' '").unwrap_err();
+        assert!(e.starts_with("coordination.identity"), "{e}");
+        let e = parse("mode: sharded").unwrap_err();
+        assert!(e.contains("mode"), "{e}");
+        let e = parse("lease: x").unwrap_err();
+        assert!(e.contains("unknown field"), "{e}");
+    }
+}
