@@ -13,7 +13,7 @@ use jobrelay::lanes::lane::{Lane, Observed};
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay::runtime::CallError;
-use jobrelay::state::open_store;
+use jobrelay::state::{StateBackend, open_store};
 use jobrelay::watch::event::{JobEvent, Phase};
 use jobrelay::watch::kinds::JobKind;
 
@@ -36,7 +36,7 @@ impl Handler for Down {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_plugin_holds_at_most_the_bound_and_parks_the_rest_as_dead_letters() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open_store(&dir.path().join("state.db"))
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
         .await
         .expect("store");
     let settings = LaneSettings {

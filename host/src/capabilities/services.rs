@@ -13,7 +13,9 @@ use super::sql::Databases;
 use crate::config::main_file::MainConfig;
 use crate::state::PluginKv;
 
-/// File name of the `embedded` SQL connection, next to the state file.
+/// File name of the `embedded` SQL connection: next to the state file, or, with the state in
+/// MySQL, in [`DEFAULT_LOCAL_DIR`](crate::state::DEFAULT_LOCAL_DIR). A main file that defines a
+/// connection named `embedded` puts it elsewhere.
 pub const EMBEDDED_DB_FILE: &str = "plugins.db";
 
 /// Everything the capabilities reach outside the store.
@@ -45,11 +47,7 @@ impl Services {
     /// connect lazily and the archive folder is created, so this fails only on configuration
     /// errors (a bad URL, an unresolvable secret, an archive folder that cannot be made).
     pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, String> {
-        let state_dir = main
-            .state_path
-            .parent()
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_default();
+        let state_dir = main.state.local_dir();
         let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_FILE))?;
         let archive = ArchiveStore::open(&main.archive)?;
         let clusters = ClusterDirectory::default();

@@ -1,5 +1,6 @@
-//! What can go wrong with the state file, always said with the file's path and the operation,
-//! because the operator reading the message has to find and fix that file.
+//! What can go wrong with the state store, always said with the file's path (SQLite) or the
+//! server and database (MySQL, never with the password) and the operation, because the
+//! operator reading the message has to find and fix that file or database.
 
 use std::path::PathBuf;
 
@@ -64,11 +65,72 @@ pub enum StoreError {
     },
 
     /// A value could not be encoded for storage.
-    #[error("cannot encode {what} for the state file: {source}")]
+    #[error("cannot encode {what} for the state store: {source}")]
     Encode {
         what: &'static str,
         #[source]
         source: serde_json::Error,
+    },
+
+    /// `state.url` cannot be used: its secret reference does not resolve, it is not a MySQL
+    /// URL, or it names no database. Never shows the URL, which may hold a password.
+    #[error("state.url: {0}")]
+    BadUrl(String),
+
+    /// `state.table_prefix` is not 1 to 32 ASCII letters, digits and underscores. The prefix
+    /// goes into table names, so nothing else is let through.
+    #[error("state.table_prefix {prefix:?} {reason}: use 1 to 32 ASCII letters, digits and `_`")]
+    BadTablePrefix {
+        prefix: String,
+        reason: &'static str,
+    },
+
+    /// The database server could not be reached, or refused the login. `server` is
+    /// `mysql://user@host:port/database`, without the password.
+    #[error("cannot connect to the state database {server}: {source}")]
+    Connect {
+        server: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// The tables were written by a newer jobrelay. Using them anyway could corrupt what that
+    /// version stored, so this one stops instead.
+    #[error(
+        "the state database {server} has schema version {found} (table {table}), but this \
+         jobrelay understands only up to version {supported}; run the newer jobrelay that wrote \
+         it, or point `state.url` or `state.table_prefix` at other tables"
+    )]
+    DatabaseNewerSchema {
+        server: String,
+        table: String,
+        found: i64,
+        supported: i64,
+    },
+
+    /// Tables with the store's names exist but `table` (the schema version) does not: they
+    /// belong to something else, and writing into them could damage its data.
+    #[error(
+        "the state database {server} has tables named like jobrelay's but no {table}, so they \
+         are not jobrelay's; choose another `state.table_prefix`"
+    )]
+    NotAStateDatabase { server: String, table: String },
+
+    /// A statement on the state database failed. `operation` names what the store was doing.
+    #[error("state database {server}: cannot {operation}: {source}")]
+    DatabaseQuery {
+        server: String,
+        operation: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// A stored row of the state database could not be read back.
+    #[error("state database {server}: stored {what} is unreadable: {detail}")]
+    DatabaseCorrupt {
+        server: String,
+        what: &'static str,
+        detail: String,
     },
 
     /// A dead-letter selection that is empty or ambiguous; refused rather than guessed, since

@@ -144,8 +144,10 @@ const MARK_SELECTED: &str = concat!(
     "UPDATE dead_letters SET replay_requested = 1 WHERE ",
     selection_where!()
 );
+/// Binds: plugin, take-every-cluster flag, clusters as a JSON array.
 const TAKE_REPLAYS: &str = concat!(
-    "DELETE FROM dead_letters WHERE plugin = ? AND replay_requested = 1 RETURNING ",
+    "DELETE FROM dead_letters WHERE plugin = ? AND replay_requested = 1 \
+     AND (? OR cluster IN (SELECT value FROM json_each(?))) RETURNING ",
     dead_letter_columns!()
 );
 
@@ -489,7 +491,17 @@ impl CursorStore for SqliteStore {
             .await
     }
 
-    async fn take_replays(&self, plugin: &str) -> Result<Vec<DeadLetter>, StoreError> {
+    async fn take_replays(
+        &self,
+        plugin: &str,
+        clusters: Option<&[String]>,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let only = serde_json::to_string(clusters.unwrap_or_default()).map_err(|source| {
+            StoreError::Encode {
+                what: "cluster list",
+                source,
+            }
+        })?;
         // One DELETE … RETURNING under the write lock: a row is returned by exactly the
         // statement that deleted it, so two takers can never both get it.
         let mut tx = self
@@ -499,6 +511,8 @@ impl CursorStore for SqliteStore {
             .map_err(self.failed("begin taking replays"))?;
         let rows = sqlx::query(TAKE_REPLAYS)
             .bind(plugin)
+            .bind(clusters.is_none())
+            .bind(only)
             .fetch_all(&mut *tx)
             .await
             .map_err(self.failed("take dead letters marked for replay"))?;

@@ -68,9 +68,14 @@ pub trait CursorStore: Send + Sync {
     ) -> Result<u64, StoreError>;
 
     /// The daemon's side: atomically takes (removes and returns, oldest first) the dead letters
-    /// of `plugin` that are marked for replay. Two takers never get the same dead letter; a
+    /// of `plugin` that are marked for replay; with `clusters`, only those of these clusters
+    /// (a sharded replica takes only its own). Two takers never get the same dead letter; a
     /// taken letter that fails again comes back as a new dead letter with a new seq.
-    async fn take_replays(&self, plugin: &str) -> Result<Vec<DeadLetter>, StoreError>;
+    async fn take_replays(
+        &self,
+        plugin: &str,
+        clusters: Option<&[String]>,
+    ) -> Result<Vec<DeadLetter>, StoreError>;
 
     /// Releases the store's connections at shutdown. Everything acknowledged is already
     /// committed, so this only tidies up (for SQLite: folds the write-ahead log back into the

@@ -24,7 +24,7 @@ use jobrelay::lanes::lane::Lane;
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
-use jobrelay::state::{Cursor, CursorStore, DeadLetter, StoreError, open_store};
+use jobrelay::state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
 use jobrelay::watch::event::{JobEvent, Phase};
 use jobrelay::watch::kinds::JobKind;
 use jobrelay::watch::watcher::Observation;
@@ -184,7 +184,7 @@ fn settings() -> LaneSettings {
 
 /// A fresh store and routes with one lane running `handler`.
 async fn lane(dir: &tempfile::TempDir, name: &str, handler: Arc<dyn Handler>) -> (Routes, Lane) {
-    let store = open_store(&dir.path().join(format!("{name}.db")))
+    let store = open_store(&StateBackend::Sqlite(dir.path().join(format!("{name}.db"))))
         .await
         .expect("store");
     let lane = Lane::open(name, handler, settings(), store, None)
@@ -291,7 +291,11 @@ impl CursorStore for NullStore {
     async fn request_replay(&self, _: Option<&str>, _: &[i64], _: bool) -> Result<u64, StoreError> {
         Ok(0)
     }
-    async fn take_replays(&self, _: &str) -> Result<Vec<DeadLetter>, StoreError> {
+    async fn take_replays(
+        &self,
+        _: &str,
+        _: Option<&[String]>,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
         Ok(Vec::new())
     }
 }
