@@ -4,13 +4,13 @@
 //! Order matters at start: plugins are loaded before any cluster is watched, so the first
 //! list of every cluster reaches every plugin that exists at start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +20,8 @@ use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{ConfigState, Update};
-use crate::coordination::lease::LeaseLock;
-use crate::coordination::{Election, Mode, Role};
+use crate::coordination::shards::ShardCommand;
+use crate::coordination::{Coordinator, Role};
 use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
@@ -48,8 +48,8 @@ pub struct Daemon {
     task: JoinHandle<()>,
     /// Where the telemetry endpoint listens, when configured.
     telemetry: Option<std::net::SocketAddr>,
-    /// The leader election, with `coordination.mode: leader`.
-    election: Option<(Election, CancellationToken)>,
+    /// Leader election or sharding, if configured.
+    coordinator: Coordinator,
     /// Cancelled when this replica lost the Lease and stopped delivering.
     lost: CancellationToken,
     /// How long calls in flight may go on after the Lease is lost: half the margin between
@@ -65,9 +65,9 @@ impl Daemon {
             .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
         let main = state.main().clone();
         let root = state.root().to_path_buf();
-        let (store, kv) = open_stores(&main.state_path)
+        let (store, kv) = open_stores(&main.state)
             .await
-            .with_context(|| format!("cannot open the state file {}", main.state_path.display()))?;
+            .with_context(|| format!("cannot open the state store, {}", main.state))?;
         let services = Services::open(&main, Some(kv)).map_err(|e| anyhow::anyhow!("{e}"))?;
         let directory = services.clusters.clone();
         let runtime = Runtime::with_services(main.runtime.clone(), services)
@@ -87,34 +87,12 @@ impl Daemon {
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
         }
-        let election = match main.coordination.mode {
-            Mode::Single => None,
-            Mode::Leader => {
-                let settings = &main.coordination;
-                let home = crate::coordination::home::connect(settings)
-                    .await
-                    .map_err(anyhow::Error::msg)?;
-                let timings = settings.timings();
-                tracing::info!(
-                    identity = %home.identity,
-                    lease = %format!("{}/{}", home.namespace, settings.lease_name),
-                    "leader election: waiting for the Lease before watching any cluster"
-                );
-                let lock = LeaseLock::new(
-                    home.client,
-                    &home.namespace,
-                    &settings.lease_name,
-                    &home.identity,
-                    timings.lease_duration,
-                );
-                let stop = CancellationToken::new();
-                Some((Election::start(lock, timings, stop.clone()), stop))
-            }
-        };
-        let role = match &election {
-            Some((e, _)) => e.role(),
-            None => tokio::sync::watch::channel(Role::Single).1,
-        };
+        let names = |state: &ConfigState| state.clusters().keys().cloned().collect::<BTreeSet<_>>();
+        let (cluster_names, names_rx) = watch::channel(names(&state));
+        let (coordinator, mut shard_commands) = Coordinator::start(&main.coordination, names_rx)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let role = coordinator.role();
         let mut clusters = ClusterManager::new(
             sink,
             health.clone(),
@@ -122,7 +100,7 @@ impl Daemon {
             directory,
             cancel.clone(),
         );
-        if election.is_some() {
+        if coordinator.waits_for_lease() {
             clusters = clusters.inactive();
         }
         clusters.apply(&first.clusters, &main).await;
@@ -163,15 +141,32 @@ impl Daemon {
                                     lost.cancel();
                                     break;
                                 }
-                                Role::Single | Role::Follower { .. } => {}
+                                Role::Single | Role::Follower { .. } | Role::Sharded { .. } => {}
+                            }
+                            continue;
+                        }
+                        command = next_command(&mut shard_commands) => {
+                            match command {
+                                ShardCommand::Start(cluster) => {
+                                    if let Err(e) = plugins.reload_cluster(&cluster).await {
+                                        tracing::error!(%cluster, error = %e, "cannot read the cluster's cursors at take-over; not delivering");
+                                        lost.cancel();
+                                        break;
+                                    }
+                                    clusters.allow(&cluster, state.clusters(), state.main()).await;
+                                }
+                                ShardCommand::Stop(cluster, done) => {
+                                    clusters.disallow(&cluster).await;
+                                    plugins.forget_cluster(&cluster).await;
+                                    let _ = done.send(());
+                                }
                             }
                             continue;
                         }
                         _ = replays.tick() => {
-                            // Replays are deliveries: only the replica that delivers takes them.
-                            if role.borrow().delivers() {
-                                plugins.take_replays().await;
-                            }
+                            // Replays are deliveries: only of the clusters delivered here.
+                            let scope = clusters.allowed();
+                            plugins.take_replays(scope.as_deref()).await;
                             continue;
                         }
                         _ = sweeps.tick() => {
@@ -187,6 +182,12 @@ impl Daemon {
                     }
                     *problems.write().unwrap_or_else(|p| p.into_inner()) = state.problems().clone();
                     apply(&state, update, &plugins, &mut clusters).await;
+                    cluster_names.send_if_modified(|known| {
+                        let now = names(&state);
+                        let changed = *known != now;
+                        *known = now;
+                        changed
+                    });
                     folder.ensure_watched(&state.watched_dirs());
                 }
                 clusters.stop_all().await;
@@ -215,7 +216,7 @@ impl Daemon {
             t.lease_duration.saturating_sub(t.renew_deadline) / 2
         };
         Ok(Daemon {
-            election,
+            coordinator,
             lost,
             loss_grace,
             telemetry,
@@ -266,10 +267,7 @@ impl Daemon {
             tracing::warn!("grace period over with plugin calls still running");
         }
         self.plugins.close_store().await;
-        if let Some((election, stop)) = self.election {
-            stop.cancel();
-            election.finished().await;
-        }
+        self.coordinator.stop().await;
     }
 
     /// Resolves when this replica lost the Lease and stopped watching; the process should
@@ -287,6 +285,17 @@ impl Daemon {
     /// Wait until no lane has queued or running work (tests, benchmarks).
     pub async fn idle(&self) {
         self.plugins.idle().await;
+    }
+}
+
+/// The next shard command; pending forever when not sharding.
+async fn next_command(commands: &mut Option<mpsc::Receiver<ShardCommand>>) -> ShardCommand {
+    match commands {
+        Some(rx) => match rx.recv().await {
+            Some(command) => command,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -5,6 +5,7 @@ mod common;
 
 mod cli;
 mod config_folder;
+mod failover;
 mod feishu_notify;
 mod http_capability;
 mod lane_bound;
@@ -14,4 +15,5 @@ mod mysql_sync;
 mod process;
 mod runtime;
 mod sandbox;
+mod sharding;
 mod state_store;

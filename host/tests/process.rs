@@ -22,25 +22,25 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
 /// Deadline for anything the daemon should do "soon".
-const DEADLINE: Duration = Duration::from_secs(90);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
 /// The plugins' concurrency in these tests: at most this many calls are in flight at a kill.
-const CONCURRENCY: usize = 4;
+pub(crate) const CONCURRENCY: usize = 4;
 const BEHAVE: &str = "jobrelay.test/behave";
 
 // ----- the daemon as a child process -----------------------------------------------------------
 
 /// One `jobrelay run` child. Its stderr (the logs) is collected in memory; dropping the guard
 /// kills the process (SIGKILL), so no test leaves a daemon running.
-struct Relay {
+pub(crate) struct Relay {
     what: String,
-    child: Child,
+    pub(crate) child: Child,
     pid: u32,
     log: Arc<Mutex<String>>,
     reader: Option<JoinHandle<()>>,
 }
 
 impl Relay {
-    fn start(config: &Path, what: &str) -> Relay {
+    pub(crate) fn start(config: &Path, what: &str) -> Relay {
         let mut child = Command::new(env!("CARGO_BIN_EXE_jobrelay"))
             .arg("run")
             .arg("--config")
@@ -75,12 +75,12 @@ impl Relay {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The last lines of the log, for failure messages.
-    fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
         let from = lines.len().saturating_sub(40);
@@ -92,7 +92,7 @@ impl Relay {
     }
 
     /// The log lines at ERROR level, prefixed with the run they come from.
-    fn errors(&self) -> Vec<String> {
+    pub(crate) fn errors(&self) -> Vec<String> {
         self.log()
             .lines()
             .filter(|l| l.contains("ERROR"))
@@ -101,7 +101,7 @@ impl Relay {
     }
 
     /// Sends a signal by name (`TERM`, `INT`) with the system's `kill` command.
-    fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
             .arg("-s")
             .arg(name)
@@ -112,13 +112,13 @@ impl Relay {
     }
 
     /// SIGKILL (what `Child::kill` sends), and reap the process.
-    async fn sigkill(&mut self) {
+    pub(crate) async fn sigkill(&mut self) {
         self.child.kill().await.expect("SIGKILL the daemon");
         self.drain_log().await;
     }
 
     /// Waits for the process to exit; `None` if it is still running after `within`.
-    async fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
+    pub(crate) async fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
         let status = tokio::time::timeout(within, self.child.wait()).await.ok()?;
         let status = status.expect("wait for the daemon");
         self.drain_log().await;
@@ -146,7 +146,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn plugin_dir() -> PathBuf {
+pub(crate) fn plugin_dir() -> PathBuf {
     let dir = repo().join("target/plugins");
     for name in ["event-log", "probe"] {
         let wasm = dir.join(format!("{name}.wasm"));
@@ -159,14 +159,14 @@ fn plugin_dir() -> PathBuf {
     dir
 }
 
-fn write(path: &Path, content: &str) {
+pub(crate) fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().expect("a parent folder")).expect("mkdir");
     std::fs::write(path, content).expect("write");
 }
 
 /// A config folder watching every built-in kind on `sim` (as cluster `alpha`) with one plugin
 /// `plugins/<plugin>.yaml` given by `manifest`.
-fn config_folder(sim: &SimCluster, plugin: &str, manifest: &str) -> tempfile::TempDir {
+pub(crate) fn config_folder(sim: &SimCluster, plugin: &str, manifest: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     write(
@@ -182,7 +182,7 @@ fn config_folder(sim: &SimCluster, plugin: &str, manifest: &str) -> tempfile::Te
 }
 
 /// JSON lines of a plugin's output file, and the lines that are not JSON (a torn write).
-fn read_lines(path: &Path) -> (Vec<Value>, Vec<String>) {
+pub(crate) fn read_lines(path: &Path) -> (Vec<Value>, Vec<String>) {
     let Ok(text) = std::fs::read_to_string(path) else {
         return (Vec::new(), Vec::new());
     };
@@ -197,13 +197,13 @@ fn read_lines(path: &Path) -> (Vec<Value>, Vec<String>) {
     (good, torn)
 }
 
-fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+pub(crate) fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or_default()
 }
 
 /// Polls `check` every 200 ms until it returns `Some`; `Err` with the last `Err` of `check`
 /// after `deadline`.
-async fn poll<T>(
+pub(crate) async fn poll<T>(
     deadline: Duration,
     mut check: impl FnMut() -> Result<T, String>,
 ) -> Result<T, String> {
@@ -218,18 +218,26 @@ async fn poll<T>(
 }
 
 /// The plugin's cursors by job uid, read from the state file after the daemon exited.
-async fn cursors(config: &Path, plugin: &str) -> HashMap<String, jobrelay::state::Cursor> {
-    let store = jobrelay::state::open_store(&config.join("state/jobrelay.db"))
+pub(crate) async fn cursors(
+    state: &jobrelay::state::StateBackend,
+    plugin: &str,
+) -> Vec<jobrelay::state::Cursor> {
+    let store = jobrelay::state::open_store(state)
         .await
-        .expect("open the state file");
+        .expect("open the state store");
     let cursors = store.cursors(plugin).await.expect("read cursors");
     store.close().await;
-    cursors.into_iter().map(|c| (c.uid.clone(), c)).collect()
+    cursors
+}
+
+/// The state file of a config folder made by [`config_folder`].
+pub(crate) fn state_file(config: &Path) -> jobrelay::state::StateBackend {
+    jobrelay::state::StateBackend::Sqlite(config.join("state/jobrelay.db"))
 }
 
 // ----- a small seeded PRNG (splitmix64) --------------------------------------------------------
 
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -241,7 +249,7 @@ impl Rng {
     }
 
     /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
 
@@ -250,7 +258,7 @@ impl Rng {
     }
 }
 
-fn soak_seed() -> u64 {
+pub(crate) fn soak_seed() -> u64 {
     if let Some(seed) = std::env::var("JOBRELAY_SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -277,10 +285,10 @@ enum Step {
 
 /// One job's life: created at `start_ms`, then each step at its time (ms from the start).
 #[derive(Clone, Debug)]
-struct Plan {
+pub(crate) struct Plan {
     flavor: Flavor,
     namespace: &'static str,
-    name: String,
+    pub(crate) name: String,
     start_ms: u64,
     steps: Vec<(u64, Step)>,
 }
@@ -306,7 +314,7 @@ impl Plan {
 /// `jobs` lifecycles over all four flavours: created within the first 9 s, steps 0.4–1.8 s
 /// apart, some pending first, some restarting once or twice, a third failing, a third deleted
 /// a little after finishing. The whole schedule spans roughly 15–22 s.
-fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
+pub(crate) fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
     (0..jobs)
         .map(|i| {
             let flavor = Flavor::ALL[i % Flavor::ALL.len()];
@@ -352,18 +360,18 @@ fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
 
 /// What the driver did to one job.
 #[derive(Debug, Clone)]
-struct Played {
-    name: String,
-    uid: String,
-    terminal: &'static str,
+pub(crate) struct Played {
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) terminal: &'static str,
     /// The resourceVersion of the succeeded/failed write (the job's last version, unless it
     /// was deleted afterwards).
-    terminal_rv: String,
-    deleted: bool,
+    pub(crate) terminal_rv: String,
+    pub(crate) deleted: bool,
 }
 
 /// Plays the plans in time order against the simulator.
-async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<Vec<Played>> {
+pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<Vec<Played>> {
     // (at, job, step index); step index 0 creates the job.
     let mut timeline: Vec<(u64, usize, usize)> = Vec::new();
     for (job, plan) in plans.iter().enumerate() {
@@ -422,7 +430,7 @@ async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<Vec<Played>>
 
 /// Jobs whose final state is not in the event log yet: for a job still there, its terminal
 /// version; for a deleted job, any deletion event.
-fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> {
+pub(crate) fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> {
     played
         .iter()
         .filter(|job| {
@@ -616,7 +624,23 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
     println!("deleted jobs whose terminal phase was never seen: {deleted_without_terminal:?}");
 
     // --- nothing left in a lane: the state file matches the cluster ---
-    let cursors = cursors(&config, "log").await;
+    let cursors = cursors(&state_file(&config), "log").await;
+    assert_cursors_current(&sim, "alpha", &cursors, &played);
+}
+
+/// After the last run: every job still in the cluster has the plugin's cursor at its current
+/// version (every-version delivers every version), and no deleted job has a cursor left.
+pub(crate) fn assert_cursors_current(
+    sim: &SimCluster,
+    cluster: &str,
+    cursors: &[jobrelay::state::Cursor],
+    played: &[Played],
+) {
+    let cursors: HashMap<&str, &jobrelay::state::Cursor> = cursors
+        .iter()
+        .filter(|c| c.cluster == cluster)
+        .map(|c| (c.uid.as_str(), c))
+        .collect();
     let mut left = Vec::new();
     let mut present = BTreeSet::new();
     for flavor in Flavor::ALL {
@@ -644,7 +668,7 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
             job.name
         );
         // A delivered deletion removes the job's cursor.
-        if let Some(c) = cursors.get(&job.uid) {
+        if let Some(c) = cursors.get(job.uid.as_str()) {
             left.push(format!(
                 "{}: deleted, but a cursor remains at {:?} ({})",
                 job.name, c.resource_version, c.phase
@@ -730,7 +754,10 @@ async fn sigterm_lets_the_call_in_flight_finish_and_acknowledges_it() {
         "the call in flight finished before the exit\n{}",
         relay.tail()
     );
-    let cursor = cursors(config, "probe").await.remove(slow.uid());
+    let cursor = cursors(&state_file(config), "probe")
+        .await
+        .into_iter()
+        .find(|c| c.uid == slow.uid());
     assert_eq!(
         cursor.map(|c| c.resource_version),
         Some(slow.resource_version().to_string()),
@@ -821,7 +848,10 @@ async fn a_second_signal_exits_at_once_with_130() {
         "the interrupted call did not finish"
     );
     // Not acknowledged, so the next start delivers it again (at-least-once).
-    let cursor = cursors(config, "probe").await.remove(slow.uid());
+    let cursor = cursors(&state_file(config), "probe")
+        .await
+        .into_iter()
+        .find(|c| c.uid == slow.uid());
     assert!(
         cursor
             .as_ref()

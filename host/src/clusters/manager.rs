@@ -1,6 +1,6 @@
 //! The set of running clusters, changed one file's worth at a time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -23,10 +23,17 @@ pub struct ClusterManager {
     finalizers: Arc<FinalizerService>,
     directory: ClusterDirectory,
     cancel: CancellationToken,
-    /// Whether clusters run at all. A follower in a leader election keeps the manager
-    /// inactive: changes are ignored until [`activate`](ClusterManager::activate) starts every
-    /// cluster from the config's list as it is then.
-    active: bool,
+    /// Which clusters may run. A follower in a leader election allows none until
+    /// [`activate`](ClusterManager::activate); a sharded replica allows the clusters whose
+    /// Leases it holds.
+    scope: Scope,
+}
+
+/// Which of the configured clusters run here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scope {
+    All,
+    Only(BTreeSet<String>),
 }
 
 impl ClusterManager {
@@ -44,13 +51,13 @@ impl ClusterManager {
             finalizers,
             directory,
             cancel,
-            active: true,
+            scope: Scope::All,
         }
     }
 
-    /// A manager that starts no cluster until activated.
+    /// A manager that starts no cluster until activated or allowed one by one.
     pub fn inactive(mut self) -> Self {
-        self.active = false;
+        self.scope = Scope::Only(BTreeSet::new());
         self
     }
 
@@ -60,8 +67,49 @@ impl ClusterManager {
         sources: &BTreeMap<String, ClusterSource>,
         main: &Arc<MainConfig>,
     ) {
-        self.active = true;
+        self.scope = Scope::All;
         self.restart_all(sources, main).await;
+    }
+
+    /// Lets one more cluster run and starts it, if configured.
+    pub async fn allow(
+        &mut self,
+        name: &str,
+        sources: &BTreeMap<String, ClusterSource>,
+        main: &Arc<MainConfig>,
+    ) {
+        if let Scope::Only(allowed) = &mut self.scope {
+            allowed.insert(name.to_string());
+        }
+        self.directory.set_kinds(&main.kinds);
+        self.stop(name).await;
+        if let Some(source) = sources.get(name) {
+            self.start(source, main);
+        }
+    }
+
+    /// Stops one cluster and keeps it from running here.
+    pub async fn disallow(&mut self, name: &str) {
+        if let Scope::Only(allowed) = &mut self.scope {
+            allowed.remove(name);
+        }
+        self.stop(name).await;
+        self.health.remove(name);
+    }
+
+    /// The clusters allowed to run, or `None` when all are.
+    pub fn allowed(&self) -> Option<Vec<String>> {
+        match &self.scope {
+            Scope::All => None,
+            Scope::Only(allowed) => Some(allowed.iter().cloned().collect()),
+        }
+    }
+
+    fn in_scope(&self, name: &str) -> bool {
+        match &self.scope {
+            Scope::All => true,
+            Scope::Only(allowed) => allowed.contains(name),
+        }
     }
 
     pub fn health(&self) -> &HealthBoard {
@@ -77,12 +125,12 @@ impl ClusterManager {
     /// clusters are not touched.
     pub async fn apply(&mut self, changes: &[Change<ClusterSource>], main: &Arc<MainConfig>) {
         self.directory.set_kinds(&main.kinds);
-        if !self.active {
-            return;
-        }
         for change in changes {
             match change {
                 Change::Added(source) | Change::Changed(source) => {
+                    if !self.in_scope(&source.name) {
+                        continue;
+                    }
                     self.stop(&source.name).await;
                     self.start(source, main);
                 }
@@ -102,11 +150,10 @@ impl ClusterManager {
     ) {
         self.directory.set_kinds(&main.kinds);
         self.stop_all().await;
-        if !self.active {
-            return;
-        }
         for source in sources.values() {
-            self.start(source, main);
+            if self.in_scope(&source.name) {
+                self.start(source, main);
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordination::CoordinationSettings;
 use crate::runtime::RuntimeSettings;
-use crate::state::StateSettings;
+use crate::state::{StateBackend, StateSettings};
 use crate::watch::kinds::{JobKind, NormalizerSpec};
 
 use super::ConfigError;
@@ -35,7 +35,8 @@ pub struct MainFile {
     /// The WebAssembly engine. Read once at start: changing it needs a restart.
     #[serde(default)]
     pub runtime: RuntimeSettings,
-    /// Where cursors and dead letters are kept. Read once at start.
+    /// Where cursors, dead letters and plugins' key-value entries are kept: an SQLite file or
+    /// a MySQL/MariaDB database. Read once at start.
     #[serde(default)]
     pub state: StateSettings,
     /// jobrelay's finalizer, for kinds with `finalizer: true`.
@@ -181,7 +182,7 @@ fn default_sql_acquire_timeout() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct ArchiveSettings {
     /// A local folder (relative: to the config folder). Default: `archive/` next to the
-    /// state file.
+    /// state file (with the state in MySQL: `/var/lib/jobrelay/archive`).
     #[serde(default)]
     pub local: Option<PathBuf>,
     /// An S3-compatible bucket instead of a local folder.
@@ -302,8 +303,8 @@ pub struct MainConfig {
     /// Absolute.
     pub plugin_dir: PathBuf,
     pub runtime: RuntimeSettings,
-    /// The state file, absolute.
-    pub state_path: PathBuf,
+    /// Where the state lives: the SQLite file (absolute) or the MySQL database.
+    pub state: StateBackend,
     pub finalizers: FinalizerSettings,
     pub sql: SqlSettings,
     pub archive: ArchiveLocation,
@@ -394,7 +395,7 @@ impl MainFile {
                 )));
             }
         }
-        let state_path = self.state.resolved_path(root);
+        let state = self.state.backend(root).map_err(ConfigError::Invalid)?;
         let archive = match (self.archive.local, self.archive.s3) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::Invalid(
@@ -409,12 +410,7 @@ impl MainFile {
             (_, Some(s3)) => ArchiveLocation::S3(s3),
             (Some(p), None) if p.is_absolute() => ArchiveLocation::Local(p),
             (Some(p), None) => ArchiveLocation::Local(root.join(p)),
-            (None, None) => ArchiveLocation::Local(
-                state_path
-                    .parent()
-                    .map(|dir| dir.join("archive"))
-                    .unwrap_or_else(|| root.join("archive")),
-            ),
+            (None, None) => ArchiveLocation::Local(state.local_dir().join("archive")),
         };
         let coordination = self
             .coordination
@@ -431,7 +427,7 @@ impl MainFile {
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
             runtime: self.runtime,
-            state_path,
+            state,
             finalizers: self.finalizers,
             sql: self.sql,
             archive,

@@ -166,7 +166,7 @@ impl ConfigState {
                 }
                 update.watch_changed = self.main.watch_differs(&main);
                 if self.main.runtime != main.runtime
-                    || self.main.state_path != main.state_path
+                    || self.main.state != main.state
                     || self.main.coordination != main.coordination
                 {
                     tracing::warn!(

@@ -27,6 +27,11 @@ pub enum Role {
     Follower { holder: Option<String> },
     /// Holds the Lease and delivers.
     Leader,
+    /// Sharding: delivers the clusters whose Leases it holds; `members` are the live replicas.
+    Sharded {
+        owned: Vec<String>,
+        members: Vec<String>,
+    },
     /// Was leader and could not renew in time: must stop delivering.
     Lost,
 }
@@ -34,7 +39,7 @@ pub enum Role {
 impl Role {
     /// Whether this replica may deliver now.
     pub fn delivers(&self) -> bool {
-        matches!(self, Role::Single | Role::Leader)
+        matches!(self, Role::Single | Role::Leader | Role::Sharded { .. })
     }
 }
 

@@ -10,6 +10,7 @@
 //! change. Wall clocks that disagree between machines therefore do not matter, only how fast
 //! they run (the rule client-go's leader election uses too).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -58,6 +59,8 @@ pub struct LeaseLock {
     identity: String,
     duration: Duration,
     seen: Option<Seen>,
+    /// Labels the Lease is created with.
+    labels: BTreeMap<String, String>,
 }
 
 impl LeaseLock {
@@ -75,7 +78,18 @@ impl LeaseLock {
             identity: identity.to_string(),
             duration,
             seen: None,
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Creates the Lease with these labels (so a group of Leases can be listed).
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> LeaseLock {
+        self.labels = labels;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn identity(&self) -> &str {
@@ -103,6 +117,7 @@ impl LeaseLock {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
+                    labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(LeaseSpec {
@@ -180,7 +195,9 @@ impl LeaseLock {
         }
     }
 
-    fn observe(&mut self, lease: &Lease) {
+    /// Notes the Lease as read elsewhere (a list of the group): keeps the expiry clock running
+    /// for a Lease this replica does not try to take yet.
+    pub fn observe(&mut self, lease: &Lease) {
         let resource_version = lease.metadata.resource_version.clone();
         if self
             .seen
@@ -221,4 +238,24 @@ impl LeaseLock {
 
 fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs()).unwrap_or(i32::MAX).max(1)
+}
+
+/// A Lease name from a prefix and a free-form part (an identity, a cluster name): lowercased,
+/// with anything but letters, digits, '-' and '.' turned into '-', and cut to fit the 253
+/// characters of an object name.
+pub fn lease_name(prefix: &str, part: &str) -> String {
+    let part: String = part
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let mut name = format!("{prefix}-{}", part.trim_matches(|c| c == '-' || c == '.'));
+    name.truncate(253);
+    name.trim_end_matches(['-', '.']).to_string()
 }

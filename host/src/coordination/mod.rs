@@ -5,11 +5,19 @@
 //! taking the Lease a replica re-reads every lane's cursors from the shared state store, lists
 //! every cluster, and delivers what changed since the cursors were written, exactly as after a
 //! restart. See `docs/delivery.md` for what this guarantees.
+//!
+//! With `coordination.mode: sharded` the clusters are spread over the replicas instead: each
+//! holds one Lease per cluster it delivers (see [`shards`]).
 
+pub mod coordinator;
 pub mod elector;
 pub mod home;
 pub mod lease;
+pub mod members;
+pub mod rendezvous;
 pub mod settings;
+pub mod shards;
 
+pub use self::coordinator::Coordinator;
 pub use self::elector::{Election, Role};
 pub use self::settings::{CoordinationSettings, Mode};

@@ -15,6 +15,9 @@ pub enum Mode {
     /// Replicas elect one leader through a Lease on the home cluster; only the leader watches
     /// and delivers, the others wait with their plugins compiled.
     Leader,
+    /// Clusters are spread over the replicas by rendezvous hashing, one Lease per cluster; each
+    /// replica watches and delivers the clusters whose Leases it holds.
+    Sharded,
 }
 
 /// ```yaml
@@ -31,7 +34,8 @@ pub enum Mode {
 #[serde(default, rename_all = "snake_case", deny_unknown_fields)]
 pub struct CoordinationSettings {
     pub mode: Mode,
-    /// Name of the Lease object.
+    /// Name of the Lease object; with `sharded`, the prefix of the member and cluster Leases
+    /// (`<lease_name>-member-<identity>`, `<lease_name>-cluster-<cluster>`).
     pub lease_name: String,
     /// Namespace of the Lease. Default: `POD_NAMESPACE`, else the service account's namespace,
     /// else the kubeconfig's.
@@ -175,7 +179,7 @@ mod tests {
         assert!(e.starts_with("coordination.namespace"), "{e}");
         let e = parse("identity: ' '").unwrap_err();
         assert!(e.starts_with("coordination.identity"), "{e}");
-        let e = parse("mode: sharded").unwrap_err();
+        let e = parse("mode: shards").unwrap_err();
         assert!(e.contains("mode"), "{e}");
         let e = parse("lease: x").unwrap_err();
         assert!(e.contains("unknown field"), "{e}");

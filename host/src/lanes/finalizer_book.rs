@@ -135,6 +135,13 @@ impl FinalizerBook {
         }
     }
 
+    /// Drops the holds on one cluster's jobs without releasing them: another replica took the
+    /// cluster over and holds them itself.
+    pub fn forget_cluster(&self, cluster: &str) {
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        holds.retain(|key, _| key.cluster != cluster);
+    }
+
     /// Release holds older than `max_hold`.
     pub fn sweep(&self, max_hold: Duration) {
         let expired: Vec<HeldJob> = {

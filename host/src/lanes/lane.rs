@@ -496,6 +496,60 @@ impl Lane {
         Ok(())
     }
 
+    /// Re-reads the cursors of one cluster's jobs, for a replica that takes the cluster over
+    /// from another (sharding): jobs of the cluster with no work are replaced by what the
+    /// store says.
+    pub async fn reload_cluster(&self, cluster: &str) -> Result<(), crate::state::StoreError> {
+        let cursors: Vec<Cursor> = self
+            .inner
+            .store
+            .cursors(&self.inner.name)
+            .await?
+            .into_iter()
+            .filter(|c| c.cluster == cluster)
+            .collect();
+        let fresh = jobs_from(&cursors);
+        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.retain(|key, job| key.cluster != cluster || job.busy || !job.queue.is_empty());
+        for (key, job) in fresh {
+            jobs.entry(key).or_insert(job);
+        }
+        Ok(())
+    }
+
+    /// Lets go of one cluster (sharding hands it to another replica): versions queued for its
+    /// jobs are dropped unacknowledged (the next owner delivers them from the shared cursors),
+    /// calls in flight are waited for, and the cluster's jobs are forgotten.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        {
+            let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let mut dropped = 0u64;
+            for (_, job) in jobs.iter_mut().filter(|(k, _)| k.cluster == cluster) {
+                // The front item of a busy job is the call in flight: its worker acknowledges
+                // and pops it.
+                let keep = usize::from(job.busy).min(job.queue.len());
+                dropped += (job.queue.len() - keep) as u64;
+                job.queue.truncate(keep);
+            }
+            jobs.retain(|key, job| key.cluster != cluster || job.busy);
+            self.inner.pending.fetch_sub(dropped, Ordering::SeqCst);
+        }
+        self.inner.settled.notify_waiters();
+        loop {
+            let notified = self.inner.settled.notified();
+            let busy = {
+                let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                jobs.iter().any(|(k, j)| k.cluster == cluster && j.busy)
+            };
+            if !busy {
+                break;
+            }
+            notified.await;
+        }
+        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.retain(|key, _| key.cluster != cluster);
+    }
+
     /// Stop starting calls and wait for the ones in flight. Queued events stay unacknowledged:
     /// their cursors were not advanced, so a restart delivers them.
     pub async fn close(&self) {

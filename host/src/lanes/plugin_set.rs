@@ -187,10 +187,11 @@ impl PluginSet {
         }
     }
 
-    /// Queue the dead letters an operator asked to replay (`jobrelay dead-letters replay`).
-    pub async fn take_replays(&self) {
+    /// Queue the dead letters an operator asked to replay (`jobrelay dead-letters replay`);
+    /// with `clusters`, only those of these clusters (the ones a sharded replica delivers).
+    pub async fn take_replays(&self, clusters: Option<&[String]>) {
         for (name, lane) in self.routes.lanes() {
-            match self.store.take_replays(&name).await {
+            match self.store.take_replays(&name, clusters).await {
                 Ok(letters) => {
                     for letter in letters {
                         tracing::info!(plugin = %name, event = %letter.event.id, "replaying a dead letter");
@@ -210,6 +211,25 @@ impl PluginSet {
             lane.reload_cursors().await?;
         }
         Ok(())
+    }
+
+    /// Every lane re-reads the cursors of one cluster's jobs (see [`Lane::reload_cluster`]).
+    pub async fn reload_cluster(&self, cluster: &str) -> Result<(), crate::state::StoreError> {
+        for lane in self.routes.lanes().values() {
+            lane.reload_cluster(cluster).await?;
+        }
+        Ok(())
+    }
+
+    /// Every lane lets go of one cluster (see [`Lane::forget_cluster`]), and the finalizer
+    /// holds on its jobs are dropped: the replica that takes the cluster over holds them.
+    pub async fn forget_cluster(&self, cluster: &str) {
+        for lane in self.routes.lanes().values() {
+            lane.forget_cluster(cluster).await;
+        }
+        if let Some(book) = &self.finalizers {
+            book.forget_cluster(cluster);
+        }
     }
 
     /// Close the state store (after the lanes stopped writing to it).

@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
+use crate::coordination::Role;
 use crate::lanes::event_counts::Counts;
 use crate::lanes::lane::LaneStats;
 use crate::lanes::plugin_set::PluginStatus;
@@ -364,6 +365,37 @@ impl Collector for DaemonCollector {
             "1 once every cluster has listed and every plugin serves",
             MetricType::Gauge,
             ready,
+        )?;
+        let leading = vec![(
+            Labels::new(),
+            ConstGauge::new(i64::from(status.coordination.delivers())),
+        )];
+        if let Role::Sharded { owned, members } = &status.coordination {
+            let owned = owned
+                .iter()
+                .map(|c| (vec![("cluster", c.clone())], gauge(1)))
+                .collect();
+            family(
+                e,
+                "jobrelay_shard_owned",
+                "1 for each cluster whose Lease this replica holds and delivers (sharding)",
+                MetricType::Gauge,
+                owned,
+            )?;
+            family(
+                e,
+                "jobrelay_shard_members",
+                "Replicas this one sees alive (sharding)",
+                MetricType::Gauge,
+                vec![(Labels::new(), gauge(members.len() as u64))],
+            )?;
+        }
+        family(
+            e,
+            "jobrelay_leader",
+            "1 while this replica delivers (the only replica, or the holder of the Lease)",
+            MetricType::Gauge,
+            leading,
         )
     }
 }

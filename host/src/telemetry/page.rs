@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use super::status::Status;
 use crate::clusters::health::HealthState;
+use crate::coordination::Role;
 
 /// Seconds between automatic refreshes.
 const REFRESH_SECONDS: u32 = 5;
@@ -69,6 +70,30 @@ fn phase_badge(phase: &str) -> String {
     badge(class, phase)
 }
 
+/// Nothing for a single replica; otherwise whether this one delivers, and who does.
+fn role_badge(role: &Role) -> String {
+    match role {
+        Role::Single => String::new(),
+        Role::Leader => badge("ok", "leader"),
+        Role::Follower { holder } => format!(
+            "{}<span class=\"muted\">leader: {}</span> ",
+            badge("warn", "follower"),
+            escape(holder.as_deref().unwrap_or("none yet"))
+        ),
+        Role::Sharded { owned, members } => format!(
+            "{}<span class=\"muted\">delivers {} of the clusters · {} replicas</span> ",
+            badge("ok", "shard"),
+            if owned.is_empty() {
+                "none".to_string()
+            } else {
+                escape(&owned.join(", "))
+            },
+            members.len()
+        ),
+        Role::Lost => badge("bad", "lost the Lease"),
+    }
+}
+
 /// The whole page.
 pub fn render(status: &Status) -> String {
     let mut html = String::with_capacity(8 * 1024);
@@ -77,12 +102,13 @@ pub fn render(status: &Status) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
          <title>jobrelay status</title><style>{STYLE}</style></head><body>\
-         <header><h1>jobrelay</h1>{}<span class=\"muted\">{} clusters · {} plugins · refreshes every {REFRESH_SECONDS} s</span></header><main>",
+         <header><h1>jobrelay</h1>{}{}<span class=\"muted\">{} clusters · {} plugins · refreshes every {REFRESH_SECONDS} s</span></header><main>",
         if status.ready {
             badge("ok", "ready")
         } else {
             badge("bad", "not ready")
         },
+        role_badge(&status.coordination),
         status.clusters.len(),
         status.plugins.len(),
     );
