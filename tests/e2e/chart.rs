@@ -5,7 +5,8 @@
 //! The ClusterRole is checked against what the daemon really calls: a daemon runs against the
 //! simulator through job lifecycles (finalizer held and released, pod logs read by
 //! log-archive), every request the simulator saw is mapped to (API group, resource, verb), and
-//! that set must be exactly what the chart grants.
+//! that set must be exactly what the chart grants. The daemon runs with leader election, so
+//! its Lease requests are checked against the chart's namespaced Role the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,9 @@ use std::time::Duration;
 use gtmpl::{Context, FuncError, Template, Value as Tv};
 use jobrelay::config::main_file::MainConfig;
 use jobrelay::config::manifest::PluginManifest;
+use jobrelay::coordination::Mode;
 use jobrelay::daemon::Daemon;
+use jobrelay::state::StateBackend;
 use jobrelay_e2e::*;
 use jobrelay_testkit::{Flavor, Gvr, JobDriver};
 use serde_json::{Value, json};
@@ -212,11 +215,7 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         .collect();
     assert_eq!(
         writable,
-        BTreeSet::from([
-            "/tmp",
-            "/var/lib/jobrelay/archive",
-            "/var/lib/jobrelay/state"
-        ]),
+        BTreeSet::from(["/tmp", "/var/lib/jobrelay", "/var/lib/jobrelay/archive"]),
         "with a read-only root, exactly these paths are writable"
     );
     let sources = &pod["volumes"][0]["projected"]["sources"];
@@ -255,8 +254,8 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
     .expect("the rendered main file is valid");
     assert_eq!(main.telemetry.listen.map(|a| a.port()), Some(9464));
     assert_eq!(
-        main.state_path,
-        Path::new("/var/lib/jobrelay/state/jobrelay.db")
+        main.state,
+        StateBackend::Sqlite(Path::new("/var/lib/jobrelay/state/jobrelay.db").to_path_buf())
     );
     for name in ["mysql-sync", "log-archive"] {
         let text = data[format!("plugin-{name}.yaml").as_str()]
@@ -308,8 +307,12 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     let sim = jobrelay_testkit::SimCluster::start("east")
         .await
         .expect("sim");
+    // The simulator is the home cluster too; the release namespace is `platform`.
     let setup = Setup::new(
-        "kinds: [{name: volcano-job, finalizer: true}, {name: pytorch-job}, {name: batch-job}, {name: mpi-job}]\n",
+        "kinds: [{name: volcano-job, finalizer: true}, {name: pytorch-job}, {name: batch-job}, {name: mpi-job}]\n\
+         coordination: {mode: leader, kubeconfig: clusters/east.yaml, namespace: platform, \
+         lease_name: jobrelay, lease_duration_seconds: 3, renew_deadline_seconds: 2, \
+         retry_period_seconds: 1}\n",
     );
     setup.install_wasm("log-archive", "log-archive.wasm");
     setup.write_manifest(
@@ -344,10 +347,15 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
             .then_some(())
     })
     .await;
+    // Renewals, then the release at shutdown.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     daemon.shutdown(Duration::from_secs(5)).await;
 
-    let used: BTreeSet<(String, String, String)> = sim
-        .recent_requests()
+    let requests = sim.recent_requests();
+    let (lease_requests, cluster_requests): (Vec<_>, Vec<_>) =
+        requests.iter().partition(|r| r.uri.contains("/leases"));
+    check_lease_role(&lease_requests);
+    let used: BTreeSet<(String, String, String)> = cluster_requests
         .iter()
         .filter_map(|r| access(&r.method, &r.uri))
         .collect();
@@ -409,4 +417,120 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
         );
         assert!(used.contains(&needed), "the run exercised {needed:?}");
     }
+}
+
+/// Every Lease request went to the release namespace, for the release's Lease (but for
+/// `create`, which names no object in its path), with a verb the Role grants; and every verb the
+/// Role grants was used.
+fn check_lease_role(requests: &[&jobrelay_testkit::RequestRecord]) {
+    let objects = render(json!({"leaderElection": {"enabled": true}}));
+    let role = object(&objects, "Role");
+    assert_eq!(role["metadata"]["namespace"], "platform");
+    let mut granted: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        assert_eq!(rule["apiGroups"], json!(["coordination.k8s.io"]), "{rule}");
+        assert_eq!(rule["resources"], json!(["leases"]), "{rule}");
+        let names: Vec<Option<String>> = match rule["resourceNames"].as_array() {
+            Some(names) => names
+                .iter()
+                .map(|n| n.as_str().map(str::to_string))
+                .collect(),
+            None => vec![None],
+        };
+        for verb in rule["verbs"].as_array().expect("verbs") {
+            for name in &names {
+                granted.insert((verb.as_str().unwrap_or_default().to_string(), name.clone()));
+            }
+        }
+    }
+    let mut used: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    for r in requests {
+        let path = r.uri.split('?').next().unwrap_or_default();
+        let rest = path
+            .strip_prefix("/apis/coordination.k8s.io/v1/namespaces/platform/leases")
+            .unwrap_or_else(|| panic!("a Lease request outside the release namespace: {path}"));
+        let name = rest.strip_prefix('/').map(str::to_string);
+        let verb = match (r.method.as_str(), &name) {
+            ("GET", Some(_)) => "get",
+            ("PUT", Some(_)) => "update",
+            ("POST", None) => "create",
+            _ => panic!("a Lease request no Role rule covers: {} {path}", r.method),
+        };
+        let call = (verb.to_string(), name);
+        assert!(
+            granted.contains(&call),
+            "the daemon calls {call:?} on leases, which the Role does not grant ({granted:?})"
+        );
+        used.insert(call);
+    }
+    assert_eq!(
+        used, granted,
+        "the Role grants exactly the Lease calls the daemon makes"
+    );
+}
+
+#[test]
+fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_time() {
+    let default = render(json!({}));
+    assert!(
+        default
+            .iter()
+            .all(|(_, o)| o["kind"] != "Role" && o["kind"] != "RoleBinding"),
+        "no Lease access without leader election"
+    );
+    let main = MainConfig::parse(
+        object(&default, "ConfigMap")["data"]["jobrelay.yaml"]
+            .as_str()
+            .expect("main file"),
+        Path::new("/etc/jobrelay"),
+    )
+    .expect("valid");
+    assert_eq!(main.coordination.mode, Mode::Single);
+    assert_eq!(
+        object(&default, "Deployment")["spec"]["strategy"]["type"],
+        "Recreate"
+    );
+
+    let objects = render(json!({
+        "replicas": 2,
+        "leaderElection": {"enabled": true},
+        "stateUrl": "env:JOBRELAY_STATE_URL",
+        "envFromSecrets": ["jobrelay-state"],
+    }));
+    let deployment = object(&objects, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let var = env
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not set"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
+    }
+    let binding = object(&objects, "RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], "jobrelay-lease");
+    assert_eq!(binding["subjects"][0]["name"], "jobrelay");
+    assert_eq!(binding["subjects"][0]["namespace"], "platform");
+    // The ClusterRole gains nothing from leader election.
+    assert_eq!(
+        object(&objects, "ClusterRole")["rules"],
+        object(&default, "ClusterRole")["rules"]
+    );
+    let main = MainConfig::parse(
+        object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
+            .as_str()
+            .expect("main file"),
+        Path::new("/etc/jobrelay"),
+    )
+    .expect("the rendered main file with leader election is valid");
+    assert_eq!(main.coordination.mode, Mode::Leader);
+    assert_eq!(main.coordination.lease_name, "jobrelay");
+    assert_eq!(main.coordination.kubeconfig, None, "in-cluster credentials");
+    assert_eq!(main.coordination.lease_duration_seconds, 15);
 }
