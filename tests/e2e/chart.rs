@@ -354,7 +354,9 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     let requests = sim.recent_requests();
     let (lease_requests, cluster_requests): (Vec<_>, Vec<_>) =
         requests.iter().partition(|r| r.uri.contains("/leases"));
-    check_lease_role(&lease_requests);
+    check_lease_role("leader", &lease_requests);
+    let sharded = sharded_lease_calls(&sim).await;
+    check_lease_role("sharded", &sharded.iter().collect::<Vec<_>>());
     let used: BTreeSet<(String, String, String)> = cluster_requests
         .iter()
         .filter_map(|r| access(&r.method, &r.uri))
@@ -419,13 +421,13 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     }
 }
 
-/// Every Lease request went to the release namespace, for the release's Lease (but for
-/// `create`, which names no object in its path), with a verb the Role grants; and every verb the
-/// Role grants was used.
-fn check_lease_role(requests: &[&jobrelay_testkit::RequestRecord]) {
-    let objects = render(json!({"leaderElection": {"enabled": true}}));
+/// Every Lease request went to the release namespace with a verb (and, where the rule names
+/// one, an object) the Role of `mode` grants; and every grant was used.
+fn check_lease_role(mode: &str, requests: &[&jobrelay_testkit::RequestRecord]) {
+    let objects = render(json!({"coordination": {"mode": mode}}));
     let role = object(&objects, "Role");
     assert_eq!(role["metadata"]["namespace"], "platform");
+    // (verb, object name), `None` for a rule that names no object.
     let mut granted: BTreeSet<(String, Option<String>)> = BTreeSet::new();
     for rule in role["rules"].as_array().expect("rules") {
         assert_eq!(rule["apiGroups"], json!(["coordination.k8s.io"]), "{rule}");
@@ -443,7 +445,7 @@ fn check_lease_role(requests: &[&jobrelay_testkit::RequestRecord]) {
             }
         }
     }
-    let mut used: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    let mut covered: BTreeSet<(String, Option<String>)> = BTreeSet::new();
     for r in requests {
         let path = r.uri.split('?').next().unwrap_or_default();
         let rest = path
@@ -452,21 +454,56 @@ fn check_lease_role(requests: &[&jobrelay_testkit::RequestRecord]) {
         let name = rest.strip_prefix('/').map(str::to_string);
         let verb = match (r.method.as_str(), &name) {
             ("GET", Some(_)) => "get",
+            ("GET", None) => "list",
             ("PUT", Some(_)) => "update",
             ("POST", None) => "create",
+            ("DELETE", Some(_)) => "delete",
             _ => panic!("a Lease request no Role rule covers: {} {path}", r.method),
         };
-        let call = (verb.to_string(), name);
-        assert!(
-            granted.contains(&call),
-            "the daemon calls {call:?} on leases, which the Role does not grant ({granted:?})"
-        );
-        used.insert(call);
+        let named = (verb.to_string(), name);
+        let any = (verb.to_string(), None);
+        let grant = if granted.contains(&named) {
+            named
+        } else if granted.contains(&any) {
+            any
+        } else {
+            panic!(
+                "{mode}: the daemon calls {named:?} on leases, which the Role does not grant ({granted:?})"
+            )
+        };
+        covered.insert(grant);
     }
     assert_eq!(
-        used, granted,
-        "the Role grants exactly the Lease calls the daemon makes"
+        covered, granted,
+        "{mode}: the Role grants exactly the Lease calls the daemon makes"
     );
+}
+
+/// A sharded daemon against the simulator, its Leases on a home cluster of their own: the
+/// Lease calls it makes, from its first take to its clean stop.
+async fn sharded_lease_calls(
+    sim: &jobrelay_testkit::SimCluster,
+) -> Vec<jobrelay_testkit::RequestRecord> {
+    let home = jobrelay_testkit::SimCluster::start("home")
+        .await
+        .expect("home");
+    let setup = Setup::new(
+        "kinds: [{name: batch-job}]\n\
+         coordination: {mode: sharded, kubeconfig: home.kubeconfig, namespace: platform, \
+         lease_name: jobrelay, lease_duration_seconds: 3, renew_deadline_seconds: 2, \
+         retry_period_seconds: 1}\n",
+    );
+    std::fs::write(setup.path("home.kubeconfig"), home.kubeconfig_yaml()).expect("kubeconfig");
+    setup.add_cluster(sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    wait_synced(&daemon, "east").await;
+    // A few renewals, then the clean stop (Leases released, the member Lease deleted).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+    home.recent_requests()
+        .into_iter()
+        .filter(|r| r.uri.contains("/leases"))
+        .collect()
 }
 
 #[test]
@@ -493,7 +530,7 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
 
     let objects = render(json!({
         "replicas": 2,
-        "leaderElection": {"enabled": true},
+        "coordination": {"mode": "leader"},
         "stateUrl": "env:JOBRELAY_STATE_URL",
         "envFromSecrets": ["jobrelay-state"],
     }));
@@ -533,4 +570,18 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
     assert_eq!(main.coordination.lease_name, "jobrelay");
     assert_eq!(main.coordination.kubeconfig, None, "in-cluster credentials");
     assert_eq!(main.coordination.lease_duration_seconds, 15);
+
+    let sharded = render(json!({"replicas": 3, "coordination": {"mode": "sharded"}}));
+    let main = MainConfig::parse(
+        object(&sharded, "ConfigMap")["data"]["jobrelay.yaml"]
+            .as_str()
+            .expect("main file"),
+        Path::new("/etc/jobrelay"),
+    )
+    .expect("the rendered main file with sharding is valid");
+    assert_eq!(main.coordination.mode, Mode::Sharded);
+    assert_eq!(
+        object(&sharded, "Deployment")["spec"]["strategy"]["type"],
+        "RollingUpdate"
+    );
 }
