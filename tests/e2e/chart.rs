@@ -571,7 +571,11 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
     assert_eq!(main.coordination.kubeconfig, None, "in-cluster credentials");
     assert_eq!(main.coordination.lease_duration_seconds, 15);
 
-    let sharded = render(json!({"replicas": 3, "coordination": {"mode": "sharded"}}));
+    let sharded = render(json!({
+        "replicas": 3,
+        "coordination": {"mode": "sharded"},
+        "homeCluster": {"name": "home"},
+    }));
     let main = MainConfig::parse(
         object(&sharded, "ConfigMap")["data"]["jobrelay.yaml"]
             .as_str()
@@ -580,6 +584,13 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
     )
     .expect("the rendered main file with sharding is valid");
     assert_eq!(main.coordination.mode, Mode::Sharded);
+    let home = main.home_cluster.expect("the home cluster is watched");
+    assert_eq!(home.name, "home");
+    assert_eq!(
+        home.service_account_dir,
+        Path::new("/var/run/secrets/kubernetes.io/serviceaccount"),
+        "with the mounted service account"
+    );
     assert_eq!(
         object(&sharded, "Deployment")["spec"]["strategy"]["type"],
         "RollingUpdate"

@@ -125,3 +125,49 @@ async fn an_unreachable_cluster_reports_error_and_recovers() {
     wait_synced(&daemon, "flaky").await;
     daemon.shutdown(Duration::from_secs(10)).await;
 }
+
+/// The cluster jobrelay runs in, watched with the pod's service account files instead of a
+/// kubeconfig: the token is read from its file (and a rotated token is picked up by the next
+/// connection), a missing token is reported against the main file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_cluster_is_watched_with_the_service_account_and_no_kubeconfig() {
+    init_logs();
+    let home = SimCluster::start("home").await.expect("sim");
+    let account = tempfile::tempdir().expect("service account dir");
+    let main = format!(
+        "home_cluster: {{name: home, server: \"{}\", service_account_dir: \"{}\"}}\n",
+        home.url(),
+        account.path().display()
+    );
+    // No token mounted yet: the main file is reported, nothing else breaks.
+    let (setup, daemon) = start_with_event_log(&main, &[]).await;
+    let problems = daemon.problems();
+    let why = problems
+        .get(&setup.path("jobrelay.yaml"))
+        .expect("the missing token is reported against the main file");
+    assert!(why.contains("no service account token"), "{why}");
+    assert!(daemon.clusters().is_empty());
+
+    // The token appears (Kubernetes mounts it): the next re-scan picks the cluster up.
+    write_atomic(&account.path().join("token"), home.token().as_bytes());
+    wait_synced(&daemon, "home").await;
+    let mut job = JobDriver::create(&home, Flavor::Batch, "ml", "at-home").expect("create");
+    job.running().expect("running");
+    wait_for("the home cluster's job in the log", || {
+        has_job(&setup, job.uid(), "running").then_some(())
+    })
+    .await;
+    assert!(daemon.problems().is_empty(), "{:?}", daemon.problems());
+
+    // A kubeconfig file may not take the home cluster's name.
+    setup.add_cluster(&home);
+    wait_for("the clashing file refused", || {
+        daemon
+            .problems()
+            .values()
+            .any(|p| p.contains("taken by `home_cluster`"))
+            .then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::home_cluster::HomeCluster;
 use crate::coordination::CoordinationSettings;
 use crate::runtime::RuntimeSettings;
 use crate::state::{StateBackend, StateSettings};
@@ -54,6 +55,9 @@ pub struct MainFile {
     /// Leader election between replicas. Read once at start.
     #[serde(default)]
     pub coordination: CoordinationSettings,
+    /// The cluster jobrelay runs in, watched with the pod's service account (no kubeconfig).
+    #[serde(default)]
+    pub home_cluster: Option<HomeCluster>,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -311,6 +315,7 @@ pub struct MainConfig {
     pub telemetry: TelemetrySettings,
     /// With a relative kubeconfig resolved.
     pub coordination: CoordinationSettings,
+    pub home_cluster: Option<HomeCluster>,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -433,6 +438,7 @@ impl MainFile {
             archive,
             telemetry: self.telemetry,
             coordination,
+            home_cluster: self.home_cluster,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })

@@ -10,6 +10,7 @@
 
 pub mod files;
 pub mod folder_watch;
+pub mod home_cluster;
 pub mod main_file;
 pub mod manifest;
 pub mod secret;

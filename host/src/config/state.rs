@@ -190,17 +190,45 @@ impl ConfigState {
         problems: &mut BTreeMap<PathBuf, String>,
         update: &mut Update,
     ) {
+        let home = self.main.home_cluster.as_ref();
         let gone: Vec<String> = self
             .clusters
             .keys()
-            .filter(|n| !folder.clusters.contains_key(*n))
+            .filter(|n| !folder.clusters.contains_key(*n) && home.is_none_or(|h| h.name != **n))
             .cloned()
             .collect();
         for name in gone {
             self.clusters.remove(&name);
             update.clusters.push(Change::Removed(name));
         }
+        if let Some(home) = home {
+            match home.source() {
+                Ok(source) => {
+                    let known = self.clusters.get(&source.name);
+                    if known.is_none_or(|k| k.sha256 != source.sha256) {
+                        let change = if known.is_some() {
+                            Change::Changed(source.clone())
+                        } else {
+                            Change::Added(source.clone())
+                        };
+                        self.clusters.insert(source.name.clone(), source);
+                        update.clusters.push(change);
+                    }
+                }
+                // The last good source (if any) keeps running.
+                Err(e) => {
+                    problems.insert(self.root.join(MAIN_FILE), e);
+                }
+            }
+        }
         for (name, file) in &folder.clusters {
+            if home.is_some_and(|h| h.name == *name) {
+                problems.insert(
+                    file.path.clone(),
+                    format!("the cluster name `{name}` is taken by `home_cluster`"),
+                );
+                continue;
+            }
             let known = self.clusters.get(name);
             let unchanged = match (known, &file.content) {
                 (Some(k), Ok(c)) => k.sha256 == c.sha256,
