@@ -141,3 +141,70 @@ async fn metrics_probes_and_status_follow_the_daemon() {
     assert_eq!(sample(&page, "jobrelay_ready"), Some(0.0), "{page}");
     daemon.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A daemon in a coordination mode with telemetry on, its Leases on `sim` too.
+async fn coordinated(sim: &SimCluster, mode: &str, identity: &str) -> (Setup, Daemon) {
+    let setup = Setup::new(&format!(
+        "telemetry: {{listen: \"127.0.0.1:0\"}}\n\
+         coordination: {{mode: {mode}, identity: {identity}, kubeconfig: clusters/{}.yaml, \
+         namespace: jobrelay, lease_name: relay, lease_duration_seconds: 3, \
+         renew_deadline_seconds: 2, retry_period_seconds: 1}}\n",
+        sim.name()
+    ));
+    setup.add_cluster(sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    (setup, daemon)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+
+    // Two replicas electing: one leads and watches, the other waits, ready, watching nothing.
+    let (_a_setup, a) = coordinated(&sim, "leader", "a").await;
+    wait_synced(&a, "alpha").await;
+    let (_b_setup, b) = coordinated(&sim, "leader", "b").await;
+    let b_addr = b.telemetry_addr().expect("telemetry");
+    let started = std::time::Instant::now();
+    let status = loop {
+        let (_, body) = http_get(b_addr, "/status").await;
+        let status: Value = serde_json::from_str(&body).expect("JSON");
+        if status["coordination"]["role"] == "follower" && status["coordination"]["holder"] == "a" {
+            break status;
+        }
+        assert!(started.elapsed() < DEADLINE, "b never saw a lead: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        status["clusters"].as_object().is_some_and(|c| c.is_empty()),
+        "a follower watches nothing: {status}"
+    );
+    let (code, _) = http_get(b_addr, "/readyz").await;
+    assert_eq!(code, 200, "a follower is ready to take over");
+    let (_, page) = http_get(b_addr, "/metrics").await;
+    assert_eq!(sample(&page, "jobrelay_leader"), Some(0.0), "{page}");
+    let (_, page) = http_get(a.telemetry_addr().expect("telemetry"), "/metrics").await;
+    assert_eq!(sample(&page, "jobrelay_leader"), Some(1.0), "{page}");
+    let (_, html) = http_get(b_addr, "/").await;
+    assert!(html.contains("follower"), "the status page says so");
+    b.shutdown(Duration::from_secs(5)).await;
+    a.shutdown(Duration::from_secs(5)).await;
+
+    // One shard alone holds every cluster.
+    let (_setup, shard) = coordinated(&sim, "sharded", "s").await;
+    wait_synced(&shard, "alpha").await;
+    let addr = shard.telemetry_addr().expect("telemetry");
+    let (_, page) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        sample(&page, "jobrelay_shard_owned{cluster=\"alpha\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(sample(&page, "jobrelay_shard_members"), Some(1.0), "{page}");
+    let (_, body) = http_get(addr, "/status").await;
+    let status: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(status["coordination"]["role"], "sharded", "{status}");
+    assert_eq!(status["coordination"]["owned"][0], "alpha", "{status}");
+    shard.shutdown(Duration::from_secs(5)).await;
+}
