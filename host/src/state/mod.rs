@@ -16,6 +16,7 @@ mod cursor;
 mod dead_letter;
 mod error;
 mod mysql;
+mod rows;
 mod sqlite;
 mod store;
 

@@ -45,21 +45,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
-use serde::de::IntoDeserializer;
 use sqlx::mysql::{
     MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool,
     MySqlPoolOptions, MySqlRow,
 };
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
 use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::error::StoreError;
+use super::rows;
 use super::sqlite::SCHEMA_VERSION;
 use super::store::{CursorStore, PluginKv};
-use crate::watch::event::{JobEvent, Phase};
+use crate::watch::event::JobEvent;
 
 /// The table prefix when `state.table_prefix` is not given.
 pub const DEFAULT_TABLE_PREFIX: &str = "jobrelay_";
@@ -429,45 +428,11 @@ impl MySqlStore {
     }
 
     fn cursor_from_row(&self, row: &MySqlRow) -> Result<Cursor, StoreError> {
-        let text = |column: &'static str| -> Result<String, StoreError> {
-            row.try_get::<String, _>(column)
-                .map_err(|e| self.corrupt("cursor", e))
-        };
-        let phase_text = text("phase")?;
-        let phase = parse_phase(&phase_text)
-            .ok_or_else(|| self.corrupt("cursor", format!("unknown phase {phase_text:?}")))?;
-        Ok(Cursor {
-            plugin: text("plugin")?,
-            cluster: text("cluster")?,
-            uid: text("uid")?,
-            api_version: text("api_version")?,
-            kind: text("kind")?,
-            namespace: text("namespace")?,
-            name: text("name")?,
-            resource_version: text("resource_version")?,
-            phase,
-            transition_time: text("transition_time")?,
-            deleted: row
-                .try_get::<bool, _>("deleted")
-                .map_err(|e| self.corrupt("cursor", e))?,
-        })
+        rows::cursor(row, &|what, detail| self.corrupt(what, detail))
     }
 
     fn dead_letter_from_row(&self, row: &MySqlRow) -> Result<DeadLetter, StoreError> {
-        let bad = |e: sqlx::Error| self.corrupt("dead letter", e);
-        let seq: i64 = row.try_get("seq").map_err(bad)?;
-        let event_json: String = row.try_get("event_json").map_err(bad)?;
-        let event: JobEvent = serde_json::from_str(&event_json)
-            .map_err(|e| self.corrupt("dead letter", format!("seq {seq}: event: {e}")))?;
-        Ok(DeadLetter {
-            seq,
-            plugin: row.try_get("plugin").map_err(bad)?,
-            event,
-            error: row.try_get("error").map_err(bad)?,
-            attempts: row.try_get("attempts").map_err(bad)?,
-            at: row.try_get("at").map_err(bad)?,
-            replay_requested: row.try_get("replay_requested").map_err(bad)?,
-        })
+        rows::dead_letter::<_, u32>(row, &|what, detail| self.corrupt(what, detail))
     }
 
     fn dead_letters_from_rows(&self, rows: &[MySqlRow]) -> Result<Vec<DeadLetter>, StoreError> {
@@ -1127,11 +1092,6 @@ fn bind_cursor<'q>(
 }
 
 /// Phases are stored by their serde name, the same text as in event JSON.
-fn parse_phase(text: &str) -> Option<Phase> {
-    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
-        text.into_deserializer();
-    Phase::deserialize(de).ok()
-}
 
 #[cfg(test)]
 mod tests {

@@ -20,9 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use serde::Deserialize;
-use serde::de::IntoDeserializer;
-use sqlx::Row;
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
@@ -32,8 +29,9 @@ use sqlx::{Sqlite, query::Query};
 use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::error::StoreError;
+use super::rows;
 use super::store::{CursorStore, PluginKv};
-use crate::watch::event::{JobEvent, Phase};
+use crate::watch::event::JobEvent;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.
@@ -303,52 +301,11 @@ impl SqliteStore {
     }
 
     fn cursor_from_row(&self, row: &SqliteRow) -> Result<Cursor, StoreError> {
-        let text = |column: &'static str| -> Result<String, StoreError> {
-            row.try_get::<String, _>(column)
-                .map_err(|e| self.corrupt("cursor", e))
-        };
-        let phase_text = text("phase")?;
-        let phase = parse_phase(&phase_text)
-            .ok_or_else(|| self.corrupt("cursor", format!("unknown phase {phase_text:?}")))?;
-        Ok(Cursor {
-            plugin: text("plugin")?,
-            cluster: text("cluster")?,
-            uid: text("uid")?,
-            api_version: text("api_version")?,
-            kind: text("kind")?,
-            namespace: text("namespace")?,
-            name: text("name")?,
-            resource_version: text("resource_version")?,
-            phase,
-            transition_time: text("transition_time")?,
-            deleted: row
-                .try_get::<bool, _>("deleted")
-                .map_err(|e| self.corrupt("cursor", e))?,
-        })
+        rows::cursor(row, &|what, detail| self.corrupt(what, detail))
     }
 
     fn dead_letter_from_row(&self, row: &SqliteRow) -> Result<DeadLetter, StoreError> {
-        let bad = |e: sqlx::Error| self.corrupt("dead letter", e);
-        let seq: i64 = row.try_get("seq").map_err(bad)?;
-        let event_json: String = row.try_get("event_json").map_err(bad)?;
-        let event: JobEvent = serde_json::from_str(&event_json)
-            .map_err(|e| self.corrupt("dead letter", format!("seq {seq}: event: {e}")))?;
-        let attempts: i64 = row.try_get("attempts").map_err(bad)?;
-        let attempts = u32::try_from(attempts).map_err(|_| {
-            self.corrupt(
-                "dead letter",
-                format!("seq {seq}: attempts {attempts} out of range"),
-            )
-        })?;
-        Ok(DeadLetter {
-            seq,
-            plugin: row.try_get("plugin").map_err(bad)?,
-            event,
-            error: row.try_get("error").map_err(bad)?,
-            attempts,
-            at: row.try_get("at").map_err(bad)?,
-            replay_requested: row.try_get("replay_requested").map_err(bad)?,
-        })
+        rows::dead_letter::<_, i64>(row, &|what, detail| self.corrupt(what, detail))
     }
 
     fn dead_letters_from_rows(&self, rows: &[SqliteRow]) -> Result<Vec<DeadLetter>, StoreError> {
@@ -570,11 +527,6 @@ fn cursor_query(sql: &'static str, cursor: &Cursor) -> Query<'static, Sqlite, Sq
 }
 
 /// Phases are stored by their serde name, the same text as in event JSON.
-fn parse_phase(text: &str) -> Option<Phase> {
-    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
-        text.into_deserializer();
-    Phase::deserialize(de).ok()
-}
 
 /// Creates a missing state file with owner-only permissions before SQLite creates it with the
 /// default ones. Best effort: if this fails, opening reports the real problem.
@@ -700,28 +652,5 @@ impl PluginKv for SqliteStore {
         .await
         .map_err(self.failed("delete a plugin key"))?;
         Ok(done.rows_affected() > 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_phase_round_trips_through_its_stored_text() {
-        for phase in [
-            Phase::Pending,
-            Phase::Running,
-            Phase::Restarting,
-            Phase::Suspended,
-            Phase::Succeeded,
-            Phase::Failed,
-            Phase::Terminating,
-            Phase::Deleted,
-            Phase::Unknown,
-        ] {
-            assert_eq!(parse_phase(phase.as_str()), Some(phase));
-        }
-        assert_eq!(parse_phase("Running"), None);
     }
 }
