@@ -15,7 +15,7 @@ use jobrelay_testkit::SimCluster;
 
 use crate::process::{
     CONCURRENCY, DEADLINE, Relay, Rng, assert_cursors_current, config_folder, cursors, drive,
-    missing_finals, plan_jobs, poll, read_lines, soak_seed, state_file, str_of,
+    finals_delivered, plan_jobs, poll, read_lines, soak_seed, state_file, str_of,
 };
 
 const LEASE_SECONDS: u64 = 3;
@@ -112,17 +112,7 @@ async fn a_killed_leader_is_replaced_by_the_follower_without_losing_a_final_stat
         .await
         .expect("driver task")
         .expect("driver plays every step");
-    let delivered = poll(DEADLINE, || {
-        let (lines, _) = read_lines(&events);
-        let missing = missing_finals(&played, &lines);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing.join(", "))
-        }
-    })
-    .await;
-    if let Err(missing) = delivered {
+    if let Err(missing) = finals_delivered(&played, &events).await {
         panic!("final states never delivered: {missing}\n{}", b.tail());
     }
 

@@ -454,6 +454,21 @@ pub(crate) fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> 
         .collect()
 }
 
+/// Waits until every job's final state is in the event log at `events`; the ones still
+/// missing after [`DEADLINE`] otherwise.
+pub(crate) async fn finals_delivered(played: &[Played], events: &Path) -> Result<(), String> {
+    poll(DEADLINE, || {
+        let (lines, _) = read_lines(events);
+        let missing = missing_finals(played, &lines);
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join(", "))
+        }
+    })
+    .await
+}
+
 // ----- 1. SIGKILL soak -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,16 +522,7 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
         .expect("driver plays every step");
     let driven = started.elapsed();
 
-    let waited = poll(DEADLINE, || {
-        let (lines, _) = read_lines(&events);
-        let missing = missing_finals(&played, &lines);
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing.join(", "))
-        }
-    })
-    .await;
+    let waited = finals_delivered(&played, &events).await;
     if let Err(missing) = waited {
         panic!(
             "after {DEADLINE:?} these final states are still not delivered: {missing}\n{}",

@@ -1091,8 +1091,6 @@ fn bind_cursor<'q>(
         .bind(cursor.deleted)
 }
 
-/// Phases are stored by their serde name, the same text as in event JSON.
-
 #[cfg(test)]
 mod tests {
     use super::*;

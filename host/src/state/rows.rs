@@ -83,7 +83,8 @@ where
     })
 }
 
-/// A stored phase name back to its phase.
+/// A stored phase name back to its phase: phases are stored by their serde name, the same
+/// text as in event JSON.
 pub(super) fn parse_phase(text: &str) -> Option<Phase> {
     use serde::Deserialize;
     use serde::de::IntoDeserializer;

@@ -526,8 +526,6 @@ fn cursor_query(sql: &'static str, cursor: &Cursor) -> Query<'static, Sqlite, Sq
         .bind(cursor.deleted)
 }
 
-/// Phases are stored by their serde name, the same text as in event JSON.
-
 /// Creates a missing state file with owner-only permissions before SQLite creates it with the
 /// default ones. Best effort: if this fails, opening reports the real problem.
 fn create_private_file(path: &Path) {
