@@ -114,3 +114,114 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Down for one cluster's jobs, up for the others; counts what it delivered.
+struct DownFor {
+    cluster: &'static str,
+    delivered: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Handler for DownFor {
+    fn name(&self) -> &str {
+        "half"
+    }
+    fn version(&self) -> &str {
+        "0"
+    }
+    async fn handle(&self, event: &JobEvent) -> Result<(), CallError> {
+        if event.cluster == self.cluster {
+            return Err(CallError::Retry("that cluster's peer is down".into()));
+        }
+        self.delivered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.id.clone());
+        Ok(())
+    }
+}
+
+/// Sharding hands a cluster over: the lane drops the cluster's queued versions, cuts its
+/// retry waits short (a minute here) without acknowledging anything, ignores what still
+/// arrives for it, and serves the other cluster throughout; taking the cluster back re-reads
+/// its cursors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let settings = LaneSettings {
+        mode: DeliveryMode::EveryVersion,
+        concurrency: 4,
+        retry: RetryPolicy {
+            max_attempts: 100,
+            min_delay_ms: 60_000,
+            max_delay_ms: 60_000,
+        },
+        rate_limits: Vec::new(),
+        kinds: Vec::new(),
+        max_queued_per_job: 100,
+    };
+    let plugin = Arc::new(DownFor {
+        cluster: "west",
+        delivered: Default::default(),
+    });
+    let lane = Lane::open("half", plugin.clone(), settings, store.clone(), None)
+        .await
+        .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    let push = |cluster: &str, uid: &str, rv: u32| {
+        let mut e = event(
+            uid,
+            &rv.to_string(),
+            Phase::Running,
+            None,
+            "2026-11-21T10:00:00Z",
+        );
+        e.cluster = cluster.to_string();
+        e.id = JobEvent::make_id(cluster, uid, &e.resource_version);
+        lane.push(&Observed {
+            event: e,
+            kind: kind.clone(),
+            from_list: false,
+        });
+    };
+    for rv in 1..=3 {
+        push("west", "w-1", rv);
+        push("west", "w-2", rv);
+    }
+    push("east", "e-1", 1);
+    common_wait(|| async { (lane.stats().retried >= 2).then_some(()) }).await;
+
+    let started = std::time::Instant::now();
+    lane.forget_cluster("west").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "letting go waited out a retry delay: {:?}",
+        started.elapsed()
+    );
+    push("west", "w-1", 4); // still arriving from a stopping watcher: ignored
+    push("east", "e-1", 2);
+    common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
+    let delivered = plugin
+        .delivered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    assert_eq!(delivered, ["east/e-1/1", "east/e-1/2"]);
+    let cursors = store.cursors("half").await.expect("cursors");
+    assert!(
+        cursors
+            .iter()
+            .all(|c| c.cluster == "east" || c.resource_version.is_empty()),
+        "nothing of west acknowledged: {cursors:?}"
+    );
+
+    // Taken back: the cluster's versions are accepted again.
+    lane.reload_cluster("west").await.expect("reload");
+    push("west", "w-3", 1);
+    common_wait(|| async { (lane.stats().retried >= 3).then_some(()) }).await;
+    assert_eq!(lane.stats().pending, 1, "w-3 waits for its retry");
+    lane.close().await;
+}

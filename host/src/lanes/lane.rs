@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -148,6 +148,9 @@ struct Inner {
     book: Option<Arc<FinalizerBook>>,
     workers: TaskTracker,
     closed: AtomicBool,
+    /// Clusters this lane no longer delivers (sharding handed them to another replica): their
+    /// versions are dropped on arrival and their retries cut short, unacknowledged.
+    excluded: RwLock<HashSet<String>>,
     delivered: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
@@ -166,6 +169,21 @@ struct Inner {
     /// Versions over a job's queue bound, waiting to be written as dead letters, in arrival
     /// order; `true` while a task is writing them (one at a time, so their order is kept).
     parking: Mutex<(VecDeque<(JobEvent, usize)>, bool)>,
+}
+
+impl Inner {
+    /// Whether versions of `cluster` are no longer this lane's to deliver.
+    fn excludes(&self, cluster: &str) -> bool {
+        self.excluded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(cluster)
+    }
+
+    /// Whether a call or retry for `cluster` must stop: the lane closed or let it go.
+    fn stops(&self, cluster: &str) -> bool {
+        self.closed.load(Ordering::SeqCst) || self.excludes(cluster)
+    }
 }
 
 /// A cheap handle to one plugin's lane.
@@ -206,6 +224,7 @@ impl Lane {
                 book,
                 workers: TaskTracker::new(),
                 closed: AtomicBool::new(false),
+                excluded: RwLock::default(),
                 delivered: AtomicU64::new(0),
                 retried: AtomicU64::new(0),
                 dead_lettered: AtomicU64::new(0),
@@ -253,7 +272,8 @@ impl Lane {
     /// Offer one observed version. The delivery mode decides whether it is queued; after a
     /// gap, transitions recorded in the status are queued first as synthetic events.
     pub fn push(&self, observed: &Observed) {
-        if self.inner.closed.load(Ordering::SeqCst) {
+        if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&observed.event.cluster)
+        {
             return;
         }
         let event = &observed.event;
@@ -389,7 +409,7 @@ impl Lane {
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and
     /// does not move the job's cursor (later versions may have been delivered since).
     pub fn push_replay(&self, event: JobEvent) {
-        if self.inner.closed.load(Ordering::SeqCst) {
+        if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&event.cluster) {
             return;
         }
         let key = event.job_key();
@@ -410,6 +430,9 @@ impl Lane {
     /// knows but that were not listed are gone, and get their deletion (a job deleted while
     /// jobrelay was down or disconnected is still delivered as deleted).
     pub fn listed(&self, listed: &Listed) {
+        if self.inner.excludes(&listed.cluster) {
+            return;
+        }
         let mut gone: Vec<JobEvent> = Vec::new();
         {
             let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -500,6 +523,11 @@ impl Lane {
     /// from another (sharding): jobs of the cluster with no work are replaced by what the
     /// store says.
     pub async fn reload_cluster(&self, cluster: &str) -> Result<(), crate::state::StoreError> {
+        self.inner
+            .excluded
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cluster);
         let cursors: Vec<Cursor> = self
             .inner
             .store
@@ -521,6 +549,13 @@ impl Lane {
     /// jobs are dropped unacknowledged (the next owner delivers them from the shared cursors),
     /// calls in flight are waited for, and the cluster's jobs are forgotten.
     pub async fn forget_cluster(&self, cluster: &str) {
+        self.inner
+            .excluded
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cluster.to_string());
+        // Retry waits of the cluster's jobs end now (others go back to waiting).
+        self.inner.closing.notify_waiters();
         {
             let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
             let mut dropped = 0u64;
@@ -546,8 +581,19 @@ impl Lane {
             }
             notified.await;
         }
+        // Whatever is still queued (a call cut short keeps its item) is dropped with the job.
         let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.retain(|key, _| key.cluster != cluster);
+        let mut left = 0u64;
+        jobs.retain(|key, job| {
+            let ours = key.cluster == cluster;
+            if ours {
+                left += job.queue.len() as u64;
+            }
+            !ours
+        });
+        self.inner.pending.fetch_sub(left, Ordering::SeqCst);
+        drop(jobs);
+        self.inner.settled.notify_waiters();
     }
 
     /// Stop starting calls and wait for the ones in flight. Queued events stay unacknowledged:
@@ -657,7 +703,18 @@ async fn work(inner: Arc<Inner>, key: JobKey) {
             return;
         };
         let Some(outcome) = deliver(&inner, &event).await else {
-            return; // the lane closed while retrying: leave the event unacknowledged
+            // The lane closed, or let go of the job's cluster, while retrying: the event stays
+            // unacknowledged for the next start or the next owner.
+            if let Some(job) = inner
+                .jobs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&key)
+            {
+                job.busy = false;
+            }
+            inner.settled.notify_waiters();
+            return;
         };
         acknowledge(&inner, &key, &event, replay, outcome).await;
     }
@@ -681,7 +738,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         }
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
-        if inner.closed.load(Ordering::SeqCst) {
+        if inner.stops(&event.cluster) {
             return None;
         }
         let plugin = Arc::clone(&**inner.plugin.load());
@@ -718,17 +775,21 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
-        // Register for the close signal before checking the flag, so a close that happens
-        // in between still cuts the wait short.
-        let closing = inner.closing.notified();
-        tokio::pin!(closing);
-        closing.as_mut().enable();
-        if inner.closed.load(Ordering::SeqCst) {
-            return None;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = closing => return None,
+        // Register for the close signal before checking the flags, so a close that happens
+        // in between still cuts the wait short. A signal for another cluster leaving only
+        // wakes this wait to check again.
+        let until = tokio::time::Instant::now() + delay;
+        loop {
+            let closing = inner.closing.notified();
+            tokio::pin!(closing);
+            closing.as_mut().enable();
+            if inner.stops(&event.cluster) {
+                return None;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                _ = closing => {}
+            }
         }
     }
 }
