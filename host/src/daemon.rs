@@ -20,6 +20,7 @@ use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{ConfigState, Update};
+use crate::coordination::coordinator::BeforeLease;
 use crate::coordination::shards::ShardCommand;
 use crate::coordination::{Coordinator, Role};
 use crate::lanes::dispatcher::{self, Routes};
@@ -100,8 +101,13 @@ impl Daemon {
             directory,
             cancel.clone(),
         );
-        if coordinator.waits_for_lease() {
-            clusters = clusters.inactive();
+        match coordinator.before_lease() {
+            BeforeLease::Deliver => {}
+            BeforeLease::WatchOnly => {
+                routes.set_delivering(false);
+                clusters = clusters.passive();
+            }
+            BeforeLease::Nothing => clusters = clusters.inactive(),
         }
         clusters.apply(&first.clusters, &main).await;
         let lost = CancellationToken::new();
@@ -120,6 +126,7 @@ impl Daemon {
             let cancel = cancel.clone();
             let lost = lost.clone();
             let mut role = role.clone();
+            let routes = routes.clone();
             tokio::spawn(async move {
                 let mut replays = tokio::time::interval(REPLAY_POLL);
                 let mut sweeps = tokio::time::interval(HOLD_SWEEP);
@@ -134,7 +141,8 @@ impl Daemon {
                                         lost.cancel();
                                         break;
                                     }
-                                    tracing::info!("leading: listing every cluster and delivering from the shared cursors");
+                                    tracing::info!("leading: listing every cluster again and delivering from the shared cursors");
+                                    routes.set_delivering(true);
                                     clusters.activate(state.clusters(), state.main()).await;
                                 }
                                 Role::Lost => {

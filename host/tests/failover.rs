@@ -21,7 +21,7 @@ use crate::process::{
 const LEASE_SECONDS: u64 = 3;
 const RETRY_SECONDS: u64 = 1;
 const TOOK: &str = "took the Lease";
-const WAITING: &str = "leader election: waiting for the Lease";
+const WAITING: &str = "leader election: watching as a follower";
 
 /// Adds leader election to the main file; the simulated cluster is also the home cluster.
 fn elect(config: &Path, sim: &SimCluster) {

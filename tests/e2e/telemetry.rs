@@ -142,15 +142,22 @@ async fn metrics_probes_and_status_follow_the_daemon() {
     daemon.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A daemon in a coordination mode with telemetry on, its Leases on `sim` too.
+/// A daemon in a coordination mode with telemetry on and the event-log plugin, watching
+/// Volcano jobs (with jobrelay's finalizer), its Leases on `sim` too.
 async fn coordinated(sim: &SimCluster, mode: &str, identity: &str) -> (Setup, Daemon) {
     let setup = Setup::new(&format!(
-        "telemetry: {{listen: \"127.0.0.1:0\"}}\n\
+        "kinds: [{{name: volcano-job, finalizer: true}}]\n\
+         telemetry: {{listen: \"127.0.0.1:0\"}}\n\
          coordination: {{mode: {mode}, identity: {identity}, kubeconfig: clusters/{}.yaml, \
          namespace: jobrelay, lease_name: relay, lease_duration_seconds: 3, \
          renew_deadline_seconds: 2, retry_period_seconds: 1}}\n",
         sim.name()
     ));
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
     setup.add_cluster(sim);
     let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
     (setup, daemon)
@@ -161,27 +168,71 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
 
-    // Two replicas electing: one leads and watches, the other waits, ready, watching nothing.
-    let (_a_setup, a) = coordinated(&sim, "leader", "a").await;
+    // Two replicas electing: one leads; the other watches too, ready, but delivers nothing and
+    // leaves the finalizer to the leader.
+    let (a_setup, a) = coordinated(&sim, "leader", "a").await;
     wait_synced(&a, "alpha").await;
-    let (_b_setup, b) = coordinated(&sim, "leader", "b").await;
+    let (b_setup, b) = coordinated(&sim, "leader", "b").await;
     let b_addr = b.telemetry_addr().expect("telemetry");
+    let started = std::time::Instant::now();
+    loop {
+        let (_, body) = http_get(b_addr, "/status").await;
+        let status: Value = serde_json::from_str(&body).expect("JSON");
+        if status["coordination"]["role"] == "follower" && status["coordination"]["holder"] == "a" {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "b never saw a lead: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_synced(&b, "alpha").await;
+    let (code, _) = http_get(b_addr, "/readyz").await;
+    assert_eq!(code, 200, "a follower is ready to take over");
+    let mut job = JobDriver::create(&sim, Flavor::Volcano, "ml", "watched").expect("job");
+    job.running().expect("running");
+    job.succeeded().expect("succeeded");
+    wait_for("the leader to deliver the job's end", || {
+        a_setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| uid_of(l) == job.uid() && l["phase"] == "succeeded")
+            .then_some(())
+    })
+    .await;
+    // The follower observes the job too (its own watches, shown on its status).
     let started = std::time::Instant::now();
     let status = loop {
         let (_, body) = http_get(b_addr, "/status").await;
         let status: Value = serde_json::from_str(&body).expect("JSON");
-        if status["coordination"]["role"] == "follower" && status["coordination"]["holder"] == "a" {
+        let seen = status["recent_events"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|e| e["name"] == "watched"));
+        if seen {
             break status;
         }
-        assert!(started.elapsed() < DEADLINE, "b never saw a lead: {status}");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the follower never saw the job: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    assert_eq!(status["clusters"]["alpha"]["state"], "synced", "{status}");
     assert!(
-        status["clusters"].as_object().is_some_and(|c| c.is_empty()),
-        "a follower watches nothing: {status}"
+        b_setup.lines("log/events.jsonl").is_empty(),
+        "the follower delivered"
     );
-    let (code, _) = http_get(b_addr, "/readyz").await;
-    assert_eq!(code, 200, "a follower is ready to take over");
+    assert_eq!(
+        b.plugins()["log"].lane.as_ref().map(|l| l.delivered),
+        Some(0)
+    );
+    let finalizers = sim
+        .get(&jobrelay_testkit::Gvr::VOLCANO_JOB, "ml", "watched")
+        .expect("job")["metadata"]["finalizers"]
+        .clone();
+    assert_eq!(
+        finalizers,
+        serde_json::json!(["jobrelay.io/delivery"]),
+        "jobrelay's finalizer, once"
+    );
     let (_, page) = http_get(b_addr, "/metrics").await;
     assert_eq!(sample(&page, "jobrelay_leader"), Some(0.0), "{page}");
     let (_, page) = http_get(a.telemetry_addr().expect("telemetry"), "/metrics").await;

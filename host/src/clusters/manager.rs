@@ -27,6 +27,9 @@ pub struct ClusterManager {
     /// [`activate`](ClusterManager::activate); a sharded replica allows the clusters whose
     /// Leases it holds.
     scope: Scope,
+    /// Watch without delivering: a follower in a leader election keeps its watches (health,
+    /// credentials and connections proven) but leaves jobrelay's finalizer alone.
+    passive: bool,
 }
 
 /// Which of the configured clusters run here.
@@ -52,7 +55,14 @@ impl ClusterManager {
             directory,
             cancel,
             scope: Scope::All,
+            passive: false,
         }
+    }
+
+    /// A manager that watches every cluster passively until [`activate`](Self::activate).
+    pub fn passive(mut self) -> Self {
+        self.passive = true;
+        self
     }
 
     /// A manager that starts no cluster until activated or allowed one by one.
@@ -68,6 +78,7 @@ impl ClusterManager {
         main: &Arc<MainConfig>,
     ) {
         self.scope = Scope::All;
+        self.passive = false;
         self.restart_all(sources, main).await;
     }
 
@@ -168,6 +179,7 @@ impl ClusterManager {
         let handle = supervisor::spawn(
             source,
             main,
+            self.passive,
             self.sink.clone(),
             self.health.clone(),
             supervisor::ClientUsers {

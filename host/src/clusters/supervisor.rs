@@ -61,16 +61,19 @@ impl ClientUsers {
 }
 
 /// Start supervising one cluster.
+/// `passive`: watch without managing jobrelay's finalizer (a follower that does not deliver
+/// must neither add nor remove it).
 pub fn spawn(
     source: &ClusterSource,
     main: &Arc<MainConfig>,
+    passive: bool,
     sink: mpsc::Sender<Observation>,
     health: HealthBoard,
     users: ClientUsers,
     parent: &CancellationToken,
 ) -> SupervisorHandle {
     let cancel = parent.child_token();
-    let targets = targets(&source.name, main);
+    let targets = targets(&source.name, main, passive);
     health.connecting(&source.name, targets.len());
     let task = tokio::spawn(supervise(
         source.name.clone(),
@@ -89,7 +92,7 @@ pub fn spawn(
 }
 
 /// The streams of one cluster: every kind, in every configured namespace (or all).
-fn targets(cluster: &str, main: &MainConfig) -> Vec<WatchTarget> {
+fn targets(cluster: &str, main: &MainConfig, passive: bool) -> Vec<WatchTarget> {
     let cluster: Arc<str> = Arc::from(cluster);
     let namespaces: Vec<Option<String>> = if main.watch.namespaces.is_empty() {
         vec![None]
@@ -106,7 +109,7 @@ fn targets(cluster: &str, main: &MainConfig) -> Vec<WatchTarget> {
                 namespace: ns.clone(),
                 label_selector: main.watch.label_selector.clone(),
                 timeout_seconds: main.watch.timeout_seconds,
-                finalizer: kind.finalizer.then(|| main.finalizers.name.clone()),
+                finalizer: (kind.finalizer && !passive).then(|| main.finalizers.name.clone()),
             });
         }
     }
@@ -178,4 +181,24 @@ pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, String> {
     // retries every failed request with backoff, so each failure is retried and also seen.
     config.default_retry = false;
     Client::try_from(config).map_err(|e| format!("client: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::main_file::MainConfig;
+
+    #[test]
+    fn a_passive_watch_leaves_the_finalizer_alone() {
+        let main = MainConfig::parse(
+            "kinds: [{name: volcano-job, finalizer: true}, {name: batch-job}]",
+            std::path::Path::new("/etc/jobrelay"),
+        )
+        .expect("main file");
+        let active = targets("east", &main, false);
+        assert_eq!(active[0].finalizer.as_deref(), Some("jobrelay.io/delivery"));
+        assert_eq!(active[1].finalizer, None);
+        let passive = targets("east", &main, true);
+        assert!(passive.iter().all(|t| t.finalizer.is_none()));
+    }
 }

@@ -17,6 +17,18 @@ enum Running {
     Sharding(Sharding),
 }
 
+/// What a replica does until a Lease says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeLease {
+    /// No election: watch and deliver everything.
+    Deliver,
+    /// A follower: watch every cluster (connections, credentials and health kept proven) but
+    /// deliver nothing and leave finalizers alone.
+    WatchOnly,
+    /// Sharding: watch only the clusters whose Leases this replica takes.
+    Nothing,
+}
+
 /// Coordination with the other replicas, started.
 pub struct Coordinator {
     running: Running,
@@ -48,7 +60,7 @@ impl Coordinator {
             tracing::info!(
                 identity = %home.identity,
                 lease = %format!("{}/{}", home.namespace, settings.lease_name),
-                "leader election: waiting for the Lease before watching any cluster"
+                "leader election: watching as a follower, delivering nothing until this replica holds the Lease"
             );
             let lock = LeaseLock::new(
                 home.client,
@@ -89,9 +101,13 @@ impl Coordinator {
         Ok((coordinator, Some(commands)))
     }
 
-    /// Whether this replica must wait for a Lease before watching anything.
-    pub fn waits_for_lease(&self) -> bool {
-        !matches!(self.running, Running::Alone)
+    /// What this replica may do before it holds any Lease.
+    pub fn before_lease(&self) -> BeforeLease {
+        match self.running {
+            Running::Alone => BeforeLease::Deliver,
+            Running::Election(_) => BeforeLease::WatchOnly,
+            Running::Sharding(_) => BeforeLease::Nothing,
+        }
     }
 
     /// This replica's role, as it changes.

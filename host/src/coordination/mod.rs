@@ -1,10 +1,11 @@
 //! Several replicas, one deliverer: leader election through a Lease on the home cluster.
 //!
-//! With `coordination.mode: leader` every replica loads its config and compiles its plugins,
-//! but only the one holding the Lease watches clusters and delivers. The others wait, ready: on
-//! taking the Lease a replica re-reads every lane's cursors from the shared state store, lists
-//! every cluster, and delivers what changed since the cursors were written, exactly as after a
-//! restart. See `docs/delivery.md` for what this guarantees.
+//! With `coordination.mode: leader` every replica loads its config, compiles its plugins and
+//! watches every cluster, but only the one holding the Lease delivers (and manages jobrelay's
+//! finalizer). The others stay warm, their connections, credentials and cluster health proven:
+//! on taking the Lease a replica re-reads every lane's cursors from the shared state store,
+//! lists every cluster again, and delivers what changed since the cursors were written, exactly
+//! as after a restart. See `docs/delivery.md` for what this guarantees.
 //!
 //! With `coordination.mode: sharded` the clusters are spread over the replicas instead: each
 //! holds one Lease per cluster it delivers (see [`shards`]).

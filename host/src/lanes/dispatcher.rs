@@ -2,6 +2,7 @@
 //! each to the lanes of the plugins that want its kind.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
@@ -15,23 +16,42 @@ use crate::watch::finalizer::has_finalizer;
 use crate::watch::watcher::Observation;
 
 /// The lanes by plugin name, and the finalizer holds they report to.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Routes {
     inner: Arc<RwLock<BTreeMap<String, Lane>>>,
     finalizers: Option<(Arc<FinalizerBook>, String)>,
     recent: RecentEvents,
     observed: Arc<EventCounts>,
+    /// Off while this replica follows a leader: observations are counted and shown, but no
+    /// lane gets them.
+    delivering: Arc<AtomicBool>,
+}
+
+impl Default for Routes {
+    /// Routes without finalizer holds, delivering.
+    fn default() -> Routes {
+        Routes {
+            inner: Arc::default(),
+            finalizers: None,
+            recent: RecentEvents::default(),
+            observed: Arc::default(),
+            delivering: Arc::new(AtomicBool::new(true)),
+        }
+    }
 }
 
 impl Routes {
     /// Routes that hold deletions of finalizer kinds in `book` (finalizer `name`).
     pub fn with_finalizers(book: Arc<FinalizerBook>, name: String) -> Routes {
         Routes {
-            inner: Arc::default(),
             finalizers: Some((book, name)),
-            recent: RecentEvents::default(),
-            observed: Arc::default(),
+            ..Routes::default()
         }
+    }
+
+    /// Whether observations reach the lanes.
+    pub fn set_delivering(&self, on: bool) {
+        self.delivering.store(on, Ordering::SeqCst);
     }
 
     /// Events observed, by cluster and kind.
@@ -78,6 +98,9 @@ impl Routes {
                 self.recent.record(&event);
                 self.observed
                     .add(&event.cluster, &event.kind, Count::Observed);
+                if !self.delivering.load(Ordering::SeqCst) {
+                    return;
+                }
                 let observed = Observed {
                     event,
                     kind,
@@ -98,6 +121,9 @@ impl Routes {
                 namespace,
                 uids,
             } => {
+                if !self.delivering.load(Ordering::SeqCst) {
+                    return;
+                }
                 let listed = Listed {
                     cluster: cluster.to_string(),
                     namespace,
