@@ -91,9 +91,19 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let daemon = Daemon::start(config).await?;
+    // Listening from the very start: a stop signal during start-up is a clean stop too, not
+    // the signal's default action.
+    let mut stop = StopSignals::install()?;
+    tracing::info!(config = %config.display(), "starting");
+    let daemon = tokio::select! {
+        started = Daemon::start(config) => started?,
+        _ = stop.next() => {
+            tracing::info!("stop signal during start-up; exiting");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     tokio::select! {
-        _ = wait_for_stop_signal() => {}
+        _ = stop.next() => {}
         _ = daemon.lost_leadership() => {
             // Another replica may take the Lease soon: stop, and come back as a follower.
             let grace = daemon.loss_grace();
@@ -105,7 +115,7 @@ async fn run(config: &std::path::Path) -> anyhow::Result<ExitCode> {
     tracing::info!("stop signal received; shutting down (a second signal exits at once)");
     tokio::select! {
         _ = daemon.shutdown(SHUTDOWN_GRACE) => {}
-        _ = wait_for_stop_signal() => {
+        _ = stop.next() => {
             tracing::warn!("second stop signal; exiting now");
             return Ok(ExitCode::from(130));
         }
@@ -127,14 +137,26 @@ async fn dead_letters(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and SIGINT. Each is registered when installed, so none is missed in between.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next stop signal.
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }

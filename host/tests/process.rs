@@ -529,6 +529,23 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
             last.tail()
         );
     }
+    // The last run catches up on what the killed ones delivered but did not acknowledge
+    // before it is stopped.
+    let state = state_file(&config);
+    let started_wait = Instant::now();
+    loop {
+        let behind = cursors_behind(&sim, "alpha", &cursors(&state, "log").await, &played);
+        if behind.is_empty() {
+            break;
+        }
+        assert!(
+            started_wait.elapsed() < DEADLINE,
+            "the last run never caught up:\n{}\n{}",
+            behind.join("\n"),
+            last.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     last.signal("TERM");
     let status = last.exit_within(Duration::from_secs(30)).await;
     assert_eq!(
@@ -642,6 +659,26 @@ pub(crate) fn assert_cursors_current(
     cursors: &[jobrelay::state::Cursor],
     played: &[Played],
 ) {
+    let left = cursors_behind(sim, cluster, cursors, played);
+    assert!(
+        left.is_empty(),
+        "left in the lane after the final SIGTERM:\n{}",
+        left.join("\n")
+    );
+    println!(
+        "cursors:            {} of {cluster} in the state store, each at its job's current version",
+        cursors.iter().filter(|c| c.cluster == cluster).count()
+    );
+}
+
+/// Jobs of `cluster` whose cursor is not at the job's current version, and deleted jobs that
+/// still have one.
+pub(crate) fn cursors_behind(
+    sim: &SimCluster,
+    cluster: &str,
+    cursors: &[jobrelay::state::Cursor],
+    played: &[Played],
+) -> Vec<String> {
     let cursors: HashMap<&str, &jobrelay::state::Cursor> = cursors
         .iter()
         .filter(|c| c.cluster == cluster)
@@ -681,14 +718,35 @@ pub(crate) fn assert_cursors_current(
             ));
         }
     }
-    assert!(
-        left.is_empty(),
-        "left in the lane after the final SIGTERM:\n{}",
-        left.join("\n")
-    );
-    println!(
-        "cursors:            {} in the state file, each at its job's current version",
-        cursors.len()
+    left
+}
+
+// ----- 1b. a stop signal during start-up --------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_during_start_up_is_a_clean_stop() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let manifest = "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out/log, guest: /data, writable: true}\n\
+                    config:\n  file: events.jsonl\n";
+    let dir = config_folder(&sim, "log", manifest);
+    let mut relay = Relay::start(dir.path(), "stopped while starting");
+    // Signal as soon as it says it is starting, while it still loads its plugin.
+    let begun = Instant::now();
+    while !relay.log().contains("starting") {
+        assert!(
+            begun.elapsed() < DEADLINE,
+            "never started\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    relay.signal("TERM");
+    let status = relay.exit_within(Duration::from_secs(30)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "a SIGTERM while starting is a clean stop ({status:?})\n{}",
+        relay.tail()
     );
 }
 
