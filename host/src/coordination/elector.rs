@@ -8,13 +8,13 @@
 //! to win the Lease again in place, keeps one simple rule: a process delivers during at most one
 //! unbroken term.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{Holding, LeaseError, LeaseLock};
+use super::lease::{Holding, LeaseLock, bounded};
 use super::settings::Timings;
 
 /// This replica's part in the election.
@@ -77,17 +77,16 @@ async fn campaign(
     // When the Lease was last renewed, while leading.
     let mut renewed: Option<Instant> = None;
     loop {
-        // A request that hangs must not hold the leader past its deadline.
         let limit = match renewed {
             Some(at) => timings.renew_deadline.saturating_sub(at.elapsed()),
             None => timings.renew_deadline,
         };
         let attempt = tokio::select! {
-            a = tokio::time::timeout(limit, lock.try_hold()) => a,
+            a = bounded(limit, lock.try_hold()) => a,
             _ = cancel.cancelled() => break,
         };
         let leading = renewed.is_some();
-        match attempt.unwrap_or(Err(LeaseError::TimedOut)) {
+        match attempt {
             Ok(Holding::Held) => {
                 if !leading {
                     tracing::info!(identity = %lock.identity(), "took the Lease: this replica delivers now");
@@ -128,10 +127,11 @@ async fn campaign(
             role.send_replace(Role::Lost);
             return;
         }
+        // Followers spread their attempts out; the leader renews on the period.
         let wait = if renewed.is_some() {
             timings.retry_period
         } else {
-            jittered(timings.retry_period)
+            timings.next_attempt()
         };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -146,10 +146,4 @@ async fn campaign(
             }
         }
     }
-}
-
-/// Followers spread their attempts out a little, so replicas started together do not all
-/// write at once whenever the Lease frees up.
-fn jittered(period: Duration) -> Duration {
-    period + period.mul_f64(fastrand::f64() * 0.2)
 }

@@ -42,13 +42,51 @@ pub enum Holding {
     Other(Option<String>),
 }
 
-/// The Lease as this replica last saw it.
-struct Seen {
+/// A Lease as this process last saw it, with its own clock for expiry.
+pub(super) struct Seen {
     resource_version: Option<String>,
+    /// Never empty: an empty holder is no holder.
     holder: Option<String>,
-    duration: Duration,
+    /// The Lease's `leaseDurationSeconds`, or the default if it has none.
+    pub(super) duration: Duration,
     /// When (this process's clock) the Lease was first seen with this resourceVersion.
-    since: Instant,
+    pub(super) since: Instant,
+}
+
+impl Seen {
+    /// `lease` as seen now; `default` stands in for a missing or zero duration.
+    pub(super) fn new(lease: &Lease, default: Duration) -> Seen {
+        let spec = lease.spec.as_ref();
+        Seen {
+            resource_version: lease.metadata.resource_version.clone(),
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|d| u64::try_from(d).ok())
+                .filter(|d| *d > 0)
+                .map_or(default, Duration::from_secs),
+            since: Instant::now(),
+        }
+    }
+
+    /// Notes `lease` read again: the clock keeps running while its version is unchanged and
+    /// restarts when it changed.
+    pub(super) fn refresh(&mut self, lease: &Lease, default: Duration) {
+        if self.resource_version != lease.metadata.resource_version {
+            *self = Seen::new(lease, default);
+        }
+    }
+
+    /// Whether the Lease has gone unchanged for longer than its duration.
+    pub(super) fn expired(&self) -> bool {
+        self.since.elapsed() > self.duration
+    }
+
+    pub(super) fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
 }
 
 /// This replica's handle on one Lease.
@@ -198,41 +236,20 @@ impl LeaseLock {
     /// Notes the Lease as read elsewhere (a list of the group): keeps the expiry clock running
     /// for a Lease this replica does not try to take yet.
     pub fn observe(&mut self, lease: &Lease) {
-        let resource_version = lease.metadata.resource_version.clone();
-        if self
-            .seen
-            .as_ref()
-            .is_some_and(|s| s.resource_version == resource_version)
-        {
-            return;
+        match &mut self.seen {
+            Some(seen) => seen.refresh(lease, self.duration),
+            None => self.seen = Some(Seen::new(lease, self.duration)),
         }
-        let spec = lease.spec.as_ref();
-        let duration = spec
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|d| u64::try_from(d).ok())
-            .filter(|d| *d > 0)
-            .map_or(self.duration, Duration::from_secs);
-        self.seen = Some(Seen {
-            resource_version,
-            holder: spec.and_then(|s| s.holder_identity.clone()),
-            duration,
-            since: Instant::now(),
-        });
     }
 
     /// Whether the Lease as last seen has gone unchanged for longer than its duration.
     fn expired(&self) -> bool {
-        self.seen
-            .as_ref()
-            .is_none_or(|s| s.since.elapsed() > s.duration)
+        self.seen.as_ref().is_none_or(Seen::expired)
     }
 
     /// The holder as last seen.
     pub fn holder(&self) -> Option<&str> {
-        self.seen
-            .as_ref()
-            .and_then(|s| s.holder.as_deref())
-            .filter(|h| !h.is_empty())
+        self.seen.as_ref().and_then(Seen::holder)
     }
 }
 
@@ -258,4 +275,15 @@ pub fn lease_name(prefix: &str, part: &str) -> String {
     let mut name = format!("{prefix}-{}", part.trim_matches(|c| c == '-' || c == '.'));
     name.truncate(253);
     name.trim_end_matches(['-', '.']).to_string()
+}
+
+/// A Lease call that gives up after `limit`: a request that hangs must not hold a replica past
+/// its renew deadline.
+pub async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, LeaseError>>,
+) -> Result<T, LeaseError> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or(Err(LeaseError::TimedOut))
 }

@@ -8,13 +8,13 @@
 //! [`FORGET_AFTER`] Lease durations, so replaced pods leave nothing behind.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
-use super::lease::{LeaseError, LeaseLock, lease_name};
+use super::lease::{LeaseError, LeaseLock, Seen, lease_name};
 
 /// Label naming the group (the `lease_name` prefix) a member Lease belongs to.
 pub const GROUP_LABEL: &str = "jobrelay.io/group";
@@ -32,12 +32,8 @@ pub fn labels(group: &str, kind: &str) -> BTreeMap<String, String> {
 /// Quiet member Leases are deleted after this many of their durations.
 const FORGET_AFTER: u32 = 10;
 
-struct Seen {
-    resource_version: Option<String>,
-    holder: Option<String>,
-    duration: Duration,
-    since: Instant,
-}
+/// For a member Lease without a duration (written by hand).
+const DEFAULT_DURATION: Duration = Duration::from_secs(15);
 
 /// This replica's member Lease and its view of the others.
 pub struct Members {
@@ -101,26 +97,12 @@ impl Members {
             let Some(name) = lease.metadata.name.clone().filter(|_| member) else {
                 continue;
             };
-            let spec = lease.spec.clone().unwrap_or_default();
-            let resource_version = lease.metadata.resource_version.clone();
-            let duration = spec
-                .lease_duration_seconds
-                .and_then(|d| u64::try_from(d).ok())
-                .filter(|d| *d > 0)
-                .map_or(Duration::from_secs(15), Duration::from_secs);
-            let seen = self.seen.entry(name.clone()).or_insert_with(|| Seen {
-                resource_version: None,
-                holder: None,
-                duration,
-                since: Instant::now(),
-            });
-            if seen.resource_version != resource_version {
-                *seen = Seen {
-                    resource_version,
-                    holder: spec.holder_identity.filter(|h| !h.is_empty()),
-                    duration,
-                    since: Instant::now(),
-                };
+            match self.seen.get_mut(&name) {
+                Some(seen) => seen.refresh(lease, DEFAULT_DURATION),
+                None => {
+                    self.seen
+                        .insert(name.clone(), Seen::new(lease, DEFAULT_DURATION));
+                }
             }
             listed.push(name);
         }
@@ -129,8 +111,8 @@ impl Members {
         let mut alive: Vec<String> = self
             .seen
             .values()
-            .filter(|s| s.since.elapsed() <= s.duration)
-            .filter_map(|s| s.holder.clone())
+            .filter(|s| !s.expired())
+            .filter_map(|s| s.holder().map(str::to_string))
             .collect();
         if !alive.contains(&self.identity) {
             alive.push(self.identity.clone());

@@ -79,6 +79,14 @@ pub struct Timings {
     pub retry_period: Duration,
 }
 
+impl Timings {
+    /// The wait before the next attempt: the retry period plus up to a fifth more, so replicas
+    /// started together do not all write at once whenever a Lease frees up.
+    pub fn next_attempt(&self) -> Duration {
+        self.retry_period + self.retry_period.mul_f64(fastrand::f64() * 0.2)
+    }
+}
+
 impl CoordinationSettings {
     /// Checks the section and resolves a relative kubeconfig against `root`. Errors name the
     /// field.

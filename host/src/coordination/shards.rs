@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::elector::Role;
-use super::lease::{Holding, LeaseError, LeaseLock, lease_name};
+use super::lease::{Holding, LeaseLock, bounded, lease_name};
 use super::members::{Members, labels};
 use super::rendezvous;
 use super::settings::Timings;
@@ -224,9 +224,8 @@ async fn coordinate(
             changed
         });
 
-        let wait = t.retry_period + t.retry_period.mul_f64(fastrand::f64() * 0.2);
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(t.next_attempt()) => {}
             _ = cancel.cancelled() => break,
         }
     }
@@ -240,14 +239,4 @@ async fn coordinate(
     }
     members.leave().await;
     tracing::info!(identity = %setup.identity, "sharding: left the replicas");
-}
-
-/// A Lease call that gives up after `limit`.
-async fn bounded<T>(
-    limit: Duration,
-    call: impl Future<Output = Result<T, LeaseError>>,
-) -> Result<T, LeaseError> {
-    tokio::time::timeout(limit, call)
-        .await
-        .unwrap_or(Err(LeaseError::TimedOut))
 }
