@@ -136,7 +136,7 @@ impl Daemon {
                         now = next_role(&mut role) => {
                             match now {
                                 Role::Leader => {
-                                    if let Err(e) = plugins.reload_cursors().await {
+                                    if let Err(e) = plugins.reload(None).await {
                                         tracing::error!(error = %e, "cannot read the cursors at take-over; not delivering");
                                         lost.cancel();
                                         break;
@@ -156,7 +156,7 @@ impl Daemon {
                         command = next_command(&mut shard_commands) => {
                             match command {
                                 ShardCommand::Start(cluster) => {
-                                    if let Err(e) = plugins.reload_cluster(&cluster).await {
+                                    if let Err(e) = plugins.reload(Some(&cluster)).await {
                                         tracing::error!(%cluster, error = %e, "cannot read the cluster's cursors at take-over; not delivering");
                                         lost.cancel();
                                         break;

@@ -507,38 +507,30 @@ impl Lane {
     }
 
     /// Forgets what the lane knows of every job that has no work in it and reads the
-    /// plugin's cursors again. For a replica that takes over delivery: while it waited (no
-    /// watchers, so no work), the replica that delivered moved the shared cursors on.
-    pub async fn reload_cursors(&self) -> Result<(), crate::state::StoreError> {
-        let fresh = jobs_from(&self.inner.store.cursors(&self.inner.name).await?);
-        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.retain(|_, job| job.busy || !job.queue.is_empty());
-        for (key, job) in fresh {
-            jobs.entry(key).or_insert(job);
+    /// plugin's cursors again (of one cluster, or of all). For a replica that takes over
+    /// delivery: while it did not deliver, another replica moved the shared cursors on.
+    /// Taking a cluster back also accepts its versions again (see
+    /// [`forget_cluster`](Lane::forget_cluster)).
+    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), crate::state::StoreError> {
+        let of = |c: &str| cluster.is_none_or(|only| only == c);
+        if let Some(cluster) = cluster {
+            self.inner
+                .excluded
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(cluster);
         }
-        Ok(())
-    }
-
-    /// Re-reads the cursors of one cluster's jobs, for a replica that takes the cluster over
-    /// from another (sharding): jobs of the cluster with no work are replaced by what the
-    /// store says.
-    pub async fn reload_cluster(&self, cluster: &str) -> Result<(), crate::state::StoreError> {
-        self.inner
-            .excluded
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
         let cursors: Vec<Cursor> = self
             .inner
             .store
             .cursors(&self.inner.name)
             .await?
             .into_iter()
-            .filter(|c| c.cluster == cluster)
+            .filter(|c| of(&c.cluster))
             .collect();
         let fresh = jobs_from(&cursors);
         let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.retain(|key, job| key.cluster != cluster || job.busy || !job.queue.is_empty());
+        jobs.retain(|key, job| !of(&key.cluster) || job.busy || !job.queue.is_empty());
         for (key, job) in fresh {
             jobs.entry(key).or_insert(job);
         }

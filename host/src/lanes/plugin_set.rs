@@ -203,20 +203,12 @@ impl PluginSet {
         }
     }
 
-    /// Every lane re-reads its cursors from the store (see [`Lane::reload_cursors`]). Fails on
-    /// the first lane whose cursors cannot be read: delivering from stale cursors would repeat
-    /// what another replica delivered.
-    pub async fn reload_cursors(&self) -> Result<(), crate::state::StoreError> {
+    /// Every lane re-reads its cursors from the store, of one cluster or of all (see
+    /// [`Lane::reload`]). Fails on the first lane whose cursors cannot be read: delivering from
+    /// stale cursors would repeat what another replica delivered.
+    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), crate::state::StoreError> {
         for lane in self.routes.lanes().values() {
-            lane.reload_cursors().await?;
-        }
-        Ok(())
-    }
-
-    /// Every lane re-reads the cursors of one cluster's jobs (see [`Lane::reload_cluster`]).
-    pub async fn reload_cluster(&self, cluster: &str) -> Result<(), crate::state::StoreError> {
-        for lane in self.routes.lanes().values() {
-            lane.reload_cluster(cluster).await?;
+            lane.reload(cluster).await?;
         }
         Ok(())
     }
