@@ -276,11 +276,7 @@ impl Statements {
                 "SELECT {DEAD_LETTER_COLUMNS} FROM {} WHERE plugin = ? ORDER BY seq",
                 t.dead_letters
             )),
-            select_replays: sql(format!(
-                "SELECT {DEAD_LETTER_COLUMNS} FROM {} WHERE plugin = ? AND replay_requested = TRUE \
-                 ORDER BY seq FOR UPDATE",
-                t.dead_letters
-            )),
+            select_replays: sql(select_replays(&t.dead_letters, None)),
             kv_get: sql(format!(
                 "SELECT value FROM {} WHERE plugin = ? AND `key` = ? \
                  AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
@@ -321,6 +317,18 @@ fn upsert_cursors_sql(table: &str, rows: usize) -> String {
 }
 
 /// `?, ?, …`, `n` times.
+/// Locks and reads the dead letters of one plugin (bound first) marked for replay; with
+/// `clusters`, only those of that many clusters (bound next).
+fn select_replays(table: &str, clusters: Option<usize>) -> String {
+    let of_clusters = clusters
+        .map(|n| format!(" AND cluster IN ({})", placeholders(n)))
+        .unwrap_or_default();
+    format!(
+        "SELECT {DEAD_LETTER_COLUMNS} FROM {table} WHERE plugin = ? AND replay_requested = TRUE\
+         {of_clusters} ORDER BY seq FOR UPDATE"
+    )
+}
+
 fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
@@ -439,25 +447,17 @@ impl MySqlStore {
         rows.iter().map(|r| self.dead_letter_from_row(r)).collect()
     }
 
-    async fn try_save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        bind_cursor(
-            sqlx::query(AssertSqlSafe(self.sql.upsert_cursor.clone())),
-            cursor,
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(self.failed("save a cursor"))?;
-        Ok(())
-    }
-
-    async fn try_remember_job(&self, seen: &Cursor) -> Result<(), StoreError> {
-        bind_cursor(
-            sqlx::query(AssertSqlSafe(self.sql.remember_job.clone())),
-            seen,
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(self.failed("remember a job"))?;
+    /// One cursor through `statement` (the upsert, or the insert that keeps what is there).
+    async fn try_write_cursor(
+        &self,
+        statement: &Arc<str>,
+        cursor: &Cursor,
+        what: &'static str,
+    ) -> Result<(), StoreError> {
+        bind_cursor(sqlx::query(AssertSqlSafe(statement.clone())), cursor)
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed(what))?;
         Ok(())
     }
 
@@ -600,12 +600,9 @@ impl MySqlStore {
         // then no longer finds the rows it deleted.
         let statement: Arc<str> = match clusters {
             None => self.sql.select_replays.clone(),
-            Some(clusters) => Arc::from(self.sql.select_replays.replace(
-                " ORDER BY seq",
-                &format!(
-                    " AND cluster IN ({}) ORDER BY seq",
-                    placeholders(clusters.len())
-                ),
+            Some(clusters) => Arc::from(select_replays(
+                &self.sql.tables.dead_letters,
+                Some(clusters.len()),
             )),
         };
         let mut select = sqlx::query(AssertSqlSafe(statement)).bind(plugin);
@@ -680,7 +677,10 @@ impl CursorStore for MySqlStore {
     }
 
     async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        retry_deadlocks!(self.try_save_cursor(cursor).await)
+        retry_deadlocks!(
+            self.try_write_cursor(&self.sql.upsert_cursor, cursor, "save a cursor")
+                .await
+        )
     }
 
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
@@ -688,7 +688,10 @@ impl CursorStore for MySqlStore {
             resource_version: String::new(),
             ..cursor.clone()
         };
-        retry_deadlocks!(self.try_remember_job(&seen).await)
+        retry_deadlocks!(
+            self.try_write_cursor(&self.sql.remember_job, &seen, "remember a job")
+                .await
+        )
     }
 
     async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
