@@ -7,15 +7,15 @@
 //! Both processes share one config folder, so one SQLite state file on this machine; in a
 //! cluster they share the MySQL/MariaDB store instead (the store is the same trait).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobrelay_testkit::SimCluster;
 
 use crate::process::{
-    CONCURRENCY, DEADLINE, Relay, Rng, assert_cursors_current, config_folder, cursors, drive,
-    finals_delivered, plan_jobs, poll, read_lines, soak_seed, state_file, str_of,
+    CONCURRENCY, DEADLINE, Relay, Rng, assert_cursors_current, config_folder, count_ids, cursors,
+    drive, finals_delivered, plan_jobs, poll, read_lines, soak_seed, state_file, str_of,
 };
 
 const LEASE_SECONDS: u64 = 3;
@@ -153,15 +153,7 @@ async fn a_killed_leader_is_replaced_by_the_follower_without_losing_a_final_stat
     // --- the event log across both leaders ---
     let (lines, torn) = read_lines(&events);
     assert!(torn.is_empty(), "torn lines: {torn:#?}");
-    let mut per_id: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in &lines {
-        *per_id.entry(str_of(l, "id")).or_default() += 1;
-    }
-    let duplicated: Vec<(&str, usize)> = per_id
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, n)| (*id, *n))
-        .collect();
+    let (per_id, duplicated) = count_ids(&lines);
     println!(
         "events delivered: {} lines, {} distinct ids, {} repeated (bound: concurrency {CONCURRENCY} x 1 kill)",
         lines.len(),

@@ -17,19 +17,20 @@ use jobrelay::state::{StateBackend, open_store};
 use jobrelay::watch::event::{JobEvent, Phase};
 use jobrelay::watch::kinds::JobKind;
 
-/// A plugin that is down: every call fails with a retryable error.
-struct Down;
-
-#[async_trait::async_trait]
-impl Handler for Down {
-    fn name(&self) -> &str {
-        "down"
-    }
-    fn version(&self) -> &str {
-        "0"
-    }
-    async fn handle(&self, _event: &JobEvent) -> Result<(), CallError> {
-        Err(CallError::Retry("the peer is down".into()))
+/// `every-version`, retried a minute apart: a failing event stays in the lane for the whole
+/// test.
+fn slow_retries(concurrency: usize, max_queued_per_job: usize) -> LaneSettings {
+    LaneSettings {
+        mode: DeliveryMode::EveryVersion,
+        concurrency,
+        retry: RetryPolicy {
+            max_attempts: 100,
+            min_delay_ms: 60_000,
+            max_delay_ms: 60_000,
+        },
+        rate_limits: Vec::new(),
+        kinds: Vec::new(),
+        max_queued_per_job,
     }
 }
 
@@ -39,20 +40,13 @@ async fn a_down_plugin_holds_at_most_the_bound_and_parks_the_rest_as_dead_letter
     let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
         .await
         .expect("store");
-    let settings = LaneSettings {
-        mode: DeliveryMode::EveryVersion,
-        concurrency: 2,
-        // Retried for minutes: the head event stays in the lane for the whole test.
-        retry: RetryPolicy {
-            max_attempts: 100,
-            min_delay_ms: 60_000,
-            max_delay_ms: 60_000,
-        },
-        rate_limits: Vec::new(),
-        kinds: Vec::new(),
-        max_queued_per_job: 5,
-    };
-    let lane = Lane::open("down", Arc::new(Down), settings, store.clone(), None)
+    let settings = slow_retries(2, 5);
+    // Down for every job here (they are all on cluster `east`).
+    let down = Arc::new(DownFor {
+        cluster: "east",
+        delivered: Default::default(),
+    });
+    let lane = Lane::open("down", down, settings, store.clone(), None)
         .await
         .expect("lane");
     let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
@@ -115,7 +109,8 @@ where
     }
 }
 
-/// Down for one cluster's jobs, up for the others; counts what it delivered.
+/// A plugin down for one cluster's jobs (every call fails with a retryable error) and up for
+/// the others; records what it delivered.
 struct DownFor {
     cluster: &'static str,
     delivered: std::sync::Mutex<Vec<String>>,
@@ -151,18 +146,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
     let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
         .await
         .expect("store");
-    let settings = LaneSettings {
-        mode: DeliveryMode::EveryVersion,
-        concurrency: 4,
-        retry: RetryPolicy {
-            max_attempts: 100,
-            min_delay_ms: 60_000,
-            max_delay_ms: 60_000,
-        },
-        rate_limits: Vec::new(),
-        kinds: Vec::new(),
-        max_queued_per_job: 100,
-    };
+    let settings = slow_retries(4, 100);
     let plugin = Arc::new(DownFor {
         cluster: "west",
         delivered: Default::default(),
@@ -219,7 +203,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
     );
 
     // Taken back: the cluster's versions are accepted again.
-    lane.reload_cluster("west").await.expect("reload");
+    lane.reload(Some("west")).await.expect("reload");
     push("west", "w-3", 1);
     common_wait(|| async { (lane.stats().retried >= 3).then_some(()) }).await;
     assert_eq!(lane.stats().pending, 1, "w-3 waits for its retry");

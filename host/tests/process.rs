@@ -454,6 +454,21 @@ pub(crate) fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> 
         .collect()
 }
 
+/// How often each event id (`cluster/uid/resourceVersion`) was delivered, and the ids
+/// delivered more than once with their counts.
+pub(crate) fn count_ids(lines: &[Value]) -> (BTreeMap<&str, usize>, Vec<(&str, usize)>) {
+    let mut per_id: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in lines {
+        *per_id.entry(str_of(l, "id")).or_default() += 1;
+    }
+    let repeated = per_id
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| (*id, *n))
+        .collect();
+    (per_id, repeated)
+}
+
 /// Waits until every job's final state is in the event log at `events`; the ones still
 /// missing after [`DEADLINE`] otherwise.
 pub(crate) async fn finals_delivered(played: &[Played], events: &Path) -> Result<(), String> {
@@ -562,15 +577,7 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
         torn.is_empty(),
         "lines of events.jsonl that are not JSON (torn by a kill?): {torn:#?}"
     );
-    let mut per_id: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in &lines {
-        *per_id.entry(str_of(l, "id")).or_default() += 1;
-    }
-    let duplicated: Vec<(&str, usize)> = per_id
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, n)| (*id, *n))
-        .collect();
+    let (per_id, duplicated) = count_ids(&lines);
     let synthetic = lines.iter().filter(|l| l["synthetic"] == true).count();
     let gone = lines
         .iter()

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::common::{mysql_url, unique_prefix};
 use crate::process::{
-    CONCURRENCY, DEADLINE, Played, Relay, Rng, assert_cursors_current, cursors, drive,
+    CONCURRENCY, DEADLINE, Played, Relay, Rng, assert_cursors_current, count_ids, cursors, drive,
     missing_finals, plan_jobs, plugin_dir, poll, read_lines, soak_seed, str_of, write,
 };
 use crate::state_store::drop_tables;
@@ -365,16 +365,7 @@ async fn six_clusters_over_three_replicas_through_a_death_and_a_return() {
         );
     }
     let lines = all_lines();
-    let mut per_id: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for l in &lines {
-        *per_id
-            .entry((
-                str_of(l, "cluster").to_string(),
-                str_of(l, "id").to_string(),
-            ))
-            .or_default() += 1;
-    }
-    let repeated: Vec<_> = per_id.iter().filter(|(_, n)| **n > 1).collect();
+    let (per_id, repeated) = count_ids(&lines);
     let by_replica: BTreeMap<&str, usize> = files
         .iter()
         .map(|(id, f)| (id.as_str(), read_lines(f).0.len()))
@@ -386,7 +377,7 @@ async fn six_clusters_over_three_replicas_through_a_death_and_a_return() {
         repeated.len()
     );
     assert!(
-        repeated.iter().all(|(_, n)| **n <= 2) && repeated.len() <= CONCURRENCY,
+        repeated.iter().all(|(_, n)| *n <= 2) && repeated.len() <= CONCURRENCY,
         "more repeats than calls in flight at the kill: {repeated:?}"
     );
     let used: BTreeSet<&str> = by_replica
