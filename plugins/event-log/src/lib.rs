@@ -9,12 +9,11 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use serde::Serialize;
 
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{Guest, HandlerError, JobEvent, phase_name};
+use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, phase_name};
 
 /// Where lines go when the manifest's `config` says nothing.
 const DEFAULT_DIR: &str = "/data";
@@ -22,7 +21,7 @@ const DEFAULT_FILE: &str = "events.jsonl";
 
 /// Settings from `init`. An instance lives for one event by default, but `init` is always called
 /// first, so this is never read before it is set.
-static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
+static SETTINGS: Configured<Settings> = Configured::new();
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -123,20 +122,11 @@ struct EventLog;
 
 impl Guest for EventLog {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        let settings = Settings::from_config(&config)?;
-        let mut slot = SETTINGS
-            .lock()
-            .map_err(|_| "settings lock poisoned".to_string())?;
-        *slot = Some(settings);
-        Ok(())
+        SETTINGS.set(Settings::from_config(&config)?)
     }
 
     fn handle(event: JobEvent) -> Result<(), HandlerError> {
-        let settings = SETTINGS
-            .lock()
-            .ok()
-            .and_then(|slot| slot.clone())
-            .ok_or_else(|| HandlerError::GiveUp("handle called before init".to_string()))?;
+        let settings = SETTINGS.get()?;
         let line = render(&event).map_err(HandlerError::GiveUp)?;
         match append(&settings, &line) {
             Ok(()) => Ok(()),

@@ -22,11 +22,11 @@ mod sign;
 mod template;
 mod webhook;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{Guest, HandlerError, JobEvent, kv, phase_name};
+use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, kv, phase_name};
 
 use crate::card::Signature;
 use crate::config::{Settings, Target};
@@ -38,7 +38,7 @@ use crate::response::Outcome;
 const SENT_TTL_SECONDS: u32 = 7 * 24 * 3600;
 
 /// Settings from `init`, which the host always calls before `handle` on an instance.
-static SETTINGS: Mutex<Option<Arc<Settings>>> = Mutex::new(None);
+static SETTINGS: Configured<Arc<Settings>> = Configured::new();
 
 /// The plugin's own phase type has exactly the WIT names.
 fn phase(phase: jobrelay_guest::Phase) -> Phase {
@@ -156,20 +156,11 @@ struct FeishuNotify;
 
 impl Guest for FeishuNotify {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        let settings = Settings::from_config(&config)?;
-        let mut slot = SETTINGS
-            .lock()
-            .map_err(|_| "settings lock poisoned".to_string())?;
-        *slot = Some(Arc::new(settings));
-        Ok(())
+        SETTINGS.set(Arc::new(Settings::from_config(&config)?))
     }
 
     fn handle(event: JobEvent) -> Result<(), HandlerError> {
-        let settings = SETTINGS
-            .lock()
-            .ok()
-            .and_then(|slot| slot.clone())
-            .ok_or_else(|| HandlerError::GiveUp("handle called before init".to_string()))?;
+        let settings = SETTINGS.get()?;
         let job = Job::from(event);
         let subject = format!("{} {}/{}", job.kind, job.namespace, job.name);
 

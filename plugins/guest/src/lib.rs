@@ -32,6 +32,8 @@ pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::jobrelay::plugin::{archive, kv, lifecycle, log, pod_logs, sql};
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 
+use std::sync::Mutex;
+
 /// Every phase, in the WIT enum's order.
 pub const PHASES: [Phase; 9] = [
     Phase::Pending,
@@ -69,6 +71,46 @@ pub fn phase_from_name(name: &str) -> Option<Phase> {
 /// Whether a phase is the end of a job's run (`succeeded` or `failed`).
 pub fn is_terminal(phase: Phase) -> bool {
     matches!(phase, Phase::Succeeded | Phase::Failed)
+}
+
+/// What `init` parsed from the plugin's config, for `handle` to read. The host calls `init`
+/// before any `handle` on an instance, so a plugin keeps its settings in one of these:
+///
+/// ```ignore
+/// static SETTINGS: Configured<Settings> = Configured::new();
+/// // in init:   SETTINGS.set(Settings::from_config(&config)?)?;
+/// // in handle: let settings = SETTINGS.get()?;
+/// ```
+pub struct Configured<T>(Mutex<Option<T>>);
+
+impl<T: Clone> Configured<T> {
+    pub const fn new() -> Configured<T> {
+        Configured(Mutex::new(None))
+    }
+
+    /// Keeps the settings (`init`).
+    pub fn set(&self, settings: T) -> Result<(), String> {
+        *self
+            .0
+            .lock()
+            .map_err(|_| "settings lock poisoned".to_string())? = Some(settings);
+        Ok(())
+    }
+
+    /// The settings (`handle`); giving up if `init` never set them.
+    pub fn get(&self) -> Result<T, HandlerError> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|slot| slot.clone())
+            .ok_or_else(|| HandlerError::GiveUp("handle called before init".to_string()))
+    }
+}
+
+impl<T: Clone> Default for Configured<T> {
+    fn default() -> Configured<T> {
+        Configured::new()
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ pub use layout::{Settings, job_dir, log_key};
 #[cfg(target_arch = "wasm32")]
 mod plugin {
     use std::io::Write;
-    use std::sync::Mutex;
 
     use flate2::Compression;
     use flate2::write::GzEncoder;
@@ -31,9 +30,9 @@ mod plugin {
     use jobrelay_guest::archive::{self, Error as ArchiveError, Writer};
     use jobrelay_guest::log::{self as host_log, Level};
     use jobrelay_guest::pod_logs::{self, Error as LogError};
-    use jobrelay_guest::{Guest, HandlerError, JobEvent, is_terminal, kv, phase_name};
+    use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, is_terminal, kv, phase_name};
 
-    static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
+    static SETTINGS: Configured<Settings> = Configured::new();
 
     struct LogArchive;
 
@@ -41,19 +40,11 @@ mod plugin {
 
     impl Guest for LogArchive {
         fn init(config: Vec<(String, String)>) -> Result<(), String> {
-            let settings = Settings::from_config(&config)?;
-            *SETTINGS
-                .lock()
-                .map_err(|_| "settings lock poisoned".to_string())? = Some(settings);
-            Ok(())
+            SETTINGS.set(Settings::from_config(&config)?)
         }
 
         fn handle(event: JobEvent) -> Result<(), HandlerError> {
-            let settings = SETTINGS
-                .lock()
-                .ok()
-                .and_then(|s| s.clone())
-                .ok_or_else(|| HandlerError::GiveUp("handle before init".into()))?;
+            let settings = SETTINGS.get()?;
             let phase = phase_name(event.phase);
             if !settings.phases.iter().any(|p| p == phase) {
                 return Ok(());
