@@ -10,3 +10,4 @@ mod reload;
 mod resilience;
 mod status_page;
 mod telemetry;
+mod waiting_plugin;

@@ -101,9 +101,28 @@ pub struct CapabilityState {
     pub http: http::HttpAccess,
     pub pod_logs: pod_logs::PodLogAccess,
     pub archive: archive::ArchiveAccess,
+    /// The first "unavailable" answer any capability gave during the call (a database or
+    /// store that could not be reached). A load-time `init` that fails after one is retried
+    /// later instead of being refused: the peer may come back.
+    pub unavailable: Option<String>,
 }
 
 impl CapabilityState {
+    /// Passes a capability's answer through, noting it if it says "unavailable".
+    pub fn note<T, E: std::fmt::Display>(
+        &mut self,
+        answer: Result<T, E>,
+        unavailable: impl FnOnce(&E) -> bool,
+    ) -> Result<T, E> {
+        if let Err(e) = &answer
+            && self.unavailable.is_none()
+            && unavailable(e)
+        {
+            self.unavailable = Some(e.to_string());
+        }
+        answer
+    }
+
     /// Called once when the call is over, whatever its outcome: reports what the capabilities
     /// held back during the call (captured output, dropped log lines).
     pub fn finish(&self, labels: &CallLabels) {

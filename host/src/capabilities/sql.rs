@@ -208,17 +208,19 @@ impl wit::Host for HostState {
     }
 
     async fn execute(&mut self, connection: String, statement: Statement) -> Result<u64, SqlError> {
-        match self.caps.sql.database(&connection)?.clone() {
+        let answer = match self.caps.sql.database(&connection)?.clone() {
             Database::MySql(pool) => mysql::execute(&pool, statement).await,
             Database::Sqlite(pool) => sqlite::execute(&pool, statement).await,
-        }
+        };
+        self.caps.note(answer, is_unavailable)
     }
 
     async fn query(&mut self, connection: String, statement: Statement) -> Result<Rows, SqlError> {
-        match self.caps.sql.database(&connection)?.clone() {
+        let answer = match self.caps.sql.database(&connection)?.clone() {
             Database::MySql(pool) => mysql::query(&pool, statement).await,
             Database::Sqlite(pool) => sqlite::query(&pool, statement).await,
-        }
+        };
+        self.caps.note(answer, is_unavailable)
     }
 
     async fn transaction(
@@ -232,11 +234,16 @@ impl wit::Host for HostState {
                 statements.len()
             )));
         }
-        match self.caps.sql.database(&connection)?.clone() {
+        let answer = match self.caps.sql.database(&connection)?.clone() {
             Database::MySql(pool) => mysql::transaction(&pool, statements).await,
             Database::Sqlite(pool) => sqlite::transaction(&pool, statements).await,
-        }
+        };
+        self.caps.note(answer, is_unavailable)
     }
+}
+
+fn is_unavailable(e: &SqlError) -> bool {
+    matches!(e, SqlError::Unavailable(_))
 }
 
 /// Sorts a driver error into the three kinds the plugin sees.

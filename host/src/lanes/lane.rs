@@ -138,6 +138,11 @@ struct Inner {
     name: String,
     /// The handler the next call uses (double `Arc`: `ArcSwap` needs a sized pointee).
     plugin: ArcSwap<Arc<dyn Handler>>,
+    /// False while the plugin has no version yet (its first load failed for a reason that may
+    /// pass): events queue and wait, unacknowledged, and no call or retry is spent on them.
+    serving: AtomicBool,
+    /// Woken when a version is installed.
+    installed: Notify,
     settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
@@ -209,12 +214,38 @@ impl Lane {
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, crate::state::StoreError> {
+        Lane::open_with(name, Some(plugin), settings, store, book).await
+    }
+
+    /// A lane for a plugin that has no version yet: it takes and queues events like any lane
+    /// (so finalizer holds wait for it and nothing is dropped), but calls nothing until
+    /// [`reconfigure`](Lane::reconfigure) installs a version.
+    pub async fn open_waiting(
+        name: &str,
+        settings: LaneSettings,
+        store: Arc<dyn CursorStore>,
+        book: Option<Arc<FinalizerBook>>,
+    ) -> Result<Lane, crate::state::StoreError> {
+        Lane::open_with(name, None, settings, store, book).await
+    }
+
+    async fn open_with(
+        name: &str,
+        plugin: Option<Arc<dyn Handler>>,
+        settings: LaneSettings,
+        store: Arc<dyn CursorStore>,
+        book: Option<Arc<FinalizerBook>>,
+    ) -> Result<Lane, crate::state::StoreError> {
+        let serving = plugin.is_some();
+        let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
         let jobs = jobs_from(&store.cursors(name).await?);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 plugin: ArcSwap::from_pointee(plugin),
+                serving: AtomicBool::new(serving),
+                installed: Notify::new(),
                 limiters: ArcSwap::from_pointee(limiters(&settings)),
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
@@ -241,6 +272,11 @@ impl Lane {
         })
     }
 
+    /// Whether a version is installed (see [`open_waiting`](Lane::open_waiting)).
+    pub fn serving(&self) -> bool {
+        self.inner.serving.load(Ordering::SeqCst)
+    }
+
     /// The handler (plugin version) that the next call will use.
     pub fn plugin(&self) -> Arc<dyn Handler> {
         Arc::clone(&**self.inner.plugin.load())
@@ -256,6 +292,9 @@ impl Lane {
     /// in flight finish on the old one.
     pub fn reconfigure(&self, plugin: Arc<dyn Handler>, settings: LaneSettings) {
         self.inner.plugin.store(Arc::new(plugin));
+        if !self.inner.serving.swap(true, Ordering::SeqCst) {
+            self.inner.installed.notify_waiters();
+        }
         let concurrency = settings.concurrency.max(1);
         // A new semaphore for a new limit: calls holding the old one finish normally.
         if self.inner.concurrency.swap(concurrency, Ordering::SeqCst) != concurrency {
@@ -724,6 +763,9 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
     let settings = inner.settings.load_full();
     let mut delays = settings.retry.delays();
     let mut attempts = 0u32;
+    if !until_serving(inner, &event.cluster).await {
+        return None;
+    }
     loop {
         for limiter in inner.limiters.load().iter() {
             limiter.until_ready().await;
@@ -783,6 +825,49 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
                 _ = closing => {}
             }
         }
+    }
+}
+
+/// Waits until the lane has a plugin version. `false`: the lane closed or let go of the
+/// event's cluster first, and the event stays unacknowledged.
+async fn until_serving(inner: &Inner, cluster: &str) -> bool {
+    loop {
+        let installed = inner.installed.notified();
+        let closing = inner.closing.notified();
+        tokio::pin!(installed, closing);
+        installed.as_mut().enable();
+        closing.as_mut().enable();
+        if inner.stops(cluster) {
+            return false;
+        }
+        if inner.serving.load(Ordering::SeqCst) {
+            return true;
+        }
+        tokio::select! {
+            _ = installed => {}
+            _ = closing => {}
+        }
+    }
+}
+
+/// Stands in for the plugin in a lane that has no version yet; never called, since workers
+/// wait for a version before calling (see [`until_serving`]).
+struct NotLoaded(String);
+
+#[async_trait::async_trait]
+impl Handler for NotLoaded {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn version(&self) -> &str {
+        "-"
+    }
+
+    async fn handle(&self, _event: &JobEvent) -> Result<(), CallError> {
+        Err(CallError::Host(
+            "the plugin has no version loaded yet".into(),
+        ))
     }
 }
 

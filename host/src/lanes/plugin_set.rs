@@ -5,18 +5,27 @@
 //! loaded and accepted its config is installed. If loading fails, the version already serving
 //! keeps serving and the failure is recorded in the plugin's status. Loads of one plugin are
 //! numbered, so a slow older load finishing after a newer one can never install an old version.
+//!
+//! A load that fails for a reason that may pass (see [`LoadError::is_passing`]: `init` found
+//! its database down, ran out of time, or asked to be retried) is tried again with backoff
+//! until it succeeds or the plugin's files change. A plugin configured is waited for: if it
+//! has no version yet, it still gets a lane, whose events queue and wait (and whose finalizer
+//! holds stand) until a version is installed, instead of being dropped.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use super::dispatcher::Routes;
 use super::finalizer_book::FinalizerBook;
 use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
-use crate::runtime::{PluginSpec, Runtime};
+use crate::runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
 use crate::state::CursorStore;
 
 /// What an operator sees of one plugin.
@@ -27,7 +36,50 @@ pub struct PluginStatus {
     pub serving_wasm_sha256: Option<String>,
     /// The outcome of the last load attempt.
     pub last_reload: Option<ReloadOutcome>,
+    /// Set while a load that failed for a reason that may pass is being retried.
+    pub waiting: Option<WaitingLoad>,
     pub lane: Option<LaneStats>,
+}
+
+/// A load being retried after a failure that may pass. Without a serving version, the
+/// plugin's events wait in its lane meanwhile.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitingLoad {
+    pub version: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub error: String,
+    /// When the first failed attempt was made, RFC 3339.
+    pub since: String,
+    /// When the next attempt starts, RFC 3339.
+    pub next_attempt_at: String,
+}
+
+/// How one load attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    /// Installed, refused for good, or superseded by a newer change: nothing more to do.
+    Settled,
+    /// Failed for a reason that may pass: try again later.
+    Passing,
+}
+
+/// First and longest wait between attempts of a load that failed for a passing reason.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(RETRY_MIN)
+        .with_max_delay(RETRY_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +108,8 @@ pub struct PluginSet {
     store: Arc<dyn CursorStore>,
     finalizers: Option<Arc<FinalizerBook>>,
     book: Arc<Mutex<Book>>,
+    /// Ends the retries of waiting loads when the set closes.
+    stop: CancellationToken,
 }
 
 impl PluginSet {
@@ -71,6 +125,7 @@ impl PluginSet {
             store,
             finalizers,
             book: Arc::default(),
+            stop: CancellationToken::new(),
         }
     }
 
@@ -79,8 +134,9 @@ impl PluginSet {
     }
 
     /// Apply plugin changes. Loads run in the background; the returned handles finish when
-    /// each load has been installed or refused (tests and `check` wait on them, the daemon
-    /// does not).
+    /// each load's first attempt has been installed, refused, or found to be passing (then a
+    /// lane waits for the plugin and the retries go on in the background). The daemon waits
+    /// on them at start, so the first list reaches every plugin's lane.
     pub fn apply(&self, changes: Vec<Change<PluginSource>>) -> Vec<tokio::task::JoinHandle<()>> {
         let mut loads = Vec::new();
         for change in changes {
@@ -117,46 +173,111 @@ impl PluginSet {
         loads
     }
 
+    /// The first attempt; a passing failure hands the retries to a background task.
     async fn load(&self, source: PluginSource, generation: u64) {
-        let started = std::time::Instant::now();
-        let result = self.runtime.load(PluginSpec::from(&source)).await;
-        let load_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let superseded = {
-            let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-            book.generation.get(&source.name) != Some(&generation)
-        };
-        if superseded {
-            tracing::debug!(plugin = %source.name, version = %source.version,
-                "a newer change superseded this load");
-            return;
+        if self.attempt(&source, generation, 1).await == Attempt::Passing {
+            let this = self.clone();
+            tokio::spawn(async move { this.retry(source, generation).await });
         }
-        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let result = match (result, self.routes.get(&source.name)) {
-            (Ok(version), Some(lane)) => {
-                lane.reconfigure(version, source.lane_settings());
-                Ok(())
-            }
-            (Ok(version), None) => {
-                match Lane::open(
-                    &source.name,
-                    version,
-                    source.lane_settings(),
-                    self.store.clone(),
-                    self.finalizers.clone(),
-                )
-                .await
+    }
+
+    /// Attempts again, with backoff, until the load settles, a newer change supersedes it or
+    /// the set closes.
+    async fn retry(&self, source: PluginSource, generation: u64) {
+        let mut delays = retry_delays();
+        for attempt in 2u32.. {
+            let delay = delays.next().unwrap_or(RETRY_MAX);
+            {
+                let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(waiting) = book
+                    .status
+                    .get_mut(&source.name)
+                    .and_then(|s| s.waiting.as_mut())
                 {
-                    Ok(lane) => {
-                        self.routes.insert(&source.name, lane);
-                        Ok(())
-                    }
-                    Err(e) => Err(format!("cannot read the plugin's cursors: {e}")),
+                    waiting.next_attempt_at = (chrono::Utc::now()
+                        + chrono::Duration::from_std(delay).unwrap_or_default())
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
                 }
             }
-            (Err(e), _) => Err(e.to_string()),
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.stop.cancelled() => return,
+            }
+            if self.superseded(&source.name, generation) {
+                return;
+            }
+            if self.attempt(&source, generation, attempt).await == Attempt::Settled {
+                return;
+            }
+        }
+    }
+
+    fn superseded(&self, name: &str, generation: u64) -> bool {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.generation.get(name) != Some(&generation)
+    }
+
+    /// Puts a loaded version into the plugin's lane, opening the lane if it has none.
+    async fn install(
+        &self,
+        source: &PluginSource,
+        version: Arc<PluginVersion>,
+    ) -> Result<(), String> {
+        if let Some(lane) = self.routes.get(&source.name) {
+            lane.reconfigure(version, source.lane_settings());
+            return Ok(());
+        }
+        let lane = Lane::open(
+            &source.name,
+            version,
+            source.lane_settings(),
+            self.store.clone(),
+            self.finalizers.clone(),
+        )
+        .await
+        .map_err(|e| format!("cannot read the plugin's cursors: {e}"))?;
+        self.routes.insert(&source.name, lane);
+        Ok(())
+    }
+
+    /// Makes sure a plugin that has no version yet has a lane to queue its events in.
+    async fn wait_in_lane(&self, source: &PluginSource) -> Result<(), String> {
+        if self.routes.get(&source.name).is_some() {
+            return Ok(());
+        }
+        let lane = Lane::open_waiting(
+            &source.name,
+            source.lane_settings(),
+            self.store.clone(),
+            self.finalizers.clone(),
+        )
+        .await
+        .map_err(|e| format!("cannot read the plugin's cursors: {e}"))?;
+        self.routes.insert(&source.name, lane);
+        Ok(())
+    }
+
+    async fn attempt(&self, source: &PluginSource, generation: u64, attempt: u32) -> Attempt {
+        let started = std::time::Instant::now();
+        let result = self.runtime.load(PluginSpec::from(source)).await;
+        let load_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if self.superseded(&source.name, generation) {
+            tracing::debug!(plugin = %source.name, version = %source.version,
+                "a newer change superseded this load");
+            return Attempt::Settled;
+        }
+        let at = now_rfc3339();
+        let result = match result {
+            Ok(version) => self.install(source, version).await,
+            Err(e) if e.is_passing() => {
+                return self.note_passing(source, e, attempt, load_ms, at).await;
+            }
+            Err(e) => Err(e.to_string()),
         };
+        let source = source.clone();
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let status = book.status.entry(source.name.clone()).or_default();
+        status.waiting = None;
         match result {
             Ok(()) => {
                 tracing::info!(plugin = %source.name, version = %source.version,
@@ -185,6 +306,60 @@ impl PluginSet {
                 });
             }
         }
+        Attempt::Settled
+    }
+
+    /// Records a load that failed for a reason that may pass, and gives a plugin that has no
+    /// version a lane to wait in.
+    async fn note_passing(
+        &self,
+        source: &PluginSource,
+        error: LoadError,
+        attempt: u32,
+        load_ms: f64,
+        at: String,
+    ) -> Attempt {
+        let error = error.to_string();
+        let lane = self.wait_in_lane(source).await;
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let status = book.status.entry(source.name.clone()).or_default();
+        if let Err(lane_error) = lane {
+            tracing::error!(plugin = %source.name, version = %source.version,
+                error = %lane_error, "plugin load failed; no lane could be opened for it");
+            status.waiting = None;
+            status.last_reload = Some(ReloadOutcome {
+                version: source.version.clone(),
+                ok: false,
+                error: Some(format!("{error}; {lane_error}")),
+                load_ms,
+                at,
+            });
+            return Attempt::Settled;
+        }
+        tracing::warn!(plugin = %source.name, version = %source.version, attempt,
+            error = %error, serving = ?status.serving,
+            "plugin load failed for a reason that may pass; retrying with backoff (events wait \
+             in the plugin's lane meanwhile)");
+        let since = status
+            .waiting
+            .as_ref()
+            .filter(|w| w.version == source.version)
+            .map_or_else(|| at.clone(), |w| w.since.clone());
+        status.waiting = Some(WaitingLoad {
+            version: source.version.clone(),
+            attempts: attempt,
+            error: error.clone(),
+            since,
+            next_attempt_at: at.clone(),
+        });
+        status.last_reload = Some(ReloadOutcome {
+            version: source.version.clone(),
+            ok: false,
+            error: Some(error),
+            load_ms,
+            at,
+        });
+        Attempt::Passing
     }
 
     /// Queue the dead letters an operator asked to replay (`jobrelay dead-letters replay`);
@@ -229,8 +404,9 @@ impl PluginSet {
         self.store.close().await;
     }
 
-    /// Stop every lane: no new calls; calls in flight finish.
+    /// Stop every lane: no new calls; calls in flight finish. Loads being retried stop.
     pub async fn close(&self) {
+        self.stop.cancel();
         for lane in self.routes.lanes().values() {
             lane.close().await;
         }

@@ -38,6 +38,11 @@ pub enum LoadError {
     /// The manifest's limits are outside what the runtime allows.
     #[error("plugin `{plugin}`: invalid limits: {reason}")]
     Limits { plugin: String, reason: String },
+    /// `init` failed for a reason that may pass: it ran out of time, the host could not run
+    /// it, a capability it used answered "unavailable" (a database down), or it asked to be
+    /// tried again (an error text starting with `retry:`). The load is tried again later.
+    #[error("plugin `{plugin}`: init could not finish for now: {reason}")]
+    Unavailable { plugin: String, reason: String },
 }
 
 impl LoadError {
@@ -48,8 +53,16 @@ impl LoadError {
             | LoadError::WrongWorld { plugin, .. }
             | LoadError::InitRefused { plugin, .. }
             | LoadError::Grant { plugin, .. }
-            | LoadError::Limits { plugin, .. } => plugin,
+            | LoadError::Limits { plugin, .. }
+            | LoadError::Unavailable { plugin, .. } => plugin,
         }
+    }
+
+    /// Whether loading the same files again may succeed (see [`LoadError::Unavailable`]).
+    /// Every other error is a refusal of this version: it stays refused until its files
+    /// change.
+    pub fn is_passing(&self) -> bool {
+        matches!(self, LoadError::Unavailable { .. })
     }
 
     /// A short stable name of the variant, for metric labels.
@@ -60,6 +73,7 @@ impl LoadError {
             LoadError::InitRefused { .. } => "init_refused",
             LoadError::Grant { .. } => "grant",
             LoadError::Limits { .. } => "limits",
+            LoadError::Unavailable { .. } => "unavailable",
         }
     }
 }

@@ -233,20 +233,8 @@ impl Runtime {
             source,
             epoch_tick: self.inner.settings.epoch_tick,
         });
-        match loaded.check_init().await {
-            Ok(()) => {}
-            Err(CallError::InitRefused(reason)) => {
-                return Err(LoadError::InitRefused {
-                    plugin: name,
-                    reason,
-                });
-            }
-            Err(other) => {
-                return Err(LoadError::InitRefused {
-                    plugin: name,
-                    reason: format!("init failed: {other}"),
-                });
-            }
+        if let Err(failure) = loaded.check_init().await {
+            return Err(init_failure(name, failure));
         }
         tracing::debug!(
             plugin = %loaded.name,
@@ -378,4 +366,65 @@ fn resolve_secrets(
             },
         )
         .collect()
+}
+
+/// Sorts a failed load-time `init` into a refusal of the version or a failure that may pass.
+fn init_failure(plugin: String, failure: plugin::InitFailure) -> LoadError {
+    let plugin::InitFailure { error, unavailable } = failure;
+    let passing = match &error {
+        CallError::Timeout(_) | CallError::Host(_) => true,
+        CallError::InitRefused(reason) => reason
+            .trim_start()
+            .get(..6)
+            .is_some_and(|p| p.eq_ignore_ascii_case("retry:")),
+        _ => false,
+    } || unavailable.is_some();
+    let reason = match (&error, unavailable) {
+        (CallError::InitRefused(reason), None) => reason.clone(),
+        (_, None) => format!("init failed: {error}"),
+        (_, Some(answer)) => {
+            format!("init failed: {error} (after a capability answered: {answer})")
+        }
+    };
+    if passing {
+        LoadError::Unavailable { plugin, reason }
+    } else {
+        LoadError::InitRefused { plugin, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::plugin::InitFailure;
+    use super::*;
+
+    fn sort(error: CallError, unavailable: Option<&str>) -> LoadError {
+        init_failure(
+            "p".into(),
+            InitFailure {
+                error,
+                unavailable: unavailable.map(str::to_string),
+            },
+        )
+    }
+
+    #[test]
+    fn passing_init_failures_are_retried_and_refusals_are_not() {
+        let refused = |reason: &str| CallError::InitRefused(reason.into());
+        assert!(sort(CallError::Timeout(Duration::from_secs(1)), None).is_passing());
+        assert!(sort(CallError::Host("pool full".into()), None).is_passing());
+        assert!(sort(refused("retry: the database is starting"), None).is_passing());
+        assert!(sort(refused("  RETRY: later"), None).is_passing());
+        assert!(sort(refused("cannot create table"), Some("sql unavailable")).is_passing());
+        assert!(sort(CallError::Trap("panic".into()), Some("sql unavailable")).is_passing());
+
+        assert!(!sort(refused("unknown key `fiel`"), None).is_passing());
+        assert!(!sort(refused("retrying is pointless"), None).is_passing());
+        assert!(!sort(CallError::Trap("panic".into()), None).is_passing());
+        assert!(!sort(CallError::MemoryLimit { limit_bytes: 1 }, None).is_passing());
+        let text = sort(refused("no tables"), Some("database: connection refused")).to_string();
+        assert!(text.contains("connection refused"), "{text}");
+    }
 }

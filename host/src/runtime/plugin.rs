@@ -82,6 +82,15 @@ pub(crate) struct Warm {
     calls: u32,
 }
 
+/// Why a load-time `init` failed, with what the host saw during it.
+#[derive(Debug)]
+pub(crate) struct InitFailure {
+    pub error: CallError,
+    /// The first "unavailable" answer a capability gave during `init` (a database down, a
+    /// store unreachable): a refusal that followed it may pass once the peer is back.
+    pub unavailable: Option<String>,
+}
+
 /// What the guest answered, before it is mapped to a `CallError`.
 enum Answer {
     Handled,
@@ -159,21 +168,33 @@ impl PluginVersion {
         self.run(Some(event)).await
     }
 
-    /// Runs `init` alone on a throwaway instance; used at load to vet the configuration.
-    pub(crate) async fn check_init(&self) -> Result<(), CallError> {
-        self.run(None).await
+    /// Runs `init` alone on a throwaway instance; used at load to vet the configuration. On
+    /// failure, also says whether a capability answered "unavailable" during it (see
+    /// [`InitFailure`]).
+    pub(crate) async fn check_init(&self) -> Result<(), InitFailure> {
+        let (result, unavailable) = self.run_fresh(None).await;
+        result.map_err(|error| InitFailure { error, unavailable })
     }
 
     async fn run(&self, event: Option<&JobEvent>) -> Result<(), CallError> {
         if let (Some(event), true) = (event, self.instance_reuse > 1) {
             return self.run_reusing(event).await;
         }
+        self.run_fresh(event).await.0
+    }
+
+    /// One call on a fresh instance; also returns the first "unavailable" answer a capability
+    /// gave during it.
+    async fn run_fresh(&self, event: Option<&JobEvent>) -> (Result<(), CallError>, Option<String>) {
         let labels = CallLabels {
             plugin: self.name.clone(),
             version: self.version.clone(),
             event: event.map(|e| Arc::from(e.id.as_str())),
         };
-        let mut store = self.new_store(labels, event)?;
+        let mut store = match self.new_store(labels, event) {
+            Ok(store) => store,
+            Err(e) => return (Err(e), None),
+        };
         let backstop = self.timeout + self.epoch_tick * 4;
         let answer = tokio::time::timeout(backstop, self.call(&mut store, event)).await;
         let state = store.data();
@@ -186,14 +207,16 @@ impl PluginVersion {
             memory_bytes = state.memory.used_bytes(),
             "plugin call finished"
         );
-        match answer {
+        let unavailable = state.caps.unavailable.clone();
+        let result = match answer {
             Err(_elapsed) => Err(CallError::Timeout(self.timeout)),
             Ok(Ok(Answer::Handled)) => Ok(()),
             Ok(Ok(Answer::InitRefused(reason))) => Err(CallError::InitRefused(reason)),
             Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => Err(CallError::Retry(reason)),
             Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => Err(CallError::GiveUp(reason)),
             Ok(Err(failure)) => Err(self.classify(failure, state)),
-        }
+        };
+        (result, unavailable)
     }
 
     /// One call on a kept instance when there is one, else on a new one that is kept

@@ -350,6 +350,27 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             reloads,
         )?;
+        let waiting = per_plugin(&status, |p| {
+            Some(ConstGauge::new(i64::from(p.waiting.is_some())))
+        });
+        family(
+            e,
+            "jobrelay_plugin_load_waiting",
+            "1 while a load that failed for a reason that may pass is retried (without a serving \
+             version, the plugin's events wait in its lane)",
+            MetricType::Gauge,
+            waiting,
+        )?;
+        let attempts = per_plugin(&status, |p| {
+            Some(gauge(u64::from(p.waiting.as_ref()?.attempts)))
+        });
+        family(
+            e,
+            "jobrelay_plugin_load_attempts",
+            "Attempts made so far by the load being retried",
+            MetricType::Gauge,
+            attempts,
+        )?;
         let problems = vec![(Labels::new(), gauge(status.problems.len() as u64))];
         family(
             e,

@@ -104,8 +104,14 @@ impl Status {
             }
         }
         for (name, plugin) in &self.plugins {
-            if plugin.serving.is_none() {
-                reasons.push(format!("plugin {name}: no version serving"));
+            match (&plugin.serving, &plugin.waiting) {
+                (None, Some(waiting)) => reasons.push(format!(
+                    "plugin {name}: no version serving yet; its events wait in its lane while \
+                     the load is retried (attempt {}: {})",
+                    waiting.attempts, waiting.error
+                )),
+                (None, None) => reasons.push(format!("plugin {name}: no version serving")),
+                _ => {}
             }
         }
         reasons

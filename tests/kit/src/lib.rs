@@ -18,6 +18,7 @@ pub mod configmap;
 pub mod feishu;
 pub mod kubeconfig;
 pub mod lifecycle;
+pub mod mariadb;
 pub mod scenario;
 mod serve;
 pub mod sim;
@@ -25,6 +26,7 @@ pub mod sim;
 pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
 pub use lifecycle::{Flavor, JobBuilder, JobDriver};
+pub use mariadb::PrivateMariaDb;
 pub use scenario::Scenario;
 pub use sim::{
     EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKind,
