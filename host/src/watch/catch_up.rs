@@ -90,6 +90,9 @@ use super::event::{JobEvent, Phase};
 use super::kinds::NormalizerSpec;
 use super::normalize::{normalize, volcano_phase};
 
+mod first_sight;
+pub use first_sight::{created_after, first_sight_events, recorded_transitions};
+
 /// One transition the status recorded but jobrelay did not see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissedTransition {
