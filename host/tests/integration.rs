@@ -9,6 +9,7 @@ mod failover;
 mod feishu_notify;
 mod http_capability;
 mod lane_bound;
+mod lane_catch_up;
 mod leader_election;
 mod log_archive;
 mod mysql_sync;

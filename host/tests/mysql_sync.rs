@@ -348,3 +348,268 @@ async fn mariadb_transactions_and_value_types() {
     let db = mariadb().await;
     let _ = sqlx::query("DROP TABLE intruder_tx").execute(&db).await;
 }
+
+/// Where a test's tables live: the shared MariaDB, or the `embedded` SQLite file.
+enum Db {
+    Maria(MySqlPool),
+    Lite(sqlx::SqlitePool),
+}
+
+impl Db {
+    async fn open(connection: &str, dir: &Path) -> Db {
+        match connection {
+            "main" => Db::Maria(mariadb().await),
+            _ => Db::Lite(
+                sqlx::SqlitePool::connect(&format!(
+                    "sqlite://{}",
+                    dir.join("plugins.db").display()
+                ))
+                .await
+                .expect("sqlite"),
+            ),
+        }
+    }
+
+    async fn execute(&self, statement: String) {
+        match self {
+            Db::Maria(pool) => sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                .execute(pool)
+                .await
+                .map(|_| ()),
+            Db::Lite(pool) => sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                .execute(pool)
+                .await
+                .map(|_| ()),
+        }
+        .expect("statement");
+    }
+
+    /// phase, raw_phase, outcome, finish_time, duration_seconds, deleted_at, labels_json.
+    async fn job(&self, prefix: &str, uid: &str) -> JobRow {
+        let times = |c: &str| match self {
+            Db::Maria(_) => format!("CAST({c} AS CHAR)"),
+            Db::Lite(_) => c.to_string(),
+        };
+        let text = format!(
+            "SELECT phase, raw_phase, outcome, {}, duration_seconds, {}, labels_json \
+             FROM {prefix}_jobs WHERE uid = '{uid}'",
+            times("finish_time"),
+            times("deleted_at")
+        );
+        match self {
+            Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                .fetch_one(pool)
+                .await
+                .expect("row"),
+            Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                .fetch_one(pool)
+                .await
+                .expect("row"),
+        }
+    }
+}
+
+type JobRow = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    String,
+);
+
+/// A deletion noticed on a re-list: no status, no labels, no raw phase (as the lane makes it).
+fn deletion_noticed_on_relist(uid: &str, rv: &str, at: &str) -> JobEvent {
+    let mut gone = event(uid, &format!("{rv}-gone"), Phase::Deleted, None, at);
+    gone.raw_phase = String::new();
+    gone.reason = Some("NotListed".into());
+    gone.labels = Default::default();
+    gone.object_json = Arc::from(
+        r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"x","namespace":"ml"}}"#,
+    );
+    gone
+}
+
+async fn deletion_keeps_the_outcome(connection: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("keep");
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+
+    handle_all(&plugin, &lifecycle("u-k", 300, Phase::Failed)).await;
+    plugin
+        .handle(&deletion_noticed_on_relist(
+            "u-k",
+            "302",
+            "2026-11-21T12:00:00Z",
+        ))
+        .await
+        .expect("deletion handled");
+
+    let (phase, raw, outcome, finish, duration, deleted_at, labels) = db.job(&prefix, "u-k").await;
+    assert_eq!(phase, "deleted");
+    assert_eq!(
+        raw, "Failed",
+        "a status-less deletion does not blank the raw phase"
+    );
+    assert_eq!(outcome.as_deref(), Some("failed"));
+    assert_eq!(finish.as_deref(), Some("2026-11-21 11:00:10.000"));
+    assert_eq!(duration, Some(3605));
+    assert_eq!(deleted_at.as_deref(), Some("2026-11-21 12:00:00.000"));
+    assert_eq!(labels, r#"{"team":"nlp"}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_status_less_deletion_keeps_what_was_learned() {
+    deletion_keeps_the_outcome("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_status_less_deletion_keeps_what_was_learned() {
+    deletion_keeps_the_outcome("embedded").await;
+}
+
+/// A Volcano job (no `completionTime`) that failed, then was deleted: the finish time is the
+/// failed transition's, and neither `terminating` nor `deleted` loses it.
+async fn finish_survives_deletion(connection: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("vc");
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+
+    let status = r#"{"status":{"conditions":[
+        {"status":"Pending","lastTransitionTime":"2026-11-21T10:00:00Z"},
+        {"status":"Running","lastTransitionTime":"2026-11-21T10:00:05Z"},
+        {"status":"Failed","lastTransitionTime":"2026-11-21T10:30:05Z"}]}}"#;
+    let mut events = vec![
+        event("u-v", "500", Phase::Pending, None, "2026-11-21T10:00:00Z"),
+        event(
+            "u-v",
+            "501",
+            Phase::Running,
+            Some(Phase::Pending),
+            "2026-11-21T10:00:05Z",
+        ),
+        event(
+            "u-v",
+            "502",
+            Phase::Failed,
+            Some(Phase::Running),
+            "2026-11-21T10:30:05Z",
+        ),
+        event(
+            "u-v",
+            "503",
+            Phase::Terminating,
+            Some(Phase::Failed),
+            "2026-11-21T11:00:00Z",
+        ),
+        event(
+            "u-v",
+            "503-deleted",
+            Phase::Deleted,
+            Some(Phase::Terminating),
+            "2026-11-21T11:00:02Z",
+        ),
+    ];
+    for e in &mut events {
+        e.kind = "Job".into();
+        e.api_version = "batch.volcano.sh/v1alpha1".into();
+        e.object_json = Arc::from(status);
+    }
+    handle_all(&plugin, &events[..4]).await;
+    let (phase, _, outcome, finish, duration, deleted_at, _) = db.job(&prefix, "u-v").await;
+    assert_eq!(phase, "terminating");
+    assert_eq!(outcome.as_deref(), Some("failed"));
+    assert_eq!(finish.as_deref(), Some("2026-11-21 10:30:05.000"));
+    assert_eq!(duration, Some(1800));
+    assert_eq!(deleted_at, None);
+
+    handle_all(&plugin, &events[4..]).await;
+    let (phase, raw, outcome, finish, duration, deleted_at, _) = db.job(&prefix, "u-v").await;
+    assert_eq!(phase, "deleted");
+    assert_eq!(
+        raw, "Deleted",
+        "the deletion's own raw phase, when it has one"
+    );
+    assert_eq!(outcome.as_deref(), Some("failed"));
+    assert_eq!(finish.as_deref(), Some("2026-11-21 10:30:05.000"));
+    assert_eq!(duration, Some(1800));
+    assert_eq!(deleted_at.as_deref(), Some("2026-11-21 11:00:02.000"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_finish_time_survives_terminating_and_deleted() {
+    finish_survives_deletion("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_finish_time_survives_terminating_and_deleted() {
+    finish_survives_deletion("embedded").await;
+}
+
+/// A jobs table written by the previous release (no `outcome`, no `deleted_at`; a deleted
+/// job's row blanked): loading this release adds the columns and fills them from the
+/// transitions table, keeping every row.
+async fn old_tables_are_migrated(connection: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("mig");
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+    handle_all(&plugin, &lifecycle("u-live", 10, Phase::Succeeded)).await;
+    handle_all(&plugin, &lifecycle("u-gone", 20, Phase::Failed)).await;
+    drop(plugin);
+    // Back to the old form: the columns dropped, the deleted job's row as the old upsert
+    // left it.
+    for column in ["outcome", "deleted_at"] {
+        db.execute(format!("ALTER TABLE {prefix}_jobs DROP COLUMN {column}"))
+            .await;
+    }
+    db.execute(format!(
+        "UPDATE {prefix}_jobs SET phase = 'deleted', raw_phase = '', \
+         transition_time = '2026-11-21 12:00:00.000' WHERE uid = 'u-gone'"
+    ))
+    .await;
+
+    let plugin = load(&rt, connection, &prefix).await;
+    let live = db.job(&prefix, "u-live").await;
+    assert_eq!(live.0, "succeeded");
+    assert_eq!(live.2.as_deref(), Some("succeeded"));
+    assert_eq!(live.5, None);
+    let gone = db.job(&prefix, "u-gone").await;
+    assert_eq!(gone.0, "deleted");
+    assert_eq!(
+        gone.2.as_deref(),
+        Some("failed"),
+        "the outcome is found in the transitions"
+    );
+    assert_eq!(gone.5.as_deref(), Some("2026-11-21 12:00:00.000"));
+    // Loading again changes nothing, and the migrated table takes new events.
+    drop(plugin);
+    let plugin = load(&rt, connection, &prefix).await;
+    plugin
+        .handle(&deletion_noticed_on_relist(
+            "u-live",
+            "12",
+            "2026-11-21T13:00:00Z",
+        ))
+        .await
+        .expect("handled");
+    let live = db.job(&prefix, "u-live").await;
+    assert_eq!(live.2.as_deref(), Some("succeeded"));
+    assert_eq!(live.5.as_deref(), Some("2026-11-21 13:00:00.000"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_an_old_jobs_table_is_migrated() {
+    old_tables_are_migrated("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_an_old_jobs_table_is_migrated() {
+    old_tables_are_migrated("embedded").await;
+}

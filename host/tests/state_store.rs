@@ -243,7 +243,7 @@ pub(crate) async fn drop_tables(url: &str, prefix: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE IF EXISTS {prefix}schema_version, {prefix}cursors, {prefix}dead_letters, \
-         {prefix}plugin_kv"
+         {prefix}plugin_kv, {prefix}plugin_installs"
     )))
     .execute(&mut conn)
     .await
@@ -287,6 +287,7 @@ on_both_backends! {
     plugin_kv_entries_are_per_plugin_and_expire => contract_kv_expiry("kv");
     keys_compare_byte_for_byte => contract_exact_keys("keys");
     cli_lists_replays_and_drops => contract_cli("cli");
+    a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
 }
 
 // ----- the contracts ---------------------------------------------------------------------------
@@ -761,6 +762,42 @@ async fn contract_remember_job(b: &Backend) {
     store.close().await;
 }
 
+/// The first install time stays: a later open (a restart, another replica, the plugin removed
+/// and added back) reads it instead of recording its own.
+async fn contract_install_time(b: &Backend) {
+    let first = "2026-01-02T03:04:05Z";
+    {
+        let store = b.store().await;
+        assert_eq!(store.installed("p", first).await.expect("install"), first);
+        assert_eq!(
+            store
+                .installed("p", "2026-06-01T00:00:00Z")
+                .await
+                .expect("again"),
+            first,
+            "a second call is not an install"
+        );
+        assert_eq!(
+            store
+                .installed("other", "2026-06-01T00:00:00Z")
+                .await
+                .expect("other"),
+            "2026-06-01T00:00:00Z",
+            "each plugin has its own"
+        );
+        store.close().await;
+    }
+    let store = open_store(&b.state()).await.expect("reopen");
+    assert_eq!(
+        store
+            .installed("p", "2027-01-01T00:00:00Z")
+            .await
+            .expect("after reopen"),
+        first
+    );
+    store.close().await;
+}
+
 async fn contract_kv_expiry(b: &Backend) {
     let (store, kv) = b.open().await;
     kv.kv_set("a", "k", b"one", None).await.expect("set");
@@ -1005,13 +1042,16 @@ async fn mysql_a_newer_schema_is_refused() {
         .await
         .expect_err("a newer schema is refused");
     assert!(
-        matches!(err, StoreError::DatabaseNewerSchema { found: 3, .. }),
+        matches!(err, StoreError::DatabaseNewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
         "{err}"
     );
     let text = err.to_string();
     assert!(text.contains(&redacted_url(url)), "{text}");
     assert!(text.contains(&format!("{prefix}schema_version")), "{text}");
-    assert!(text.contains("schema version 3"), "{text}");
+    assert!(
+        text.contains(&format!("schema version {}", SCHEMA_VERSION + 1)),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -1029,7 +1069,8 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
     // Turn the tables back into version 1: no kv table, version 1.
     let mut conn = b.mysql_connection().await;
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP TABLE {prefix}plugin_kv; UPDATE {prefix}schema_version SET version = 1;"
+        "DROP TABLE {prefix}plugin_kv; DROP TABLE {prefix}plugin_installs; \
+         UPDATE {prefix}schema_version SET version = 1;"
     )))
     .execute(&mut conn)
     .await
@@ -1041,6 +1082,10 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
     kv.kv_set("p", "k", b"v", None)
         .await
         .expect("the kv table exists again");
+    store
+        .installed("p", "2026-01-01T00:00:00Z")
+        .await
+        .expect("the install table exists again");
     store.close().await;
 }
 
@@ -1270,12 +1315,15 @@ async fn a_newer_schema_is_refused() {
         .await
         .expect_err("a newer schema is refused");
     assert!(
-        matches!(err, StoreError::NewerSchema { found: 3, .. }),
+        matches!(err, StoreError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
         "{err}"
     );
     let text = err.to_string();
     assert!(text.contains(&path.display().to_string()), "{text}");
-    assert!(text.contains("schema version 3"), "{text}");
+    assert!(
+        text.contains(&format!("schema version {}", SCHEMA_VERSION + 1)),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -1458,10 +1506,12 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .connect()
         .await
         .expect("raw connection");
-    sqlx::raw_sql("DROP TABLE plugin_kv; UPDATE schema_version SET version = 1;")
-        .execute(&mut conn)
-        .await
-        .expect("downgrade");
+    sqlx::raw_sql(
+        "DROP TABLE plugin_kv; DROP TABLE plugin_installs; UPDATE schema_version SET version = 1;",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("downgrade");
     conn.close().await.expect("close");
 
     let store = open(&path).await;
@@ -1470,4 +1520,8 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .kv_set("p", "k", b"v", None)
         .await
         .expect("the kv table exists again");
+    store
+        .installed("p", "2026-01-01T00:00:00Z")
+        .await
+        .expect("the install table exists again");
 }

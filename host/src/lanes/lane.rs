@@ -149,6 +149,10 @@ struct Inner {
     limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
     jobs: Mutex<HashMap<JobKey, JobState>>,
     store: Arc<dyn CursorStore>,
+    /// When the plugin was first installed (from the state store): jobs created before it get
+    /// their current state, not their history. `None`: the stored time does not parse, and
+    /// every job gets its history (at least once wins over quiet).
+    installed_at: Option<chrono::DateTime<chrono::FixedOffset>>,
     /// Holds on jobs being deleted, told when this lane is done with a job.
     book: Option<Arc<FinalizerBook>>,
     workers: TaskTracker,
@@ -238,7 +242,9 @@ impl Lane {
     ) -> Result<Lane, crate::state::StoreError> {
         let serving = plugin.is_some();
         let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
-        let jobs = jobs_from(&store.cursors(name).await?);
+        let cursors = store.cursors(name).await?;
+        let installed_at = install_time(name, &cursors, store.as_ref()).await?;
+        let jobs = jobs_from(&cursors);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
@@ -252,6 +258,7 @@ impl Lane {
                 concurrency: AtomicUsize::new(concurrency),
                 jobs: Mutex::new(jobs),
                 store,
+                installed_at,
                 book,
                 workers: TaskTracker::new(),
                 closed: AtomicBool::new(false),
@@ -422,14 +429,21 @@ impl Lane {
         });
     }
 
-    /// Missed transitions of a job seen again after a gap, as synthetic events.
+    /// Missed transitions of a job seen again after a gap, as synthetic events. A job the lane
+    /// has accepted nothing of (first seen in a list, or remembered but never delivered before
+    /// a restart) gets every transition its status records, unless it already existed when
+    /// the plugin was installed.
     fn missed(&self, job: &JobState, observed: &Observed) -> Vec<JobEvent> {
-        let (Some(last_phase), Some(last_time)) =
-            (job.accepted.phase, job.accepted.transition_time.as_deref())
-        else {
+        if job.accepted.deleted {
+            return Vec::new();
+        }
+        let Some(last_phase) = job.accepted.phase else {
+            return self.first_sight(observed);
+        };
+        let Some(last_time) = job.accepted.transition_time.as_deref() else {
             return Vec::new();
         };
-        if last_phase == observed.event.phase || job.accepted.deleted {
+        if last_phase == observed.event.phase {
             return Vec::new();
         }
         let Ok(object) = serde_json::from_str::<serde_json::Value>(&observed.event.object_json)
@@ -443,6 +457,22 @@ impl Lane {
             Some(last_time),
         );
         catch_up::synthetic_events(&observed.event, last_phase, &missed)
+    }
+
+    /// The recorded history of a job the lane has accepted nothing of, as synthetic events:
+    /// none for a job created before the plugin was installed.
+    fn first_sight(&self, observed: &Observed) -> Vec<JobEvent> {
+        let Ok(object) = serde_json::from_str::<serde_json::Value>(&observed.event.object_json)
+        else {
+            return Vec::new();
+        };
+        if let Some(installed) = &self.inner.installed_at
+            && !catch_up::created_after(&object, installed)
+        {
+            return Vec::new();
+        }
+        let recorded = catch_up::recorded_transitions(&observed.kind.normalizer, &object);
+        catch_up::first_sight_events(&observed.event, &recorded)
     }
 
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and
@@ -639,6 +669,35 @@ impl Lane {
 
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+}
+
+/// Stands for "installed before any job": the install time of a plugin that already had
+/// cursors when install times began to be kept.
+const BEFORE_ANY_JOB: &str = "1970-01-01T00:00:00Z";
+
+/// The plugin's install time, recorded now if the store has none. A plugin that has cursors
+/// but no install time was installed by a release that did not record it, long before the
+/// jobs it has not seen yet: those get their history. A stored time that does not parse is
+/// logged and treated the same way.
+async fn install_time(
+    plugin: &str,
+    cursors: &[Cursor],
+    store: &dyn CursorStore,
+) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, crate::state::StoreError> {
+    let now = if cursors.is_empty() {
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    } else {
+        BEFORE_ANY_JOB.to_string()
+    };
+    let stored = store.installed(plugin, &now).await?;
+    match chrono::DateTime::parse_from_rfc3339(&stored) {
+        Ok(at) => Ok(Some(at)),
+        Err(e) => {
+            tracing::warn!(plugin, installed_at = %stored, error = %e,
+                "the stored install time does not parse; every job gets its recorded history");
+            Ok(None)
+        }
     }
 }
 

@@ -143,6 +143,7 @@ struct Tables {
     cursors: String,
     dead_letters: String,
     plugin_kv: String,
+    plugin_installs: String,
 }
 
 impl Tables {
@@ -153,6 +154,7 @@ impl Tables {
             cursors: format!("{prefix}cursors"),
             dead_letters: format!("{prefix}dead_letters"),
             plugin_kv: format!("{prefix}plugin_kv"),
+            plugin_installs: format!("{prefix}plugin_installs"),
         }
     }
 }
@@ -160,8 +162,9 @@ impl Tables {
 /// The schema scripts, version 1 first, one statement per entry: DDL commits on its own in
 /// MySQL, so each statement is idempotent (`IF NOT EXISTS`) and an interrupted creation is
 /// finished by the next open. The versions are those of the SQLite file: version 1 has the
-/// cursors and dead letters, version 2 adds the plugins' key-value entries.
-fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 2] {
+/// cursors and dead letters, version 2 adds the plugins' key-value entries, version 3 the
+/// plugins' first install times.
+fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 3] {
     let table_options =
         format!("ENGINE=InnoDB ROW_FORMAT=DYNAMIC DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
     // Key lengths: the primary keys stay below InnoDB's 3,072 bytes at 4 bytes a character.
@@ -222,7 +225,14 @@ fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 2] {
         ) {table_options}",
         t.plugin_kv
     )];
-    [v1, v2]
+    let v3 = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {} (
+            plugin VARCHAR(255) NOT NULL PRIMARY KEY,
+            installed_at VARCHAR(64) NOT NULL
+        ) {table_options}",
+        t.plugin_installs
+    )];
+    [v1, v2, v3]
 }
 
 /// The statements of one prefix, built once at open. The ones whose length depends on a call
@@ -242,6 +252,8 @@ struct Statements {
     kv_set: Arc<str>,
     kv_sweep: Arc<str>,
     kv_delete: Arc<str>,
+    record_install: Arc<str>,
+    read_install: Arc<str>,
 }
 
 impl Statements {
@@ -292,6 +304,15 @@ impl Statements {
                 "DELETE FROM {} WHERE expires_at <= UNIX_TIMESTAMP() ORDER BY expires_at \
                  LIMIT {KV_SWEEP}",
                 t.plugin_kv
+            )),
+            record_install: sql(format!(
+                "INSERT INTO {} (plugin, installed_at) VALUES (?, ?) \
+                 ON DUPLICATE KEY UPDATE plugin = plugin",
+                t.plugin_installs
+            )),
+            read_install: sql(format!(
+                "SELECT installed_at FROM {} WHERE plugin = ?",
+                t.plugin_installs
             )),
             kv_delete: sql(format!(
                 "DELETE FROM {} WHERE plugin = ? AND `key` = ? \
@@ -694,6 +715,22 @@ impl CursorStore for MySqlStore {
         )
     }
 
+    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
+        retry_deadlocks!(
+            sqlx::query(AssertSqlSafe(self.sql.record_install.clone()))
+                .bind(plugin)
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .map_err(self.failed("record a plugin's install"))
+        )?;
+        sqlx::query_scalar(AssertSqlSafe(self.sql.read_install.clone()))
+            .bind(plugin)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.failed("read a plugin's install"))
+    }
+
     async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         if cursors.is_empty() {
             return Ok(());
@@ -1004,7 +1041,7 @@ async fn migrate_locked(
                 });
             }
             Some(SCHEMA_VERSION) => return Ok(()),
-            Some(1) => migrate_from = 1,
+            Some(v @ 1..SCHEMA_VERSION) => migrate_from = v as usize,
             Some(v) => {
                 return Err(StoreError::DatabaseCorrupt {
                     server: server.to_string(),

@@ -35,7 +35,7 @@ use crate::watch::event::JobEvent;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a statement waits for the other process's write lock before failing. Writes are
 /// short (a batch of cursor upserts), so a wait this long means something is wrong.
@@ -94,8 +94,17 @@ CREATE TABLE IF NOT EXISTS plugin_kv (
 CREATE INDEX IF NOT EXISTS plugin_kv_by_expiry ON plugin_kv (expires_at) WHERE expires_at IS NOT NULL;
 ";
 
+/// Version 3 records when each plugin was first installed (RFC 3339, jobrelay's clock), so
+/// that a restart is not taken for an install (see `lanes::lane`, first-install rule).
+const SCHEMA_V3: &str = "
+CREATE TABLE IF NOT EXISTS plugin_installs (
+    plugin TEXT NOT NULL PRIMARY KEY,
+    installed_at TEXT NOT NULL
+);
+";
+
 /// The schema scripts, version 1 first: a file at version N runs the scripts after the Nth.
-const SCHEMAS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
+const SCHEMAS: [&str; 3] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 const UPSERT_CURSOR: &str = "
 INSERT INTO cursors (plugin, cluster, uid, api_version, kind, namespace, name,
@@ -240,7 +249,7 @@ impl SqliteStore {
                     });
                 }
                 Some(SCHEMA_VERSION) => return Ok(()),
-                Some(1) => migrate_from = 1,
+                Some(v @ 1..SCHEMA_VERSION) => migrate_from = v as usize,
                 Some(v) => {
                     return Err(StoreError::Corrupt {
                         path: self.path.clone(),
@@ -346,6 +355,23 @@ impl CursorStore for SqliteStore {
             .await
             .map_err(self.failed("remember a job"))?;
         Ok(())
+    }
+
+    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
+        sqlx::query(
+            "INSERT INTO plugin_installs (plugin, installed_at) VALUES (?, ?) \
+             ON CONFLICT (plugin) DO NOTHING",
+        )
+        .bind(plugin)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(self.failed("record a plugin's install"))?;
+        sqlx::query_scalar("SELECT installed_at FROM plugin_installs WHERE plugin = ?")
+            .bind(plugin)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.failed("read a plugin's install"))
     }
 
     async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {

@@ -27,6 +27,12 @@ pub trait CursorStore: Send + Sync {
     /// resourceVersion, meaning "nothing delivered".
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError>;
 
+    /// When `plugin` was first installed: records `now` (RFC 3339) if nothing is stored for
+    /// it and returns what is stored, so the first call's time stays for good. Kept when the
+    /// plugin is removed, so adding it back is not a new install; shared by replicas, so the
+    /// first one to open the plugin's lane sets it.
+    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError>;
+
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
     /// costs one disk sync instead of one per event.
     async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError>;

@@ -5,7 +5,8 @@
 //! object. If the status records earlier phases with times, [`missed_transitions`] lists the
 //! ones that happened after the last delivered state and before the current one, and
 //! [`synthetic_events`] turns them into events flagged `synthetic`, to be delivered before the
-//! real event. Both are pure: no I/O, no clock.
+//! real event. Both are pure: no I/O, no clock. A job with nothing delivered yet is caught up
+//! from the start of its recorded history by [`recorded_transitions`] (module `first_sight`).
 //!
 //! # How the history is read
 //!
@@ -89,6 +90,9 @@ use serde_json::Value;
 use super::event::{JobEvent, Phase};
 use super::kinds::NormalizerSpec;
 use super::normalize::{normalize, volcano_phase};
+
+mod first_sight;
+pub use first_sight::{created_after, first_sight_events, recorded_transitions};
 
 /// One transition the status recorded but jobrelay did not see.
 #[derive(Debug, Clone, PartialEq, Eq)]

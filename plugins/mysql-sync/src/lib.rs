@@ -66,6 +66,7 @@ mod plugin {
                     )
                     .map_err(|e| format!("creating the tables: {}", describe(&e)))?;
                 }
+                migrate(dialect, &settings)?;
             }
             *STATE
                 .lock()
@@ -183,10 +184,59 @@ mod plugin {
             text(row::cut(&event.resource_version, 128)),
             optional(row::sql_time(&event.transition_time)),
             text(now),
+            optional(terminal.then(|| phase_name(event.phase).to_string())),
+            optional(
+                (event.phase == Phase::Deleted)
+                    .then(|| row::sql_time(&event.transition_time).unwrap_or_else(|| now.into())),
+            ),
             Value::Int(version.minor),
             Value::Int(version.major),
         ]);
         values
+    }
+
+    /// Brings a jobs table created by an earlier release up to date (see
+    /// `statements::migrate_jobs`). Run at load time only, after the tables exist.
+    fn migrate(dialect: Dialect, settings: &Settings) -> Result<(), String> {
+        let listed = sql::query(
+            &settings.connection,
+            &Statement {
+                sql: statements::column_names(dialect).to_string(),
+                params: vec![text(&settings.jobs_table)],
+            },
+        )
+        .map_err(|e| {
+            format!(
+                "reading the columns of {}: {}",
+                settings.jobs_table,
+                describe(&e)
+            )
+        })?;
+        let existing: Vec<String> = listed
+            .rows
+            .iter()
+            .filter_map(|r| match r.first() {
+                Some(Value::Text(name)) => Some(name.clone()),
+                Some(Value::Blob(name)) => String::from_utf8(name.clone()).ok(),
+                _ => None,
+            })
+            .collect();
+        for step in statements::migrate_jobs(
+            dialect,
+            &settings.jobs_table,
+            &settings.transitions_table,
+            &existing,
+        ) {
+            sql::execute(
+                &settings.connection,
+                &Statement {
+                    sql: step,
+                    params: Vec::new(),
+                },
+            )
+            .map_err(|e| format!("migrating {}: {}", settings.jobs_table, describe(&e)))?;
+        }
+        Ok(())
     }
 
     fn describe(error: &SqlError) -> String {

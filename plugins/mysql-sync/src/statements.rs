@@ -36,6 +36,8 @@ pub const JOB_COLUMNS: &[&str] = &[
     "resource_version",
     "transition_time",
     "updated_at",
+    "outcome",
+    "deleted_at",
     "version_minor",
     "version_major",
 ];
@@ -82,6 +84,8 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     resource_version VARCHAR(128) NOT NULL,
                     transition_time DATETIME(3) NULL,
                     updated_at DATETIME(3) NOT NULL,
+                    outcome VARCHAR(16) NULL,
+                    deleted_at DATETIME(3) NULL,
                     version_minor BIGINT NOT NULL,
                     version_major BIGINT NOT NULL,
                     PRIMARY KEY (cluster, uid),
@@ -130,6 +134,8 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     resource_version TEXT NOT NULL,
                     transition_time TEXT,
                     updated_at TEXT NOT NULL,
+                    outcome TEXT,
+                    deleted_at TEXT,
                     version_minor INTEGER NOT NULL,
                     version_major INTEGER NOT NULL,
                     PRIMARY KEY (cluster, uid)
@@ -179,13 +185,52 @@ pub fn insert_transition(dialect: Dialect, table: &str) -> String {
     )
 }
 
-/// Inserts the job row, or updates it if the event is newer than what is stored. A start time
-/// the event does not know keeps the stored one, and the duration is computed from whichever
+/// Inserts the job row, or updates it if the event is newer than what is stored.
+///
+/// A later event never blanks what an earlier one recorded: a start or finish time, a
+/// duration, a raw phase, a reason or a message the event does not carry keeps the stored
+/// one; a deletion keeps the labels (a deletion noticed on a re-list has no object left);
+/// `outcome` and `deleted_at` are only ever set. The duration is computed from whichever
 /// start time results, so a `succeeded` event whose status lacks a start time still gets one.
 pub fn upsert_job(dialect: Dialect, table: &str) -> String {
     let columns = JOB_COLUMNS.join(", ");
     let values = placeholders(JOB_COLUMNS.len());
     let updated = &JOB_COLUMNS[2..];
+    // The event's value and the stored one, in each dialect's words. On MySQL a column
+    // assigned earlier in the same statement reads as its new value; every expression below
+    // only reads columns assigned before it on purpose (`start_time` for the duration) or not
+    // at all.
+    let (new, old): (fn(&str) -> String, String) = match dialect {
+        Dialect::MySql => (|c| format!("VALUES({c})"), String::new()),
+        Dialect::Sqlite => (|c| format!("excluded.{c}"), format!("{table}.")),
+    };
+    let merged = |column: &str| -> String {
+        let n = new(column);
+        let o = format!("{old}{column}");
+        match column {
+            "raw_phase" => format!("COALESCE(NULLIF({n}, ''), {o})"),
+            "start_time" | "finish_time" | "reason" | "message" | "outcome" | "deleted_at" => {
+                format!("COALESCE({n}, {o})")
+            }
+            "labels_json" => format!(
+                "CASE WHEN {} = 'deleted' THEN {o} ELSE {n} END",
+                new("phase")
+            ),
+            "duration_seconds" => {
+                let computed = match dialect {
+                    Dialect::MySql => {
+                        "TIMESTAMPDIFF(SECOND, start_time, VALUES(finish_time))".to_string()
+                    }
+                    Dialect::Sqlite => format!(
+                        "CAST(ROUND((julianday(excluded.finish_time) - julianday(COALESCE(\
+                         excluded.start_time, {table}.start_time))) * 86400) AS INTEGER)"
+                    ),
+                };
+                format!("COALESCE({n}, {computed}, {o})")
+            }
+            _ => n,
+        }
+    };
     match dialect {
         Dialect::MySql => {
             let newer = "(VALUES(version_major) > version_major OR \
@@ -193,16 +238,7 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
                           VALUES(version_minor) > version_minor))";
             let assignments: Vec<String> = updated
                 .iter()
-                .map(|column| {
-                    let new = match *column {
-                        "start_time" => "COALESCE(VALUES(start_time), start_time)".to_string(),
-                        "duration_seconds" => "COALESCE(VALUES(duration_seconds), \
-                             TIMESTAMPDIFF(SECOND, start_time, VALUES(finish_time)))"
-                            .to_string(),
-                        other => format!("VALUES({other})"),
-                    };
-                    format!("{column} = IF({newer}, {new}, {column})")
-                })
+                .map(|column| format!("{column} = IF({newer}, {}, {column})", merged(column)))
                 .collect();
             format!(
                 "INSERT INTO {table} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE {}",
@@ -212,17 +248,7 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
         Dialect::Sqlite => {
             let assignments: Vec<String> = updated
                 .iter()
-                .map(|column| match *column {
-                    "start_time" => {
-                        format!("start_time = COALESCE(excluded.start_time, {table}.start_time)")
-                    }
-                    "duration_seconds" => format!(
-                        "duration_seconds = COALESCE(excluded.duration_seconds, \
-                         CAST(ROUND((julianday(excluded.finish_time) - julianday(COALESCE(\
-                         excluded.start_time, {table}.start_time))) * 86400) AS INTEGER))"
-                    ),
-                    other => format!("{other} = excluded.{other}"),
-                })
+                .map(|column| format!("{column} = {}", merged(column)))
                 .collect();
             format!(
                 "INSERT INTO {table} ({columns}) VALUES ({values}) \
@@ -234,6 +260,70 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
             )
         }
     }
+}
+
+/// Columns added to the jobs table after its first release, with their type per dialect:
+/// [`migrate_jobs`] adds those an existing table lacks.
+pub const ADDED_JOB_COLUMNS: &[(&str, &str, &str)] = &[
+    ("outcome", "VARCHAR(16) NULL", "TEXT"),
+    ("deleted_at", "DATETIME(3) NULL", "TEXT"),
+];
+
+/// The query listing the jobs table's columns (one bound parameter: the table name).
+pub fn column_names(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::MySql => {
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
+        }
+        Dialect::Sqlite => "SELECT name FROM pragma_table_info(?)",
+    }
+}
+
+/// The statements that bring an existing jobs table up to date, given the columns it has:
+/// the missing columns are added (plain `ADD COLUMN`: MySQL has no `IF NOT EXISTS` for it),
+/// then filled for the rows written before they existed: `outcome` from the job's last
+/// terminal transition (or its phase, while not deleted), `deleted_at` from the time of a
+/// `deleted` row. Empty when nothing is missing, so a load of an up-to-date table writes
+/// nothing.
+pub fn migrate_jobs(
+    dialect: Dialect,
+    jobs: &str,
+    transitions: &str,
+    existing: &[String],
+) -> Vec<String> {
+    let has = |c: &str| existing.iter().any(|e| e.eq_ignore_ascii_case(c));
+    let missing: Vec<&(&str, &str, &str)> = ADDED_JOB_COLUMNS
+        .iter()
+        .filter(|(c, _, _)| !has(c))
+        .collect();
+    let mut statements: Vec<String> = missing
+        .iter()
+        .map(|(column, mysql, sqlite)| {
+            let ty = match dialect {
+                Dialect::MySql => mysql,
+                Dialect::Sqlite => sqlite,
+            };
+            format!("ALTER TABLE {jobs} ADD COLUMN {column} {ty}")
+        })
+        .collect();
+    if missing.iter().any(|(c, _, _)| *c == "outcome") {
+        statements.push(format!(
+            "UPDATE {jobs} SET outcome = COALESCE((SELECT t.to_phase FROM {transitions} t \
+             WHERE t.cluster = {jobs}.cluster AND t.uid = {jobs}.uid \
+             AND t.to_phase IN ('succeeded', 'failed') \
+             ORDER BY t.transition_time DESC LIMIT 1), \
+             CASE WHEN phase IN ('succeeded', 'failed') THEN phase END) \
+             WHERE outcome IS NULL"
+        ));
+    }
+    if missing.iter().any(|(c, _, _)| *c == "deleted_at") {
+        statements.push(format!(
+            "UPDATE {jobs} SET deleted_at = COALESCE(transition_time, updated_at) \
+             WHERE phase = 'deleted' AND deleted_at IS NULL"
+        ));
+    }
+    statements
 }
 
 #[cfg(test)]
@@ -248,6 +338,33 @@ mod tests {
         let phase = sql.find("phase = IF").expect("phase assigned");
         assert!(phase < minor && minor < major, "{sql}");
         assert_eq!(sql.matches('?').count(), JOB_COLUMNS.len());
+    }
+
+    #[test]
+    fn later_events_never_blank_what_was_recorded() {
+        for dialect in [Dialect::MySql, Dialect::Sqlite] {
+            let sql = upsert_job(dialect, "jobs");
+            for kept in ["NULLIF(", "finish_time", "outcome", "deleted_at", "reason"] {
+                assert!(sql.contains(kept), "{dialect:?}: {kept} in {sql}");
+            }
+            assert!(sql.contains("= 'deleted' THEN"), "{sql}");
+        }
+    }
+
+    #[test]
+    fn migration_adds_only_what_is_missing() {
+        let old: Vec<String> = JOB_COLUMNS
+            .iter()
+            .filter(|c| !ADDED_JOB_COLUMNS.iter().any(|(a, _, _)| a == *c))
+            .map(|c| c.to_string())
+            .collect();
+        let all: Vec<String> = JOB_COLUMNS.iter().map(|c| c.to_uppercase()).collect();
+        for dialect in [Dialect::MySql, Dialect::Sqlite] {
+            assert!(migrate_jobs(dialect, "jobs", "t", &all).is_empty());
+            let steps = migrate_jobs(dialect, "jobs", "t", &old);
+            assert_eq!(steps.len(), 4, "{steps:?}");
+            assert!(steps[0].starts_with("ALTER TABLE jobs ADD COLUMN outcome"));
+        }
     }
 
     #[test]

@@ -262,6 +262,9 @@ impl CursorStore for NullStore {
     async fn remember_job(&self, _cursor: &Cursor) -> Result<(), StoreError> {
         Ok(())
     }
+    async fn installed(&self, _plugin: &str, now: &str) -> Result<String, StoreError> {
+        Ok(now.to_string())
+    }
     async fn save_cursors(&self, _cursors: &[Cursor]) -> Result<(), StoreError> {
         Ok(())
     }
