@@ -142,3 +142,70 @@ async fn never_added_to_a_job_being_deleted_and_released_for_uninstall() {
     );
     assert_eq!(finalizers(&sim, "staying"), Some(vec![]));
 }
+
+/// A short job whose every version met a failing API on the finalizer patch is still
+/// protected: the finalizer is retried on its own timer, not only when a new version arrives,
+/// and each failure is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_finalizer_is_retried_until_added_when_writes_fail() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = setup_with_slow_plugin();
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+
+    // Every write jobrelay makes fails while the job lives its short life.
+    sim.fail_writes(true);
+    let mut job = JobDriver::builder(Flavor::Volcano, "ml", "short")
+        .create(&sim)
+        .expect("create");
+    job.running().expect("running");
+    job.succeeded().expect("succeeded");
+    let uid = job.uid().to_string();
+    wait_for("the job's end observed", || {
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| l["uid"] == uid.as_str() && l["phase"] == "succeeded")
+            .then_some(())
+    })
+    .await;
+    wait_for("failed finalizer patches counted", || {
+        (daemon.clusters().get("alpha")?.finalizer_add_failures > 0).then_some(())
+    })
+    .await;
+    assert!(
+        !finalizers(&sim, "short")
+            .expect("job exists")
+            .iter()
+            .any(|f| f == FINALIZER)
+    );
+
+    // The API recovers; the job does not change again, yet jobrelay adds its finalizer.
+    sim.fail_writes(false);
+    wait_for("jobrelay's finalizer on the job", || {
+        finalizers(&sim, "short")?
+            .iter()
+            .any(|f| f == FINALIZER)
+            .then_some(())
+    })
+    .await;
+
+    // So its deletion is held until the plugins handled it.
+    job.delete().expect("kubectl delete");
+    wait_for("the job removed once the plugins are done", || {
+        finalizers(&sim, "short").is_none().then_some(())
+    })
+    .await;
+    // Held: the deletion was seen as a `terminating` version before the object went.
+    let log = setup.lines("log/events.jsonl");
+    assert!(
+        log.iter()
+            .any(|l| l["uid"] == uid.as_str() && l["phase"] == "terminating"),
+        "{log:?}"
+    );
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

@@ -31,6 +31,9 @@ pub struct ClusterHealth {
     /// Watch streams of this cluster (kinds × namespaces).
     pub streams: usize,
     pub streams_synced: usize,
+    /// Failed attempts to add jobrelay's finalizer to this cluster's jobs (each is retried),
+    /// since jobrelay started.
+    pub finalizer_add_failures: u64,
     #[serde(skip)]
     stream_ok: Vec<bool>,
 }
@@ -49,6 +52,8 @@ impl HealthBoard {
     /// A cluster (re)starts: connecting, with `streams` streams to come.
     pub fn connecting(&self, cluster: &str, streams: usize) {
         let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        // A counter, so it survives the cluster's restarts.
+        let finalizer_add_failures = map.get(cluster).map_or(0, |h| h.finalizer_add_failures);
         map.insert(
             cluster.to_string(),
             ClusterHealth {
@@ -57,6 +62,7 @@ impl HealthBoard {
                 since: now(),
                 streams,
                 streams_synced: 0,
+                finalizer_add_failures,
                 stream_ok: vec![false; streams],
             },
         );
@@ -80,6 +86,7 @@ impl HealthBoard {
                         *ok = false;
                         h.last_error = Some(e);
                     }
+                    Progress::FinalizerFailed(_) => h.finalizer_add_failures += 1,
                 }
             }
         });

@@ -185,6 +185,23 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             streams(true),
         )?;
+        let finalizer_failures: Vec<(Labels, ConstCounter<u64>)> = status
+            .clusters
+            .iter()
+            .map(|(name, c)| {
+                (
+                    vec![("cluster", name.clone())],
+                    ConstCounter::new(c.finalizer_add_failures),
+                )
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_finalizer_add_failures",
+            "Failed attempts to add jobrelay's finalizer to a job (each is retried with backoff)",
+            MetricType::Counter,
+            finalizer_failures,
+        )?;
 
         let observed: Vec<(Labels, ConstCounter<u64>)> = status
             .observed

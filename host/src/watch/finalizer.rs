@@ -1,11 +1,13 @@
 //! jobrelay's finalizer on job objects: adding it to watched jobs, and removing it.
 //!
 //! Both are JSON patches guarded by `test` operations, so they never race another writer: a
-//! patch against a changed object fails instead of clobbering it, and the next observed
-//! version (or the next release attempt) tries again.
+//! patch against a changed object fails instead of clobbering it. Adding is retried on a timer
+//! of its own ([`keep_adding`]) until the finalizer is on or the job is being deleted: a job
+//! must not go unprotected because the few versions it had all met an API error.
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -48,19 +50,34 @@ fn patch_of(ops: Value) -> Result<Patch<()>, String> {
         .map_err(|e| format!("bad patch: {e}"))
 }
 
-/// Add the finalizer to the version observed. Fails harmlessly if the object changed since.
+/// Why adding the finalizer did not work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    /// The object changed since the version the patch was made for (the `test` failed): read
+    /// it again and retry. Normal on a busy job, not a failure.
+    #[error("the job changed meanwhile")]
+    Changed,
+    /// The API server refused or could not be reached.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Add the finalizer to the version observed. Fails with [`AddError::Changed`] if the object
+/// changed since.
 pub async fn add(
     client: Client,
     kind: &JobKind,
     object: &DynamicObject,
     finalizer: &str,
-) -> Result<(), String> {
+) -> Result<(), AddError> {
     let (Some(ns), Some(name), Some(rv)) = (
         object.metadata.namespace.as_deref(),
         object.metadata.name.as_deref(),
         object.metadata.resource_version.as_deref(),
     ) else {
-        return Err("object without namespace, name or resourceVersion".into());
+        return Err(AddError::Failed(
+            "object without namespace, name or resourceVersion".into(),
+        ));
     };
     let ops = match &object.metadata.finalizers {
         Some(list) if !list.is_empty() => json!([
@@ -72,11 +89,76 @@ pub async fn add(
             {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
         ]),
     };
-    api(client, kind, ns)
-        .patch(name, &PatchParams::default(), &patch_of(ops)?)
+    let patch = patch_of(ops).map_err(AddError::Failed)?;
+    match api(client, kind, ns)
+        .patch(name, &PatchParams::default(), &patch)
         .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 422 => {
+            Err(AddError::Changed)
+        }
+        Err(e) => Err(AddError::Failed(e.to_string())),
+    }
+}
+
+/// First and longest wait between attempts to add the finalizer.
+const ADD_RETRY_MIN: Duration = Duration::from_millis(500);
+const ADD_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Adds the finalizer to the job `object` is a version of, retrying with backoff until it is
+/// on, or the job is gone, replaced (another uid) or being deleted. After each failed attempt
+/// the job is read again and the next attempt waits for the next delay; failures other than a
+/// changed object are passed to `failed` (for logs and the cluster's health). Runs until done:
+/// the caller bounds it by dropping the task (the stream stopped).
+pub async fn keep_adding(
+    client: Client,
+    kind: &JobKind,
+    mut object: DynamicObject,
+    finalizer: &str,
+    failed: impl Fn(AddError),
+) {
+    let (Some(ns), Some(name), Some(uid)) = (
+        object.metadata.namespace.clone(),
+        object.metadata.name.clone(),
+        object.metadata.uid.clone(),
+    ) else {
+        return;
+    };
+    let api = api(client.clone(), kind, &ns);
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(ADD_RETRY_MIN)
+        .with_max_delay(ADD_RETRY_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        match add(client.clone(), kind, &object, finalizer).await {
+            Ok(()) => return,
+            // Not a failure, but still spaced out: a server that keeps answering 409 or 422
+            // must not be hammered.
+            Err(AddError::Changed) => {}
+            Err(e) => failed(e),
+        }
+        tokio::time::sleep(delays.next().unwrap_or(ADD_RETRY_MAX)).await;
+        // Read the job again: the patch must be made against its current version.
+        loop {
+            match api.get_opt(&name).await {
+                Ok(Some(current))
+                    if current.metadata.uid.as_deref() == Some(uid.as_str())
+                        && needs_finalizer(&current, finalizer) =>
+                {
+                    object = current;
+                    break;
+                }
+                Ok(_) => return, // gone, replaced, being deleted, or already holding it
+                Err(e) => {
+                    failed(AddError::Failed(e.to_string()));
+                    tokio::time::sleep(delays.next().unwrap_or(ADD_RETRY_MAX)).await;
+                }
+            }
+        }
+    }
 }
 
 /// Remove the finalizer from the job with this uid, if it is still there. Retries a few times

@@ -62,6 +62,9 @@ pub enum Progress {
     Synced,
     /// The stream failed; the watcher retries with backoff.
     Error(String),
+    /// An attempt to add jobrelay's finalizer to a job failed (it is retried with backoff);
+    /// counted in the cluster's health, the stream's own state is unchanged.
+    FinalizerFailed(String),
 }
 
 /// What a stream tells the lanes.
@@ -248,20 +251,51 @@ impl Tracker {
     }
 }
 
-/// Add the finalizer in the background; a failure (the object changed meanwhile) is retried
-/// on the next version observed.
-fn add_finalizer(client: &Client, target: &WatchTarget, obj: &DynamicObject, finalizer: &str) {
-    let (client, kind, obj, finalizer) = (
-        client.clone(),
-        target.kind.clone(),
-        obj.clone(),
-        finalizer.to_string(),
-    );
-    tokio::spawn(async move {
-        if let Err(e) = finalizer::add(client, &kind, &obj, &finalizer).await {
-            tracing::debug!(job = ?obj.metadata.name, error = %e, "finalizer not added yet");
+/// The finalizer adders of one stream: at most one per job, each retrying on its own timer
+/// ([`finalizer::keep_adding`]), all stopped with the stream.
+struct Adders {
+    running: tokio::task::JoinSet<String>,
+    uids: HashSet<String>,
+    failures: mpsc::UnboundedSender<finalizer::AddError>,
+}
+
+impl Adders {
+    fn start(
+        &mut self,
+        client: &Client,
+        target: &WatchTarget,
+        obj: &DynamicObject,
+        finalizer: &str,
+    ) {
+        let Some(uid) = obj.metadata.uid.clone() else {
+            return;
+        };
+        if !self.uids.insert(uid.clone()) {
+            return; // an adder for this job is at work; it reads the job again itself
         }
-    });
+        let (client, kind, obj, finalizer) = (
+            client.clone(),
+            target.kind.clone(),
+            obj.clone(),
+            finalizer.to_string(),
+        );
+        let failures = self.failures.clone();
+        let label = target.label();
+        self.running.spawn(async move {
+            let job = obj.metadata.name.clone().unwrap_or_default();
+            finalizer::keep_adding(client, &kind, obj, &finalizer, |e| {
+                tracing::warn!(stream = %label, job = %job, error = %e,
+                    "cannot add jobrelay's finalizer yet; retrying with backoff");
+                let _ = failures.send(e);
+            })
+            .await;
+            uid
+        });
+    }
+
+    fn finished(&mut self, uid: String) {
+        self.uids.remove(&uid);
+    }
 }
 
 fn now_rfc3339() -> String {
@@ -294,14 +328,32 @@ pub async fn run(
     // stays reported in error until its next event or re-list.
     let mut listed_once = false;
     let mut healthy = false;
-    while let Some(item) = stream.next().await {
+    let (failures, mut failed) = mpsc::unbounded_channel();
+    let mut adders = Adders {
+        running: tokio::task::JoinSet::new(),
+        uids: HashSet::new(),
+        failures,
+    };
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            Some(Ok(uid)) = adders.running.join_next(), if !adders.running.is_empty() => {
+                adders.finished(uid);
+                continue;
+            }
+            Some(error) = failed.recv() => {
+                progress(Progress::FinalizerFailed(error.to_string()));
+                continue;
+            }
+        };
+        let Some(item) = item else { break };
         match item {
             Ok(event) => {
                 if let (Some(finalizer), Event::Apply(obj) | Event::InitApply(obj)) =
                     (&target.finalizer, &event)
                     && finalizer::needs_finalizer(obj, finalizer)
                 {
-                    add_finalizer(&client, &target, obj, finalizer);
+                    adders.start(&client, &target, obj, finalizer);
                 }
                 let recovered = match event {
                     Event::InitDone => true,

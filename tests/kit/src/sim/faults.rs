@@ -3,6 +3,8 @@
 //! * `drop_watches` — load balancers and apiserver restarts cut watch connections mid-stream.
 //! * `fail_next` — transient 5xx/429 answers.
 //! * `set_outage` — the apiserver answers 503 to everything (and open watches are cut).
+//! * `fail_writes` — writes (POST, PUT, PATCH, DELETE) answer 503 while reads and watches go on,
+//!   as when etcd is unhealthy or an admission webhook times out.
 //! * `outage_hard` (in `server.rs`) — nothing listens on the port at all.
 //! * `stall_watches` — a connection that stays open but delivers nothing (a half-dead TCP
 //!   path), which only a client-side idle timeout can detect.
@@ -18,6 +20,7 @@ pub(crate) struct Faults {
     fail_remaining: AtomicUsize,
     fail_code: AtomicU16,
     outage: AtomicBool,
+    writes_fail: AtomicBool,
     /// Bumped to cut every open watch stream.
     drop_epoch: watch::Sender<u64>,
     /// While true, watch streams send nothing.
@@ -30,6 +33,7 @@ impl Faults {
             fail_remaining: AtomicUsize::new(0),
             fail_code: AtomicU16::new(500),
             outage: AtomicBool::new(false),
+            writes_fail: AtomicBool::new(false),
             drop_epoch: watch::channel(0).0,
             stalled: watch::channel(false).0,
         }
@@ -54,6 +58,14 @@ impl Faults {
         if on {
             self.drop_watches();
         }
+    }
+
+    pub(crate) fn fail_writes(&self, on: bool) {
+        self.writes_fail.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn writes_fail(&self) -> bool {
+        self.writes_fail.load(Ordering::SeqCst)
     }
 
     pub(crate) fn outage(&self) -> bool {

@@ -438,6 +438,12 @@ impl SimCluster {
         self.state().faults.fail_next(n, status_code);
     }
 
+    /// While on, every write over HTTP (POST, PUT, PATCH, DELETE) gets 503; reads and watches
+    /// go on. Changes made through this handle are not affected.
+    pub fn fail_writes(&self, on: bool) {
+        self.state().faults.fail_writes(on);
+    }
+
     /// While on, every request gets 503 (`Retry-After: 1`); turning it on cuts open watches.
     pub fn set_outage(&self, on: bool) {
         self.state().faults.set_outage(on);
