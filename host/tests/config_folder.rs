@@ -182,3 +182,108 @@ async fn the_periodic_rescan_finds_changes_without_file_events() {
     let update = state.refresh();
     assert!(matches!(update.clusters.as_slice(), [Change::Added(s)] if s.name == "late"));
 }
+
+/// Everything a failure to read can look like — a folder that cannot be listed, a name that
+/// became a folder, a main file that is a link loop or holds only comments — keeps the last
+/// good state and is reported; nothing is removed.
+#[tokio::test]
+async fn failures_to_read_keep_the_last_good_state() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    fs::create_dir_all(r.join("clusters")).expect("clusters dir");
+    fs::create_dir_all(r.join("plugins")).expect("plugins dir");
+    fs::write(r.join("plugin.wasm"), b"\0asm-not-really").expect("wasm");
+    fs::write(
+        r.join("clusters/alpha.yaml"),
+        kubeconfig("http://127.0.0.1:1"),
+    )
+    .expect("write");
+    let manifest = r.join("plugins/log.yaml");
+    fs::write(&manifest, "wasm: plugin.wasm\n").expect("write");
+    let main = r.join("jobrelay.yaml");
+    fs::write(&main, "kinds: [{name: volcano-job}]\n").expect("write");
+    let (mut state, _) = ConfigState::load(r).expect("loads");
+    assert!(state.clusters().contains_key("alpha"));
+    assert!(state.plugins().contains_key("log"));
+
+    // The clusters folder cannot be listed (here a link loop; in production, e.g., EMFILE
+    // under an open-file limit): the scan changes nothing.
+    fs::rename(r.join("clusters"), r.join("clusters.away")).expect("move away");
+    std::os::unix::fs::symlink("clusters", r.join("clusters")).expect("link loop");
+    let update = state.refresh();
+    assert!(
+        update.is_empty(),
+        "a failed scan changes nothing: {update:?}"
+    );
+    assert!(state.clusters().contains_key("alpha"));
+    assert!(state.plugins().contains_key("log"));
+    let why = &state.problems()[&r.join("clusters")];
+    assert!(why.contains("cannot read the folder"), "{why}");
+    let err = ConfigState::load(r).expect_err("a fresh start refuses an unreadable folder");
+    assert_eq!(err.0, r.join("clusters"));
+    fs::remove_file(r.join("clusters")).expect("unlink");
+    fs::rename(r.join("clusters.away"), r.join("clusters")).expect("move back");
+    assert!(state.refresh().is_empty());
+    assert!(state.problems().is_empty(), "{:?}", state.problems());
+
+    // A manifest's name becomes a folder: a problem, not a removed plugin.
+    fs::remove_file(&manifest).expect("remove");
+    fs::create_dir(&manifest).expect("a folder in its place");
+    let update = state.refresh();
+    assert!(update.is_empty(), "{update:?}");
+    assert!(state.plugins().contains_key("log"));
+    assert!(state.problems().contains_key(&manifest));
+    fs::remove_dir(&manifest).expect("remove folder");
+    fs::write(&manifest, "wasm: plugin.wasm\n").expect("write back");
+    assert!(state.refresh().is_empty());
+
+    // A main file that is a link loop, or empty, or only comments: refused, last good kept.
+    for broken in ["", "# all commented out\n#kinds: []\n", "\n\n   \n"] {
+        fs::write(&main, broken).expect("write");
+        let update = state.refresh();
+        assert!(update.is_empty(), "{broken:?}: {update:?}");
+        assert_eq!(
+            state.main().kinds.len(),
+            1,
+            "{broken:?}: last good main file stays"
+        );
+        let why = &state.problems()[&main];
+        assert!(why.contains("empty"), "{why}");
+    }
+    fs::remove_file(&main).expect("remove");
+    std::os::unix::fs::symlink("jobrelay.yaml", &main).expect("link loop");
+    let update = state.refresh();
+    assert!(update.is_empty(), "{update:?}");
+    assert_eq!(
+        state.main().kinds.len(),
+        1,
+        "a link loop is not a missing main file"
+    );
+    assert!(state.problems().contains_key(&main));
+}
+
+/// An unparsable label selector would make every list and watch fail on every cluster: it is
+/// refused when the main file is read, at start and while running, naming the field.
+#[tokio::test]
+async fn a_bad_label_selector_is_refused_by_name() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let main = root.path().join("jobrelay.yaml");
+    fs::write(&main, "watch: {label_selector: \"team=ml\"}\n").expect("write");
+    let (mut state, _) = ConfigState::load(root.path()).expect("loads");
+
+    fs::write(&main, "watch: {label_selector: \"team in ml\"}\n").expect("break");
+    assert!(state.refresh().is_empty());
+    let why = &state.problems()[&main];
+    assert!(why.contains("watch.label_selector"), "{why}");
+    assert_eq!(
+        state.main().watch.label_selector.as_deref(),
+        Some("team=ml"),
+        "the last good selector stays"
+    );
+    let err = ConfigState::load(root.path()).expect_err("refused at start");
+    assert!(
+        err.1.to_string().contains("watch.label_selector"),
+        "{}",
+        err.1
+    );
+}

@@ -62,19 +62,35 @@ pub struct FolderScan {
     pub manifests: BTreeMap<String, FileRead>,
     /// Files that could not be given a role (e.g. two files with the same stem).
     pub conflicts: Vec<(PathBuf, String)>,
+    /// Folders that exist but could not be listed, with the error. A scan with any is
+    /// incomplete and must change nothing.
+    pub failed: Vec<(PathBuf, String)>,
 }
 
 /// Read the whole folder.
 pub fn scan(root: &Path) -> FolderScan {
     let mut scan = FolderScan::default();
     let main = root.join(MAIN_FILE);
-    if main.exists() {
-        scan.main = Some(read(&main));
+    // Any entry counts, a link to nowhere or a loop included: reading it then fails, which
+    // keeps the last good main file instead of falling back to the defaults.
+    match std::fs::symlink_metadata(&main) {
+        Ok(_) => scan.main = Some(read(&main)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => scan.failed.push((main.clone(), e.to_string())),
     }
-    for path in visible_files(&root.join("clusters")) {
+    let mut listed = |dir: PathBuf| match visible_files(&dir) {
+        Ok(files) => files,
+        Err(e) => {
+            scan.failed.push((dir, e));
+            Vec::new()
+        }
+    };
+    let clusters = listed(root.join("clusters"));
+    let plugins = listed(root.join("plugins"));
+    for path in clusters {
         add_by_stem(&mut scan.clusters, &mut scan.conflicts, path);
     }
-    for path in visible_files(&root.join("plugins")) {
+    for path in plugins {
         let is_yaml = matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
@@ -109,23 +125,24 @@ fn add_by_stem(
     into.insert(stem, read(&path));
 }
 
-/// Regular files and links to files directly in `dir`, sorted, hidden names skipped.
-fn visible_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+/// The entries directly in `dir` that may be config files, sorted, hidden names skipped; a
+/// folder that does not exist has none. Anything visible counts, not only regular files: a
+/// link whose target is not there yet (the kubelet can create links first), or a name that has
+/// become a folder, is kept, so reading it fails and keeps its last good version instead of
+/// looking like a removed file. Fails when the folder exists but cannot be listed in full.
+fn visible_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e.to_string()),
     };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter(|e| {
-            let path = e.path();
-            // A link whose target is not there yet (the kubelet can create links first) is
-            // kept: reading it fails, which keeps the last good version, instead of looking
-            // like a removed file.
-            path.is_file() || (e.file_type().is_ok_and(|t| t.is_symlink()) && !path.is_dir())
-        })
-        .map(|e| e.path())
-        .collect();
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| e.to_string())?;
+        if !entry.file_name().to_string_lossy().starts_with('.') {
+            files.push(entry.path());
+        }
+    }
     files.sort();
-    files
+    Ok(files)
 }

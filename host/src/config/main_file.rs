@@ -322,6 +322,24 @@ pub struct MainConfig {
 
 impl MainConfig {
     /// Parse and validate the main file's text. `root` is the config folder.
+    /// Parses the text of a main file that exists. An empty or comment-only file is refused
+    /// like any invalid one: it is far more often a ConfigMap caught half-written, or a
+    /// mistake, than a wish for the defaults, and taking it would silently stop watching the
+    /// kinds the last good file named. Only a missing main file means the defaults.
+    pub fn parse_file(text: &str, root: &std::path::Path) -> Result<MainConfig, ConfigError> {
+        let document: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        if document.is_null() {
+            return Err(ConfigError::Parse(
+                "the main file is empty (or only comments); write `{}` for all defaults, or \
+                 delete the file"
+                    .into(),
+            ));
+        }
+        MainConfig::parse(text, root)
+    }
+
+    /// Parses main-file text; empty text means all defaults (the main file is missing).
     pub fn parse(text: &str, root: &std::path::Path) -> Result<MainConfig, ConfigError> {
         let text = if text.trim().is_empty() { "{}" } else { text };
         let file: MainFile =
@@ -378,6 +396,10 @@ impl MainFile {
                 "finalizers: `name` must be qualified (domain/name) and max_hold_seconds at least 1"
                     .into(),
             ));
+        }
+        if let Some(selector) = &self.watch.label_selector {
+            super::label_selector::check(selector)
+                .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;
         }
         if self.watch.timeout_seconds == 0 {
             return Err(ConfigError::Invalid(

@@ -11,6 +11,7 @@
 pub mod files;
 pub mod folder_watch;
 pub mod home_cluster;
+pub mod label_selector;
 pub mod main_file;
 pub mod manifest;
 pub mod secret;

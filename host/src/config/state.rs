@@ -61,6 +61,12 @@ impl ConfigState {
             ));
         }
         let folder = scan(&root);
+        if let Some((path, why)) = folder.failed.first() {
+            return Err((
+                path.clone(),
+                ConfigError::Read(format!("cannot read the folder: {why}")),
+            ));
+        }
         let (main, main_sha256) = match &folder.main {
             None => (
                 MainConfig::parse("", &root).map_err(|e| (root.join(MAIN_FILE), e))?,
@@ -74,7 +80,8 @@ impl ConfigState {
                 let text = content
                     .text()
                     .map_err(|e| (file.path.clone(), ConfigError::Parse(e)))?;
-                let main = MainConfig::parse(text, &root).map_err(|e| (file.path.clone(), e))?;
+                let main =
+                    MainConfig::parse_file(text, &root).map_err(|e| (file.path.clone(), e))?;
                 (main, Some(content.sha256.clone()))
             }
         };
@@ -128,6 +135,19 @@ impl ConfigState {
     }
 
     fn apply(&mut self, folder: FolderScan) -> Update {
+        if !folder.failed.is_empty() {
+            // A folder that could not be listed (too many open files, an I/O error) says
+            // nothing about what it holds: change nothing, rather than take it as empty and
+            // remove every cluster or plugin it described.
+            let mut problems = self.problems.clone();
+            for (path, why) in &folder.failed {
+                tracing::error!(folder = %path.display(), error = %why,
+                    "cannot read a config folder; everything stays as it was");
+                problems.insert(path.clone(), format!("cannot read the folder: {why}"));
+            }
+            self.problems = problems;
+            return Update::default();
+        }
         let mut problems = BTreeMap::new();
         for (path, why) in &folder.conflicts {
             problems.insert(path.clone(), why.clone());
@@ -155,7 +175,7 @@ impl ConfigState {
                 Ok(c) => c
                     .text()
                     .map_err(ConfigError::Parse)
-                    .and_then(|t| MainConfig::parse(t, &self.root))
+                    .and_then(|t| MainConfig::parse_file(t, &self.root))
                     .map(|m| (m, Some(c.sha256.clone()))),
             },
         };
