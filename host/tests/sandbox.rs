@@ -265,3 +265,97 @@ async fn a_granted_kv_keeps_values_per_plugin() {
         .await
         .expect("kv set and get");
 }
+
+/// The `embedded` SQLite connection reaches its own database and nothing else: no other
+/// database file (the daemon's state with every plugin's secrets, or a new file anywhere),
+/// no copy written elsewhere, no pragma that changes where or how files are written, no
+/// extension.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_sql_cannot_reach_beyond_its_own_database() {
+    let s = setup().await;
+    let grants = Grants {
+        sql: vec!["embedded".into()],
+        ..Grants::default()
+    };
+    let plugin = intruder(&s.rt, grants).await;
+    let state = s.dir.path().join("state.db");
+    let elsewhere = s.dir.path().join("created-by-plugin.db");
+    let attacks = [
+        format!("ATTACH DATABASE '{}' AS stolen", state.display()),
+        format!("ATTACH '{}' AS fresh", elsewhere.display()),
+        format!("VACUUM INTO '{}'", elsewhere.display()),
+        "PRAGMA writable_schema = ON".to_string(),
+        "PRAGMA temp_store_directory = '/tmp'".to_string(),
+        "PRAGMA cache_size = -2000000".to_string(),
+        "PRAGMA journal_mode = OFF".to_string(),
+        "SELECT load_extension('/usr/lib/x86_64-linux-gnu/libm.so.6')".to_string(),
+        "DETACH DATABASE main".to_string(),
+    ];
+    for attack in &attacks {
+        let why = refused(
+            &plugin,
+            &attempt(&s.mine, &format!("sql-exec:embedded:{attack}")),
+        )
+        .await;
+        assert!(
+            why.contains("not authorized")
+                || why.contains("authorization denied")
+                || why.contains("too many attached"),
+            "{attack}: {why}"
+        );
+    }
+    assert!(
+        !elsewhere.exists(),
+        "no file was created outside the plugin's database"
+    );
+    // Its own tables, and the pragmas that read them, still work.
+    for fine in [
+        "CREATE TABLE IF NOT EXISTS mine (id INTEGER PRIMARY KEY)",
+        "SELECT * FROM pragma_table_info('mine')",
+        "PRAGMA table_info(mine)",
+        "PRAGMA user_version",
+    ] {
+        plugin
+            .handle(&attempt(&s.mine, &format!("sql-exec:embedded:{fine}")))
+            .await
+            .unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+}
+
+/// A statement that outlives its call's time limit is interrupted: the call ends as a time-out
+/// and the connection is free for the next call at once (the pool here has one connection, so
+/// a statement left running would make the next call wait for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_query_stops_with_its_call() {
+    let s = setup().await;
+    let grants = Grants {
+        sql: vec!["secret-db".into()],
+        ..Grants::default()
+    };
+    let mut runaway = spec("intruder", "intruder", &[], grants.clone());
+    runaway.timeout = std::time::Duration::from_millis(500);
+    let plugin = s.rt.load(runaway).await.expect("loads");
+    let endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+                   SELECT count(*) FROM n";
+    let started = std::time::Instant::now();
+    let outcome = plugin
+        .handle(&attempt(&s.mine, &format!("sql-exec:secret-db:{endless}")))
+        .await;
+    assert!(
+        matches!(
+            &outcome,
+            Err(CallError::Timeout(_)) | Err(CallError::GiveUp(_))
+        ),
+        "{outcome:?}"
+    );
+    // The next call gets the pool's only connection and runs (its acquire time-out is 1 s:
+    // a statement still running would make it fail with a pool time-out).
+    plugin
+        .handle(&attempt(&s.mine, "sql-exec:secret-db:SELECT 1"))
+        .await
+        .expect("the connection is free again");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the runaway statement did not hold the test hostage"
+    );
+}

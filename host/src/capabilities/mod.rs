@@ -18,6 +18,7 @@ pub mod log;
 pub mod pod_logs;
 pub mod services;
 pub mod sql;
+pub mod sqlite_sandbox;
 pub mod wasi;
 
 use wasmtime::component::Linker;

@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Column, Row, ValueRef};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallScope, Capability, LoadScope, StoreSetup};
+use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
 use crate::config::main_file::{SqlConnection, SqlSettings};
 use crate::config::manifest::Grants;
 use crate::config::secret;
@@ -87,9 +87,8 @@ impl Databases {
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .busy_timeout(Duration::from_secs(10));
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .connect_lazy_with(options);
+            let pool =
+                fenced(SqlitePoolOptions::new().max_connections(4)).connect_lazy_with(options);
             by_name.insert(EMBEDDED.to_string(), Database::Sqlite(pool));
         }
         Ok(Databases {
@@ -132,14 +131,21 @@ fn open_one(connection: &SqlConnection) -> Result<Database, String> {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(acquire);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(connection.max_connections)
-            .acquire_timeout(acquire)
-            .connect_lazy_with(options);
+        let pool = fenced(
+            SqlitePoolOptions::new()
+                .max_connections(connection.max_connections)
+                .acquire_timeout(acquire),
+        )
+        .connect_lazy_with(options);
         Ok(Database::Sqlite(pool))
     } else {
         Err("url: must start with mysql://, mariadb:// or sqlite:".into())
     }
+}
+
+/// SQLite pool options whose every new connection is fenced ([`sqlite_sandbox::fence`]).
+fn fenced(options: SqlitePoolOptions) -> SqlitePoolOptions {
+    options.after_connect(|conn, _meta| Box::pin(sqlite_sandbox::fence(conn)))
 }
 
 impl Capability for Sql {
@@ -208,17 +214,31 @@ impl wit::Host for HostState {
     }
 
     async fn execute(&mut self, connection: String, statement: Statement) -> Result<u64, SqlError> {
+        let deadline = self.deadline;
         let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => mysql::execute(&pool, statement).await,
-            Database::Sqlite(pool) => sqlite::execute(&pool, statement).await,
+            Database::MySql(pool) => match pool.acquire().await {
+                Ok(mut conn) => mysql::execute(&mut conn, statement).await,
+                Err(e) => Err(classify(e)),
+            },
+            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
+                Ok(mut conn) => sqlite::execute(&mut conn, statement).await,
+                Err(e) => Err(e),
+            },
         };
         self.caps.note(answer, is_unavailable)
     }
 
     async fn query(&mut self, connection: String, statement: Statement) -> Result<Rows, SqlError> {
+        let deadline = self.deadline;
         let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => mysql::query(&pool, statement).await,
-            Database::Sqlite(pool) => sqlite::query(&pool, statement).await,
+            Database::MySql(pool) => match pool.acquire().await {
+                Ok(mut conn) => mysql::query(&mut conn, statement).await,
+                Err(e) => Err(classify(e)),
+            },
+            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
+                Ok(mut conn) => sqlite::query(&mut conn, statement).await,
+                Err(e) => Err(e),
+            },
         };
         self.caps.note(answer, is_unavailable)
     }
@@ -234,12 +254,32 @@ impl wit::Host for HostState {
                 statements.len()
             )));
         }
+        let deadline = self.deadline;
         let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => mysql::transaction(&pool, statements).await,
-            Database::Sqlite(pool) => sqlite::transaction(&pool, statements).await,
+            Database::MySql(pool) => match pool.acquire().await {
+                Ok(mut conn) => mysql::transaction(&mut conn, statements).await,
+                Err(e) => Err(classify(e)),
+            },
+            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
+                Ok(mut conn) => sqlite::transaction(&mut conn, statements).await,
+                Err(e) => Err(e),
+            },
         };
         self.caps.note(answer, is_unavailable)
     }
+}
+
+/// A connection of `pool` whose statements stop at `deadline` (the call's), so a statement
+/// cannot outlive its call and keep the connection and a core busy.
+async fn bounded(
+    pool: &SqlitePool,
+    deadline: std::time::Instant,
+) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, SqlError> {
+    let mut conn = pool.acquire().await.map_err(classify)?;
+    sqlite_sandbox::bound_to(&mut conn, deadline)
+        .await
+        .map_err(classify)?;
+    Ok(conn)
 }
 
 fn is_unavailable(e: &SqlError) -> bool {
@@ -291,7 +331,7 @@ fn too_large(what: String) -> SqlError {
 /// One implementation per dialect, generated from one template: the drivers' query and row
 /// types differ, the logic does not.
 macro_rules! dialect_impl {
-    ($module:ident, $db:ty, $pool:ty, $row:ty, $decode:path) => {
+    ($module:ident, $db:ty, $conn:ty, $row:ty, $decode:path) => {
         mod $module {
             use super::*;
 
@@ -313,23 +353,23 @@ macro_rules! dialect_impl {
             }
 
             pub(super) async fn execute(
-                pool: &$pool,
+                pool: &mut $conn,
                 statement: Statement,
             ) -> Result<u64, SqlError> {
                 let done = bind(statement.sql, statement.params)
-                    .execute(pool)
+                    .execute(&mut *pool)
                     .await
                     .map_err(classify)?;
                 Ok(done.rows_affected())
             }
 
             pub(super) async fn query(
-                pool: &$pool,
+                pool: &mut $conn,
                 statement: Statement,
             ) -> Result<Rows, SqlError> {
                 use futures::TryStreamExt;
                 let query = bind(statement.sql, statement.params);
-                let mut stream = query.fetch(pool);
+                let mut stream = query.fetch(&mut *pool);
                 let mut columns: Option<Vec<String>> = None;
                 let mut rows = Vec::new();
                 let mut bytes = 0usize;
@@ -360,10 +400,12 @@ macro_rules! dialect_impl {
             }
 
             pub(super) async fn transaction(
-                pool: &$pool,
+                pool: &mut $conn,
                 statements: Vec<Statement>,
             ) -> Result<Vec<u64>, SqlError> {
-                let mut tx = pool.begin().await.map_err(classify)?;
+                let mut tx = sqlx::Connection::begin(&mut *pool)
+                    .await
+                    .map_err(classify)?;
                 let mut affected = Vec::with_capacity(statements.len());
                 for statement in statements {
                     let done = bind(statement.sql, statement.params)
@@ -379,8 +421,20 @@ macro_rules! dialect_impl {
     };
 }
 
-dialect_impl!(mysql, sqlx::MySql, MySqlPool, MySqlRow, decode_mysql);
-dialect_impl!(sqlite, sqlx::Sqlite, SqlitePool, SqliteRow, decode_sqlite);
+dialect_impl!(
+    mysql,
+    sqlx::MySql,
+    sqlx::MySqlConnection,
+    MySqlRow,
+    decode_mysql
+);
+dialect_impl!(
+    sqlite,
+    sqlx::Sqlite,
+    sqlx::SqliteConnection,
+    SqliteRow,
+    decode_sqlite
+);
 
 /// A MySQL column as a WIT value. The driver checks types strictly, so the decodings are tried
 /// from the most to the least specific; temporal types come back as text.

@@ -5,6 +5,8 @@
 //! - `sql-tx:<connection>`: a transaction whose second insert breaks a key must leave nothing,
 //!   and a good one must report its rows (checked inside; `give-up` says what differed);
 //! - `sql-types:<connection>`: a query's values come back with the documented types;
+//! - `sql-exec:<connection>:<statement>`: runs any statement text as a query (the hostile
+//!   SQL tests: `ATTACH`, `VACUUM INTO`, pragmas, runaway queries);
 //! - `pod-log:<pod>:<container>`: open and read a pod log;
 //! - `pods`: list the job's pods;
 //! - `archive-put:<key>` / `archive-create:<key>`: write an object;
@@ -50,6 +52,12 @@ impl Guest for Intruder {
                 sql::query(arg, &statement).map(|_| ()).map_err(refused)
             }
             "sql-tx" => sql_transaction(arg),
+            "sql-exec" => {
+                let (connection, text) = arg.split_once(':').unwrap_or((arg, ""));
+                sql::query(connection, &statement(text, Vec::new()))
+                    .map(|_| ())
+                    .map_err(refused)
+            }
             "sql-types" => sql_types(arg),
             "pods" => pod_logs::pods().map(|_| ()).map_err(refused),
             "pod-log" => {
