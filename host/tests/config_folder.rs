@@ -287,3 +287,28 @@ async fn a_bad_label_selector_is_refused_by_name() {
         err.1
     );
 }
+
+/// jobrelay's own reads of the folder are not changes: reading every file many times raises
+/// no trigger (it did, and each re-read then triggered the next one), while a write does.
+#[tokio::test]
+async fn reading_the_folder_is_not_a_change() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let plugins = root.path().join("plugins");
+    fs::create_dir_all(&plugins).expect("plugins dir");
+    let manifest = plugins.join("p.yaml");
+    fs::write(&manifest, "wasm: p.wasm\n").expect("write");
+    fs::write(root.path().join("p.wasm"), vec![0u8; 1 << 20]).expect("write");
+    let mut watch =
+        FolderWatch::new(Duration::from_millis(50), Duration::from_secs(3600)).expect("watch");
+    watch.ensure_watched(&[root.path().to_path_buf()]);
+
+    for _ in 0..20 {
+        let _ = ConfigState::load(root.path()).expect("loads");
+        fs::read(&manifest).expect("read");
+    }
+    let quiet = tokio::time::timeout(Duration::from_secs(2), watch.next()).await;
+    assert!(quiet.is_err(), "reads raised a trigger: {quiet:?}");
+
+    fs::write(&manifest, "wasm: p.wasm\ntimeout_ms: 100\n").expect("change");
+    assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
+}

@@ -51,6 +51,64 @@ pub fn read(path: &Path) -> FileRead {
     }
 }
 
+/// What identifies a file's content without reading it: if none of these changed, the bytes did
+/// not either (a rewrite changes the modification or change time; a kubelet swap or an atomic
+/// rename gives a new inode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The components the manifests name, read and hashed again only when their file's metadata
+/// changed. Components are megabytes; the folder is re-read on every file event and every
+/// re-scan, and hashing every component each time kept a core busy at rest.
+#[derive(Debug, Default)]
+pub struct ComponentFiles {
+    known: std::collections::HashMap<PathBuf, (Stamp, Content)>,
+}
+
+impl ComponentFiles {
+    /// The file's bytes and sha256 (following symlinks).
+    pub fn read(&mut self, path: &Path) -> std::io::Result<Content> {
+        let stamp = Stamp::of(&std::fs::metadata(path)?);
+        if let Some((known, content)) = self.known.get(path)
+            && *known == stamp
+        {
+            return Ok(content.clone());
+        }
+        let bytes = std::fs::read(path)?;
+        let content = Content {
+            sha256: sha256_hex(&bytes),
+            bytes: Arc::from(bytes),
+        };
+        self.known
+            .insert(path.to_path_buf(), (stamp, content.clone()));
+        Ok(content)
+    }
+
+    /// Forgets every component not in `keep` (the ones manifests still name).
+    pub fn retain(&mut self, keep: &std::collections::HashSet<&Path>) {
+        self.known.retain(|path, _| keep.contains(path.as_path()));
+    }
+}
+
 /// Everything the folder holds, by role.
 #[derive(Debug, Default)]
 pub struct FolderScan {

@@ -40,7 +40,7 @@ impl FolderWatch {
         let (tx, events) = mpsc::unbounded_channel();
         let debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
             match result {
-                Ok(events) if events.is_empty() => {}
+                Ok(events) if !events.iter().any(|e| changes_content(&e.event.kind)) => {}
                 Ok(_) => {
                     let _ = tx.send(());
                 }
@@ -108,4 +108,47 @@ fn inode(dir: &Path) -> Option<u64> {
         .ok()
         .filter(|m| m.is_dir())
         .map(|m| m.ino())
+}
+
+/// Whether an event may mean a file's content or presence changed. Opening, reading and
+/// closing a file unchanged are not: jobrelay's own reads of the folder raise them, and taking
+/// them as changes made every re-read trigger the next one, keeping a core busy at rest.
+/// Closing a file that was open for writing is a change.
+fn changes_content(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        notify::EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind};
+
+    use super::changes_content;
+
+    #[test]
+    fn reads_are_not_changes() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Any),
+        ] {
+            assert!(!changes_content(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ] {
+            assert!(changes_content(&kind), "{kind:?}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::config::Kubeconfig;
 
 use super::ConfigError;
-use super::files::{FileRead, sha256_hex};
+use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::{Grants, PluginManifest};
 use crate::lanes::mode::DeliveryMode;
@@ -117,6 +117,7 @@ impl PluginSource {
         file: &FileRead,
         main: &MainConfig,
         root: &Path,
+        components: &mut ComponentFiles,
     ) -> Result<PluginSource, ConfigError> {
         let content = file
             .content
@@ -182,9 +183,10 @@ impl PluginSource {
         } else {
             main.plugin_dir.join(&manifest.wasm)
         };
-        let wasm = std::fs::read(&wasm_path)
+        let component = components
+            .read(&wasm_path)
             .map_err(|e| ConfigError::Read(format!("wasm `{}`: {e}", wasm_path.display())))?;
-        let wasm_sha256 = sha256_hex(&wasm);
+        let (wasm, wasm_sha256) = (component.bytes, component.sha256);
         let effective = serde_json::json!({
             "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
@@ -197,7 +199,7 @@ impl PluginSource {
             name: name.to_string(),
             manifest_path: file.path.clone(),
             wasm_path,
-            wasm: Arc::from(wasm),
+            wasm,
             wasm_sha256,
             kinds: manifest.kinds,
             timeout: Duration::from_millis(timeout_ms),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ConfigError;
-use super::files::{FolderScan, scan};
+use super::files::{ComponentFiles, FolderScan, scan};
 use super::main_file::{MAIN_FILE, MainConfig};
 use super::sources::{ClusterSource, PluginSource};
 
@@ -47,6 +47,7 @@ pub struct ConfigState {
     clusters: BTreeMap<String, ClusterSource>,
     plugins: BTreeMap<String, PluginSource>,
     problems: BTreeMap<PathBuf, String>,
+    components: ComponentFiles,
 }
 
 impl ConfigState {
@@ -92,6 +93,7 @@ impl ConfigState {
             clusters: BTreeMap::new(),
             plugins: BTreeMap::new(),
             problems: BTreeMap::new(),
+            components: ComponentFiles::default(),
         };
         let update = state.apply(folder);
         Ok((state, update))
@@ -291,7 +293,7 @@ impl ConfigState {
             update.plugins.push(Change::Removed(name));
         }
         for (name, file) in &folder.manifests {
-            match PluginSource::parse(name, file, &self.main, &self.root) {
+            match PluginSource::parse(name, file, &self.main, &self.root, &mut self.components) {
                 Ok(source) => {
                     let change = match self.plugins.get(name) {
                         Some(known) if known.version == source.version => continue,
@@ -306,6 +308,12 @@ impl ConfigState {
                 }
             }
         }
+        let named: std::collections::HashSet<&Path> = self
+            .plugins
+            .values()
+            .map(|p| p.wasm_path.as_path())
+            .collect();
+        self.components.retain(&named);
     }
 
     /// Log problems that appeared or changed, and files that recovered.
