@@ -359,3 +359,22 @@ async fn a_runaway_query_stops_with_its_call() {
         "the runaway statement did not hold the test hostage"
     );
 }
+
+/// A plugin's reason is cut and escaped before the host keeps it: a 16 MiB give-up full of
+/// newlines and terminal escapes becomes a few KiB on one line, in the error, its log line and
+/// its dead-letter row alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_forged_reason_is_cut_and_escaped() {
+    let s = setup().await;
+    let plugin = intruder(&s.rt, Grants::default()).await;
+    let outcome = plugin
+        .handle(&attempt(&s.mine, &format!("huge-error:{}", 16 << 20)))
+        .await;
+    let Err(CallError::GiveUp(reason)) = outcome else {
+        panic!("expected a give-up, got {outcome:?}");
+    };
+    assert!(reason.len() <= 4096 + 64, "{} bytes kept", reason.len());
+    assert!(reason.contains("more bytes cut"), "{reason}");
+    assert!(!reason.contains(['\n', '\r', '\u{1b}']), "{reason}");
+    assert!(reason.contains("\\n2026-11-24"), "{reason}");
+}

@@ -68,21 +68,10 @@ impl wit_log::Host for HostState {
     }
 }
 
-/// `message`, or its first [`MAX_MESSAGE_BYTES`] with a note saying how much was cut.
-fn cut(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.len() <= MAX_MESSAGE_BYTES {
-        return message.into();
-    }
-    let mut end = MAX_MESSAGE_BYTES;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!(
-        "{}… ({} more bytes cut)",
-        &message[..end],
-        message.len() - end
-    )
-    .into()
+/// `message` cut at [`MAX_MESSAGE_BYTES`] (saying how much was cut) with its control
+/// characters escaped, so a plugin's line is one line in every log format.
+fn cut(message: &str) -> String {
+    crate::runtime::text::tame(message, MAX_MESSAGE_BYTES)
 }
 
 fn emit(level: Level, labels: &CallLabels, message: &str) {
@@ -121,5 +110,11 @@ mod tests {
         let out = cut(&long);
         assert!(out.len() < MAX_MESSAGE_BYTES + 64);
         assert!(out.ends_with("more bytes cut)"));
+    }
+
+    #[test]
+    fn a_line_cannot_forge_another() {
+        let out = cut("done\n2026-11-24T00:00:00.000Z ERROR jobrelay: fake\r\u{1b}[31m");
+        assert!(!out.contains(['\n', '\r', '\u{1b}']), "{out}");
     }
 }

@@ -17,6 +17,7 @@ mod error;
 mod host_state;
 mod limits;
 mod plugin;
+pub mod text;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -26,6 +26,7 @@ use super::compile::ComponentSource;
 use super::error::CallError;
 use super::host_state::{CallLabels, HostState};
 use super::limits::MemoryBudget;
+use super::text;
 use crate::capabilities;
 use crate::config::manifest::Grants;
 use crate::watch::event::JobEvent;
@@ -211,9 +212,15 @@ impl PluginVersion {
         let result = match answer {
             Err(_elapsed) => Err(CallError::Timeout(self.timeout)),
             Ok(Ok(Answer::Handled)) => Ok(()),
-            Ok(Ok(Answer::InitRefused(reason))) => Err(CallError::InitRefused(reason)),
-            Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => Err(CallError::Retry(reason)),
-            Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => Err(CallError::GiveUp(reason)),
+            Ok(Ok(Answer::InitRefused(reason))) => {
+                Err(CallError::InitRefused(text::reason(&reason)))
+            }
+            Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => {
+                Err(CallError::Retry(text::reason(&reason)))
+            }
+            Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => {
+                Err(CallError::GiveUp(text::reason(&reason)))
+            }
             Ok(Err(failure)) => Err(self.classify(failure, state)),
         };
         (result, unavailable)
@@ -271,12 +278,14 @@ impl PluginVersion {
                 }
                 Ok(())
             }
-            Ok(Ok((Answer::InitRefused(reason), _))) => Err(CallError::InitRefused(reason)),
+            Ok(Ok((Answer::InitRefused(reason), _))) => {
+                Err(CallError::InitRefused(text::reason(&reason)))
+            }
             Ok(Ok((Answer::Handler(HandlerError::Retry(reason)), _))) => {
-                Err(CallError::Retry(reason))
+                Err(CallError::Retry(text::reason(&reason)))
             }
             Ok(Ok((Answer::Handler(HandlerError::GiveUp(reason)), _))) => {
-                Err(CallError::GiveUp(reason))
+                Err(CallError::GiveUp(text::reason(&reason)))
             }
             Ok(Err(failure)) => Err(self.classify(failure, state)),
         }
@@ -434,10 +443,10 @@ impl PluginVersion {
         // Everything else is the plugin's doing, including values it returned that do not
         // fit the contract (invalid UTF-8, a bad variant), which wasmtime reports without a
         // trap code.
-        CallError::Trap(describe_trap(
+        CallError::Trap(text::reason(&describe_trap(
             error,
             &state.caps.stdio.stderr_tail(TRAP_STDERR_LINES),
-        ))
+        )))
     }
 }
 

@@ -12,7 +12,9 @@
 //! - `archive-put:<key>` / `archive-create:<key>`: write an object;
 //! - `archive-empty:<key>`: create an object and finish it without writing anything;
 //! - `kv`: set and read back a key;
-//! - `read:<path>`: read a file through WASI.
+//! - `read:<path>`: read a file through WASI;
+//! - `huge-error:<bytes>`: gives up with a reason of that many bytes, full of newlines and
+//!   terminal escapes (a forged log line, repeated).
 //!
 //! The call returns `Ok` when the attempt succeeded and `give-up("refused: <what the host
 //! said>")` when it was refused, so a test can assert both the refusal and its message.
@@ -52,6 +54,15 @@ impl Guest for Intruder {
                 sql::query(arg, &statement).map(|_| ()).map_err(refused)
             }
             "sql-tx" => sql_transaction(arg),
+            "huge-error" => {
+                let size: usize = arg.parse().unwrap_or(1 << 20);
+                let forged = "\n2026-11-24T00:00:00Z  INFO jobrelay: forged\r\u{1b}[2J";
+                let mut reason = String::with_capacity(size);
+                while reason.len() + forged.len() <= size {
+                    reason.push_str(forged);
+                }
+                Err(HandlerError::GiveUp(reason))
+            }
             "sql-exec" => {
                 let (connection, text) = arg.split_once(':').unwrap_or((arg, ""));
                 sql::query(connection, &statement(text, Vec::new()))
