@@ -28,6 +28,7 @@ struct Setup {
     theirs: JobDriver,
     dir: tempfile::TempDir,
     rt: Runtime,
+    archive: ArchiveStore,
 }
 
 async fn setup() -> Setup {
@@ -74,13 +75,12 @@ async fn setup() -> Setup {
             .await
             .expect("state"),
     );
+    let archive =
+        ArchiveStore::open(&ArchiveLocation::Local(dir.path().join("archive"))).expect("archive");
     let services = Services {
         sql: Databases::open(&sql, &dir.path().join("plugins.db")).expect("pools"),
         kv: Some(kv),
-        archive: Some(
-            ArchiveStore::open(&ArchiveLocation::Local(dir.path().join("archive")))
-                .expect("archive"),
-        ),
+        archive: Some(archive.clone()),
         clusters: directory,
     };
     Setup {
@@ -89,6 +89,7 @@ async fn setup() -> Setup {
         theirs,
         rt: runtime(services),
         dir,
+        archive,
     }
 }
 
@@ -377,4 +378,31 @@ async fn a_huge_forged_reason_is_cut_and_escaped() {
     assert!(reason.contains("more bytes cut"), "{reason}");
     assert!(!reason.contains(['\n', '\r', '\u{1b}']), "{reason}");
     assert!(reason.contains("\\n2026-11-24"), "{reason}");
+}
+
+/// Archive writers a call leaves open end with the call, also on a kept instance
+/// (`instance_reuse`): a plugin that forgets its writers cannot pile up host memory (each
+/// holds up to a 5 MiB part) call after call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_left_open_end_with_their_call() {
+    let s = setup().await;
+    let grants = Grants {
+        archive: Some(ArchiveGrant::default()),
+        ..Grants::default()
+    };
+    let mut kept = spec("intruder", "intruder", &[], grants);
+    kept.instance_reuse = 8;
+    let plugin = s.rt.load(kept).await.expect("loads");
+    for call in 1..=5 {
+        plugin
+            .handle(&attempt(&s.mine, "archive-leak:4"))
+            .await
+            .unwrap_or_else(|e| panic!("call {call}: {e}"));
+        // Only the last call's writers may still be open (its instance is kept, idle).
+        assert!(
+            s.archive.open_writers() <= 4,
+            "after call {call}: {} writers open",
+            s.archive.open_writers()
+        );
+    }
 }

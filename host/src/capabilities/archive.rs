@@ -41,6 +41,8 @@ pub struct Archive;
 pub struct ArchiveStore {
     store: Arc<dyn ObjectStore>,
     description: String,
+    /// Writers alive now, all plugins together (each holds up to a part in memory).
+    open_writers: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for ArchiveStore {
@@ -62,6 +64,7 @@ impl ArchiveStore {
                 Ok(ArchiveStore {
                     store: Arc::new(store),
                     description: format!("local folder {}", root.display()),
+                    open_writers: Arc::default(),
                 })
             }
             ArchiveLocation::S3(s3) => {
@@ -88,9 +91,16 @@ impl ArchiveStore {
                 Ok(ArchiveStore {
                     store: Arc::new(store),
                     description: format!("s3 bucket {}", s3.bucket),
+                    open_writers: Arc::default(),
                 })
             }
         }
+    }
+
+    /// Writers open now, across all plugins and calls: each may hold up to a part (5 MiB) in
+    /// memory until it is finished or dropped.
+    pub fn open_writers(&self) -> usize {
+        self.open_writers.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -160,7 +170,7 @@ impl Capability for Archive {
                 .clone()
                 .unwrap_or_else(|| call.plugin.to_string()),
             max_object_bytes: grant.max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
-            open_writers: 0,
+            open: Vec::new(),
         };
         Ok(())
     }
@@ -172,10 +182,21 @@ pub struct ArchiveAccess {
     store: Option<ArchiveStore>,
     prefix: String,
     max_object_bytes: u64,
-    open_writers: usize,
+    /// The writers this call opened and has not dropped (resource handles in the store's
+    /// table): at most [`MAX_OPEN_WRITERS`], and all dropped when the call ends.
+    open: Vec<u32>,
 }
 
 impl ArchiveAccess {
+    /// Drops every writer the call left open, aborting its upload. A kept instance
+    /// (`instance_reuse`) would otherwise carry them into its next call, each with a part
+    /// buffered, and a plugin could pile up memory call after call.
+    pub fn close_all(&mut self, table: &mut wasmtime::component::ResourceTable) {
+        for rep in self.open.drain(..) {
+            let _ = table.delete(Resource::<ObjectWriter>::new_own(rep));
+        }
+    }
+
     /// The store and the full path of `key`.
     fn locate(&self, key: &str) -> Result<(Arc<dyn ObjectStore>, StorePath), ArchiveError> {
         let store = self.store.as_ref().ok_or_else(|| {
@@ -208,6 +229,8 @@ pub struct ObjectWriter {
     written: u64,
     max_bytes: u64,
     key: String,
+    /// The store's count of open writers, decremented on drop.
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ObjectWriter {
@@ -230,6 +253,7 @@ impl ObjectWriter {
 impl Drop for ObjectWriter {
     /// An unfinished upload is aborted so the store keeps no orphaned parts.
     fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         if let Some(mut upload) = self.upload.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -244,7 +268,12 @@ impl wit::Host for HostState {
     async fn create(&mut self, key: String) -> Result<Resource<ObjectWriter>, ArchiveError> {
         let access = &self.caps.archive;
         let (store, path) = access.locate(&key)?;
-        if access.open_writers >= MAX_OPEN_WRITERS {
+        let counter = access
+            .store
+            .as_ref()
+            .map(|s| s.open_writers.clone())
+            .unwrap_or_default();
+        if access.open.len() >= MAX_OPEN_WRITERS {
             return Err(ArchiveError::Unavailable(format!(
                 "at most {MAX_OPEN_WRITERS} writers may be open at once; finish one first"
             )));
@@ -259,11 +288,17 @@ impl wit::Host for HostState {
             written: 0,
             max_bytes: access.max_object_bytes,
             key,
+            open: counter,
         };
-        self.caps.archive.open_writers += 1;
-        self.table()
+        writer
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let handle = self
+            .table()
             .push(writer)
-            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))
+            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))?;
+        self.caps.archive.open.push(handle.rep());
+        Ok(handle)
     }
 
     async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), ArchiveError> {
@@ -343,8 +378,9 @@ impl wit::HostWriter for HostState {
     }
 
     async fn drop(&mut self, writer: Resource<ObjectWriter>) -> wasmtime::Result<()> {
+        let rep = writer.rep();
         self.table().delete(writer)?;
-        self.caps.archive.open_writers = self.caps.archive.open_writers.saturating_sub(1);
+        self.caps.archive.open.retain(|r| *r != rep);
         Ok(())
     }
 }

@@ -76,6 +76,8 @@ impl HostState {
         deadline: Instant,
     ) {
         std::mem::swap(&mut caps.stdio, &mut self.caps.stdio);
+        // What the last call opened and left open ends with it, as it would with its store.
+        self.caps.archive.close_all(&mut self.table);
         self.caps = caps;
         self.labels = labels;
         self.deadline = deadline;

@@ -11,6 +11,8 @@
 //! - `pods`: list the job's pods;
 //! - `archive-put:<key>` / `archive-create:<key>`: write an object;
 //! - `archive-empty:<key>`: create an object and finish it without writing anything;
+//! - `archive-leak:<n>`: open n writers, write to each and forget them (never finished or
+//!   dropped);
 //! - `kv`: set and read back a key;
 //! - `read:<path>`: read a file through WASI;
 //! - `huge-error:<bytes>`: gives up with a reason of that many bytes, full of newlines and
@@ -77,6 +79,21 @@ impl Guest for Intruder {
                 log.read(1024).map(|_| ()).map_err(refused)
             }
             "archive-put" => archive::put(arg, b"x").map_err(refused),
+            "archive-leak" => {
+                // Opens writers, writes to each and forgets them: never finished, never
+                // dropped, as if the plugin meant to keep host memory across kept instances.
+                let count: usize = arg.parse().unwrap_or(4);
+                let call = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or_default();
+                for i in 0..count {
+                    let writer = archive::create(&format!("leak/{call}-{i}")).map_err(refused)?;
+                    writer.write(&[7u8; 4096]).map_err(refused)?;
+                    std::mem::forget(writer);
+                }
+                Ok(())
+            }
             "archive-create" => {
                 let writer = archive::create(arg).map_err(refused)?;
                 writer.write(b"x").map_err(refused)?;
