@@ -172,3 +172,63 @@ async fn a_30_second_api_outage_loses_no_final_state() {
     }
     daemon.shutdown(Duration::from_secs(10)).await;
 }
+
+/// A job object nested deeper than the JSON decoder allows is skipped and reported by name;
+/// the rest of its kind keeps flowing, at start (the first list) and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_unreadable_object_does_not_blind_its_kind() {
+    init_logs();
+    let sim = SimCluster::start("east").await.expect("sim");
+    let deep_job = JobDriver::builder(Flavor::Volcano, "ml", "deep")
+        .create(&sim)
+        .expect("create");
+    let mut nested = serde_json::json!(1);
+    for _ in 0..1_000 {
+        nested = serde_json::json!([nested]);
+    }
+    sim.patch_merge(
+        &jobrelay_testkit::Gvr::VOLCANO_JOB,
+        "ml",
+        "deep",
+        serde_json::json!({"spec": {"plugins": {"deep": nested}}}),
+    )
+    .expect("make it deep");
+    let mut fine = JobDriver::builder(Flavor::Volcano, "ml", "fine")
+        .create(&sim)
+        .expect("create");
+
+    // The first list holds the bad object: the stream still syncs.
+    let (setup, daemon) = start_with_event_log("kinds: [{name: volcano-job}]\n", &[&sim]).await;
+    fine.running().expect("running");
+    fine.succeeded().expect("succeeded");
+    let uid = fine.uid().to_string();
+    wait_for("the good job's lifecycle delivered", || {
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| l["uid"] == uid.as_str() && l["phase"] == "succeeded")
+            .then_some(())
+    })
+    .await;
+    let health = daemon.clusters()["east"].clone();
+    assert!(health.unreadable_objects >= 1, "{health:?}");
+    let last = health.last_unreadable.clone().unwrap_or_default();
+    assert!(last.starts_with("ml/deep:"), "{last}");
+    assert!(
+        !setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| l["uid"] == deep_job.uid()),
+        "the unreadable job produced no event"
+    );
+    daemon.shutdown(std::time::Duration::from_secs(5)).await;
+
+    // A restart lists it again, and stays in sync; the good job is not repeated.
+    let daemon = jobrelay::daemon::Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon restarts");
+    wait_synced(&daemon, "east").await;
+    let lines = setup.lines("log/events.jsonl");
+    assert_unique_ids(&lines, "nothing repeated after the restart");
+    daemon.shutdown(std::time::Duration::from_secs(5)).await;
+}

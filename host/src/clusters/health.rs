@@ -34,6 +34,10 @@ pub struct ClusterHealth {
     /// Failed attempts to add jobrelay's finalizer to this cluster's jobs (each is retried),
     /// since jobrelay started.
     pub finalizer_add_failures: u64,
+    /// Job objects that could not be read and were skipped, since jobrelay started.
+    pub unreadable_objects: u64,
+    /// The last one, `namespace/name: reason`.
+    pub last_unreadable: Option<String>,
     #[serde(skip)]
     stream_ok: Vec<bool>,
 }
@@ -53,7 +57,10 @@ impl HealthBoard {
     pub fn connecting(&self, cluster: &str, streams: usize) {
         let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
         // A counter, so it survives the cluster's restarts.
-        let finalizer_add_failures = map.get(cluster).map_or(0, |h| h.finalizer_add_failures);
+        let old = map.get(cluster);
+        let finalizer_add_failures = old.map_or(0, |h| h.finalizer_add_failures);
+        let unreadable_objects = old.map_or(0, |h| h.unreadable_objects);
+        let last_unreadable = old.and_then(|h| h.last_unreadable.clone());
         map.insert(
             cluster.to_string(),
             ClusterHealth {
@@ -63,6 +70,8 @@ impl HealthBoard {
                 streams,
                 streams_synced: 0,
                 finalizer_add_failures,
+                unreadable_objects,
+                last_unreadable,
                 stream_ok: vec![false; streams],
             },
         );
@@ -87,6 +96,10 @@ impl HealthBoard {
                         h.last_error = Some(e);
                     }
                     Progress::FinalizerFailed(_) => h.finalizer_add_failures += 1,
+                    Progress::Unreadable(report) => {
+                        h.unreadable_objects += 1;
+                        h.last_unreadable = Some(report);
+                    }
                 }
             }
         });

@@ -195,6 +195,23 @@ impl Collector for DaemonCollector {
                 )
             })
             .collect();
+        let unreadable: Vec<(Labels, ConstCounter<u64>)> = status
+            .clusters
+            .iter()
+            .map(|(name, c)| {
+                (
+                    vec![("cluster", name.clone())],
+                    ConstCounter::new(c.unreadable_objects),
+                )
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_unreadable_objects",
+            "Job objects that could not be read and were skipped (the rest of their kind goes on)",
+            MetricType::Counter,
+            unreadable,
+        )?;
         family(
             e,
             "jobrelay_finalizer_add_failures",

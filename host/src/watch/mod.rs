@@ -5,5 +5,6 @@ pub mod catch_up;
 pub mod event;
 pub mod finalizer;
 pub mod kinds;
+pub mod lenient;
 pub mod normalize;
 pub mod watcher;

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use super::event::{JobEvent, Phase};
 use super::finalizer;
 use super::kinds::JobKind;
+use super::lenient::{self, LenientObject};
 use super::normalize::normalize;
 
 /// What one stream watches.
@@ -37,7 +38,7 @@ pub struct WatchTarget {
 }
 
 impl WatchTarget {
-    fn api(&self, client: Client) -> Api<DynamicObject> {
+    fn api(&self, client: Client) -> Api<LenientObject> {
         let gvk = GroupVersionKind::gvk(&self.kind.group, &self.kind.version, &self.kind.kind);
         let ar = ApiResource::from_gvk_with_plural(&gvk, &self.kind.plural);
         match &self.namespace {
@@ -65,6 +66,9 @@ pub enum Progress {
     /// An attempt to add jobrelay's finalizer to a job failed (it is retried with backoff);
     /// counted in the cluster's health, the stream's own state is unchanged.
     FinalizerFailed(String),
+    /// A job object could not be read (`namespace/name: reason`); it was skipped, the rest of
+    /// the stream goes on. Counted in the cluster's health.
+    Unreadable(String),
 }
 
 /// What a stream tells the lanes.
@@ -110,6 +114,14 @@ impl Tracker {
             namespace,
             jobs: HashMap::new(),
             listing: None,
+        }
+    }
+
+    /// Notes, during a (re-)list, a job whose object could not be read: it exists, so lanes
+    /// must not take it as deleted, but it has no version to deliver.
+    pub fn listed_unreadable(&mut self, uid: &str) {
+        if let Some(listing) = self.listing.as_mut() {
+            listing.insert(uid.to_string());
         }
     }
 
@@ -347,6 +359,18 @@ pub async fn run(
             }
         };
         let Some(item) = item else { break };
+        let item = match item {
+            Ok(event) => match readable(event, &mut tracker) {
+                Ok(event) => Ok(event),
+                Err(report) => {
+                    tracing::warn!(stream = %target.label(), object = %report,
+                        "a job object cannot be read; skipped (the rest of the kind goes on)");
+                    progress(Progress::Unreadable(report));
+                    continue;
+                }
+            },
+            Err(e) => Err(e),
+        };
         match item {
             Ok(event) => {
                 if let (Some(finalizer), Event::Apply(obj) | Event::InitApply(obj)) =
@@ -491,4 +515,41 @@ mod tests {
         obj.metadata.resource_version = None;
         assert!(t.observe(Event::Apply(obj)).is_empty());
     }
+}
+
+/// The event with its object decoded, or the report of an object that could not be (then the
+/// event is skipped; a listed one is still counted as existing).
+fn readable(
+    event: Event<LenientObject>,
+    tracker: &mut Tracker,
+) -> Result<Event<DynamicObject>, String> {
+    let decoded = |obj: LenientObject| match obj.object {
+        Ok(object) => Ok(object),
+        Err(why) => Err((lenient::label(&obj.metadata), obj.metadata, why)),
+    };
+    Ok(match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(obj) => match decoded(obj) {
+            Ok(object) => Event::InitApply(object),
+            Err((label, metadata, why)) => {
+                if let Some(uid) = &metadata.uid {
+                    tracker.listed_unreadable(uid);
+                }
+                return Err(format!("{label}: {why}"));
+            }
+        },
+        Event::Apply(obj) => {
+            Event::Apply(decoded(obj).map_err(|(l, _, why)| format!("{l}: {why}"))?)
+        }
+        // A deletion needs only the metadata.
+        Event::Delete(obj) => match decoded(obj) {
+            Ok(object) => Event::Delete(object),
+            Err((_, metadata, _)) => Event::Delete(DynamicObject {
+                types: None,
+                metadata,
+                data: serde_json::json!({}),
+            }),
+        },
+    })
 }

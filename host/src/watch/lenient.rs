@@ -1,0 +1,152 @@
+//! Reading job objects one by one, so one bad object cannot blind a whole kind.
+//!
+//! kube's watcher decodes a whole list page, and each watch event, into the resource type: with
+//! `DynamicObject`, one object the JSON decoder refuses (nested deeper than its recursion limit,
+//! say) fails the whole page, every re-list fails the same way, and the kind is blind on that
+//! cluster for good. [`LenientObject`] takes each object as raw JSON first — which has no depth
+//! limit — and decodes it on its own: a good object is a `DynamicObject` as before; a bad one
+//! keeps the metadata that could be read (namespace, name, uid, resourceVersion) and the reason,
+//! so the stream can skip and report it by name and the rest of the kind keeps flowing.
+
+use std::borrow::Cow;
+
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::{DynamicResourceScope, ObjectMeta};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// One job object as listed or watched: decoded, or refused with what could be read of it.
+#[derive(Debug, Clone)]
+pub struct LenientObject {
+    pub metadata: ObjectMeta,
+    pub object: Result<DynamicObject, String>,
+}
+
+/// Only the metadata of an object; everything else is skipped without being decoded.
+#[derive(Deserialize)]
+struct MetadataOnly {
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+impl LenientObject {
+    /// Decodes one object's JSON text.
+    pub fn from_json(text: &str) -> LenientObject {
+        match serde_json::from_str::<DynamicObject>(text) {
+            Ok(object) => LenientObject {
+                metadata: object.metadata.clone(),
+                object: Ok(object),
+            },
+            Err(e) => LenientObject {
+                metadata: serde_json::from_str::<MetadataOnly>(text)
+                    .map(|m| m.metadata)
+                    .unwrap_or_default(),
+                object: Err(e.to_string()),
+            },
+        }
+    }
+
+    /// `namespace/name` (or the uid, or `?`), for reports.
+    pub fn label(&self) -> String {
+        label(&self.metadata)
+    }
+}
+
+/// `namespace/name` of an object (or its uid, or `?`), for reports.
+pub fn label(metadata: &ObjectMeta) -> String {
+    match (&metadata.namespace, &metadata.name, &metadata.uid) {
+        (Some(ns), Some(name), _) => format!("{ns}/{name}"),
+        (None, Some(name), _) => name.clone(),
+        (_, None, Some(uid)) => format!("uid {uid}"),
+        _ => "?".into(),
+    }
+}
+
+impl<'de> Deserialize<'de> for LenientObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        Ok(LenientObject::from_json(raw.get()))
+    }
+}
+
+impl Resource for LenientObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn a_deep_object_is_refused_alone_with_its_name() {
+        let bad = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"deep","namespace":"ml","uid":"u1","resourceVersion":"7"}},"spec":{}}}"#,
+            nested(10_000)
+        );
+        let good = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"ok","namespace":"ml","uid":"u2","resourceVersion":"8"}}"#;
+        let list = format!(r#"{{"items":[{bad},{good}]}}"#);
+        #[derive(Deserialize)]
+        struct List {
+            items: Vec<LenientObject>,
+        }
+        let list: List = serde_json::from_str(&list).expect("the page decodes");
+        assert_eq!(list.items.len(), 2);
+        let (bad, good) = (&list.items[0], &list.items[1]);
+        assert!(bad.object.is_err());
+        assert_eq!(bad.label(), "ml/deep");
+        assert_eq!(bad.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(
+            good.object.as_ref().map(|o| o.metadata.name.clone()),
+            Ok(Some("ok".into()))
+        );
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for text in [
+            "",
+            "1",
+            "[]",
+            "{",
+            r#"{"metadata":7}"#,
+            r#"{"metadata":{"name":[]}}"#,
+        ] {
+            let object = LenientObject::from_json(text);
+            assert!(object.object.is_err(), "{text}");
+        }
+    }
+}
