@@ -404,6 +404,40 @@ pub async fn run(
     }
 }
 
+/// The event with its object decoded, or the report of an object that could not be (then the
+/// event is skipped; a listed one is still counted as existing).
+fn readable(
+    event: Event<LenientObject>,
+    tracker: &mut Tracker,
+) -> Result<Event<DynamicObject>, String> {
+    Ok(match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(obj) => match obj.object {
+            Ok(object) => Event::InitApply(object),
+            Err(why) => {
+                if let Some(uid) = &obj.metadata.uid {
+                    tracker.listed_unreadable(uid);
+                }
+                return Err(format!("{}: {why}", lenient::label(&obj.metadata)));
+            }
+        },
+        Event::Apply(obj) => match obj.object {
+            Ok(object) => Event::Apply(object),
+            Err(why) => return Err(format!("{}: {why}", lenient::label(&obj.metadata))),
+        },
+        // A deletion needs only the metadata.
+        Event::Delete(obj) => match obj.object {
+            Ok(object) => Event::Delete(object),
+            Err(_) => Event::Delete(DynamicObject {
+                types: None,
+                metadata: obj.metadata,
+                data: serde_json::json!({}),
+            }),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,41 +549,4 @@ mod tests {
         obj.metadata.resource_version = None;
         assert!(t.observe(Event::Apply(obj)).is_empty());
     }
-}
-
-/// The event with its object decoded, or the report of an object that could not be (then the
-/// event is skipped; a listed one is still counted as existing).
-fn readable(
-    event: Event<LenientObject>,
-    tracker: &mut Tracker,
-) -> Result<Event<DynamicObject>, String> {
-    let decoded = |obj: LenientObject| match obj.object {
-        Ok(object) => Ok(object),
-        Err(why) => Err((lenient::label(&obj.metadata), obj.metadata, why)),
-    };
-    Ok(match event {
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
-        Event::InitApply(obj) => match decoded(obj) {
-            Ok(object) => Event::InitApply(object),
-            Err((label, metadata, why)) => {
-                if let Some(uid) = &metadata.uid {
-                    tracker.listed_unreadable(uid);
-                }
-                return Err(format!("{label}: {why}"));
-            }
-        },
-        Event::Apply(obj) => {
-            Event::Apply(decoded(obj).map_err(|(l, _, why)| format!("{l}: {why}"))?)
-        }
-        // A deletion needs only the metadata.
-        Event::Delete(obj) => match decoded(obj) {
-            Ok(object) => Event::Delete(object),
-            Err((_, metadata, _)) => Event::Delete(DynamicObject {
-                types: None,
-                metadata,
-                data: serde_json::json!({}),
-            }),
-        },
-    })
 }
