@@ -454,3 +454,30 @@ async fn refusals_are_logged_with_plugin_and_destination_but_no_path_or_query() 
         "a path or query was logged: {logs}"
     );
 }
+
+/// One call cannot hold more connections than `max_concurrent_requests`: a plugin starting 200
+/// requests at once to a server that never answers gets the rest refused with
+/// `connection-limit-reached`, and the server sees at most that many connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_cannot_open_more_requests_than_its_grant_allows() {
+    let silent = Server::start(None).await;
+    let mut capped = grant(&["http://127.0.0.1:*"], true);
+    capped.timeout_ms = Some(1_000);
+    capped.max_concurrent_requests = Some(8);
+    let plugin = load("capped", Some(capped)).await;
+    let mut flood = get(&silent.url("127.0.0.1", "/"));
+    flood
+        .labels
+        .insert("jobrelay.test/behave".into(), "http-flood:200".into());
+    let result = plugin.handle(&flood).await;
+    let Err(CallError::GiveUp(report)) = result else {
+        panic!("expected the flood's report, got {result:?}");
+    };
+    assert!(report.contains("refused 192"), "{report}");
+    assert!(
+        silent.connections() <= 8,
+        "{} connections reached the server",
+        silent.connections()
+    );
+    assert_still_serves().await;
+}

@@ -224,6 +224,14 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
         b.plugins()["log"].lane.as_ref().map(|l| l.delivered),
         Some(0)
     );
+    // jobrelay's finalizer, once: the leader adds it, the follower leaves it alone.
+    wait_for("jobrelay's finalizer on the job", || {
+        let job = sim
+            .get(&jobrelay_testkit::Gvr::VOLCANO_JOB, "ml", "watched")
+            .ok()?;
+        (job["metadata"]["finalizers"] != Value::Null).then_some(())
+    })
+    .await;
     let finalizers = sim
         .get(&jobrelay_testkit::Gvr::VOLCANO_JOB, "ml", "watched")
         .expect("job")["metadata"]["finalizers"]

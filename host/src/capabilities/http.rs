@@ -74,6 +74,10 @@ pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// Largest response body when the grant sets none.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1 << 20;
+/// Requests one call may have open at once when the grant sets no number.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u32 = 16;
+/// The most a grant may allow.
+pub const MAX_CONCURRENT_REQUESTS: u32 = 1024;
 
 /// What the send hook hands back to wasmtime: the response, and the future that drives the
 /// connection while the body is read.
@@ -114,9 +118,13 @@ impl Capability for Http {
             .as_ref()
             .map(Rules::from_grant)
             .transpose()?;
+        let open = rules
+            .as_ref()
+            .map(|r| Arc::new(tokio::sync::Semaphore::new(r.max_concurrent_requests)));
         setup.state.http.policy = Policy {
             plugin: Arc::from(call.plugin),
             rules,
+            open,
         };
         Ok(())
     }
@@ -134,6 +142,8 @@ pub struct HttpAccess {
 struct Rules {
     allow: AllowList,
     limits: Limits,
+    /// Requests one call may have open at once.
+    max_concurrent_requests: usize,
 }
 
 /// The per-request limits of a grant; copied into each request's future.
@@ -171,7 +181,20 @@ impl Rules {
                 .max_response_bytes
                 .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
         };
-        Ok(Rules { allow, limits })
+        let max_concurrent_requests = grant
+            .max_concurrent_requests
+            .unwrap_or(DEFAULT_MAX_CONCURRENT_REQUESTS);
+        if max_concurrent_requests == 0 || max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
+            return Err(format!(
+                "max_concurrent_requests must be from 1 to {MAX_CONCURRENT_REQUESTS}, got \
+                 {max_concurrent_requests}"
+            ));
+        }
+        Ok(Rules {
+            allow,
+            limits,
+            max_concurrent_requests: max_concurrent_requests as usize,
+        })
     }
 }
 
@@ -197,6 +220,9 @@ struct Policy {
     plugin: Arc<str>,
     /// `None`: no `grants.http`, every request is refused.
     rules: Option<Rules>,
+    /// One permit per request the call may have open; a request holds its permit until its
+    /// connection is done (the response read or dropped), and the call's end drops them all.
+    open: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Policy {
@@ -228,10 +254,30 @@ impl WasiHttpHooks for Policy {
         // `fut` reports how the guest consumed the response, for WASI 0.3; the 0.2 handler
         // passes one that is always `Ok`, and wasmtime's default hook ignores it too.
         drop(fut);
-        match self.admit(request.uri()) {
-            Ok((target, limits)) => {
-                Box::new(send(self.plugin.clone(), target, limits, request, options))
-            }
+        let admitted = self.admit(request.uri()).and_then(|(target, limits)| {
+            let permit = self
+                .open
+                .as_ref()
+                .and_then(|open| open.clone().try_acquire_owned().ok())
+                .ok_or_else(|| {
+                    refused(
+                        &self.plugin,
+                        &target,
+                        "too many requests open at once (grants.http.max_concurrent_requests)",
+                    );
+                    Error::ConnectionLimitReached
+                })?;
+            Ok((target, limits, permit))
+        });
+        match admitted {
+            Ok((target, limits, permit)) => Box::new(send(
+                self.plugin.clone(),
+                target,
+                limits,
+                request,
+                options,
+                permit,
+            )),
             Err(error) => Box::new(std::future::ready(Err(error))),
         }
     }
@@ -244,6 +290,7 @@ async fn send(
     limits: Limits,
     mut request: Request<WasiBody>,
     options: Option<RequestOptions>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Sent, Error> {
     let deadline = tokio::time::Instant::now() + limits.timeout;
     let exchange = async {
@@ -281,6 +328,12 @@ async fn send(
             )
             .boxed_unsync()
         });
+        // The connection counts against the call's open requests until it is done.
+        let io = async move {
+            let done = io.await;
+            drop(permit);
+            done
+        };
         Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
     };
     tokio::time::timeout_at(deadline, exchange)
@@ -406,9 +459,14 @@ mod tests {
     }
 
     fn policy(grant: Option<HttpGrant>) -> Policy {
+        let rules = grant.map(|g| Rules::from_grant(&g).expect("test grant parses"));
+        let open = rules
+            .as_ref()
+            .map(|r| Arc::new(tokio::sync::Semaphore::new(r.max_concurrent_requests)));
         Policy {
             plugin: Arc::from("probe"),
-            rules: grant.map(|g| Rules::from_grant(&g).expect("test grant parses")),
+            rules,
+            open,
         }
     }
 

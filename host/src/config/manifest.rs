@@ -108,6 +108,10 @@ pub struct HttpGrant {
     /// Largest response body read, in bytes (default 1 MiB).
     #[serde(default)]
     pub max_response_bytes: Option<u64>,
+    /// Requests one call may have open at once, each with its connection (default 16, at
+    /// most 1024); one more is refused with `connection-limit-reached`.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
 }
 
 /// Pod logs a plugin may read.

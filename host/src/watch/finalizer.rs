@@ -105,12 +105,15 @@ pub async fn add(
 /// First and longest wait between attempts to add the finalizer.
 const ADD_RETRY_MIN: Duration = Duration::from_millis(500);
 const ADD_RETRY_MAX: Duration = Duration::from_secs(30);
+/// Attempts made at once, each on a fresh read, while the job keeps changing under them.
+const QUICK_RETRIES: u32 = 5;
 
 /// Adds the finalizer to the job `object` is a version of, retrying with backoff until it is
 /// on, or the job is gone, replaced (another uid) or being deleted. After each failed attempt
-/// the job is read again and the next attempt waits for the next delay; failures other than a
-/// changed object are passed to `failed` (for logs and the cluster's health). Runs until done:
-/// the caller bounds it by dropping the task (the stream stopped).
+/// the job is read again; the next attempt follows at once if the job had merely changed
+/// (up to a few times in a row), else after the next delay. Failures other than a changed
+/// object are passed to `failed` (for logs and the cluster's health). Runs until done: the
+/// caller bounds it by dropping the task (the stream stopped).
 pub async fn keep_adding(
     client: Client,
     kind: &JobKind,
@@ -132,15 +135,25 @@ pub async fn keep_adding(
         .with_jitter()
         .without_max_times()
         .build();
+    let mut changed_in_a_row = 0u32;
     loop {
         match add(client.clone(), kind, &object, finalizer).await {
             Ok(()) => return,
-            // Not a failure, but still spaced out: a server that keeps answering 409 or 422
-            // must not be hammered.
-            Err(AddError::Changed) => {}
-            Err(e) => failed(e),
+            // A busy job changed under the patch: read it again and retry at once, a few
+            // times, so the finalizer lands early in the job's life; past that, space the
+            // attempts out, since a server that keeps answering 409 or 422 must not be
+            // hammered.
+            Err(AddError::Changed) if changed_in_a_row < QUICK_RETRIES => changed_in_a_row += 1,
+            Err(AddError::Changed) => {
+                changed_in_a_row = 0;
+                tokio::time::sleep(delays.next().unwrap_or(ADD_RETRY_MAX)).await;
+            }
+            Err(e) => {
+                changed_in_a_row = 0;
+                failed(e);
+                tokio::time::sleep(delays.next().unwrap_or(ADD_RETRY_MAX)).await;
+            }
         }
-        tokio::time::sleep(delays.next().unwrap_or(ADD_RETRY_MAX)).await;
         // Read the job again: the patch must be made against its current version.
         loop {
             match api.get_opt(&name).await {

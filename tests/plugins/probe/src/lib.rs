@@ -19,6 +19,8 @@
 //! | `flaky:N`      | fails with `retry` the first N calls for each event id, then records; the count |
 //! |                | is kept in `/data/flaky/<hash of id>` so it survives fresh instances |
 //! | `http-get`     | GETs the URL in the annotation `jobrelay.test/url` (see below)     |
+//! | `http-flood:N` | starts N GETs of that URL at once, waits for them all, and gives up |
+//! |                | with `opened A, refused B (connection-limit-reached), failed C`    |
 //!
 //! `http-get` sends a GET through the standard `wasi:http/outgoing-handler` (the `wasip2`
 //! crate, as a real plugin would) and reads the whole body. It gives up with
@@ -169,6 +171,16 @@ impl Guest for Probe {
                 // Answers without recording: the HTTP tests grant no `/data`.
                 return http_get(url);
             }
+            other if other.starts_with("http-flood:") => {
+                let n = other["http-flood:".len()..].parse::<usize>().unwrap_or(100);
+                let url = event
+                    .annotations
+                    .iter()
+                    .find(|(key, _)| key == URL_ANNOTATION)
+                    .map(|(_, value)| value.clone())
+                    .unwrap_or_default();
+                return Err(http_flood(&url, n));
+            }
             other => {
                 if let Some(ms) = other.strip_prefix("sleep-ms:") {
                     let ms = ms
@@ -299,3 +311,41 @@ fn http_get(url: &str) -> Result<(), HandlerError> {
 }
 
 jobrelay_guest::bindings::export!(Probe with_types_in jobrelay_guest::bindings);
+
+/// Starts `n` GETs of `url` at once (a WASI HTTP request returns a future without waiting),
+/// then waits for each, and reports how they ended.
+fn http_flood(url: &str, n: usize) -> HandlerError {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, "/"),
+    };
+    let (mut opened, mut refused, mut failed) = (0, 0, 0);
+    let mut pending = Vec::new();
+    for _ in 0..n {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_method(&Method::Get);
+        let _ = request.set_scheme(Some(&Scheme::Http));
+        let _ = request.set_authority(Some(authority));
+        let _ = request.set_path_with_query(Some(path));
+        match outgoing_handler::handle(request, None) {
+            Ok(future) => pending.push(future),
+            Err(ErrorCode::ConnectionLimitReached) => refused += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    for future in &pending {
+        future.subscribe().block();
+        match future.get() {
+            Some(Ok(Ok(_))) => opened += 1,
+            Some(Ok(Err(ErrorCode::ConnectionLimitReached))) => refused += 1,
+            _ => failed += 1,
+        }
+    }
+    HandlerError::GiveUp(format!(
+        "opened {opened}, refused {refused} (connection-limit-reached), failed {failed}"
+    ))
+}
