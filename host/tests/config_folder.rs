@@ -312,3 +312,59 @@ async fn reading_the_folder_is_not_a_change() {
     fs::write(&manifest, "wasm: p.wasm\ntimeout_ms: 100\n").expect("change");
     assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
 }
+
+/// Absurd numbers are refused, each naming its field, in the file that holds it: a bad
+/// `plugin_defaults` value is the main file's problem, not every manifest's.
+#[tokio::test]
+async fn absurd_numbers_are_refused_in_the_file_that_holds_them() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let r = root.path();
+    fs::create_dir_all(r.join("plugins")).expect("plugins dir");
+    fs::write(r.join("plugin.wasm"), b"\0asm-not-really").expect("wasm");
+    let main = r.join("jobrelay.yaml");
+    fs::write(&main, "plugin_defaults: {concurrency: 4}\n").expect("write");
+    let good = r.join("plugins/good.yaml");
+    fs::write(&good, "wasm: plugin.wasm\n").expect("write");
+    let (mut state, _) = ConfigState::load(r).expect("loads");
+
+    for (bad_main, field) in [
+        (
+            "plugin_defaults: {concurrency: 1000000000000}\n",
+            "plugin_defaults.concurrency",
+        ),
+        (
+            "plugin_defaults: {timeout_ms: 0}\n",
+            "plugin_defaults.timeout_ms",
+        ),
+        ("debounce_ms: 10000000000000\n", "debounce_ms"),
+        ("rescan_seconds: 0\n", "rescan_seconds"),
+    ] {
+        fs::write(&main, bad_main).expect("write");
+        assert!(state.refresh().is_empty(), "{bad_main}");
+        let why = &state.problems()[&main];
+        assert!(why.contains(field), "{bad_main}: {why}");
+        assert!(
+            !state.problems().contains_key(&good),
+            "{bad_main}: blamed on a manifest"
+        );
+    }
+    fs::write(&main, "plugin_defaults: {concurrency: 4}\n").expect("write");
+    state.refresh();
+
+    for (bad, field) in [
+        ("concurrency: 1000000000000", "concurrency"),
+        (
+            "retry: {min_delay_ms: 5000, max_delay_ms: 100}",
+            "retry.max_delay_ms",
+        ),
+        ("retry: {max_attempts: 0}", "retry.max_attempts"),
+        ("memory_mb: 100000", "memory_mb"),
+        ("max_queued_per_job: 1", "max_queued_per_job"),
+    ] {
+        let manifest = r.join("plugins/odd.yaml");
+        fs::write(&manifest, format!("wasm: plugin.wasm\n{bad}\n")).expect("write");
+        state.refresh();
+        let why = &state.problems()[&manifest];
+        assert!(why.contains(field), "{bad}: {why}");
+    }
+}

@@ -37,18 +37,94 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Read one file (following symlinks).
+/// Largest config file read (main file, manifest, kubeconfig).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Deepest nesting of flow collections (`[`, `{`) a config file may have. The YAML parser
+/// takes time that grows with the square of this depth before its own recursion limit
+/// refuses the file (a minute for 100,000 levels), which would stall every reload.
+pub const MAX_FLOW_DEPTH: usize = 64;
+
+/// Read one config file (following symlinks), refusing one over [`MAX_FILE_BYTES`] or nested
+/// deeper than [`MAX_FLOW_DEPTH`] before any parser sees it.
 pub fn read(path: &Path) -> FileRead {
-    let content = std::fs::read(path)
-        .map(|b| Content {
-            sha256: sha256_hex(&b),
-            bytes: Arc::from(b),
+    let content = read_bounded(path).and_then(|bytes| {
+        let depth = flow_depth(&bytes);
+        if depth > MAX_FLOW_DEPTH {
+            return Err(format!(
+                "nested {depth} levels deep in `[` or `{{`; at most {MAX_FLOW_DEPTH} are read"
+            ));
+        }
+        Ok(Content {
+            sha256: sha256_hex(&bytes),
+            bytes: Arc::from(bytes),
         })
-        .map_err(|e| e.to_string());
+    });
     FileRead {
         path: path.to_path_buf(),
         content,
     }
+}
+
+fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "larger than {MAX_FILE_BYTES} bytes; a config file is at most that"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// The deepest nesting of YAML flow collections in `text`, outside quoted strings and
+/// comments. Brackets inside plain scalars count too, which can only overstate the depth.
+pub fn flow_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut i = 0;
+    let mut line_start = true;
+    while i < text.len() {
+        let c = text[i];
+        match c {
+            b'"' => {
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'\'' => {
+                i += 1;
+                while i < text.len() {
+                    if text[i] == b'\'' {
+                        if text.get(i + 1) == Some(&b'\'') {
+                            i += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    i += 1;
+                }
+            }
+            b'#' if line_start || i > 0 && text[i - 1].is_ascii_whitespace() => {
+                while i < text.len() && text[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        line_start = c == b'\n';
+        i += 1;
+    }
+    deepest
 }
 
 /// What identifies a file's content without reading it: if none of these changed, the bytes did
@@ -203,4 +279,39 @@ fn visible_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_depth_skips_quotes_and_comments() {
+        assert_eq!(flow_depth(b"kinds: [{name: a}, {name: b}]"), 2);
+        assert_eq!(
+            flow_depth(b"a: \"[[[[\"\nb: '{{{{'' [[['\n# [[[[[\nc: [1]"),
+            1
+        );
+        assert_eq!(flow_depth(b"a: \"\\\"[[\"\nb: []"), 1);
+        assert_eq!(flow_depth(b"x: y"), 0);
+        let deep = format!("k: {}{}", "[".repeat(1000), "]".repeat(1000));
+        assert_eq!(flow_depth(deep.as_bytes()), 1000);
+    }
+
+    #[test]
+    fn big_or_deep_files_are_refused_before_parsing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = dir.path().join("big.yaml");
+        std::fs::write(&big, vec![b'#'; (MAX_FILE_BYTES + 1) as usize]).expect("write");
+        let why = read(&big).content.expect_err("too big");
+        assert!(why.contains("larger than"), "{why}");
+        let deep = dir.path().join("deep.yaml");
+        let text = format!("kinds: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        std::fs::write(&deep, text).expect("write");
+        let why = read(&deep).content.expect_err("too deep");
+        assert!(why.contains("nested 100000 levels"), "{why}");
+        let fine = dir.path().join("fine.yaml");
+        std::fs::write(&fine, "kinds: [{name: volcano-job}]\n").expect("write");
+        assert!(read(&fine).content.is_ok());
+    }
 }

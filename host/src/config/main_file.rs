@@ -381,16 +381,39 @@ impl MainFile {
             }
             kinds.push(kind);
         }
-        if self.plugin_defaults.concurrency == 0 {
-            return Err(ConfigError::Invalid(
-                "plugin_defaults.concurrency: must be at least 1".into(),
-            ));
-        }
-        if self.plugin_defaults.timeout_ms == 0 {
-            return Err(ConfigError::Invalid(
-                "plugin_defaults.timeout_ms: must be at least 1".into(),
-            ));
-        }
+        use super::{bounds, in_range};
+        let d = &self.plugin_defaults;
+        in_range(
+            "plugin_defaults.concurrency",
+            d.concurrency,
+            1,
+            bounds::CONCURRENCY,
+        )?;
+        in_range(
+            "plugin_defaults.timeout_ms",
+            d.timeout_ms,
+            1,
+            bounds::TIMEOUT_MS,
+        )?;
+        in_range(
+            "plugin_defaults.memory_mb",
+            d.memory_mb,
+            1,
+            bounds::MEMORY_MB,
+        )?;
+        in_range(
+            "rescan_seconds",
+            self.rescan_seconds,
+            1,
+            bounds::RESCAN_SECONDS,
+        )?;
+        in_range("debounce_ms", self.debounce_ms, 0, bounds::DEBOUNCE_MS)?;
+        in_range(
+            "watch.timeout_seconds",
+            self.watch.timeout_seconds,
+            1,
+            bounds::WATCH_TIMEOUT_SECONDS,
+        )?;
         if !self.finalizers.name.contains('/') || self.finalizers.max_hold_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "finalizers: `name` must be qualified (domain/name) and max_hold_seconds at least 1"
@@ -412,6 +435,12 @@ impl MainFile {
             ));
         }
         for (name, connection) in &self.sql.connections {
+            in_range(
+                &format!("sql.connections.{name}.max_connections"),
+                connection.max_connections,
+                1,
+                bounds::SQL_CONNECTIONS,
+            )?;
             if name.is_empty()
                 || connection.url.trim().is_empty()
                 || connection.max_connections == 0

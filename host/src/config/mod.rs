@@ -18,6 +18,50 @@ pub mod secret;
 pub mod sources;
 pub mod state;
 
+/// Checks that a number lies in `min..=max`. Absurd values are refused rather than clamped:
+/// a concurrency of 10^12 or a debounce of 300 years is a typo, and taking it would quietly do
+/// something nobody asked for. The error names the field and the range.
+pub(crate) fn in_range<T: PartialOrd + std::fmt::Display>(
+    field: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::Invalid(format!(
+            "{field}: must be from {min} to {max}, got {value}"
+        )));
+    }
+    Ok(())
+}
+
+/// Upper bounds of numbers in config files: far above any sensible setting, low enough that
+/// nothing overflows or sleeps for ages.
+pub(crate) mod bounds {
+    /// A plugin call's time limit, in ms (one hour, the runtime's limit).
+    pub const TIMEOUT_MS: u64 = 3_600_000;
+    /// A plugin instance's memory, in MiB (the runtime's limit).
+    pub const MEMORY_MB: u64 = 4096;
+    /// Calls at once per plugin.
+    pub const CONCURRENCY: usize = 1024;
+    /// A retry delay, in ms (one day).
+    pub const DELAY_MS: u64 = 86_400_000;
+    /// Attempts of one event.
+    pub const ATTEMPTS: u32 = 1000;
+    /// Versions queued per job.
+    pub const QUEUED_PER_JOB: usize = 1_000_000;
+    /// Events one kept instance may handle.
+    pub const INSTANCE_REUSE: u32 = 1_000_000;
+    /// Seconds between re-scans of the folder (one day).
+    pub const RESCAN_SECONDS: u64 = 86_400;
+    /// The folder watch's debounce, in ms (one minute).
+    pub const DEBOUNCE_MS: u64 = 60_000;
+    /// A watch request's server-side timeout, in seconds (one hour).
+    pub const WATCH_TIMEOUT_SECONDS: u32 = 3600;
+    /// Connections of one SQL pool.
+    pub const SQL_CONNECTIONS: u32 = 1000;
+}
+
 /// Why one config file was refused. The file's path is attached by the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

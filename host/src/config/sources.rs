@@ -137,30 +137,47 @@ impl PluginSource {
         let timeout_ms = manifest.timeout_ms.unwrap_or(defaults.timeout_ms);
         let memory_mb = manifest.memory_mb.unwrap_or(defaults.memory_mb);
         let concurrency = manifest.concurrency.unwrap_or(defaults.concurrency);
-        if timeout_ms == 0 || memory_mb == 0 || concurrency == 0 {
-            return Err(ConfigError::Invalid(
-                "timeout_ms, memory_mb and concurrency must be at least 1".into(),
-            ));
+        use super::{bounds, in_range};
+        // A value from `plugin_defaults` was checked with the main file; only the manifest's
+        // own values are judged here, so an error always names the file that holds it.
+        if let Some(v) = manifest.timeout_ms {
+            in_range("timeout_ms", v, 1, bounds::TIMEOUT_MS)?;
         }
+        if let Some(v) = manifest.memory_mb {
+            in_range("memory_mb", v, 1, bounds::MEMORY_MB)?;
+        }
+        if let Some(v) = manifest.concurrency {
+            in_range("concurrency", v, 1, bounds::CONCURRENCY)?;
+        }
+        if let Some(v) = manifest.max_queued_per_job {
+            in_range("max_queued_per_job", v, 2, bounds::QUEUED_PER_JOB)?;
+        }
+        if let Some(v) = manifest.instance_reuse {
+            in_range("instance_reuse", v, 1, bounds::INSTANCE_REUSE)?;
+        }
+        let retry = &manifest.retry;
+        in_range(
+            "retry.max_attempts",
+            retry.max_attempts,
+            1,
+            bounds::ATTEMPTS,
+        )?;
+        in_range(
+            "retry.min_delay_ms",
+            retry.min_delay_ms,
+            1,
+            bounds::DELAY_MS,
+        )?;
+        in_range(
+            "retry.max_delay_ms",
+            retry.max_delay_ms,
+            retry.min_delay_ms,
+            bounds::DELAY_MS,
+        )?;
         let max_queued_per_job = manifest
             .max_queued_per_job
             .unwrap_or(crate::lanes::settings::DEFAULT_MAX_QUEUED_PER_JOB);
-        if max_queued_per_job < 2 {
-            return Err(ConfigError::Invalid(
-                "max_queued_per_job must be at least 2".into(),
-            ));
-        }
         let instance_reuse = manifest.instance_reuse.unwrap_or(1);
-        if instance_reuse == 0 {
-            return Err(ConfigError::Invalid(
-                "instance_reuse must be at least 1".into(),
-            ));
-        }
-        if manifest.retry.max_attempts == 0 {
-            return Err(ConfigError::Invalid(
-                "retry.max_attempts must be at least 1".into(),
-            ));
-        }
         for (i, limit) in manifest.rate_limits.iter().enumerate() {
             limit
                 .validate()
