@@ -368,3 +368,41 @@ async fn absurd_numbers_are_refused_in_the_file_that_holds_them() {
         assert!(why.contains(field), "{bad}: {why}");
     }
 }
+
+/// A kubeconfig that parses but cannot work never replaces the cluster's last good one: the
+/// client configuration is built before it is adopted.
+#[tokio::test]
+async fn a_kubeconfig_that_cannot_work_keeps_the_last_good_one() {
+    let root = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(root.path().join("clusters")).expect("clusters dir");
+    let alpha = root.path().join("clusters/alpha.yaml");
+    fs::write(&alpha, kubeconfig("http://127.0.0.1:1")).expect("write");
+    let (mut state, _) = ConfigState::load(root.path()).expect("loads");
+
+    let good = kubeconfig("http://127.0.0.1:1");
+    let broken = [
+        ("no server", good.replace("    server: http://127.0.0.1:1\n", "    insecure-skip-tls-verify: true\n")),
+        ("missing context", good.replace("current-context: c", "current-context: elsewhere")),
+        ("context names no cluster", good.replace("    cluster: c\n    user: u", "    cluster: gone\n    user: u")),
+        (
+            "CA data not base64",
+            good.replace(
+                "    server: http://127.0.0.1:1\n",
+                "    server: https://127.0.0.1:1\n    certificate-authority-data: '%%% not base64 %%%'\n",
+            ),
+        ),
+    ];
+    for (what, text) in broken {
+        assert_ne!(text, good, "{what}: the test did not change the file");
+        fs::write(&alpha, &text).expect("write");
+        let update = state.refresh();
+        assert!(update.is_empty(), "{what}: {update:?}");
+        let why = &state.problems()[&alpha];
+        assert!(why.contains("kubeconfig"), "{what}: {why}");
+        let server = state.clusters()["alpha"].kubeconfig.clusters[0]
+            .cluster
+            .as_ref()
+            .and_then(|c| c.server.clone());
+        assert_eq!(server.as_deref(), Some("http://127.0.0.1:1"), "{what}");
+    }
+}

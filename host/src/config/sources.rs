@@ -51,16 +51,26 @@ impl ClusterSource {
             .as_ref()
             .map_err(|e| ConfigError::Read(e.clone()))?;
         let text = content.text().map_err(ConfigError::Parse)?;
-        let kubeconfig =
+        let mut kubeconfig =
             Kubeconfig::from_yaml(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         if kubeconfig.clusters.is_empty() {
             return Err(ConfigError::Invalid("kubeconfig has no clusters".into()));
         }
-        if kubeconfig.current_context.is_none() && kubeconfig.contexts.len() != 1 {
-            return Err(ConfigError::Invalid(
-                "kubeconfig has no current-context and not exactly one context".into(),
-            ));
+        if kubeconfig.current_context.is_none() {
+            match kubeconfig.contexts.as_slice() {
+                [only] => kubeconfig.current_context = Some(only.name.clone()),
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "kubeconfig has no current-context and not exactly one context".into(),
+                    ));
+                }
+            }
         }
+        // Build the client configuration now, as the cluster's connection will: a kubeconfig
+        // that parses but cannot work (no server, a context or cluster that is not there, CA
+        // data that is not base64) is refused here, so it never replaces a working one.
+        kube::Config::try_from(kubeconfig.clone())
+            .map_err(|e| ConfigError::Invalid(format!("kubeconfig: {e}")))?;
         Ok(ClusterSource {
             name: name.to_string(),
             path: file.path.clone(),
