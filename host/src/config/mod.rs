@@ -14,6 +14,8 @@ pub mod home_cluster;
 pub mod label_selector;
 pub mod main_file;
 pub mod manifest;
+#[cfg(test)]
+mod parse_properties;
 pub mod secret;
 pub mod sources;
 pub mod state;
