@@ -122,6 +122,39 @@ async fn check_names_every_bad_file_and_exits_1() {
     );
 }
 
+/// Every problem the check finds is exit code 1, as documented, including a connection whose
+/// secret cannot be resolved (once exit code 2, as if the command itself had failed), and a
+/// label selector no API server would accept.
+#[tokio::test]
+async fn check_exits_1_for_every_problem_it_finds() {
+    for (main, needle) in [
+        (
+            "sql: {connections: {main: {url: \"env:JOBRELAY_TEST_NO_SUCH_VARIABLE\"}}}\n",
+            "JOBRELAY_TEST_NO_SUCH_VARIABLE",
+        ),
+        (
+            "watch: {label_selector: \"team in ml\"}\n",
+            "watch.label_selector",
+        ),
+        (
+            "plugin_defaults: {concurrency: 1000000000000}\n",
+            "plugin_defaults.concurrency",
+        ),
+        ("# nothing but a comment\n", "empty"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(&dir.path().join("jobrelay.yaml"), main);
+        let config = dir.path().to_string_lossy().to_string();
+        let out = jobrelay(&["check", "--config", &config]).await;
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{main}: {report}");
+        assert!(
+            report.contains("jobrelay.yaml") && report.contains(needle),
+            "{main}: {report}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn check_refuses_a_broken_main_file() {
     let dir = tempfile::tempdir().expect("tempdir");

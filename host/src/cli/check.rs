@@ -39,9 +39,25 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
 
     // Plugins load with the real SQL connections and archive (their load-time `init` may set
     // up tables), but without the state file, which belongs to the running daemon.
-    let services =
-        crate::capabilities::Services::open(&main, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let runtime = Runtime::with_services(main.runtime.clone(), services)?;
+    // A connection or runtime setting the host cannot use is a problem of the main file like
+    // any other: reported, with exit code 1, not an error of the command.
+    let main_path = config_dir.join(crate::config::main_file::MAIN_FILE);
+    let services = match crate::capabilities::Services::open(&main, None) {
+        Ok(services) => services,
+        Err(e) => {
+            println!("FAIL  main     {}: {e}", main_path.display());
+            println!("{} problem(s) found", failures + 1);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let runtime = match Runtime::with_services(main.runtime.clone(), services) {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            println!("FAIL  main     {}: {e}", main_path.display());
+            println!("{} problem(s) found", failures + 1);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     for (name, source) in state.plugins() {
         let started = Instant::now();
         match runtime.load(PluginSpec::from(source)).await {
