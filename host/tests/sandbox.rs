@@ -406,3 +406,54 @@ async fn writers_left_open_end_with_their_call() {
         );
     }
 }
+
+/// A plugin cannot fill the state store: past its quota (`grants.kv_quota`), a write is
+/// refused with an error value saying so, reads go on, and another plugin is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kv_quota_stops_a_plugin_filling_the_store() {
+    let s = setup().await;
+    let grants = Grants {
+        kv: true,
+        kv_quota: Some(jobrelay::config::manifest::KvQuota {
+            max_entries: Some(40),
+            max_bytes: None,
+        }),
+        ..Grants::default()
+    };
+    let plugin = intruder(&s.rt, grants.clone()).await;
+    let outcome = plugin.handle(&attempt(&s.mine, "kv-fill:1000")).await;
+    let Err(CallError::GiveUp(report)) = outcome else {
+        panic!("expected the fill's report, got {outcome:?}");
+    };
+    assert!(report.contains("stored 40;"), "{report}");
+    assert!(report.contains("kv quota"), "{report}");
+
+    // By bytes too: 20 KiB allow about 19 entries of 1 KiB with their keys.
+    let by_bytes = Grants {
+        kv: true,
+        kv_quota: Some(jobrelay::config::manifest::KvQuota {
+            max_entries: None,
+            max_bytes: Some(20 << 10),
+        }),
+        ..Grants::default()
+    };
+    let small =
+        s.rt.load(spec("small", "intruder", &[], by_bytes))
+            .await
+            .expect("loads");
+    let outcome = small.handle(&attempt(&s.mine, "kv-fill:1000")).await;
+    let Err(CallError::GiveUp(report)) = outcome else {
+        panic!("expected the fill's report, got {outcome:?}");
+    };
+    assert!(report.contains("stored 19;"), "{report}");
+
+    // The full plugin still reads and rewrites what it has.
+    let other =
+        s.rt.load(spec("other", "intruder", &[], grants))
+            .await
+            .expect("loads");
+    other
+        .handle(&attempt(&s.mine, "kv"))
+        .await
+        .expect("another plugin's kv is unaffected");
+}

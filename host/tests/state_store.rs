@@ -288,6 +288,7 @@ on_both_backends! {
     keys_compare_byte_for_byte => contract_exact_keys("keys");
     cli_lists_replays_and_drops => contract_cli("cli");
     a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
+    kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
 }
 
 // ----- the contracts ---------------------------------------------------------------------------
@@ -795,6 +796,26 @@ async fn contract_install_time(b: &Backend) {
             .expect("after reopen"),
         first
     );
+    store.close().await;
+}
+
+async fn contract_kv_usage(b: &Backend) {
+    let (store, kv) = b.open().await;
+    assert_eq!(kv.kv_usage("a", "x").await.expect("usage"), (0, 0));
+    kv.kv_set("a", "k1", b"12345", None).await.expect("set");
+    kv.kv_set("a", "k22", b"1234567890", None)
+        .await
+        .expect("set");
+    kv.kv_set("a", "gone", b"xx", Some(0))
+        .await
+        .expect("set expired");
+    kv.kv_set("b", "k1", &[0u8; 100], None)
+        .await
+        .expect("set other plugin");
+    // k1: 2 + 5 bytes; k22: 3 + 10 bytes; the expired entry and plugin b do not count.
+    assert_eq!(kv.kv_usage("a", "x").await.expect("usage"), (2, 20));
+    assert_eq!(kv.kv_usage("a", "k22").await.expect("usage"), (1, 7));
+    assert_eq!(kv.kv_usage("b", "x").await.expect("usage"), (1, 102));
     store.close().await;
 }
 

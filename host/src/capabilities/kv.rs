@@ -2,8 +2,9 @@
 //!
 //! Entries live in the host's state store (the same file as cursors and dead letters), keyed by
 //! plugin name, so they survive restarts and reloads and one plugin never reads another's. The
-//! size caps keep it what it is for — memory between events such as "this event was already
-//! posted" or "the id of the card to update" — and not a database.
+//! size caps and the per-plugin quota (`grants.kv_quota`) keep it what it is for — memory
+//! between events such as "this event was already posted" or "the id of the card to update" —
+//! and not a database, and keep one plugin from filling the file the cursors live in.
 
 use std::sync::Arc;
 
@@ -18,6 +19,10 @@ use crate::state::PluginKv;
 pub const MAX_KEY_BYTES: usize = 512;
 /// Largest value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 64 << 10;
+/// Live entries a plugin may keep, when `grants.kv_quota` sets no number.
+pub const DEFAULT_MAX_ENTRIES: u64 = 10_000;
+/// Bytes of keys and values a plugin may keep, when `grants.kv_quota` sets no number.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
 /// The key-value capability.
 pub struct Kv;
@@ -33,9 +38,12 @@ impl Capability for Kv {
 
     fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
         if call.grants.kv {
+            let quota = call.grants.kv_quota.clone().unwrap_or_default();
             setup.state.kv = KvAccess {
                 store: call.services.kv.clone(),
                 plugin: Arc::from(call.plugin),
+                max_entries: quota.max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
+                max_bytes: quota.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             };
         }
         Ok(())
@@ -47,6 +55,8 @@ impl Capability for Kv {
 pub struct KvAccess {
     store: Option<Arc<dyn PluginKv>>,
     plugin: Arc<str>,
+    max_entries: u64,
+    max_bytes: u64,
 }
 
 impl KvAccess {
@@ -87,6 +97,23 @@ impl wit::Host for HostState {
             return Err(format!(
                 "a value is at most {MAX_VALUE_BYTES} bytes, got {}",
                 value.len()
+            ));
+        }
+        // The quota is checked before the write, not in the same transaction: writes racing
+        // from the plugin's concurrent calls may overshoot it by at most one entry each.
+        let (entries, bytes) = store
+            .kv_usage(&access.plugin, &key)
+            .await
+            .map_err(|e| format!("kv: {e}"))?;
+        let after = bytes + (key.len() + value.len()) as u64;
+        if entries + 1 > access.max_entries || after > access.max_bytes {
+            return Err(format!(
+                "kv quota: the plugin keeps {entries} other entries of {bytes} bytes; this \
+                 write would make {} entries of {after} bytes, over the quota of {} entries \
+                 and {} bytes (grants.kv_quota); delete entries or let them expire",
+                entries + 1,
+                access.max_entries,
+                access.max_bytes
             ));
         }
         store

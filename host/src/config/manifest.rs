@@ -74,6 +74,9 @@ pub struct Grants {
     /// Whether the plugin has a key-value store of its own.
     #[serde(default)]
     pub kv: bool,
+    /// How much the plugin may keep there (defaults: 10,000 entries, 64 MiB).
+    #[serde(default)]
+    pub kv_quota: Option<KvQuota>,
     /// Outbound HTTP through `wasi:http`, to the listed destinations only.
     #[serde(default)]
     pub http: Option<HttpGrant>,
@@ -112,6 +115,17 @@ pub struct HttpGrant {
     /// most 1024); one more is refused with `connection-limit-reached`.
     #[serde(default)]
     pub max_concurrent_requests: Option<u32>,
+}
+
+/// The most a plugin may keep in its key-value store: live entries, and their keys' and
+/// values' bytes together.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvQuota {
+    #[serde(default)]
+    pub max_entries: Option<u64>,
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
 }
 
 /// Pod logs a plugin may read.

@@ -252,6 +252,7 @@ struct Statements {
     kv_set: Arc<str>,
     kv_sweep: Arc<str>,
     kv_delete: Arc<str>,
+    kv_usage: Arc<str>,
     record_install: Arc<str>,
     read_install: Arc<str>,
 }
@@ -289,6 +290,12 @@ impl Statements {
                 t.dead_letters
             )),
             select_replays: sql(select_replays(&t.dead_letters, None)),
+            kv_usage: sql(format!(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(`key`) + LENGTH(value)), 0) AS SIGNED) \
+                 FROM {} WHERE plugin = ? AND `key` <> ? \
+                 AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
+                t.plugin_kv
+            )),
             kv_get: sql(format!(
                 "SELECT value FROM {} WHERE plugin = ? AND `key` = ? \
                  AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
@@ -853,6 +860,16 @@ impl PluginKv for MySqlStore {
             tracing::debug!(error = %e, "sweeping expired plugin keys failed");
         }
         Ok(())
+    }
+
+    async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError> {
+        let (entries, bytes): (i64, i64) = sqlx::query_as(AssertSqlSafe(self.sql.kv_usage.clone()))
+            .bind(plugin)
+            .bind(except_key)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.failed("measure a plugin's keys"))?;
+        Ok((entries.max(0) as u64, bytes.max(0) as u64))
     }
 
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {

@@ -664,6 +664,21 @@ impl PluginKv for SqliteStore {
             .map_err(self.failed("commit a plugin key"))
     }
 
+    async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError> {
+        let (entries, bytes): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(key AS BLOB)) + LENGTH(value)), 0) \
+             FROM plugin_kv WHERE plugin = ? AND key <> ? \
+             AND (expires_at IS NULL OR expires_at > ?)",
+        )
+        .bind(plugin)
+        .bind(except_key)
+        .bind(unix_now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(self.failed("measure a plugin's keys"))?;
+        Ok((entries.max(0) as u64, bytes.max(0) as u64))
+    }
+
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "DELETE FROM plugin_kv WHERE plugin = ? AND key = ? \

@@ -105,5 +105,9 @@ pub trait PluginKv: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// Removes `key`; whether a live entry was there.
+    /// What `plugin`'s live (unexpired) entries other than `except_key` take: their number,
+    /// and their keys' and values' bytes. For the per-plugin quota checked before a write.
+    async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError>;
+
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError>;
 }

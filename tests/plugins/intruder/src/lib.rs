@@ -14,6 +14,8 @@
 //! - `archive-leak:<n>`: open n writers, write to each and forget them (never finished or
 //!   dropped);
 //! - `kv`: set and read back a key;
+//! - `kv-fill:<n>`: store up to n values of 1 KiB under new keys, reporting where the host
+//!   stopped it;
 //! - `read:<path>`: read a file through WASI;
 //! - `huge-error:<bytes>`: gives up with a reason of that many bytes, full of newlines and
 //!   terminal escapes (a forged log line, repeated).
@@ -105,6 +107,19 @@ impl Guest for Intruder {
                     0 => Ok(()),
                     n => Err(differs(("size of an empty object", n))),
                 }
+            }
+            "kv-fill" => {
+                // Writes 1 KiB values under new keys until the host refuses one; gives up
+                // saying how many were stored and why the next was refused.
+                let limit: usize = arg.parse().unwrap_or(100_000);
+                for i in 0..limit {
+                    if let Err(e) = kv::set(&format!("fill-{i}"), &[7u8; 1024], None) {
+                        return Err(HandlerError::GiveUp(format!("stored {i}; refused: {e}")));
+                    }
+                }
+                Err(HandlerError::GiveUp(format!(
+                    "stored {limit}; refused: none"
+                )))
             }
             "kv" => {
                 kv::set("k", b"v", None).map_err(refused)?;
