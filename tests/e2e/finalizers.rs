@@ -41,8 +41,8 @@ fn setup_with_slow_plugin() -> Setup {
     setup
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_job_stays_until_every_plugin_handled_its_deletion() {
+/// A simulated cluster and a daemon holding its Volcano jobs, with the slow plugin.
+async fn start_held() -> (SimCluster, Setup, Daemon) {
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = setup_with_slow_plugin();
@@ -51,19 +51,30 @@ async fn a_deleted_job_stays_until_every_plugin_handled_its_deletion() {
         .await
         .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
+    (sim, setup, daemon)
+}
+
+/// Waits until jobrelay's finalizer is on the job.
+async fn wait_held(sim: &SimCluster, name: &str) {
+    wait_for("jobrelay's finalizer on the job", || {
+        finalizers(sim, name)?
+            .iter()
+            .any(|f| f == FINALIZER)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_stays_until_every_plugin_handled_its_deletion() {
+    let (sim, setup, daemon) = start_held().await;
 
     let mut job = JobDriver::builder(Flavor::Volcano, "ml", "archived")
         .label("jobrelay.test/behave", "sleep-ms:1500")
         .create(&sim)
         .expect("create");
     job.running().expect("running");
-    wait_for("jobrelay's finalizer on the job", || {
-        finalizers(&sim, "archived")?
-            .iter()
-            .any(|f| f == FINALIZER)
-            .then_some(())
-    })
-    .await;
+    wait_held(&sim, "archived").await;
 
     job.delete().expect("kubectl delete");
     assert!(
@@ -148,14 +159,7 @@ async fn never_added_to_a_job_being_deleted_and_released_for_uninstall() {
 /// and each failure is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_finalizer_is_retried_until_added_when_writes_fail() {
-    init_logs();
-    let sim = SimCluster::start("alpha").await.expect("sim");
-    let setup = setup_with_slow_plugin();
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
+    let (sim, setup, daemon) = start_held().await;
 
     // Every write jobrelay makes fails while the job lives its short life.
     sim.fail_writes(true);
@@ -165,14 +169,7 @@ async fn the_finalizer_is_retried_until_added_when_writes_fail() {
     job.running().expect("running");
     job.succeeded().expect("succeeded");
     let uid = job.uid().to_string();
-    wait_for("the job's end observed", || {
-        setup
-            .lines("log/events.jsonl")
-            .iter()
-            .any(|l| l["uid"] == uid.as_str() && l["phase"] == "succeeded")
-            .then_some(())
-    })
-    .await;
+    wait_for_phases(&setup, "log/events.jsonl", &[(uid.clone(), "succeeded")]).await;
     wait_for("failed finalizer patches counted", || {
         (daemon.clusters().get("alpha")?.finalizer_add_failures > 0).then_some(())
     })
@@ -186,13 +183,7 @@ async fn the_finalizer_is_retried_until_added_when_writes_fail() {
 
     // The API recovers; the job does not change again, yet jobrelay adds its finalizer.
     sim.fail_writes(false);
-    wait_for("jobrelay's finalizer on the job", || {
-        finalizers(&sim, "short")?
-            .iter()
-            .any(|f| f == FINALIZER)
-            .then_some(())
-    })
-    .await;
+    wait_held(&sim, "short").await;
 
     // So its deletion is held until the plugins handled it.
     job.delete().expect("kubectl delete");

@@ -202,14 +202,7 @@ async fn one_unreadable_object_does_not_blind_its_kind() {
     fine.running().expect("running");
     fine.succeeded().expect("succeeded");
     let uid = fine.uid().to_string();
-    wait_for("the good job's lifecycle delivered", || {
-        setup
-            .lines("log/events.jsonl")
-            .iter()
-            .any(|l| l["uid"] == uid.as_str() && l["phase"] == "succeeded")
-            .then_some(())
-    })
-    .await;
+    wait_for_phases(&setup, "log/events.jsonl", &[(uid.clone(), "succeeded")]).await;
     let health = daemon.clusters()["east"].clone();
     assert!(health.unreadable_objects >= 1, "{health:?}");
     let last = health.last_unreadable.clone().unwrap_or_default();

@@ -205,6 +205,26 @@ impl SqlAccess {
     }
 }
 
+/// Runs one of the dialect functions on a connection of the granted pool — a SQLite one
+/// bounded by the call's deadline — and notes an "unavailable" answer for the load-time retry
+/// rule (see [`super::CapabilityState::note`]).
+macro_rules! on_connection {
+    ($state:ident, $connection:ident, $call:ident($arg:ident)) => {{
+        let deadline = $state.deadline;
+        let answer = match $state.caps.sql.database(&$connection)?.clone() {
+            Database::MySql(pool) => match pool.acquire().await {
+                Ok(mut conn) => mysql::$call(&mut conn, $arg).await,
+                Err(e) => Err(classify(e)),
+            },
+            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
+                Ok(mut conn) => sqlite::$call(&mut conn, $arg).await,
+                Err(e) => Err(e),
+            },
+        };
+        $state.caps.note(answer, is_unavailable)
+    }};
+}
+
 impl wit::Host for HostState {
     async fn connection_dialect(&mut self, connection: String) -> Result<Dialect, SqlError> {
         Ok(match self.caps.sql.database(&connection)? {
@@ -214,33 +234,11 @@ impl wit::Host for HostState {
     }
 
     async fn execute(&mut self, connection: String, statement: Statement) -> Result<u64, SqlError> {
-        let deadline = self.deadline;
-        let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => match pool.acquire().await {
-                Ok(mut conn) => mysql::execute(&mut conn, statement).await,
-                Err(e) => Err(classify(e)),
-            },
-            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
-                Ok(mut conn) => sqlite::execute(&mut conn, statement).await,
-                Err(e) => Err(e),
-            },
-        };
-        self.caps.note(answer, is_unavailable)
+        on_connection!(self, connection, execute(statement))
     }
 
     async fn query(&mut self, connection: String, statement: Statement) -> Result<Rows, SqlError> {
-        let deadline = self.deadline;
-        let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => match pool.acquire().await {
-                Ok(mut conn) => mysql::query(&mut conn, statement).await,
-                Err(e) => Err(classify(e)),
-            },
-            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
-                Ok(mut conn) => sqlite::query(&mut conn, statement).await,
-                Err(e) => Err(e),
-            },
-        };
-        self.caps.note(answer, is_unavailable)
+        on_connection!(self, connection, query(statement))
     }
 
     async fn transaction(
@@ -254,18 +252,7 @@ impl wit::Host for HostState {
                 statements.len()
             )));
         }
-        let deadline = self.deadline;
-        let answer = match self.caps.sql.database(&connection)?.clone() {
-            Database::MySql(pool) => match pool.acquire().await {
-                Ok(mut conn) => mysql::transaction(&mut conn, statements).await,
-                Err(e) => Err(classify(e)),
-            },
-            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
-                Ok(mut conn) => sqlite::transaction(&mut conn, statements).await,
-                Err(e) => Err(e),
-            },
-        };
-        self.caps.note(answer, is_unavailable)
+        on_connection!(self, connection, transaction(statements))
     }
 }
 

@@ -233,7 +233,8 @@ impl Lane {
         Lane::open_with(name, None, settings, store, book).await
     }
 
-    async fn open_with(
+    /// [`open`](Lane::open) with a handler, or [`open_waiting`](Lane::open_waiting) without.
+    pub async fn open_with(
         name: &str,
         plugin: Option<Arc<dyn Handler>>,
         settings: LaneSettings,

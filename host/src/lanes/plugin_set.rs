@@ -217,36 +217,22 @@ impl PluginSet {
         book.generation.get(name) != Some(&generation)
     }
 
-    /// Puts a loaded version into the plugin's lane, opening the lane if it has none.
-    async fn install(
+    /// Makes sure the plugin has a lane, opening one if it has none, and puts `version` into
+    /// it when there is one. Without a version the lane waits (see [`Lane::open_waiting`]).
+    async fn ensure_lane(
         &self,
         source: &PluginSource,
-        version: Arc<PluginVersion>,
+        version: Option<Arc<PluginVersion>>,
     ) -> Result<(), String> {
         if let Some(lane) = self.routes.get(&source.name) {
-            lane.reconfigure(version, source.lane_settings());
+            if let Some(version) = version {
+                lane.reconfigure(version, source.lane_settings());
+            }
             return Ok(());
         }
-        let lane = Lane::open(
+        let lane = Lane::open_with(
             &source.name,
-            version,
-            source.lane_settings(),
-            self.store.clone(),
-            self.finalizers.clone(),
-        )
-        .await
-        .map_err(|e| format!("cannot read the plugin's cursors: {e}"))?;
-        self.routes.insert(&source.name, lane);
-        Ok(())
-    }
-
-    /// Makes sure a plugin that has no version yet has a lane to queue its events in.
-    async fn wait_in_lane(&self, source: &PluginSource) -> Result<(), String> {
-        if self.routes.get(&source.name).is_some() {
-            return Ok(());
-        }
-        let lane = Lane::open_waiting(
-            &source.name,
+            version.map(|v| v as Arc<dyn super::handler::Handler>),
             source.lane_settings(),
             self.store.clone(),
             self.finalizers.clone(),
@@ -268,7 +254,7 @@ impl PluginSet {
         }
         let at = now_rfc3339();
         let result = match result {
-            Ok(version) => self.install(source, version).await,
+            Ok(version) => self.ensure_lane(source, Some(version)).await,
             Err(e) if e.is_passing() => {
                 return self.note_passing(source, e, attempt, load_ms, at).await;
             }
@@ -320,7 +306,7 @@ impl PluginSet {
         at: String,
     ) -> Attempt {
         let error = error.to_string();
-        let lane = self.wait_in_lane(source).await;
+        let lane = self.ensure_lane(source, None).await;
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let status = book.status.entry(source.name.clone()).or_default();
         if let Err(lane_error) = lane {
