@@ -146,12 +146,19 @@ pub fn missed_transitions(
     {
         missed = rest;
     }
-    if let Some((tail, rest)) = missed.split_last()
-        && tail.phase == current.phase
+    before_current(missed, current.phase)
+}
+
+/// The history's entries as missed transitions, without a trailing entry of the current phase
+/// (that one is the real event).
+fn before_current(history: &[Step], current: Phase) -> Vec<MissedTransition> {
+    let mut entries = history;
+    if let Some((tail, rest)) = entries.split_last()
+        && tail.phase == current
     {
-        missed = rest;
+        entries = rest;
     }
-    missed
+    entries
         .iter()
         .map(|s| MissedTransition {
             phase: s.phase,

@@ -15,7 +15,7 @@
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;
 
-use super::{MissedTransition, history, parse_time, synthetic_events};
+use super::{MissedTransition, before_current, history, parse_time, synthetic_events};
 use crate::watch::event::{JobEvent, Phase};
 use crate::watch::kinds::NormalizerSpec;
 use crate::watch::normalize::normalize;
@@ -30,24 +30,7 @@ use crate::watch::normalize::normalize;
 pub fn recorded_transitions(spec: &NormalizerSpec, object: &Value) -> Vec<MissedTransition> {
     let current = normalize(spec, object);
     let current_at = current.transition_time.as_deref().and_then(parse_time);
-    let history = history(spec, object, current_at);
-    let mut recorded = &history[..];
-    if let Some((tail, rest)) = recorded.split_last()
-        && tail.phase == current.phase
-    {
-        recorded = rest;
-    }
-    recorded
-        .iter()
-        .map(|s| MissedTransition {
-            phase: s.phase,
-            raw_phase: s.raw.clone(),
-            reason: s.reason.clone(),
-            message: s.message.clone(),
-            at: s.at_text.clone(),
-            ordinal: s.ordinal,
-        })
-        .collect()
+    before_current(&history(spec, object, current_at), current.phase)
 }
 
 /// Synthetic events for a job's recorded history (see [`synthetic_events`]); the first one has
