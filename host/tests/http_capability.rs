@@ -106,6 +106,7 @@ fn get(url: &str) -> JobEvent {
         labels: BTreeMap::from([("jobrelay.test/behave".to_string(), "http-get".to_string())]),
         annotations: BTreeMap::from([("jobrelay.test/url".to_string(), url.to_string())]),
         object_json: Arc::from(r#"{"kind":"Job"}"#),
+        transition_key: String::new(),
         synthetic: false,
     }
 }

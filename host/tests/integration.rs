@@ -18,3 +18,4 @@ mod runtime;
 mod sandbox;
 mod sharding;
 mod state_store;
+mod transition_keys;

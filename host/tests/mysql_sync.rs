@@ -384,6 +384,23 @@ impl Db {
         .expect("statement");
     }
 
+    /// (event_id, transition_key, to_phase) of every transition row, by event id.
+    async fn transitions(&self, prefix: &str) -> Vec<(String, Option<String>, String)> {
+        let text = format!(
+            "SELECT event_id, transition_key, to_phase FROM {prefix}_transitions ORDER BY event_id"
+        );
+        match self {
+            Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                .fetch_all(pool)
+                .await
+                .expect("rows"),
+            Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                .fetch_all(pool)
+                .await
+                .expect("rows"),
+        }
+    }
+
     /// phase, raw_phase, outcome, finish_time, duration_seconds, deleted_at, labels_json.
     async fn job(&self, prefix: &str, uid: &str) -> JobRow {
         let times = |c: &str| match self {
@@ -569,6 +586,17 @@ async fn old_tables_are_migrated(connection: &str) {
         db.execute(format!("ALTER TABLE {prefix}_jobs DROP COLUMN {column}"))
             .await;
     }
+    let drop_index = match &db {
+        Db::Maria(_) => format!(
+            "ALTER TABLE {prefix}_transitions DROP INDEX {prefix}_transitions_by_transition"
+        ),
+        Db::Lite(_) => format!("DROP INDEX {prefix}_transitions_by_transition"),
+    };
+    db.execute(drop_index).await;
+    db.execute(format!(
+        "ALTER TABLE {prefix}_transitions DROP COLUMN transition_key"
+    ))
+    .await;
     db.execute(format!(
         "UPDATE {prefix}_jobs SET phase = 'deleted', raw_phase = '', \
          transition_time = '2026-11-21 12:00:00.000' WHERE uid = 'u-gone'"
@@ -588,6 +616,15 @@ async fn old_tables_are_migrated(connection: &str) {
         "the outcome is found in the transitions"
     );
     assert_eq!(gone.5.as_deref(), Some("2026-11-21 12:00:00.000"));
+    let rows = db.transitions(&prefix).await;
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for (id, key, _) in &rows {
+        assert_eq!(
+            key.as_deref(),
+            Some(id.as_str()),
+            "an old row is its own transition"
+        );
+    }
     // Loading again changes nothing, and the migrated table takes new events.
     drop(plugin);
     let plugin = load(&rt, connection, &prefix).await;
@@ -612,4 +649,38 @@ async fn mariadb_an_old_jobs_table_is_migrated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_an_old_jobs_table_is_migrated() {
     old_tables_are_migrated("embedded").await;
+}
+
+/// A transition delivered live and again as a reconstruction after a lost acknowledgement
+/// (another event id, the same transition key) is one transition row.
+async fn one_row_per_transition(connection: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("key");
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+    let mut events = lifecycle("u-k", 30, Phase::Failed);
+    for e in &mut events {
+        e.transition_key = format!("east/u-k/{}@{}", e.phase, e.transition_time);
+    }
+    handle_all(&plugin, &events).await;
+    let mut rebuilt = events[2].clone();
+    rebuilt.id = "east/u-k/40~failed~2".into();
+    rebuilt.resource_version = "40~failed~2".into();
+    rebuilt.synthetic = true;
+    plugin.handle(&rebuilt).await.expect("handled");
+    let rows = db.transitions(&prefix).await;
+    let failed: Vec<_> = rows.iter().filter(|r| r.2 == "failed").collect();
+    assert_eq!(failed.len(), 1, "{rows:?}");
+    assert_eq!(failed[0].0, "east/u-k/32", "the live row stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_one_row_per_transition() {
+    one_row_per_transition("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_one_row_per_transition() {
+    one_row_per_transition("embedded").await;
 }

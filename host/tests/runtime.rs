@@ -93,6 +93,7 @@ fn event(rv: u32, behave: Option<&str>) -> JobEvent {
         labels,
         annotations: BTreeMap::from([("note".to_string(), "x".to_string())]),
         object_json: Arc::from(r#"{"kind":"Job","spec":{"parallelism":2}}"#),
+        transition_key: String::new(),
         synthetic: false,
     }
 }
@@ -125,7 +126,8 @@ async fn event_log_appends_one_exact_json_line_per_event() {
     let file = dir.path().join("jobs.jsonl");
     let text = std::fs::read_to_string(&file).expect("file written");
     let expected = concat!(
-        r#"{"id":"c1/u-1/100","cluster":"c1","api_version":"batch/v1","kind":"Job","#,
+        r#"{"id":"c1/u-1/100","transition_key":"c1/u-1/running@rv=100","#,
+        r#""cluster":"c1","api_version":"batch/v1","kind":"Job","#,
         r#""namespace":"ml","name":"train-1","uid":"u-1","resource_version":"100","#,
         r#""generation":3,"phase":"running","raw_phase":"Running","reason":null,"#,
         r#""message":"said \"hi\" → ok\n","previous_phase":"pending","#,
@@ -145,6 +147,33 @@ async fn event_log_appends_one_exact_json_line_per_event() {
     assert_eq!(parsed["id"], "c1/u-1/101");
     assert_eq!(parsed["phase"], "succeeded");
     assert_eq!(parsed["previous_phase"], "running");
+
+    // The transition key the host computed reaches the plugin as it is.
+    let mut keyed = event(102, None);
+    keyed.transition_key = "c1/u-1/running@2026-11-21T10:00:00Z".into();
+    plugin.handle(&keyed).await.expect("keyed event");
+    let parsed: serde_json::Value = serde_json::from_str(&lines(&file)[2]).expect("json line");
+    assert_eq!(
+        parsed["transition_key"],
+        "c1/u-1/running@2026-11-21T10:00:00Z"
+    );
+}
+
+/// A plugin built against the older world (`noop` targets `jobrelay:plugin@0.1.0`) loads and
+/// handles events next to current ones: the host serves both worlds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_the_older_world_still_runs() {
+    let rt = runtime();
+    let plugin = rt
+        .load(spec("noop", "noop", Grants::default()))
+        .await
+        .expect("a 0.1.0 plugin loads");
+    for rv in 1..=3 {
+        plugin.handle(&event(rv, None)).await.expect("handled");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let current = load_probe(&rt, dir.path(), "probe-v1").await;
+    current.handle(&event(4, None)).await.expect("handled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,7 @@ fn event(cluster: &str, uid: &str, rv: &str, phase: Phase) -> JobEvent {
         annotations: BTreeMap::from([("note".into(), "ünïcode \"quoted\"".into())]),
         // Odd spacing and key order on purpose: the text must come back byte for byte.
         object_json: Arc::from(r#"{"spec": {"b":2, "a":[1,2.50,"x"]},"status":{}}"#),
+        transition_key: String::new(),
         synthetic: true,
     }
 }

@@ -10,4 +10,5 @@ mod reload;
 mod resilience;
 mod status_page;
 mod telemetry;
+mod transition_identity;
 mod waiting_plugin;

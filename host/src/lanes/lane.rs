@@ -38,6 +38,7 @@ use crate::state::{Cursor, CursorStore};
 use crate::watch::catch_up;
 use crate::watch::event::{JobEvent, JobKey, Phase};
 use crate::watch::kinds::JobKind;
+use crate::watch::transition_key::TransitionKey;
 
 /// Counters of one lane, for status, metrics and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -738,6 +739,7 @@ fn gone_event(key: &JobKey, job: &JobState) -> JobEvent {
     });
     JobEvent {
         id: JobEvent::make_id(&key.cluster, &key.uid, &rv),
+        transition_key: TransitionKey::Deletion.make(&key.cluster, &key.uid, Phase::Deleted),
         cluster: key.cluster.clone(),
         api_version: job.api_version.to_string(),
         kind: job.kind.to_string(),

@@ -1,4 +1,5 @@
-//! Host-side bindings of the `plugin` world in `wit/plugin.wit`.
+//! Host-side bindings of the `plugin` world in `wit/plugin.wit` (`jobrelay:plugin@0.2.0`); the
+//! older worlds the host still serves are submodules (see [`v0_1`]).
 //!
 //! - Exports (`init`, `handle`) are async, so a call runs on a fiber that can yield to tokio at
 //!   every epoch tick and be dropped when the wall-clock backstop fires.
@@ -9,6 +10,8 @@
 //!   by every lane, is lowered straight into the guest without a copy per call.
 // The generated `add_to_linker` of the type-only `types` interface has unused parameters.
 #![allow(unused_variables)]
+
+pub mod v0_1;
 
 wasmtime::component::bindgen!({
     world: "plugin",

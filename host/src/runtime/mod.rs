@@ -18,6 +18,7 @@ mod host_state;
 mod limits;
 mod plugin;
 pub mod text;
+pub mod world;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,8 +33,8 @@ pub use self::error::{CallError, LoadError, RuntimeError};
 pub use self::host_state::{CallLabels, HostState};
 pub use self::plugin::PluginVersion;
 
-use self::bindings::PluginPre;
 use self::compile::ComponentCache;
+use self::world::WorldPre;
 use crate::capabilities;
 use crate::config::manifest::Grants;
 use crate::config::sources::PluginSource;
@@ -129,6 +130,8 @@ impl Runtime {
         .map_err(|e| RuntimeError::Engine(format!("cannot link the plugin types: {e:#}")))?;
         capabilities::add_all_to_linker(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("cannot link host capabilities: {e:#}")))?;
+        world::add_older_worlds(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("cannot link the older worlds: {e:#}")))?;
         engine::start_epoch_ticker(&engine, settings.epoch_tick)?;
         let cache = Arc::new(ComponentCache::new(
             engine.clone(),
@@ -281,7 +284,7 @@ impl Runtime {
     }
 
     /// Checks the component against the `plugin` world and pre-instantiates it.
-    fn link(&self, component: &Component) -> Result<PluginPre<HostState>, String> {
+    fn link(&self, component: &Component) -> Result<WorldPre, String> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.inner.engine)
@@ -308,7 +311,8 @@ impl Runtime {
                 .join(" and ");
             return Err(format!(
                 "it does not export {missing} (it exports {found}); build it against \
-                 world `plugin` of jobrelay:plugin@0.1.0"
+                 world `plugin` of {}",
+                world::SERVED[0]
             ));
         }
         let pre = self
@@ -316,7 +320,7 @@ impl Runtime {
             .linker
             .instantiate_pre(component)
             .map_err(|e| format!("it imports something this host does not provide: {e:#}"))?;
-        PluginPre::new(pre).map_err(|e| format!("its exports have the wrong types: {e:#}"))
+        WorldPre::new(pre)
     }
 }
 

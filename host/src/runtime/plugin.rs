@@ -14,19 +14,19 @@
 //! - memory: the store's limiter refuses growth past the manifest's limit (see `limits`).
 //! - everything else a plugin can touch is decided by its grants (see `crate::capabilities`).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
 
-use super::bindings::{self, HandlerError, Plugin, PluginPre};
+use super::bindings::HandlerError;
 use super::compile::ComponentSource;
 use super::error::CallError;
 use super::host_state::{CallLabels, HostState};
 use super::limits::MemoryBudget;
 use super::text;
+use super::world::{WorldInstance, WorldPre};
 use crate::capabilities;
 use crate::config::manifest::Grants;
 use crate::watch::event::JobEvent;
@@ -42,7 +42,7 @@ pub struct PluginVersion {
     pub(crate) name: Arc<str>,
     pub(crate) version: Arc<str>,
     pub(crate) wasm_sha256: String,
-    pub(crate) pre: PluginPre<HostState>,
+    pub(crate) pre: WorldPre,
     pub(crate) timeout: Duration,
     pub(crate) memory_bytes: u64,
     /// Calls one instance may serve; 1 means a fresh instance per call.
@@ -78,7 +78,7 @@ const MAX_IDLE: usize = 16;
 /// A live instance kept for its next call, with the store it lives in.
 pub(crate) struct Warm {
     store: Store<HostState>,
-    instance: Plugin,
+    instance: WorldInstance,
     /// Calls it has served.
     calls: u32,
 }
@@ -368,7 +368,10 @@ impl PluginVersion {
     }
 
     /// A new instance with `init(config)` run; the inner error is `init`'s refusal.
-    async fn start(&self, store: &mut Store<HostState>) -> Result<Result<Plugin, String>, Failure> {
+    async fn start(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> Result<Result<WorldInstance, String>, Failure> {
         let instance = self
             .pre
             .instantiate_async(&mut *store)
@@ -386,33 +389,10 @@ impl PluginVersion {
     async fn call_handle(
         &self,
         store: &mut Store<HostState>,
-        instance: &Plugin,
+        instance: &WorldInstance,
         event: &JobEvent,
     ) -> Result<Answer, Failure> {
-        let labels: Vec<(&str, &str)> = pairs(&event.labels);
-        let annotations: Vec<(&str, &str)> = pairs(&event.annotations);
-        let wit_event = bindings::JobEvent {
-            id: &event.id,
-            cluster: &event.cluster,
-            api_version: &event.api_version,
-            kind: &event.kind,
-            namespace: &event.namespace,
-            name: &event.name,
-            uid: &event.uid,
-            resource_version: &event.resource_version,
-            generation: event.generation,
-            phase: event.phase.into(),
-            raw_phase: &event.raw_phase,
-            reason: event.reason.as_deref(),
-            message: event.message.as_deref(),
-            previous_phase: event.previous_phase.map(Into::into),
-            transition_time: &event.transition_time,
-            labels: &labels,
-            annotations: &annotations,
-            object_json: &event.object_json,
-            synthetic: event.synthetic,
-        };
-        let handled = instance.call_handle(&mut *store, wit_event).await;
+        let handled = instance.call_handle(&mut *store, event).await;
         match handled.map_err(Failure::Call)? {
             Ok(()) => Ok(Answer::Handled),
             Err(error) => Ok(Answer::Handler(error)),
@@ -448,10 +428,6 @@ impl PluginVersion {
             &state.caps.stdio.stderr_tail(TRAP_STDERR_LINES),
         )))
     }
-}
-
-fn pairs(map: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
-    map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
 /// `<trap>; stderr: <last lines>; wasm backtrace: <frame> <- <frame> ...`, on one line. The

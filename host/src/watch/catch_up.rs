@@ -89,7 +89,8 @@ use serde_json::Value;
 
 use super::event::{JobEvent, Phase};
 use super::kinds::NormalizerSpec;
-use super::normalize::{normalize, volcano_phase};
+use super::normalize::{Normalized, normalize, volcano_phase};
+use super::transition_key::TransitionKey;
 
 mod first_sight;
 pub use first_sight::{created_after, first_sight_events, recorded_transitions};
@@ -149,6 +150,20 @@ pub fn missed_transitions(
     before_current(missed, current.phase)
 }
 
+/// When the job entered its current phase, as the status records it: the time of the last
+/// entry of its recorded history when that entry is of the current phase (exactly the text a
+/// later catch-up reads for this transition, so a live event and its reconstruction get the
+/// same transition key), else the normalizer's own recorded time (the deletion timestamp for
+/// `terminating`, a kind's single transition time). `None` when the status records neither.
+pub fn entered_at(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> Option<String> {
+    let current_at = current.transition_time.as_deref().and_then(parse_time);
+    history(spec, object, current_at)
+        .pop()
+        .filter(|last| last.phase == current.phase)
+        .map(|last| last.at_text)
+        .or_else(|| current.transition_time.clone())
+}
+
 /// The history's entries as missed transitions, without a trailing entry of the current phase
 /// (that one is the real event).
 fn before_current(history: &[Step], current: Phase) -> Vec<MissedTransition> {
@@ -192,6 +207,11 @@ pub fn synthetic_events(
             let rv = format!("{}~{}~{}", current.resource_version, m.phase, m.ordinal);
             let event = JobEvent {
                 id: JobEvent::make_id(&current.cluster, &current.uid, &rv),
+                transition_key: TransitionKey::Entered(&m.at).make(
+                    &current.cluster,
+                    &current.uid,
+                    m.phase,
+                ),
                 resource_version: rv,
                 phase: m.phase,
                 raw_phase: m.raw_phase.clone(),

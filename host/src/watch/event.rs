@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::transition_key::TransitionKey;
+
 /// A job's state, normalised across job kinds. Mirrors `phase` in `wit/plugin.wit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -56,8 +58,12 @@ impl fmt::Display for Phase {
 /// In JSON (event files, logs) the object is embedded as a JSON value under `object`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobEvent {
-    /// `cluster/uid/resource_version`: the idempotency key.
+    /// `cluster/uid/resource_version`: the idempotency key of this version.
     pub id: String,
+    /// The identity of the transition this version belongs to (see [`TransitionKey`]). Empty
+    /// in an event file that leaves it out; [`JobEvent::transition_key`] then derives it.
+    #[serde(default)]
+    pub transition_key: String,
     pub cluster: String,
     pub api_version: String,
     pub kind: String,
@@ -94,6 +100,21 @@ impl JobEvent {
     /// The idempotency key of a version: `cluster/uid/resource_version`.
     pub fn make_id(cluster: &str, uid: &str, resource_version: &str) -> String {
         format!("{cluster}/{uid}/{resource_version}")
+    }
+
+    /// The transition key, derived from the version when the event did not carry one (an
+    /// event file written by hand, a dead letter stored before keys existed).
+    pub fn transition_key(&self) -> std::borrow::Cow<'_, str> {
+        if self.transition_key.is_empty() {
+            let key = if self.phase == Phase::Deleted {
+                TransitionKey::Deletion
+            } else {
+                TransitionKey::Version(&self.resource_version)
+            };
+            std::borrow::Cow::Owned(key.make(&self.cluster, &self.uid, self.phase))
+        } else {
+            std::borrow::Cow::Borrowed(&self.transition_key)
+        }
     }
 
     /// The key that orders events: one job on one cluster.

@@ -7,4 +7,5 @@ pub mod finalizer;
 pub mod kinds;
 pub mod lenient;
 pub mod normalize;
+pub mod transition_key;
 pub mod watcher;

@@ -22,6 +22,7 @@ use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::{self, LenientObject};
 use super::normalize::normalize;
+use super::transition_key;
 
 /// What one stream watches.
 #[derive(Debug, Clone)]
@@ -232,6 +233,17 @@ impl Tracker {
                 .unwrap_or_default()
         };
         let phase = force.unwrap_or(n.phase);
+        let transition_key = transition_key::of_version(
+            &self.kind.normalizer,
+            &value,
+            &n,
+            phase,
+            transition_key::Version {
+                cluster: &self.cluster,
+                uid,
+                resource_version: rv,
+            },
+        );
         let transition_time = if phase == Phase::Deleted {
             now_rfc3339()
         } else {
@@ -239,6 +251,7 @@ impl Tracker {
         };
         Some(JobEvent {
             id: JobEvent::make_id(&self.cluster, uid, rv),
+            transition_key,
             cluster: self.cluster.to_string(),
             api_version: self.kind.api_version(),
             kind: self.kind.kind.clone(),

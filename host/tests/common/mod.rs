@@ -98,6 +98,7 @@ pub fn event(uid: &str, rv: &str, phase: Phase, previous: Option<Phase>, at: &st
         labels: BTreeMap::from([("team".to_string(), "nlp".to_string())]),
         annotations: BTreeMap::new(),
         object_json: Arc::from(r#"{"kind":"Job","status":{}}"#),
+        transition_key: String::new(),
         synthetic: false,
     }
 }

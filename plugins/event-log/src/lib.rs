@@ -57,6 +57,7 @@ impl Settings {
 #[derive(Serialize)]
 struct Line<'a> {
     id: &'a str,
+    transition_key: &'a str,
     cluster: &'a str,
     api_version: &'a str,
     kind: &'a str,
@@ -79,6 +80,7 @@ struct Line<'a> {
 fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
     let line = Line {
         id: &event.id,
+        transition_key: &event.transition_key,
         cluster: &event.cluster,
         api_version: &event.api_version,
         kind: &event.kind,

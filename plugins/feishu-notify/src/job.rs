@@ -73,8 +73,10 @@ impl Phase {
 /// The fields of a job event the plugin uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
-    /// `cluster/uid/resource-version`: the dedup key.
+    /// `cluster/uid/resource-version`: this version's id.
     pub id: String,
+    /// The transition's identity, the same live and reconstructed: the dedup key.
+    pub transition_key: String,
     pub cluster: String,
     pub api_version: String,
     pub kind: String,
@@ -117,6 +119,7 @@ pub(crate) mod tests {
     pub(crate) fn sample() -> Job {
         Job {
             id: "east/0b0e8d6c/48213".to_string(),
+            transition_key: "east/0b0e8d6c/failed@2026-11-21T09:32:03Z".to_string(),
             cluster: "east".to_string(),
             api_version: "kubeflow.org/v1".to_string(),
             kind: "PyTorchJob".to_string(),

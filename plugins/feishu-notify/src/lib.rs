@@ -5,9 +5,10 @@
 //! and label, else the default webhook), builds a signed card that fits Feishu's 20 KB limit,
 //! POSTs it through `wasi:http`, and maps Feishu's answer onto `retry` or `give-up`.
 //!
-//! Sent events are remembered in the host's kv store under `sent/<event id>` for a week, so an
-//! event delivered again (after a host restart, or when the host retries a call whose card was
-//! posted but whose answer was lost) does not post a second card.
+//! Sent transitions are remembered in the host's kv store under `sent/<transition key>` for a
+//! week, so a transition delivered again (after a host restart, as a reconstruction of one that
+//! was delivered live, or when the host retries a call whose card was posted but whose answer
+//! was lost) does not post a second card.
 //!
 //! The logic lives in modules that never touch the host (`config`, `card`, `response`, ...) so
 //! it is unit-tested natively; this file is only the glue between them and the imports.
@@ -49,6 +50,7 @@ impl From<JobEvent> for Job {
     fn from(event: JobEvent) -> Job {
         Job {
             id: event.id,
+            transition_key: event.transition_key,
             cluster: event.cluster,
             api_version: event.api_version,
             kind: event.kind,
@@ -182,12 +184,12 @@ impl Guest for FeishuNotify {
             return Ok(());
         };
 
-        let key = format!("sent/{}", job.id);
+        let key = format!("sent/{}", job.transition_key);
         let mut sent = SentLog::new();
         if sent.already_sent(&key) {
             host_log::write(
                 Level::Debug,
-                &format!("{subject}: card for this event already sent; skipped"),
+                &format!("{subject}: card for this transition already sent; skipped"),
             );
             return Ok(());
         }

@@ -10,8 +10,9 @@
 //! into an archive writer, so a large log never sits whole in the plugin's memory. The manifest
 //! is written last, so its presence means the archive is complete. A re-delivered event
 //! rewrites the same keys. With the `kv` grant, a job archived once (at its end, or when its
-//! deletion began) is not archived again by a later deletion event: its pods may be gone by
-//! then, and the first archive is the good one.
+//! deletion began) is not archived again by a later deletion event (its pods may be gone by
+//! then, and the first archive is the good one), nor by the same transition delivered again
+//! (same `transition-key`: a retry, a restart, a reconstruction of a live transition).
 
 mod layout;
 
@@ -50,16 +51,19 @@ mod plugin {
                 return Ok(());
             }
             let terminal = is_terminal(event.phase);
+            // Holds the transition key of the transition the job was archived at.
             let done_key = format!("archived/{}/{}", event.cluster, event.uid);
-            if !terminal {
-                // Being deleted: if the job was archived already (at its end, or when its
-                // deletion began), that archive stands; its pods may be gone by now.
-                if let Ok(Some(_)) = kv::get(&done_key) {
+            if let Ok(Some(done)) = kv::get(&done_key) {
+                // Being deleted after an archive (at its end, or when its deletion began):
+                // that archive stands, its pods may be gone by now. The same transition
+                // again (re-delivered, or reconstructed after being delivered live): done.
+                if !terminal || done == event.transition_key.as_bytes() {
                     return Ok(());
                 }
             }
             archive_job(&event, &settings)?;
-            if let Err(e) = kv::set(&done_key, phase.as_bytes(), Some(30 * 24 * 3600)) {
+            let done = event.transition_key.as_bytes();
+            if let Err(e) = kv::set(&done_key, done, Some(30 * 24 * 3600)) {
                 host_log::write(
                     Level::Debug,
                     &format!(

@@ -131,6 +131,7 @@ mod plugin {
             optional(row::sql_time(&event.transition_time)),
             Value::Int(i64::from(event.synthetic)),
             text(now),
+            text(&event.transition_key),
         ]);
         values
     }
@@ -195,24 +196,42 @@ mod plugin {
         values
     }
 
-    /// Brings a jobs table created by an earlier release up to date (see
-    /// `statements::migrate_jobs`). Run at load time only, after the tables exist.
+    /// Brings tables created by an earlier release up to date (see
+    /// `statements::migrate_jobs` and `statements::migrate_transitions`). Run at load time
+    /// only, after the tables exist.
     fn migrate(dialect: Dialect, settings: &Settings) -> Result<(), String> {
+        let existing = columns_of(dialect, settings, &settings.jobs_table)?;
+        let jobs = statements::migrate_jobs(
+            dialect,
+            &settings.jobs_table,
+            &settings.transitions_table,
+            &existing,
+        );
+        run_steps(settings, &settings.jobs_table, jobs)?;
+        let existing = columns_of(dialect, settings, &settings.transitions_table)?;
+        let mut transitions =
+            statements::migrate_transitions(dialect, &settings.transitions_table, &existing);
+        transitions.extend(statements::indexes_after_migration(
+            dialect,
+            &settings.transitions_table,
+        ));
+        run_steps(settings, &settings.transitions_table, transitions)
+    }
+
+    fn columns_of(
+        dialect: Dialect,
+        settings: &Settings,
+        table: &str,
+    ) -> Result<Vec<String>, String> {
         let listed = sql::query(
             &settings.connection,
             &Statement {
                 sql: statements::column_names(dialect).to_string(),
-                params: vec![text(&settings.jobs_table)],
+                params: vec![text(table)],
             },
         )
-        .map_err(|e| {
-            format!(
-                "reading the columns of {}: {}",
-                settings.jobs_table,
-                describe(&e)
-            )
-        })?;
-        let existing: Vec<String> = listed
+        .map_err(|e| format!("reading the columns of {table}: {}", describe(&e)))?;
+        Ok(listed
             .rows
             .iter()
             .filter_map(|r| match r.first() {
@@ -220,13 +239,11 @@ mod plugin {
                 Some(Value::Blob(name)) => String::from_utf8(name.clone()).ok(),
                 _ => None,
             })
-            .collect();
-        for step in statements::migrate_jobs(
-            dialect,
-            &settings.jobs_table,
-            &settings.transitions_table,
-            &existing,
-        ) {
+            .collect())
+    }
+
+    fn run_steps(settings: &Settings, table: &str, steps: Vec<String>) -> Result<(), String> {
+        for step in steps {
             sql::execute(
                 &settings.connection,
                 &Statement {
@@ -234,7 +251,7 @@ mod plugin {
                     params: Vec::new(),
                 },
             )
-            .map_err(|e| format!("migrating {}: {}", settings.jobs_table, describe(&e)))?;
+            .map_err(|e| format!("migrating {table}: {}", describe(&e)))?;
         }
         Ok(())
     }

@@ -3,7 +3,9 @@
 //!
 //! One event is two statements, both idempotent, so no transaction is needed and a retried or
 //! replayed event changes nothing:
-//! - `INSERT IGNORE` of the transition row, keyed by the event id;
+//! - `INSERT IGNORE` of the transition row, keyed by the event id and, uniquely, by the
+//!   transition key (so a transition delivered live and again as a reconstruction after a gap
+//!   is one row);
 //! - an upsert of the job row that only takes effect when the event's version is newer than
 //!   the stored one (`version_major`, `version_minor`; see `row::VersionKey`), so an older event
 //!   arriving late (a replayed dead letter) never overwrites a newer state.
@@ -58,6 +60,7 @@ pub const TRANSITION_COLUMNS: &[&str] = &[
     "transition_time",
     "synthetic",
     "recorded_at",
+    "transition_key",
 ];
 
 /// The schema, one statement per entry. `CREATE ... IF NOT EXISTS` throughout: run at every
@@ -109,7 +112,9 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     transition_time DATETIME(3) NULL,
                     synthetic TINYINT NOT NULL,
                     recorded_at DATETIME(3) NOT NULL,
+                    transition_key VARCHAR(512) NULL,
                     PRIMARY KEY (event_id),
+                    UNIQUE KEY {transitions}_by_transition (transition_key),
                     KEY {transitions}_by_job (cluster, uid)
                 ) DEFAULT CHARSET = utf8mb4"
             ),
@@ -158,7 +163,8 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     message TEXT,
                     transition_time TEXT,
                     synthetic INTEGER NOT NULL,
-                    recorded_at TEXT NOT NULL
+                    recorded_at TEXT NOT NULL,
+                    transition_key TEXT
                 )"
             ),
             format!(
@@ -172,7 +178,7 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// Inserts a transition row unless one with the same event id exists.
+/// Inserts a transition row unless one with the same event id or transition key exists.
 pub fn insert_transition(dialect: Dialect, table: &str) -> String {
     let verb = match dialect {
         Dialect::MySql => "INSERT IGNORE",
@@ -269,7 +275,7 @@ pub const ADDED_JOB_COLUMNS: &[(&str, &str, &str)] = &[
     ("deleted_at", "DATETIME(3) NULL", "TEXT"),
 ];
 
-/// The query listing the jobs table's columns (one bound parameter: the table name).
+/// The query listing a table's columns (one bound parameter: the table name).
 pub fn column_names(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::MySql => {
@@ -326,6 +332,46 @@ pub fn migrate_jobs(
     statements
 }
 
+/// The statements that bring an existing transitions table up to date, given the columns it
+/// has: `transition_key` is added, filled with the event id for the rows written before it
+/// existed (each was its own transition then), and made unique. Empty when nothing is missing.
+pub fn migrate_transitions(
+    dialect: Dialect,
+    transitions: &str,
+    existing: &[String],
+) -> Vec<String> {
+    if existing
+        .iter()
+        .any(|e| e.eq_ignore_ascii_case("transition_key"))
+    {
+        return Vec::new();
+    }
+    let ty = match dialect {
+        Dialect::MySql => "VARCHAR(512) NULL",
+        Dialect::Sqlite => "TEXT",
+    };
+    vec![
+        format!("ALTER TABLE {transitions} ADD COLUMN transition_key {ty}"),
+        format!("UPDATE {transitions} SET transition_key = event_id WHERE transition_key IS NULL"),
+        format!(
+            "CREATE UNIQUE INDEX {transitions}_by_transition ON {transitions} (transition_key)"
+        ),
+    ]
+}
+
+/// Indexes on columns an older table gets only from the migration, so created after it:
+/// SQLite's transition-key index (MySQL declares it in `CREATE TABLE`, and the migration adds
+/// it to an older table).
+pub fn indexes_after_migration(dialect: Dialect, transitions: &str) -> Vec<String> {
+    match dialect {
+        Dialect::MySql => Vec::new(),
+        Dialect::Sqlite => vec![format!(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {transitions}_by_transition \
+             ON {transitions} (transition_key)"
+        )],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +410,25 @@ mod tests {
             let steps = migrate_jobs(dialect, "jobs", "t", &old);
             assert_eq!(steps.len(), 4, "{steps:?}");
             assert!(steps[0].starts_with("ALTER TABLE jobs ADD COLUMN outcome"));
+        }
+    }
+
+    #[test]
+    fn transitions_migration_adds_the_key_once() {
+        let old: Vec<String> = TRANSITION_COLUMNS[..TRANSITION_COLUMNS.len() - 1]
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let all: Vec<String> = TRANSITION_COLUMNS
+            .iter()
+            .map(|c| c.to_uppercase())
+            .collect();
+        for dialect in [Dialect::MySql, Dialect::Sqlite] {
+            assert!(migrate_transitions(dialect, "t", &all).is_empty());
+            let steps = migrate_transitions(dialect, "t", &old);
+            assert_eq!(steps.len(), 3);
+            assert!(steps[0].starts_with("ALTER TABLE t ADD COLUMN transition_key"));
+            assert!(steps[2].starts_with("CREATE UNIQUE INDEX"));
         }
     }
 

@@ -153,6 +153,7 @@ fn event(kind: &JobKind, job: usize, v: usize, versions: usize, index: usize) ->
             labels: [("team".to_string(), "team-a".to_string())].into(),
             annotations: Default::default(),
             object_json: Arc::from(object),
+            transition_key: String::new(),
             synthetic: false,
         },
         kind: Arc::new(kind.clone()),

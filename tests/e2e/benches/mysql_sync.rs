@@ -90,6 +90,7 @@ fn events() -> Vec<Vec<JobEvent>> {
                         object_json: Arc::from(
                             r#"{"status":{"startTime":"2026-11-21T10:00:05Z"}}"#,
                         ),
+                        transition_key: String::new(),
                         synthetic: false,
                     }
                 })

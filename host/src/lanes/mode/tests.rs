@@ -27,6 +27,7 @@ fn event(rv: u32, phase: Phase) -> JobEvent {
         labels: Default::default(),
         annotations: Default::default(),
         object_json: Arc::from("{}"),
+        transition_key: String::new(),
         synthetic: false,
     }
 }

@@ -142,6 +142,7 @@ mod tests {
             labels: Default::default(),
             annotations: Default::default(),
             object_json: job.to_string().into(),
+            transition_key: String::new(),
             synthetic: false,
         };
         let events = first_sight_events(&current, &recorded_transitions(&volcano(), &job));

@@ -628,6 +628,7 @@ fn current_event(object: &Value) -> JobEvent {
         labels: BTreeMap::from([("team".to_string(), "vision".to_string())]),
         annotations: BTreeMap::new(),
         object_json: Arc::from(object.to_string()),
+        transition_key: String::new(),
         synthetic: false,
     }
 }

@@ -1,0 +1,161 @@
+//! The plugin worlds this host serves, and which one a component was built for.
+//!
+//! A component targets one version of the `plugin` world: 0.2.0 (`wit/plugin.wit`, current)
+//! or 0.1.0 (`wit/0.1.0/plugin.wit`). Both export `init` and `handle`; they differ in the
+//! event record `handle` takes. The version is found by type-checking the component's exports
+//! against each world, newest first, so a plugin needs no declaration of its own; the rest of
+//! the runtime sees one [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
+
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, InstancePre, Linker};
+
+use super::HostState;
+use super::bindings::{self, HandlerError, v0_1};
+use crate::watch::event::JobEvent;
+
+/// The world packages this host serves, newest first.
+pub const SERVED: [&str; 2] = ["jobrelay:plugin@0.2.0", "jobrelay:plugin@0.1.0"];
+
+/// Links the imports of the older worlds (the current world's are linked by the capabilities
+/// themselves).
+pub fn add_older_worlds(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+}
+
+/// A component pre-instantiated against the world it was built for.
+pub enum WorldPre {
+    V0_2(bindings::PluginPre<HostState>),
+    V0_1(v0_1::PluginPre<HostState>),
+}
+
+/// One instance of a plugin, in its world.
+pub enum WorldInstance {
+    V0_2(bindings::Plugin),
+    V0_1(v0_1::Plugin),
+}
+
+impl WorldPre {
+    /// Finds the world whose exports the component has; the error is the current world's
+    /// mismatch (what a plugin author should build against).
+    pub fn new(pre: InstancePre<HostState>) -> Result<WorldPre, String> {
+        match bindings::PluginPre::new(pre.clone()) {
+            Ok(current) => Ok(WorldPre::V0_2(current)),
+            Err(current_error) => match v0_1::PluginPre::new(pre) {
+                Ok(older) => Ok(WorldPre::V0_1(older)),
+                Err(_) => Err(format!(
+                    "its exports have the wrong types for {}: {current_error:#}",
+                    SERVED[0]
+                )),
+            },
+        }
+    }
+
+    /// The package of the world the component targets.
+    pub fn package(&self) -> &'static str {
+        match self {
+            WorldPre::V0_2(_) => SERVED[0],
+            WorldPre::V0_1(_) => SERVED[1],
+        }
+    }
+
+    pub fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            WorldPre::V0_2(pre) => pre.engine(),
+            WorldPre::V0_1(pre) => pre.engine(),
+        }
+    }
+
+    pub async fn instantiate_async(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> wasmtime::Result<WorldInstance> {
+        Ok(match self {
+            WorldPre::V0_2(pre) => WorldInstance::V0_2(pre.instantiate_async(store).await?),
+            WorldPre::V0_1(pre) => WorldInstance::V0_1(pre.instantiate_async(store).await?),
+        })
+    }
+}
+
+impl WorldInstance {
+    pub async fn call_init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &[(&str, &str)],
+    ) -> wasmtime::Result<Result<(), String>> {
+        match self {
+            WorldInstance::V0_2(plugin) => plugin.call_init(store, config).await,
+            WorldInstance::V0_1(plugin) => plugin.call_init(store, config).await,
+        }
+    }
+
+    /// Calls `handle` with the host's event, lowered into the world's record without copying
+    /// its text.
+    pub async fn call_handle(
+        &self,
+        store: &mut Store<HostState>,
+        event: &JobEvent,
+    ) -> wasmtime::Result<Result<(), HandlerError>> {
+        let labels = pairs(&event.labels);
+        let annotations = pairs(&event.annotations);
+        match self {
+            WorldInstance::V0_2(plugin) => {
+                let key = event.transition_key();
+                let record = bindings::JobEvent {
+                    id: &event.id,
+                    transition_key: &key,
+                    cluster: &event.cluster,
+                    api_version: &event.api_version,
+                    kind: &event.kind,
+                    namespace: &event.namespace,
+                    name: &event.name,
+                    uid: &event.uid,
+                    resource_version: &event.resource_version,
+                    generation: event.generation,
+                    phase: event.phase.into(),
+                    raw_phase: &event.raw_phase,
+                    reason: event.reason.as_deref(),
+                    message: event.message.as_deref(),
+                    previous_phase: event.previous_phase.map(Into::into),
+                    transition_time: &event.transition_time,
+                    labels: &labels,
+                    annotations: &annotations,
+                    object_json: &event.object_json,
+                    synthetic: event.synthetic,
+                };
+                plugin.call_handle(store, record).await
+            }
+            WorldInstance::V0_1(plugin) => {
+                let phase = bindings::Phase::from(event.phase);
+                let record = v0_1::jobrelay::plugin::types::JobEvent {
+                    id: &event.id,
+                    cluster: &event.cluster,
+                    api_version: &event.api_version,
+                    kind: &event.kind,
+                    namespace: &event.namespace,
+                    name: &event.name,
+                    uid: &event.uid,
+                    resource_version: &event.resource_version,
+                    generation: event.generation,
+                    phase: phase.into(),
+                    raw_phase: &event.raw_phase,
+                    reason: event.reason.as_deref(),
+                    message: event.message.as_deref(),
+                    previous_phase: event
+                        .previous_phase
+                        .map(|p| bindings::Phase::from(p).into()),
+                    transition_time: &event.transition_time,
+                    labels: &labels,
+                    annotations: &annotations,
+                    object_json: &event.object_json,
+                    synthetic: event.synthetic,
+                };
+                let handled = plugin.call_handle(store, record).await?;
+                Ok(handled.map_err(Into::into))
+            }
+        }
+    }
+}
+
+fn pairs(map: &std::collections::BTreeMap<String, String>) -> Vec<(&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
