@@ -6,6 +6,7 @@ mod common;
 mod cli;
 mod config_folder;
 mod failover;
+mod fault_soak;
 mod feishu_notify;
 mod http_capability;
 mod lane_bound;

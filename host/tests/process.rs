@@ -9,7 +9,7 @@
 //!
 //! `JOBRELAY_SOAK_SEED=<n>` replays one schedule of the soak (the seed is printed).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -45,7 +45,10 @@ impl Relay {
             .arg("run")
             .arg("--config")
             .arg(config)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("JOBRELAY_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env_remove("JOBRELAY_LOG_FORMAT")
             .env_remove("JOBRELAY_CONFIG")
             .stdin(Stdio::null())
@@ -253,7 +256,7 @@ impl Rng {
         lo + self.next() % (hi - lo + 1)
     }
 
-    fn percent(&mut self, p: u64) -> bool {
+    pub(crate) fn percent(&mut self, p: u64) -> bool {
         self.next() % 100 < p
     }
 }
@@ -315,10 +318,15 @@ impl Plan {
 /// apart, some pending first, some restarting once or twice, a third failing, a third deleted
 /// a little after finishing. The whole schedule spans roughly 15–22 s.
 pub(crate) fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
+    plan_jobs_over(rng, jobs, 9000)
+}
+
+/// Like [`plan_jobs`], with the creations spread over `span_ms` (a long soak).
+pub(crate) fn plan_jobs_over(rng: &mut Rng, jobs: usize, span_ms: u64) -> Vec<Plan> {
     (0..jobs)
         .map(|i| {
             let flavor = Flavor::ALL[i % Flavor::ALL.len()];
-            let start_ms = rng.range(0, 9000);
+            let start_ms = rng.range(0, span_ms);
             let mut at = start_ms;
             let mut steps = Vec::new();
             let mut step = |rng: &mut Rng, s: Step| {
@@ -362,29 +370,51 @@ pub(crate) fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
 #[derive(Debug, Clone)]
 pub(crate) struct Played {
     pub(crate) name: String,
+    pub(crate) namespace: &'static str,
     pub(crate) uid: String,
     pub(crate) terminal: &'static str,
     /// The resourceVersion of the succeeded/failed write (the job's last version, unless it
     /// was deleted afterwards).
     pub(crate) terminal_rv: String,
     pub(crate) deleted: bool,
+    /// The job's pods when it finished (each given a log while it ran).
+    pub(crate) pods: Vec<String>,
+    /// Deleted without ever carrying jobrelay's finalizer (see [`drive_with`]).
+    pub(crate) unseen: bool,
 }
 
 /// Plays the plans in time order against the simulator.
 pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<Vec<Played>> {
+    drive_with(sim, plans, None).await
+}
+
+/// How long a deletion waits for the job to carry the daemon's finalizer.
+const HOLD_WAIT: Duration = Duration::from_secs(30);
+
+/// Like [`drive`]; with `hold` (a finalizer name), a job is deleted only once it carries that
+/// finalizer — once jobrelay has seen it — or after [`HOLD_WAIT`], when it is marked `unseen`:
+/// a job created and deleted while no jobrelay ran is beyond anyone's reach.
+pub(crate) async fn drive_with(
+    sim: SimCluster,
+    plans: Vec<Plan>,
+    hold: Option<&'static str>,
+) -> anyhow::Result<Vec<Played>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     // (at, job, step index); step index 0 creates the job.
-    let mut timeline: Vec<(u64, usize, usize)> = Vec::new();
+    let mut timeline: BinaryHeap<Reverse<(u64, usize, usize)>> = BinaryHeap::new();
     for (job, plan) in plans.iter().enumerate() {
-        timeline.push((plan.start_ms, job, 0));
+        timeline.push(Reverse((plan.start_ms, job, 0)));
         for (n, (at, _)) in plan.steps.iter().enumerate() {
-            timeline.push((*at, job, n + 1));
+            timeline.push(Reverse((*at, job, n + 1)));
         }
     }
-    timeline.sort();
     let t0 = tokio::time::Instant::now();
     let mut drivers: Vec<Option<JobDriver>> = plans.iter().map(|_| None).collect();
     let mut terminal_rvs: Vec<String> = vec![String::new(); plans.len()];
-    for (at, job, n) in timeline {
+    let mut terminal_pods: Vec<Vec<String>> = vec![Vec::new(); plans.len()];
+    let mut unseen: Vec<bool> = vec![false; plans.len()];
+    while let Some(Reverse((at, job, n))) = timeline.pop() {
         tokio::time::sleep_until(t0 + Duration::from_millis(at)).await;
         let plan = &plans[job];
         if n == 0 {
@@ -403,13 +433,34 @@ pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<V
             }
             Step::Running => {
                 driver.running()?;
+                for pod in driver.pods() {
+                    let log = format!("{} {} step {n}\n", plan.name, pod.name);
+                    driver.set_log(&pod.name, false, log.into_bytes())?;
+                }
             }
             Step::Restarting => {
                 driver.restarting()?;
             }
-            Step::Succeeded => terminal_rvs[job] = driver.succeeded()?,
-            Step::Failed => terminal_rvs[job] = driver.failed("OOMKilled")?,
+            Step::Succeeded => {
+                terminal_rvs[job] = driver.succeeded()?;
+                terminal_pods[job] = driver.pod_names();
+            }
+            Step::Failed => {
+                terminal_rvs[job] = driver.failed("OOMKilled")?;
+                terminal_pods[job] = driver.pod_names();
+            }
             Step::Delete => {
+                if let Some(finalizer) = hold {
+                    let held = driver.object()?["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| f.iter().any(|f| f == finalizer));
+                    let waited = Duration::from_millis(at.saturating_sub(plan.end_ms()));
+                    if !held && waited < HOLD_WAIT {
+                        timeline.push(Reverse((at + 500, job, n)));
+                        continue;
+                    }
+                    unseen[job] = !held;
+                }
                 driver.delete()?;
             }
         }
@@ -417,13 +468,17 @@ pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<V
     Ok(plans
         .iter()
         .zip(drivers)
-        .zip(terminal_rvs)
-        .map(|((plan, driver), terminal_rv)| Played {
+        .zip(terminal_rvs.into_iter().zip(terminal_pods))
+        .zip(unseen)
+        .map(|(((plan, driver), (terminal_rv, pods)), unseen)| Played {
             name: plan.name.clone(),
+            namespace: plan.namespace,
             uid: driver.expect("every job was created").uid().to_string(),
             terminal: plan.terminal(),
             terminal_rv,
             deleted: plan.deleted(),
+            pods,
+            unseen,
         })
         .collect())
 }
@@ -431,18 +486,30 @@ pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<V
 /// Jobs whose final state is not in the event log yet: for a job still there, its terminal
 /// version; for a deleted job, any deletion event.
 pub(crate) fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> {
+    // (uid, phase, resource version) of every line, so each job is one lookup.
+    let seen: HashSet<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                str_of(l, "uid"),
+                str_of(l, "phase"),
+                str_of(l, "resource_version"),
+            )
+        })
+        .collect();
+    let deleted: HashSet<&str> = seen
+        .iter()
+        .filter(|(_, phase, _)| *phase == "deleted")
+        .map(|(uid, _, _)| *uid)
+        .collect();
     played
         .iter()
         .filter(|job| {
-            !lines.iter().any(|l| {
-                str_of(l, "uid") == job.uid
-                    && if job.deleted {
-                        str_of(l, "phase") == "deleted"
-                    } else {
-                        str_of(l, "resource_version") == job.terminal_rv
-                            && str_of(l, "phase") == job.terminal
-                    }
-            })
+            if job.deleted {
+                !deleted.contains(job.uid.as_str())
+            } else {
+                !seen.contains(&(job.uid.as_str(), job.terminal, job.terminal_rv.as_str()))
+            }
         })
         .map(|job| {
             if job.deleted {
@@ -712,11 +779,11 @@ pub(crate) fn cursors_behind(
         }
     }
     for job in played.iter().filter(|j| j.deleted) {
-        assert!(
-            !present.contains(&job.uid),
-            "{} was deleted but is still listed",
-            job.name
-        );
+        if present.contains(&job.uid) {
+            // Still held by a finalizer, or the deletion is not through yet.
+            left.push(format!("{}: deleted, but still listed", job.name));
+            continue;
+        }
         // A delivered deletion removes the job's cursor.
         if let Some(c) = cursors.get(job.uid.as_str()) {
             left.push(format!(

@@ -200,3 +200,34 @@ async fn the_finalizer_is_retried_until_added_when_writes_fail() {
     );
     daemon.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A release that fails (every write refused) is retried on its own timer: the job being
+/// deleted never changes again, yet it goes once the API accepts writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_is_retried_until_it_lands() {
+    let (sim, setup, daemon) = start_held().await;
+    let mut job = JobDriver::builder(Flavor::Volcano, "ml", "release")
+        .create(&sim)
+        .expect("create");
+    job.running().expect("running");
+    job.succeeded().expect("succeeded");
+    let uid = job.uid().to_string();
+    wait_held(&sim, "release").await;
+
+    sim.fail_writes(true);
+    job.delete().expect("kubectl delete");
+    wait_for_phases(&setup, "log/events.jsonl", &[(uid.clone(), "terminating")]).await;
+    // The plugins are done, the release is refused: still held.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        finalizers(&sim, "release").is_some(),
+        "held while writes fail"
+    );
+
+    sim.fail_writes(false);
+    wait_for("released although the job never changed again", || {
+        finalizers(&sim, "release").is_none().then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

@@ -1,9 +1,15 @@
 //! Releasing jobrelay's finalizer: the clusters own the clients, so the lanes' finalizer book
 //! asks this service, which patches the job on the right cluster.
+//!
+//! A release that fails (the API answers 503, is down, refuses the write) is retried on its
+//! own timer until it lands, the job is gone, or its cluster is removed: a job being deleted
+//! usually never changes again, so waiting for its next version would hold it forever.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::Client;
 
 use crate::lanes::finalizer_book::{HeldJob, Release};
@@ -12,14 +18,18 @@ use crate::watch::finalizer;
 /// The clients of running clusters, to remove the finalizer with.
 pub struct FinalizerService {
     name: String,
-    clients: RwLock<HashMap<String, Client>>,
+    clients: Arc<RwLock<HashMap<String, Client>>>,
 }
+
+/// The first wait before a failed release is tried again; it doubles up to the maximum.
+const RELEASE_RETRY_MIN: Duration = Duration::from_secs(1);
+const RELEASE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 impl FinalizerService {
     pub fn new(name: String) -> Arc<FinalizerService> {
         Arc::new(FinalizerService {
             name,
-            clients: RwLock::new(HashMap::new()),
+            clients: Arc::new(RwLock::new(HashMap::new())),
         })
     }
 
@@ -49,22 +59,47 @@ impl Release for FinalizerService {
             return;
         };
         let name = self.name.clone();
+        let clients = self.clients.clone();
         tokio::spawn(async move {
-            match finalizer::remove(
-                client,
-                &job.kind,
-                &job.namespace,
-                &job.name,
-                &job.uid,
-                &name,
-            )
-            .await
-            {
-                Ok(true) => tracing::info!(cluster = %job.cluster, namespace = %job.namespace,
-                    job = %job.name, "every plugin is done with the deletion; finalizer released"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(cluster = %job.cluster, job = %job.name, error = %e,
-                    "cannot release the finalizer; it is retried when the job is seen again"),
+            let mut delays = ExponentialBuilder::default()
+                .with_min_delay(RELEASE_RETRY_MIN)
+                .with_max_delay(RELEASE_RETRY_MAX)
+                .with_jitter()
+                .without_max_times()
+                .build();
+            for attempt in 1u32.. {
+                let removed = finalizer::remove(
+                    client.clone(),
+                    &job.kind,
+                    &job.namespace,
+                    &job.name,
+                    &job.uid,
+                    &name,
+                )
+                .await;
+                let error = match removed {
+                    Ok(true) => {
+                        tracing::info!(cluster = %job.cluster, namespace = %job.namespace,
+                            job = %job.name, "every plugin is done with the deletion; finalizer released");
+                        return;
+                    }
+                    Ok(false) => return,
+                    Err(e) => e,
+                };
+                let wait = delays.next().unwrap_or(RELEASE_RETRY_MAX);
+                tracing::warn!(cluster = %job.cluster, job = %job.name, error = %error, attempt,
+                    retry_in_ms = wait.as_millis() as u64, "cannot release the finalizer; retrying");
+                tokio::time::sleep(wait).await;
+                let connected = clients
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(&job.cluster);
+                if !connected {
+                    tracing::warn!(cluster = %job.cluster, job = %job.name,
+                        "cluster removed before the finalizer could be released; \
+                         `jobrelay finalizers release` removes it");
+                    return;
+                }
             }
         });
     }

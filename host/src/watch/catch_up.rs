@@ -12,7 +12,8 @@
 //!
 //! Each kind yields *recorded entries* `(phase, time)`; they are sorted by time (ties broken
 //! per kind, see below), entries after the current phase's own time are dropped (they cannot
-//! precede it), and consecutive entries with the same normalized phase are folded into the
+//! precede it; not done for `terminating`, whose time is the API server's deletion timestamp
+//! and may be behind the controller's clock), and consecutive entries with the same normalized phase are folded into the
 //! first one (when the phase was entered). From that history the catch-up keeps what lies
 //! strictly after `last_time`, minus a leading entry equal to `last_phase` (already delivered)
 //! and a trailing entry equal to the current phase (that one is the real event).
@@ -129,8 +130,7 @@ pub fn missed_transitions(
         return Vec::new();
     };
     let current = normalize(spec, object);
-    let current_at = current.transition_time.as_deref().and_then(parse_time);
-    let history = history(spec, object, current_at);
+    let history = history(spec, object, cut_at(&current));
 
     // Everything up to and including `last_time` was delivered, except that entries sharing
     // `last_time` which sort after the last delivered phase's own entry came later.
@@ -156,8 +156,7 @@ pub fn missed_transitions(
 /// same transition key), else the normalizer's own recorded time (the deletion timestamp for
 /// `terminating`, a kind's single transition time). `None` when the status records neither.
 pub fn entered_at(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> Option<String> {
-    let current_at = current.transition_time.as_deref().and_then(parse_time);
-    history(spec, object, current_at)
+    history(spec, object, cut_at(current))
         .pop()
         .filter(|last| last.phase == current.phase)
         .map(|last| last.at_text)
@@ -226,6 +225,18 @@ pub fn synthetic_events(
             event
         })
         .collect()
+}
+
+/// Where the history is cut: entries recorded after the current phase was entered cannot
+/// precede it. Not for `terminating`: its time is the deletion timestamp, written by the API
+/// server's clock, while the status entries come from the controller's; a job that finished
+/// a moment before it was deleted may carry a finish time "after" the deletion when the two
+/// clocks disagree, and its outcome must not be cut off.
+fn cut_at(current: &Normalized) -> Option<DateTime<FixedOffset>> {
+    if current.phase == Phase::Terminating {
+        return None;
+    }
+    current.transition_time.as_deref().and_then(parse_time)
 }
 
 /// One point of a job's recorded history.

@@ -15,7 +15,7 @@
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;
 
-use super::{MissedTransition, before_current, history, parse_time, synthetic_events};
+use super::{MissedTransition, before_current, cut_at, history, parse_time, synthetic_events};
 use crate::watch::event::{JobEvent, Phase};
 use crate::watch::kinds::NormalizerSpec;
 use crate::watch::normalize::normalize;
@@ -29,8 +29,7 @@ use crate::watch::normalize::normalize;
 /// times.
 pub fn recorded_transitions(spec: &NormalizerSpec, object: &Value) -> Vec<MissedTransition> {
     let current = normalize(spec, object);
-    let current_at = current.transition_time.as_deref().and_then(parse_time);
-    before_current(&history(spec, object, current_at), current.phase)
+    before_current(&history(spec, object, cut_at(&current)), current.phase)
 }
 
 /// Synthetic events for a job's recorded history (see [`synthetic_events`]); the first one has

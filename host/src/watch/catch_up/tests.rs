@@ -192,6 +192,25 @@ fn volcano_finished_then_deleted_gives_the_terminal_phase() {
     );
 }
 
+/// The deletion timestamp is the API server's clock, the status times the controller's: a job
+/// deleted a moment after it finished may read as deleted "before" its finish when the clocks
+/// disagree. Its outcome is still rebuilt, for a cursor and for a first sight.
+#[test]
+fn a_deletion_stamped_before_the_finish_by_a_skewed_clock_keeps_the_outcome() {
+    let mut job = volcano_job(&[("Pending", t(1)), ("Running", t(2)), ("Completed", t(5))]);
+    job["metadata"]["deletionTimestamp"] = json!(t(4));
+    let m = missed("volcano-job", &job, Phase::Running, &t(2));
+    assert_eq!(
+        summary(&m),
+        [(Phase::Succeeded, "Completed", t(5).as_str())]
+    );
+    let all = recorded_transitions(&kind("volcano-job"), &job);
+    assert_eq!(
+        all.iter().map(|m| m.phase).collect::<Vec<_>>(),
+        [Phase::Pending, Phase::Running, Phase::Succeeded]
+    );
+}
+
 #[test]
 fn consecutive_duplicates_fold_into_the_first() {
     // Older Volcano appends an entry even when the phase did not change.
