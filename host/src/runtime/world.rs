@@ -97,36 +97,10 @@ impl WorldInstance {
     ) -> wasmtime::Result<Result<(), HandlerError>> {
         let labels = pairs(&event.labels);
         let annotations = pairs(&event.annotations);
-        match self {
-            WorldInstance::V0_2(plugin) => {
-                let key = event.transition_key();
-                let record = bindings::JobEvent {
-                    id: &event.id,
-                    transition_key: &key,
-                    cluster: &event.cluster,
-                    api_version: &event.api_version,
-                    kind: &event.kind,
-                    namespace: &event.namespace,
-                    name: &event.name,
-                    uid: &event.uid,
-                    resource_version: &event.resource_version,
-                    generation: event.generation,
-                    phase: event.phase.into(),
-                    raw_phase: &event.raw_phase,
-                    reason: event.reason.as_deref(),
-                    message: event.message.as_deref(),
-                    previous_phase: event.previous_phase.map(Into::into),
-                    transition_time: &event.transition_time,
-                    labels: &labels,
-                    annotations: &annotations,
-                    object_json: &event.object_json,
-                    synthetic: event.synthetic,
-                };
-                plugin.call_handle(store, record).await
-            }
-            WorldInstance::V0_1(plugin) => {
-                let phase = bindings::Phase::from(event.phase);
-                let record = v0_1::jobrelay::plugin::types::JobEvent {
+        // The two worlds' records differ only by the fields after `object_json`.
+        macro_rules! record {
+            ($($field:ident: $value:expr),*) => {
+                Record {
                     id: &event.id,
                     cluster: &event.cluster,
                     api_version: &event.api_version,
@@ -136,20 +110,33 @@ impl WorldInstance {
                     uid: &event.uid,
                     resource_version: &event.resource_version,
                     generation: event.generation,
-                    phase: phase.into(),
+                    phase: WorldPhase::from(bindings::Phase::from(event.phase)),
                     raw_phase: &event.raw_phase,
                     reason: event.reason.as_deref(),
                     message: event.message.as_deref(),
                     previous_phase: event
                         .previous_phase
-                        .map(|p| bindings::Phase::from(p).into()),
+                        .map(|p| WorldPhase::from(bindings::Phase::from(p))),
                     transition_time: &event.transition_time,
                     labels: &labels,
                     annotations: &annotations,
                     object_json: &event.object_json,
                     synthetic: event.synthetic,
-                };
-                let handled = plugin.call_handle(store, record).await?;
+                    $($field: $value,)*
+                }
+            };
+        }
+        match self {
+            WorldInstance::V0_2(plugin) => {
+                use bindings::{JobEvent as Record, Phase as WorldPhase};
+                let key = event.transition_key();
+                plugin
+                    .call_handle(store, record!(transition_key: &key))
+                    .await
+            }
+            WorldInstance::V0_1(plugin) => {
+                use v0_1::jobrelay::plugin::types::{JobEvent as Record, Phase as WorldPhase};
+                let handled = plugin.call_handle(store, record!()).await?;
                 Ok(handled.map_err(Into::into))
             }
         }
