@@ -307,5 +307,5 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
     assert!(report.contains("mysql-sync (SQLite): 4 jobs"), "{report}");
     assert!(report.contains("log-archive: 4 job archives"), "{report}");
     assert!(report.contains("feishu card (signed):"), "{report}");
-    assert!(folder.join("state/plugins.db").exists());
+    assert!(folder.join("state/embedded/mysql-sync.db").exists());
 }

@@ -37,7 +37,7 @@ fn services(dir: &Path) -> Services {
         )]),
     };
     Services {
-        sql: Databases::open(&settings, &dir.join("plugins.db")).expect("pools"),
+        sql: Databases::open(&settings, &dir.join("embedded")).expect("pools"),
         ..Services::default()
     }
 }
@@ -225,7 +225,7 @@ async fn sqlite_gets_the_same_rows_through_the_embedded_connection() {
 
     let db = sqlx::SqlitePool::connect(&format!(
         "sqlite://{}",
-        dir.path().join("plugins.db").display()
+        dir.path().join("embedded/mysql-sync.db").display()
     ))
     .await
     .expect("sqlite");
@@ -362,7 +362,7 @@ impl Db {
             _ => Db::Lite(
                 sqlx::SqlitePool::connect(&format!(
                     "sqlite://{}",
-                    dir.join("plugins.db").display()
+                    dir.join("embedded/mysql-sync.db").display()
                 ))
                 .await
                 .expect("sqlite"),

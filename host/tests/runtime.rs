@@ -596,9 +596,12 @@ config: {connection: embedded}
     .await
     .expect("runs");
     assert!(outcome.is_ok(), "{outcome}");
-    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", state.join("plugins.db").display()))
-        .await
-        .expect("the embedded database exists");
+    let db = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}",
+        state.join("embedded/mysql-sync.db").display()
+    ))
+    .await
+    .expect("the embedded database exists");
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
         .fetch_one(&db)
         .await

@@ -78,7 +78,7 @@ async fn setup() -> Setup {
     let archive =
         ArchiveStore::open(&ArchiveLocation::Local(dir.path().join("archive"))).expect("archive");
     let services = Services {
-        sql: Databases::open(&sql, &dir.path().join("plugins.db")).expect("pools"),
+        sql: Databases::open(&sql, &dir.path().join("embedded")).expect("pools"),
         kv: Some(kv),
         archive: Some(archive.clone()),
         clusters: directory,
@@ -321,6 +321,55 @@ async fn embedded_sql_cannot_reach_beyond_its_own_database() {
             .await
             .unwrap_or_else(|e| panic!("{fine}: {e}"));
     }
+}
+
+/// Two plugins granted `embedded` each get a database of their own: one cannot read, write
+/// or even see the tables of the other, nor hold the other's connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_plugin_has_its_own_embedded_database() {
+    let s = setup().await;
+    let grants = Grants {
+        sql: vec!["embedded".into()],
+        ..Grants::default()
+    };
+    let keeper =
+        s.rt.load(spec("keeper", "intruder", &[], grants.clone()))
+            .await
+            .expect("keeper loads");
+    let snoop =
+        s.rt.load(spec("snoop", "intruder", &[], grants))
+            .await
+            .expect("snoop loads");
+    for statement in [
+        "CREATE TABLE secrets (token TEXT)",
+        "INSERT INTO secrets VALUES ('hunter2')",
+        "SELECT token FROM secrets",
+    ] {
+        keeper
+            .handle(&attempt(&s.mine, &format!("sql-exec:embedded:{statement}")))
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    for attack in [
+        "SELECT token FROM secrets",
+        "INSERT INTO secrets VALUES ('forged')",
+        "DROP TABLE secrets",
+    ] {
+        let why = refused(
+            &snoop,
+            &attempt(&s.mine, &format!("sql-exec:embedded:{attack}")),
+        )
+        .await;
+        assert!(why.contains("no such table"), "{attack}: {why}");
+    }
+    let files: Vec<String> = std::fs::read_dir(s.dir.path().join("embedded"))
+        .expect("the embedded folder")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".db"))
+        .collect();
+    let mut files = files;
+    files.sort();
+    assert_eq!(files, ["keeper.db", "snoop.db"]);
 }
 
 /// A statement that outlives its call's time limit is interrupted: the call ends as a time-out

@@ -13,10 +13,11 @@ use super::sql::Databases;
 use crate::config::main_file::MainConfig;
 use crate::state::PluginKv;
 
-/// File name of the `embedded` SQL connection: next to the state file, or, with the state in
-/// MySQL, in [`DEFAULT_LOCAL_DIR`](crate::state::DEFAULT_LOCAL_DIR). A main file that defines a
-/// connection named `embedded` puts it elsewhere.
-pub const EMBEDDED_DB_FILE: &str = "plugins.db";
+/// Folder of the `embedded` SQL connection's files, one per plugin (`<plugin>.db`): next to the
+/// state file, or, with the state in MySQL, in
+/// [`DEFAULT_LOCAL_DIR`](crate::state::DEFAULT_LOCAL_DIR). A main file that defines a
+/// connection named `embedded` puts it elsewhere (and shares it, as any named connection).
+pub const EMBEDDED_DB_DIR: &str = "embedded";
 
 /// Everything the capabilities reach outside the store.
 #[derive(Clone, Default)]
@@ -48,7 +49,7 @@ impl Services {
     /// errors (a bad URL, an unresolvable secret, an archive folder that cannot be made).
     pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, String> {
         let state_dir = main.state.local_dir();
-        let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_FILE))?;
+        let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_DIR))?;
         let archive = ArchiveStore::open(&main.archive)?;
         let clusters = ClusterDirectory::default();
         clusters.set_kinds(&main.kinds);

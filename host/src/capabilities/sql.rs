@@ -4,8 +4,9 @@
 //! (`grants.sql: [main]`). The host builds one pool per connection at start and hands a plugin
 //! only the pools of the names it was granted, so a plugin never sees a URL or a password and
 //! cannot reach a database nobody granted it. One connection always exists: `embedded`, an
-//! SQLite file next to the state file, so a plugin that needs a table works without any
-//! database server.
+//! SQLite file of the plugin's own next to the state file (`embedded/<plugin>.db`), so a
+//! plugin that needs a table works without any database server, and no plugin sees, fills or
+//! locks another's tables through it.
 //!
 //! Values are bound, never spliced; `?` is the placeholder on both dialects. Results are
 //! capped ([`MAX_ROWS`], [`MAX_RESULT_BYTES`]) so a careless `SELECT *` cannot blow up host
@@ -13,10 +14,10 @@
 //! "rejected" (the statement itself is wrong), which maps directly onto the handler's retry
 //! or give-up.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
@@ -54,51 +55,115 @@ pub enum Database {
     Sqlite(SqlitePool),
 }
 
+/// Connections each plugin's `embedded` database may hold at once.
+pub const EMBEDDED_CONNECTIONS: u32 = 2;
+
 /// The named pools of the process.
 #[derive(Clone, Default)]
 pub struct Databases {
     by_name: Arc<BTreeMap<String, Database>>,
+    /// The per-plugin `embedded` files, unless the main file defines a connection of that name.
+    embedded: Option<Arc<EmbeddedFiles>>,
+}
+
+/// One SQLite file per plugin in a folder, each with its own small pool, opened on first use.
+struct EmbeddedFiles {
+    dir: PathBuf,
+    pools: Mutex<HashMap<String, SqlitePool>>,
+}
+
+impl EmbeddedFiles {
+    fn pool(&self, plugin: &str) -> SqlitePool {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools
+            .entry(plugin.to_string())
+            .or_insert_with(|| {
+                let options = SqliteConnectOptions::new()
+                    .filename(self.dir.join(embedded_file_name(plugin)))
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .busy_timeout(Duration::from_secs(10));
+                fenced(SqlitePoolOptions::new().max_connections(EMBEDDED_CONNECTIONS))
+                    .connect_lazy_with(options)
+            })
+            .clone()
+    }
+}
+
+/// The file of a plugin's `embedded` database: `<plugin>.db`, or, for a name that is not a
+/// plain file name, `plugin-<hash of the name>.db`.
+pub fn embedded_file_name(plugin: &str) -> String {
+    let plain = !plugin.is_empty()
+        && !plugin.starts_with('.')
+        && plugin
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if plain {
+        format!("{plugin}.db")
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(plugin.as_bytes());
+        format!("plugin-{}.db", &hex::encode(digest)[..16])
+    }
 }
 
 impl std::fmt::Debug for Databases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.by_name.keys()).finish()
+        let mut names: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+        if self.embedded.is_some() {
+            names.push(EMBEDDED);
+        }
+        f.debug_list().entries(names).finish()
     }
 }
 
 impl Databases {
-    /// Builds the pools of the main file's connections, plus [`EMBEDDED`] at `embedded_path`
-    /// unless the main file defines a connection of that name.
+    /// Builds the pools of the main file's connections, plus [`EMBEDDED`] — one SQLite file
+    /// per plugin in `embedded_dir`, created when first used — unless the main file defines a
+    /// connection of that name.
     ///
     /// Pools connect lazily: a database that is down at start does not stop jobrelay; the
     /// plugin's statements fail as "unavailable" (and are retried) until it is back. A URL
     /// that cannot be parsed, or a secret that cannot be resolved, is an error naming the
     /// connection, never showing the URL.
-    pub fn open(settings: &SqlSettings, embedded_path: &Path) -> Result<Databases, String> {
+    pub fn open(settings: &SqlSettings, embedded_dir: &Path) -> Result<Databases, String> {
         let mut by_name = BTreeMap::new();
         for (name, connection) in &settings.connections {
             let database =
                 open_one(connection).map_err(|why| format!("sql.connections.{name}: {why}"))?;
             by_name.insert(name.clone(), database);
         }
-        if !by_name.contains_key(EMBEDDED) {
-            let options = SqliteConnectOptions::new()
-                .filename(embedded_path)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .busy_timeout(Duration::from_secs(10));
-            let pool =
-                fenced(SqlitePoolOptions::new().max_connections(4)).connect_lazy_with(options);
-            by_name.insert(EMBEDDED.to_string(), Database::Sqlite(pool));
-        }
+        let embedded = (!by_name.contains_key(EMBEDDED)).then(|| {
+            Arc::new(EmbeddedFiles {
+                dir: embedded_dir.to_path_buf(),
+                pools: Mutex::new(HashMap::new()),
+            })
+        });
         Ok(Databases {
             by_name: Arc::new(by_name),
+            embedded,
         })
     }
 
-    /// The pool of a connection.
-    pub fn get(&self, name: &str) -> Option<&Database> {
-        self.by_name.get(name)
+    /// Whether a connection of that name exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.by_name.contains_key(name) || (name == EMBEDDED && self.embedded.is_some())
+    }
+
+    /// The pool `plugin` uses for connection `name`: its own file for [`EMBEDDED`] (the folder
+    /// is made when first needed), the shared pool for any other.
+    pub fn for_plugin(&self, name: &str, plugin: &str) -> Result<Option<Database>, String> {
+        if let Some(database) = self.by_name.get(name) {
+            return Ok(Some(database.clone()));
+        }
+        match &self.embedded {
+            Some(files) if name == EMBEDDED => {
+                std::fs::create_dir_all(&files.dir)
+                    .map_err(|e| format!("cannot create {}: {e}", files.dir.display()))?;
+                Ok(Some(Database::Sqlite(files.pool(plugin))))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Closes every pool (at shutdown, so connections end cleanly).
@@ -108,6 +173,17 @@ impl Databases {
                 Database::MySql(pool) => pool.close().await,
                 Database::Sqlite(pool) => pool.close().await,
             }
+        }
+        let embedded: Vec<SqlitePool> = self
+            .embedded
+            .iter()
+            .flat_map(|files| {
+                let pools = files.pools.lock().unwrap_or_else(|p| p.into_inner());
+                pools.values().cloned().collect::<Vec<_>>()
+            })
+            .collect();
+        for pool in embedded {
+            pool.close().await;
         }
     }
 }
@@ -159,7 +235,7 @@ impl Capability for Sql {
 
     fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
         for name in &grants.sql {
-            if load.services.sql.get(name).is_none() {
+            if !load.services.sql.has(name) {
                 return Err(format!(
                     "connection `{name}` is not defined in the main file's `sql.connections` \
                      (defined: {:?})",
@@ -171,15 +247,12 @@ impl Capability for Sql {
     }
 
     fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
-        let granted = call
-            .grants
-            .sql
-            .iter()
-            .filter_map(|name| {
-                let database = call.services.sql.get(name)?;
-                Some((name.clone(), database.clone()))
-            })
-            .collect();
+        let mut granted = Vec::new();
+        for name in &call.grants.sql {
+            if let Some(database) = call.services.sql.for_plugin(name, call.plugin)? {
+                granted.push((name.clone(), database));
+            }
+        }
         setup.state.sql = SqlAccess { granted };
         Ok(())
     }

@@ -81,7 +81,7 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
     }
     println!(
         "  tables:   {}",
-        args.dir.join("state/plugins.db").display()
+        args.dir.join("state/embedded/mysql-sync.db").display()
     );
     println!(
         "  archive:  {}",
@@ -205,7 +205,7 @@ async fn summary(daemon: &Daemon, dir: &Path, feishu: &FeishuReceiver) {
             );
         }
     }
-    let db = dir.join("state/plugins.db");
+    let db = dir.join("state/embedded/mysql-sync.db");
     match sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await {
         Ok(pool) => {
             let jobs: Result<Vec<(String, String)>, _> =

@@ -104,7 +104,7 @@ pub enum PluginCommand {
         #[arg(long)]
         manifest: Option<PathBuf>,
         /// Where the run keeps what the plugin writes through its grants: the `embedded` SQL
-        /// connection (`plugins.db`), its key-value entries (`state.db`) and the archive
+        /// connection (`embedded/<plugin>.db`), its key-value entries (`state.db`) and the archive
         /// (`archive/`). Default: a temporary folder removed afterwards.
         #[arg(long)]
         state_dir: Option<PathBuf>,

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 
 use crate::capabilities::Services;
 use crate::capabilities::archive::ArchiveStore;
-use crate::capabilities::services::EMBEDDED_DB_FILE;
+use crate::capabilities::services::EMBEDDED_DB_DIR;
 use crate::capabilities::sql::Databases;
 use crate::config::main_file::{ArchiveLocation, PluginDefaults, SqlSettings};
 use crate::config::manifest::PluginManifest;
@@ -166,7 +166,7 @@ async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
             .await
             .context("cannot open the run's state file")?,
     );
-    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_FILE))
+    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_DIR))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let archive = ArchiveStore::open(&ArchiveLocation::Local(dir.join("archive")))
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -302,7 +302,7 @@ async fn main() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let services = Services {
-        sql: Databases::open(&settings, &dir.path().join("plugins.db")).expect("pools"),
+        sql: Databases::open(&settings, &dir.path().join("embedded")).expect("pools"),
         ..Services::default()
     };
     let rt = Runtime::with_services(
