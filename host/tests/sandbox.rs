@@ -456,6 +456,58 @@ async fn writers_left_open_end_with_their_call() {
     }
 }
 
+/// A plugin cannot fill the archive: what its prefix holds (what was there before this
+/// process included) is bounded by `grants.archive.max_total_bytes`; a refused stream gives
+/// its reservation back, a replaced object its old size; another prefix is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_quota_bounds_what_a_plugin_keeps() {
+    let s = setup().await;
+    let old = s.dir.path().join("archive/filler/old.bin");
+    std::fs::create_dir_all(old.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&old, [1u8; 300]).expect("an object from before");
+    let grants = |max_total_bytes: u64| Grants {
+        archive: Some(ArchiveGrant {
+            max_total_bytes: Some(max_total_bytes),
+            ..ArchiveGrant::default()
+        }),
+        ..Grants::default()
+    };
+    let filler =
+        s.rt.load(spec("filler", "intruder", &[], grants(1000)))
+            .await
+            .expect("loads");
+    let write = |what: &str| attempt(&s.mine, &format!("archive-write:{what}"));
+    filler
+        .handle(&write("a.bin:500:put"))
+        .await
+        .expect("300 + 500");
+    let why = refused(&filler, &write("b.bin:500")).await;
+    assert!(why.contains("max_total_bytes"), "{why}");
+    assert!(!s.dir.path().join("archive/filler/b.bin").exists());
+    filler
+        .handle(&write("c.bin:200"))
+        .await
+        .expect("the refused stream gave its bytes back: 1000");
+    let why = refused(&filler, &write("e.bin:1:put")).await;
+    assert!(why.contains("max_total_bytes"), "{why}");
+    filler
+        .handle(&write("a.bin:100:put"))
+        .await
+        .expect("a replacement counts its own size, not the old one's");
+    filler.handle(&write("d.bin:400")).await.expect("600 + 400");
+    let why = refused(&filler, &write("e.bin:1")).await;
+    assert!(why.contains("max_total_bytes"), "{why}");
+
+    let other =
+        s.rt.load(spec("other", "intruder", &[], grants(1000)))
+            .await
+            .expect("loads");
+    other
+        .handle(&write("x.bin:900"))
+        .await
+        .expect("another prefix has its own quota");
+}
+
 /// A plugin cannot fill the state store: past its quota (`grants.kv_quota`), a write is
 /// refused with an error value saying so, reads go on, and another plugin is unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,17 @@
 //! Keys are checked before anything is written: relative, `/`-separated, no empty, `.` or
 //! `..` segments, no backslashes or control characters. With the prefix in front, no key can
 //! reach outside the plugin's part of the store.
+//!
+//! What a prefix holds is bounded too (`max_total_bytes`): the store counts each prefix's
+//! bytes (listed once when a plugin version is loaded, then kept up to date by the writes),
+//! and a write reserves its bytes before they are sent, so concurrent calls cannot overshoot
+//! together. Replacing an object reserves only what the new one adds to the old one's size (a
+//! smaller one gives the difference back once complete); an unfinished writer gives back what
+//! it reserved.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use object_store::path::Path as StorePath;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
@@ -26,6 +35,8 @@ use wit::Error as ArchiveError;
 
 /// Default cap of one object.
 pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 1 << 30;
+/// Default cap of everything under one plugin's prefix.
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 10 << 30;
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
 /// Bytes buffered before a part is uploaded: S3's minimum part size.
@@ -43,6 +54,8 @@ pub struct ArchiveStore {
     description: String,
     /// Writers alive now, all plugins together (each holds up to a part in memory).
     open_writers: Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes held under each prefix, objects being written included (reserved).
+    usage: Arc<std::sync::Mutex<HashMap<String, Arc<AtomicU64>>>>,
 }
 
 impl std::fmt::Debug for ArchiveStore {
@@ -65,6 +78,7 @@ impl ArchiveStore {
                     store: Arc::new(store),
                     description: format!("local folder {}", root.display()),
                     open_writers: Arc::default(),
+                    usage: Arc::default(),
                 })
             }
             ArchiveLocation::S3(s3) => {
@@ -92,6 +106,7 @@ impl ArchiveStore {
                     store: Arc::new(store),
                     description: format!("s3 bucket {}", s3.bucket),
                     open_writers: Arc::default(),
+                    usage: Arc::default(),
                 })
             }
         }
@@ -101,6 +116,74 @@ impl ArchiveStore {
     /// memory until it is finished or dropped.
     pub fn open_writers(&self) -> usize {
         self.open_writers.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The byte count of `prefix`, listed from the store the first time it is asked for.
+    pub async fn usage(&self, prefix: &str) -> Result<Arc<AtomicU64>, String> {
+        if let Some(known) = self.known_usage(prefix) {
+            return Ok(known);
+        }
+        let path = StorePath::parse(prefix).map_err(|e| format!("prefix `{prefix}`: {e}"))?;
+        let mut listed = self.store.list(Some(&path));
+        let mut bytes = 0u64;
+        while let Some(meta) = futures::StreamExt::next(&mut listed).await {
+            let meta = meta.map_err(|e| format!("listing `{prefix}`: {e}"))?;
+            bytes += meta.size;
+        }
+        let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(usage
+            .entry(prefix.to_string())
+            .or_insert_with(|| Arc::new(AtomicU64::new(bytes)))
+            .clone())
+    }
+
+    /// The byte count of `prefix` if it was listed already.
+    fn known_usage(&self, prefix: &str) -> Option<Arc<AtomicU64>> {
+        let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        usage.get(prefix).cloned()
+    }
+}
+
+/// The bytes one prefix may hold and holds: reservations are made before bytes are sent.
+#[derive(Clone, Default)]
+pub struct Quota {
+    used: Arc<AtomicU64>,
+    max: u64,
+}
+
+impl Quota {
+    /// Reserves `bytes`, or says why not.
+    fn reserve(&self, bytes: u64) -> Result<(), ArchiveError> {
+        let reserved = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.max)
+            });
+        reserved.map(|_| ()).map_err(|used| {
+            ArchiveError::TooLarge(format!(
+                "the plugin's archive holds {used} bytes; {bytes} more would pass the {} its \
+                 grant allows in total (grants.archive.max_total_bytes)",
+                self.max
+            ))
+        })
+    }
+
+    /// Gives back `bytes` (an abandoned write, a replaced object).
+    fn release(&self, bytes: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}
+
+/// The size of the object at `path` now, 0 if there is none.
+async fn current_size(store: &dyn ObjectStore, path: &StorePath) -> Result<u64, ArchiveError> {
+    match store.head(path).await {
+        Ok(meta) => Ok(meta.size),
+        Err(object_store::Error::NotFound { .. }) => Ok(0),
+        Err(e) => Err(store_failed(&format!("reading `{path}`"), e)),
     }
 }
 
@@ -163,13 +246,20 @@ impl Capability for Archive {
         let (Some(grant), Some(store)) = (&call.grants.archive, &call.services.archive) else {
             return Ok(());
         };
+        let prefix = grant
+            .prefix
+            .clone()
+            .unwrap_or_else(|| call.plugin.to_string());
+        let max_total_bytes = grant.max_total_bytes.unwrap_or(DEFAULT_MAX_TOTAL_BYTES);
         setup.state.archive = ArchiveAccess {
             store: Some(store.clone()),
-            prefix: grant
-                .prefix
-                .clone()
-                .unwrap_or_else(|| call.plugin.to_string()),
+            quota: store.known_usage(&prefix).map(|used| Quota {
+                used,
+                max: max_total_bytes,
+            }),
+            prefix,
             max_object_bytes: grant.max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
+            max_total_bytes,
             open: Vec::new(),
         };
         Ok(())
@@ -182,6 +272,11 @@ pub struct ArchiveAccess {
     store: Option<ArchiveStore>,
     prefix: String,
     max_object_bytes: u64,
+    max_total_bytes: u64,
+    /// The prefix's byte count, once known: measured by the first write of the process that
+    /// needs it (a listing of the prefix), so a store that is down at load fails that write as
+    /// "unavailable" rather than the load.
+    quota: Option<Quota>,
     /// The writers this call opened and has not dropped (resource handles in the store's
     /// table): at most [`MAX_OPEN_WRITERS`], and all dropped when the call ends.
     open: Vec<u32>,
@@ -210,6 +305,28 @@ impl ArchiveAccess {
         Ok((store.store.clone(), path))
     }
 
+    /// The prefix's quota, measuring the prefix if this process has not yet.
+    async fn quota(&mut self) -> Result<Quota, ArchiveError> {
+        if let Some(quota) = &self.quota {
+            return Ok(quota.clone());
+        }
+        let store = self.store.as_ref().ok_or_else(|| {
+            ArchiveError::InvalidKey(
+                "archive writes are not granted to this plugin (grants.archive)".into(),
+            )
+        })?;
+        let used = store
+            .usage(&self.prefix)
+            .await
+            .map_err(ArchiveError::Unavailable)?;
+        let quota = Quota {
+            used,
+            max: self.max_total_bytes,
+        };
+        self.quota = Some(quota.clone());
+        Ok(quota)
+    }
+
     fn too_large(&self, size: u64) -> ArchiveError {
         ArchiveError::TooLarge(format!(
             "the object would be {size} bytes; the grant allows {} (grants.archive.max_object_bytes)",
@@ -231,6 +348,12 @@ pub struct ObjectWriter {
     key: String,
     /// The store's count of open writers, decremented on drop.
     open: Arc<std::sync::atomic::AtomicUsize>,
+    /// The prefix's quota, where `reserved` bytes are held for this writer: what it has
+    /// written beyond the size of the object it replaces (`replaces`). Kept when the object
+    /// completes, given back if it does not.
+    quota: Quota,
+    replaces: u64,
+    reserved: u64,
 }
 
 impl ObjectWriter {
@@ -254,6 +377,9 @@ impl Drop for ObjectWriter {
     /// An unfinished upload is aborted so the store keeps no orphaned parts.
     fn drop(&mut self) {
         self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if self.upload.is_some() {
+            self.quota.release(self.reserved);
+        }
         if let Some(mut upload) = self.upload.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -266,6 +392,7 @@ impl Drop for ObjectWriter {
 
 impl wit::Host for HostState {
     async fn create(&mut self, key: String) -> Result<Resource<ObjectWriter>, ArchiveError> {
+        let quota = self.caps.archive.quota().await?;
         let access = &self.caps.archive;
         let (store, path) = access.locate(&key)?;
         let counter = access
@@ -278,6 +405,8 @@ impl wit::Host for HostState {
                 "at most {MAX_OPEN_WRITERS} writers may be open at once; finish one first"
             )));
         }
+        let max_bytes = access.max_object_bytes;
+        let replaces = current_size(store.as_ref(), &path).await?;
         let upload = store
             .put_multipart(&path)
             .await
@@ -286,9 +415,12 @@ impl wit::Host for HostState {
             upload: Some(upload),
             buffer: Vec::new(),
             written: 0,
-            max_bytes: access.max_object_bytes,
+            max_bytes,
             key,
             open: counter,
+            quota,
+            replaces,
+            reserved: 0,
         };
         writer
             .open
@@ -302,16 +434,26 @@ impl wit::Host for HostState {
     }
 
     async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), ArchiveError> {
+        let quota = self.caps.archive.quota().await?;
         let access = &self.caps.archive;
         let (store, path) = access.locate(&key)?;
-        if bytes.len() as u64 > access.max_object_bytes {
-            return Err(access.too_large(bytes.len() as u64));
+        let size = bytes.len() as u64;
+        if size > access.max_object_bytes {
+            return Err(access.too_large(size));
         }
-        store
-            .put(&path, PutPayload::from(bytes))
-            .await
-            .map_err(|e| store_failed(&format!("writing `{key}`"), e))?;
-        Ok(())
+        let replaces = current_size(store.as_ref(), &path).await?;
+        let added = size.saturating_sub(replaces);
+        quota.reserve(added)?;
+        match store.put(&path, PutPayload::from(bytes)).await {
+            Ok(_) => {
+                quota.release(replaces.saturating_sub(size));
+                Ok(())
+            }
+            Err(e) => {
+                quota.release(added);
+                Err(store_failed(&format!("writing `{key}`"), e))
+            }
+        }
     }
 }
 
@@ -338,6 +480,9 @@ impl wit::HostWriter for HostState {
                 writer.key
             )));
         }
+        let needed = size.saturating_sub(writer.replaces);
+        writer.quota.reserve(needed - writer.reserved)?;
+        writer.reserved = needed;
         writer.written = size;
         writer.buffer.extend_from_slice(&bytes);
         if writer.buffer.len() >= PART_BYTES {
@@ -370,11 +515,24 @@ impl wit::HostWriter for HostState {
             .upload
             .take()
             .ok_or_else(|| ArchiveError::InvalidKey("the writer is already finished".into()))?;
-        upload
+        let completed = upload
             .complete()
             .await
-            .map_err(|e| store_failed(&format!("completing `{}`", writer.key), e))?;
-        Ok(writer.written)
+            .map_err(|e| store_failed(&format!("completing `{}`", writer.key), e));
+        // Done with the upload either way: what it reserved is kept if the object exists now
+        // (and the one it replaced gives its size back), given back if not.
+        match completed {
+            Ok(_) => {
+                writer
+                    .quota
+                    .release(writer.replaces.saturating_sub(writer.written));
+                Ok(writer.written)
+            }
+            Err(e) => {
+                writer.quota.release(writer.reserved);
+                Err(e)
+            }
+        }
     }
 
     async fn drop(&mut self, writer: Resource<ObjectWriter>) -> wasmtime::Result<()> {

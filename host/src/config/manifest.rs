@@ -149,6 +149,9 @@ pub struct ArchiveGrant {
     /// Largest object the plugin may write, in bytes (default 1 GiB).
     #[serde(default)]
     pub max_object_bytes: Option<u64>,
+    /// The most the plugin's prefix may hold, all objects together, in bytes (default 10 GiB).
+    #[serde(default)]
+    pub max_total_bytes: Option<u64>,
 }
 
 /// One host directory made visible to a plugin under a guest path.

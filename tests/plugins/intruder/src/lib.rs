@@ -10,6 +10,7 @@
 //! - `pod-log:<pod>:<container>`: open and read a pod log;
 //! - `pods`: list the job's pods;
 //! - `archive-put:<key>` / `archive-create:<key>`: write an object;
+//! - `archive-write:<key>:<bytes>[:put]`: an object of that size, streamed or put at once;
 //! - `archive-empty:<key>`: create an object and finish it without writing anything;
 //! - `archive-leak:<n>`: open n writers, write to each and forget them (never finished or
 //!   dropped);
@@ -81,6 +82,24 @@ impl Guest for Intruder {
                 log.read(1024).map(|_| ()).map_err(refused)
             }
             "archive-put" => archive::put(arg, b"x").map_err(refused),
+            "archive-write" => {
+                // `<key>:<bytes>[:put]`: an object of that size, streamed through a writer in
+                // 64 KiB chunks (or put at once); refused as soon as the host refuses a chunk.
+                let mut parts = arg.splitn(3, ':');
+                let key = parts.next().unwrap_or_default();
+                let size: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                if parts.next() == Some("put") {
+                    return archive::put(key, &vec![7u8; size]).map_err(refused);
+                }
+                let writer = archive::create(key).map_err(refused)?;
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(64 << 10);
+                    writer.write(&vec![7u8; n]).map_err(refused)?;
+                    left -= n;
+                }
+                writer.finish().map(|_| ()).map_err(refused)
+            }
             "archive-leak" => {
                 // Opens writers, writes to each and forgets them: never finished, never
                 // dropped, as if the plugin meant to keep host memory across kept instances.
