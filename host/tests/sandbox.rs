@@ -82,6 +82,7 @@ async fn setup() -> Setup {
         kv: Some(kv),
         archive: Some(archive.clone()),
         clusters: directory,
+        refusals: Default::default(),
     };
     Setup {
         _sim: sim,
@@ -506,6 +507,9 @@ async fn the_archive_quota_bounds_what_a_plugin_keeps() {
         .handle(&write("x.bin:900"))
         .await
         .expect("another prefix has its own quota");
+    let refusals = &s.rt.services().refusals;
+    assert_eq!(refusals.of("filler").get("archive_quota"), Some(&3));
+    assert!(refusals.of("other").is_empty());
 }
 
 /// A plugin cannot fill the state store: past its quota (`grants.kv_quota`), a write is
@@ -547,6 +551,11 @@ async fn the_kv_quota_stops_a_plugin_filling_the_store() {
         panic!("expected the fill's report, got {outcome:?}");
     };
     assert!(report.contains("stored 19;"), "{report}");
+    assert_eq!(
+        s.rt.services().refusals.of("small").get("kv_quota"),
+        Some(&1),
+        "each refusal is counted for the operator"
+    );
 
     // The full plugin still reads and rewrites what it has.
     let other =

@@ -24,6 +24,7 @@ use object_store::path::Path as StorePath;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
+use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::main_file::ArchiveLocation;
 use crate::config::manifest::Grants;
@@ -145,10 +146,13 @@ impl ArchiveStore {
 }
 
 /// The bytes one prefix may hold and holds: reservations are made before bytes are sent.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Quota {
     used: Arc<AtomicU64>,
     max: u64,
+    /// Where a refusal is counted, under the plugin's name.
+    refusals: Arc<Refusals>,
+    plugin: Arc<str>,
 }
 
 impl Quota {
@@ -160,6 +164,7 @@ impl Quota {
                 used.checked_add(bytes).filter(|total| *total <= self.max)
             });
         reserved.map(|_| ()).map_err(|used| {
+            self.refusals.count(&self.plugin, Limit::ArchiveQuota);
             ArchiveError::TooLarge(format!(
                 "the plugin's archive holds {used} bytes; {bytes} more would pass the {} its \
                  grant allows in total (grants.archive.max_total_bytes)",
@@ -256,7 +261,11 @@ impl Capability for Archive {
             quota: store.known_usage(&prefix).map(|used| Quota {
                 used,
                 max: max_total_bytes,
+                refusals: call.services.refusals.clone(),
+                plugin: Arc::from(call.plugin),
             }),
+            refusals: call.services.refusals.clone(),
+            plugin: Arc::from(call.plugin),
             prefix,
             max_object_bytes: grant.max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
             max_total_bytes,
@@ -273,6 +282,8 @@ pub struct ArchiveAccess {
     prefix: String,
     max_object_bytes: u64,
     max_total_bytes: u64,
+    refusals: Arc<Refusals>,
+    plugin: Arc<str>,
     /// The prefix's byte count, once known: measured by the first write of the process that
     /// needs it (a listing of the prefix), so a store that is down at load fails that write as
     /// "unavailable" rather than the load.
@@ -322,6 +333,8 @@ impl ArchiveAccess {
         let quota = Quota {
             used,
             max: self.max_total_bytes,
+            refusals: self.refusals.clone(),
+            plugin: self.plugin.clone(),
         };
         self.quota = Some(quota.clone());
         Ok(quota)

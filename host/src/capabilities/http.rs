@@ -64,6 +64,7 @@ use wasmtime_wasi_http::{
 
 use self::allow::{AllowList, Host, Scheme, Target};
 use self::body::CappedBody;
+use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::manifest::{Grants, HttpGrant};
 use crate::runtime::{HostState, MAX_TIMEOUT};
@@ -125,6 +126,7 @@ impl Capability for Http {
             plugin: Arc::from(call.plugin),
             rules,
             open,
+            refusals: call.services.refusals.clone(),
         };
         Ok(())
     }
@@ -223,6 +225,8 @@ struct Policy {
     /// One permit per request the call may have open; a request holds its permit until its
     /// connection is done (the response read or dropped), and the call's end drops them all.
     open: Option<Arc<tokio::sync::Semaphore>>,
+    /// Where a refusal by the open-request limit is counted.
+    refusals: Arc<Refusals>,
 }
 
 impl Policy {
@@ -260,6 +264,7 @@ impl WasiHttpHooks for Policy {
                 .as_ref()
                 .and_then(|open| open.clone().try_acquire_owned().ok())
                 .ok_or_else(|| {
+                    self.refusals.count(&self.plugin, Limit::HttpOpenRequests);
                     refused(
                         &self.plugin,
                         &target,
@@ -467,6 +472,7 @@ mod tests {
             plugin: Arc::from("probe"),
             rules,
             open,
+            refusals: Arc::default(),
         }
     }
 

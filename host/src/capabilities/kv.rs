@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
+use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, StoreSetup};
 use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::kv as wit;
@@ -40,6 +41,7 @@ impl Capability for Kv {
         if call.grants.kv {
             let quota = call.grants.kv_quota.clone().unwrap_or_default();
             setup.state.kv = KvAccess {
+                refusals: call.services.refusals.clone(),
                 store: call.services.kv.clone(),
                 plugin: Arc::from(call.plugin),
                 max_entries: quota.max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
@@ -53,6 +55,7 @@ impl Capability for Kv {
 /// The store one call may use; `store` is `None` unless granted.
 #[derive(Default)]
 pub struct KvAccess {
+    refusals: Arc<Refusals>,
     store: Option<Arc<dyn PluginKv>>,
     plugin: Arc<str>,
     max_entries: u64,
@@ -107,6 +110,7 @@ impl wit::Host for HostState {
             .map_err(|e| format!("kv: {e}"))?;
         let after = bytes + (key.len() + value.len()) as u64;
         if entries + 1 > access.max_entries || after > access.max_bytes {
+            access.refusals.count(&access.plugin, Limit::KvQuota);
             return Err(format!(
                 "kv quota: the plugin keeps {entries} other entries of {bytes} bytes; this \
                  write would make {} entries of {after} bytes, over the quota of {} entries \

@@ -16,6 +16,7 @@ pub mod kv;
 pub mod lifecycle;
 pub mod log;
 pub mod pod_logs;
+pub mod refusals;
 pub mod services;
 pub mod sql;
 pub mod sqlite_sandbox;

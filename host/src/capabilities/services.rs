@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::archive::ArchiveStore;
 use super::pod_logs::ClusterDirectory;
+use super::refusals::Refusals;
 use super::sql::Databases;
 use crate::config::main_file::MainConfig;
 use crate::state::PluginKv;
@@ -30,6 +31,8 @@ pub struct Services {
     pub archive: Option<ArchiveStore>,
     /// The watched clusters' clients, for pod logs.
     pub clusters: ClusterDirectory,
+    /// How often each plugin ran into a quota or limit.
+    pub refusals: Arc<Refusals>,
 }
 
 impl std::fmt::Debug for Services {
@@ -58,6 +61,7 @@ impl Services {
             kv,
             archive: Some(archive),
             clusters,
+            refusals: Arc::default(),
         })
     }
 }

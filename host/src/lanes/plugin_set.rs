@@ -39,6 +39,10 @@ pub struct PluginStatus {
     /// Set while a load that failed for a reason that may pass is being retried.
     pub waiting: Option<WaitingLoad>,
     pub lane: Option<LaneStats>,
+    /// Writes and requests refused by a quota or limit since the process started, by limit
+    /// (`kv_quota`, `archive_quota`, `http_open_requests`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub refusals: BTreeMap<&'static str, u64>,
 }
 
 /// A load being retried after a failure that may pass. Without a serving version, the
@@ -402,8 +406,10 @@ impl PluginSet {
     pub fn status(&self) -> BTreeMap<String, PluginStatus> {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = book.status.clone();
+        let refusals = &self.runtime.services().refusals;
         for (name, status) in out.iter_mut() {
             status.lane = self.routes.get(name).map(|l| l.stats());
+            status.refusals = refusals.of(name);
         }
         out
     }

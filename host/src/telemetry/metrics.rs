@@ -405,6 +405,24 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             attempts,
         )?;
+        let refusals: Vec<(Labels, ConstCounter<u64>)> = status
+            .plugins
+            .iter()
+            .flat_map(|(name, p)| {
+                p.refusals.iter().map(move |(limit, n)| {
+                    let labels = vec![("plugin", name.clone()), ("limit", limit.to_string())];
+                    (labels, ConstCounter::new(*n))
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_plugin_refusals",
+            "Writes and requests refused because the plugin reached a quota or limit \
+             (kv_quota, archive_quota, http_open_requests)",
+            MetricType::Counter,
+            refusals,
+        )?;
         let problems = vec![(Labels::new(), gauge(status.problems.len() as u64))];
         family(
             e,
