@@ -33,6 +33,7 @@ fn services(dir: &Path) -> Services {
                 url: mysql_url(),
                 max_connections: 8,
                 acquire_timeout_ms: 5_000,
+                max_statement_ms: 60_000,
             },
         )]),
     };

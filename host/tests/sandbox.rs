@@ -61,14 +61,26 @@ async fn setup() -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let secret_db = format!("sqlite://{}", dir.path().join("secret.db").display());
     let sql = SqlSettings {
-        connections: BTreeMap::from([(
-            "secret-db".to_string(),
-            SqlConnection {
-                url: secret_db,
-                max_connections: 1,
-                acquire_timeout_ms: 1_000,
-            },
-        )]),
+        connections: BTreeMap::from([
+            (
+                "secret-db".to_string(),
+                SqlConnection {
+                    url: secret_db,
+                    max_connections: 1,
+                    acquire_timeout_ms: 1_000,
+                    max_statement_ms: 1_000,
+                },
+            ),
+            (
+                "maria".to_string(),
+                SqlConnection {
+                    url: common::mysql_url(),
+                    max_connections: 2,
+                    acquire_timeout_ms: 5_000,
+                    max_statement_ms: 1_000,
+                },
+            ),
+        ]),
     };
     let kv: Arc<dyn PluginKv> = Arc::new(
         SqliteStore::open(&dir.path().join("state.db"))
@@ -409,6 +421,48 @@ async fn a_runaway_query_stops_with_its_call() {
         started.elapsed() < std::time::Duration::from_secs(60),
         "the runaway statement did not hold the test hostage"
     );
+}
+
+/// On MySQL/MariaDB, a statement whose call timed out is ended by the server at the
+/// connection's statement time limit (`max_statement_ms`), not run to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_statement_ends_on_the_server_too() {
+    let s = setup().await;
+    let grants = Grants {
+        sql: vec!["maria".into()],
+        ..Grants::default()
+    };
+    let mut slow = spec("intruder", "intruder", &[], grants);
+    slow.timeout = std::time::Duration::from_millis(300);
+    let plugin = s.rt.load(slow).await.expect("loads");
+    let marker = format!("abandoned-{}", std::process::id());
+    let sleeper = format!("SELECT SLEEP(30), '{marker}'");
+    let outcome = plugin
+        .handle(&attempt(&s.mine, &format!("sql-exec:maria:{sleeper}")))
+        .await;
+    assert!(matches!(outcome, Err(CallError::Timeout(_))), "{outcome:?}");
+    let db = sqlx::MySqlPool::connect(&common::mysql_url())
+        .await
+        .expect("MariaDB must be reachable (tests/run.sh starts it)");
+    let running = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE INFO LIKE CONCAT('%', ?, '%') AND INFO NOT LIKE '%PROCESSLIST%'",
+        )
+        .bind(&marker)
+        .fetch_one(&db)
+        .await
+        .expect("processlist");
+        n
+    };
+    let started = std::time::Instant::now();
+    while running().await > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the abandoned statement still runs on the server"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// A plugin's reason is cut and escaped before the host keeps it: a 16 MiB give-up full of

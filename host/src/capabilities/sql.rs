@@ -196,9 +196,11 @@ fn open_one(connection: &SqlConnection) -> Result<Database, String> {
         // The parse error is not shown: it can quote the URL, password included.
         let options = MySqlConnectOptions::from_str(&url)
             .map_err(|_| "url: not a valid mysql:// URL".to_string())?;
+        let limit_ms = connection.max_statement_ms;
         let pool = MySqlPoolOptions::new()
             .max_connections(connection.max_connections)
             .acquire_timeout(acquire)
+            .after_connect(move |conn, _meta| Box::pin(limit_statements(conn, limit_ms)))
             .connect_lazy_with(options);
         Ok(Database::MySql(pool))
     } else if url.starts_with("sqlite:") {
@@ -217,6 +219,32 @@ fn open_one(connection: &SqlConnection) -> Result<Database, String> {
     } else {
         Err("url: must start with mysql://, mariadb:// or sqlite:".into())
     }
+}
+
+/// Bounds how long the server runs any statement of a new MySQL/MariaDB connection: a call
+/// that timed out has stopped waiting, and without this the server would run its statement to
+/// the end, holding locks and a core. MariaDB bounds every statement (`max_statement_time`, in
+/// seconds); MySQL only `SELECT` (`max_execution_time`, in ms). 0: no limit.
+async fn limit_statements(
+    conn: &mut sqlx::MySqlConnection,
+    limit_ms: u64,
+) -> Result<(), sqlx::Error> {
+    use sqlx::Executor;
+    if limit_ms == 0 {
+        return Ok(());
+    }
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let set = if version.contains("MariaDB") {
+        format!(
+            "SET SESSION max_statement_time = {}",
+            limit_ms as f64 / 1000.0
+        )
+    } else {
+        format!("SET SESSION max_execution_time = {limit_ms}")
+    };
+    conn.execute(AssertSqlSafe(set)).await.map(|_| ())
 }
 
 /// SQLite pool options whose every new connection is fenced ([`sqlite_sandbox::fence`]).

@@ -162,6 +162,13 @@ pub struct SqlConnection {
     /// How long a statement waits for a free connection, in milliseconds (default 5000).
     #[serde(default = "default_sql_acquire_timeout")]
     pub acquire_timeout_ms: u64,
+    /// MySQL/MariaDB: the longest a statement may run on the server, in milliseconds (default
+    /// 60000; 0: no limit). A plugin call that times out stops waiting for its statement, but
+    /// the server would run it to its end; this limit ends it there. Set on each connection
+    /// (`max_statement_time` on MariaDB; `max_execution_time` on MySQL, which bounds only
+    /// `SELECT`).
+    #[serde(default = "default_sql_max_statement_ms")]
+    pub max_statement_ms: u64,
 }
 
 impl std::fmt::Debug for SqlConnection {
@@ -170,6 +177,7 @@ impl std::fmt::Debug for SqlConnection {
         f.debug_struct("SqlConnection")
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_ms", &self.acquire_timeout_ms)
+            .field("max_statement_ms", &self.max_statement_ms)
             .finish_non_exhaustive()
     }
 }
@@ -179,6 +187,9 @@ fn default_sql_max_connections() -> u32 {
 }
 fn default_sql_acquire_timeout() -> u64 {
     5_000
+}
+fn default_sql_max_statement_ms() -> u64 {
+    60_000
 }
 
 /// The `archive:` section: one store for every plugin, each writing under its own prefix.
@@ -440,6 +451,12 @@ impl MainFile {
                 connection.max_connections,
                 1,
                 bounds::SQL_CONNECTIONS,
+            )?;
+            in_range(
+                &format!("sql.connections.{name}.max_statement_ms"),
+                connection.max_statement_ms,
+                0,
+                bounds::TIMEOUT_MS,
             )?;
             if name.is_empty()
                 || connection.url.trim().is_empty()

@@ -297,6 +297,7 @@ async fn main() {
                 url: url.clone(),
                 max_connections: concurrency() as u32,
                 acquire_timeout_ms: 10_000,
+                max_statement_ms: 60_000,
             },
         )]),
     };
