@@ -59,6 +59,9 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "layers"
+tests/layers.sh
+
 step "tests"
 # The plugins' own logic (cards, SQL text, settings) is plain Rust, tested natively.
 (cd plugins && cargo test --locked --no-fail-fast)

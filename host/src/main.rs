@@ -45,6 +45,7 @@ async fn main() -> ExitCode {
                 }
             })
         }
+        #[cfg(feature = "demo")]
         Command::Demo {
             dir,
             plugins,

@@ -1,6 +1,6 @@
 //! The `jobrelay run` process as an operator's supervisor treats it: killed with SIGKILL in the
 //! middle of a stream of job changes and restarted, stopped with SIGTERM while a plugin call is
-//! running, and stopped at once by a second signal.
+//! running, stopped at once by a second signal, and starved of file handles.
 //!
 //! The simulated cluster lives in the test process; the daemon is the real binary in a child
 //! process. Every child is wrapped in [`Relay`], whose `Drop` kills it, so a failing assertion
@@ -34,7 +34,7 @@ const BEHAVE: &str = "jobrelay.test/behave";
 pub(crate) struct Relay {
     what: String,
     pub(crate) child: Child,
-    pid: u32,
+    pub(crate) pid: u32,
     log: Arc<Mutex<String>>,
     reader: Option<JoinHandle<()>>,
 }
@@ -996,4 +996,94 @@ async fn a_second_signal_exits_at_once_with_130() {
             .is_none_or(|c| c.resource_version != slow.resource_version()),
         "the interrupted call's cursor was not advanced: {cursor:?}"
     );
+}
+
+// ----- 4. out of file handles -------------------------------------------------------------------
+
+/// Waits until `needle` is in the daemon's log.
+async fn wait_log(relay: &Relay, needle: &str) {
+    let seen = poll(DEADLINE, || {
+        if relay.log().contains(needle) {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    })
+    .await;
+    if seen.is_err() {
+        panic!("never logged `{needle}`\n{}", relay.tail());
+    }
+}
+
+/// Sets the soft open-file limit of a running process with util-linux `prlimit`.
+fn set_open_file_limit(pid: u32, soft: &str) {
+    let status = std::process::Command::new("prlimit")
+        .arg("--pid")
+        .arg(pid.to_string())
+        .arg(format!("--nofile={soft}:"))
+        .status()
+        .expect("prlimit runs (util-linux)");
+    assert!(status.success(), "prlimit --pid {pid} --nofile={soft}:");
+}
+
+/// The daemon runs out of file handles (its open-file limit lowered below the fds it holds, so
+/// every `open` and `read_dir` fails with EMFILE) through several periodic re-scans: a folder it
+/// cannot list says nothing about what the folder holds, so no plugin and no cluster is
+/// removed, and once handles are back the same plugin delivers the next jobs without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_file_handles_removes_nothing() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let manifest = "wasm: event-log.wasm\ndelivery: every-version\n\
+                    grants:\n  filesystem:\n    - {host: out/log, guest: /data, writable: true}\n\
+                    config:\n  file: events.jsonl\n";
+    let dir = config_folder(&sim, "log", manifest);
+    let events = dir.path().join("out/log/events.jsonl");
+    let relay = Relay::start(dir.path(), "out of file handles");
+    wait_log(&relay, "plugin version serving").await;
+    wait_log(&relay, "cluster started").await;
+
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", relay.pid)).expect("limits");
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .expect("the soft open-file limit")
+        .to_string();
+    // Below every fd it holds (0, 1 and 2 included), so no new one can be had; the ones it
+    // holds keep working.
+    set_open_file_limit(relay.pid, "3");
+    // The re-scan runs every 2 s: a few of them meet the limit.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    set_open_file_limit(relay.pid, &soft);
+
+    let mut rng = Rng(7);
+    let played = drive(sim.clone(), plan_jobs(&mut rng, 2))
+        .await
+        .expect("driver plays every step");
+    if let Err(missing) = finals_delivered(&played, &events).await {
+        panic!(
+            "after the handles came back these final states were not delivered: {missing}\n{}",
+            relay.tail()
+        );
+    }
+    let log = relay.log();
+    assert!(!log.contains("plugin removed"), "{}", relay.tail());
+    assert_eq!(
+        log.matches("plugin version serving").count(),
+        1,
+        "the plugin was not loaded again\n{}",
+        relay.tail()
+    );
+    assert_eq!(
+        log.matches("cluster started").count(),
+        1,
+        "the cluster was not started again\n{}",
+        relay.tail()
+    );
+    assert!(
+        log.matches("cannot read a config folder").count() >= 2,
+        "the unreadable folder is reported at each re-scan\n{}",
+        relay.tail()
+    );
+    assert!(!log.contains("panicked"), "{}", relay.tail());
 }

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod dead_letters;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod finalizers;
 pub mod plugin_run;
@@ -45,6 +46,7 @@ pub enum Command {
     },
     /// Run the whole product on a simulated cluster: the three shipped plugins on local
     /// defaults, live progress, and the status endpoint. Needs `plugins/build.sh` first.
+    #[cfg(feature = "demo")]
     Demo {
         /// Folder for config, state, tables and archive (emptied first).
         #[arg(long, default_value = "target/demo")]
