@@ -458,7 +458,8 @@ async fn refusals_are_logged_with_plugin_and_destination_but_no_path_or_query() 
 
 /// One call cannot hold more connections than `max_concurrent_requests`: a plugin starting 200
 /// requests at once to a server that never answers gets the rest refused with
-/// `connection-limit-reached`, and the server sees at most that many connections.
+/// `connection-limit-reached` (each counted as a refusal of the plugin), and the server sees at
+/// most that many connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_call_cannot_open_more_requests_than_its_grant_allows() {
     let silent = Server::start(None).await;
@@ -482,6 +483,15 @@ async fn one_call_cannot_open_more_requests_than_its_grant_allows() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(refused >= 150, "{report}");
+    assert_eq!(
+        runtime()
+            .services()
+            .refusals
+            .of("capped")
+            .get("http_open_requests"),
+        Some(&(refused as u64)),
+        "every refusal is counted for the plugin"
+    );
     assert!(
         silent.connections() <= 8,
         "{} connections reached the server",
