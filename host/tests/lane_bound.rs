@@ -1,6 +1,7 @@
 //! The memory a lane holds for a plugin that is down is bounded: an `every-version` lane keeps
 //! at most `max_queued_per_job` versions of a job, and moves the rest to the durable
-//! dead-letter list, where nothing is lost and everything can be replayed.
+//! dead-letter list, where nothing is lost and everything can be replayed. A `latest` lane
+//! replaces what waits, never the call in flight.
 
 use crate::common;
 
@@ -207,5 +208,86 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
     push("west", "w-3", 1);
     common_wait(|| async { (lane.stats().retried >= 3).then_some(()) }).await;
     assert_eq!(lane.stats().pending, 1, "w-3 waits for its retry");
+    lane.close().await;
+}
+
+/// A plugin whose calls wait at a gate until the test opens it; records what it delivered.
+struct Gated {
+    gate: tokio::sync::Semaphore,
+    started: tokio::sync::Notify,
+    delivered: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Handler for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+
+    fn version(&self) -> &str {
+        "v1"
+    }
+
+    async fn handle(&self, event: &JobEvent) -> Result<(), CallError> {
+        self.started.notify_one();
+        let permit = self.gate.acquire().await;
+        permit
+            .map_err(|_| CallError::Host("gate closed".into()))?
+            .forget();
+        self.delivered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.resource_version.clone());
+        Ok(())
+    }
+}
+
+/// `latest`: a version that arrives while an older one is being handed to the plugin replaces
+/// what waits, not the call in flight, so it is delivered once that call ends. (It used to
+/// take the in-flight version's place at the head of the queue and be dropped as if handled:
+/// the job's newest state never arrived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_delivers_a_version_that_arrives_during_a_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let mut settings = slow_retries(1, 5);
+    settings.mode = DeliveryMode::Latest;
+    let gated = Arc::new(Gated {
+        gate: tokio::sync::Semaphore::new(0),
+        started: tokio::sync::Notify::new(),
+        delivered: Default::default(),
+    });
+    let lane = Lane::open("gated", gated.clone(), settings, store.clone(), None)
+        .await
+        .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    let push = |rv: &str, phase: Phase| {
+        lane.push(&Observed {
+            event: event("u-1", rv, phase, None, "2026-11-21T10:00:00Z"),
+            kind: kind.clone(),
+            from_list: false,
+        });
+    };
+    let started = gated.started.notified();
+    push("1", Phase::Running);
+    started.await;
+    // Version 1 is in flight; 2 and then 3 arrive: 3 replaces 2, and 1 stays in flight.
+    push("2", Phase::Running);
+    push("3", Phase::Succeeded);
+    gated.gate.add_permits(10);
+    tokio::time::timeout(Duration::from_secs(20), lane.idle())
+        .await
+        .expect("the lane settles");
+    let delivered = gated
+        .delivered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    assert_eq!(delivered, ["1", "3"], "the newest version is delivered");
+    let cursors = store.cursors("gated").await.expect("cursors");
+    assert_eq!(cursors.len(), 1);
+    assert_eq!(cursors[0].resource_version, "3");
     lane.close().await;
 }

@@ -16,7 +16,7 @@
 //!   queued: a reload swaps the version in place and the queues are untouched, so no event is
 //!   dropped or handled twice by a reload, and calls in flight finish on their version.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -31,14 +31,16 @@ use super::call_stats::{CallSnapshot, CallStats};
 use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
-use super::mode::{Accepted, Decision};
+use super::mode::Accepted;
+use super::queue::{Next, Queues};
 use super::settings::LaneSettings;
 use crate::runtime::CallError;
 use crate::state::{Cursor, CursorStore};
 use crate::watch::catch_up;
 use crate::watch::event::{JobEvent, JobKey, Phase};
+
+pub use super::queue::Listed;
 use crate::watch::kinds::JobKind;
-use crate::watch::transition_key::TransitionKey;
 
 /// Counters of one lane, for status, metrics and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -79,62 +81,6 @@ pub struct Observed {
     pub from_list: bool,
 }
 
-/// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
-#[derive(Debug)]
-struct Item {
-    event: JobEvent,
-    replay: bool,
-    /// When it was queued, for the age of the oldest pending event.
-    queued_at: Instant,
-}
-
-/// What a lane keeps per job: the projection needed to judge and order its events.
-#[derive(Debug, Default)]
-struct JobState {
-    accepted: Accepted,
-    /// Phase of the last version delivered (the `previous_phase` of the next one).
-    delivered_phase: Option<Phase>,
-    queue: VecDeque<Item>,
-    busy: bool,
-    api_version: Arc<str>,
-    kind: Arc<str>,
-    namespace: String,
-    name: String,
-}
-
-impl JobState {
-    /// A job the lane has not seen before.
-    fn for_event(event: &JobEvent) -> JobState {
-        JobState {
-            api_version: Arc::from(event.api_version.as_str()),
-            kind: Arc::from(event.kind.as_str()),
-            namespace: event.namespace.clone(),
-            name: event.name.clone(),
-            ..JobState::default()
-        }
-    }
-
-    fn from_cursor(c: &Cursor) -> JobState {
-        let delivered = !c.resource_version.is_empty();
-        JobState {
-            accepted: Accepted {
-                resource_version: delivered.then(|| c.resource_version.clone()),
-                phase: delivered.then_some(c.phase),
-                transition_time: delivered.then(|| c.transition_time.clone()),
-                terminal_done: delivered && super::mode::is_end(c.phase),
-                deleted: c.deleted,
-            },
-            delivered_phase: delivered.then_some(c.phase),
-            queue: VecDeque::new(),
-            busy: false,
-            api_version: Arc::from(c.api_version.as_str()),
-            kind: Arc::from(c.kind.as_str()),
-            namespace: c.namespace.clone(),
-            name: c.name.clone(),
-        }
-    }
-}
-
 struct Inner {
     name: String,
     /// The handler the next call uses (double `Arc`: `ArcSwap` needs a sized pointee).
@@ -148,7 +94,8 @@ struct Inner {
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
     limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
-    jobs: Mutex<HashMap<JobKey, JobState>>,
+    /// Every job's queue; one lock, held only for a step of the queue state machine.
+    queues: Mutex<Queues>,
     store: Arc<dyn CursorStore>,
     /// When the plugin was first installed (from the state store): jobs created before it get
     /// their current state, not their history. `None`: the stored time does not parse, and
@@ -166,7 +113,6 @@ struct Inner {
     dead_lettered: AtomicU64,
     failed_calls: AtomicU64,
     skipped: AtomicU64,
-    pending: AtomicU64,
     in_flight: AtomicU64,
     /// Durations and failure kinds of the plugin's calls.
     calls: CallStats,
@@ -246,7 +192,7 @@ impl Lane {
         let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
         let cursors = store.cursors(name).await?;
         let installed_at = install_time(name, &cursors, store.as_ref()).await?;
-        let jobs = jobs_from(&cursors);
+        let queues = Queues::from_cursors(&cursors);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
@@ -258,7 +204,7 @@ impl Lane {
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
-                jobs: Mutex::new(jobs),
+                queues: Mutex::new(queues),
                 store,
                 installed_at,
                 book,
@@ -270,7 +216,6 @@ impl Lane {
                 dead_lettered: AtomicU64::new(0),
                 failed_calls: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
-                pending: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 calls: CallStats::default(),
                 by_job_kind: EventCounts::default(),
@@ -325,60 +270,38 @@ impl Lane {
             return;
         }
         let event = &observed.event;
-        let mode = self.inner.settings.load().mode;
+        let settings = self.inner.settings.load();
+        let (mode, cap) = (settings.mode, settings.max_queued_per_job);
+        let catch_up = observed.from_list && mode.wants_catch_up();
+        let installed_at = self.inner.installed_at.as_ref();
         let key = event.job_key();
-        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let job = jobs.entry(key.clone()).or_insert_with(|| {
-            self.remember(event);
-            JobState::for_event(event)
-        });
-        let mut offered = Vec::new();
-        if observed.from_list && mode.wants_catch_up() {
-            offered.extend(self.missed(job, observed));
-        }
-        offered.push(event.clone());
-        for event in offered {
-            // Only consulted when the version differs from the last one accepted, which is
-            // rare for a version still queued; no set is built per event.
-            let queue = &job.queue;
-            let queued = |rv: &str| {
-                queue
-                    .iter()
-                    .any(|i| !i.replay && i.event.resource_version == rv)
-            };
-            let decision = mode.decide(&mut job.accepted, &event, queued);
-            match decision {
-                Decision::Skip(_) => {
-                    self.inner.skipped.fetch_add(1, Ordering::SeqCst);
-                    continue;
+        let offered = {
+            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let offered = queues.offer(event, mode, cap, Instant::now(), |accepted| {
+                if catch_up {
+                    gap_events(accepted, observed, installed_at)
+                } else {
+                    Vec::new()
                 }
-                Decision::Replace => {
-                    let before = job.queue.len();
-                    job.queue.retain(|i| i.replay);
-                    let dropped = (before - job.queue.len()) as u64;
-                    self.inner.pending.fetch_sub(dropped, Ordering::SeqCst);
-                    self.inner.skipped.fetch_add(dropped, Ordering::SeqCst);
-                }
-                Decision::Append => {
-                    let cap = self.inner.settings.load().max_queued_per_job;
-                    let queued = job.queue.iter().filter(|i| !i.replay).count();
-                    if queued >= cap {
-                        self.park(event, cap);
-                        continue;
-                    }
-                }
-            }
-            self.inner.pending.fetch_add(1, Ordering::SeqCst);
-            job.queue.push_back(Item {
-                event,
-                replay: false,
-                queued_at: Instant::now(),
             });
+            // Parked while the queues are locked, so a job's overflow keeps its order.
+            for event in &offered.parked {
+                self.park(event.clone(), cap);
+            }
+            offered
+        };
+        if offered.new_job {
+            self.remember(event);
         }
-        self.wake(&key, job);
-        let idle = !job.busy && job.queue.is_empty();
-        drop(jobs);
-        if idle && let Some(book) = &self.inner.book {
+        self.inner
+            .skipped
+            .fetch_add(offered.skipped, Ordering::SeqCst);
+        if offered.start {
+            self.start_worker(key.clone());
+        }
+        if offered.idle
+            && let Some(book) = &self.inner.book
+        {
             book.lane_done(&self.inner.name, &key);
         }
     }
@@ -431,52 +354,6 @@ impl Lane {
         });
     }
 
-    /// Missed transitions of a job seen again after a gap, as synthetic events. A job the lane
-    /// has accepted nothing of (first seen in a list, or remembered but never delivered before
-    /// a restart) gets every transition its status records, unless it already existed when
-    /// the plugin was installed.
-    fn missed(&self, job: &JobState, observed: &Observed) -> Vec<JobEvent> {
-        if job.accepted.deleted {
-            return Vec::new();
-        }
-        let Some(last_phase) = job.accepted.phase else {
-            return self.first_sight(observed);
-        };
-        let Some(last_time) = job.accepted.transition_time.as_deref() else {
-            return Vec::new();
-        };
-        if last_phase == observed.event.phase {
-            return Vec::new();
-        }
-        let Ok(object) = serde_json::from_str::<serde_json::Value>(&observed.event.object_json)
-        else {
-            return Vec::new();
-        };
-        let missed = catch_up::missed_transitions(
-            &observed.kind.normalizer,
-            &object,
-            last_phase,
-            Some(last_time),
-        );
-        catch_up::synthetic_events(&observed.event, last_phase, &missed)
-    }
-
-    /// The recorded history of a job the lane has accepted nothing of, as synthetic events:
-    /// none for a job created before the plugin was installed.
-    fn first_sight(&self, observed: &Observed) -> Vec<JobEvent> {
-        let Ok(object) = serde_json::from_str::<serde_json::Value>(&observed.event.object_json)
-        else {
-            return Vec::new();
-        };
-        if let Some(installed) = &self.inner.installed_at
-            && !catch_up::created_after(&object, installed)
-        {
-            return Vec::new();
-        }
-        let recorded = catch_up::recorded_transitions(&observed.kind.normalizer, &object);
-        catch_up::first_sight_events(&observed.event, &recorded)
-    }
-
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and
     /// does not move the job's cursor (later versions may have been delivered since).
     pub fn push_replay(&self, event: JobEvent) {
@@ -484,17 +361,15 @@ impl Lane {
             return;
         }
         let key = event.job_key();
-        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let job = jobs
-            .entry(key.clone())
-            .or_insert_with(|| JobState::for_event(&event));
-        self.inner.pending.fetch_add(1, Ordering::SeqCst);
-        job.queue.push_back(Item {
-            event,
-            queued_at: Instant::now(),
-            replay: true,
-        });
-        self.wake(&key, job);
+        let start = self
+            .inner
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .offer_replay(event, Instant::now());
+        if start {
+            self.start_worker(key);
+        }
     }
 
     /// A stream finished a (re-)list: jobs of that cluster, kind and namespace that the lane
@@ -504,22 +379,12 @@ impl Lane {
         if self.inner.excludes(&listed.cluster) {
             return;
         }
-        let mut gone: Vec<JobEvent> = Vec::new();
-        {
-            let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            for (key, job) in jobs.iter() {
-                let same_stream = key.cluster == listed.cluster
-                    && *job.api_version == listed.job_kind.api_version()
-                    && *job.kind == listed.job_kind.kind
-                    && listed
-                        .namespace
-                        .as_deref()
-                        .is_none_or(|ns| ns == job.namespace);
-                if same_stream && !job.accepted.deleted && !listed.uids.contains(&key.uid) {
-                    gone.push(gone_event(key, job));
-                }
-            }
-        }
+        let gone = self
+            .inner
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .gone(listed);
         for event in gone {
             let kind = listed.job_kind.clone();
             self.push(&Observed {
@@ -530,25 +395,17 @@ impl Lane {
         }
     }
 
-    /// Start the job's worker if it has work and none is running.
-    fn wake(&self, key: &JobKey, job: &mut JobState) {
-        if job.busy || job.queue.is_empty() {
-            return;
-        }
-        job.busy = true;
+    /// Starts the worker of a job the queues just claimed for one.
+    fn start_worker(&self, key: JobKey) {
         let inner = self.inner.clone();
-        self.inner.workers.spawn(work(inner, key.clone()));
+        self.inner.workers.spawn(work(inner, key));
     }
 
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;
-        let (jobs, oldest) = {
-            let jobs = i.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let oldest = jobs
-                .values()
-                .filter_map(|job| job.queue.front().map(|item| item.queued_at))
-                .min();
-            (jobs.len() as u64, oldest)
+        let (jobs, oldest, pending) = {
+            let queues = i.queues.lock().unwrap_or_else(|p| p.into_inner());
+            (queues.jobs() as u64, queues.oldest(), queues.pending())
         };
         LaneStats {
             delivered: i.delivered.load(Ordering::SeqCst),
@@ -556,7 +413,7 @@ impl Lane {
             dead_lettered: i.dead_lettered.load(Ordering::SeqCst),
             failed_calls: i.failed_calls.load(Ordering::SeqCst),
             skipped: i.skipped.load(Ordering::SeqCst),
-            pending: i.pending.load(Ordering::SeqCst),
+            pending,
             in_flight: i.in_flight.load(Ordering::SeqCst),
             jobs,
             calls: i.calls.snapshot(),
@@ -570,7 +427,13 @@ impl Lane {
     pub async fn idle(&self) {
         loop {
             let notified = self.inner.settled.notified();
-            if self.inner.pending.load(Ordering::SeqCst) == 0 {
+            let pending = self
+                .inner
+                .queues
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pending();
+            if pending == 0 {
                 return;
             }
             notified.await;
@@ -591,20 +454,12 @@ impl Lane {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(cluster);
         }
-        let cursors: Vec<Cursor> = self
-            .inner
-            .store
-            .cursors(&self.inner.name)
-            .await?
-            .into_iter()
-            .filter(|c| of(&c.cluster))
-            .collect();
-        let fresh = jobs_from(&cursors);
-        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.retain(|key, job| !of(&key.cluster) || job.busy || !job.queue.is_empty());
-        for (key, job) in fresh {
-            jobs.entry(key).or_insert(job);
-        }
+        let cursors = self.inner.store.cursors(&self.inner.name).await?;
+        self.inner
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reload(of, &cursors);
         Ok(())
     }
 
@@ -619,43 +474,17 @@ impl Lane {
             .insert(cluster.to_string());
         // Retry waits of the cluster's jobs end now (others go back to waiting).
         self.inner.closing.notify_waiters();
-        {
-            let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let mut dropped = 0u64;
-            for (_, job) in jobs.iter_mut().filter(|(k, _)| k.cluster == cluster) {
-                // The front item of a busy job is the call in flight: its worker acknowledges
-                // and pops it.
-                let keep = usize::from(job.busy).min(job.queue.len());
-                dropped += (job.queue.len() - keep) as u64;
-                job.queue.truncate(keep);
-            }
-            jobs.retain(|key, job| key.cluster != cluster || job.busy);
-            self.inner.pending.fetch_sub(dropped, Ordering::SeqCst);
-        }
+        let queues = || self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues().drop_waiting(cluster);
         self.inner.settled.notify_waiters();
         loop {
             let notified = self.inner.settled.notified();
-            let busy = {
-                let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-                jobs.iter().any(|(k, j)| k.cluster == cluster && j.busy)
-            };
-            if !busy {
+            if !queues().busy_in(cluster) {
                 break;
             }
             notified.await;
         }
-        // Whatever is still queued (a call cut short keeps its item) is dropped with the job.
-        let mut jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let mut left = 0u64;
-        jobs.retain(|key, job| {
-            let ours = key.cluster == cluster;
-            if ours {
-                left += job.queue.len() as u64;
-            }
-            !ours
-        });
-        self.inner.pending.fetch_sub(left, Ordering::SeqCst);
-        drop(jobs);
+        queues().forget(cluster);
         self.inner.settled.notify_waiters();
     }
 
@@ -672,6 +501,49 @@ impl Lane {
     pub fn name(&self) -> &str {
         &self.inner.name
     }
+}
+
+/// Missed transitions of a job seen again after a gap, as synthetic events. A job the lane
+/// has accepted nothing of (first seen in a list, or remembered but never delivered before a
+/// restart) gets every transition its status records, unless it already existed when the
+/// plugin was installed (`installed_at`).
+fn gap_events(
+    accepted: &Accepted,
+    observed: &Observed,
+    installed_at: Option<&chrono::DateTime<chrono::FixedOffset>>,
+) -> Vec<JobEvent> {
+    if accepted.deleted {
+        return Vec::new();
+    }
+    let object = || serde_json::from_str::<serde_json::Value>(&observed.event.object_json).ok();
+    let Some(last_phase) = accepted.phase else {
+        let Some(object) = object() else {
+            return Vec::new();
+        };
+        if let Some(installed) = installed_at
+            && !catch_up::created_after(&object, installed)
+        {
+            return Vec::new();
+        }
+        let recorded = catch_up::recorded_transitions(&observed.kind.normalizer, &object);
+        return catch_up::first_sight_events(&observed.event, &recorded);
+    };
+    let Some(last_time) = accepted.transition_time.as_deref() else {
+        return Vec::new();
+    };
+    if last_phase == observed.event.phase {
+        return Vec::new();
+    }
+    let Some(object) = object() else {
+        return Vec::new();
+    };
+    let missed = catch_up::missed_transitions(
+        &observed.kind.normalizer,
+        &object,
+        last_phase,
+        Some(last_time),
+    );
+    catch_up::synthetic_events(&observed.event, last_phase, &missed)
 }
 
 /// Stands for "installed before any job": the install time of a plugin that already had
@@ -703,109 +575,27 @@ async fn install_time(
     }
 }
 
-fn jobs_from(cursors: &[Cursor]) -> HashMap<JobKey, JobState> {
-    cursors
-        .iter()
-        .map(|c| {
-            let key = JobKey {
-                cluster: c.cluster.clone(),
-                uid: c.uid.clone(),
-            };
-            (key, JobState::from_cursor(c))
-        })
-        .collect()
-}
-
-/// The end of one (re-)list of one stream, for deletion-while-away detection.
-#[derive(Debug, Clone)]
-pub struct Listed {
-    pub cluster: String,
-    pub namespace: Option<String>,
-    pub uids: Arc<HashSet<String>>,
-    pub job_kind: Arc<JobKind>,
-}
-
-/// The deletion of a job that vanished unseen. Its version is the last accepted one plus
-/// `-gone`, so its id is stable across restarts.
-fn gone_event(key: &JobKey, job: &JobState) -> JobEvent {
-    let rv = format!(
-        "{}-gone",
-        job.accepted.resource_version.as_deref().unwrap_or("0")
-    );
-    let object = serde_json::json!({
-        "apiVersion": &*job.api_version,
-        "kind": &*job.kind,
-        "metadata": {"name": job.name, "namespace": job.namespace, "uid": key.uid},
-    });
-    JobEvent {
-        id: JobEvent::make_id(&key.cluster, &key.uid, &rv),
-        transition_key: TransitionKey::Deletion.make(&key.cluster, &key.uid, Phase::Deleted),
-        cluster: key.cluster.clone(),
-        api_version: job.api_version.to_string(),
-        kind: job.kind.to_string(),
-        namespace: job.namespace.clone(),
-        name: job.name.clone(),
-        uid: key.uid.clone(),
-        resource_version: rv,
-        generation: None,
-        phase: Phase::Deleted,
-        raw_phase: String::new(),
-        reason: Some("NotListed".into()),
-        message: Some("the job was gone when jobrelay listed its cluster again".into()),
-        previous_phase: None,
-        transition_time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        labels: Default::default(),
-        annotations: Default::default(),
-        object_json: Arc::from(object.to_string()),
-        synthetic: false,
-    }
-}
-
 /// Drain one job's queue, one event at a time.
 async fn work(inner: Arc<Inner>, key: JobKey) {
+    let queues = || inner.queues.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let next = {
-            let mut jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(job) = jobs.get_mut(&key) else {
+        let closed = inner.closed.load(Ordering::SeqCst);
+        let next = queues().next(&key, closed);
+        let (event, replay) = match next {
+            Next::Call { event, replay } => (*event, replay),
+            Next::Forgotten => return,
+            Next::Idle => {
+                if let Some(book) = &inner.book {
+                    book.lane_done(&inner.name, &key);
+                }
+                inner.settled.notify_waiters();
                 return;
-            };
-            let closed = inner.closed.load(Ordering::SeqCst);
-            match job.queue.front() {
-                Some(item) if !closed => {
-                    let mut event = item.event.clone();
-                    if !item.replay {
-                        event.previous_phase = job.delivered_phase;
-                    }
-                    Some((event, item.replay))
-                }
-                _ => {
-                    job.busy = false;
-                    // A deleted job's state is no longer needed once nothing waits for it.
-                    if job.accepted.deleted && job.queue.is_empty() {
-                        jobs.remove(&key);
-                    }
-                    None
-                }
             }
-        };
-        let Some((event, replay)) = next else {
-            if let Some(book) = &inner.book {
-                book.lane_done(&inner.name, &key);
-            }
-            inner.settled.notify_waiters();
-            return;
         };
         let Some(outcome) = deliver(&inner, &event).await else {
             // The lane closed, or let go of the job's cluster, while retrying: the event stays
             // unacknowledged for the next start or the next owner.
-            if let Some(job) = inner
-                .jobs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(&key)
-            {
-                job.busy = false;
-            }
+            queues().release(&key);
             inner.settled.notify_waiters();
             return;
         };
@@ -982,19 +772,10 @@ async fn acknowledge(
                 "cannot store the cursor; the event may be delivered again after a restart");
         }
     }
-    let mut jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(job) = jobs.get_mut(key) {
-        job.queue.pop_front();
-        if job.queue.is_empty() {
-            // An idle job keeps no queue buffer: it would hold room for several whole events
-            // (hundreds of bytes each) for every job the lane tracks.
-            job.queue = VecDeque::new();
-        }
-        if !replay {
-            job.delivered_phase = Some(event.phase);
-        }
-    }
-    inner.pending.fetch_sub(1, Ordering::SeqCst);
-    drop(jobs);
+    inner
+        .queues
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .settle(key, replay, event.phase);
     inner.settled.notify_waiters();
 }

@@ -11,5 +11,6 @@ pub mod handler;
 pub mod lane;
 pub mod mode;
 pub mod plugin_set;
+pub mod queue;
 pub mod recent;
 pub mod settings;

@@ -1,0 +1,364 @@
+//! The queue state machine under arbitrary interleavings of offers, replays, worker steps,
+//! cut-short calls and clusters let go, checked against a model of the lane's workers.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const JOBS: usize = 4;
+
+fn key(job: usize) -> JobKey {
+    JobKey {
+        cluster: format!("c{}", job / 2),
+        uid: format!("u{}", job % 2),
+    }
+}
+
+fn event(job: usize, rv: &str, phase: Phase) -> JobEvent {
+    let key = key(job);
+    JobEvent {
+        id: JobEvent::make_id(&key.cluster, &key.uid, rv),
+        cluster: key.cluster,
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        namespace: "ns".into(),
+        name: format!("job-{job}"),
+        uid: key.uid,
+        resource_version: rv.to_string(),
+        generation: None,
+        phase,
+        raw_phase: String::new(),
+        reason: None,
+        message: None,
+        previous_phase: None,
+        transition_time: "2026-01-01T00:00:00Z".into(),
+        labels: Default::default(),
+        annotations: Default::default(),
+        object_json: Arc::from("{}"),
+        transition_key: String::new(),
+        synthetic: false,
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A new version of the job, or (`again`) the last one once more (a re-list).
+    Offer {
+        job: usize,
+        phase: Phase,
+        again: bool,
+    },
+    /// An operator's replay of a dead letter.
+    Replay { job: usize },
+    /// The job's worker takes its next step; `cut`: the call in flight is cut short.
+    Step { job: usize, cut: bool },
+    /// The lane lets go of a cluster.
+    LetGo { cluster: usize },
+}
+
+fn phase() -> impl Strategy<Value = Phase> {
+    prop_oneof![
+        3 => Just(Phase::Running),
+        2 => Just(Phase::Pending),
+        1 => Just(Phase::Succeeded),
+        1 => Just(Phase::Failed),
+        1 => Just(Phase::Terminating),
+        1 => Just(Phase::Deleted),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..JOBS, phase(), prop::bool::weighted(0.2))
+            .prop_map(|(job, phase, again)| Op::Offer { job, phase, again }),
+        1 => (0..JOBS).prop_map(|job| Op::Replay { job }),
+        8 => (0..JOBS, prop::bool::weighted(0.05)).prop_map(|(job, cut)| Op::Step { job, cut }),
+        1 => (0..2usize).prop_map(|cluster| Op::LetGo { cluster }),
+    ]
+}
+
+fn mode() -> impl Strategy<Value = DeliveryMode> {
+    prop_oneof![
+        Just(DeliveryMode::EveryVersion),
+        Just(DeliveryMode::Transitions),
+        Just(DeliveryMode::Terminal),
+        Just(DeliveryMode::Latest),
+    ]
+}
+
+/// One job as the model sees it.
+#[derive(Debug, Default)]
+struct Model {
+    /// A worker was started for the job and has not ended.
+    worker: bool,
+    /// The event that worker is calling the plugin with.
+    in_flight: Option<(JobEvent, bool)>,
+    /// The last version offered, to offer again.
+    last: Option<JobEvent>,
+    /// Versions the mode accepted and the queue took, in order.
+    queued: Vec<String>,
+    /// Versions set aside over the bound.
+    parked: Vec<String>,
+    /// Versions settled as delivered (not replays), with the `previous_phase` they carried,
+    /// by epoch: letting go of the cluster forgets the job, and a new epoch starts.
+    delivered: Vec<(u32, String, Option<Phase>, Phase)>,
+    epoch: u32,
+    /// A call was cut short or the cluster let go: queued versions may rightly stay undelivered.
+    disturbed: bool,
+}
+
+struct Run {
+    q: Queues,
+    jobs: Vec<Model>,
+    mode: DeliveryMode,
+    cap: usize,
+    next_rv: u64,
+}
+
+impl Run {
+    fn new(mode: DeliveryMode, cap: usize) -> Run {
+        Run {
+            q: Queues::default(),
+            jobs: (0..JOBS).map(|_| Model::default()).collect(),
+            mode,
+            cap,
+            next_rv: 1,
+        }
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        match *op {
+            Op::Offer { job, phase, again } => {
+                let event = match (&self.jobs[job].last, again) {
+                    (Some(last), true) => last.clone(),
+                    _ => {
+                        self.next_rv += 1;
+                        event(job, &self.next_rv.to_string(), phase)
+                    }
+                };
+                let before = self.q.jobs.get(&key(job)).map(|j| j.accepted.clone());
+                let offered = self
+                    .q
+                    .offer(&event, self.mode, self.cap, Instant::now(), |_| Vec::new());
+                let after = &self.q.jobs[&key(job)].accepted;
+                let model = &mut self.jobs[job];
+                prop_assert_eq!(offered.new_job, before.is_none());
+                let accepted = before.as_ref() != Some(after)
+                    && after.resource_version.as_deref() == Some(&event.resource_version);
+                if offered.parked.is_empty() {
+                    if accepted {
+                        model.queued.push(event.resource_version.clone());
+                    }
+                } else {
+                    prop_assert!(accepted, "only an accepted version is set aside");
+                    model.parked.push(event.resource_version.clone());
+                }
+                if offered.start {
+                    prop_assert!(!model.worker, "a second worker for {:?}", key(job));
+                    model.worker = true;
+                }
+                model.last = Some(event);
+            }
+            Op::Replay { job } => {
+                self.next_rv += 1;
+                let replay = event(job, &format!("r{}", self.next_rv), Phase::Failed);
+                if self.q.offer_replay(replay, Instant::now()) {
+                    prop_assert!(!self.jobs[job].worker, "a second worker");
+                    self.jobs[job].worker = true;
+                }
+            }
+            Op::Step { job, cut } => self.step(job, cut)?,
+            Op::LetGo { cluster } => {
+                let name = format!("c{cluster}");
+                self.q.drop_waiting(&name);
+                for job in (0..JOBS).filter(|j| key(*j).cluster == name) {
+                    // The call in flight ends on its own; a worker that had not called yet
+                    // finds the cluster gone and is cut short.
+                    if self.jobs[job].in_flight.is_some() {
+                        self.step(job, false)?;
+                    }
+                    if self.jobs[job].worker {
+                        match self.q.next(&key(job), false) {
+                            Next::Call { .. } => self.q.release(&key(job)),
+                            Next::Idle | Next::Forgotten => {}
+                        }
+                        self.jobs[job].worker = false;
+                    }
+                    self.jobs[job].disturbed = true;
+                    self.jobs[job].epoch += 1;
+                }
+                prop_assert!(!self.q.busy_in(&name));
+                self.q.forget(&name);
+                prop_assert!(self.q.jobs.keys().all(|k| k.cluster != name));
+            }
+        }
+        self.check()
+    }
+
+    fn step(&mut self, job: usize, cut: bool) -> Result<(), TestCaseError> {
+        let k = key(job);
+        let model = &mut self.jobs[job];
+        if !model.worker {
+            return Ok(());
+        }
+        match model.in_flight.take() {
+            None => match self.q.next(&k, false) {
+                Next::Call { event, replay } => model.in_flight = Some((*event, replay)),
+                Next::Idle | Next::Forgotten => {
+                    model.worker = false;
+                    if !self.q.jobs.contains_key(&k) {
+                        // A deleted job is forgotten once idle; a version offered later
+                        // (impossible for a real uid) starts afresh.
+                        model.epoch += 1;
+                    }
+                }
+            },
+            Some(_) if cut => {
+                self.q.release(&k);
+                model.worker = false;
+                model.disturbed = true;
+            }
+            Some((event, replay)) => {
+                let head = self.q.jobs[&k].queue.front().map(|i| i.event.id.clone());
+                prop_assert_eq!(
+                    head.as_deref(),
+                    Some(event.id.as_str()),
+                    "the event in flight left the queue before it was settled"
+                );
+                self.q.settle(&k, replay, event.phase);
+                if !replay {
+                    model.delivered.push((
+                        model.epoch,
+                        event.resource_version,
+                        event.previous_phase,
+                        event.phase,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What holds after every step.
+    fn check(&self) -> Result<(), TestCaseError> {
+        let queued: u64 = self.q.jobs.values().map(|j| j.queue.len() as u64).sum();
+        prop_assert_eq!(self.q.pending(), queued, "pending is what the queues hold");
+        for (k, job) in &self.q.jobs {
+            let waiting = job.waiting();
+            let bound = match self.mode {
+                // The newest version, and the older one in flight.
+                DeliveryMode::Latest => 2,
+                // The end and the deletion.
+                DeliveryMode::Terminal => 2.min(self.cap),
+                _ => self.cap,
+            };
+            prop_assert!(
+                waiting <= bound,
+                "{k}: {waiting} waiting in {:?}, bound {bound}",
+                self.mode
+            );
+            let index = (0..JOBS).find(|j| key(*j) == *k).expect("a modelled job");
+            prop_assert_eq!(job.busy, self.jobs[index].worker, "{}: busy", k);
+        }
+        Ok(())
+    }
+
+    /// Every worker runs to its end.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        for job in 0..JOBS {
+            let mut steps = 0;
+            while self.jobs[job].worker {
+                self.step(job, false)?;
+                steps += 1;
+                prop_assert!(steps < 10_000, "a worker never ends");
+            }
+        }
+        self.check()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// One worker per job; the head stays queued until settled; `pending` is exact; delivered
+    /// versions come in the order they were queued, each once, each carrying the phase of the
+    /// one before; and every version the queue took is delivered — for `latest`, at least the
+    /// newest — unless a call was cut short or its cluster let go.
+    #[test]
+    fn queues_deliver_in_order_once_and_lose_nothing(
+        mode in mode(),
+        cap in 1usize..4,
+        ops in prop::collection::vec(op(), 0..120),
+    ) {
+        let mut run = Run::new(mode, cap);
+        for op in &ops {
+            run.apply(op)?;
+        }
+        run.drain()?;
+        prop_assert_eq!(run.q.pending(), run.q.jobs.values().map(|j| j.queue.len() as u64).sum::<u64>());
+        for (job, model) in run.jobs.iter().enumerate() {
+            let delivered: Vec<&String> = model.delivered.iter().map(|(_, rv, _, _)| rv).collect();
+            for pair in model.delivered.windows(2) {
+                let ((e0, rv0, _, phase0), (e1, rv1, previous1, _)) = (&pair[0], &pair[1]);
+                if e0 != e1 {
+                    continue;
+                }
+                let (a, b): (u64, u64) = (rv0.parse().unwrap_or(0), rv1.parse().unwrap_or(0));
+                prop_assert!(a < b, "job {job}: out of order or twice: {delivered:?}");
+                prop_assert_eq!(*previous1, Some(*phase0), "job {}: previous_phase", job);
+            }
+            if model.delivered.first().is_some_and(|(e, _, _, _)| *e == 0) {
+                prop_assert_eq!(model.delivered[0].2, None, "job {}: a first delivery has no previous phase", job);
+            }
+            if model.disturbed {
+                continue;
+            }
+            let done: BTreeSet<&String> = delivered.iter().copied().collect();
+            match mode {
+                DeliveryMode::Latest => {
+                    if let Some(newest) = model.queued.last() {
+                        prop_assert!(done.contains(newest), "job {job}: newest {newest} lost; delivered {delivered:?}");
+                    }
+                }
+                _ => {
+                    let queued: Vec<&String> = model.queued.iter().collect();
+                    prop_assert_eq!(&delivered, &queued, "job {}: queued versions lost", job);
+                    let parked: BTreeSet<&String> = model.parked.iter().collect();
+                    prop_assert!(done.is_disjoint(&parked), "job {job}: a parked version was delivered");
+                }
+            }
+        }
+    }
+}
+
+/// The lane's own count of a re-list: a job that was known, not listed and not deleted gets
+/// one deletion event; a deleted or listed one gets none.
+#[test]
+fn a_job_missing_from_its_list_gets_one_deletion() {
+    let mut q = Queues::default();
+    let now = Instant::now();
+    for (job, phase) in [(0, Phase::Running), (1, Phase::Deleted)] {
+        q.offer(
+            &event(job, "5", phase),
+            DeliveryMode::EveryVersion,
+            10,
+            now,
+            |_| Vec::new(),
+        );
+    }
+    let kind = crate::watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
+    let listed = |uids: &[&str]| Listed {
+        cluster: "c0".into(),
+        namespace: None,
+        uids: Arc::new(uids.iter().map(|u| u.to_string()).collect()),
+        job_kind: Arc::new(kind.clone()),
+    };
+    let gone = q.gone(&listed(&[]));
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].uid, "u0");
+    assert_eq!(gone[0].phase, Phase::Deleted);
+    assert_eq!(gone[0].resource_version, "5-gone");
+    assert!(q.gone(&listed(&["u0"])).is_empty());
+}
