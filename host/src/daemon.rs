@@ -1,10 +1,11 @@
-//! The daemon: wires config → clusters → watchers → dispatcher → lanes → plugins, and keeps
-//! them in step with the config folder.
+//! The daemon: wires config → clusters → watchers → dispatcher → lanes → plugins, then hands
+//! them to the control loop ([`crate::control_loop`]), which keeps them in step with the config
+//! folder and this replica's role.
 //!
 //! Order matters at start: plugins are loaded before any cluster is watched, so the first
 //! list of every cluster reaches every plugin that exists at start.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -18,11 +19,11 @@ use crate::capabilities::Services;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
-use crate::config::folder_watch::{FolderWatch, Trigger};
-use crate::config::state::{ConfigState, Update};
+use crate::config::folder_watch::FolderWatch;
+use crate::config::state::ConfigState;
+use crate::control_loop::{self, ControlLoop};
+use crate::coordination::Coordinator;
 use crate::coordination::coordinator::BeforeLease;
-use crate::coordination::shards::ShardCommand;
-use crate::coordination::{Coordinator, Role};
 use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
@@ -33,12 +34,6 @@ use crate::telemetry::status::StatusSources;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.
 const EVENT_BUFFER: usize = 1024;
-
-/// How often replay requests made by `jobrelay dead-letters replay` are picked up.
-const REPLAY_POLL: Duration = Duration::from_secs(2);
-
-/// How often finalizer holds are checked against `finalizers.max_hold_seconds`.
-const HOLD_SWEEP: Duration = Duration::from_secs(5);
 
 /// A running daemon.
 pub struct Daemon {
@@ -62,7 +57,7 @@ impl Daemon {
     /// Read the config folder, load plugins, start watching clusters, and keep following the
     /// folder. Fails only if the main file is broken or the engine cannot be built.
     pub async fn start(config_dir: &Path) -> anyhow::Result<Daemon> {
-        let (mut state, first) = ConfigState::load(config_dir)
+        let (state, first) = ConfigState::load(config_dir)
             .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
         let main = state.main().clone();
         let root = state.root().to_path_buf();
@@ -88,9 +83,8 @@ impl Daemon {
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
         }
-        let names = |state: &ConfigState| state.clusters().keys().cloned().collect::<BTreeSet<_>>();
-        let (cluster_names, names_rx) = watch::channel(names(&state));
-        let (coordinator, mut shard_commands) = Coordinator::start(&main.coordination, names_rx)
+        let (cluster_names, names_rx) = watch::channel(control_loop::cluster_names(&state));
+        let (coordinator, shard_commands) = Coordinator::start(&main.coordination, names_rx)
             .await
             .map_err(anyhow::Error::msg)?;
         let role = coordinator.role();
@@ -120,89 +114,21 @@ impl Daemon {
         folder.ensure_watched(&state.watched_dirs());
 
         let dispatch = tokio::spawn(dispatcher::run(routes.clone(), events));
-        let task = {
-            let plugins = plugins.clone();
-            let problems = problems.clone();
-            let cancel = cancel.clone();
-            let lost = lost.clone();
-            let mut role = role.clone();
-            let routes = routes.clone();
-            tokio::spawn(async move {
-                let mut replays = tokio::time::interval(REPLAY_POLL);
-                let mut sweeps = tokio::time::interval(HOLD_SWEEP);
-                loop {
-                    let trigger = tokio::select! {
-                        t = folder.next() => t,
-                        now = next_role(&mut role) => {
-                            match now {
-                                Role::Leader => {
-                                    if let Err(e) = plugins.reload(None).await {
-                                        tracing::error!(error = %e, "cannot read the cursors at take-over; not delivering");
-                                        lost.cancel();
-                                        break;
-                                    }
-                                    tracing::info!("leading: listing every cluster again and delivering from the shared cursors");
-                                    routes.set_delivering(true);
-                                    clusters.activate(state.clusters(), state.main()).await;
-                                }
-                                Role::Lost => {
-                                    lost.cancel();
-                                    break;
-                                }
-                                Role::Single | Role::Follower { .. } | Role::Sharded { .. } => {}
-                            }
-                            continue;
-                        }
-                        command = next_command(&mut shard_commands) => {
-                            match command {
-                                ShardCommand::Start(cluster) => {
-                                    if let Err(e) = plugins.reload(Some(&cluster)).await {
-                                        tracing::error!(%cluster, error = %e, "cannot read the cluster's cursors at take-over; not delivering");
-                                        lost.cancel();
-                                        break;
-                                    }
-                                    clusters.allow(&cluster, state.clusters(), state.main()).await;
-                                }
-                                ShardCommand::Stop(cluster, done) => {
-                                    clusters.disallow(&cluster).await;
-                                    plugins.forget_cluster(&cluster).await;
-                                    let _ = done.send(());
-                                }
-                            }
-                            continue;
-                        }
-                        _ = replays.tick() => {
-                            // Replays are deliveries: only of the clusters delivered here.
-                            let scope = clusters.allowed();
-                            plugins.take_replays(scope.as_deref()).await;
-                            continue;
-                        }
-                        _ = sweeps.tick() => {
-                            let max_hold = Duration::from_secs(state.main().finalizers.max_hold_seconds);
-                            book.sweep(max_hold);
-                            continue;
-                        }
-                        _ = cancel.cancelled() => break,
-                    };
-                    let update = state.refresh();
-                    if trigger == Trigger::Rescan && !update.is_empty() {
-                        tracing::info!("periodic re-scan found changes that file events missed");
-                    }
-                    *problems.write().unwrap_or_else(|p| p.into_inner()) = state.problems().clone();
-                    apply(&state, update, &plugins, &mut clusters).await;
-                    cluster_names.send_if_modified(|known| {
-                        let now = names(&state);
-                        let changed = *known != now;
-                        *known = now;
-                        changed
-                    });
-                    folder.ensure_watched(&state.watched_dirs());
-                }
-                clusters.stop_all().await;
-                drop(clusters); // closes the last event sender: the dispatcher drains and ends
-                let _ = dispatch.await;
-            })
+        let control = ControlLoop {
+            state,
+            folder,
+            plugins: plugins.clone(),
+            clusters,
+            routes: routes.clone(),
+            book,
+            problems: problems.clone(),
+            cluster_names,
+            role: role.clone(),
+            shard_commands,
+            cancel: cancel.clone(),
+            lost: lost.clone(),
         };
+        let task = tokio::spawn(control.run(dispatch));
         let sources = StatusSources {
             health: health.clone(),
             plugins: plugins.clone(),
@@ -293,60 +219,5 @@ impl Daemon {
     /// Wait until no lane has queued or running work (tests, benchmarks).
     pub async fn idle(&self) {
         self.plugins.idle().await;
-    }
-}
-
-/// The next shard command; pending forever when not sharding.
-async fn next_command(commands: &mut Option<mpsc::Receiver<ShardCommand>>) -> ShardCommand {
-    match commands {
-        Some(rx) => match rx.recv().await {
-            Some(command) => command,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
-}
-
-/// The role once it changes; pending forever when no election runs (or it has ended).
-async fn next_role(role: &mut tokio::sync::watch::Receiver<Role>) -> Role {
-    match role.changed().await {
-        Ok(()) => role.borrow_and_update().clone(),
-        Err(_) => std::future::pending().await,
-    }
-}
-
-async fn apply(
-    state: &ConfigState,
-    update: Update,
-    plugins: &PluginSet,
-    clusters: &mut ClusterManager,
-) {
-    if update.is_empty() {
-        return;
-    }
-    let main = state.main();
-    let added = update
-        .plugins
-        .iter()
-        .any(|c| matches!(c, crate::config::state::Change::Added(_)));
-    let loads = plugins.apply(update.plugins);
-    if added {
-        // A new plugin should see every job's current version, not only later changes: wait
-        // for it to load, then re-list every cluster. Other plugins skip what they already
-        // handled (their cursors), so they see no repeats.
-        for load in loads {
-            let _ = load.await;
-        }
-        tracing::info!("plugin added; re-listing every cluster so it sees the current jobs");
-        clusters.restart_all(state.clusters(), main).await;
-        return;
-    }
-    // Reloads run in the background; the serving versions keep taking events meanwhile.
-    drop(loads);
-    if update.watch_changed {
-        tracing::info!("kinds or watch scope changed; restarting every cluster's watchers");
-        clusters.restart_all(state.clusters(), main).await;
-    } else {
-        clusters.apply(&update.clusters, main).await;
     }
 }

@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod clusters;
 pub mod config;
+pub mod control_loop;
 pub mod coordination;
 pub mod daemon;
 pub mod lanes;

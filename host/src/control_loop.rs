@@ -1,0 +1,244 @@
+//! The daemon's control loop: the one task that changes what runs. It takes one input at a
+//! time — a config folder change, a change of this replica's role, a shard hand-over, a timer
+//! for dead-letter replays and finalizer holds — and applies it to the plugins and clusters
+//! before taking the next, so no two changes ever interleave.
+//!
+//! Events do not pass through here: they flow from the watchers to the dispatcher and lanes on
+//! their own tasks. The loop only decides which watchers, plugins and clusters exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Interval;
+use tokio_util::sync::CancellationToken;
+
+use crate::clusters::manager::ClusterManager;
+use crate::config::folder_watch::{FolderWatch, Trigger};
+use crate::config::state::{Change, ConfigState, Update};
+use crate::coordination::Role;
+use crate::coordination::shards::ShardCommand;
+use crate::lanes::dispatcher::Routes;
+use crate::lanes::finalizer_book::FinalizerBook;
+use crate::lanes::plugin_set::PluginSet;
+
+/// How often replay requests made by `jobrelay dead-letters replay` are picked up.
+const REPLAY_POLL: Duration = Duration::from_secs(2);
+
+/// How often finalizer holds are checked against `finalizers.max_hold_seconds`.
+const HOLD_SWEEP: Duration = Duration::from_secs(5);
+
+/// One input of the loop.
+enum Input {
+    /// The config folder changed, or its periodic re-scan is due.
+    Config(Trigger),
+    /// Leader election changed this replica's role.
+    Role(Role),
+    /// Sharding gives this replica a cluster, or takes one away.
+    Shard(ShardCommand),
+    /// Time to pick up replay requests.
+    Replays,
+    /// Time to check finalizer holds against their limit.
+    Sweep,
+    /// The daemon is stopping.
+    Stop,
+}
+
+/// Everything the loop owns or steers.
+pub(crate) struct ControlLoop {
+    pub state: ConfigState,
+    pub folder: FolderWatch,
+    pub plugins: PluginSet,
+    pub clusters: ClusterManager,
+    pub routes: Routes,
+    pub book: Arc<FinalizerBook>,
+    /// Config files refused, with the reason, for the status page.
+    pub problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
+    /// The cluster names, for the coordinator (sharding assigns them).
+    pub cluster_names: watch::Sender<BTreeSet<String>>,
+    pub role: watch::Receiver<Role>,
+    pub shard_commands: Option<mpsc::Receiver<ShardCommand>>,
+    pub cancel: CancellationToken,
+    /// Cancelled when this replica stops delivering after losing its Lease (or cannot read the
+    /// cursors it would deliver from).
+    pub lost: CancellationToken,
+}
+
+/// The cluster names of a config state.
+pub(crate) fn cluster_names(state: &ConfigState) -> BTreeSet<String> {
+    state.clusters().keys().cloned().collect()
+}
+
+impl ControlLoop {
+    /// Runs until the daemon stops or the replica loses its Lease; then stops every cluster
+    /// and waits for the dispatcher to drain.
+    pub async fn run(mut self, dispatch: JoinHandle<()>) {
+        let mut replays = tokio::time::interval(REPLAY_POLL);
+        let mut sweeps = tokio::time::interval(HOLD_SWEEP);
+        loop {
+            let input = self.next_input(&mut replays, &mut sweeps).await;
+            let flow = match input {
+                Input::Config(trigger) => self.on_config(trigger).await,
+                Input::Role(role) => self.on_role(role).await,
+                Input::Shard(command) => self.on_shard(command).await,
+                Input::Replays => self.on_replays().await,
+                Input::Sweep => self.on_sweep(),
+                Input::Stop => ControlFlow::Break(()),
+            };
+            if flow.is_break() {
+                break;
+            }
+        }
+        self.clusters.stop_all().await;
+        drop(self.clusters); // closes the last event sender: the dispatcher drains and ends
+        let _ = dispatch.await;
+    }
+
+    async fn next_input(&mut self, replays: &mut Interval, sweeps: &mut Interval) -> Input {
+        tokio::select! {
+            trigger = self.folder.next() => Input::Config(trigger),
+            role = next_role(&mut self.role) => Input::Role(role),
+            command = next_command(&mut self.shard_commands) => Input::Shard(command),
+            _ = replays.tick() => Input::Replays,
+            _ = sweeps.tick() => Input::Sweep,
+            _ = self.cancel.cancelled() => Input::Stop,
+        }
+    }
+
+    /// Reads the folder again and applies what changed; a failed read changes nothing.
+    async fn on_config(&mut self, trigger: Trigger) -> ControlFlow<()> {
+        let update = self.state.refresh();
+        if trigger == Trigger::Rescan && !update.is_empty() {
+            tracing::info!("periodic re-scan found changes that file events missed");
+        }
+        *self.problems.write().unwrap_or_else(|p| p.into_inner()) = self.state.problems().clone();
+        apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        let now = cluster_names(&self.state);
+        self.cluster_names.send_if_modified(|known| {
+            let changed = *known != now;
+            *known = now;
+            changed
+        });
+        self.folder.ensure_watched(&self.state.watched_dirs());
+        ControlFlow::Continue(())
+    }
+
+    /// Leading: deliver from the shared cursors. Lost: stop.
+    async fn on_role(&mut self, role: Role) -> ControlFlow<()> {
+        match role {
+            Role::Leader => {
+                if let Err(e) = self.plugins.reload(None).await {
+                    tracing::error!(error = %e, "cannot read the cursors at take-over; not delivering");
+                    self.lost.cancel();
+                    return ControlFlow::Break(());
+                }
+                tracing::info!(
+                    "leading: listing every cluster again and delivering from the shared cursors"
+                );
+                self.routes.set_delivering(true);
+                self.clusters
+                    .activate(self.state.clusters(), self.state.main())
+                    .await;
+            }
+            Role::Lost => {
+                self.lost.cancel();
+                return ControlFlow::Break(());
+            }
+            Role::Single | Role::Follower { .. } | Role::Sharded { .. } => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Takes a cluster (from the shared cursors) or lets one go (after its calls in flight).
+    async fn on_shard(&mut self, command: ShardCommand) -> ControlFlow<()> {
+        match command {
+            ShardCommand::Start(cluster) => {
+                if let Err(e) = self.plugins.reload(Some(&cluster)).await {
+                    tracing::error!(%cluster, error = %e,
+                        "cannot read the cluster's cursors at take-over; not delivering");
+                    self.lost.cancel();
+                    return ControlFlow::Break(());
+                }
+                self.clusters
+                    .allow(&cluster, self.state.clusters(), self.state.main())
+                    .await;
+            }
+            ShardCommand::Stop(cluster, done) => {
+                self.clusters.disallow(&cluster).await;
+                self.plugins.forget_cluster(&cluster).await;
+                let _ = done.send(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Replays are deliveries: only of the clusters delivered here.
+    async fn on_replays(&mut self) -> ControlFlow<()> {
+        let scope = self.clusters.allowed();
+        self.plugins.take_replays(scope.as_deref()).await;
+        ControlFlow::Continue(())
+    }
+
+    fn on_sweep(&mut self) -> ControlFlow<()> {
+        let max_hold = Duration::from_secs(self.state.main().finalizers.max_hold_seconds);
+        self.book.sweep(max_hold);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The next shard command; pending forever when not sharding.
+async fn next_command(commands: &mut Option<mpsc::Receiver<ShardCommand>>) -> ShardCommand {
+    match commands {
+        Some(rx) => match rx.recv().await {
+            Some(command) => command,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The role once it changes; pending forever when no election runs (or it has ended).
+async fn next_role(role: &mut watch::Receiver<Role>) -> Role {
+    match role.changed().await {
+        Ok(()) => role.borrow_and_update().clone(),
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// Applies one config update: plugins first, then clusters.
+async fn apply(
+    state: &ConfigState,
+    update: Update,
+    plugins: &PluginSet,
+    clusters: &mut ClusterManager,
+) {
+    if update.is_empty() {
+        return;
+    }
+    let main = state.main();
+    let added = update.plugins.iter().any(|c| matches!(c, Change::Added(_)));
+    let loads = plugins.apply(update.plugins);
+    if added {
+        // A new plugin should see every job's current version, not only later changes: wait
+        // for it to load, then re-list every cluster. Other plugins skip what they already
+        // handled (their cursors), so they see no repeats.
+        for load in loads {
+            let _ = load.await;
+        }
+        tracing::info!("plugin added; re-listing every cluster so it sees the current jobs");
+        clusters.restart_all(state.clusters(), main).await;
+        return;
+    }
+    // Reloads run in the background; the serving versions keep taking events meanwhile.
+    drop(loads);
+    if update.watch_changed {
+        tracing::info!("kinds or watch scope changed; restarting every cluster's watchers");
+        clusters.restart_all(state.clusters(), main).await;
+    } else {
+        clusters.apply(&update.clusters, main).await;
+    }
+}
