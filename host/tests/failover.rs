@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use jobrelay_testkit::SimCluster;
 
 use crate::process::{
-    CONCURRENCY, DEADLINE, Relay, Rng, assert_cursors_current, config_folder, count_ids, cursors,
-    drive, finals_delivered, plan_jobs, poll, read_lines, soak_seed, state_file, str_of,
+    CONCURRENCY, Relay, Rng, assert_cursors_current, config_folder, count_ids, cursors, drive,
+    finals_delivered, plan_jobs, read_lines, soak_seed, state_file, str_of, wait_log,
 };
 
 const LEASE_SECONDS: u64 = 3;
@@ -34,21 +34,6 @@ fn elect(config: &Path, sim: &SimCluster) {
          retry_period_seconds: {RETRY_SECONDS}\n"
     ));
     std::fs::write(&main, text).expect("main file");
-}
-
-/// Waits until `relay`'s log says `what`; panics with its log after the deadline.
-async fn wait_log(relay: &Relay, what: &str) -> Duration {
-    let started = Instant::now();
-    let found = poll(DEADLINE, || {
-        if relay.log().contains(what) {
-            Ok(())
-        } else {
-            Err(String::new())
-        }
-    })
-    .await;
-    assert!(found.is_ok(), "never logged {what:?}\n{}", relay.tail());
-    started.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

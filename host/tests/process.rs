@@ -220,6 +220,22 @@ pub(crate) async fn poll<T>(
     }
 }
 
+/// Waits until `relay`'s log says `what`; panics with its log after the deadline. Returns how
+/// long it took.
+pub(crate) async fn wait_log(relay: &Relay, what: &str) -> Duration {
+    let started = Instant::now();
+    let found = poll(DEADLINE, || {
+        if relay.log().contains(what) {
+            Ok(())
+        } else {
+            Err(String::new())
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "never logged {what:?}\n{}", relay.tail());
+    started.elapsed()
+}
+
 /// The plugin's cursors by job uid, read from the state file after the daemon exited.
 pub(crate) async fn cursors(
     state: &jobrelay::state::StateBackend,
@@ -388,8 +404,13 @@ pub(crate) async fn drive(sim: SimCluster, plans: Vec<Plan>) -> anyhow::Result<V
     drive_with(sim, plans, None).await
 }
 
-/// How long a deletion waits for the job to carry the daemon's finalizer.
-const HOLD_WAIT: Duration = Duration::from_secs(30);
+/// How long after its end a job's deletion waits for the job to carry the daemon's finalizer.
+/// The adder retries on its own timer up to 30 s apart (jittered); an API that refuses the
+/// patch and the read in between for one whole gap and then some (bursts of 503 fall mostly on
+/// the few requests a quiet cluster sees, which are the adders') can hold the finalizer off
+/// past 30 s. 90 s is two of the longest gaps plus the longest outage: a job not held by then
+/// was kept from jobrelay by the API for longer than any retry policy would bridge.
+const HOLD_WAIT: Duration = Duration::from_secs(90);
 
 /// Like [`drive`]; with `hold` (a finalizer name), a job is deleted only once it carries that
 /// finalizer — once jobrelay has seen it — or after [`HOLD_WAIT`], when it is marked `unseen`:
@@ -835,18 +856,7 @@ fn probe_manifest(timeout_ms: u64) -> String {
 
 /// Waits until the daemon logs that the probe started handling `id`.
 async fn wait_call_started(relay: &Relay, id: &str) {
-    let needle = format!("probe handling {id}");
-    let started = poll(DEADLINE, || {
-        if relay.log().contains(&needle) {
-            Ok(())
-        } else {
-            Err(String::new())
-        }
-    })
-    .await;
-    if started.is_err() {
-        panic!("the call for {id} never started\n{}", relay.tail());
-    }
+    wait_log(relay, &format!("probe handling {id}")).await;
 }
 
 fn ids_in(path: &Path, id: &str) -> usize {
@@ -999,21 +1009,6 @@ async fn a_second_signal_exits_at_once_with_130() {
 }
 
 // ----- 4. out of file handles -------------------------------------------------------------------
-
-/// Waits until `needle` is in the daemon's log.
-async fn wait_log(relay: &Relay, needle: &str) {
-    let seen = poll(DEADLINE, || {
-        if relay.log().contains(needle) {
-            Ok(())
-        } else {
-            Err(String::new())
-        }
-    })
-    .await;
-    if seen.is_err() {
-        panic!("never logged `{needle}`\n{}", relay.tail());
-    }
-}
 
 /// Sets the soft open-file limit of a running process with util-linux `prlimit`.
 fn set_open_file_limit(pid: u32, soft: &str) {

@@ -133,7 +133,8 @@ async fn a_plugin_whose_database_is_down_at_start_waits_and_loses_nothing() {
         (ok.uid().to_string(), "batch-ok"),
         (bad.uid().to_string(), "batch-bad"),
     ]);
-    let transitions = wait_for_rows(&pool, &expected).await;
+    // The held job's deletion row may land a moment after the job is gone from the API.
+    let transitions = wait_for_rows(&pool, &expected, vc.uid()).await;
     for (uid, phases) in &transitions {
         let name = expected[uid];
         let want_end = match name {
@@ -154,10 +155,12 @@ async fn a_plugin_whose_database_is_down_at_start_waits_and_loses_nothing() {
     daemon.shutdown(std::time::Duration::from_secs(5)).await;
 }
 
-/// The transitions mysql-sync recorded per job, once every expected job has its outcome.
+/// The transitions mysql-sync recorded per job, once every expected job has its outcome and
+/// the `deleted` job its deletion.
 async fn wait_for_rows(
     pool: &MySqlPool,
     expected: &BTreeMap<String, &str>,
+    deleted: &str,
 ) -> BTreeMap<String, Vec<String>> {
     let deadline = std::time::Instant::now() + jobrelay_e2e::DEADLINE;
     loop {
@@ -175,13 +178,15 @@ async fn wait_for_rows(
             by_job
                 .get(uid)
                 .is_some_and(|p| p.iter().any(|p| p == "succeeded" || p == "failed"))
-        });
+        }) && by_job
+            .get(deleted)
+            .is_some_and(|p| p.iter().any(|p| p == "deleted"));
         if done {
             return by_job;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "not every job's outcome reached MySQL: {by_job:?}"
+            "not every job's outcome (and the held job's deletion) reached MySQL: {by_job:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
