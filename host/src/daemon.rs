@@ -64,7 +64,7 @@ impl Daemon {
         let (store, kv) = open_stores(&main.state)
             .await
             .with_context(|| format!("cannot open the state store, {}", main.state))?;
-        let services = Services::open(&main, Some(kv)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let services = Services::open(&main, Some(kv))?;
         let directory = services.clusters.clone();
         let runtime = Runtime::with_services(main.runtime.clone(), services)
             .context("cannot build the WebAssembly engine")?;

@@ -9,7 +9,7 @@
 //!
 //! `JOBRELAY_SOAK_SEED=<n>` replays one schedule of the soak (the seed is printed).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -507,29 +507,35 @@ pub(crate) async fn drive_with(
 /// Jobs whose final state is not in the event log yet: for a job still there, its terminal
 /// version; for a deleted job, any deletion event.
 pub(crate) fn missing_finals(played: &[Played], lines: &[Value]) -> Vec<String> {
-    // (uid, phase, resource version) of every line, so each job is one lookup.
-    let seen: HashSet<(&str, &str, &str)> = lines
-        .iter()
-        .map(|l| {
-            (
-                str_of(l, "uid"),
-                str_of(l, "phase"),
-                str_of(l, "resource_version"),
-            )
-        })
-        .collect();
-    let deleted: HashSet<&str> = seen
-        .iter()
-        .filter(|(_, phase, _)| *phase == "deleted")
-        .map(|(uid, _, _)| *uid)
-        .collect();
+    // The phases seen per job, each with the number its resource version starts with (a
+    // rebuilt event's version extends the version it was rebuilt from), so each job is one
+    // lookup.
+    let mut seen: HashMap<&str, Vec<(&str, u64)>> = HashMap::new();
+    for l in lines {
+        let rv = str_of(l, "resource_version");
+        let number = rv
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        seen.entry(str_of(l, "uid"))
+            .or_default()
+            .push((str_of(l, "phase"), number));
+    }
     played
         .iter()
         .filter(|job| {
+            let phases = seen.get(job.uid.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             if job.deleted {
-                !deleted.contains(job.uid.as_str())
+                !phases.iter().any(|(phase, _)| *phase == "deleted")
             } else {
-                !seen.contains(&(job.uid.as_str(), job.terminal, job.terminal_rv.as_str()))
+                // The terminal write itself, or a later version still carrying its phase: a
+                // version superseded before jobrelay could read it (the finalizer's patch
+                // follows it at once) is never observed, and no watcher can deliver it.
+                let terminal: u64 = job.terminal_rv.parse().unwrap_or(u64::MAX);
+                !phases
+                    .iter()
+                    .any(|(phase, rv)| *phase == job.terminal && *rv >= terminal)
             }
         })
         .map(|job| {

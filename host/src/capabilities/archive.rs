@@ -24,6 +24,7 @@ use object_store::path::Path as StorePath;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
+use super::open_error::OpenError;
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::main_file::ArchiveLocation;
@@ -67,14 +68,19 @@ impl std::fmt::Debug for ArchiveStore {
 
 impl ArchiveStore {
     /// Opens the store the main file describes; a local folder is created if missing.
-    pub fn open(location: &ArchiveLocation) -> Result<ArchiveStore, String> {
+    pub fn open(location: &ArchiveLocation) -> Result<ArchiveStore, OpenError> {
         match location {
             ArchiveLocation::Local(root) => {
-                std::fs::create_dir_all(root).map_err(|e| {
-                    format!("archive.local: cannot create `{}`: {e}", root.display())
+                std::fs::create_dir_all(root).map_err(|source| OpenError::ArchiveFolder {
+                    path: root.clone(),
+                    source,
                 })?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(root)
-                    .map_err(|e| format!("archive.local: `{}`: {e}", root.display()))?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(root).map_err(
+                    |source| OpenError::ArchiveLocal {
+                        path: root.clone(),
+                        source,
+                    },
+                )?;
                 Ok(ArchiveStore {
                     store: Arc::new(store),
                     description: format!("local folder {}", root.display()),
@@ -93,16 +99,22 @@ impl ArchiveStore {
                     builder = builder.with_endpoint(endpoint);
                 }
                 if let Some(id) = &s3.access_key_id {
-                    let id = secret::resolve(id)
-                        .map_err(|e| format!("archive.s3.access_key_id: {e}"))?;
+                    let id = secret::resolve(id).map_err(|source| OpenError::ArchiveSecret {
+                        field: "access_key_id",
+                        source,
+                    })?;
                     builder = builder.with_access_key_id(id);
                 }
                 if let Some(key) = &s3.secret_access_key {
-                    let key = secret::resolve(key)
-                        .map_err(|e| format!("archive.s3.secret_access_key: {e}"))?;
+                    let key = secret::resolve(key).map_err(|source| OpenError::ArchiveSecret {
+                        field: "secret_access_key",
+                        source,
+                    })?;
                     builder = builder.with_secret_access_key(key);
                 }
-                let store = builder.build().map_err(|e| format!("archive.s3: {e}"))?;
+                let store = builder
+                    .build()
+                    .map_err(|source| OpenError::ArchiveS3 { source })?;
                 Ok(ArchiveStore {
                     store: Arc::new(store),
                     description: format!("s3 bucket {}", s3.bucket),

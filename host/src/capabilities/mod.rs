@@ -15,6 +15,7 @@ pub mod http;
 pub mod kv;
 pub mod lifecycle;
 pub mod log;
+pub mod open_error;
 pub mod pod_logs;
 pub mod refusals;
 pub mod services;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::archive::ArchiveStore;
+use super::open_error::OpenError;
 use super::pod_logs::ClusterDirectory;
 use super::refusals::Refusals;
 use super::sql::Databases;
@@ -50,7 +51,7 @@ impl Services {
     /// fail, as in `jobrelay check`, which must not open the state file). SQL pools
     /// connect lazily and the archive folder is created, so this fails only on configuration
     /// errors (a bad URL, an unresolvable secret, an archive folder that cannot be made).
-    pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, String> {
+    pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, OpenError> {
         let state_dir = main.state.local_dir();
         let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_DIR))?;
         let archive = ArchiveStore::open(&main.archive)?;

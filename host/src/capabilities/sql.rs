@@ -27,6 +27,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Column, Row, ValueRef};
 use wasmtime::component::{HasSelf, Linker};
 
+use super::open_error::OpenError;
 use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
 use crate::config::main_file::{SqlConnection, SqlSettings};
 use crate::config::manifest::Grants;
@@ -126,12 +127,10 @@ impl Databases {
     /// plugin's statements fail as "unavailable" (and are retried) until it is back. A URL
     /// that cannot be parsed, or a secret that cannot be resolved, is an error naming the
     /// connection, never showing the URL.
-    pub fn open(settings: &SqlSettings, embedded_dir: &Path) -> Result<Databases, String> {
+    pub fn open(settings: &SqlSettings, embedded_dir: &Path) -> Result<Databases, OpenError> {
         let mut by_name = BTreeMap::new();
         for (name, connection) in &settings.connections {
-            let database =
-                open_one(connection).map_err(|why| format!("sql.connections.{name}: {why}"))?;
-            by_name.insert(name.clone(), database);
+            by_name.insert(name.clone(), open_one(name, connection)?);
         }
         let embedded = (!by_name.contains_key(EMBEDDED)).then(|| {
             Arc::new(EmbeddedFiles {
@@ -188,14 +187,21 @@ impl Databases {
     }
 }
 
-fn open_one(connection: &SqlConnection) -> Result<Database, String> {
-    let url = secret::resolve(&connection.url).map_err(|e| format!("url: {e}"))?;
+fn open_one(name: &str, connection: &SqlConnection) -> Result<Database, OpenError> {
+    let url = secret::resolve(&connection.url).map_err(|source| OpenError::SqlSecret {
+        connection: name.to_string(),
+        source,
+    })?;
+    let bad_url = |why| OpenError::SqlUrl {
+        connection: name.to_string(),
+        why,
+    };
     let acquire = Duration::from_millis(connection.acquire_timeout_ms.max(1));
     if url.starts_with("mysql:") || url.starts_with("mariadb:") {
         let url = url.replacen("mariadb:", "mysql:", 1);
         // The parse error is not shown: it can quote the URL, password included.
-        let options = MySqlConnectOptions::from_str(&url)
-            .map_err(|_| "url: not a valid mysql:// URL".to_string())?;
+        let options =
+            MySqlConnectOptions::from_str(&url).map_err(|_| bad_url("not a valid mysql:// URL"))?;
         let limit_ms = connection.max_statement_ms;
         let pool = MySqlPoolOptions::new()
             .max_connections(connection.max_connections)
@@ -205,7 +211,7 @@ fn open_one(connection: &SqlConnection) -> Result<Database, String> {
         Ok(Database::MySql(pool))
     } else if url.starts_with("sqlite:") {
         let options = SqliteConnectOptions::from_str(&url)
-            .map_err(|_| "url: not a valid sqlite:// URL".to_string())?
+            .map_err(|_| bad_url("not a valid sqlite:// URL"))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(acquire);
@@ -217,7 +223,7 @@ fn open_one(connection: &SqlConnection) -> Result<Database, String> {
         .connect_lazy_with(options);
         Ok(Database::Sqlite(pool))
     } else {
-        Err("url: must start with mysql://, mariadb:// or sqlite:".into())
+        Err(bad_url("must start with mysql://, mariadb:// or sqlite:"))
     }
 }
 

@@ -45,6 +45,7 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
     let services = match crate::capabilities::Services::open(&main, None) {
         Ok(services) => services,
         Err(e) => {
+            let e = crate::capabilities::open_error::chain(&e);
             println!("FAIL  main     {}: {e}", main_path.display());
             println!("{} problem(s) found", failures + 1);
             return Ok(ExitCode::FAILURE);

@@ -166,10 +166,8 @@ async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
             .await
             .context("cannot open the run's state file")?,
     );
-    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_DIR))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let archive = ArchiveStore::open(&ArchiveLocation::Local(dir.join("archive")))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_DIR))?;
+    let archive = ArchiveStore::open(&ArchiveLocation::Local(dir.join("archive")))?;
     Ok(Services {
         sql,
         kv: Some(kv),

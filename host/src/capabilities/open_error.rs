@@ -1,0 +1,92 @@
+//! Why the services behind the capabilities could not be opened at start: each variant names
+//! the main file's field at fault and keeps the error beneath it as its source, so a caller
+//! can print the whole chain ([`chain`]) or inspect its parts.
+
+use std::path::PathBuf;
+
+use crate::config::secret::SecretError;
+
+/// A field of the main file the host cannot use for plugins' SQL or archive.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A connection's URL is a secret reference that cannot be resolved.
+    #[error("sql.connections.{connection}: url")]
+    SqlSecret {
+        connection: String,
+        #[source]
+        source: SecretError,
+    },
+    /// A connection's URL is not one the host can use. The parser's own error is not kept: it
+    /// can quote the URL, password included.
+    #[error("sql.connections.{connection}: url: {why}")]
+    SqlUrl {
+        connection: String,
+        why: &'static str,
+    },
+    /// The local archive folder cannot be created.
+    #[error("archive.local: cannot create `{}`", path.display())]
+    ArchiveFolder {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The local archive folder cannot be used as a store.
+    #[error("archive.local: `{}`", path.display())]
+    ArchiveLocal {
+        path: PathBuf,
+        #[source]
+        source: object_store::Error,
+    },
+    /// An S3 credential is a secret reference that cannot be resolved.
+    #[error("archive.s3.{field}")]
+    ArchiveSecret {
+        field: &'static str,
+        #[source]
+        source: SecretError,
+    },
+    /// The S3 settings do not make a store.
+    #[error("archive.s3")]
+    ArchiveS3 {
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+/// An error and every source beneath it, joined by `: ` — the one line a log or `check`
+/// prints.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chain_names_the_field_then_the_cause() {
+        let e = OpenError::ArchiveFolder {
+            path: PathBuf::from("/nowhere/archive"),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied"),
+        };
+        assert_eq!(
+            chain(&e),
+            "archive.local: cannot create `/nowhere/archive`: denied"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let e = OpenError::SqlSecret {
+            connection: "main".into(),
+            source: SecretError::Empty("env:"),
+        };
+        assert_eq!(
+            chain(&e),
+            "sql.connections.main: url: `env:` is an empty secret reference"
+        );
+    }
+}
