@@ -277,7 +277,7 @@ impl Lane {
         let key = event.job_key();
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let offered = queues.offer(event, mode, cap, Instant::now(), |accepted| {
+            let mut offered = queues.offer(event, mode, cap, Instant::now(), |accepted| {
                 if catch_up {
                     gap_events(accepted, observed, installed_at)
                 } else {
@@ -285,8 +285,8 @@ impl Lane {
                 }
             });
             // Parked while the queues are locked, so a job's overflow keeps its order.
-            for event in &offered.parked {
-                self.park(event.clone(), cap);
+            for event in std::mem::take(&mut offered.parked) {
+                self.park(event, cap);
             }
             offered
         };

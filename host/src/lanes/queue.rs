@@ -145,7 +145,10 @@ impl Queues {
     /// The jobs a plugin's stored cursors describe, nothing queued.
     pub fn from_cursors(cursors: &[Cursor]) -> Queues {
         Queues {
-            jobs: jobs_from(cursors),
+            jobs: cursors
+                .iter()
+                .map(|c| (key_of(c), JobState::from_cursor(c)))
+                .collect(),
             pending: 0,
         }
     }
@@ -364,25 +367,19 @@ impl Queues {
     pub fn reload(&mut self, of: impl Fn(&str) -> bool, cursors: &[Cursor]) {
         self.jobs
             .retain(|key, job| !of(&key.cluster) || job.busy || !job.queue.is_empty());
-        for (key, job) in jobs_from(cursors) {
-            if of(&key.cluster) {
-                self.jobs.entry(key).or_insert(job);
-            }
+        for cursor in cursors.iter().filter(|c| of(&c.cluster)) {
+            self.jobs
+                .entry(key_of(cursor))
+                .or_insert_with(|| JobState::from_cursor(cursor));
         }
     }
 }
 
-fn jobs_from(cursors: &[Cursor]) -> HashMap<JobKey, JobState> {
-    cursors
-        .iter()
-        .map(|c| {
-            let key = JobKey {
-                cluster: c.cluster.clone(),
-                uid: c.uid.clone(),
-            };
-            (key, JobState::from_cursor(c))
-        })
-        .collect()
+fn key_of(cursor: &Cursor) -> JobKey {
+    JobKey {
+        cluster: cursor.cluster.clone(),
+        uid: cursor.uid.clone(),
+    }
 }
 
 /// The deletion of a job that vanished unseen. Its version is the last accepted one plus

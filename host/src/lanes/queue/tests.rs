@@ -210,8 +210,10 @@ impl Run {
                     model.worker = false;
                     if !self.q.jobs.contains_key(&k) {
                         // A deleted job is forgotten once idle; a version offered later
-                        // (impossible for a real uid) starts afresh.
+                        // (impossible for a real uid) starts afresh, and its deletion, gone
+                        // from the API, is never observed again.
                         model.epoch += 1;
+                        model.last = None;
                     }
                 }
             },
