@@ -15,3 +15,26 @@ if grep -q '^jobrelay-testkit ' <<<"$graph"; then
   exit 1
 fi
 echo "production build: no test kit"
+
+# The layers depend only downward. Each crate may use the jobrelay crates listed after it and
+# no other: the compiler then keeps the direction inside a crate, and this keeps it between.
+allowed() {
+  case "$1" in
+    jobrelay-contract) echo "" ;;
+    jobrelay-watch) echo "jobrelay-contract" ;;
+    jobrelay-state) echo "jobrelay-contract" ;;
+    jobrelay) echo "jobrelay-contract jobrelay-watch jobrelay-state" ;;
+  esac
+}
+for crate in jobrelay-contract jobrelay-watch jobrelay-state jobrelay; do
+  # Direct normal dependencies only (depth 1), the crate itself on the first line.
+  deps=$(cargo tree --locked -p "$crate" --no-default-features --edges normal --depth 1 \
+    --prefix none | tail -n +2 | awk '{print $1}' | grep '^jobrelay' || true)
+  for dep in $deps; do
+    if ! grep -qw -- "$dep" <<<"$(allowed "$crate")"; then
+      echo "$crate depends on $dep, which is not below it" >&2
+      exit 1
+    fi
+  done
+done
+echo "layers: every crate depends only downward"

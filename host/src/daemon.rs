@@ -28,9 +28,9 @@ use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::runtime::Runtime;
-use crate::state::open_stores;
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
+use jobrelay_state::open_stores;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.
 const EVENT_BUFFER: usize = 1024;

@@ -14,6 +14,4 @@ pub mod coordination;
 pub mod daemon;
 pub mod lanes;
 pub mod runtime;
-pub mod state;
 pub mod telemetry;
-pub mod watch;

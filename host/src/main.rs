@@ -130,7 +130,7 @@ async fn dead_letters(
 ) -> anyhow::Result<ExitCode> {
     let (state, _) = jobrelay::config::state::ConfigState::load(config)
         .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let store = jobrelay::state::open_store(&state.main().state).await?;
+    let store = jobrelay_state::open_store(&state.main().state).await?;
     let out = jobrelay::cli::dead_letters::run(store.as_ref(), command).await;
     store.close().await;
     let text = out?;

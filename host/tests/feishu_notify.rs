@@ -10,8 +10,8 @@ use common::{event, runtime, spec};
 use jobrelay::capabilities::Services;
 use jobrelay::config::manifest::{Grants, HttpGrant};
 use jobrelay::runtime::{CallError, PluginVersion, Runtime};
-use jobrelay::state::{PluginKv, SqliteStore};
-use jobrelay::watch::event::Phase;
+use jobrelay_contract::event::Phase;
+use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::FeishuReceiver;
 
 const SECRET: &str = "test-signing-secret";
@@ -64,7 +64,7 @@ async fn load(rt: &Runtime, webhook: &str, secret: &str, http: bool) -> Arc<Plug
     .expect("feishu-notify loads")
 }
 
-fn running(uid: &str, rv: &str) -> jobrelay::watch::event::JobEvent {
+fn running(uid: &str, rv: &str) -> jobrelay_contract::event::JobEvent {
     event(
         uid,
         rv,

@@ -17,7 +17,7 @@ use jobrelay::config::manifest::{Grants, HttpGrant};
 use jobrelay::runtime::{
     CallError, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
 };
-use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

@@ -14,9 +14,9 @@ use jobrelay::lanes::lane::{Lane, Observed};
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay::runtime::CallError;
-use jobrelay::state::{StateBackend, open_store};
-use jobrelay::watch::event::{JobEvent, Phase};
-use jobrelay::watch::kinds::JobKind;
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_state::{StateBackend, open_store};
+use jobrelay_watch::kinds::JobKind;
 
 /// `every-version`, retried a minute apart: a failing event stays in the lane for the whole
 /// test.

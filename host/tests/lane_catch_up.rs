@@ -15,9 +15,9 @@ use jobrelay::lanes::lane::{Lane, Observed};
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay::runtime::CallError;
-use jobrelay::state::{CursorStore, StateBackend, open_store};
-use jobrelay::watch::event::{JobEvent, Phase};
-use jobrelay::watch::kinds::JobKind;
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_state::{CursorStore, StateBackend, open_store};
+use jobrelay_watch::kinds::JobKind;
 use serde_json::json;
 
 fn transitions() -> LaneSettings {
@@ -261,7 +261,7 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
     let mut seen = common::event("u-old", "5", Phase::Running, None, "2025-01-01T00:00:00Z");
     seen.cluster = "east".into();
     store
-        .save_cursor(&jobrelay::state::Cursor::from_event("notify", &seen))
+        .save_cursor(&jobrelay_state::Cursor::from_event("notify", &seen))
         .await
         .expect("cursor");
     let plugin = Arc::new(Recorder::default());

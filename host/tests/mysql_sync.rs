@@ -14,7 +14,7 @@ use jobrelay::capabilities::sql::Databases;
 use jobrelay::config::main_file::{SqlConnection, SqlSettings};
 use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{CallError, LoadError, PluginVersion, Runtime};
-use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 

@@ -238,10 +238,10 @@ pub(crate) async fn wait_log(relay: &Relay, what: &str) -> Duration {
 
 /// The plugin's cursors by job uid, read from the state file after the daemon exited.
 pub(crate) async fn cursors(
-    state: &jobrelay::state::StateBackend,
+    state: &jobrelay_state::StateBackend,
     plugin: &str,
-) -> Vec<jobrelay::state::Cursor> {
-    let store = jobrelay::state::open_store(state)
+) -> Vec<jobrelay_state::Cursor> {
+    let store = jobrelay_state::open_store(state)
         .await
         .expect("open the state store");
     let cursors = store.cursors(plugin).await.expect("read cursors");
@@ -250,8 +250,8 @@ pub(crate) async fn cursors(
 }
 
 /// The state file of a config folder made by [`config_folder`].
-pub(crate) fn state_file(config: &Path) -> jobrelay::state::StateBackend {
-    jobrelay::state::StateBackend::Sqlite(config.join("state/jobrelay.db"))
+pub(crate) fn state_file(config: &Path) -> jobrelay_state::StateBackend {
+    jobrelay_state::StateBackend::Sqlite(config.join("state/jobrelay.db"))
 }
 
 // ----- a small seeded PRNG (splitmix64) --------------------------------------------------------
@@ -757,7 +757,7 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
 pub(crate) fn assert_cursors_current(
     sim: &SimCluster,
     cluster: &str,
-    cursors: &[jobrelay::state::Cursor],
+    cursors: &[jobrelay_state::Cursor],
     played: &[Played],
 ) {
     let left = cursors_behind(sim, cluster, cursors, played);
@@ -777,10 +777,10 @@ pub(crate) fn assert_cursors_current(
 pub(crate) fn cursors_behind(
     sim: &SimCluster,
     cluster: &str,
-    cursors: &[jobrelay::state::Cursor],
+    cursors: &[jobrelay_state::Cursor],
     played: &[Played],
 ) -> Vec<String> {
-    let cursors: HashMap<&str, &jobrelay::state::Cursor> = cursors
+    let cursors: HashMap<&str, &jobrelay_state::Cursor> = cursors
         .iter()
         .filter(|c| c.cluster == cluster)
         .map(|c| (c.uid.as_str(), c))

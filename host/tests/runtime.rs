@@ -13,7 +13,7 @@ use jobrelay::config::manifest::{DirGrant, Grants};
 use jobrelay::runtime::{
     CallError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
 };
-use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 
 const MIB: u64 = 1 << 20;
 

@@ -16,10 +16,10 @@ use jobrelay::clusters::supervisor::build_client;
 use jobrelay::config::main_file::{ArchiveLocation, SqlConnection, SqlSettings};
 use jobrelay::config::manifest::{ArchiveGrant, Grants, PodLogsGrant};
 use jobrelay::runtime::{CallError, PluginVersion, Runtime};
-use jobrelay::state::{PluginKv, SqliteStore};
-use jobrelay::watch::event::{JobEvent, Phase};
-use jobrelay::watch::kinds::JobKind;
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use jobrelay_watch::kinds::JobKind;
 use kube::config::Kubeconfig;
 
 struct Setup {

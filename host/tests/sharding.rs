@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jobrelay::coordination::rendezvous;
-use jobrelay::state::StateBackend;
+use jobrelay_state::StateBackend;
 use jobrelay_testkit::{Gvr, SimCluster};
 use serde_json::Value;
 

@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use jobrelay::cli::dead_letters::{self, DeadLettersCommand};
 use jobrelay::config::main_file::MainConfig;
-use jobrelay::state::{
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_state::{
     Cursor, CursorStore, MySqlStore, PluginKv, SCHEMA_VERSION, SqliteStore, StateBackend,
     StoreError, open_store, open_stores, redacted_url,
 };
-use jobrelay::watch::event::{JobEvent, Phase};
 use sqlx::mysql::MySqlConnection;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};

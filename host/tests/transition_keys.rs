@@ -11,12 +11,12 @@ use crate::common;
 
 use std::sync::Arc;
 
-use jobrelay::watch::catch_up::{missed_transitions, synthetic_events};
-use jobrelay::watch::event::Phase;
-use jobrelay::watch::kinds::JobKind;
-use jobrelay::watch::normalize::normalize;
-use jobrelay::watch::transition_key::{self, Version};
+use jobrelay_contract::event::Phase;
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use jobrelay_watch::catch_up::{missed_transitions, synthetic_events};
+use jobrelay_watch::kinds::JobKind;
+use jobrelay_watch::normalize::normalize;
+use jobrelay_watch::transition_key::{self, Version};
 use serde_json::Value;
 
 /// (phase, key, the event's transition time) of each live transition.

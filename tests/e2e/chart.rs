@@ -17,8 +17,8 @@ use jobrelay::config::main_file::MainConfig;
 use jobrelay::config::manifest::PluginManifest;
 use jobrelay::coordination::Mode;
 use jobrelay::daemon::Daemon;
-use jobrelay::state::StateBackend;
 use jobrelay_e2e::*;
+use jobrelay_state::StateBackend;
 use jobrelay_testkit::{Flavor, Gvr, JobDriver};
 use serde_json::{Value, json};
 

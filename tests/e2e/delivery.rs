@@ -253,7 +253,7 @@ async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
     daemon.shutdown(Duration::from_secs(10)).await;
 
     let state_path = setup.path("state/jobrelay.db");
-    let store = jobrelay::state::open_store(&jobrelay::state::StateBackend::Sqlite(state_path))
+    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(state_path))
         .await
         .expect("open state");
     let letters = store.dead_letters(Some("probe")).await.expect("list");

@@ -29,9 +29,9 @@ use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::main_file::ArchiveLocation;
 use crate::config::manifest::Grants;
-use crate::config::secret;
 use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::archive as wit;
+use jobrelay_contract::secret;
 
 use wit::Error as ArchiveError;
 

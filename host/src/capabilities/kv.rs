@@ -14,7 +14,7 @@ use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, StoreSetup};
 use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::kv as wit;
-use crate::state::PluginKv;
+use jobrelay_state::PluginKv;
 
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;

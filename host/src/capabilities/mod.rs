@@ -28,7 +28,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::config::manifest::Grants;
 use crate::runtime::{CallLabels, HostState};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 pub use self::services::Services;
 

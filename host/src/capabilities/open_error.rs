@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::secret::SecretError;
+use jobrelay_contract::secret::SecretError;
 
 /// A field of the main file the host cannot use for plugins' SQL or archive.
 #[derive(Debug, thiserror::Error)]

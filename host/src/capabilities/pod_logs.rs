@@ -23,8 +23,8 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use super::{CallScope, Capability, StoreSetup};
 use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::pod_logs as wit;
-use crate::watch::event::JobEvent;
-use crate::watch::kinds::JobKind;
+use jobrelay_contract::event::JobEvent;
+use jobrelay_watch::kinds::JobKind;
 
 use wit::{Container, Error as LogError, Pod as WitPod};
 

@@ -13,11 +13,11 @@ use super::pod_logs::ClusterDirectory;
 use super::refusals::Refusals;
 use super::sql::Databases;
 use crate::config::main_file::MainConfig;
-use crate::state::PluginKv;
+use jobrelay_state::PluginKv;
 
 /// Folder of the `embedded` SQL connection's files, one per plugin (`<plugin>.db`): next to the
 /// state file, or, with the state in MySQL, in
-/// [`DEFAULT_LOCAL_DIR`](crate::state::DEFAULT_LOCAL_DIR). A main file that defines a
+/// [`DEFAULT_LOCAL_DIR`](jobrelay_state::DEFAULT_LOCAL_DIR). A main file that defines a
 /// connection named `embedded` puts it elsewhere (and shares it, as any named connection).
 pub const EMBEDDED_DB_DIR: &str = "embedded";
 

@@ -31,9 +31,9 @@ use super::open_error::OpenError;
 use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
 use crate::config::main_file::{SqlConnection, SqlSettings};
 use crate::config::manifest::Grants;
-use crate::config::secret;
 use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::sql as wit;
+use jobrelay_contract::secret;
 
 use wit::{Dialect, Error as SqlError, Rows, Statement, Value};
 

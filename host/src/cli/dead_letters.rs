@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
-use crate::state::{CursorStore, DeadLetter};
+use jobrelay_state::{CursorStore, DeadLetter};
 
 /// Longest error text shown in the table; `--json` has the whole of it.
 const ERROR_WIDTH: usize = 100;

@@ -9,7 +9,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 use crate::clusters::supervisor::build_client;
 use crate::config::state::ConfigState;
-use crate::watch::finalizer;
+use jobrelay_watch::finalizer;
 
 /// Returns the report to print, and whether everything went well.
 pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(String, bool)> {

@@ -19,8 +19,8 @@ use crate::capabilities::sql::Databases;
 use crate::config::main_file::{ArchiveLocation, PluginDefaults, SqlSettings};
 use crate::config::manifest::PluginManifest;
 use crate::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
-use crate::state::{PluginKv, SqliteStore};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
+use jobrelay_state::{PluginKv, SqliteStore};
 
 /// Arguments of `plugin run`.
 #[derive(Debug, Clone)]

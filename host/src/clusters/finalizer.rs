@@ -13,7 +13,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::Client;
 
 use crate::lanes::finalizer_book::{HeldJob, Release};
-use crate::watch::finalizer;
+use jobrelay_watch::finalizer;
 
 /// The clients of running clusters, to remove the finalizer with.
 pub struct FinalizerService {

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
-use crate::watch::watcher::Progress;
+use jobrelay_watch::watcher::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -13,7 +13,7 @@ use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
-use crate::watch::watcher::Observation;
+use jobrelay_watch::watcher::Observation;
 
 /// Owns one supervisor per cluster.
 pub struct ClusterManager {

@@ -20,8 +20,8 @@ use super::health::HealthBoard;
 use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
-use crate::watch::watcher::Observation;
-use crate::watch::watcher::{self, WatchTarget};
+use jobrelay_watch::watcher::Observation;
+use jobrelay_watch::watcher::{self, WatchTarget};
 
 /// A running supervisor.
 #[derive(Debug)]

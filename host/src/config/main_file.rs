@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::home_cluster::HomeCluster;
 use crate::coordination::CoordinationSettings;
 use crate::runtime::RuntimeSettings;
-use crate::state::{StateBackend, StateSettings};
-use crate::watch::kinds::{JobKind, NormalizerSpec};
+use jobrelay_state::{StateBackend, StateSettings};
+use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 
 use super::ConfigError;
 

@@ -16,7 +16,6 @@ pub mod main_file;
 pub mod manifest;
 #[cfg(test)]
 mod parse_properties;
-pub mod secret;
 pub mod sources;
 pub mod state;
 

@@ -11,9 +11,9 @@ use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Listed, Observed};
 use super::recent::RecentEvents;
-use crate::watch::event::Phase;
-use crate::watch::finalizer::has_finalizer;
-use crate::watch::watcher::Observation;
+use jobrelay_contract::event::Phase;
+use jobrelay_watch::finalizer::has_finalizer;
+use jobrelay_watch::watcher::Observation;
 
 /// The lanes by plugin name, and the finalizer holds they report to.
 #[derive(Clone)]

@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::watch::event::JobKey;
-use crate::watch::kinds::JobKind;
+use jobrelay_contract::event::JobKey;
+use jobrelay_watch::kinds::JobKind;
 
 /// A held job, as the releaser needs it.
 #[derive(Debug, Clone)]

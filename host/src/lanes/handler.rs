@@ -2,7 +2,7 @@
 //! will do (a native handler, for benchmarks and tests, or a wrapper that measures calls).
 
 use crate::runtime::{CallError, PluginVersion};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// One handler of a lane's events. Called for one event at a time per job; calls for
 /// different jobs may run concurrently (up to the lane's concurrency).

@@ -35,12 +35,12 @@ use super::mode::Accepted;
 use super::queue::{Next, Queues};
 use super::settings::LaneSettings;
 use crate::runtime::CallError;
-use crate::state::{Cursor, CursorStore};
-use crate::watch::catch_up;
-use crate::watch::event::{JobEvent, JobKey, Phase};
+use jobrelay_contract::event::{JobEvent, JobKey, Phase};
+use jobrelay_state::{Cursor, CursorStore};
+use jobrelay_watch::catch_up;
 
 pub use super::queue::Listed;
-use crate::watch::kinds::JobKind;
+use jobrelay_watch::kinds::JobKind;
 
 /// Counters of one lane, for status, metrics and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -164,7 +164,7 @@ impl Lane {
         settings: LaneSettings,
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
-    ) -> Result<Lane, crate::state::StoreError> {
+    ) -> Result<Lane, jobrelay_state::StoreError> {
         Lane::open_with(name, Some(plugin), settings, store, book).await
     }
 
@@ -176,7 +176,7 @@ impl Lane {
         settings: LaneSettings,
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
-    ) -> Result<Lane, crate::state::StoreError> {
+    ) -> Result<Lane, jobrelay_state::StoreError> {
         Lane::open_with(name, None, settings, store, book).await
     }
 
@@ -187,7 +187,7 @@ impl Lane {
         settings: LaneSettings,
         store: Arc<dyn CursorStore>,
         book: Option<Arc<FinalizerBook>>,
-    ) -> Result<Lane, crate::state::StoreError> {
+    ) -> Result<Lane, jobrelay_state::StoreError> {
         let serving = plugin.is_some();
         let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
         let cursors = store.cursors(name).await?;
@@ -445,7 +445,7 @@ impl Lane {
     /// delivery: while it did not deliver, another replica moved the shared cursors on.
     /// Taking a cluster back also accepts its versions again (see
     /// [`forget_cluster`](Lane::forget_cluster)).
-    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), crate::state::StoreError> {
+    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), jobrelay_state::StoreError> {
         let of = |c: &str| cluster.is_none_or(|only| only == c);
         if let Some(cluster) = cluster {
             self.inner
@@ -558,7 +558,7 @@ async fn install_time(
     plugin: &str,
     cursors: &[Cursor],
     store: &dyn CursorStore,
-) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, crate::state::StoreError> {
+) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, jobrelay_state::StoreError> {
     let now = if cursors.is_empty() {
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     } else {

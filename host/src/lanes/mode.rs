@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 
 /// Chosen per plugin in its manifest (`delivery:`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
 use crate::runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
-use crate::state::CursorStore;
+use jobrelay_state::CursorStore;
 
 /// What an operator sees of one plugin.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -371,7 +371,7 @@ impl PluginSet {
     /// Every lane re-reads its cursors from the store, of one cluster or of all (see
     /// [`Lane::reload`]). Fails on the first lane whose cursors cannot be read: delivering from
     /// stale cursors would repeat what another replica delivered.
-    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), crate::state::StoreError> {
+    pub async fn reload(&self, cluster: Option<&str>) -> Result<(), jobrelay_state::StoreError> {
         for lane in self.routes.lanes().values() {
             lane.reload(cluster).await?;
         }

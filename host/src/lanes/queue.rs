@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::mode::{Accepted, Decision, DeliveryMode, is_end};
-use crate::state::Cursor;
-use crate::watch::event::{JobEvent, JobKey, Phase};
-use crate::watch::kinds::JobKind;
-use crate::watch::transition_key::TransitionKey;
+use jobrelay_contract::event::{JobEvent, JobKey, Phase};
+use jobrelay_contract::transition_key::TransitionKey;
+use jobrelay_state::Cursor;
+use jobrelay_watch::kinds::JobKind;
 
 /// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// Events kept.
 pub const KEPT: usize = 25;

@@ -31,9 +31,9 @@ pub use self::jobrelay::plugin::types::Phase;
 /// The `types` interface has no functions; its host side is empty.
 impl self::jobrelay::plugin::types::Host for super::HostState {}
 
-impl From<crate::watch::event::Phase> for Phase {
-    fn from(phase: crate::watch::event::Phase) -> Phase {
-        use crate::watch::event::Phase as Host;
+impl From<jobrelay_contract::event::Phase> for Phase {
+    fn from(phase: jobrelay_contract::event::Phase) -> Phase {
+        use jobrelay_contract::event::Phase as Host;
         match phase {
             Host::Pending => Phase::Pending,
             Host::Running => Phase::Running,

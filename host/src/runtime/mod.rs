@@ -362,7 +362,7 @@ fn resolve_secrets(
     config
         .into_iter()
         .map(
-            |(key, value)| match crate::config::secret::resolve(&value) {
+            |(key, value)| match jobrelay_contract::secret::resolve(&value) {
                 Ok(resolved) => Ok((key, resolved)),
                 Err(e) => Err(LoadError::InitRefused {
                     plugin: name.to_string(),

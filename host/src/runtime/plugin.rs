@@ -29,7 +29,7 @@ use super::text;
 use super::world::{WorldInstance, WorldPre};
 use crate::capabilities;
 use crate::config::manifest::Grants;
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// How many wasm frames a trap message carries.
 const TRAP_FRAMES: usize = 6;

@@ -11,7 +11,7 @@ use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::HostState;
 use super::bindings::{self, HandlerError, v0_1};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// The world packages this host serves, newest first.
 pub const SERVED: [&str; 2] = ["jobrelay:plugin@0.2.0", "jobrelay:plugin@0.1.0"];

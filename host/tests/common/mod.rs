@@ -10,7 +10,7 @@ use std::time::Duration;
 use jobrelay::capabilities::Services;
 use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
-use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 
 pub const MIB: u64 = 1 << 20;
 

@@ -24,11 +24,11 @@ use jobrelay::lanes::lane::Lane;
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
-use jobrelay::state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
-use jobrelay::watch::event::{JobEvent, Phase};
-use jobrelay::watch::kinds::JobKind;
-use jobrelay::watch::watcher::Observation;
+use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_e2e::built_wasm;
+use jobrelay_state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
+use jobrelay_watch::kinds::JobKind;
+use jobrelay_watch::watcher::Observation;
 
 const JOBS: usize = 2_000;
 const VERSIONS: usize = 10;

@@ -27,7 +27,7 @@ use jobrelay::capabilities::sql::Databases;
 use jobrelay::config::main_file::{SqlConnection, SqlSettings};
 use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
-use jobrelay::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_e2e::built_wasm;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 

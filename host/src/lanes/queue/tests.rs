@@ -350,7 +350,7 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
             |_| Vec::new(),
         );
     }
-    let kind = crate::watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
+    let kind = jobrelay_watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
     let listed = |uids: &[&str]| Listed {
         cluster: "c0".into(),
         namespace: None,

@@ -7,8 +7,8 @@
 
 use serde_json::Value;
 
-use super::event::Phase;
 use super::kinds::{ConditionRule, FieldRule, NormalizerSpec};
+use jobrelay_contract::event::Phase;
 
 /// What a normalizer concluded about one version of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,9 +16,9 @@ use chrono::{DateTime, FixedOffset};
 use serde_json::Value;
 
 use super::{MissedTransition, before_current, cut_at, history, parse_time, synthetic_events};
-use crate::watch::event::{JobEvent, Phase};
-use crate::watch::kinds::NormalizerSpec;
-use crate::watch::normalize::normalize;
+use crate::kinds::NormalizerSpec;
+use crate::normalize::normalize;
+use jobrelay_contract::event::{JobEvent, Phase};
 
 /// Every transition `object`'s status records before its current phase, oldest first, with
 /// the same folding, ordering and ordinals as [`missed_transitions`](super::missed_transitions)
@@ -60,7 +60,7 @@ mod tests {
 
     use super::super::missed_transitions;
     use super::*;
-    use crate::watch::kinds::JobKind;
+    use crate::kinds::JobKind;
 
     fn volcano() -> NormalizerSpec {
         JobKind::builtin("volcano-job")

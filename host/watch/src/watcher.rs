@@ -17,12 +17,12 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::event::{JobEvent, Phase};
 use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::{self, LenientObject};
 use super::normalize::normalize;
 use super::transition_key;
+use jobrelay_contract::event::{JobEvent, Phase};
 
 /// What one stream watches.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::Phase;
+use jobrelay_contract::event::Phase;
 
 /// One kind of training job, as configured in the main file's `kinds:` list.
 ///

@@ -13,32 +13,12 @@
 
 use serde_json::Value;
 
+use jobrelay_contract::event::Phase;
+use jobrelay_contract::transition_key::TransitionKey;
+
 use super::catch_up;
-use super::event::Phase;
 use super::kinds::NormalizerSpec;
 use super::normalize::Normalized;
-
-/// What a transition key is built from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransitionKey<'a> {
-    /// The status records when the phase was entered, as this text.
-    Entered(&'a str),
-    /// The job is gone: a job is deleted once.
-    Deletion,
-    /// Nothing records the entry: the version it was observed in.
-    Version(&'a str),
-}
-
-impl TransitionKey<'_> {
-    /// `cluster/uid/phase@time`, `cluster/uid/deleted` or `cluster/uid/phase@rv=version`.
-    pub fn make(self, cluster: &str, uid: &str, phase: Phase) -> String {
-        match self {
-            TransitionKey::Entered(at) => format!("{cluster}/{uid}/{phase}@{at}"),
-            TransitionKey::Deletion => format!("{cluster}/{uid}/{}", Phase::Deleted),
-            TransitionKey::Version(rv) => format!("{cluster}/{uid}/{phase}@rv={rv}"),
-        }
-    }
-}
 
 /// The job and version a key is made for.
 #[derive(Debug, Clone, Copy)]

@@ -88,10 +88,10 @@
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;
 
-use super::event::{JobEvent, Phase};
 use super::kinds::NormalizerSpec;
 use super::normalize::{Normalized, normalize, volcano_phase};
-use super::transition_key::TransitionKey;
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::transition_key::TransitionKey;
 
 mod first_sight;
 pub use first_sight::{created_after, first_sight_events, recorded_transitions};

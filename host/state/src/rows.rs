@@ -8,7 +8,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use super::cursor::Cursor;
 use super::dead_letter::DeadLetter;
 use super::error::StoreError;
-use crate::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 
 /// How a backend reports a stored row it cannot read (naming its file or server): what kind of
 /// row, and what is wrong with it.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::transition_key::TransitionKey;
+use crate::transition_key::TransitionKey;
 
 /// A job's state, normalised across job kinds. Mirrors `phase` in `wit/plugin.wit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! The cursor: what a lane last delivered for one job.
 
-use crate::watch::event::{JobEvent, Phase};
+use jobrelay_contract::event::{JobEvent, Phase};
 
 /// Per (plugin, cluster, uid): the last delivered version and phase of a job.
 ///

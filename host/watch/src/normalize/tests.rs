@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::watch::kinds::JobKind;
+use crate::kinds::JobKind;
 
 fn parse_rule(yaml: &str) -> Result<NormalizerSpec, serde_yaml_ng::Error> {
     serde_yaml_ng::with::singleton_map::deserialize(serde_yaml_ng::Deserializer::from_str(yaml))

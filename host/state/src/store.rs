@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::cursor::Cursor;
 use super::dead_letter::DeadLetter;
 use super::error::StoreError;
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// Durable cursors, dead letters and replay requests.
 ///

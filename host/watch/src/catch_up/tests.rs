@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::watch::kinds::JobKind;
+use crate::kinds::JobKind;
 
 fn kind(name: &str) -> NormalizerSpec {
     JobKind::builtin(name).expect("built-in kind").normalizer

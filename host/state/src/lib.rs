@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::secret;
+use jobrelay_contract::secret;
 
 pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::error::StoreError;
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// An event that a plugin failed to handle for good (it gave up, or every retry failed).
 ///

@@ -31,7 +31,7 @@ use super::dead_letter::{DeadLetter, Selection};
 use super::error::StoreError;
 use super::rows;
 use super::store::{CursorStore, PluginKv};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.

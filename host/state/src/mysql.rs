@@ -58,7 +58,7 @@ use super::error::StoreError;
 use super::rows;
 use super::sqlite::SCHEMA_VERSION;
 use super::store::{CursorStore, PluginKv};
-use crate::watch::event::JobEvent;
+use jobrelay_contract::event::JobEvent;
 
 /// The table prefix when `state.table_prefix` is not given.
 pub const DEFAULT_TABLE_PREFIX: &str = "jobrelay_";

@@ -1,8 +1,11 @@
 //! Watching jobs: one watcher per (cluster, job kind, namespace), turning object versions into
 //! job events.
+//!
+//! This layer knows Kubernetes and the job kinds, and speaks only the contract's vocabulary
+//! upward: a watcher sends [`jobrelay_contract::event::JobEvent`]s (inside observations) and
+//! knows nothing of lanes, plugins or state.
 
 pub mod catch_up;
-pub mod event;
 pub mod finalizer;
 pub mod kinds;
 pub mod lenient;
