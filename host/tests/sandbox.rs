@@ -511,6 +511,46 @@ async fn writers_left_open_end_with_their_call() {
     }
 }
 
+/// Pod logs a call opens are bounded (each is an HTTP stream from the API server) and end with
+/// the call, also on a kept instance: a plugin that forgets its handles cannot hold streams
+/// open call after call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_pod_logs_are_bounded_and_end_with_their_call() {
+    let s = setup().await;
+    let grants = Grants {
+        pod_logs: Some(PodLogsGrant::default()),
+        ..Grants::default()
+    };
+    let mut kept = spec("intruder", "intruder", &[], grants);
+    kept.instance_reuse = 8;
+    let plugin = s.rt.load(kept).await.expect("loads");
+    let pod = s.mine.pod_names()[0].clone();
+    let container = s.mine.pods()[0].container.clone();
+    let max = jobrelay::capabilities::pod_logs::MAX_OPEN_LOGS;
+    for call in 1..=3 {
+        plugin
+            .handle(&attempt(
+                &s.mine,
+                &format!("pod-log-leak:{pod}:{container}:{max}"),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("call {call}: the call's own {max} logs: {e}"));
+    }
+    match plugin
+        .handle(&attempt(
+            &s.mine,
+            &format!("pod-log-leak:{pod}:{container}:{}", max + 1),
+        ))
+        .await
+    {
+        Err(CallError::GiveUp(reason)) => assert!(
+            reason.starts_with(&format!("opened {max}; refused:")) && reason.contains("at most"),
+            "{reason}"
+        ),
+        other => panic!("the log past the bound must be refused, got {other:?}"),
+    }
+}
+
 /// A plugin cannot fill the archive: what its prefix holds (what was there before this
 /// process included) is bounded by `grants.archive.max_total_bytes`; a refused stream gives
 /// its reservation back, a replaced object its old size; another prefix is unaffected.

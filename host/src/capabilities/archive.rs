@@ -24,16 +24,17 @@ use object_store::path::Path as StorePath;
 use object_store::{MultipartUpload, ObjectStore, PutPayload};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
+use super::handles::Handles;
 use super::open_error::OpenError;
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::main_file::ArchiveLocation;
 use crate::config::manifest::Grants;
-use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::archive as wit;
+use crate::runtime::bindings::v0_1::jobrelay::plugin::archive as older;
 use jobrelay_contract::secret;
 
-use wit::Error as ArchiveError;
+use wit::{Error as ArchiveError, Writer};
 
 /// Default cap of one object.
 pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 1 << 30;
@@ -238,10 +239,6 @@ impl Capability for Archive {
         "archive"
     }
 
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
-    }
-
     fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
         let Some(grant) = &mut grants.archive else {
             return Ok(());
@@ -281,7 +278,7 @@ impl Capability for Archive {
             prefix,
             max_object_bytes: grant.max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
             max_total_bytes,
-            open: Vec::new(),
+            writers: Handles::new(MAX_OPEN_WRITERS),
         };
         Ok(())
     }
@@ -300,21 +297,23 @@ pub struct ArchiveAccess {
     /// needs it (a listing of the prefix), so a store that is down at load fails that write as
     /// "unavailable" rather than the load.
     quota: Option<Quota>,
-    /// The writers this call opened and has not dropped (resource handles in the store's
-    /// table): at most [`MAX_OPEN_WRITERS`], and all dropped when the call ends.
-    open: Vec<u32>,
+    /// The writers this call opened and has not dropped: at most [`MAX_OPEN_WRITERS`]. They
+    /// end with the call's state, aborting their uploads, so a kept instance
+    /// (`instance_reuse`) cannot carry them into its next call and pile up buffered parts.
+    writers: Handles<ObjectWriter>,
+}
+
+/// Links the interface (both served versions) into a linker whose store data gives the
+/// call's [`ArchiveAccess`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut ArchiveAccess,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<ArchiveAccess>>(linker, get)?;
+    older::add_to_linker::<T, HasSelf<ArchiveAccess>>(linker, get)
 }
 
 impl ArchiveAccess {
-    /// Drops every writer the call left open, aborting its upload. A kept instance
-    /// (`instance_reuse`) would otherwise carry them into its next call, each with a part
-    /// buffered, and a plugin could pile up memory call after call.
-    pub fn close_all(&mut self, table: &mut wasmtime::component::ResourceTable) {
-        for rep in self.open.drain(..) {
-            let _ = table.delete(Resource::<ObjectWriter>::new_own(rep));
-        }
-    }
-
     /// The store and the full path of `key`.
     fn locate(&self, key: &str) -> Result<(Arc<dyn ObjectStore>, StorePath), ArchiveError> {
         let store = self.store.as_ref().ok_or_else(|| {
@@ -415,17 +414,17 @@ impl Drop for ObjectWriter {
     }
 }
 
-impl wit::Host for HostState {
-    async fn create(&mut self, key: String) -> Result<Resource<ObjectWriter>, ArchiveError> {
-        let quota = self.caps.archive.quota().await?;
-        let access = &self.caps.archive;
+impl wit::Host for ArchiveAccess {
+    async fn create(&mut self, key: String) -> Result<Resource<Writer>, ArchiveError> {
+        let quota = self.quota().await?;
+        let access = &*self;
         let (store, path) = access.locate(&key)?;
         let counter = access
             .store
             .as_ref()
             .map(|s| s.open_writers.clone())
             .unwrap_or_default();
-        if access.open.len() >= MAX_OPEN_WRITERS {
+        if access.writers.len() >= MAX_OPEN_WRITERS {
             return Err(ArchiveError::Unavailable(format!(
                 "at most {MAX_OPEN_WRITERS} writers may be open at once; finish one first"
             )));
@@ -450,17 +449,14 @@ impl wit::Host for HostState {
         writer
             .open
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let handle = self
-            .table()
+        self.writers
             .push(writer)
-            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))?;
-        self.caps.archive.open.push(handle.rep());
-        Ok(handle)
+            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))
     }
 
     async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), ArchiveError> {
-        let quota = self.caps.archive.quota().await?;
-        let access = &self.caps.archive;
+        let quota = self.quota().await?;
+        let access = &*self;
         let (store, path) = access.locate(&key)?;
         let size = bytes.len() as u64;
         if size > access.max_object_bytes {
@@ -482,15 +478,15 @@ impl wit::Host for HostState {
     }
 }
 
-impl wit::HostWriter for HostState {
+impl wit::HostWriter for ArchiveAccess {
     async fn write(
         &mut self,
-        writer: Resource<ObjectWriter>,
+        writer: Resource<Writer>,
         bytes: Vec<u8>,
     ) -> Result<(), ArchiveError> {
-        let max = self.caps.archive.max_object_bytes;
+        let max = self.max_object_bytes;
         let writer = self
-            .table()
+            .writers
             .get_mut(&writer)
             .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
         if writer.upload.is_none() {
@@ -516,9 +512,9 @@ impl wit::HostWriter for HostState {
         Ok(())
     }
 
-    async fn finish(&mut self, writer: Resource<ObjectWriter>) -> Result<u64, ArchiveError> {
+    async fn finish(&mut self, writer: Resource<Writer>) -> Result<u64, ArchiveError> {
         let writer = self
-            .table()
+            .writers
             .get_mut(&writer)
             .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
         // An empty object still needs one (empty) part on most stores.
@@ -560,11 +556,46 @@ impl wit::HostWriter for HostState {
         }
     }
 
-    async fn drop(&mut self, writer: Resource<ObjectWriter>) -> wasmtime::Result<()> {
-        let rep = writer.rep();
-        self.table().delete(writer)?;
-        self.caps.archive.open.retain(|r| *r != rep);
+    async fn drop(&mut self, writer: Resource<Writer>) -> wasmtime::Result<()> {
+        self.writers.remove(writer)?;
         Ok(())
+    }
+}
+
+impl older::Host for ArchiveAccess {
+    async fn create(&mut self, key: String) -> Result<Resource<older::Writer>, older::Error> {
+        wit::Host::create(self, key)
+            .await
+            .map(|writer| Resource::new_own(writer.rep()))
+            .map_err(Into::into)
+    }
+
+    async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), older::Error> {
+        wit::Host::put(self, key, bytes).await.map_err(Into::into)
+    }
+}
+
+impl older::HostWriter for ArchiveAccess {
+    async fn write(
+        &mut self,
+        writer: Resource<older::Writer>,
+        bytes: Vec<u8>,
+    ) -> Result<(), older::Error> {
+        let writer = Resource::new_borrow(writer.rep());
+        wit::HostWriter::write(self, writer, bytes)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn finish(&mut self, writer: Resource<older::Writer>) -> Result<u64, older::Error> {
+        let writer = Resource::new_borrow(writer.rep());
+        wit::HostWriter::finish(self, writer)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn drop(&mut self, writer: Resource<older::Writer>) -> wasmtime::Result<()> {
+        wit::HostWriter::drop(self, Resource::new_own(writer.rep())).await
     }
 }
 

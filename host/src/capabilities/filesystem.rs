@@ -12,12 +12,10 @@
 use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
-use wasmtime::component::Linker;
 use wasmtime_wasi::FsPerms;
 
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::manifest::Grants;
-use crate::runtime::HostState;
 
 /// The filesystem capability.
 pub struct Filesystem;
@@ -25,12 +23,6 @@ pub struct Filesystem;
 impl Capability for Filesystem {
     fn name(&self) -> &'static str {
         "filesystem"
-    }
-
-    fn add_to_linker(&self, _linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        // The `wasi:filesystem` functions come with the WASI base; this capability only
-        // decides which directories exist for the plugin.
-        Ok(())
     }
 
     fn prepare(&self, grants: &mut Grants, _load: &LoadScope<'_>) -> Result<(), String> {

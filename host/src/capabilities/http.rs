@@ -57,7 +57,7 @@ use std::time::Duration;
 use http::header::{CONTENT_LENGTH, HOST};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
-use wasmtime::component::Linker;
+use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
@@ -67,7 +67,7 @@ use self::body::CappedBody;
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::manifest::{Grants, HttpGrant};
-use crate::runtime::{HostState, MAX_TIMEOUT};
+use crate::runtime::MAX_TIMEOUT;
 
 /// Connection timeout when the grant sets none.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -93,10 +93,6 @@ pub struct Http;
 impl Capability for Http {
     fn name(&self) -> &'static str {
         "http"
-    }
-
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
     }
 
     /// Checks every pattern and limit, and rewrites the patterns in canonical form
@@ -432,13 +428,20 @@ fn refused(plugin: &str, target: &dyn fmt::Display, reason: impl fmt::Display) {
     );
 }
 
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        let (caps, table) = self.caps_and_table();
+/// Links `wasi:http`'s outgoing handler (every request then passes the call's [`Policy`]).
+pub fn add_to_linker<T: WasiHttpView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
+}
+
+impl HttpAccess {
+    /// What `wasi:http` works with in one store: this call's context and policy, and the
+    /// store's resource table (`wasi:http` keeps its requests and bodies there, beside the
+    /// WASI streams they are read through).
+    pub fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
         WasiHttpCtxView {
-            ctx: &mut caps.http.ctx,
+            ctx: &mut self.ctx,
             table,
-            hooks: &mut caps.http.policy,
+            hooks: &mut self.policy,
         }
     }
 }

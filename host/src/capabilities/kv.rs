@@ -12,8 +12,8 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::kv as wit;
+use crate::runtime::bindings::v0_1::jobrelay::plugin::kv as older;
 use jobrelay_state::PluginKv;
 
 /// Longest key, in bytes.
@@ -31,10 +31,6 @@ pub struct Kv;
 impl Capability for Kv {
     fn name(&self) -> &'static str {
         "kv"
-    }
-
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
     }
 
     fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
@@ -78,9 +74,19 @@ impl KvAccess {
     }
 }
 
-impl wit::Host for HostState {
+/// Links the interface (both served versions) into a linker whose store data gives the
+/// call's [`KvAccess`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut KvAccess,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<KvAccess>>(linker, get)?;
+    older::add_to_linker::<T, HasSelf<KvAccess>>(linker, get)
+}
+
+impl wit::Host for KvAccess {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
-        let access = &self.caps.kv;
+        let access = &*self;
         let store = access.store(&key)?;
         store
             .kv_get(&access.plugin, &key)
@@ -94,7 +100,7 @@ impl wit::Host for HostState {
         value: Vec<u8>,
         ttl_seconds: Option<u32>,
     ) -> Result<(), String> {
-        let access = &self.caps.kv;
+        let access = &*self;
         let store = access.store(&key)?;
         if value.len() > MAX_VALUE_BYTES {
             return Err(format!(
@@ -127,11 +133,30 @@ impl wit::Host for HostState {
     }
 
     async fn delete(&mut self, key: String) -> Result<bool, String> {
-        let access = &self.caps.kv;
+        let access = &*self;
         let store = access.store(&key)?;
         store
             .kv_delete(&access.plugin, &key)
             .await
             .map_err(|e| format!("kv: {e}"))
+    }
+}
+
+impl older::Host for KvAccess {
+    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
+        wit::Host::get(self, key).await
+    }
+
+    async fn set(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), String> {
+        wit::Host::set(self, key, value, ttl_seconds).await
+    }
+
+    async fn delete(&mut self, key: String) -> Result<bool, String> {
+        wit::Host::delete(self, key).await
     }
 }

@@ -6,9 +6,9 @@
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::Capability;
-use crate::runtime::HostState;
+use super::{CallScope, Capability, StoreSetup};
 use crate::runtime::bindings::jobrelay::plugin::lifecycle as wit;
+use crate::runtime::bindings::v0_1::jobrelay::plugin::lifecycle as older;
 
 /// The lifecycle capability.
 pub struct Lifecycle;
@@ -18,14 +18,39 @@ impl Capability for Lifecycle {
         "lifecycle"
     }
 
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+        // Only the load-time call runs without an event.
+        setup.state.lifecycle = Stage {
+            loading: call.event.is_none(),
+        };
+        Ok(())
     }
 }
 
-impl wit::Host for HostState {
+/// Which call this is.
+#[derive(Debug, Default)]
+pub struct Stage {
+    loading: bool,
+}
+
+/// Links the interface (both served versions) into a linker whose store data gives the
+/// call's [`Stage`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut Stage,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<Stage>>(linker, get)?;
+    older::add_to_linker::<T, HasSelf<Stage>>(linker, get)
+}
+
+impl wit::Host for Stage {
     async fn loading(&mut self) -> bool {
-        // Only the load-time call runs without an event.
-        self.labels.event.is_none()
+        self.loading
+    }
+}
+
+impl older::Host for Stage {
+    async fn loading(&mut self) -> bool {
+        self.loading
     }
 }

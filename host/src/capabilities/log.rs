@@ -8,12 +8,13 @@
 //! write [`MAX_LINES_PER_CALL`] lines; later lines are counted and reported in one warning at
 //! the end of the call. Logging never fails and never traps.
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
+use super::CallLabels;
 use super::Capability;
 use crate::runtime::bindings::Level;
 use crate::runtime::bindings::jobrelay::plugin::log as wit_log;
-use crate::runtime::{CallLabels, HostState};
+use crate::runtime::bindings::v0_1::jobrelay::plugin::log as older;
 
 /// Longest message kept, in bytes; longer ones are cut at a character boundary.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
@@ -27,10 +28,28 @@ impl Capability for Log {
     fn name(&self) -> &'static str {
         "log"
     }
+}
 
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit_log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
-    }
+/// What the log functions of one call reach: its line budget, and who is calling.
+pub struct LogView<'a> {
+    pub throttle: &'a mut LogThrottle,
+    pub labels: &'a CallLabels,
+}
+
+struct LogData;
+
+impl HasData for LogData {
+    type Data<'a> = LogView<'a>;
+}
+
+/// Links the interface (both served versions) into a linker whose store data gives a
+/// [`LogView`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> LogView<'_>,
+) -> wasmtime::Result<()> {
+    wit_log::add_to_linker::<T, LogData>(linker, get)?;
+    older::add_to_linker::<T, LogData>(linker, get)
 }
 
 /// Per-call line budget.
@@ -56,15 +75,21 @@ impl LogThrottle {
     }
 }
 
-impl wit_log::Host for HostState {
+impl wit_log::Host for LogView<'_> {
     async fn write(&mut self, level: Level, message: String) {
-        let throttle = &mut self.caps.log;
+        let throttle = &mut *self.throttle;
         if throttle.written >= MAX_LINES_PER_CALL {
             throttle.dropped = throttle.dropped.saturating_add(1);
             return;
         }
         throttle.written += 1;
-        emit(level, &self.labels, &cut(&message));
+        emit(level, self.labels, &cut(&message));
+    }
+}
+
+impl older::Host for LogView<'_> {
+    async fn write(&mut self, level: older::Level, message: String) {
+        wit_log::Host::write(self, level.into(), message).await
     }
 }
 

@@ -1,16 +1,22 @@
 //! Host capabilities: what a plugin can reach beyond its own memory.
 //!
-//! A capability is one type implementing [`Capability`], one WIT interface (ours or a standard
-//! WASI one) and the steps that bind it: once into the engine-wide linker, once per plugin
-//! version to check and prepare the manifest's grants, and once per store to hand the plugin
-//! exactly what it was granted. Everything is refused unless granted.
+//! A capability is one file: a type implementing [`Capability`] (check and prepare the
+//! manifest's grant once per plugin version, set up one store's state from it on every call),
+//! that per-call state, the WIT interface's `Host` traits implemented on that state (or on a
+//! view of it), and an `add_to_linker` generic over the store's data type, which is handed a
+//! getter from the store's data to that state. So a capability never names the store type;
+//! only the runtime knows the whole store and links every capability into it
+//! (`runtime::linking`), the way wasmtime-wasi-http's `WasiHttpView` never names its
+//! embedder's type. Host objects behind WIT resources stay in the capability's own bounded
+//! [`handles::Handles`]. Everything is refused unless granted.
 //!
-//! Adding a capability touches this folder only: a new file with the type, an entry in
-//! [`ALL`], and, if it keeps per-call state, a field in [`CapabilityState`]; if it needs a
-//! process-wide resource (a pool, a store, a client), a field in [`Services`].
+//! Adding a capability touches its file, an entry in [`ALL`] and a field in
+//! [`CapabilityState`] here, and one line in `runtime/linking.rs`; if it needs a process-wide
+//! resource (a pool, a store, a client), a field in [`Services`].
 
 pub mod archive;
 pub mod filesystem;
+pub mod handles;
 pub mod http;
 pub mod kv;
 pub mod lifecycle;
@@ -23,14 +29,31 @@ pub mod sql;
 pub mod sqlite_sandbox;
 pub mod wasi;
 
-use wasmtime::component::Linker;
+use std::sync::Arc;
+use std::time::Instant;
+
 use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::config::manifest::Grants;
-use crate::runtime::{CallLabels, HostState};
 use jobrelay_contract::event::JobEvent;
 
 pub use self::services::Services;
+
+/// Who is running: attached to every log line and captured output of the call.
+#[derive(Debug, Clone)]
+pub struct CallLabels {
+    pub plugin: Arc<str>,
+    pub version: Arc<str>,
+    /// The id of the event being handled; `None` while only `init` runs (at load).
+    pub event: Option<Arc<str>>,
+}
+
+impl CallLabels {
+    /// The event id, or `-` outside an event, for log fields.
+    pub fn event_or_dash(&self) -> &str {
+        self.event.as_deref().unwrap_or("-")
+    }
+}
 
 /// What a capability knows when a plugin version is loaded.
 pub struct LoadScope<'a> {
@@ -48,6 +71,8 @@ pub struct CallScope<'a> {
     pub services: &'a Services,
     /// The event being handled; `None` while only `init` runs.
     pub event: Option<&'a JobEvent>,
+    /// When the call must be over.
+    pub deadline: Instant,
 }
 
 /// One capability. Implementations are stateless values; per-call state lives in
@@ -55,10 +80,6 @@ pub struct CallScope<'a> {
 pub trait Capability: Send + Sync {
     /// Name used in error messages.
     fn name(&self) -> &'static str;
-
-    /// Adds the capability's host functions to the linker every plugin is linked with. Called
-    /// once, when the runtime is built.
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
 
     /// Checks and normalises the grants of a plugin version when it is loaded (for example,
     /// creates granted directories), so that a bad grant fails the load, not every call.
@@ -99,31 +120,20 @@ pub struct StoreSetup {
 pub struct CapabilityState {
     pub stdio: wasi::Stdio,
     pub log: log::LogThrottle,
+    pub lifecycle: lifecycle::Stage,
     pub sql: sql::SqlAccess,
     pub kv: kv::KvAccess,
     pub http: http::HttpAccess,
     pub pod_logs: pod_logs::PodLogAccess,
     pub archive: archive::ArchiveAccess,
-    /// The first "unavailable" answer any capability gave during the call (a database or
-    /// store that could not be reached). A load-time `init` that fails after one is retried
-    /// later instead of being refused: the peer may come back.
-    pub unavailable: Option<String>,
 }
 
 impl CapabilityState {
-    /// Passes a capability's answer through, noting it if it says "unavailable".
-    pub fn note<T, E: std::fmt::Display>(
-        &mut self,
-        answer: Result<T, E>,
-        unavailable: impl FnOnce(&E) -> bool,
-    ) -> Result<T, E> {
-        if let Err(e) = &answer
-            && self.unavailable.is_none()
-            && unavailable(e)
-        {
-            self.unavailable = Some(e.to_string());
-        }
-        answer
+    /// The first "unavailable" answer a capability gave during the call (a database that
+    /// could not be reached). A load-time `init` that fails after one is retried later instead
+    /// of being refused: the peer may come back.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.sql.unavailable()
     }
 
     /// Called once when the call is over, whatever its outcome: reports what the capabilities
@@ -140,14 +150,6 @@ impl CapabilityState {
 pub struct GrantError {
     pub capability: &'static str,
     pub reason: String,
-}
-
-/// Links every capability into `linker`.
-pub fn add_all_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    for capability in ALL {
-        capability.add_to_linker(linker)?;
-    }
-    Ok(())
 }
 
 /// Checks and normalises a plugin version's grants with every capability.

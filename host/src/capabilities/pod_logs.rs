@@ -20,18 +20,21 @@ use kube::Api;
 use kube::api::{ListParams, LogParams};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
+use super::handles::Handles;
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::pod_logs as wit;
+use crate::runtime::bindings::v0_1::jobrelay::plugin::pod_logs as older;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_watch::kinds::JobKind;
 
-use wit::{Container, Error as LogError, Pod as WitPod};
+use wit::{Container, Error as LogError, Log, Pod as WitPod};
 
 /// Default cap of one container log.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 /// Largest chunk one `read` returns.
 pub const MAX_READ_BYTES: u32 = 1 << 20;
+/// Container logs one call may have open at once, each an HTTP stream from the API server.
+pub const MAX_OPEN_LOGS: usize = 16;
 
 /// The pod-logs capability.
 pub struct PodLogs;
@@ -120,10 +123,6 @@ impl Capability for PodLogs {
         "pod-logs"
     }
 
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
-    }
-
     fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
         let Some(grant) = &call.grants.pod_logs else {
             return Ok(());
@@ -137,6 +136,7 @@ impl Capability for PodLogs {
             max_bytes: grant.max_bytes_per_container.unwrap_or(DEFAULT_MAX_BYTES),
             scope,
             pods: None,
+            logs: Handles::new(MAX_OPEN_LOGS),
         };
         Ok(())
     }
@@ -158,6 +158,18 @@ pub struct PodLogAccess {
     scope: Result<JobScope, String>,
     /// The job's pods, listed on first use and kept for the call.
     pods: Option<Vec<WitPod>>,
+    /// The logs the call has open.
+    logs: Handles<LogReader>,
+}
+
+/// Links the interface (both served versions) into a linker whose store data gives the
+/// call's [`PodLogAccess`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut PodLogAccess,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<PodLogAccess>>(linker, get)?;
+    older::add_to_linker::<T, HasSelf<PodLogAccess>>(linker, get)
 }
 
 impl Default for PodLogAccess {
@@ -167,6 +179,7 @@ impl Default for PodLogAccess {
             max_bytes: DEFAULT_MAX_BYTES,
             scope: Err("pod logs are not granted to this plugin (grants.pod_logs)".into()),
             pods: None,
+            logs: Handles::new(MAX_OPEN_LOGS),
         }
     }
 }
@@ -274,9 +287,9 @@ pub struct LogReader {
     done: bool,
 }
 
-impl wit::Host for HostState {
+impl wit::Host for PodLogAccess {
     async fn pods(&mut self) -> Result<Vec<WitPod>, LogError> {
-        Ok(self.caps.pod_logs.pods().await?.to_vec())
+        Ok(self.pods().await?.to_vec())
     }
 
     async fn open(
@@ -284,8 +297,13 @@ impl wit::Host for HostState {
         pod: String,
         container: String,
         previous: bool,
-    ) -> Result<Resource<LogReader>, LogError> {
-        let access = &mut self.caps.pod_logs;
+    ) -> Result<Resource<Log>, LogError> {
+        let access = &mut *self;
+        if access.logs.len() >= MAX_OPEN_LOGS {
+            return Err(LogError::Unavailable(format!(
+                "at most {MAX_OPEN_LOGS} logs may be open at once; drop one first"
+            )));
+        }
         let pods = access.pods().await?;
         let Some(found) = pods.iter().find(|p| p.name == pod) else {
             let scope = access.scope()?;
@@ -319,20 +337,16 @@ impl wit::Host for HostState {
             truncated: false,
             done: false,
         };
-        self.table()
+        self.logs
             .push(reader)
             .map_err(|e| LogError::Unavailable(format!("cannot open another log: {e}")))
     }
 }
 
-impl wit::HostLog for HostState {
-    async fn read(
-        &mut self,
-        log: Resource<LogReader>,
-        max_bytes: u32,
-    ) -> Result<Vec<u8>, LogError> {
+impl wit::HostLog for PodLogAccess {
+    async fn read(&mut self, log: Resource<Log>, max_bytes: u32) -> Result<Vec<u8>, LogError> {
         let reader = self
-            .table()
+            .logs
             .get_mut(&log)
             .map_err(|e| LogError::Denied(format!("invalid log handle: {e}")))?;
         if reader.done {
@@ -363,15 +377,57 @@ impl wit::HostLog for HostState {
         Ok(buf)
     }
 
-    async fn truncated(&mut self, log: Resource<LogReader>) -> bool {
-        self.table()
+    async fn truncated(&mut self, log: Resource<Log>) -> bool {
+        self.logs
             .get(&log)
             .map(|reader| reader.truncated)
             .unwrap_or(false)
     }
 
-    async fn drop(&mut self, log: Resource<LogReader>) -> wasmtime::Result<()> {
-        self.table().delete(log)?;
+    async fn drop(&mut self, log: Resource<Log>) -> wasmtime::Result<()> {
+        self.logs.remove(log)?;
         Ok(())
+    }
+}
+
+impl older::Host for PodLogAccess {
+    async fn pods(&mut self) -> Result<Vec<older::Pod>, older::Error> {
+        wit::Host::pods(self)
+            .await
+            .map(|pods| pods.into_iter().map(Into::into).collect())
+            .map_err(Into::into)
+    }
+
+    async fn open(
+        &mut self,
+        pod: String,
+        container: String,
+        previous: bool,
+    ) -> Result<Resource<older::Log>, older::Error> {
+        wit::Host::open(self, pod, container, previous)
+            .await
+            .map(|log| Resource::new_own(log.rep()))
+            .map_err(Into::into)
+    }
+}
+
+impl older::HostLog for PodLogAccess {
+    async fn read(
+        &mut self,
+        log: Resource<older::Log>,
+        max_bytes: u32,
+    ) -> Result<Vec<u8>, older::Error> {
+        let log = Resource::new_borrow(log.rep());
+        wit::HostLog::read(self, log, max_bytes)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn truncated(&mut self, log: Resource<older::Log>) -> bool {
+        wit::HostLog::truncated(self, Resource::new_borrow(log.rep())).await
+    }
+
+    async fn drop(&mut self, log: Resource<older::Log>) -> wasmtime::Result<()> {
+        wit::HostLog::drop(self, Resource::new_own(log.rep())).await
     }
 }

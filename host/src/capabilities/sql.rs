@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::sqlite::{
@@ -31,8 +31,8 @@ use super::open_error::OpenError;
 use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
 use crate::config::main_file::{SqlConnection, SqlSettings};
 use crate::config::manifest::Grants;
-use crate::runtime::HostState;
 use crate::runtime::bindings::jobrelay::plugin::sql as wit;
+use crate::runtime::bindings::v0_1::jobrelay::plugin::sql as older;
 use jobrelay_contract::secret;
 
 use wit::{Dialect, Error as SqlError, Rows, Statement, Value};
@@ -263,10 +263,6 @@ impl Capability for Sql {
         "sql"
     }
 
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
-    }
-
     fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
         for name in &grants.sql {
             if !load.services.sql.has(name) {
@@ -287,18 +283,60 @@ impl Capability for Sql {
                 granted.push((name.clone(), database));
             }
         }
-        setup.state.sql = SqlAccess { granted };
+        setup.state.sql = SqlAccess {
+            granted,
+            deadline: call.deadline,
+            unavailable: None,
+        };
         Ok(())
     }
 }
 
 /// The pools one call may use.
-#[derive(Default)]
 pub struct SqlAccess {
     granted: Vec<(String, Database)>,
+    /// The call's deadline: no SQLite statement runs past it.
+    deadline: Instant,
+    /// The first "unavailable" answer of the call (see [`super::CapabilityState::unavailable`]).
+    unavailable: Option<String>,
+}
+
+impl Default for SqlAccess {
+    fn default() -> SqlAccess {
+        SqlAccess {
+            granted: Vec::new(),
+            deadline: Instant::now(),
+            unavailable: None,
+        }
+    }
+}
+
+/// Links the interface (both served versions) into a linker whose store data gives the
+/// call's [`SqlAccess`] through `get`.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut SqlAccess,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<SqlAccess>>(linker, get)?;
+    older::add_to_linker::<T, HasSelf<SqlAccess>>(linker, get)
 }
 
 impl SqlAccess {
+    /// The first answer of the call that said a database could not be reached.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    /// Passes an answer through, noting it if it says "unavailable".
+    fn note<T>(&mut self, answer: Result<T, SqlError>) -> Result<T, SqlError> {
+        if let Err(e @ SqlError::Unavailable(_)) = &answer
+            && self.unavailable.is_none()
+        {
+            self.unavailable = Some(e.to_string());
+        }
+        answer
+    }
+
     fn database(&self, name: &str) -> Result<&Database, SqlError> {
         self.granted
             .iter()
@@ -318,7 +356,7 @@ impl SqlAccess {
 macro_rules! on_connection {
     ($state:ident, $connection:ident, $call:ident($arg:ident)) => {{
         let deadline = $state.deadline;
-        let answer = match $state.caps.sql.database(&$connection)?.clone() {
+        let answer = match $state.database(&$connection)?.clone() {
             Database::MySql(pool) => match pool.acquire().await {
                 Ok(mut conn) => mysql::$call(&mut conn, $arg).await,
                 Err(e) => Err(classify(e)),
@@ -328,13 +366,13 @@ macro_rules! on_connection {
                 Err(e) => Err(e),
             },
         };
-        $state.caps.note(answer, is_unavailable)
+        $state.note(answer)
     }};
 }
 
-impl wit::Host for HostState {
+impl wit::Host for SqlAccess {
     async fn connection_dialect(&mut self, connection: String) -> Result<Dialect, SqlError> {
-        Ok(match self.caps.sql.database(&connection)? {
+        Ok(match self.database(&connection)? {
             Database::MySql(_) => Dialect::Mysql,
             Database::Sqlite(_) => Dialect::Sqlite,
         })
@@ -363,6 +401,50 @@ impl wit::Host for HostState {
     }
 }
 
+impl older::Host for SqlAccess {
+    async fn connection_dialect(
+        &mut self,
+        connection: String,
+    ) -> Result<older::Dialect, older::Error> {
+        wit::Host::connection_dialect(self, connection)
+            .await
+            .map(Into::into)
+            .map_err(Into::into)
+    }
+
+    async fn execute(
+        &mut self,
+        connection: String,
+        statement: older::Statement,
+    ) -> Result<u64, older::Error> {
+        wit::Host::execute(self, connection, statement.into())
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn query(
+        &mut self,
+        connection: String,
+        statement: older::Statement,
+    ) -> Result<older::Rows, older::Error> {
+        wit::Host::query(self, connection, statement.into())
+            .await
+            .map(Into::into)
+            .map_err(Into::into)
+    }
+
+    async fn transaction(
+        &mut self,
+        connection: String,
+        statements: Vec<older::Statement>,
+    ) -> Result<Vec<u64>, older::Error> {
+        let statements = statements.into_iter().map(Into::into).collect();
+        wit::Host::transaction(self, connection, statements)
+            .await
+            .map_err(Into::into)
+    }
+}
+
 /// A connection of `pool` whose statements stop at `deadline` (the call's), so a statement
 /// cannot outlive its call and keep the connection and a core busy.
 async fn bounded(
@@ -374,10 +456,6 @@ async fn bounded(
         .await
         .map_err(classify)?;
     Ok(conn)
-}
-
-fn is_unavailable(e: &SqlError) -> bool {
-    matches!(e, SqlError::Unavailable(_))
 }
 
 /// Sorts a driver error into the three kinds the plugin sees.

@@ -27,11 +27,18 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 use wasmtime::component::Linker;
+use wasmtime_wasi::WasiView;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use super::CallLabels;
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::{CallLabels, HostState};
+
+/// Links every WASI 0.2 interface (what the plugin reaches is decided when its store's context
+/// is built, in [`Capability::configure`]).
+pub fn add_to_linker<T: WasiView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)
+}
 
 /// Bytes of stdout and of stderr kept per call.
 pub const CAPTURE_BYTES: usize = 8 * 1024;
@@ -42,10 +49,6 @@ pub struct WasiBase;
 impl Capability for WasiBase {
     fn name(&self) -> &'static str {
         "wasi"
-    }
-
-    fn add_to_linker(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wasmtime_wasi::p2::add_to_linker_async(linker)
     }
 
     fn configure(&self, _call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {

@@ -5,7 +5,9 @@
 //!   every epoch tick and be dropped when the wall-clock backstop fires.
 //! - Imports are async (SQL, pod logs and archive writes wait on the network) and never trap:
 //!   every failure is a value the plugin sees, and a plugin that logs too much is throttled,
-//!   not killed. Resources map to the capability types that implement them.
+//!   not killed. A resource is only a handle number here: the capability that hands it out
+//!   keeps the host object behind it (`capabilities::handles`), so these bindings name no
+//!   capability type.
 //! - Arguments are borrowed (`JobEvent<'a>` holds `&str`), so the event's object JSON, shared
 //!   by every lane, is lowered straight into the guest without a copy per call.
 // The generated `add_to_linker` of the type-only `types` interface has unused parameters.
@@ -19,17 +21,10 @@ wasmtime::component::bindgen!({
     imports: { default: async },
     exports: { default: async },
     ownership: Borrowing { duplicate_if_necessary: true },
-    with: {
-        "jobrelay:plugin/pod-logs.log": crate::capabilities::pod_logs::LogReader,
-        "jobrelay:plugin/archive.writer": crate::capabilities::archive::ObjectWriter,
-    },
 });
 
 pub use self::jobrelay::plugin::log::Level;
 pub use self::jobrelay::plugin::types::Phase;
-
-/// The `types` interface has no functions; its host side is empty.
-impl self::jobrelay::plugin::types::Host for super::HostState {}
 
 impl From<jobrelay_contract::event::Phase> for Phase {
     fn from(phase: jobrelay_contract::event::Phase) -> Phase {

@@ -5,31 +5,18 @@
 //! up from the plugin's grants, the memory budget, the labels every log line is tagged with,
 //! and the call's deadline state.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::capabilities::CapabilityState;
+use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
+use crate::capabilities::log::LogView;
+use crate::capabilities::{CallLabels, CapabilityState};
+
+use super::bindings;
 use super::limits::MemoryBudget;
-
-/// Who is running: attached to every log line and captured output of the call.
-#[derive(Debug, Clone)]
-pub struct CallLabels {
-    pub plugin: Arc<str>,
-    pub version: Arc<str>,
-    /// The id of the event being handled; `None` while only `init` runs (at load).
-    pub event: Option<Arc<str>>,
-}
-
-impl CallLabels {
-    /// The event id, or `-` outside an event, for log fields.
-    pub fn event_or_dash(&self) -> &str {
-        self.event.as_deref().unwrap_or("-")
-    }
-}
 
 /// Per-store data.
 pub struct HostState {
@@ -68,7 +55,8 @@ impl HostState {
 impl HostState {
     /// Readies a kept store for another call: the capability state for the new event
     /// (keeping the captured output streams, which the WASI context writes into), new labels
-    /// and deadline.
+    /// and deadline. What the last call opened and left open (pod logs, archive writers) is
+    /// dropped with its capability state, as it would be with its store.
     pub(crate) fn renew(
         &mut self,
         mut caps: CapabilityState,
@@ -76,24 +64,30 @@ impl HostState {
         deadline: Instant,
     ) {
         std::mem::swap(&mut caps.stdio, &mut self.caps.stdio);
-        // What the last call opened and left open ends with it, as it would with its store.
-        self.caps.archive.close_all(&mut self.table);
         self.caps = caps;
         self.labels = labels;
         self.deadline = deadline;
         self.timed_out = false;
     }
 
-    /// The capability state and the resource table at once, for views that need both.
-    pub(crate) fn caps_and_table(&mut self) -> (&mut CapabilityState, &mut ResourceTable) {
-        (&mut self.caps, &mut self.table)
-    }
-
-    /// The store's resource table (resources the capabilities hand to the plugin).
-    pub(crate) fn table(&mut self) -> &mut ResourceTable {
-        &mut self.table
+    /// What the log capability reaches: the call's line budget and labels.
+    pub(crate) fn log(&mut self) -> LogView<'_> {
+        LogView {
+            throttle: &mut self.caps.log,
+            labels: &self.labels,
+        }
     }
 }
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        self.caps.http.view(&mut self.table)
+    }
+}
+
+/// The `types` interfaces have no functions; their host side is empty.
+impl bindings::jobrelay::plugin::types::Host for HostState {}
+impl bindings::v0_1::jobrelay::plugin::types::Host for HostState {}
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {

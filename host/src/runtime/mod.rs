@@ -16,6 +16,7 @@ mod engine;
 mod error;
 mod host_state;
 mod limits;
+mod linking;
 mod plugin;
 pub mod text;
 pub mod world;
@@ -25,12 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::Engine;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 
 pub use self::compile::{CacheStats, ComponentSource};
 pub use self::engine::RuntimeSettings;
 pub use self::error::{CallError, LoadError, RuntimeError};
-pub use self::host_state::{CallLabels, HostState};
+pub use self::host_state::HostState;
 pub use self::plugin::PluginVersion;
 
 use self::compile::ComponentCache;
@@ -122,16 +123,8 @@ impl Runtime {
     ) -> Result<Runtime, RuntimeError> {
         let engine = engine::build_engine(&settings)?;
         let mut linker = Linker::new(&engine);
-        // The contract's type-only interface, imported by every plugin that uses its types.
-        bindings::jobrelay::plugin::types::add_to_linker::<HostState, HasSelf<HostState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(|e| RuntimeError::Engine(format!("cannot link the plugin types: {e:#}")))?;
-        capabilities::add_all_to_linker(&mut linker)
+        linking::link(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("cannot link host capabilities: {e:#}")))?;
-        world::add_older_worlds(&mut linker)
-            .map_err(|e| RuntimeError::Engine(format!("cannot link the older worlds: {e:#}")))?;
         engine::start_epoch_ticker(&engine, settings.epoch_tick)?;
         let cache = Arc::new(ComponentCache::new(
             engine.clone(),

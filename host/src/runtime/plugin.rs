@@ -23,11 +23,12 @@ use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
 use super::bindings::HandlerError;
 use super::compile::ComponentSource;
 use super::error::CallError;
-use super::host_state::{CallLabels, HostState};
+use super::host_state::HostState;
 use super::limits::MemoryBudget;
 use super::text;
 use super::world::{WorldInstance, WorldPre};
 use crate::capabilities;
+use crate::capabilities::CallLabels;
 use crate::config::manifest::Grants;
 use jobrelay_contract::event::JobEvent;
 
@@ -208,7 +209,7 @@ impl PluginVersion {
             memory_bytes = state.memory.used_bytes(),
             "plugin call finished"
         );
-        let unavailable = state.caps.unavailable.clone();
+        let unavailable = state.caps.unavailable().map(str::to_string);
         let result = match answer {
             Err(_elapsed) => Err(CallError::Timeout(self.timeout)),
             Ok(Ok(Answer::Handled)) => Ok(()),
@@ -300,17 +301,17 @@ impl PluginVersion {
         labels: CallLabels,
         event: &JobEvent,
     ) -> Result<(), CallError> {
+        let deadline = Instant::now() + self.timeout;
         let scope = capabilities::CallScope {
             plugin: &self.name,
             grants: &self.grants,
             services: &self.services,
             event: Some(event),
+            deadline,
         };
         let setup = capabilities::configure_all(&scope, false)
             .map_err(|e| CallError::Host(e.to_string()))?;
-        store
-            .data_mut()
-            .renew(setup.state, labels, Instant::now() + self.timeout);
+        store.data_mut().renew(setup.state, labels, deadline);
         store.set_epoch_deadline(1);
         Ok(())
     }
@@ -320,11 +321,13 @@ impl PluginVersion {
         labels: CallLabels,
         event: Option<&JobEvent>,
     ) -> Result<Store<HostState>, CallError> {
+        let deadline = Instant::now() + self.timeout;
         let scope = capabilities::CallScope {
             plugin: &self.name,
             grants: &self.grants,
             services: &self.services,
             event,
+            deadline,
         };
         let setup = capabilities::configure_all(&scope, true)
             .map_err(|e| CallError::Host(e.to_string()))?;
@@ -334,7 +337,7 @@ impl PluginVersion {
             setup.state,
             labels,
             MemoryBudget::new(self.memory_bytes),
-            Instant::now() + self.timeout,
+            deadline,
         );
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|state| &mut state.memory);

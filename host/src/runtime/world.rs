@@ -7,7 +7,7 @@
 //! the runtime sees one [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
 
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::component::InstancePre;
 
 use super::HostState;
 use super::bindings::{self, HandlerError, v0_1};
@@ -15,12 +15,6 @@ use jobrelay_contract::event::JobEvent;
 
 /// The world packages this host serves, newest first.
 pub const SERVED: [&str; 2] = ["jobrelay:plugin@0.2.0", "jobrelay:plugin@0.1.0"];
-
-/// Links the imports of the older worlds (the current world's are linked by the capabilities
-/// themselves).
-pub fn add_older_worlds(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    v0_1::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
-}
 
 /// A component pre-instantiated against the world it was built for.
 pub enum WorldPre {

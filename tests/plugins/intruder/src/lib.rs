@@ -8,6 +8,8 @@
 //! - `sql-exec:<connection>:<statement>`: runs any statement text as a query (the hostile
 //!   SQL tests: `ATTACH`, `VACUUM INTO`, pragmas, runaway queries);
 //! - `pod-log:<pod>:<container>`: open and read a pod log;
+//! - `pod-log-leak:<pod>:<container>:<n>`: open the log n times and forget every handle
+//!   (never dropped); gives up saying how many opened when the host refuses one;
 //! - `pods`: list the job's pods;
 //! - `archive-put:<key>` / `archive-create:<key>`: write an object;
 //! - `archive-write:<key>:<bytes>[:put]`: an object of that size, streamed or put at once;
@@ -80,6 +82,23 @@ impl Guest for Intruder {
                 let (pod, container) = arg.split_once(':').unwrap_or((arg, ""));
                 let log = pod_logs::open(pod, container, false).map_err(refused)?;
                 log.read(1024).map(|_| ()).map_err(refused)
+            }
+            "pod-log-leak" => {
+                let mut parts = arg.splitn(3, ':');
+                let pod = parts.next().unwrap_or_default();
+                let container = parts.next().unwrap_or_default();
+                let count: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+                for i in 0..count {
+                    match pod_logs::open(pod, container, false) {
+                        Ok(log) => std::mem::forget(log),
+                        Err(e) => {
+                            return Err(HandlerError::GiveUp(format!(
+                                "opened {i}; refused: {e:?}"
+                            )));
+                        }
+                    }
+                }
+                Ok(())
             }
             "archive-put" => archive::put(arg, b"x").map_err(refused),
             "archive-write" => {

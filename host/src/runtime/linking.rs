@@ -1,0 +1,24 @@
+//! The one place that knows every capability and the whole store: links each capability's
+//! interfaces into the engine-wide linker, with a getter from [`HostState`] to the part of it
+//! that capability works on. A capability's own file never names `HostState`.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::HostState;
+use super::bindings;
+use crate::capabilities::{archive, http, kv, lifecycle, log, pod_logs, sql, wasi};
+
+/// Links the plugin worlds' imports: the type-only interfaces, then every capability.
+pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    bindings::jobrelay::plugin::types::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
+    bindings::v0_1::jobrelay::plugin::types::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
+    wasi::add_to_linker(linker)?;
+    http::add_to_linker(linker)?;
+    log::add_to_linker(linker, HostState::log)?;
+    lifecycle::add_to_linker(linker, |s| &mut s.caps.lifecycle)?;
+    sql::add_to_linker(linker, |s| &mut s.caps.sql)?;
+    kv::add_to_linker(linker, |s| &mut s.caps.kv)?;
+    pod_logs::add_to_linker(linker, |s| &mut s.caps.pod_logs)?;
+    archive::add_to_linker(linker, |s| &mut s.caps.archive)?;
+    Ok(())
+}
