@@ -21,12 +21,13 @@ echo "production build: no test kit"
 allowed() {
   case "$1" in
     jobrelay-contract) echo "" ;;
+    jobrelay-bindings) echo "jobrelay-contract" ;;
     jobrelay-watch) echo "jobrelay-contract" ;;
     jobrelay-state) echo "jobrelay-contract" ;;
-    jobrelay) echo "jobrelay-contract jobrelay-watch jobrelay-state" ;;
+    jobrelay) echo "jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state" ;;
   esac
 }
-for crate in jobrelay-contract jobrelay-watch jobrelay-state jobrelay; do
+for crate in jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state jobrelay; do
   # Direct normal dependencies only (depth 1), the crate itself on the first line.
   deps=$(cargo tree --locked -p "$crate" --no-default-features --edges normal --depth 1 \
     --prefix none | tail -n +2 | awk '{print $1}' | grep '^jobrelay' || true)

@@ -2,9 +2,10 @@
 //!
 //! The job event and its phase are what the watchers produce, the lanes order, the state store
 //! records and the plugins receive; a secret reference is how any configured value names a
-//! secret. Nothing here knows Kubernetes, WebAssembly or a database, so every layer above can
+//! secret; tamed text is how anything a plugin says is kept and printed. Nothing here knows Kubernetes, WebAssembly or a database, so every layer above can
 //! depend on it and it depends on none of them.
 
 pub mod event;
 pub mod secret;
+pub mod text;
 pub mod transition_key;

@@ -30,8 +30,8 @@ use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
 use crate::config::main_file::ArchiveLocation;
 use crate::config::manifest::Grants;
-use crate::runtime::bindings::jobrelay::plugin::archive as wit;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::archive as older;
+use jobrelay_bindings::jobrelay::plugin::archive as wit;
+use jobrelay_bindings::v0_1::jobrelay::plugin::archive as older;
 use jobrelay_contract::secret;
 
 use wit::{Error as ArchiveError, Writer};

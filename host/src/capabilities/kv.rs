@@ -12,8 +12,8 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::bindings::jobrelay::plugin::kv as wit;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::kv as older;
+use jobrelay_bindings::jobrelay::plugin::kv as wit;
+use jobrelay_bindings::v0_1::jobrelay::plugin::kv as older;
 use jobrelay_state::PluginKv;
 
 /// Longest key, in bytes.

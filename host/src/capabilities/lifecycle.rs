@@ -7,8 +7,8 @@
 use wasmtime::component::{HasSelf, Linker};
 
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::bindings::jobrelay::plugin::lifecycle as wit;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::lifecycle as older;
+use jobrelay_bindings::jobrelay::plugin::lifecycle as wit;
+use jobrelay_bindings::v0_1::jobrelay::plugin::lifecycle as older;
 
 /// The lifecycle capability.
 pub struct Lifecycle;

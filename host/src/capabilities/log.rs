@@ -12,9 +12,9 @@ use wasmtime::component::{HasData, Linker};
 
 use super::CallLabels;
 use super::Capability;
-use crate::runtime::bindings::Level;
-use crate::runtime::bindings::jobrelay::plugin::log as wit_log;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::log as older;
+use jobrelay_bindings::Level;
+use jobrelay_bindings::jobrelay::plugin::log as wit_log;
+use jobrelay_bindings::v0_1::jobrelay::plugin::log as older;
 
 /// Longest message kept, in bytes; longer ones are cut at a character boundary.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
@@ -96,7 +96,7 @@ impl older::Host for LogView<'_> {
 /// `message` cut at [`MAX_MESSAGE_BYTES`] (saying how much was cut) with its control
 /// characters escaped, so a plugin's line is one line in every log format.
 fn cut(message: &str) -> String {
-    crate::runtime::text::tame(message, MAX_MESSAGE_BYTES)
+    jobrelay_contract::text::tame(message, MAX_MESSAGE_BYTES)
 }
 
 fn emit(level: Level, labels: &CallLabels, message: &str) {

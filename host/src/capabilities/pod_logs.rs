@@ -22,8 +22,8 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 
 use super::handles::Handles;
 use super::{CallScope, Capability, StoreSetup};
-use crate::runtime::bindings::jobrelay::plugin::pod_logs as wit;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::pod_logs as older;
+use jobrelay_bindings::jobrelay::plugin::pod_logs as wit;
+use jobrelay_bindings::v0_1::jobrelay::plugin::pod_logs as older;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_watch::kinds::JobKind;
 

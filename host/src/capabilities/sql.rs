@@ -31,8 +31,8 @@ use super::open_error::OpenError;
 use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
 use crate::config::main_file::{SqlConnection, SqlSettings};
 use crate::config::manifest::Grants;
-use crate::runtime::bindings::jobrelay::plugin::sql as wit;
-use crate::runtime::bindings::v0_1::jobrelay::plugin::sql as older;
+use jobrelay_bindings::jobrelay::plugin::sql as wit;
+use jobrelay_bindings::v0_1::jobrelay::plugin::sql as older;
 use jobrelay_contract::secret;
 
 use wit::{Dialect, Error as SqlError, Rows, Statement, Value};

@@ -15,8 +15,8 @@ use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 use crate::capabilities::log::LogView;
 use crate::capabilities::{CallLabels, CapabilityState};
 
-use super::bindings;
 use super::limits::MemoryBudget;
+use jobrelay_bindings as bindings;
 
 /// Per-store data.
 pub struct HostState {

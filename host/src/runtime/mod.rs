@@ -10,7 +10,6 @@
 //! the host lacks, the grants can be honoured, the limits fit the engine, and `init` accepts
 //! the configuration.
 
-pub mod bindings;
 mod compile;
 mod engine;
 mod error;
@@ -18,7 +17,6 @@ mod host_state;
 mod limits;
 mod linking;
 mod plugin;
-pub mod text;
 pub mod world;
 
 use std::collections::BTreeMap;

@@ -20,17 +20,17 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
 
-use super::bindings::HandlerError;
 use super::compile::ComponentSource;
 use super::error::CallError;
 use super::host_state::HostState;
 use super::limits::MemoryBudget;
-use super::text;
 use super::world::{WorldInstance, WorldPre};
 use crate::capabilities;
 use crate::capabilities::CallLabels;
 use crate::config::manifest::Grants;
+use jobrelay_bindings::HandlerError;
 use jobrelay_contract::event::JobEvent;
+use jobrelay_contract::text;
 
 /// How many wasm frames a trap message carries.
 const TRAP_FRAMES: usize = 6;

@@ -10,7 +10,7 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use super::HostState;
-use super::bindings::{self, HandlerError, v0_1};
+use jobrelay_bindings::{self as bindings, HandlerError, v0_1};
 use jobrelay_contract::event::JobEvent;
 
 /// The world packages this host serves, newest first.

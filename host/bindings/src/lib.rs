@@ -17,7 +17,7 @@ pub mod v0_1;
 
 wasmtime::component::bindgen!({
     world: "plugin",
-    path: "../wit",
+    path: "../../wit",
     imports: { default: async },
     exports: { default: async },
     ownership: Borrowing { duplicate_if_necessary: true },

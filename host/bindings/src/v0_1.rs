@@ -14,7 +14,7 @@ use super::{HandlerError as HandlerErrorNow, Level, Phase};
 
 wasmtime::component::bindgen!({
     world: "plugin",
-    path: "../wit/0.1.0/plugin.wit",
+    path: "../../wit/0.1.0/plugin.wit",
     imports: { default: async },
     exports: { default: async },
     ownership: Borrowing { duplicate_if_necessary: true },
