@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::capabilities::Services;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
@@ -30,6 +29,7 @@ use crate::lanes::plugin_set::{PluginSet, PluginStatus};
 use crate::runtime::Runtime;
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
+use jobrelay_capabilities::Services;
 use jobrelay_state::open_stores;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.
@@ -64,7 +64,13 @@ impl Daemon {
         let (store, kv) = open_stores(&main.state)
             .await
             .with_context(|| format!("cannot open the state store, {}", main.state))?;
-        let services = Services::open(&main, Some(kv))?;
+        let services = Services::open(
+            &main.sql,
+            &main.archive,
+            &main.state.local_dir(),
+            &main.kinds,
+            Some(kv),
+        )?;
         let directory = services.clusters.clone();
         let runtime = Runtime::with_services(main.runtime.clone(), services)
             .context("cannot build the WebAssembly engine")?;

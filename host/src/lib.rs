@@ -5,7 +5,6 @@
 //! `config` → `clusters` → `watch` → `lanes` → `runtime` → `capabilities`, with `telemetry`
 //! beside them and `cli` on top.
 
-pub mod capabilities;
 pub mod cli;
 pub mod clusters;
 pub mod config;

@@ -7,9 +7,10 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{event, runtime, spec};
-use jobrelay::capabilities::Services;
-use jobrelay::config::manifest::{Grants, HttpGrant};
 use jobrelay::runtime::{CallError, PluginVersion, Runtime};
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::Services;
+use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::Phase;
 use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::FeishuReceiver;

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use jobrelay::config::manifest::{Grants, HttpGrant};
 use jobrelay::runtime::{
     CallError, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
 };
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

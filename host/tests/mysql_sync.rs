@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{event, mysql_url, runtime, spec, unique_prefix};
-use jobrelay::capabilities::Services;
-use jobrelay::capabilities::sql::Databases;
-use jobrelay::config::main_file::{SqlConnection, SqlSettings};
-use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{CallError, LoadError, PluginVersion, Runtime};
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::Services;
+use jobrelay_capabilities::sql::Databases;
+use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;

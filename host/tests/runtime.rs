@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
-use jobrelay::config::manifest::{DirGrant, Grants};
 use jobrelay::runtime::{
     CallError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
 };
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::filesystem::DirGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
 
 const MIB: u64 = 1 << 20;

@@ -8,14 +8,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{event, runtime, spec};
-use jobrelay::capabilities::Services;
-use jobrelay::capabilities::archive::ArchiveStore;
-use jobrelay::capabilities::pod_logs::ClusterDirectory;
-use jobrelay::capabilities::sql::Databases;
 use jobrelay::clusters::supervisor::build_client;
-use jobrelay::config::main_file::{ArchiveLocation, SqlConnection, SqlSettings};
-use jobrelay::config::manifest::{ArchiveGrant, Grants, PodLogsGrant};
 use jobrelay::runtime::{CallError, PluginVersion, Runtime};
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::Services;
+use jobrelay_capabilities::archive::ArchiveGrant;
+use jobrelay_capabilities::archive::ArchiveLocation;
+use jobrelay_capabilities::archive::ArchiveStore;
+use jobrelay_capabilities::pod_logs::ClusterDirectory;
+use jobrelay_capabilities::pod_logs::PodLogsGrant;
+use jobrelay_capabilities::sql::Databases;
+use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
@@ -526,7 +529,7 @@ async fn open_pod_logs_are_bounded_and_end_with_their_call() {
     let plugin = s.rt.load(kept).await.expect("loads");
     let pod = s.mine.pod_names()[0].clone();
     let container = s.mine.pods()[0].container.clone();
-    let max = jobrelay::capabilities::pod_logs::MAX_OPEN_LOGS;
+    let max = jobrelay_capabilities::pod_logs::MAX_OPEN_LOGS;
     for call in 1..=3 {
         plugin
             .handle(&attempt(
@@ -613,7 +616,7 @@ async fn the_kv_quota_stops_a_plugin_filling_the_store() {
     let s = setup().await;
     let grants = Grants {
         kv: true,
-        kv_quota: Some(jobrelay::config::manifest::KvQuota {
+        kv_quota: Some(jobrelay_capabilities::kv::KvQuota {
             max_entries: Some(40),
             max_bytes: None,
         }),
@@ -630,7 +633,7 @@ async fn the_kv_quota_stops_a_plugin_filling_the_store() {
     // By bytes too: 20 KiB allow about 19 entries of 1 KiB with their keys.
     let by_bytes = Grants {
         kv: true,
-        kv_quota: Some(jobrelay::config::manifest::KvQuota {
+        kv_quota: Some(jobrelay_capabilities::kv::KvQuota {
             max_entries: None,
             max_bytes: Some(20 << 10),
         }),

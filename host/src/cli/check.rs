@@ -42,10 +42,16 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
     // A connection or runtime setting the host cannot use is a problem of the main file like
     // any other: reported, with exit code 1, not an error of the command.
     let main_path = config_dir.join(crate::config::main_file::MAIN_FILE);
-    let services = match crate::capabilities::Services::open(&main, None) {
+    let services = match jobrelay_capabilities::Services::open(
+        &main.sql,
+        &main.archive,
+        &main.state.local_dir(),
+        &main.kinds,
+        None,
+    ) {
         Ok(services) => services,
         Err(e) => {
-            let e = crate::capabilities::open_error::chain(&e);
+            let e = jobrelay_capabilities::open_error::chain(&e);
             println!("FAIL  main     {}: {e}", main_path.display());
             println!("{} problem(s) found", failures + 1);
             return Ok(ExitCode::FAILURE);

@@ -12,13 +12,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::capabilities::Services;
-use crate::capabilities::archive::ArchiveStore;
-use crate::capabilities::services::EMBEDDED_DB_DIR;
-use crate::capabilities::sql::Databases;
-use crate::config::main_file::{ArchiveLocation, PluginDefaults, SqlSettings};
+use crate::config::main_file::PluginDefaults;
 use crate::config::manifest::PluginManifest;
 use crate::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
+use jobrelay_capabilities::Services;
+use jobrelay_capabilities::archive::ArchiveLocation;
+use jobrelay_capabilities::archive::ArchiveStore;
+use jobrelay_capabilities::services::EMBEDDED_DB_DIR;
+use jobrelay_capabilities::sql::Databases;
+use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_state::{PluginKv, SqliteStore};
 

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
 use super::supervisor::{self, SupervisorHandle};
-use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
+use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_watch::watcher::Observation;
 
 /// Owns one supervisor per cluster.

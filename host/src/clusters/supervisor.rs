@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
-use crate::capabilities::pod_logs::ClusterDirectory;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
+use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_watch::watcher::Observation;
 use jobrelay_watch::watcher::{self, WatchTarget};
 

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::home_cluster::HomeCluster;
 use crate::coordination::CoordinationSettings;
 use crate::runtime::RuntimeSettings;
+use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
+use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 
@@ -137,112 +139,6 @@ pub struct TelemetrySettings {
     /// Absent: no endpoint.
     #[serde(default)]
     pub listen: Option<std::net::SocketAddr>,
-}
-
-/// The `sql:` section.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SqlSettings {
-    /// Connections by name; plugins are granted names, never URLs.
-    #[serde(default)]
-    pub connections: std::collections::BTreeMap<String, SqlConnection>,
-}
-
-/// One named SQL connection pool.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SqlConnection {
-    /// `mysql://user:password@host:3306/db` (MySQL, MariaDB) or `sqlite:///path/file.db`.
-    /// May be a secret reference, `env:NAME` or `file:/path`, so the password stays out of
-    /// the config folder.
-    pub url: String,
-    /// Most connections the pool opens (default 8).
-    #[serde(default = "default_sql_max_connections")]
-    pub max_connections: u32,
-    /// How long a statement waits for a free connection, in milliseconds (default 5000).
-    #[serde(default = "default_sql_acquire_timeout")]
-    pub acquire_timeout_ms: u64,
-    /// MySQL/MariaDB: the longest a statement may run on the server, in milliseconds (default
-    /// 60000; 0: no limit). A plugin call that times out stops waiting for its statement, but
-    /// the server would run it to its end; this limit ends it there. Set on each connection
-    /// (`max_statement_time` on MariaDB; `max_execution_time` on MySQL, which bounds only
-    /// `SELECT`).
-    #[serde(default = "default_sql_max_statement_ms")]
-    pub max_statement_ms: u64,
-}
-
-impl std::fmt::Debug for SqlConnection {
-    /// Never prints the URL: it may hold a password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlConnection")
-            .field("max_connections", &self.max_connections)
-            .field("acquire_timeout_ms", &self.acquire_timeout_ms)
-            .field("max_statement_ms", &self.max_statement_ms)
-            .finish_non_exhaustive()
-    }
-}
-
-fn default_sql_max_connections() -> u32 {
-    8
-}
-fn default_sql_acquire_timeout() -> u64 {
-    5_000
-}
-fn default_sql_max_statement_ms() -> u64 {
-    60_000
-}
-
-/// The `archive:` section: one store for every plugin, each writing under its own prefix.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ArchiveSettings {
-    /// A local folder (relative: to the config folder). Default: `archive/` next to the
-    /// state file (with the state in MySQL: `/var/lib/jobrelay/archive`).
-    #[serde(default)]
-    pub local: Option<PathBuf>,
-    /// An S3-compatible bucket instead of a local folder.
-    #[serde(default)]
-    pub s3: Option<S3Settings>,
-}
-
-/// An S3-compatible object store.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Settings {
-    pub bucket: String,
-    #[serde(default)]
-    pub region: Option<String>,
-    /// Endpoint for non-AWS stores (MinIO, Ceph), e.g. `http://minio:9000`.
-    #[serde(default)]
-    pub endpoint: Option<String>,
-    /// Key id and secret; secret references (`env:NAME`, `file:/path`) are the expected form.
-    #[serde(default)]
-    pub access_key_id: Option<String>,
-    #[serde(default)]
-    pub secret_access_key: Option<String>,
-    /// Allow a plain-HTTP endpoint.
-    #[serde(default)]
-    pub allow_http: bool,
-}
-
-impl std::fmt::Debug for S3Settings {
-    /// Never prints the credentials.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Settings")
-            .field("bucket", &self.bucket)
-            .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
-            .field("allow_http", &self.allow_http)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Where the archive lives, after validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArchiveLocation {
-    /// A local folder, absolute.
-    Local(PathBuf),
-    S3(S3Settings),
 }
 
 /// Namespaces and labels to watch.

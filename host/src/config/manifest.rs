@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::lanes::mode::DeliveryMode;
 use crate::lanes::settings::{RateLimitSpec, RetryPolicy};
+use jobrelay_capabilities::Grants;
 
 /// The manifest as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,111 +60,4 @@ pub struct PluginManifest {
     /// Free-form configuration handed to the plugin's `init`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
-}
-
-/// Capabilities a manifest grants. Each field is one capability; absent means refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grants {
-    /// Host directories the plugin may see, through the standard WASI filesystem.
-    #[serde(default)]
-    pub filesystem: Vec<DirGrant>,
-    /// Names of the main file's SQL connections (`sql.connections`) the plugin may use.
-    #[serde(default)]
-    pub sql: Vec<String>,
-    /// Whether the plugin has a key-value store of its own.
-    #[serde(default)]
-    pub kv: bool,
-    /// How much the plugin may keep there (defaults: 10,000 entries, 64 MiB).
-    #[serde(default)]
-    pub kv_quota: Option<KvQuota>,
-    /// Outbound HTTP through `wasi:http`, to the listed destinations only.
-    #[serde(default)]
-    pub http: Option<HttpGrant>,
-    /// Logs of the pods of the job being handled.
-    #[serde(default)]
-    pub pod_logs: Option<PodLogsGrant>,
-    /// Writes under the plugin's own prefix of the archive store.
-    #[serde(default)]
-    pub archive: Option<ArchiveGrant>,
-}
-
-/// Outbound HTTP a plugin may make.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpGrant {
-    /// Destinations, as `scheme://host[:port]` patterns: `https://open.feishu.cn`,
-    /// `https://*.example.com`, `http://10.0.0.5:8080`, `http://127.0.0.1:*`. A missing port
-    /// means the scheme's default port.
-    pub allow: Vec<String>,
-    /// Whether destinations that resolve to private, loopback or link-local addresses are
-    /// allowed. Refused by default, so an allowed name cannot be pointed at the cluster's
-    /// internal network.
-    #[serde(default)]
-    pub allow_private: bool,
-    /// Connection timeout in milliseconds (default 5000).
-    #[serde(default)]
-    pub connect_timeout_ms: Option<u64>,
-    /// Limit of one request from sending to the last byte of the response, in milliseconds
-    /// (default 30000; the call's own time limit still applies).
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    /// Largest response body read, in bytes (default 1 MiB).
-    #[serde(default)]
-    pub max_response_bytes: Option<u64>,
-    /// Requests one call may have open at once, each with its connection (default 16, at
-    /// most 1024); one more is refused with `connection-limit-reached`.
-    #[serde(default)]
-    pub max_concurrent_requests: Option<u32>,
-}
-
-/// The most a plugin may keep in its key-value store: live entries, and their keys' and
-/// values' bytes together.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KvQuota {
-    #[serde(default)]
-    pub max_entries: Option<u64>,
-    #[serde(default)]
-    pub max_bytes: Option<u64>,
-}
-
-/// Pod logs a plugin may read.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PodLogsGrant {
-    /// Bytes read at most from one container log; the rest is cut and the log is marked
-    /// truncated (default 64 MiB).
-    #[serde(default)]
-    pub max_bytes_per_container: Option<u64>,
-}
-
-/// Archive writes a plugin may make.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ArchiveGrant {
-    /// The plugin's prefix in the archive store (default: the plugin's name). A relative
-    /// `/`-separated path; two plugins should not share one.
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// Largest object the plugin may write, in bytes (default 1 GiB).
-    #[serde(default)]
-    pub max_object_bytes: Option<u64>,
-    /// The most the plugin's prefix may hold, all objects together, in bytes (default 10 GiB).
-    #[serde(default)]
-    pub max_total_bytes: Option<u64>,
-}
-
-/// One host directory made visible to a plugin under a guest path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DirGrant {
-    /// Directory on the host; relative paths are resolved against the config folder. It is
-    /// created if missing.
-    pub host: PathBuf,
-    /// Where the plugin sees it, e.g. `/data`.
-    pub guest: String,
-    /// Whether the plugin may create and write files there.
-    #[serde(default)]
-    pub writable: bool,
 }

@@ -11,9 +11,10 @@ use kube::config::Kubeconfig;
 use super::ConfigError;
 use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
-use super::manifest::{Grants, PluginManifest};
+use super::manifest::PluginManifest;
 use crate::lanes::mode::DeliveryMode;
 use crate::lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
+use jobrelay_capabilities::Grants;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
 #[derive(Debug, Clone)]

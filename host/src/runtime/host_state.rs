@@ -12,8 +12,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
-use crate::capabilities::log::LogView;
-use crate::capabilities::{CallLabels, CapabilityState};
+use jobrelay_capabilities::log::LogView;
+use jobrelay_capabilities::{CallLabels, CapabilityState};
 
 use super::limits::MemoryBudget;
 use jobrelay_bindings as bindings;

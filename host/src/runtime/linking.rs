@@ -5,8 +5,8 @@
 use wasmtime::component::{HasSelf, Linker};
 
 use super::HostState;
-use crate::capabilities::{archive, http, kv, lifecycle, log, pod_logs, sql, wasi};
 use jobrelay_bindings as bindings;
+use jobrelay_capabilities::{archive, http, kv, lifecycle, log, pod_logs, sql, wasi};
 
 /// Links the plugin worlds' imports: the type-only interfaces, then every capability.
 pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {

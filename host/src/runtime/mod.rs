@@ -34,14 +34,9 @@ pub use self::plugin::PluginVersion;
 
 use self::compile::ComponentCache;
 use self::world::WorldPre;
-use crate::capabilities;
-use crate::config::manifest::Grants;
 use crate::config::sources::PluginSource;
-
-/// The longest time limit a manifest may set. One call holding an instance for longer is a
-/// plugin that should split its work; the bound also keeps deadline arithmetic far from
-/// overflow.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+use jobrelay_capabilities as capabilities;
+use jobrelay_capabilities::{Grants, MAX_TIMEOUT};
 
 /// Everything needed to load one version of one plugin.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@
 //!   execution, so a wall-clock backstop (the limit plus a few ticks) drops the whole call if a
 //!   host function holds it too long.
 //! - memory: the store's limiter refuses growth past the manifest's limit (see `limits`).
-//! - everything else a plugin can touch is decided by its grants (see `crate::capabilities`).
+//! - everything else a plugin can touch is decided by its grants (see the `jobrelay_capabilities` crate).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -25,10 +25,10 @@ use super::error::CallError;
 use super::host_state::HostState;
 use super::limits::MemoryBudget;
 use super::world::{WorldInstance, WorldPre};
-use crate::capabilities;
-use crate::capabilities::CallLabels;
-use crate::config::manifest::Grants;
 use jobrelay_bindings::HandlerError;
+use jobrelay_capabilities as capabilities;
+use jobrelay_capabilities::CallLabels;
+use jobrelay_capabilities::Grants;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_contract::text;
 

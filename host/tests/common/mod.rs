@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobrelay::capabilities::Services;
-use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::Services;
 use jobrelay_contract::event::{JobEvent, Phase};
 
 pub const MIB: u64 = 1 << 20;

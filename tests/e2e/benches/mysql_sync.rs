@@ -22,11 +22,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobrelay::capabilities::Services;
-use jobrelay::capabilities::sql::Databases;
-use jobrelay::config::main_file::{SqlConnection, SqlSettings};
-use jobrelay::config::manifest::Grants;
 use jobrelay::runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
+use jobrelay_capabilities::Grants;
+use jobrelay_capabilities::Services;
+use jobrelay_capabilities::sql::Databases;
+use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_e2e::built_wasm;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};

@@ -27,15 +27,68 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Column, Row, ValueRef};
 use wasmtime::component::{HasSelf, Linker};
 
+use super::Grants;
 use super::open_error::OpenError;
 use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
-use crate::config::main_file::{SqlConnection, SqlSettings};
-use crate::config::manifest::Grants;
 use jobrelay_bindings::jobrelay::plugin::sql as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::sql as older;
 use jobrelay_contract::secret;
+use serde::{Deserialize, Serialize};
 
 use wit::{Dialect, Error as SqlError, Rows, Statement, Value};
+
+/// The `sql:` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlSettings {
+    /// Connections by name; plugins are granted names, never URLs.
+    #[serde(default)]
+    pub connections: std::collections::BTreeMap<String, SqlConnection>,
+}
+
+/// One named SQL connection pool.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlConnection {
+    /// `mysql://user:password@host:3306/db` (MySQL, MariaDB) or `sqlite:///path/file.db`.
+    /// May be a secret reference, `env:NAME` or `file:/path`, so the password stays out of
+    /// the config folder.
+    pub url: String,
+    /// Most connections the pool opens (default 8).
+    #[serde(default = "default_sql_max_connections")]
+    pub max_connections: u32,
+    /// How long a statement waits for a free connection, in milliseconds (default 5000).
+    #[serde(default = "default_sql_acquire_timeout")]
+    pub acquire_timeout_ms: u64,
+    /// MySQL/MariaDB: the longest a statement may run on the server, in milliseconds (default
+    /// 60000; 0: no limit). A plugin call that times out stops waiting for its statement, but
+    /// the server would run it to its end; this limit ends it there. Set on each connection
+    /// (`max_statement_time` on MariaDB; `max_execution_time` on MySQL, which bounds only
+    /// `SELECT`).
+    #[serde(default = "default_sql_max_statement_ms")]
+    pub max_statement_ms: u64,
+}
+
+impl std::fmt::Debug for SqlConnection {
+    /// Never prints the URL: it may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConnection")
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout_ms", &self.acquire_timeout_ms)
+            .field("max_statement_ms", &self.max_statement_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_sql_max_connections() -> u32 {
+    8
+}
+fn default_sql_acquire_timeout() -> u64 {
+    5_000
+}
+fn default_sql_max_statement_ms() -> u64 {
+    60_000
+}
 
 /// Rows one query may return.
 pub const MAX_ROWS: usize = 10_000;

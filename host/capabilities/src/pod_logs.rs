@@ -20,6 +20,8 @@ use kube::Api;
 use kube::api::{ListParams, LogParams};
 use wasmtime::component::{HasSelf, Linker, Resource};
 
+use serde::{Deserialize, Serialize};
+
 use super::handles::Handles;
 use super::{CallScope, Capability, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::pod_logs as wit;
@@ -140,6 +142,16 @@ impl Capability for PodLogs {
         };
         Ok(())
     }
+}
+
+/// Pod logs a plugin may read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodLogsGrant {
+    /// Bytes read at most from one container log; the rest is cut and the log is marked
+    /// truncated (default 64 MiB).
+    #[serde(default)]
+    pub max_bytes_per_container: Option<u64>,
 }
 
 /// Where the job of one call lives.

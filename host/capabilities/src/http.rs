@@ -66,8 +66,10 @@ use self::allow::{AllowList, Host, Scheme, Target};
 use self::body::CappedBody;
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
-use crate::config::manifest::{Grants, HttpGrant};
-use crate::runtime::MAX_TIMEOUT;
+use serde::{Deserialize, Serialize};
+
+use super::Grants;
+use super::MAX_TIMEOUT;
 
 /// Connection timeout when the grant sets none.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
@@ -86,6 +88,35 @@ type Sent = (
     Response<WasiBody>,
     Box<dyn Future<Output = Result<(), Error>> + Send>,
 );
+
+/// Outbound HTTP a plugin may make.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpGrant {
+    /// Destinations, as `scheme://host[:port]` patterns: `https://open.feishu.cn`,
+    /// `https://*.example.com`, `http://10.0.0.5:8080`, `http://127.0.0.1:*`. A missing port
+    /// means the scheme's default port.
+    pub allow: Vec<String>,
+    /// Whether destinations that resolve to private, loopback or link-local addresses are
+    /// allowed. Refused by default, so an allowed name cannot be pointed at the cluster's
+    /// internal network.
+    #[serde(default)]
+    pub allow_private: bool,
+    /// Connection timeout in milliseconds (default 5000).
+    #[serde(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// Limit of one request from sending to the last byte of the response, in milliseconds
+    /// (default 30000; the call's own time limit still applies).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Largest response body read, in bytes (default 1 MiB).
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
+    /// Requests one call may have open at once, each with its connection (default 16, at
+    /// most 1024); one more is refused with `connection-limit-reached`.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+}
 
 /// The HTTP capability.
 pub struct Http;

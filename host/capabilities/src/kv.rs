@@ -11,6 +11,8 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::refusals::{Limit, Refusals};
+use serde::{Deserialize, Serialize};
+
 use super::{CallScope, Capability, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::kv as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::kv as older;
@@ -24,6 +26,17 @@ pub const MAX_VALUE_BYTES: usize = 64 << 10;
 pub const DEFAULT_MAX_ENTRIES: u64 = 10_000;
 /// Bytes of keys and values a plugin may keep, when `grants.kv_quota` sets no number.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
+/// The most a plugin may keep in its key-value store: live entries, and their keys' and
+/// values' bytes together.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvQuota {
+    #[serde(default)]
+    pub max_entries: Option<u64>,
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+}
 
 /// The key-value capability.
 pub struct Kv;

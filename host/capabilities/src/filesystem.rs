@@ -15,7 +15,25 @@ use std::path::{Component, Path};
 use wasmtime_wasi::FsPerms;
 
 use super::{CallScope, Capability, LoadScope, StoreSetup};
-use crate::config::manifest::Grants;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Grants;
+
+/// One host directory made visible to a plugin under a guest path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// Directory on the host; relative paths are resolved against the config folder. It is
+    /// created if missing.
+    pub host: PathBuf,
+    /// Where the plugin sees it, e.g. `/data`.
+    pub guest: String,
+    /// Whether the plugin may create and write files there.
+    #[serde(default)]
+    pub writable: bool,
+}
 
 /// The filesystem capability.
 pub struct Filesystem;
@@ -98,7 +116,6 @@ fn check_guest_path(guest: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::manifest::DirGrant;
 
     fn grants(host: &Path, guest: &str) -> Grants {
         Grants {
@@ -112,7 +129,7 @@ mod tests {
     }
 
     fn load() -> LoadScope<'static> {
-        static SERVICES: std::sync::LazyLock<crate::capabilities::Services> =
+        static SERVICES: std::sync::LazyLock<crate::Services> =
             std::sync::LazyLock::new(Default::default);
         LoadScope {
             plugin: "test",

@@ -17,6 +17,7 @@
 //! it reserved.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,13 +29,67 @@ use super::handles::Handles;
 use super::open_error::OpenError;
 use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, LoadScope, StoreSetup};
-use crate::config::main_file::ArchiveLocation;
-use crate::config::manifest::Grants;
+use serde::{Deserialize, Serialize};
+
+use super::Grants;
 use jobrelay_bindings::jobrelay::plugin::archive as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::archive as older;
 use jobrelay_contract::secret;
 
 use wit::{Error as ArchiveError, Writer};
+
+/// The `archive:` section: one store for every plugin, each writing under its own prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveSettings {
+    /// A local folder (relative: to the config folder). Default: `archive/` next to the
+    /// state file (with the state in MySQL: `/var/lib/jobrelay/archive`).
+    #[serde(default)]
+    pub local: Option<PathBuf>,
+    /// An S3-compatible bucket instead of a local folder.
+    #[serde(default)]
+    pub s3: Option<S3Settings>,
+}
+
+/// An S3-compatible object store.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Settings {
+    pub bucket: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint for non-AWS stores (MinIO, Ceph), e.g. `http://minio:9000`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Key id and secret; secret references (`env:NAME`, `file:/path`) are the expected form.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// Allow a plain-HTTP endpoint.
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+impl std::fmt::Debug for S3Settings {
+    /// Never prints the credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("allow_http", &self.allow_http)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the archive lives, after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveLocation {
+    /// A local folder, absolute.
+    Local(PathBuf),
+    S3(S3Settings),
+}
 
 /// Default cap of one object.
 pub const DEFAULT_MAX_OBJECT_BYTES: u64 = 1 << 30;
@@ -282,6 +337,22 @@ impl Capability for Archive {
         };
         Ok(())
     }
+}
+
+/// Archive writes a plugin may make.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveGrant {
+    /// The plugin's prefix in the archive store (default: the plugin's name). A relative
+    /// `/`-separated path; two plugins should not share one.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Largest object the plugin may write, in bytes (default 1 GiB).
+    #[serde(default)]
+    pub max_object_bytes: Option<u64>,
+    /// The most the plugin's prefix may hold, all objects together, in bytes (default 10 GiB).
+    #[serde(default)]
+    pub max_total_bytes: Option<u64>,
 }
 
 /// The archive state of one call; `store` is `None` unless granted.

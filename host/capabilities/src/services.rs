@@ -5,15 +5,16 @@
 //! `plugin run` command without a main file) refuses the grants that need it at load, with a
 //! message saying so.
 
+use std::path::Path;
 use std::sync::Arc;
 
-use super::archive::ArchiveStore;
+use super::archive::{ArchiveLocation, ArchiveStore};
 use super::open_error::OpenError;
 use super::pod_logs::ClusterDirectory;
 use super::refusals::Refusals;
-use super::sql::Databases;
-use crate::config::main_file::MainConfig;
+use super::sql::{Databases, SqlSettings};
 use jobrelay_state::PluginKv;
+use jobrelay_watch::kinds::JobKind;
 
 /// Folder of the `embedded` SQL connection's files, one per plugin (`<plugin>.db`): next to the
 /// state file, or, with the state in MySQL, in
@@ -51,12 +52,17 @@ impl Services {
     /// fail, as in `jobrelay check`, which must not open the state file). SQL pools
     /// connect lazily and the archive folder is created, so this fails only on configuration
     /// errors (a bad URL, an unresolvable secret, an archive folder that cannot be made).
-    pub fn open(main: &MainConfig, kv: Option<Arc<dyn PluginKv>>) -> Result<Services, OpenError> {
-        let state_dir = main.state.local_dir();
-        let sql = Databases::open(&main.sql, &state_dir.join(EMBEDDED_DB_DIR))?;
-        let archive = ArchiveStore::open(&main.archive)?;
+    pub fn open(
+        sql: &SqlSettings,
+        archive: &ArchiveLocation,
+        local_dir: &Path,
+        kinds: &[JobKind],
+        kv: Option<Arc<dyn PluginKv>>,
+    ) -> Result<Services, OpenError> {
+        let sql = Databases::open(sql, &local_dir.join(EMBEDDED_DB_DIR))?;
+        let archive = ArchiveStore::open(archive)?;
         let clusters = ClusterDirectory::default();
-        clusters.set_kinds(&main.kinds);
+        clusters.set_kinds(kinds);
         Ok(Services {
             sql,
             kv,

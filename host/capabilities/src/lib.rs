@@ -34,10 +34,42 @@ use std::time::Instant;
 
 use wasmtime_wasi::WasiCtxBuilder;
 
-use crate::config::manifest::Grants;
 use jobrelay_contract::event::JobEvent;
+use serde::{Deserialize, Serialize};
 
 pub use self::services::Services;
+
+/// The longest time limit a manifest may set. One call holding an instance for longer is a
+/// plugin that should split its work; the bound also keeps deadline arithmetic far from
+/// overflow.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Capabilities a manifest grants. Each field is one capability; absent means refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grants {
+    /// Host directories the plugin may see, through the standard WASI filesystem.
+    #[serde(default)]
+    pub filesystem: Vec<filesystem::DirGrant>,
+    /// Names of the main file's SQL connections (`sql.connections`) the plugin may use.
+    #[serde(default)]
+    pub sql: Vec<String>,
+    /// Whether the plugin has a key-value store of its own.
+    #[serde(default)]
+    pub kv: bool,
+    /// How much the plugin may keep there (defaults: 10,000 entries, 64 MiB).
+    #[serde(default)]
+    pub kv_quota: Option<kv::KvQuota>,
+    /// Outbound HTTP through `wasi:http`, to the listed destinations only.
+    #[serde(default)]
+    pub http: Option<http::HttpGrant>,
+    /// Logs of the pods of the job being handled.
+    #[serde(default)]
+    pub pod_logs: Option<pod_logs::PodLogsGrant>,
+    /// Writes under the plugin's own prefix of the archive store.
+    #[serde(default)]
+    pub archive: Option<archive::ArchiveGrant>,
+}
 
 /// Who is running: attached to every log line and captured output of the call.
 #[derive(Debug, Clone)]
