@@ -26,10 +26,10 @@ use crate::coordination::coordinator::BeforeLease;
 use crate::lanes::dispatcher::{self, Routes};
 use crate::lanes::finalizer_book::FinalizerBook;
 use crate::lanes::plugin_set::{PluginSet, PluginStatus};
-use crate::runtime::Runtime;
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
 use jobrelay_capabilities::Services;
+use jobrelay_runtime::Runtime;
 use jobrelay_state::open_stores;
 
 /// How many observed events may wait for the dispatcher before watchers are held back.

@@ -12,5 +12,4 @@ pub mod control_loop;
 pub mod coordination;
 pub mod daemon;
 pub mod lanes;
-pub mod runtime;
 pub mod telemetry;

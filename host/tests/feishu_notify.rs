@@ -7,11 +7,11 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{event, runtime, spec};
-use jobrelay::runtime::{CallError, PluginVersion, Runtime};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::Phase;
+use jobrelay_runtime::{CallError, PluginVersion, Runtime};
 use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::FeishuReceiver;
 

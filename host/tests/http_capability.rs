@@ -13,12 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use jobrelay::runtime::{
-    CallError, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
-};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{CallError, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

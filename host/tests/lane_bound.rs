@@ -13,8 +13,8 @@ use jobrelay::lanes::handler::Handler;
 use jobrelay::lanes::lane::{Lane, Observed};
 use jobrelay::lanes::mode::DeliveryMode;
 use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
-use jobrelay::runtime::CallError;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::CallError;
 use jobrelay_state::{StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use common::{event, runtime, spec};
 use jobrelay::clusters::supervisor::build_client;
-use jobrelay::runtime::{PluginVersion, Runtime};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::archive::ArchiveGrant;
@@ -19,6 +18,7 @@ use jobrelay_capabilities::archive::ArchiveStore;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_capabilities::pod_logs::PodLogsGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{PluginVersion, Runtime};
 use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 use jobrelay_watch::kinds::JobKind;

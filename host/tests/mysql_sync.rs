@@ -9,12 +9,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{event, mysql_url, runtime, spec, unique_prefix};
-use jobrelay::runtime::{CallError, LoadError, PluginVersion, Runtime};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::sql::Databases;
 use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{CallError, LoadError, PluginVersion, Runtime};
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
 

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
-use jobrelay::runtime::{
-    CallError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
-};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::filesystem::DirGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{
+    CallError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
+};
 
 const MIB: u64 = 1 << 20;
 

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use common::{event, runtime, spec};
 use jobrelay::clusters::supervisor::build_client;
-use jobrelay::runtime::{CallError, PluginVersion, Runtime};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::archive::ArchiveGrant;
@@ -20,6 +19,7 @@ use jobrelay_capabilities::pod_logs::PodLogsGrant;
 use jobrelay_capabilities::sql::Databases;
 use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{CallError, PluginVersion, Runtime};
 use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 use jobrelay_watch::kinds::JobKind;

@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use crate::clusters::supervisor::build_client;
 use crate::config::main_file::MainConfig;
 use crate::config::state::ConfigState;
-use crate::runtime::{PluginSpec, Runtime};
+use jobrelay_runtime::{PluginSpec, Runtime};
 
 pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Result<ExitCode> {
     let mut failures = 0usize;

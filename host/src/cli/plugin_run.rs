@@ -14,7 +14,6 @@ use anyhow::{Context, bail};
 
 use crate::config::main_file::PluginDefaults;
 use crate::config::manifest::PluginManifest;
-use crate::runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::archive::ArchiveLocation;
 use jobrelay_capabilities::archive::ArchiveStore;
@@ -22,6 +21,7 @@ use jobrelay_capabilities::services::EMBEDDED_DB_DIR;
 use jobrelay_capabilities::sql::Databases;
 use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_contract::event::JobEvent;
+use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_state::{PluginKv, SqliteStore};
 
 /// Arguments of `plugin run`.

@@ -15,6 +15,7 @@ use super::manifest::PluginManifest;
 use crate::lanes::mode::DeliveryMode;
 use crate::lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
 use jobrelay_capabilities::Grants;
+use jobrelay_runtime::PluginSpec;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
 #[derive(Debug, Clone)]
@@ -107,6 +108,23 @@ pub struct PluginSource {
     /// Identifies this exact plugin version: component and effective settings. A change of
     /// either is a reload.
     pub version: String,
+}
+
+impl From<&PluginSource> for PluginSpec {
+    /// The version a config folder's plugin source describes.
+    fn from(source: &PluginSource) -> PluginSpec {
+        PluginSpec {
+            name: source.name.clone(),
+            version: source.version.clone(),
+            wasm: source.wasm.clone(),
+            wasm_sha256: source.wasm_sha256.clone(),
+            timeout: source.timeout,
+            memory_bytes: source.memory_bytes,
+            instance_reuse: source.instance_reuse,
+            config: source.config.clone(),
+            grants: source.grants.clone(),
+        }
+    }
 }
 
 impl PluginSource {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::runtime::CallError;
+use jobrelay_runtime::CallError;
 
 /// Upper bounds of the duration buckets, in seconds: from a fast wasm call to the longest
 /// time limit worth telling apart.

@@ -1,8 +1,8 @@
 //! What a lane calls for each event: normally a loaded plugin version, but any [`Handler`]
 //! will do (a native handler, for benchmarks and tests, or a wrapper that measures calls).
 
-use crate::runtime::{CallError, PluginVersion};
 use jobrelay_contract::event::JobEvent;
+use jobrelay_runtime::{CallError, PluginVersion};
 
 /// One handler of a lane's events. Called for one event at a time per job; calls for
 /// different jobs may run concurrently (up to the lane's concurrency).

@@ -34,8 +34,8 @@ use super::handler::Handler;
 use super::mode::Accepted;
 use super::queue::{Next, Queues};
 use super::settings::LaneSettings;
-use crate::runtime::CallError;
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
+use jobrelay_runtime::CallError;
 use jobrelay_state::{Cursor, CursorStore};
 use jobrelay_watch::catch_up;
 

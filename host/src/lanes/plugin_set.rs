@@ -25,7 +25,7 @@ use super::finalizer_book::FinalizerBook;
 use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
-use crate::runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
+use jobrelay_runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
 use jobrelay_state::CursorStore;
 
 /// What an operator sees of one plugin.

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
 
 pub const MIB: u64 = 1 << 20;
 

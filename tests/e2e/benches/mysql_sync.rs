@@ -22,13 +22,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobrelay::runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::sql::Databases;
 use jobrelay_capabilities::sql::{SqlConnection, SqlSettings};
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_e2e::built_wasm;
+use jobrelay_runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 
 const JOBS: usize = 2_000;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use jobrelay::clusters::health::HealthState;
 use jobrelay::daemon::Daemon;
-use jobrelay::runtime::{PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_e2e::{Setup, built_wasm, watches_opened, write_atomic};
+use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_testkit::SimCluster;
 
 const ROUNDS: usize = 10;

@@ -34,7 +34,6 @@ pub use self::plugin::PluginVersion;
 
 use self::compile::ComponentCache;
 use self::world::WorldPre;
-use crate::config::sources::PluginSource;
 use jobrelay_capabilities as capabilities;
 use jobrelay_capabilities::{Grants, MAX_TIMEOUT};
 
@@ -60,23 +59,6 @@ pub struct PluginSpec {
     pub config: BTreeMap<String, String>,
     /// What the plugin may reach. Host paths must be absolute.
     pub grants: Grants,
-}
-
-impl From<&PluginSource> for PluginSpec {
-    /// The version a config folder's plugin source describes.
-    fn from(source: &PluginSource) -> PluginSpec {
-        PluginSpec {
-            name: source.name.clone(),
-            version: source.version.clone(),
-            wasm: source.wasm.clone(),
-            wasm_sha256: source.wasm_sha256.clone(),
-            timeout: source.timeout,
-            memory_bytes: source.memory_bytes,
-            instance_reuse: source.instance_reuse,
-            config: source.config.clone(),
-            grants: source.grants.clone(),
-        }
-    }
 }
 
 /// The plugin runtime. Cheap to clone; clones share the engine, linker and caches.
