@@ -22,9 +22,9 @@ use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{Change, ConfigState, Update};
 use crate::coordination::Role;
 use crate::coordination::shards::ShardCommand;
-use crate::lanes::dispatcher::Routes;
-use crate::lanes::finalizer_book::FinalizerBook;
-use crate::lanes::plugin_set::PluginSet;
+use crate::plugin_set::PluginSet;
+use jobrelay_lanes::dispatcher::Routes;
+use jobrelay_lanes::finalizer_book::FinalizerBook;
 
 /// How often replay requests made by `jobrelay dead-letters replay` are picked up.
 const REPLAY_POLL: Duration = Duration::from_secs(2);

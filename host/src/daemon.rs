@@ -23,12 +23,12 @@ use crate::config::state::ConfigState;
 use crate::control_loop::{self, ControlLoop};
 use crate::coordination::Coordinator;
 use crate::coordination::coordinator::BeforeLease;
-use crate::lanes::dispatcher::{self, Routes};
-use crate::lanes::finalizer_book::FinalizerBook;
-use crate::lanes::plugin_set::{PluginSet, PluginStatus};
+use crate::plugin_set::{PluginSet, PluginStatus};
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
 use jobrelay_capabilities::Services;
+use jobrelay_lanes::dispatcher::{self, Routes};
+use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_runtime::Runtime;
 use jobrelay_state::open_stores;
 

@@ -11,5 +11,5 @@ pub mod config;
 pub mod control_loop;
 pub mod coordination;
 pub mod daemon;
-pub mod lanes;
+pub mod plugin_set;
 pub mod telemetry;

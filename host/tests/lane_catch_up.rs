@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset};
-use jobrelay::lanes::handler::Handler;
-use jobrelay::lanes::lane::{Lane, Observed};
-use jobrelay::lanes::mode::DeliveryMode;
-use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_lanes::handler::Handler;
+use jobrelay_lanes::lane::{Lane, Observed};
+use jobrelay_lanes::mode::DeliveryMode;
+use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::CallError;
 use jobrelay_state::{CursorStore, StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;

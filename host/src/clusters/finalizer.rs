@@ -12,7 +12,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::Client;
 
-use crate::lanes::finalizer_book::{HeldJob, Release};
+use jobrelay_lanes::finalizer_book::{HeldJob, Release};
 use jobrelay_watch::finalizer;
 
 /// The clients of running clusters, to remove the finalizer with.

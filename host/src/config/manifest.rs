@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::lanes::mode::DeliveryMode;
-use crate::lanes::settings::{RateLimitSpec, RetryPolicy};
 use jobrelay_capabilities::Grants;
+use jobrelay_lanes::mode::DeliveryMode;
+use jobrelay_lanes::settings::{RateLimitSpec, RetryPolicy};
 
 /// The manifest as written by the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,9 +12,9 @@ use super::ConfigError;
 use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::PluginManifest;
-use crate::lanes::mode::DeliveryMode;
-use crate::lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
 use jobrelay_capabilities::Grants;
+use jobrelay_lanes::mode::DeliveryMode;
+use jobrelay_lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
 use jobrelay_runtime::PluginSpec;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
@@ -205,7 +205,7 @@ impl PluginSource {
         )?;
         let max_queued_per_job = manifest
             .max_queued_per_job
-            .unwrap_or(crate::lanes::settings::DEFAULT_MAX_QUEUED_PER_JOB);
+            .unwrap_or(jobrelay_lanes::settings::DEFAULT_MAX_QUEUED_PER_JOB);
         let instance_reuse = manifest.instance_reuse.unwrap_or(1);
         for (i, limit) in manifest.rate_limits.iter().enumerate() {
             limit

@@ -15,9 +15,9 @@ use prometheus_client::registry::Registry;
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
 use crate::coordination::Role;
-use crate::lanes::event_counts::Counts;
-use crate::lanes::lane::LaneStats;
-use crate::lanes::plugin_set::PluginStatus;
+use crate::plugin_set::PluginStatus;
+use jobrelay_lanes::event_counts::Counts;
+use jobrelay_lanes::lane::LaneStats;
 
 /// Reads the daemon's counters on every scrape.
 pub struct DaemonCollector {

@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
 use crate::coordination::Role;
-use crate::lanes::dispatcher::Routes;
-use crate::lanes::plugin_set::{PluginSet, PluginStatus};
-use crate::lanes::recent::RecentEvent;
+use crate::plugin_set::{PluginSet, PluginStatus};
+use jobrelay_lanes::dispatcher::Routes;
+use jobrelay_lanes::recent::RecentEvent;
 
 /// Where the picture is read from; cheap to clone.
 #[derive(Clone)]

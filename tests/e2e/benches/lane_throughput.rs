@@ -18,13 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use jobrelay::lanes::dispatcher::Routes;
-use jobrelay::lanes::handler::Handler;
-use jobrelay::lanes::lane::Lane;
-use jobrelay::lanes::mode::DeliveryMode;
-use jobrelay::lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_e2e::built_wasm;
+use jobrelay_lanes::dispatcher::Routes;
+use jobrelay_lanes::handler::Handler;
+use jobrelay_lanes::lane::Lane;
+use jobrelay_lanes::mode::DeliveryMode;
+use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
 use jobrelay_watch::kinds::JobKind;

@@ -20,11 +20,11 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::dispatcher::Routes;
-use super::finalizer_book::FinalizerBook;
-use super::lane::{Lane, LaneStats};
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
+use jobrelay_lanes::dispatcher::Routes;
+use jobrelay_lanes::finalizer_book::FinalizerBook;
+use jobrelay_lanes::lane::{Lane, LaneStats};
 use jobrelay_runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
 use jobrelay_state::CursorStore;
 
@@ -236,7 +236,7 @@ impl PluginSet {
         }
         let lane = Lane::open_with(
             &source.name,
-            version.map(|v| v as Arc<dyn super::handler::Handler>),
+            version.map(|v| v as Arc<dyn jobrelay_lanes::handler::Handler>),
             source.lane_settings(),
             self.store.clone(),
             self.finalizers.clone(),

@@ -10,7 +10,6 @@ pub mod finalizer_book;
 pub mod handler;
 pub mod lane;
 pub mod mode;
-pub mod plugin_set;
 pub mod queue;
 pub mod recent;
 pub mod settings;
