@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{Change, ConfigState, Update};
-use crate::coordination::Role;
-use crate::coordination::shards::ShardCommand;
 use crate::plugin_set::PluginSet;
+use jobrelay_coordination::Role;
+use jobrelay_coordination::shards::ShardCommand;
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 

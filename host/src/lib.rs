@@ -1,15 +1,16 @@
 //! jobrelay: watches training jobs on many Kubernetes clusters and hands every change, as a
 //! versioned job event, to WebAssembly component plugins.
 //!
-//! Modules follow the data flow, and data flows one way:
-//! `config` → `clusters` → `watch` → `lanes` → `runtime` → `capabilities`, with `telemetry`
-//! beside them and `cli` on top.
+//! This crate is the top layer: it composes the layer crates below it (`jobrelay-lanes`,
+//! `-runtime`, `-capabilities`, `-state`, `-watch`, `-bindings`, `-contract`; the map is in
+//! `docs/architecture.md`) into the process — the config folder and what it describes, the
+//! clusters and their watchers, replicas' coordination, telemetry, the control loop and the
+//! commands. Nothing below knows this crate.
 
 pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod control_loop;
-pub mod coordination;
 pub mod daemon;
 pub mod plugin_set;
 pub mod telemetry;

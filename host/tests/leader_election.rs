@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use jobrelay::clusters::supervisor::build_client;
-use jobrelay::coordination::lease::{Holding, LeaseLock};
-use jobrelay::coordination::settings::Timings;
-use jobrelay::coordination::{Election, Role};
+use jobrelay_coordination::lease::{Holding, LeaseLock};
+use jobrelay_coordination::settings::Timings;
+use jobrelay_coordination::{Election, Role};
 use jobrelay_testkit::Gvr;
 use jobrelay_testkit::SimCluster;
 use kube::config::Kubeconfig;

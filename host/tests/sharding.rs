@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobrelay::coordination::rendezvous;
+use jobrelay_coordination::rendezvous;
 use jobrelay_state::StateBackend;
 use jobrelay_testkit::{Gvr, SimCluster};
 use serde_json::Value;

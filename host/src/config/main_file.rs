@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::home_cluster::HomeCluster;
-use crate::coordination::CoordinationSettings;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
+use jobrelay_coordination::CoordinationSettings;
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};

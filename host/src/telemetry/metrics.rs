@@ -14,8 +14,8 @@ use prometheus_client::registry::Registry;
 
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
-use crate::coordination::Role;
 use crate::plugin_set::PluginStatus;
+use jobrelay_coordination::Role;
 use jobrelay_lanes::event_counts::Counts;
 use jobrelay_lanes::lane::LaneStats;
 

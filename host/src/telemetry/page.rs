@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::status::Status;
 use crate::clusters::health::HealthState;
-use crate::coordination::Role;
+use jobrelay_coordination::Role;
 
 /// Seconds between automatic refreshes.
 const REFRESH_SECONDS: u32 = 5;

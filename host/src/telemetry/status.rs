@@ -8,8 +8,8 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
-use crate::coordination::Role;
 use crate::plugin_set::{PluginSet, PluginStatus};
+use jobrelay_coordination::Role;
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::recent::RecentEvent;
 
