@@ -10,7 +10,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use jobrelay_guest::log::{self as host_log, Level};
 use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, phase_name};
@@ -23,33 +23,41 @@ const DEFAULT_FILE: &str = "events.jsonl";
 /// first, so this is never read before it is set.
 static SETTINGS: Configured<Settings> = Configured::new();
 
-#[derive(Debug, Clone)]
+/// The manifest's `config`: the folder (a granted directory) and the file name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Settings {
-    path: PathBuf,
+    #[serde(default = "default_dir")]
+    dir: String,
+    #[serde(default = "default_file")]
+    file: String,
+}
+
+fn default_dir() -> String {
+    DEFAULT_DIR.to_string()
+}
+
+fn default_file() -> String {
+    DEFAULT_FILE.to_string()
 }
 
 impl Settings {
     fn from_config(config: &[(String, String)]) -> Result<Settings, String> {
-        let mut dir = DEFAULT_DIR.to_string();
-        let mut file = DEFAULT_FILE.to_string();
-        for (key, value) in config {
-            match key.as_str() {
-                "dir" => dir = value.clone(),
-                "file" => file = value.clone(),
-                other => return Err(format!("unknown config key `{other}` (known: dir, file)")),
-            }
-        }
+        let settings: Settings = jobrelay_guest::config::read(config)?;
+        let file = &settings.file;
         if file.is_empty() || file.contains('/') || file == "." || file == ".." {
             return Err(format!(
                 "config `file` must be a plain file name, got `{file}`"
             ));
         }
-        if dir.is_empty() {
+        if settings.dir.is_empty() {
             return Err("config `dir` must not be empty".to_string());
         }
-        Ok(Settings {
-            path: PathBuf::from(dir).join(file),
-        })
+        Ok(settings)
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from(&self.dir).join(&self.file)
     }
 }
 
@@ -115,7 +123,7 @@ fn append(settings: &Settings, line: &[u8]) -> std::io::Result<()> {
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&settings.path)?;
+        .open(settings.path())?;
     file.write_all(line)?;
     file.flush()
 }
@@ -133,7 +141,7 @@ impl Guest for EventLog {
         match append(&settings, &line) {
             Ok(()) => Ok(()),
             Err(e) => {
-                let text = format!("cannot append to {}: {e}", settings.path.display());
+                let text = format!("cannot append to {}: {e}", settings.path().display());
                 host_log::write(Level::Warn, &text);
                 Err(HandlerError::Retry(text))
             }
@@ -141,4 +149,4 @@ impl Guest for EventLog {
     }
 }
 
-jobrelay_guest::bindings::export!(EventLog with_types_in jobrelay_guest::bindings);
+jobrelay_guest::export_plugin!(EventLog);

@@ -219,4 +219,4 @@ impl Guest for FeishuNotify {
     }
 }
 
-jobrelay_guest::bindings::export!(FeishuNotify with_types_in jobrelay_guest::bindings);
+jobrelay_guest::export_plugin!(FeishuNotify);

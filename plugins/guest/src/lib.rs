@@ -1,20 +1,33 @@
 //! `jobrelay-guest`: the guest side of the plugin contract, for plugins written in Rust.
 //!
 //! It generates the bindings of `wit/plugin.wit` once, so a plugin depends on this crate
-//! instead of running `wit_bindgen::generate!` itself, and adds the few helpers every plugin
-//! otherwise writes again (phase names). A plugin implements [`Guest`] and exports it:
+//! instead of running `wit_bindgen::generate!` itself, and adds what every plugin otherwise
+//! writes again: reading the manifest's `config` map into a typed settings struct
+//! ([`config::read`]), keeping it from `init` to `handle` ([`Configured`]), phase names, and
+//! the export. A plugin is its logic only:
 //!
 //! ```ignore
-//! use jobrelay_guest::{Guest, HandlerError, JobEvent};
+//! use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent};
+//!
+//! #[derive(Clone, Default, serde::Deserialize)]
+//! #[serde(deny_unknown_fields, default)]
+//! struct Settings { channel: String }
+//!
+//! static SETTINGS: Configured<Settings> = Configured::new();
 //!
 //! struct MyPlugin;
 //!
 //! impl Guest for MyPlugin {
-//!     fn init(_config: Vec<(String, String)>) -> Result<(), String> { Ok(()) }
-//!     fn handle(event: JobEvent) -> Result<(), HandlerError> { Ok(()) }
+//!     fn init(config: Vec<(String, String)>) -> Result<(), String> {
+//!         SETTINGS.set(jobrelay_guest::config::read(&config)?)
+//!     }
+//!     fn handle(event: JobEvent) -> Result<(), HandlerError> {
+//!         let settings = SETTINGS.get()?;
+//!         Ok(())
+//!     }
 //! }
 //!
-//! jobrelay_guest::bindings::export!(MyPlugin with_types_in jobrelay_guest::bindings);
+//! jobrelay_guest::export_plugin!(MyPlugin);
 //! ```
 
 /// The generated bindings. In a module of their own: the exported `export!` macro lives at the
@@ -28,11 +41,21 @@ pub mod bindings {
     });
 }
 
+pub mod config;
+
 pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::jobrelay::plugin::{archive, kv, lifecycle, log, pod_logs, sql};
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 
 use std::sync::Mutex;
+
+/// Exports a type implementing [`Guest`] as the component's `init` and `handle`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ident) => {
+        $crate::bindings::export!($plugin with_types_in $crate::bindings);
+    };
+}
 
 /// Every phase, in the WIT enum's order.
 pub const PHASES: [Phase; 9] = [

@@ -1,6 +1,7 @@
 //! Where things go in the archive and what the manifest says: pure data, no host calls.
 
-use serde::Serialize;
+use jobrelay_guest::{Phase, config, phase_from_name, phase_name};
+use serde::{Deserialize, Serialize};
 
 /// The phases that trigger archiving unless the config says otherwise.
 pub const DEFAULT_PHASES: &[&str] = &["succeeded", "failed", "terminating", "deleted"];
@@ -23,58 +24,42 @@ impl Default for Settings {
     }
 }
 
-const PHASE_NAMES: &[&str] = &[
-    "pending",
-    "running",
-    "restarting",
-    "suspended",
-    "succeeded",
-    "failed",
-    "terminating",
-    "deleted",
-    "unknown",
-];
+/// The manifest's `config` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default = "default_phases", deserialize_with = "config::phase_list")]
+    phases: Vec<Phase>,
+    #[serde(default = "default_chunk_kib")]
+    chunk_kib: u32,
+}
+
+fn default_phases() -> Vec<Phase> {
+    DEFAULT_PHASES
+        .iter()
+        .filter_map(|name| phase_from_name(name))
+        .collect()
+}
+
+fn default_chunk_kib() -> u32 {
+    256
+}
 
 impl Settings {
     pub fn from_config(config: &[(String, String)]) -> Result<Settings, String> {
-        let mut settings = Settings::default();
-        for (key, value) in config {
-            match key.as_str() {
-                "phases" => {
-                    let phases: Vec<String> = value
-                        .split(',')
-                        .map(|p| p.trim().to_ascii_lowercase())
-                        .filter(|p| !p.is_empty())
-                        .collect();
-                    if let Some(bad) = phases.iter().find(|p| !PHASE_NAMES.contains(&p.as_str())) {
-                        return Err(format!(
-                            "config `phases`: `{bad}` is not a phase (known: {})",
-                            PHASE_NAMES.join(", ")
-                        ));
-                    }
-                    if phases.is_empty() {
-                        return Err("config `phases` must name at least one phase".into());
-                    }
-                    settings.phases = phases;
-                }
-                "chunk_kib" => {
-                    let kib: u32 = value
-                        .parse()
-                        .ok()
-                        .filter(|k| (4..=1024).contains(k))
-                        .ok_or_else(|| {
-                            format!("config `chunk_kib` must be 4 to 1024, got `{value}`")
-                        })?;
-                    settings.chunk_bytes = kib * 1024;
-                }
-                other => {
-                    return Err(format!(
-                        "unknown config key `{other}` (known: phases, chunk_kib)"
-                    ));
-                }
-            }
+        let Config { phases, chunk_kib } = config::read(config)?;
+        if !(4..=1024).contains(&chunk_kib) {
+            return Err(format!(
+                "config `chunk_kib` must be 4 to 1024, got `{chunk_kib}`"
+            ));
         }
-        Ok(settings)
+        Ok(Settings {
+            phases: phases
+                .into_iter()
+                .map(|p| phase_name(p).to_string())
+                .collect(),
+            chunk_bytes: chunk_kib * 1024,
+        })
     }
 }
 

@@ -37,7 +37,7 @@ mod plugin {
 
     struct LogArchive;
 
-    jobrelay_guest::bindings::export!(LogArchive with_types_in jobrelay_guest::bindings);
+    jobrelay_guest::export_plugin!(LogArchive);
 
     impl Guest for LogArchive {
         fn init(config: Vec<(String, String)>) -> Result<(), String> {

@@ -43,7 +43,7 @@ mod plugin {
 
     struct MysqlSync;
 
-    jobrelay_guest::bindings::export!(MysqlSync with_types_in jobrelay_guest::bindings);
+    jobrelay_guest::export_plugin!(MysqlSync);
 
     impl Guest for MysqlSync {
         fn init(config: Vec<(String, String)>) -> Result<(), String> {

@@ -1,7 +1,10 @@
 //! The plugin's configuration (the manifest's `config` map).
 
+use serde::Deserialize;
+
 /// Settings read in `init`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Settings {
     /// The host connection to write through (a name granted in `grants.sql`).
     pub connection: String,
@@ -25,20 +28,7 @@ impl Settings {
     /// Parses the config; unknown keys and unsafe table names are refused, since table names
     /// are written into the SQL text (values never are).
     pub fn from_config(config: &[(String, String)]) -> Result<Settings, String> {
-        let mut settings = Settings::default();
-        for (key, value) in config {
-            match key.as_str() {
-                "connection" => settings.connection = value.clone(),
-                "jobs_table" => settings.jobs_table = value.clone(),
-                "transitions_table" => settings.transitions_table = value.clone(),
-                other => {
-                    return Err(format!(
-                        "unknown config key `{other}` (known: connection, jobs_table, \
-                         transitions_table)"
-                    ));
-                }
-            }
-        }
+        let settings: Settings = jobrelay_guest::config::read(config)?;
         if settings.connection.is_empty() {
             return Err("config `connection` must not be empty".into());
         }
