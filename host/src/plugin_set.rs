@@ -25,7 +25,7 @@ use crate::config::state::Change;
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_lanes::lane::{Lane, LaneStats};
-use jobrelay_runtime::{LoadError, PluginSpec, PluginVersion, Runtime};
+use jobrelay_runtime::{LoadError, PluginVersion, Runtime};
 use jobrelay_state::CursorStore;
 
 /// What an operator sees of one plugin.
@@ -148,7 +148,7 @@ impl PluginSet {
                 Change::Added(source) | Change::Changed(source) => {
                     let generation = {
                         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-                        let g = book.generation.entry(source.name.clone()).or_default();
+                        let g = book.generation.entry(source.spec.name.clone()).or_default();
                         *g += 1;
                         *g
                     };
@@ -195,7 +195,7 @@ impl PluginSet {
                 let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(waiting) = book
                     .status
-                    .get_mut(&source.name)
+                    .get_mut(&source.spec.name)
                     .and_then(|s| s.waiting.as_mut())
                 {
                     waiting.next_attempt_at = (chrono::Utc::now()
@@ -207,7 +207,7 @@ impl PluginSet {
                 _ = tokio::time::sleep(delay) => {}
                 _ = self.stop.cancelled() => return,
             }
-            if self.superseded(&source.name, generation) {
+            if self.superseded(&source.spec.name, generation) {
                 return;
             }
             if self.attempt(&source, generation, attempt).await == Attempt::Settled {
@@ -228,31 +228,31 @@ impl PluginSet {
         source: &PluginSource,
         version: Option<Arc<PluginVersion>>,
     ) -> Result<(), String> {
-        if let Some(lane) = self.routes.get(&source.name) {
+        if let Some(lane) = self.routes.get(&source.spec.name) {
             if let Some(version) = version {
-                lane.reconfigure(version, source.lane_settings());
+                lane.reconfigure(version, source.lane.clone());
             }
             return Ok(());
         }
         let lane = Lane::open_with(
-            &source.name,
+            &source.spec.name,
             version.map(|v| v as Arc<dyn jobrelay_lanes::handler::Handler>),
-            source.lane_settings(),
+            source.lane.clone(),
             self.store.clone(),
             self.finalizers.clone(),
         )
         .await
         .map_err(|e| format!("cannot read the plugin's cursors: {e}"))?;
-        self.routes.insert(&source.name, lane);
+        self.routes.insert(&source.spec.name, lane);
         Ok(())
     }
 
     async fn attempt(&self, source: &PluginSource, generation: u64, attempt: u32) -> Attempt {
         let started = std::time::Instant::now();
-        let result = self.runtime.load(PluginSpec::from(source)).await;
+        let result = self.runtime.load(source.spec.clone()).await;
         let load_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if self.superseded(&source.name, generation) {
-            tracing::debug!(plugin = %source.name, version = %source.version,
+        if self.superseded(&source.spec.name, generation) {
+            tracing::debug!(plugin = %source.spec.name, version = %source.spec.version,
                 "a newer change superseded this load");
             return Attempt::Settled;
         }
@@ -266,17 +266,17 @@ impl PluginSet {
         };
         let source = source.clone();
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        let status = book.status.entry(source.name.clone()).or_default();
+        let status = book.status.entry(source.spec.name.clone()).or_default();
         status.waiting = None;
         match result {
             Ok(()) => {
-                tracing::info!(plugin = %source.name, version = %source.version,
-                    wasm = %source.wasm_path.display(), delivery = ?source.delivery,
+                tracing::info!(plugin = %source.spec.name, version = %source.spec.version,
+                    wasm = %source.wasm_path.display(), delivery = ?source.lane.mode,
                     "plugin version serving");
-                status.serving = Some(source.version.clone());
-                status.serving_wasm_sha256 = Some(source.wasm_sha256.clone());
+                status.serving = Some(source.spec.version.clone());
+                status.serving_wasm_sha256 = Some(source.spec.wasm_sha256.clone());
                 status.last_reload = Some(ReloadOutcome {
-                    version: source.version,
+                    version: source.spec.version,
                     ok: true,
                     error: None,
                     load_ms,
@@ -284,11 +284,11 @@ impl PluginSet {
                 });
             }
             Err(error) => {
-                tracing::error!(plugin = %source.name, version = %source.version,
+                tracing::error!(plugin = %source.spec.name, version = %source.spec.version,
                     wasm = %source.wasm_path.display(), error = %error,
                     serving = ?status.serving, "plugin load failed; the serving version stays");
                 status.last_reload = Some(ReloadOutcome {
-                    version: source.version,
+                    version: source.spec.version,
                     ok: false,
                     error: Some(error),
                     load_ms,
@@ -312,13 +312,13 @@ impl PluginSet {
         let error = error.to_string();
         let lane = self.ensure_lane(source, None).await;
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        let status = book.status.entry(source.name.clone()).or_default();
+        let status = book.status.entry(source.spec.name.clone()).or_default();
         if let Err(lane_error) = lane {
-            tracing::error!(plugin = %source.name, version = %source.version,
+            tracing::error!(plugin = %source.spec.name, version = %source.spec.version,
                 error = %lane_error, "plugin load failed; no lane could be opened for it");
             status.waiting = None;
             status.last_reload = Some(ReloadOutcome {
-                version: source.version.clone(),
+                version: source.spec.version.clone(),
                 ok: false,
                 error: Some(format!("{error}; {lane_error}")),
                 load_ms,
@@ -326,24 +326,24 @@ impl PluginSet {
             });
             return Attempt::Settled;
         }
-        tracing::warn!(plugin = %source.name, version = %source.version, attempt,
+        tracing::warn!(plugin = %source.spec.name, version = %source.spec.version, attempt,
             error = %error, serving = ?status.serving,
             "plugin load failed for a reason that may pass; retrying with backoff (events wait \
              in the plugin's lane meanwhile)");
         let since = status
             .waiting
             .as_ref()
-            .filter(|w| w.version == source.version)
+            .filter(|w| w.version == source.spec.version)
             .map_or_else(|| at.clone(), |w| w.since.clone());
         status.waiting = Some(WaitingLoad {
-            version: source.version.clone(),
+            version: source.spec.version.clone(),
             attempts: attempt,
             error: error.clone(),
             since,
             next_attempt_at: at.clone(),
         });
         status.last_reload = Some(ReloadOutcome {
-            version: source.version.clone(),
+            version: source.spec.version.clone(),
             ok: false,
             error: Some(error),
             load_ms,

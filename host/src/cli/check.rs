@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use crate::clusters::supervisor::build_client;
 use crate::config::main_file::MainConfig;
 use crate::config::state::ConfigState;
-use jobrelay_runtime::{PluginSpec, Runtime};
+use jobrelay_runtime::Runtime;
 
 pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Result<ExitCode> {
     let mut failures = 0usize;
@@ -67,11 +67,11 @@ pub async fn check(config_dir: &Path, cluster_timeout: Duration) -> anyhow::Resu
     };
     for (name, source) in state.plugins() {
         let started = Instant::now();
-        match runtime.load(PluginSpec::from(source)).await {
+        match runtime.load(source.spec.clone()).await {
             Ok(_) => println!(
                 "ok    plugin   {name}: version {} ({} KiB, loaded in {} ms)",
-                source.version,
-                source.wasm.len() / 1024,
+                source.spec.version,
+                source.spec.wasm.len() / 1024,
                 started.elapsed().as_millis()
             ),
             Err(e) => {

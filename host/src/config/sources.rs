@@ -1,7 +1,6 @@
 //! Validated sources: a cluster's kubeconfig and a plugin's resolved manifest, each tagged with
 //! the hash that says whether it changed.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +11,7 @@ use super::ConfigError;
 use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::PluginManifest;
-use jobrelay_capabilities::Grants;
-use jobrelay_lanes::mode::DeliveryMode;
-use jobrelay_lanes::settings::{LaneSettings, RateLimitSpec, RetryPolicy};
+use jobrelay_lanes::settings::LaneSettings;
 use jobrelay_runtime::PluginSpec;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
@@ -83,63 +80,20 @@ impl ClusterSource {
 }
 
 /// One plugin: its manifest resolved against the main file's defaults, plus its component.
+/// It is the two things the layers below take, and where they came from.
 #[derive(Debug, Clone)]
 pub struct PluginSource {
-    pub name: String,
     pub manifest_path: PathBuf,
     pub wasm_path: PathBuf,
-    pub wasm: Arc<[u8]>,
-    pub wasm_sha256: String,
-    /// Job kind names this plugin receives; empty means all kinds.
-    pub kinds: Vec<String>,
-    pub timeout: Duration,
-    pub memory_bytes: u64,
-    /// Calls per instance (1: fresh instance per event).
-    pub instance_reuse: u32,
-    /// Most versions of one job queued in the lane.
-    pub max_queued_per_job: usize,
-    pub concurrency: usize,
-    pub delivery: DeliveryMode,
-    pub retry: RetryPolicy,
-    pub rate_limits: Vec<RateLimitSpec>,
-    pub config: BTreeMap<String, String>,
-    /// Grants with host paths made absolute.
-    pub grants: Grants,
-    /// Identifies this exact plugin version: component and effective settings. A change of
-    /// either is a reload.
-    pub version: String,
-}
-
-impl From<&PluginSource> for PluginSpec {
-    /// The version a config folder's plugin source describes.
-    fn from(source: &PluginSource) -> PluginSpec {
-        PluginSpec {
-            name: source.name.clone(),
-            version: source.version.clone(),
-            wasm: source.wasm.clone(),
-            wasm_sha256: source.wasm_sha256.clone(),
-            timeout: source.timeout,
-            memory_bytes: source.memory_bytes,
-            instance_reuse: source.instance_reuse,
-            config: source.config.clone(),
-            grants: source.grants.clone(),
-        }
-    }
+    /// What the runtime loads: the name, this version's id (the component and every effective
+    /// setting: a change of either is a reload), the component, limits, `config` and grants
+    /// (host paths made absolute).
+    pub spec: PluginSpec,
+    /// How its lane delivers.
+    pub lane: LaneSettings,
 }
 
 impl PluginSource {
-    /// The lane settings this source describes.
-    pub fn lane_settings(&self) -> LaneSettings {
-        LaneSettings {
-            mode: self.delivery,
-            concurrency: self.concurrency,
-            retry: self.retry.clone(),
-            rate_limits: self.rate_limits.clone(),
-            kinds: self.kinds.clone(),
-            max_queued_per_job: self.max_queued_per_job,
-        }
-    }
-
     /// Resolve a manifest file. `root` is the config folder.
     pub fn parse(
         name: &str,
@@ -242,23 +196,27 @@ impl PluginSource {
         });
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
-            name: name.to_string(),
             manifest_path: file.path.clone(),
             wasm_path,
-            wasm,
-            wasm_sha256,
-            kinds: manifest.kinds,
-            timeout: Duration::from_millis(timeout_ms),
-            memory_bytes: memory_mb * 1024 * 1024,
-            instance_reuse,
-            max_queued_per_job,
-            concurrency,
-            delivery: manifest.delivery,
-            retry: manifest.retry,
-            rate_limits: manifest.rate_limits,
-            config: manifest.config,
-            grants,
-            version,
+            spec: PluginSpec {
+                name: name.to_string(),
+                version,
+                wasm,
+                wasm_sha256,
+                timeout: Duration::from_millis(timeout_ms),
+                memory_bytes: memory_mb * 1024 * 1024,
+                instance_reuse,
+                config: manifest.config,
+                grants,
+            },
+            lane: LaneSettings {
+                mode: manifest.delivery,
+                concurrency,
+                retry: manifest.retry,
+                rate_limits: manifest.rate_limits,
+                kinds: manifest.kinds,
+                max_queued_per_job,
+            },
         })
     }
 }

@@ -296,7 +296,7 @@ impl ConfigState {
             match PluginSource::parse(name, file, &self.main, &self.root, &mut self.components) {
                 Ok(source) => {
                     let change = match self.plugins.get(name) {
-                        Some(known) if known.version == source.version => continue,
+                        Some(known) if known.spec.version == source.spec.version => continue,
                         Some(_) => Change::Changed(source.clone()),
                         None => Change::Added(source.clone()),
                     };
