@@ -18,7 +18,9 @@ use serde_json::{Value, json};
 
 use crate::config::Settings;
 use crate::duration::run_time;
-use crate::job::Job;
+use jobrelay_guest::phase_name;
+
+use crate::job::{self, JobEvent};
 
 /// Feishu's body limit, signature fields included.
 pub const MAX_BODY_BYTES: usize = 20 * 1024;
@@ -36,7 +38,7 @@ pub struct Signature {
 /// The serialized body for `job`, at most [`MAX_BODY_BYTES`] long. Fails only when even with
 /// all free text cut the card is too large (an enormous configured title or link list).
 pub fn body(
-    job: &Job,
+    job: &JobEvent,
     settings: &Settings,
     signature: Option<&Signature>,
 ) -> Result<Vec<u8>, String> {
@@ -124,10 +126,10 @@ impl Card {
     /// How many parts may be cut, numbered in the order they are cut.
     const CUTTABLE: usize = 3;
 
-    fn new(job: &Job, settings: &Settings, signature: Option<&Signature>) -> Card {
+    fn new(job: &JobEvent, settings: &Settings, signature: Option<&Signature>) -> Card {
         let header = json!({
             "title": { "tag": "plain_text", "content": settings.title.render(job) },
-            "template": job.phase.colour(),
+            "template": job::colour(job.phase),
         });
 
         let mut short_fields = vec![
@@ -259,8 +261,8 @@ fn escape_md(text: &str) -> String {
 }
 
 /// `failed`, or `succeeded (Completed)` when the kind's own word says more.
-fn phase_text(job: &Job) -> String {
-    let name = job.phase.name();
+fn phase_text(job: &JobEvent) -> String {
+    let name = phase_name(job.phase);
     if job.raw_phase.is_empty() || job.raw_phase.eq_ignore_ascii_case(name) {
         name.to_string()
     } else {
@@ -269,7 +271,7 @@ fn phase_text(job: &Job) -> String {
 }
 
 /// `PyTorchJob (kubeflow.org/v1)`: the API group tells a Volcano `Job` from a batch one.
-fn kind_text(job: &Job) -> String {
+fn kind_text(job: &JobEvent) -> String {
     if job.api_version.is_empty() {
         job.kind.clone()
     } else {

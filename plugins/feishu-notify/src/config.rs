@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::job::{Job, Phase};
+use jobrelay_guest::{PHASES, phase_from_name, phase_name};
+
+use crate::job::{self, JobEvent, Phase};
 use crate::template::Template;
 use crate::webhook::Webhook;
 
@@ -89,7 +91,7 @@ pub struct Route {
 }
 
 impl Route {
-    fn matches(&self, job: &Job) -> bool {
+    fn matches(&self, job: &JobEvent) -> bool {
         let namespace_ok = self
             .namespace
             .as_ref()
@@ -97,7 +99,7 @@ impl Route {
         let label_ok = self
             .label
             .as_ref()
-            .is_none_or(|(key, value)| job.label(key) == Some(value.as_str()));
+            .is_none_or(|(key, value)| job::label(job, key) == Some(value.as_str()));
         namespace_ok && label_ok
     }
 }
@@ -199,12 +201,12 @@ impl Settings {
     }
 
     /// Whether the event is worth a card: a configured phase, reached just now.
-    pub fn wants(&self, job: &Job) -> bool {
-        self.phases.contains(&job.phase) && job.is_transition()
+    pub fn wants(&self, job: &JobEvent) -> bool {
+        self.phases.contains(&job.phase) && job::is_transition(job)
     }
 
     /// The first matching route's bot, else the default one; `None` means nobody wants it.
-    pub fn target_for(&self, job: &Job) -> Option<&Target> {
+    pub fn target_for(&self, job: &JobEvent) -> Option<&Target> {
         self.routes
             .iter()
             .find(|route| route.matches(job))
@@ -234,8 +236,8 @@ fn parse_secret(key: &str, value: &str) -> Result<String, String> {
 fn parse_phases(value: &str) -> Result<Vec<Phase>, String> {
     let mut phases = Vec::new();
     for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let phase = Phase::from_name(name).ok_or_else(|| {
-            let known: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+        let phase = phase_from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = PHASES.into_iter().map(phase_name).collect();
             format!(
                 "config `phases`: unknown phase `{name}` (known: {})",
                 known.join(", ")

@@ -31,7 +31,6 @@ use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, kv, phase_name};
 
 use crate::card::Signature;
 use crate::config::{Settings, Target};
-use crate::job::{Job, Phase};
 use crate::response::Outcome;
 
 /// How long a sent event is remembered: longer than any retry schedule or host downtime worth
@@ -40,34 +39,6 @@ const SENT_TTL_SECONDS: u32 = 7 * 24 * 3600;
 
 /// Settings from `init`, which the host always calls before `handle` on an instance.
 static SETTINGS: Configured<Arc<Settings>> = Configured::new();
-
-/// The plugin's own phase type has exactly the WIT names.
-fn phase(phase: jobrelay_guest::Phase) -> Phase {
-    Phase::from_name(phase_name(phase)).unwrap_or(Phase::Unknown)
-}
-
-impl From<JobEvent> for Job {
-    fn from(event: JobEvent) -> Job {
-        Job {
-            id: event.id,
-            transition_key: event.transition_key,
-            cluster: event.cluster,
-            api_version: event.api_version,
-            kind: event.kind,
-            namespace: event.namespace,
-            name: event.name,
-            uid: event.uid,
-            phase: phase(event.phase),
-            raw_phase: event.raw_phase,
-            reason: event.reason,
-            message: event.message,
-            previous_phase: event.previous_phase.map(phase),
-            transition_time: event.transition_time,
-            labels: event.labels,
-            object_json: event.object_json,
-        }
-    }
-}
 
 /// The kv store as this call may use it: dedup is best effort, so a store that is not granted
 /// or failing costs one warning and the notification still goes out.
@@ -127,7 +98,7 @@ fn now_seconds() -> i64 {
 }
 
 /// Builds, signs and posts the card; the outcome's messages are already scrubbed.
-fn deliver(job: &Job, settings: &Settings, target: &Target) -> Outcome {
+fn deliver(job: &JobEvent, settings: &Settings, target: &Target) -> Outcome {
     let signature = target.secret.as_deref().map(|secret| {
         let timestamp = now_seconds();
         Signature {
@@ -161,9 +132,8 @@ impl Guest for FeishuNotify {
         SETTINGS.set(Arc::new(Settings::from_config(&config)?))
     }
 
-    fn handle(event: JobEvent) -> Result<(), HandlerError> {
+    fn handle(job: JobEvent) -> Result<(), HandlerError> {
         let settings = SETTINGS.get()?;
-        let job = Job::from(event);
         let subject = format!("{} {}/{}", job.kind, job.namespace, job.name);
 
         if !settings.wants(&job) {
@@ -171,7 +141,7 @@ impl Guest for FeishuNotify {
                 Level::Debug,
                 &format!(
                     "{subject}: {} is not a notified transition",
-                    job.phase.name()
+                    phase_name(job.phase)
                 ),
             );
             return Ok(());
@@ -201,7 +171,7 @@ impl Guest for FeishuNotify {
                     Level::Info,
                     &format!(
                         "{subject}: {} card sent to Feishu bot {}",
-                        job.phase.name(),
+                        phase_name(job.phase),
                         target.webhook.redacted()
                     ),
                 );

@@ -3,7 +3,9 @@
 //! Templates are parsed once in `init`, so a typo in a placeholder refuses the configuration
 //! instead of producing odd cards at 3 a.m. `{{` and `}}` stand for literal braces.
 
-use crate::job::Job;
+use jobrelay_guest::phase_name;
+
+use crate::job::JobEvent;
 
 /// What a placeholder stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,14 +30,14 @@ impl Var {
         ("raw_phase", Var::RawPhase),
     ];
 
-    fn value(self, job: &Job) -> &str {
+    fn value(self, job: &JobEvent) -> &str {
         match self {
             Var::Cluster => &job.cluster,
             Var::Namespace => &job.namespace,
             Var::Name => &job.name,
             Var::Kind => &job.kind,
             Var::Uid => &job.uid,
-            Var::Phase => job.phase.name(),
+            Var::Phase => phase_name(job.phase),
             Var::RawPhase => &job.raw_phase,
         }
     }
@@ -103,17 +105,17 @@ impl Template {
     }
 
     /// The text with the job's values substituted as they are (for plain text).
-    pub fn render(&self, job: &Job) -> String {
+    pub fn render(&self, job: &JobEvent) -> String {
         self.render_with(job, str::to_string)
     }
 
     /// The text with the job's values percent-encoded (for URLs), so a value can never end a
     /// query parameter or start another.
-    pub fn render_url(&self, job: &Job) -> String {
+    pub fn render_url(&self, job: &JobEvent) -> String {
         self.render_with(job, percent_encode)
     }
 
-    fn render_with(&self, job: &Job, encode: impl Fn(&str) -> String) -> String {
+    fn render_with(&self, job: &JobEvent, encode: impl Fn(&str) -> String) -> String {
         let mut out = String::new();
         for piece in &self.pieces {
             match piece {
