@@ -28,7 +28,7 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use super::handles::Handles;
 use super::open_error::OpenError;
 use super::refusals::{Limit, Refusals};
-use super::{CallScope, Capability, LoadScope, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup};
 use serde::{Deserialize, Serialize};
 
 use super::Grants;
@@ -294,7 +294,7 @@ impl Capability for Archive {
         "archive"
     }
 
-    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), GrantProblem> {
         let Some(grant) = &mut grants.archive else {
             return Ok(());
         };
@@ -311,7 +311,7 @@ impl Capability for Archive {
         Ok(())
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let (Some(grant), Some(store)) = (&call.grants.archive, &call.services.archive) else {
             return Ok(());
         };

@@ -14,7 +14,7 @@ use std::path::{Component, Path};
 
 use wasmtime_wasi::FsPerms;
 
-use super::{CallScope, Capability, LoadScope, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -43,36 +43,38 @@ impl Capability for Filesystem {
         "filesystem"
     }
 
-    fn prepare(&self, grants: &mut Grants, _load: &LoadScope<'_>) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, _load: &LoadScope<'_>) -> Result<(), GrantProblem> {
         let mut guests = BTreeSet::new();
         for grant in &mut grants.filesystem {
             check_guest_path(&grant.guest)?;
             if !guests.insert(grant.guest.clone()) {
-                return Err(format!("guest path `{}` is granted twice", grant.guest));
+                return Err(format!("guest path `{}` is granted twice", grant.guest).into());
             }
             if !grant.host.is_absolute() {
-                return Err(format!(
-                    "host path `{}` must be absolute",
-                    grant.host.display()
-                ));
+                return Err(
+                    format!("host path `{}` must be absolute", grant.host.display()).into(),
+                );
             }
-            std::fs::create_dir_all(&grant.host)
-                .map_err(|e| format!("cannot create directory `{}`: {e}", grant.host.display()))?;
+            std::fs::create_dir_all(&grant.host).map_err(|e| {
+                GrantProblem::io(
+                    format!("cannot create directory `{}`", grant.host.display()),
+                    e,
+                )
+            })?;
             // Pin the grant to the real directory, so a symlink changed later cannot
             // redirect the plugin elsewhere.
-            let real = grant
-                .host
-                .canonicalize()
-                .map_err(|e| format!("cannot resolve `{}`: {e}", grant.host.display()))?;
+            let real = grant.host.canonicalize().map_err(|e| {
+                GrantProblem::io(format!("cannot resolve `{}`", grant.host.display()), e)
+            })?;
             if !real.is_dir() {
-                return Err(format!("`{}` is not a directory", real.display()));
+                return Err(format!("`{}` is not a directory", real.display()).into());
             }
             grant.host = real;
         }
         Ok(())
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let Some(wasi) = setup.wasi.as_mut() else {
             return Ok(()); // a kept instance keeps its preopened directories
         };
@@ -156,6 +158,20 @@ mod tests {
         assert!(g.filesystem[0].host.is_absolute());
     }
 
+    /// A directory that cannot be made fails the grant with the I/O error as its source, so
+    /// the load error's chain ends at the operating system's answer.
+    #[test]
+    fn a_directory_that_cannot_be_made_keeps_its_cause() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let file = tmp.path().join("a-file");
+        std::fs::write(&file, b"x").expect("write");
+        let mut g = grants(&file.join("data"), "/data");
+        let err = Filesystem.prepare(&mut g, &load()).unwrap_err();
+        assert!(matches!(err, GrantProblem::Io { .. }), "{err:?}");
+        let cause = std::error::Error::source(&err).expect("the I/O error");
+        assert!(err.to_string().ends_with(&cause.to_string()), "{err}");
+    }
+
     #[test]
     fn prepare_refuses_relative_and_duplicate() {
         let mut g = grants(Path::new("relative/dir"), "/data");
@@ -167,6 +183,7 @@ mod tests {
             Filesystem
                 .prepare(&mut g, &load())
                 .unwrap_err()
+                .to_string()
                 .contains("twice")
         );
     }

@@ -65,7 +65,7 @@ use wasmtime_wasi_http::{
 use self::allow::{AllowList, Host, Scheme, Target};
 use self::body::CappedBody;
 use super::refusals::{Limit, Refusals};
-use super::{CallScope, Capability, LoadScope, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup};
 use serde::{Deserialize, Serialize};
 
 use super::Grants;
@@ -128,7 +128,7 @@ impl Capability for Http {
 
     /// Checks every pattern and limit, and rewrites the patterns in canonical form
     /// (`https://*.example.com:443`), which is what `grants()` then shows.
-    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), GrantProblem> {
         let _ = load;
         if let Some(grant) = &mut grants.http {
             let rules = Rules::from_grant(grant)?;
@@ -139,7 +139,7 @@ impl Capability for Http {
 
     /// Parses the (already checked) grant again: a handful of short patterns, about a
     /// microsecond, and only for plugins that have the grant.
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let rules = call
             .grants
             .http

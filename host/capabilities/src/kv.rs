@@ -13,7 +13,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::refusals::{Limit, Refusals};
 use serde::{Deserialize, Serialize};
 
-use super::{CallScope, Capability, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::kv as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::kv as older;
 use jobrelay_state::PluginKv;
@@ -46,7 +46,7 @@ impl Capability for Kv {
         "kv"
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         if call.grants.kv {
             let quota = call.grants.kv_quota.clone().unwrap_or_default();
             setup.state.kv = KvAccess {

@@ -115,13 +115,13 @@ pub trait Capability: Send + Sync {
 
     /// Checks and normalises the grants of a plugin version when it is loaded (for example,
     /// creates granted directories), so that a bad grant fails the load, not every call.
-    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), GrantProblem> {
         let _ = (grants, load);
         Ok(())
     }
 
     /// Sets up one store from the prepared grants. Runs on every call, so it must be cheap.
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let _ = (call, setup);
         Ok(())
     }
@@ -176,12 +176,50 @@ impl CapabilityState {
     }
 }
 
-/// A grant that a capability refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{capability}: {reason}")]
+/// A grant that a capability refused, or could not set up.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{capability}: {problem}")]
 pub struct GrantError {
     pub capability: &'static str,
-    pub reason: String,
+    #[source]
+    pub problem: GrantProblem,
+}
+
+/// What is wrong with a grant.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GrantProblem {
+    /// The grant names something that does not exist here, or is not allowed as written.
+    #[error("{0}")]
+    Invalid(String),
+    /// What the grant names could not be made ready on this host (a granted directory).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}
+
+impl From<String> for GrantProblem {
+    fn from(reason: String) -> GrantProblem {
+        GrantProblem::Invalid(reason)
+    }
+}
+
+impl From<&str> for GrantProblem {
+    fn from(reason: &str) -> GrantProblem {
+        GrantProblem::Invalid(reason.to_string())
+    }
+}
+
+impl GrantProblem {
+    /// An I/O failure while doing `what`.
+    pub fn io(what: String, source: std::io::Error) -> GrantProblem {
+        GrantProblem::Io {
+            what,
+            source: Arc::new(source),
+        }
+    }
 }
 
 /// Checks and normalises a plugin version's grants with every capability.
@@ -189,9 +227,9 @@ pub fn prepare_all(grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), Gran
     for capability in ALL {
         capability
             .prepare(grants, load)
-            .map_err(|reason| GrantError {
+            .map_err(|problem| GrantError {
                 capability: capability.name(),
-                reason,
+                problem,
             })?;
     }
     Ok(())
@@ -207,9 +245,9 @@ pub fn configure_all(call: &CallScope<'_>, new_store: bool) -> Result<StoreSetup
     for capability in ALL {
         capability
             .configure(call, &mut setup)
-            .map_err(|reason| GrantError {
+            .map_err(|problem| GrantError {
                 capability: capability.name(),
-                reason,
+                problem,
             })?;
     }
     Ok(setup)

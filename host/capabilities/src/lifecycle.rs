@@ -6,7 +6,7 @@
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallScope, Capability, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::lifecycle as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::lifecycle as older;
 
@@ -18,7 +18,7 @@ impl Capability for Lifecycle {
         "lifecycle"
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         // Only the load-time call runs without an event.
         setup.state.lifecycle = Stage {
             loading: call.event.is_none(),

@@ -23,7 +23,7 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use serde::{Deserialize, Serialize};
 
 use super::handles::Handles;
-use super::{CallScope, Capability, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::pod_logs as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::pod_logs as older;
 use jobrelay_contract::event::JobEvent;
@@ -125,7 +125,7 @@ impl Capability for PodLogs {
         "pod-logs"
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let Some(grant) = &call.grants.pod_logs else {
             return Ok(());
         };

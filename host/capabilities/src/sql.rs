@@ -29,7 +29,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::Grants;
 use super::open_error::OpenError;
-use super::{CallScope, Capability, LoadScope, StoreSetup, sqlite_sandbox};
+use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup, sqlite_sandbox};
 use jobrelay_bindings::jobrelay::plugin::sql as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::sql as older;
 use jobrelay_contract::secret;
@@ -316,20 +316,21 @@ impl Capability for Sql {
         "sql"
     }
 
-    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), String> {
+    fn prepare(&self, grants: &mut Grants, load: &LoadScope<'_>) -> Result<(), GrantProblem> {
         for name in &grants.sql {
             if !load.services.sql.has(name) {
                 return Err(format!(
                     "connection `{name}` is not defined in the main file's `sql.connections` \
                      (defined: {:?})",
                     load.services.sql
-                ));
+                )
+                .into());
             }
         }
         Ok(())
     }
 
-    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let mut granted = Vec::new();
         for name in &call.grants.sql {
             if let Some(database) = call.services.sql.for_plugin(name, call.plugin)? {

@@ -32,7 +32,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use super::CallLabels;
-use super::{CallScope, Capability, StoreSetup};
+use super::{CallScope, Capability, GrantProblem, StoreSetup};
 
 /// Links every WASI 0.2 interface (what the plugin reaches is decided when its store's context
 /// is built, in [`Capability::configure`]).
@@ -51,7 +51,7 @@ impl Capability for WasiBase {
         "wasi"
     }
 
-    fn configure(&self, _call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), String> {
+    fn configure(&self, _call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let Some(wasi) = setup.wasi.as_mut() else {
             return Ok(()); // a kept instance keeps its WASI context
         };

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use jobrelay_capabilities::GrantError;
 use thiserror::Error;
 
 /// The runtime could not be built: invalid settings or an engine wasmtime refuses.
@@ -33,8 +34,12 @@ pub enum LoadError {
     InitRefused { plugin: String, reason: String },
     /// A grant in the manifest cannot be honoured (a directory cannot be created, a guest path
     /// is invalid or used twice).
-    #[error("plugin `{plugin}`: invalid grant: {reason}")]
-    Grant { plugin: String, reason: String },
+    #[error("plugin `{plugin}`: invalid grant: {source}")]
+    Grant {
+        plugin: String,
+        #[source]
+        source: GrantError,
+    },
     /// The manifest's limits are outside what the runtime allows.
     #[error("plugin `{plugin}`: invalid limits: {reason}")]
     Limits { plugin: String, reason: String },

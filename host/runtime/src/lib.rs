@@ -310,13 +310,16 @@ async fn prepare_grants(
     .await;
     match result {
         Ok(Ok(grants)) => Ok(grants),
-        Ok(Err(e)) => Err(LoadError::Grant {
+        Ok(Err(source)) => Err(LoadError::Grant {
             plugin: name.to_string(),
-            reason: e.to_string(),
+            source,
         }),
         Err(e) => Err(LoadError::Grant {
             plugin: name.to_string(),
-            reason: format!("grant check task failed: {e}"),
+            source: capabilities::GrantError {
+                capability: "grants",
+                problem: format!("the check task failed: {e}").into(),
+            },
         }),
     }
 }
