@@ -15,6 +15,11 @@
 //! - **Hot reload**: the plugin version is looked up when a call starts, not when an event is
 //!   queued: a reload swaps the version in place and the queues are untouched, so no event is
 //!   dropped or handled twice by a reload, and calls in flight finish on their version.
+//!
+//! The rules of the queues are the pure state machine in [`super::queue`]; this file is the
+//! lane's face (open, push, list reports, reload, let go of a cluster) and its state; a worker's
+//! calls and retries are in `lane/worker.rs`, and what is recorded when an event is done with
+//! (cursor or dead letter) in `lane/settle.rs`.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -28,11 +33,11 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::call_stats::{CallSnapshot, CallStats};
-use super::event_counts::{Count, Counts, EventCounts};
+use super::event_counts::{Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::Accepted;
-use super::queue::{Next, Queues};
+use super::queue::Queues;
 use super::settings::LaneSettings;
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_runtime::CallError;
@@ -41,6 +46,12 @@ use jobrelay_watch::catch_up;
 
 pub use super::queue::Listed;
 use jobrelay_watch::kinds::JobKind;
+
+use self::settle::dead_letter;
+use self::worker::{NotLoaded, work};
+
+mod settle;
+mod worker;
 
 /// Counters of one lane, for status, metrics and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -573,209 +584,4 @@ async fn install_time(
             Ok(None)
         }
     }
-}
-
-/// Drain one job's queue, one event at a time.
-async fn work(inner: Arc<Inner>, key: JobKey) {
-    let queues = || inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let closed = inner.closed.load(Ordering::SeqCst);
-        let next = queues().next(&key, closed);
-        let (event, replay) = match next {
-            Next::Call { event, replay } => (*event, replay),
-            Next::Forgotten => return,
-            Next::Idle => {
-                if let Some(book) = &inner.book {
-                    book.lane_done(&inner.name, &key);
-                }
-                inner.settled.notify_waiters();
-                return;
-            }
-        };
-        let Some(outcome) = deliver(&inner, &event).await else {
-            // The lane closed, or let go of the job's cluster, while retrying: the event stays
-            // unacknowledged for the next start or the next owner.
-            queues().release(&key);
-            inner.settled.notify_waiters();
-            return;
-        };
-        acknowledge(&inner, &key, &event, replay, outcome).await;
-    }
-}
-
-/// How a queued event ended.
-enum Outcome {
-    Delivered,
-    DeadLettered,
-}
-
-/// Call the plugin until it succeeds, gives up or runs out of attempts. `None`: the lane
-/// closed before the event was settled.
-async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
-    let settings = inner.settings.load_full();
-    let mut delays = settings.retry.delays();
-    let mut attempts = 0u32;
-    if !until_serving(inner, &event.cluster).await {
-        return None;
-    }
-    loop {
-        for limiter in inner.limiters.load().iter() {
-            limiter.until_ready().await;
-        }
-        let permits = inner.permits.load_full();
-        let permit = permits.acquire().await.ok()?;
-        if inner.stops(&event.cluster) {
-            return None;
-        }
-        let plugin = Arc::clone(&**inner.plugin.load());
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        let started = Instant::now();
-        let result = plugin.handle(event).await;
-        inner.calls.record(started.elapsed(), &result);
-        inner.in_flight.fetch_sub(1, Ordering::SeqCst);
-        drop(permit);
-        attempts += 1;
-        let error = match result {
-            Ok(()) => {
-                tracing::debug!(plugin = %inner.name, version = %plugin.version(),
-                    event = %event.id, phase = %event.phase, attempts,
-                    elapsed_ms = started.elapsed().as_millis() as u64, "delivered");
-                return Some(Outcome::Delivered);
-            }
-            Err(e) => e,
-        };
-        inner.failed_calls.fetch_add(1, Ordering::SeqCst);
-        let delay = if error.is_retryable() {
-            delays.next()
-        } else {
-            None
-        };
-        let Some(delay) = delay else {
-            dead_letter(inner, event, &error, attempts).await;
-            return Some(Outcome::DeadLettered);
-        };
-        inner.retried.fetch_add(1, Ordering::SeqCst);
-        inner
-            .by_job_kind
-            .add(&event.cluster, &event.kind, Count::Retried);
-        tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
-            attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
-            "plugin call failed; retrying");
-        // Register for the close signal before checking the flags, so a close that happens
-        // in between still cuts the wait short. A signal for another cluster leaving only
-        // wakes this wait to check again.
-        let until = tokio::time::Instant::now() + delay;
-        loop {
-            let closing = inner.closing.notified();
-            tokio::pin!(closing);
-            closing.as_mut().enable();
-            if inner.stops(&event.cluster) {
-                return None;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                _ = closing => {}
-            }
-        }
-    }
-}
-
-/// Waits until the lane has a plugin version. `false`: the lane closed or let go of the
-/// event's cluster first, and the event stays unacknowledged.
-async fn until_serving(inner: &Inner, cluster: &str) -> bool {
-    loop {
-        let installed = inner.installed.notified();
-        let closing = inner.closing.notified();
-        tokio::pin!(installed, closing);
-        installed.as_mut().enable();
-        closing.as_mut().enable();
-        if inner.stops(cluster) {
-            return false;
-        }
-        if inner.serving.load(Ordering::SeqCst) {
-            return true;
-        }
-        tokio::select! {
-            _ = installed => {}
-            _ = closing => {}
-        }
-    }
-}
-
-/// Stands in for the plugin in a lane that has no version yet; never called, since workers
-/// wait for a version before calling (see [`until_serving`]).
-struct NotLoaded(String);
-
-#[async_trait::async_trait]
-impl Handler for NotLoaded {
-    fn name(&self) -> &str {
-        &self.0
-    }
-
-    fn version(&self) -> &str {
-        "-"
-    }
-
-    async fn handle(&self, _event: &JobEvent) -> Result<(), CallError> {
-        Err(CallError::Host(
-            "the plugin has no version loaded yet".into(),
-        ))
-    }
-}
-
-async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
-    inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
-    inner
-        .by_job_kind
-        .add(&event.cluster, &event.kind, Count::DeadLettered);
-    if let Some(book) = &inner.book {
-        book.lane_dead_lettered(&inner.name, &event.job_key());
-    }
-    tracing::error!(plugin = %inner.name, event = %event.id, attempts, error = %error,
-        "event moved to the dead-letter list");
-    if let Err(e) = inner
-        .store
-        .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
-        .await
-    {
-        tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
-            "cannot record the dead letter; the event will be delivered again after a restart");
-    }
-}
-
-/// Settle the event at the head of the job's queue: record it, persist the cursor, pop it.
-async fn acknowledge(
-    inner: &Inner,
-    key: &JobKey,
-    event: &JobEvent,
-    replay: bool,
-    outcome: Outcome,
-) {
-    if matches!(outcome, Outcome::Delivered) {
-        inner.delivered.fetch_add(1, Ordering::SeqCst);
-        inner
-            .by_job_kind
-            .add(&event.cluster, &event.kind, Count::Delivered);
-    }
-    if !replay {
-        let cursor = Cursor::from_event(&inner.name, event);
-        let saved = if cursor.deleted {
-            inner
-                .store
-                .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
-                .await
-        } else {
-            inner.store.save_cursor(&cursor).await
-        };
-        if let Err(e) = saved {
-            tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
-                "cannot store the cursor; the event may be delivered again after a restart");
-        }
-    }
-    inner
-        .queues
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .settle(key, replay, event.phase);
-    inner.settled.notify_waiters();
 }
