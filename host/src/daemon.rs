@@ -24,6 +24,7 @@ use crate::control_loop::{self, ControlLoop};
 use crate::plugin_set::{PluginSet, PluginStatus};
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
+use crate::telemetry::store_check::{self, StoreHealth};
 use jobrelay_capabilities::Services;
 use jobrelay_coordination::Coordinator;
 use jobrelay_coordination::coordinator::BeforeLease;
@@ -64,6 +65,9 @@ impl Daemon {
         let (store, kv) = open_stores(&main.state)
             .await
             .with_context(|| format!("cannot open the state store, {}", main.state))?;
+        let cancel = CancellationToken::new();
+        let store_health = StoreHealth::default();
+        store_check::spawn(store.clone(), store_health.clone(), cancel.clone());
         let services = Services::open(
             &main.sql,
             &main.archive,
@@ -82,7 +86,6 @@ impl Daemon {
         let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone());
         let plugins = PluginSet::new(runtime, routes.clone(), store, Some(book.clone()));
         let health = HealthBoard::default();
-        let cancel = CancellationToken::new();
         let (sink, events) = mpsc::channel(EVENT_BUFFER);
         let problems = Arc::new(RwLock::new(state.problems().clone()));
 
@@ -141,6 +144,7 @@ impl Daemon {
             problems: problems.clone(),
             routes: routes.clone(),
             role: role.clone(),
+            store: store_health,
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(

@@ -1547,3 +1547,52 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .await
         .expect("the install table exists again");
 }
+
+/// The readiness check answers for the store as it is now: a private MariaDB killed under an
+/// open store fails the check (within the daemon's time limit for it), and passes again once
+/// the server is back; an open SQLite file always answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_follows_the_database_going_away_and_coming_back() {
+    use jobrelay_testkit::PrivateMariaDb;
+
+    let (_dir, path) = temp_db();
+    open(&path)
+        .await
+        .check()
+        .await
+        .expect("an open state file answers");
+
+    let mut db = tokio::task::spawn_blocking(|| {
+        let mut db = PrivateMariaDb::init()?;
+        db.start()?;
+        Ok::<_, std::io::Error>(db)
+    })
+    .await
+    .expect("task")
+    .expect("a private MariaDB (mariadb-install-db and mariadbd must be installed)");
+    let store = MySqlStore::open(&db.url(), "check_")
+        .await
+        .expect("store on the private server");
+    store.check().await.expect("the server answers");
+
+    db.kill();
+    let down = tokio::time::timeout(Duration::from_secs(30), store.check())
+        .await
+        .expect("a dead server is reported, not waited on forever");
+    assert!(down.is_err(), "the check passed with the server killed");
+
+    let mut db = tokio::task::spawn_blocking(move || db.start().map(|()| db))
+        .await
+        .expect("task")
+        .expect("restart");
+    let mut answered = false;
+    for _ in 0..60 {
+        if store.check().await.is_ok() {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(answered, "the check did not pass again after the restart");
+    db.kill();
+}

@@ -1,6 +1,6 @@
 //! The operator's HTTP endpoint: `/` (the HTML status page), `/metrics` (Prometheus),
-//! `/healthz` (the process answers), `/readyz` (every cluster's initial list is in and every
-//! plugin serves) and `/status` (JSON).
+//! `/healthz` (the process answers), `/readyz` (this replica can do its part: plugins serve,
+//! the state store answers, the Lease is not lost) and `/status` (JSON).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

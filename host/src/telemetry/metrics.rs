@@ -435,9 +435,20 @@ impl Collector for DaemonCollector {
         family(
             e,
             "jobrelay_ready",
-            "1 once every cluster has listed and every plugin serves",
+            "1 while every plugin serves, the state store answers and the Lease is not lost",
             MetricType::Gauge,
             ready,
+        )?;
+        let store_up = vec![(
+            Labels::new(),
+            ConstGauge::new(i64::from(status.state_store.reachable)),
+        )];
+        family(
+            e,
+            "jobrelay_state_store_up",
+            "1 if the state store answered its last check",
+            MetricType::Gauge,
+            store_up,
         )?;
         let leading = vec![(
             Labels::new(),

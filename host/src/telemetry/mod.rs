@@ -6,3 +6,4 @@ pub mod logging;
 pub mod metrics;
 pub mod page;
 pub mod status;
+pub mod store_check;

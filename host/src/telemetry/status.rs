@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
-use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
+use super::store_check::{StoreHealth, StoreStatus};
+use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::plugin_set::{PluginSet, PluginStatus};
 use jobrelay_coordination::Role;
 use jobrelay_lanes::dispatcher::Routes;
@@ -23,18 +24,24 @@ pub struct StatusSources {
     pub routes: Routes,
     /// This replica's part in the leader election.
     pub role: tokio::sync::watch::Receiver<Role>,
+    /// Whether the state store answers (see [`super::store_check`]).
+    pub store: StoreHealth,
 }
 
 /// The daemon at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// Ready: every cluster's streams have listed, and every plugin serves a version. A
-    /// follower watches no cluster: it is ready once its plugins are, to take over.
+    /// Ready: this replica can do its part — every plugin serves a version, the state store
+    /// answers, and the replica has not lost its Lease. Remote clusters are not part of it:
+    /// one cluster down, or lacking a kind's resource, must not take every replica out of
+    /// service; their health is in `clusters`, the metrics and the alerts.
     pub ready: bool,
     /// Single replica, leader, follower (with the leader's identity), or lost.
     pub coordination: Role,
     pub clusters: BTreeMap<String, ClusterHealth>,
     pub plugins: BTreeMap<String, PluginStatus>,
+    /// The state store's last check.
+    pub state_store: StoreStatus,
     /// Config files refused (path → reason); their last good versions stay in force.
     pub problems: BTreeMap<PathBuf, String>,
     /// The latest job events observed, newest first.
@@ -61,13 +68,14 @@ impl StatusSources {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let ready = clusters.values().all(|c| c.state == HealthState::Synced)
-            && plugins.values().all(|p| p.serving.is_some());
+        let coordination = self.role.borrow().clone();
+        let state_store = self.store.snapshot();
         Status {
-            ready,
-            coordination: self.role.borrow().clone(),
+            ready: is_ready(&plugins, &state_store, &coordination),
+            coordination,
             clusters,
             plugins,
+            state_store,
             problems,
             recent_events: self.routes.recent().snapshot(),
             observed: self
@@ -84,24 +92,23 @@ impl StatusSources {
     }
 }
 
+/// Whether this replica can do its part (see [`Status::ready`]).
+fn is_ready(plugins: &BTreeMap<String, PluginStatus>, store: &StoreStatus, role: &Role) -> bool {
+    plugins.values().all(|p| p.serving.is_some()) && store.reachable && !matches!(role, Role::Lost)
+}
+
 impl Status {
     /// Why the daemon is not ready, one line each (empty when ready).
     pub fn not_ready_reasons(&self) -> Vec<String> {
         let mut reasons = Vec::new();
-        for (name, cluster) in &self.clusters {
-            if cluster.state != HealthState::Synced {
-                reasons.push(format!(
-                    "cluster {name}: {:?}, {} of {} streams listed{}",
-                    cluster.state,
-                    cluster.streams_synced,
-                    cluster.streams,
-                    cluster
-                        .last_error
-                        .as_deref()
-                        .map(|e| format!(" ({e})"))
-                        .unwrap_or_default()
-                ));
-            }
+        if !self.state_store.reachable {
+            reasons.push(format!(
+                "state store: does not answer ({})",
+                self.state_store.error.as_deref().unwrap_or("no answer")
+            ));
+        }
+        if matches!(self.coordination, Role::Lost) {
+            reasons.push("coordination: this replica lost its Lease".to_string());
         }
         for (name, plugin) in &self.plugins {
             match (&plugin.serving, &plugin.waiting) {
@@ -115,5 +122,47 @@ impl Status {
             }
         }
         reasons
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugins(serving: &[Option<&str>]) -> BTreeMap<String, PluginStatus> {
+        serving
+            .iter()
+            .enumerate()
+            .map(|(i, version)| {
+                let status = PluginStatus {
+                    serving: version.map(str::to_string),
+                    ..PluginStatus::default()
+                };
+                (format!("p{i}"), status)
+            })
+            .collect()
+    }
+
+    fn store(reachable: bool) -> StoreStatus {
+        StoreStatus {
+            reachable,
+            error: (!reachable).then(|| "connection refused".to_string()),
+        }
+    }
+
+    #[test]
+    fn ready_is_plugins_serving_a_store_that_answers_and_a_lease_not_lost() {
+        let serving = plugins(&[Some("v1"), Some("v2")]);
+        assert!(is_ready(&serving, &store(true), &Role::Single));
+        assert!(is_ready(&BTreeMap::new(), &store(true), &Role::Leader));
+        let follower = Role::Follower { holder: None };
+        assert!(is_ready(&serving, &store(true), &follower));
+        assert!(!is_ready(
+            &plugins(&[Some("v1"), None]),
+            &store(true),
+            &Role::Single
+        ));
+        assert!(!is_ready(&serving, &store(false), &Role::Single));
+        assert!(!is_ready(&serving, &store(true), &Role::Lost));
     }
 }

@@ -828,6 +828,14 @@ impl CursorStore for MySqlStore {
         retry_deadlocks!(self.try_take_replays(plugin, clusters).await)
     }
 
+    async fn check(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("check the state database"))?;
+        Ok(())
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

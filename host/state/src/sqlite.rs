@@ -509,6 +509,14 @@ impl CursorStore for SqliteStore {
         Ok(letters)
     }
 
+    async fn check(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(self.failed("check the state file"))?;
+        Ok(())
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

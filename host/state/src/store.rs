@@ -83,6 +83,11 @@ pub trait CursorStore: Send + Sync {
         clusters: Option<&[String]>,
     ) -> Result<Vec<DeadLetter>, StoreError>;
 
+    /// Whether the store answers now: one trivial statement through the pool. The daemon's
+    /// readiness follows it, since a replica whose acknowledgements cannot be written cannot
+    /// do its part.
+    async fn check(&self) -> Result<(), StoreError>;
+
     /// Releases the store's connections at shutdown. Everything acknowledged is already
     /// committed, so this only tidies up (for SQLite: folds the write-ahead log back into the
     /// file); the default does nothing.

@@ -302,6 +302,9 @@ impl CursorStore for NullStore {
     ) -> Result<Vec<DeadLetter>, StoreError> {
         Ok(Vec::new())
     }
+    async fn check(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Resident set size of this process after returning freed heap to the system, in bytes.
