@@ -308,4 +308,55 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
     assert!(report.contains("log-archive: 4 job archives"), "{report}");
     assert!(report.contains("feishu card (signed):"), "{report}");
     assert!(folder.join("state/embedded/mysql-sync.db").exists());
+
+    // A folder an earlier demo made is emptied and used again.
+    let again = jobrelay(&[
+        "demo",
+        "--jobs",
+        "1",
+        "--interval-ms",
+        "50",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        &folder.to_string_lossy(),
+        "--plugins",
+        &repo().join("target/plugins").to_string_lossy(),
+    ])
+    .await;
+    let report = text(&again);
+    assert!(again.status.success(), "{report}");
+    assert!(report.contains("mysql-sync (SQLite): 1 jobs"), "{report}");
+}
+
+/// `demo --dir` empties only a folder an earlier demo made: pointed at a folder with other
+/// files, it refuses, names the folder and leaves the files alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_refuses_to_empty_a_folder_it_did_not_make() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let precious = dir.path().join("thesis.tex");
+    std::fs::write(&precious, "years of work").expect("write");
+    let out = jobrelay(&[
+        "demo",
+        "--jobs",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        &dir.path().to_string_lossy(),
+        "--plugins",
+        &repo().join("target/plugins").to_string_lossy(),
+    ])
+    .await;
+    let report = text(&out);
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        report.contains(&dir.path().display().to_string())
+            && report.contains("was not made by `jobrelay demo`"),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&precious).expect("still there"),
+        "years of work"
+    );
 }

@@ -24,7 +24,8 @@ const SECRET: &str = "demo-signing-secret";
 /// Arguments of `demo`.
 #[derive(Debug, Clone)]
 pub struct DemoArgs {
-    /// Folder for the config, state, tables and archive; emptied first.
+    /// Folder for the config, state, tables and archive: created, or emptied if an earlier
+    /// demo made it. Any other folder with something in it is refused, never emptied.
     pub dir: PathBuf,
     /// Folder with the built components (`plugins/build.sh` writes `target/plugins/`).
     pub plugins: PathBuf,
@@ -48,6 +49,35 @@ pub fn default_plugins_dir() -> PathBuf {
     }
 }
 
+/// The file that marks a folder as made by `demo`, so a later run may empty it.
+const MARKER: &str = ".jobrelay-demo";
+
+/// Makes `dir` ready for a fresh demo: creates it, or empties it if it is empty already or an
+/// earlier demo made it (it holds [`MARKER`]). A folder with anything else in it is refused:
+/// `--dir` pointed at the wrong place must not cost anyone their files.
+fn prepare_folder(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        let mut entries =
+            std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        let empty = entries.next().is_none();
+        if !empty && !dir.join(MARKER).is_file() {
+            bail!(
+                "{} is not empty and was not made by `jobrelay demo`; refusing to empty it \
+                 (give a new or empty folder with --dir)",
+                dir.display()
+            );
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot empty {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(
+        dir.join(MARKER),
+        "made by `jobrelay demo`; the next demo run with this --dir empties this folder\n",
+    )
+    .with_context(|| format!("cannot write {}", dir.join(MARKER).display()))?;
+    Ok(())
+}
+
 /// Runs the demo; returns when the jobs are played (or on Ctrl-C).
 pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
     for plugin in PLUGINS {
@@ -63,10 +93,7 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
         .plugins
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", args.plugins.display()))?;
-    if args.dir.exists() {
-        std::fs::remove_dir_all(&args.dir)
-            .with_context(|| format!("cannot empty {}", args.dir.display()))?;
-    }
+    prepare_folder(&args.dir)?;
     let sim = SimCluster::start("demo").await?;
     let feishu = FeishuReceiver::start().await?;
     let webhook = feishu.add_bot(BOT, Some(SECRET), None);

@@ -48,7 +48,8 @@ pub enum Command {
     /// defaults, live progress, and the status endpoint. Needs `plugins/build.sh` first.
     #[cfg(feature = "demo")]
     Demo {
-        /// Folder for config, state, tables and archive (emptied first).
+        /// Folder for config, state, tables and archive: created, or emptied if an earlier
+        /// demo made it; a folder holding anything else is refused.
         #[arg(long, default_value = "target/demo")]
         dir: PathBuf,
         /// Folder with the built components; default: `target/plugins` beside this binary.
