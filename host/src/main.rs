@@ -17,7 +17,8 @@ const LOST_LEASE_EXIT: u8 = 3;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
+    let log_format = cli.log_format;
+    logging::init(log_format);
     let result = match cli.command {
         Command::Run { config } => run(&config).await,
         Command::Check {
@@ -64,7 +65,12 @@ async fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS)
         }
-        Command::DeadLetters { config, command } => dead_letters(&config, &command).await,
+        Command::DeadLetters { config, command } => match config {
+            Some(config) => dead_letters(&config, &command).await,
+            None => Err(anyhow::anyhow!(
+                "dead-letters needs the config folder: --config DIR (or JOBRELAY_CONFIG)"
+            )),
+        },
         Command::Finalizers {
             command:
                 FinalizersCommand::Release {
@@ -85,7 +91,11 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Under `--log-format json` every line on stderr is JSON, the fatal one too.
+            match log_format {
+                logging::LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fatal"),
+                logging::LogFormat::Human => eprintln!("error: {e:#}"),
+            }
             ExitCode::from(2)
         }
     }

@@ -360,3 +360,36 @@ async fn demo_refuses_to_empty_a_folder_it_did_not_make() {
         "years of work"
     );
 }
+
+/// Under `--log-format json` a fatal error is a JSON line like every other, naming the cause;
+/// the human format keeps the plain `error:` line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_error_follows_the_log_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-folder");
+    let missing = missing.to_string_lossy();
+    let out = jobrelay(&["--log-format", "json", "run", "--config", &missing]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lines.last().expect("a line");
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert_eq!(last["message"], "fatal", "{stderr}");
+    assert!(
+        last["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no-such-folder")),
+        "{stderr}"
+    );
+
+    let out = jobrelay(&["run", "--config", &missing]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: ") && stderr.contains("no-such-folder"),
+        "{stderr}"
+    );
+}

@@ -75,8 +75,9 @@ pub enum Command {
     },
     /// List, replay or drop dead letters; works beside a running daemon.
     DeadLetters {
-        #[arg(long, short, env = "JOBRELAY_CONFIG")]
-        config: PathBuf,
+        /// The config folder; accepted before or after `list`, `replay` or `drop`.
+        #[arg(long, short, global = true, env = "JOBRELAY_CONFIG")]
+        config: Option<PathBuf>,
         #[command(subcommand)]
         command: dead_letters::DeadLettersCommand,
     },
@@ -112,4 +113,58 @@ pub enum PluginCommand {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("jobrelay").chain(args.iter().copied()))
+    }
+
+    /// `dead-letters` takes `--config` where the README writes it (after the action) and
+    /// before it.
+    #[test]
+    fn dead_letters_take_config_before_or_after_the_action() {
+        for args in [
+            &["dead-letters", "list", "--config", "/etc/jobrelay"][..],
+            &["dead-letters", "--config", "/etc/jobrelay", "list"][..],
+            &[
+                "dead-letters",
+                "replay",
+                "--config",
+                "/etc/jobrelay",
+                "--all",
+            ][..],
+            &["dead-letters", "drop", "-c", "/etc/jobrelay", "4", "7"][..],
+        ] {
+            let cli = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::DeadLetters { config, .. } = cli.command else {
+                panic!("{args:?}: not dead-letters");
+            };
+            assert_eq!(
+                config.as_deref(),
+                Some(std::path::Path::new("/etc/jobrelay"))
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn the_other_commands_parse_as_documented() {
+        for args in [
+            &["run", "--config", "/etc/jobrelay"][..],
+            &["check", "--config", "config"][..],
+            &["finalizers", "release", "--config", "/etc/jobrelay"][..],
+            &["plugin", "run", "x.wasm", "--event", "e.json"][..],
+            &["--log-format", "json", "run", "--config", "c"][..],
+        ] {
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+    }
 }
