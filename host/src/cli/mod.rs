@@ -36,7 +36,8 @@ pub enum Command {
         config: PathBuf,
     },
     /// Validate every config file, compile every plugin and try every cluster; exit 1 on any
-    /// problem.
+    /// problem. Loading a plugin runs its load-time `init` against what it is granted, as the
+    /// daemon would: a plugin may create its tables there.
     Check {
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
