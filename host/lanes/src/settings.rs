@@ -43,7 +43,9 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Delays between attempts: `max_attempts - 1` of them.
+    /// Delays between attempts: `max_attempts - 1` of them. Each is the step's exponential
+    /// delay (`min_delay_ms` doubling, capped at `max_delay_ms`) plus a random part of up to as
+    /// much again, so a wait is at most twice `max_delay_ms`.
     pub fn delays(&self) -> impl Iterator<Item = Duration> + Send + use<> {
         use backon::BackoffBuilder;
         backon::ExponentialBuilder::default()
@@ -127,9 +129,15 @@ mod tests {
             min_delay_ms: 10,
             max_delay_ms: 40,
         };
-        let d: Vec<Duration> = p.delays().collect();
-        assert_eq!(d.len(), 3);
-        assert!(d.iter().all(|x| *x <= Duration::from_millis(80)), "{d:?}");
+        for _ in 0..50 {
+            let d: Vec<Duration> = p.delays().collect();
+            assert_eq!(d.len(), 3);
+            assert!(
+                d.iter()
+                    .all(|x| *x >= Duration::from_millis(10) && *x <= Duration::from_millis(80)),
+                "{d:?}"
+            );
+        }
     }
 
     #[test]
