@@ -211,6 +211,23 @@ async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(report.starts_with("trap: plugin"), "{report}");
 
+    // A config the plugin's load-time init refuses: the plugin does not load, exit 2 with
+    // the init's reason (naming the key, through the guest crate's typed config).
+    let refused = dir.path().join("refused.yaml");
+    write(
+        &refused,
+        "wasm: ignored.wasm\nconfig:\n  fiel: typo.jsonl\n",
+    );
+    let r = refused.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &r]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{report}");
+    assert!(
+        report.contains("init refused the configuration")
+            && report.contains("unknown field `fiel`"),
+        "{report}"
+    );
+
     // A broken event file: exit 2, naming the file.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"id\": 3}").expect("write");
