@@ -65,6 +65,11 @@ async fn main() -> ExitCode {
                 .await
                 .map(|()| ExitCode::SUCCESS)
         }
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "jobrelay", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::DeadLetters { config, command } => match config {
             Some(config) => dead_letters(&config, &command).await,
             None => Err(anyhow::anyhow!(

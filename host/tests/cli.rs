@@ -410,3 +410,19 @@ async fn a_fatal_error_follows_the_log_format() {
         "{stderr}"
     );
 }
+
+/// `completions` prints a script for the shell that knows the commands.
+#[tokio::test]
+async fn completions_know_the_commands() {
+    let out = jobrelay(&["completions", "bash"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let script = String::from_utf8_lossy(&out.stdout);
+    for word in ["dead-letters", "finalizers", "check", "--config"] {
+        assert!(
+            script.contains(word),
+            "{word} missing from the bash completions"
+        );
+    }
+    let out = jobrelay(&["completions", "tcsh"]).await;
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
+}

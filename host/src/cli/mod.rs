@@ -74,6 +74,12 @@ pub enum Command {
         #[command(subcommand)]
         command: FinalizersCommand,
     },
+    /// Print a shell completion script, e.g. `jobrelay completions bash >
+    /// /etc/bash_completion.d/jobrelay`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// List, replay or drop dead letters; works beside a running daemon.
     DeadLetters {
         /// The config folder; accepted before or after `list`, `replay` or `drop`.
@@ -164,6 +170,7 @@ mod tests {
             &["finalizers", "release", "--config", "/etc/jobrelay"][..],
             &["plugin", "run", "x.wasm", "--event", "e.json"][..],
             &["--log-format", "json", "run", "--config", "c"][..],
+            &["completions", "bash"][..],
         ] {
             parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         }
