@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
-use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use jobrelay_testkit::{Flavor, JobDriver, ResourceKind, SimCluster};
 use serde_json::Value;
 
 /// The sum of every sample line starting with `prefix` (a name and the first labels).
@@ -25,11 +25,11 @@ fn sample(page: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// A kind whose resource a cluster does not serve (its CRD is not installed) leaves that
-/// cluster degraded in /status and the metrics, and the replica ready: a mixed fleet is not a
-/// reason to stop serving.
+/// A kind whose resource a cluster does not serve (its CRD is not installed) is listed as not
+/// installed, not a fault: the cluster stays synced, the replica ready, the other kinds are
+/// delivered; and once the CRD appears, the kind is watched and its jobs delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kind_the_cluster_lacks_is_not_readiness() {
+async fn a_kind_the_cluster_lacks_is_listed_and_picked_up_when_it_appears() {
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = Setup::new(
@@ -52,9 +52,11 @@ async fn a_kind_the_cluster_lacks_is_not_readiness() {
     let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
     let addr = daemon.telemetry_addr().expect("telemetry endpoint");
     wait_plugin_serving(&daemon, "log").await;
-    wait_for("alpha degraded by the missing resource", || {
+    wait_for("alpha synced with trainjob not installed", || {
         let health = daemon.clusters().get("alpha").cloned()?;
-        (health.state == jobrelay::clusters::health::HealthState::Degraded).then_some(())
+        (health.state == jobrelay::clusters::health::HealthState::Synced
+            && health.kinds_not_installed == ["trainjob"])
+        .then_some(())
     })
     .await;
     let (code, body) = http_get(addr, "/readyz").await;
@@ -63,12 +65,19 @@ async fn a_kind_the_cluster_lacks_is_not_readiness() {
     assert_eq!(
         sample(
             &page,
-            "jobrelay_cluster_health{cluster=\"alpha\",state=\"degraded\"}"
+            "jobrelay_cluster_kind_not_installed{cluster=\"alpha\",kind=\"trainjob\"}"
         ),
         Some(1.0),
         "{page}"
     );
-    assert_eq!(sample(&page, "jobrelay_ready"), Some(1.0), "{page}");
+    assert_eq!(
+        sample(
+            &page,
+            "jobrelay_cluster_health{cluster=\"alpha\",state=\"synced\"}"
+        ),
+        Some(1.0),
+        "{page}"
+    );
     // The kinds it does serve are delivered.
     let mut job = JobDriver::create(&sim, Flavor::Batch, "ml", "served").expect("job");
     job.running().expect("running");
@@ -79,6 +88,36 @@ async fn a_kind_the_cluster_lacks_is_not_readiness() {
             .iter()
             .any(|l| uid_of(l) == job.uid() && l["phase"] == "succeeded")
             .then_some(())
+    })
+    .await;
+
+    // The CRD is installed: the kind leaves the list and its jobs are delivered.
+    let kind = ResourceKind::new("example.com", "v1", "TrainJob", "trainjobs", true)
+        .with_status_subresource(false);
+    let gvr = kind.gvr.clone();
+    sim.register_kind(kind);
+    let created = sim
+        .create(
+            &gvr,
+            serde_json::json!({
+                "apiVersion": "example.com/v1",
+                "kind": "TrainJob",
+                "metadata": {"name": "late", "namespace": "ml"},
+                "status": {"phase": "Done"},
+            }),
+        )
+        .expect("a TrainJob");
+    let uid = created["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    wait_for("the new kind watched and its job delivered", || {
+        let health = daemon.clusters().get("alpha").cloned()?;
+        let delivered = setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| uid_of(l) == uid && l["phase"] == "succeeded");
+        (health.kinds_not_installed.is_empty() && delivered).then_some(())
     })
     .await;
     daemon.shutdown(Duration::from_secs(5)).await;

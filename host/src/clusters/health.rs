@@ -38,8 +38,22 @@ pub struct ClusterHealth {
     pub unreadable_objects: u64,
     /// The last one, `namespace/name: reason`.
     pub last_unreadable: Option<String>,
+    /// Kinds this cluster does not serve (their CRD is not installed): not a fault of the
+    /// cluster, so they do not make it degraded; checked again with backoff, and watched as
+    /// soon as the resource appears.
+    pub kinds_not_installed: Vec<String>,
     #[serde(skip)]
-    stream_ok: Vec<bool>,
+    stream_state: Vec<StreamState>,
+}
+
+/// Where one stream is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StreamState {
+    Waiting,
+    Synced,
+    Failing,
+    /// The cluster does not serve this kind (its name).
+    NotInstalled(String),
 }
 
 /// The health of every cluster, shared between supervisors and readers.
@@ -72,7 +86,8 @@ impl HealthBoard {
                 finalizer_add_failures,
                 unreadable_objects,
                 last_unreadable,
-                stream_ok: vec![false; streams],
+                kinds_not_installed: Vec::new(),
+                stream_state: vec![StreamState::Waiting; streams],
             },
         );
     }
@@ -81,18 +96,21 @@ impl HealthBoard {
     pub fn failed(&self, cluster: &str, error: String) {
         self.update(cluster, |h| {
             h.last_error = Some(error);
-            h.stream_ok.iter_mut().for_each(|ok| *ok = false);
+            h.stream_state
+                .iter_mut()
+                .for_each(|state| *state = StreamState::Failing);
         });
     }
 
     /// One stream reported progress.
     pub fn stream(&self, cluster: &str, index: usize, progress: Progress) {
         self.update(cluster, |h| {
-            if let Some(ok) = h.stream_ok.get_mut(index) {
+            if let Some(state) = h.stream_state.get_mut(index) {
                 match progress {
-                    Progress::Synced => *ok = true,
+                    Progress::Synced => *state = StreamState::Synced,
+                    Progress::NotInstalled(kind) => *state = StreamState::NotInstalled(kind),
                     Progress::Error(e) => {
-                        *ok = false;
+                        *state = StreamState::Failing;
                         h.last_error = Some(e);
                     }
                     Progress::FinalizerFailed(_) => h.finalizer_add_failures += 1,
@@ -125,12 +143,34 @@ impl HealthBoard {
             return;
         };
         f(h);
-        h.streams_synced = h.stream_ok.iter().filter(|ok| **ok).count();
-        let state = if h.streams_synced == h.streams && h.streams > 0 {
+        h.streams_synced = h
+            .stream_state
+            .iter()
+            .filter(|s| **s == StreamState::Synced)
+            .count();
+        let mut missing: Vec<String> = h
+            .stream_state
+            .iter()
+            .filter_map(|s| match s {
+                StreamState::NotInstalled(kind) => Some(kind.clone()),
+                _ => None,
+            })
+            .collect();
+        missing.sort();
+        missing.dedup();
+        // A stream of a kind the cluster does not serve is as good as synced: there is
+        // nothing to watch there until the resource appears.
+        let fine = h.streams_synced
+            + h.stream_state
+                .iter()
+                .filter(|s| matches!(s, StreamState::NotInstalled(_)))
+                .count();
+        h.kinds_not_installed = missing;
+        let state = if fine == h.streams && h.streams > 0 {
             HealthState::Synced
         } else if h.last_error.is_none() {
             HealthState::Connecting
-        } else if h.streams_synced > 0 {
+        } else if fine > 0 {
             HealthState::Degraded
         } else {
             HealthState::Error
@@ -164,5 +204,28 @@ mod tests {
         assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Synced));
         b.remove("a");
         assert!(b.get("a").is_none());
+    }
+
+    /// A kind the cluster does not serve is listed, not a fault: with every other stream
+    /// synced the cluster is synced, and the kind leaves the list once its resource appears.
+    #[test]
+    fn a_kind_not_installed_is_listed_not_degraded() {
+        let b = HealthBoard::default();
+        b.connecting("a", 3);
+        b.stream("a", 0, Progress::Synced);
+        b.stream("a", 1, Progress::NotInstalled("trainjob".into()));
+        b.stream("a", 2, Progress::NotInstalled("trainjob".into()));
+        let h = b.get("a").expect("present");
+        assert_eq!(h.state, HealthState::Synced);
+        assert_eq!(h.streams_synced, 1);
+        assert_eq!(h.kinds_not_installed, vec!["trainjob".to_string()]);
+        b.stream("a", 0, Progress::Error("down".into()));
+        assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Degraded));
+        b.stream("a", 0, Progress::Synced);
+        b.stream("a", 1, Progress::Synced);
+        b.stream("a", 2, Progress::Synced);
+        let h = b.get("a").expect("present");
+        assert_eq!(h.state, HealthState::Synced);
+        assert!(h.kinds_not_installed.is_empty());
     }
 }

@@ -185,6 +185,25 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             streams(true),
         )?;
+        let not_installed = status
+            .clusters
+            .iter()
+            .flat_map(|(name, c)| {
+                c.kinds_not_installed.iter().map(move |kind| {
+                    (
+                        vec![("cluster", name.clone()), ("kind", kind.clone())],
+                        gauge(1),
+                    )
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_cluster_kind_not_installed",
+            "1 for each kind the cluster does not serve (its CRD is not installed); checked again with backoff",
+            MetricType::Gauge,
+            not_installed,
+        )?;
         let finalizer_failures: Vec<(Labels, ConstCounter<u64>)> = status
             .clusters
             .iter()

@@ -64,6 +64,10 @@ pub enum Progress {
     Synced,
     /// The stream failed; the watcher retries with backoff.
     Error(String),
+    /// The cluster does not serve the stream's kind (the list answered 404: its CRD is not
+    /// installed). Not a failure of the cluster; the watcher checks again with backoff and
+    /// reports `Synced` once the resource appears. Carries the kind's name.
+    NotInstalled(String),
     /// An attempt to add jobrelay's finalizer to a job failed (it is retried with backoff);
     /// counted in the cluster's health, the stream's own state is unchanged.
     FinalizerFailed(String),
@@ -408,12 +412,28 @@ pub async fn run(
                     progress(Progress::Synced);
                 }
             }
+            Err(e) if not_served(&e) => {
+                tracing::debug!(stream = %target.label(), error = %e,
+                    "the cluster does not serve this kind; checking again with backoff");
+                healthy = false;
+                progress(Progress::NotInstalled(target.kind.name.clone()));
+            }
             Err(e) => {
                 tracing::warn!(stream = %target.label(), error = %e, "watch error; retrying");
                 healthy = false;
                 progress(Progress::Error(e.to_string()));
             }
         }
+    }
+}
+
+/// Whether a stream failed because the cluster does not serve its resource at all: the list
+/// or watch answered 404 (the kind's CRD is not installed).
+fn not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
     }
 }
 
