@@ -100,7 +100,7 @@ fn targets(cluster: &str, main: &MainConfig, passive: bool) -> Vec<WatchTarget> 
         main.watch.namespaces.iter().cloned().map(Some).collect()
     };
     let mut targets = Vec::new();
-    for kind in &main.kinds {
+    for kind in main.kinds.iter().filter(|k| k.watched_on(&cluster)) {
         let kind = Arc::new(kind.clone());
         for ns in &namespaces {
             targets.push(WatchTarget {
@@ -200,5 +200,24 @@ mod tests {
         assert_eq!(active[1].finalizer, None);
         let passive = targets("east", &main, true);
         assert!(passive.iter().all(|t| t.finalizer.is_none()));
+    }
+
+    /// A kind limited to some clusters is watched there and nowhere else.
+    #[test]
+    fn a_kind_is_watched_only_on_its_clusters() {
+        let main = MainConfig::parse(
+            "kinds: [{name: batch-job}, {name: volcano-job, clusters: [\"gpu-*\", lab]}]",
+            std::path::Path::new("/etc/jobrelay"),
+        )
+        .expect("main file");
+        let kinds = |cluster: &str| -> Vec<String> {
+            targets(cluster, &main, false)
+                .iter()
+                .map(|t| t.kind.name.clone())
+                .collect()
+        };
+        assert_eq!(kinds("gpu-east"), ["batch-job", "volcano-job"]);
+        assert_eq!(kinds("lab"), ["batch-job", "volcano-job"]);
+        assert_eq!(kinds("cpu-east"), ["batch-job"]);
     }
 }

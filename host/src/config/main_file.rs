@@ -95,6 +95,10 @@ pub struct KindEntry {
     /// Hold deletion of these jobs with jobrelay's finalizer (see `finalizers`).
     #[serde(default)]
     pub finalizer: bool,
+    /// Watch this kind only on these clusters (names; `*` matches any run of characters).
+    /// Empty: every cluster.
+    #[serde(default)]
+    pub clusters: Vec<String>,
 }
 
 /// How jobrelay's finalizer behaves, for kinds that enable it.
@@ -420,6 +424,7 @@ impl KindEntry {
             normalizer: None,
             pod_label: None,
             finalizer: false,
+            clusters: Vec::new(),
         }
     }
 
@@ -434,8 +439,8 @@ impl KindEntry {
             return Err("`name` must not be empty".into());
         }
         if is_bare {
-            let finalizer = self.finalizer;
-            return JobKind::builtin(&self.name).map(|k| JobKind { finalizer, ..k }).ok_or_else(|| {
+            let (finalizer, clusters) = (self.finalizer, self.clusters);
+            return JobKind::builtin(&self.name).map(|k| JobKind { finalizer, clusters, ..k }).ok_or_else(|| {
                 format!(
                     "`{}` is not a built-in kind (built-in: batch-job, volcano-job, pytorch-job, \
                      mpi-job, mpi-job-v1); give group, version, kind, plural and normalizer",
@@ -458,6 +463,7 @@ impl KindEntry {
                 .ok_or_else(|| format!("`{}`: missing `normalizer`", self.name))?,
             pod_label: self.pod_label.clone(),
             finalizer: self.finalizer,
+            clusters: self.clusters,
             name: self.name,
         };
         if let NormalizerSpec::Field(rule) = &kind.normalizer

@@ -31,9 +31,18 @@ pub struct JobKind {
     /// that wants the kind has handled the deletion.
     #[serde(default)]
     pub finalizer: bool,
+    /// The clusters (names, `*` matching any run of characters) this kind is watched on;
+    /// empty: every cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<String>,
 }
 
 impl JobKind {
+    /// Whether this kind is watched on `cluster` (see [`JobKind::clusters`]).
+    pub fn watched_on(&self, cluster: &str) -> bool {
+        self.clusters.is_empty() || self.clusters.iter().any(|p| name_matches(p, cluster))
+    }
+
     /// `group/version`, or just `version` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -54,6 +63,7 @@ impl JobKind {
             normalizer: n,
             pod_label: Some(label.into()),
             finalizer: false,
+            clusters: Vec::new(),
         };
         Some(match name {
             "batch-job" => k(
@@ -145,4 +155,50 @@ pub struct ConditionRule {
     #[serde(rename = "type")]
     pub type_: String,
     pub phase: Phase,
+}
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters (cluster names
+/// are DNS-like, so no other wildcard or escape is needed).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts: Vec<&str> = parts.collect();
+    let Some(last) = parts.pop() else {
+        return rest.is_empty(); // no `*`: the whole name
+    };
+    for part in parts {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::*;
+
+    #[test]
+    fn cluster_patterns() {
+        for (pattern, name, matches) in [
+            ("gpu-east", "gpu-east", true),
+            ("gpu-east", "gpu-east-2", false),
+            ("gpu-*", "gpu-east", true),
+            ("gpu-*", "cpu-east", false),
+            ("*-east", "gpu-east", true),
+            ("*", "anything", true),
+            ("g*-e*t", "gpu-east", true),
+            ("g*-e*t", "gpu-west", false),
+            ("a*a", "a", false),
+        ] {
+            assert_eq!(name_matches(pattern, name), matches, "{pattern} ~ {name}");
+        }
+        let mut kind = JobKind::builtin("volcano-job").expect("built-in");
+        assert!(kind.watched_on("any"));
+        kind.clusters = vec!["gpu-*".into()];
+        assert!(kind.watched_on("gpu-1") && !kind.watched_on("cpu-1"));
+    }
 }
