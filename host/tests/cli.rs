@@ -296,14 +296,12 @@ async fn the_shipped_example_config_checks_clean() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let folder = dir.path().join("demo");
-    let out = jobrelay(&[
+/// `jobrelay demo` playing `jobs` jobs in `folder`, on a free port, with the built plugins.
+async fn demo(folder: &Path, jobs: usize) -> Output {
+    jobrelay(&[
         "demo",
         "--jobs",
-        "4",
+        &jobs.to_string(),
         "--interval-ms",
         "100",
         "--listen",
@@ -313,7 +311,14 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
         "--plugins",
         &repo().join("target/plugins").to_string_lossy(),
     ])
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("demo");
+    let out = demo(&folder, 4).await;
     let report = text(&out);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("status:   http://127.0.0.1:"), "{report}");
@@ -327,20 +332,7 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
     assert!(folder.join("state/embedded/mysql-sync.db").exists());
 
     // A folder an earlier demo made is emptied and used again.
-    let again = jobrelay(&[
-        "demo",
-        "--jobs",
-        "1",
-        "--interval-ms",
-        "50",
-        "--listen",
-        "127.0.0.1:0",
-        "--dir",
-        &folder.to_string_lossy(),
-        "--plugins",
-        &repo().join("target/plugins").to_string_lossy(),
-    ])
-    .await;
+    let again = demo(&folder, 1).await;
     let report = text(&again);
     assert!(again.status.success(), "{report}");
     assert!(report.contains("mysql-sync (SQLite): 1 jobs"), "{report}");
@@ -353,18 +345,7 @@ async fn demo_refuses_to_empty_a_folder_it_did_not_make() {
     let dir = tempfile::tempdir().expect("tempdir");
     let precious = dir.path().join("thesis.tex");
     std::fs::write(&precious, "years of work").expect("write");
-    let out = jobrelay(&[
-        "demo",
-        "--jobs",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--dir",
-        &dir.path().to_string_lossy(),
-        "--plugins",
-        &repo().join("target/plugins").to_string_lossy(),
-    ])
-    .await;
+    let out = demo(dir.path(), 1).await;
     let report = text(&out);
     assert!(!out.status.success(), "{report}");
     assert!(

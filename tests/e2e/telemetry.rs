@@ -25,6 +25,42 @@ fn sample(page: &str, name_and_labels: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Starts a daemon on `setup` and `sim` with the event-log plugin as `log`; its telemetry
+/// address.
+async fn start_logging(setup: &Setup, sim: &SimCluster) -> (Daemon, std::net::SocketAddr) {
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
+    setup.add_cluster(sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    let addr = daemon.telemetry_addr().expect("telemetry endpoint");
+    (daemon, addr)
+}
+
+/// Plays one job of `flavor` to its success on `sim` and waits until `setup`'s event log has
+/// the success.
+async fn succeeded_and_logged(
+    sim: &SimCluster,
+    setup: &Setup,
+    flavor: Flavor,
+    name: &str,
+) -> JobDriver {
+    let mut job = JobDriver::create(sim, flavor, "ml", name).expect("job");
+    job.running().expect("running");
+    job.succeeded().expect("succeeded");
+    wait_for(&format!("the success of {name} delivered"), || {
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| uid_of(l) == job.uid() && l["phase"] == "succeeded")
+            .then_some(())
+    })
+    .await;
+    job
+}
+
 /// A kind whose resource a cluster does not serve (its CRD is not installed) is listed as not
 /// installed, not a fault: the cluster stays synced, the replica ready, the other kinds are
 /// delivered; and once the CRD appears, the kind is watched and its jobs delivered.
@@ -43,14 +79,7 @@ async fn a_kind_the_cluster_lacks_is_listed_and_picked_up_when_it_appears() {
          \x20   plural: trainjobs\n\
          \x20   normalizer: {field: {path: /status/phase, phases: {Done: succeeded}}}\n",
     );
-    setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest(
-        "log",
-        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
-    let addr = daemon.telemetry_addr().expect("telemetry endpoint");
+    let (daemon, addr) = start_logging(&setup, &sim).await;
     wait_plugin_serving(&daemon, "log").await;
     wait_for("alpha synced with trainjob not installed", || {
         let health = daemon.clusters().get("alpha").cloned()?;
@@ -79,17 +108,7 @@ async fn a_kind_the_cluster_lacks_is_listed_and_picked_up_when_it_appears() {
         "{page}"
     );
     // The kinds it does serve are delivered.
-    let mut job = JobDriver::create(&sim, Flavor::Batch, "ml", "served").expect("job");
-    job.running().expect("running");
-    job.succeeded().expect("succeeded");
-    wait_for("the served kind delivered", || {
-        setup
-            .lines("log/events.jsonl")
-            .iter()
-            .any(|l| uid_of(l) == job.uid() && l["phase"] == "succeeded")
-            .then_some(())
-    })
-    .await;
+    succeeded_and_logged(&sim, &setup, Flavor::Batch, "served").await;
 
     // The CRD is installed: the kind leaves the list and its jobs are delivered.
     let kind = ResourceKind::new("example.com", "v1", "TrainJob", "trainjobs", true)
@@ -128,14 +147,7 @@ async fn metrics_probes_and_status_follow_the_daemon() {
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = Setup::new("telemetry: {listen: \"127.0.0.1:0\"}\n");
-    setup.install_wasm("event-log", "event-log.wasm");
-    setup.write_manifest(
-        "log",
-        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
-    let addr = daemon.telemetry_addr().expect("telemetry endpoint");
+    let (daemon, addr) = start_logging(&setup, &sim).await;
     wait_synced(&daemon, "alpha").await;
 
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
@@ -309,17 +321,7 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     wait_synced(&b, "alpha").await;
     let (code, _) = http_get(b_addr, "/readyz").await;
     assert_eq!(code, 200, "a follower is ready to take over");
-    let mut job = JobDriver::create(&sim, Flavor::Volcano, "ml", "watched").expect("job");
-    job.running().expect("running");
-    job.succeeded().expect("succeeded");
-    wait_for("the leader to deliver the job's end", || {
-        a_setup
-            .lines("log/events.jsonl")
-            .iter()
-            .any(|l| uid_of(l) == job.uid() && l["phase"] == "succeeded")
-            .then_some(())
-    })
-    .await;
+    let _job = succeeded_and_logged(&sim, &a_setup, Flavor::Volcano, "watched").await;
     // The follower observes the job too (its own watches, shown on its status).
     let started = std::time::Instant::now();
     let status = loop {
