@@ -96,6 +96,15 @@ fn quote(args: &[Tv]) -> Result<Tv, FuncError> {
     Ok(Tv::from(serde_json::to_string(&text).unwrap_or_default()))
 }
 
+/// Sprig's `hasKey MAP KEY`, as Helm has it: whether the map has the key.
+fn has_key(args: &[Tv]) -> Result<Tv, FuncError> {
+    let (Some(Tv::Map(map) | Tv::Object(map)), Some(Tv::String(key))) = (args.first(), args.get(1))
+    else {
+        return Err(FuncError::Generic("hasKey takes a map and a string".into()));
+    };
+    Ok(Tv::from(map.contains_key(key)))
+}
+
 /// Renders every template with `values` merged over the chart's `values.yaml`; returns the
 /// objects, each with the file it came from.
 fn render(overrides: Value) -> Vec<(String, Value)> {
@@ -129,6 +138,7 @@ fn render(overrides: Value) -> Vec<(String, Value)> {
         template.add_func("toYaml", to_yaml);
         template.add_func("indent", indent);
         template.add_func("quote", quote);
+        template.add_func("hasKey", has_key);
         template
             .parse(text)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -595,4 +605,37 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
         object(&sharded, "Deployment")["spec"]["strategy"]["type"],
         "RollingUpdate"
     );
+}
+
+/// Every key the chart sets itself can be set from `config` instead, without a second copy of
+/// the key in the main file (which the daemon refuses): an S3 archive, a state URL, telemetry.
+#[test]
+fn config_keys_the_chart_sets_can_be_set_from_values() {
+    let objects = render(json!({
+        "config": {
+            "archive": {"s3": {"bucket": "job-logs", "region": "eu-west-1"}},
+            "state": {"url": "env:JOBRELAY_STATE_URL", "table_prefix": "relay_"},
+            "telemetry": {"listen": "0.0.0.0:9464"},
+        },
+        "stateUrl": "env:IGNORED_WHEN_CONFIG_SETS_STATE",
+    }));
+    let text = object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
+        .as_str()
+        .expect("main file")
+        .to_string();
+    for key in ["archive:", "state:", "telemetry:", "plugin_dir:"] {
+        let times = text.lines().filter(|l| l.starts_with(key)).count();
+        assert_eq!(times, 1, "`{key}` {times} times in:\n{text}");
+    }
+    assert!(!text.contains("IGNORED_WHEN_CONFIG_SETS_STATE"), "{text}");
+    let main = MainConfig::parse(&text, std::path::Path::new("/etc/jobrelay"))
+        .unwrap_or_else(|e| panic!("the daemon refuses the rendered main file: {e}\n{text}"));
+    assert!(
+        matches!(
+            main.archive,
+            jobrelay_capabilities::archive::ArchiveLocation::S3(_)
+        ),
+        "{text}"
+    );
+    assert!(main.state.to_string().contains("relay_"), "{text}");
 }
