@@ -145,29 +145,7 @@ impl ArchiveStore {
                 })
             }
             ArchiveLocation::S3(s3) => {
-                let mut builder = object_store::aws::AmazonS3Builder::new()
-                    .with_bucket_name(&s3.bucket)
-                    .with_allow_http(s3.allow_http);
-                if let Some(region) = &s3.region {
-                    builder = builder.with_region(region);
-                }
-                if let Some(endpoint) = &s3.endpoint {
-                    builder = builder.with_endpoint(endpoint);
-                }
-                if let Some(id) = &s3.access_key_id {
-                    let id = secret::resolve(id).map_err(|source| OpenError::ArchiveSecret {
-                        field: "access_key_id",
-                        source,
-                    })?;
-                    builder = builder.with_access_key_id(id);
-                }
-                if let Some(key) = &s3.secret_access_key {
-                    let key = secret::resolve(key).map_err(|source| OpenError::ArchiveSecret {
-                        field: "secret_access_key",
-                        source,
-                    })?;
-                    builder = builder.with_secret_access_key(key);
-                }
+                let builder = s3_builder(s3)?;
                 let store = builder
                     .build()
                     .map_err(|source| OpenError::ArchiveS3 { source })?;
@@ -670,6 +648,37 @@ impl older::HostWriter for ArchiveAccess {
     }
 }
 
+/// The S3 client's settings: the environment's standard AWS settings first (`AWS_*`: keys and
+/// session token, region, web identity for IRSA, container credentials for EKS Pod Identity
+/// and ECS; without any, the instance's metadata service), then what the main file sets, which
+/// wins. So a pod with a role needs no keys in the config at all.
+fn s3_builder(s3: &S3Settings) -> Result<object_store::aws::AmazonS3Builder, OpenError> {
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(&s3.bucket)
+        .with_allow_http(s3.allow_http);
+    if let Some(region) = &s3.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = &s3.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(id) = &s3.access_key_id {
+        let id = secret::resolve(id).map_err(|source| OpenError::ArchiveSecret {
+            field: "access_key_id",
+            source,
+        })?;
+        builder = builder.with_access_key_id(id);
+    }
+    if let Some(key) = &s3.secret_access_key {
+        let key = secret::resolve(key).map_err(|source| OpenError::ArchiveSecret {
+            field: "secret_access_key",
+            source,
+        })?;
+        builder = builder.with_secret_access_key(key);
+    }
+    Ok(builder)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,5 +701,51 @@ mod tests {
             assert!(check_key(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(check_key(&"k".repeat(MAX_KEY_BYTES + 1)).is_err());
+    }
+
+    /// The standard AWS environment reaches the S3 client (here EKS Pod Identity's container
+    /// credentials and a region), and what the main file sets wins over it.
+    #[test]
+    fn s3_takes_the_standard_aws_environment_and_the_config_wins() {
+        use object_store::aws::AmazonS3ConfigKey as Key;
+        // SAFETY: no other test in this crate reads or writes the environment.
+        unsafe {
+            std::env::set_var(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                "http://169.254.170.23/v1",
+            );
+            std::env::set_var("AWS_DEFAULT_REGION", "eu-north-1");
+            std::env::set_var("AWS_ACCESS_KEY_ID", "from-environment");
+        }
+        let mut s3 = S3Settings {
+            bucket: "logs".into(),
+            region: None,
+            endpoint: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: false,
+        };
+        let builder = s3_builder(&s3).expect("builder");
+        assert_eq!(
+            builder
+                .get_config_value(&Key::ContainerCredentialsFullUri)
+                .as_deref(),
+            Some("http://169.254.170.23/v1")
+        );
+        assert_eq!(
+            builder.get_config_value(&Key::Region).as_deref(),
+            Some("eu-north-1")
+        );
+        s3.region = Some("us-east-2".into());
+        s3.access_key_id = Some("from-config".into());
+        let builder = s3_builder(&s3).expect("builder");
+        assert_eq!(
+            builder.get_config_value(&Key::Region).as_deref(),
+            Some("us-east-2")
+        );
+        assert_eq!(
+            builder.get_config_value(&Key::AccessKeyId).as_deref(),
+            Some("from-config")
+        );
     }
 }
