@@ -187,14 +187,19 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         .collect();
     for kind in [
         "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
         "ConfigMap",
         "Deployment",
         "Service",
         "PodDisruptionBudget",
     ] {
         assert!(kinds.contains(kind), "{kind} missing: {kinds:?}");
+    }
+    // No rights on the cluster it runs in unless that cluster is watched.
+    for kind in ["ClusterRole", "ClusterRoleBinding"] {
+        assert!(
+            !kinds.contains(kind),
+            "{kind} without a home cluster: {kinds:?}"
+        );
     }
 
     let deployment = object(&objects, "Deployment");
@@ -371,7 +376,7 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
         .iter()
         .filter_map(|r| access(&r.method, &r.uri))
         .collect();
-    let role = render(json!({}))
+    let role = render(json!({"homeCluster": {"name": "home"}}))
         .into_iter()
         .map(|(_, o)| o)
         .find(|o| o["kind"] == "ClusterRole")
@@ -543,6 +548,7 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
         "coordination": {"mode": "leader"},
         "stateUrl": "env:JOBRELAY_STATE_URL",
         "envFromSecrets": ["jobrelay-state"],
+        "homeCluster": {"name": "home"},
     }));
     let deployment = object(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 2);
@@ -565,9 +571,10 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
     assert_eq!(binding["subjects"][0]["name"], "jobrelay");
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
     // The ClusterRole gains nothing from leader election.
+    let watched_home = render(json!({"homeCluster": {"name": "home"}}));
     assert_eq!(
         object(&objects, "ClusterRole")["rules"],
-        object(&default, "ClusterRole")["rules"]
+        object(&watched_home, "ClusterRole")["rules"]
     );
     let main = MainConfig::parse(
         object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
@@ -638,4 +645,35 @@ fn config_keys_the_chart_sets_can_be_set_from_values() {
         "{text}"
     );
     assert!(main.state.to_string().contains("relay_"), "{text}");
+}
+
+/// RBAC: the ClusterRole and its binding exist only when the cluster jobrelay runs in is
+/// watched, under a name no other release or built-in role has; `rbac.create: false` leaves
+/// every role to the operator.
+#[test]
+fn cluster_rights_only_for_a_watched_home_cluster_under_a_name_that_cannot_collide() {
+    let objects = render(json!({"homeCluster": {"name": "home"}}));
+    let role = object(&objects, "ClusterRole");
+    let binding = object(&objects, "ClusterRoleBinding");
+    assert_eq!(role["metadata"]["name"], "jobrelay-platform-jobrelay");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], "jobrelay");
+
+    let none = render(json!({
+        "rbac": {"create": false},
+        "homeCluster": {"name": "home"},
+        "coordination": {"mode": "leader"},
+        "replicas": 2,
+        "stateUrl": "env:JOBRELAY_STATE_URL",
+    }));
+    let kinds: BTreeSet<&str> = none
+        .iter()
+        .filter_map(|(_, o)| o["kind"].as_str())
+        .collect();
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(
+            !kinds.contains(kind),
+            "{kind} with rbac.create false: {kinds:?}"
+        );
+    }
 }
