@@ -406,3 +406,51 @@ async fn a_kubeconfig_that_cannot_work_keeps_the_last_good_one() {
         assert_eq!(server.as_deref(), Some("http://127.0.0.1:1"), "{what}");
     }
 }
+
+/// `clusters_dir` names a folder apart from the config folder — a Secret mounted whole, whose
+/// keys are the clusters' names without an extension: its clusters are read at start, and a
+/// key added to the Secret later (the kubelet's swap of `..data`) is a new cluster, noticed by
+/// the folder watch; the watch covers that folder too.
+#[tokio::test]
+async fn a_clusters_dir_apart_from_the_config_folder_is_read_and_followed() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let secret = tempfile::tempdir().expect("secret mount");
+    fs::write(
+        root.path().join("jobrelay.yaml"),
+        format!("clusters_dir: {}\n", secret.path().display()),
+    )
+    .expect("main file");
+    kubelet_write(
+        secret.path(),
+        "..2026_11_26_00_00_00.000000001",
+        &[("east", &kubeconfig("http://127.0.0.1:5"))],
+    );
+    let (mut state, first) = ConfigState::load(root.path()).expect("loads");
+    assert_eq!(
+        first.clusters.iter().map(describe).collect::<Vec<_>>(),
+        ["added east"]
+    );
+    assert!(
+        state.watched_dirs().iter().any(|d| d == secret.path()),
+        "{:?}",
+        state.watched_dirs()
+    );
+
+    let mut watch =
+        FolderWatch::new(Duration::from_millis(50), Duration::from_secs(3600)).expect("watcher");
+    watch.ensure_watched(&state.watched_dirs());
+    kubelet_write(
+        secret.path(),
+        "..2026_11_26_00_01_00.000000002",
+        &[
+            ("east", &kubeconfig("http://127.0.0.1:5")),
+            ("west", &kubeconfig("http://127.0.0.1:6")),
+        ],
+    );
+    assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
+    let update = state.refresh();
+    assert_eq!(
+        update.clusters.iter().map(describe).collect::<Vec<_>>(),
+        ["added west"]
+    );
+}

@@ -178,7 +178,7 @@ fn object<'a>(objects: &'a [(String, Value)], kind: &str) -> &'a Value {
 #[test]
 fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
     let objects = render(json!({
-        "clusters": {"secretName": "jobrelay-clusters", "names": ["east", "west"]},
+        "clusters": {"secretName": "jobrelay-clusters"},
         "envFromSecrets": ["jobrelay-secrets"],
     }));
     let kinds: BTreeSet<&str> = objects
@@ -251,14 +251,28 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         "jobrelay.yaml",
         "plugins/mysql-sync.yaml",
         "plugins/log-archive.yaml",
-        "clusters/east.yaml",
-        "clusters/west.yaml",
     ] {
         assert!(
             paths.contains(path),
             "{path} not in the config folder: {paths:?}"
         );
     }
+    // The clusters' Secret is mounted whole, so a key added to it is a new cluster.
+    let clusters = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "clusters")
+        .expect("the clusters volume");
+    assert_eq!(clusters["secret"]["secretName"], "jobrelay-clusters");
+    assert!(clusters["secret"]["items"].is_null(), "{clusters}");
+    let mounts = container["volumeMounts"].as_array().expect("mounts");
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "clusters" && m["mountPath"] == "/etc/jobrelay-clusters"),
+        "{mounts:?}"
+    );
 
     // The config the chart writes is one jobrelay accepts.
     let data = &object(&objects, "ConfigMap")["data"];
@@ -268,6 +282,7 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
     )
     .expect("the rendered main file is valid");
     assert_eq!(main.telemetry.listen.map(|a| a.port()), Some(9464));
+    assert_eq!(main.clusters_dir, Path::new("/etc/jobrelay-clusters"));
     assert_eq!(
         main.state,
         StateBackend::Sqlite(Path::new("/var/lib/jobrelay/state/jobrelay.db").to_path_buf())

@@ -202,7 +202,7 @@ pub struct FolderScan {
 }
 
 /// Read the whole folder.
-pub fn scan(root: &Path) -> FolderScan {
+pub fn scan(root: &Path, clusters_dir: &Path) -> FolderScan {
     let mut scan = FolderScan::default();
     let main = root.join(MAIN_FILE);
     // Any entry counts, a link to nowhere or a loop included: reading it then fails, which
@@ -219,7 +219,7 @@ pub fn scan(root: &Path) -> FolderScan {
             Vec::new()
         }
     };
-    let clusters = listed(root.join("clusters"));
+    let clusters = listed(clusters_dir.to_path_buf());
     let plugins = listed(root.join("plugins"));
     for path in clusters {
         add_by_stem(&mut scan.clusters, &mut scan.conflicts, path);

@@ -18,6 +18,9 @@ use super::ConfigError;
 /// Name of the main file inside the config folder.
 pub const MAIN_FILE: &str = "jobrelay.yaml";
 
+/// The clusters' folder inside the config folder, unless `clusters_dir` says otherwise.
+pub const CLUSTERS_DIR: &str = "clusters";
+
 /// The main file as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +38,12 @@ pub struct MainFile {
     /// config folder; defaults to the config folder itself. Watched for changes like the rest.
     #[serde(default)]
     pub plugin_dir: Option<PathBuf>,
+    /// Folder of the clusters' kubeconfigs, one file per cluster named after it. Relative to
+    /// the config folder; defaults to its `clusters/`. Watched like the rest; read once at
+    /// start: moving it needs a restart. Lets a Secret be mounted whole, apart from the
+    /// ConfigMap, so a key added to it is a new cluster without touching anything else.
+    #[serde(default)]
+    pub clusters_dir: Option<PathBuf>,
     /// The WebAssembly engine. Read once at start: changing it needs a restart.
     #[serde(default)]
     pub runtime: RuntimeSettings,
@@ -217,6 +226,8 @@ pub struct MainConfig {
     pub plugin_defaults: PluginDefaults,
     /// Absolute.
     pub plugin_dir: PathBuf,
+    /// Absolute.
+    pub clusters_dir: PathBuf,
     pub runtime: RuntimeSettings,
     /// Where the state lives: the SQLite file (absolute) or the MySQL database.
     pub state: StateBackend,
@@ -394,11 +405,17 @@ impl MainFile {
             Some(p) => root.join(p),
             None => root.to_path_buf(),
         };
+        let clusters_dir = match self.clusters_dir {
+            Some(p) if p.is_absolute() => p,
+            Some(p) => root.join(p),
+            None => root.join(CLUSTERS_DIR),
+        };
         Ok(MainConfig {
             kinds,
             watch: self.watch,
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
+            clusters_dir,
             runtime: self.runtime,
             state,
             finalizers: self.finalizers,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::ConfigError;
 use super::files::{ComponentFiles, FolderScan, scan};
-use super::main_file::{MAIN_FILE, MainConfig};
+use super::main_file::{CLUSTERS_DIR, MAIN_FILE, MainConfig};
 use super::sources::{ClusterSource, PluginSource};
 
 /// A change to one named item.
@@ -42,6 +42,8 @@ impl Update {
 #[derive(Debug)]
 pub struct ConfigState {
     root: PathBuf,
+    /// Where the clusters' kubeconfigs are read from: the main file's `clusters_dir` at start.
+    clusters_dir: PathBuf,
     main: Arc<MainConfig>,
     main_sha256: Option<String>,
     clusters: BTreeMap<String, ClusterSource>,
@@ -61,7 +63,7 @@ impl ConfigState {
                 ConfigError::Read("the config folder does not exist or is not a folder".into()),
             ));
         }
-        let folder = scan(&root);
+        let mut folder = scan(&root, &root.join(CLUSTERS_DIR));
         if let Some((path, why)) = folder.failed.first() {
             return Err((
                 path.clone(),
@@ -86,7 +88,18 @@ impl ConfigState {
                 (main, Some(content.sha256.clone()))
             }
         };
+        if main.clusters_dir != root.join(CLUSTERS_DIR) {
+            folder = scan(&root, &main.clusters_dir);
+            if let Some((path, why)) = folder.failed.first() {
+                return Err((
+                    path.clone(),
+                    ConfigError::Read(format!("cannot read the folder: {why}")),
+                ));
+            }
+        }
+        let clusters_dir = main.clusters_dir.clone();
         let mut state = ConfigState {
+            clusters_dir,
             root,
             main: Arc::new(main),
             main_sha256,
@@ -101,8 +114,13 @@ impl ConfigState {
 
     /// Re-read the folder and return what changed.
     pub fn refresh(&mut self) -> Update {
-        let folder = scan(&self.root);
-        self.apply(folder)
+        let folder = scan(&self.root, &self.clusters_dir);
+        let update = self.apply(folder);
+        if self.main.clusters_dir != self.clusters_dir {
+            tracing::warn!(now = %self.clusters_dir.display(), asked = %self.main.clusters_dir.display(),
+                "clusters_dir changed; it is read once at start, restart to move it");
+        }
+        update
     }
 
     pub fn root(&self) -> &Path {
@@ -130,8 +148,10 @@ impl ConfigState {
     /// Folders whose changes matter: the config folder and the plugin folder.
     pub fn watched_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = vec![self.root.clone()];
-        if !self.main.plugin_dir.starts_with(&self.root) {
-            dirs.push(self.main.plugin_dir.clone());
+        for dir in [&self.main.plugin_dir, &self.clusters_dir] {
+            if !dir.starts_with(&self.root) {
+                dirs.push(dir.clone());
+            }
         }
         dirs
     }
