@@ -692,3 +692,77 @@ fn cluster_rights_only_for_a_watched_home_cluster_under_a_name_that_cannot_colli
         );
     }
 }
+
+/// The knobs a team sets for production reach the objects: scheduling, pod annotations, image
+/// pull secrets, the service account's annotations (IRSA), and the Prometheus Operator's
+/// ServiceMonitor and PrometheusRule, whose alerts use only metrics docs/telemetry.md lists.
+#[test]
+fn scheduling_identity_and_monitoring_knobs_reach_the_objects() {
+    let objects = render(json!({
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "priorityClassName": "platform-critical",
+        "podAnnotations": {"example.com/owner": "platform"},
+        "imagePullSecrets": ["registry-credentials"],
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/jobrelay"}},
+        "metrics": {
+            "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+            "prometheusRule": {"enabled": true},
+        },
+    }));
+    let pod = &object(&objects, "Deployment")["spec"]["template"];
+    assert_eq!(pod["spec"]["nodeSelector"]["pool"], "system");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "dedicated");
+    assert!(pod["spec"]["affinity"]["nodeAffinity"].is_object());
+    assert_eq!(pod["spec"]["priorityClassName"], "platform-critical");
+    assert_eq!(
+        pod["metadata"]["annotations"]["example.com/owner"],
+        "platform"
+    );
+    assert_eq!(
+        pod["spec"]["imagePullSecrets"][0]["name"],
+        "registry-credentials"
+    );
+    assert_eq!(
+        object(&objects, "ServiceAccount")["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::1:role/jobrelay"
+    );
+    let monitor = object(&objects, "ServiceMonitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+
+    let documented = std::fs::read_to_string(repo_root().join("docs/telemetry.md")).expect("docs");
+    let rules = &object(&objects, "PrometheusRule")["spec"]["groups"][0]["rules"];
+    let rules = rules.as_array().expect("rules");
+    assert!(rules.len() >= 8, "{rules:?}");
+    for rule in rules {
+        let expr = rule["expr"].as_str().expect("expr");
+        let metrics: Vec<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("jobrelay_"))
+            .collect();
+        assert!(!metrics.is_empty(), "{expr}");
+        for metric in metrics {
+            assert!(
+                documented.contains(&format!("`{metric}`")),
+                "{} uses {metric}, which docs/telemetry.md does not list",
+                rule["alert"]
+            );
+        }
+        // Prometheus's own template braces come out of Helm's as written.
+        let summary = rule["annotations"]["summary"].as_str().expect("summary");
+        assert!(!summary.contains('"'), "{summary}");
+        if rule["alert"] == "JobrelayClusterError" {
+            assert!(summary.contains("{{ $labels.cluster }}"), "{summary}");
+        }
+    }
+
+    // Off by default: no Prometheus Operator objects.
+    let default = render(json!({}));
+    assert!(
+        default
+            .iter()
+            .all(|(_, o)| o["kind"] != "ServiceMonitor" && o["kind"] != "PrometheusRule")
+    );
+}
