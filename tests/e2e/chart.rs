@@ -766,3 +766,51 @@ fn scheduling_identity_and_monitoring_knobs_reach_the_objects() {
             .all(|(_, o)| o["kind"] != "ServiceMonitor" && o["kind"] != "PrometheusRule")
     );
 }
+
+/// The state volume can be a claim the chart makes, and the compile cache lives on it by
+/// default, so a restarted pod neither loses its cursors nor compiles its plugins again.
+#[test]
+fn the_state_and_the_compile_cache_can_outlive_the_pod() {
+    let objects = render(
+        json!({"persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"}}),
+    );
+    let claim = object(&objects, "PersistentVolumeClaim");
+    assert_eq!(claim["metadata"]["name"], "jobrelay-state");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi");
+    assert_eq!(claim["spec"]["storageClassName"], "fast");
+    assert_eq!(
+        claim["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let volumes = &object(&objects, "Deployment")["spec"]["template"]["spec"]["volumes"];
+    let state = volumes
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "state")
+        .expect("state volume");
+    assert_eq!(
+        state["persistentVolumeClaim"]["claimName"],
+        "jobrelay-state"
+    );
+    assert!(state["emptyDir"].is_null(), "{state}");
+
+    let main = MainConfig::parse(
+        object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
+            .as_str()
+            .expect("main file"),
+        Path::new("/etc/jobrelay"),
+    )
+    .expect("valid");
+    assert_eq!(
+        main.runtime.cache_dir.as_deref(),
+        Some(Path::new("/var/lib/jobrelay/cache"))
+    );
+    // Without persistence: no claim, the state volume as given.
+    let default = render(json!({}));
+    assert!(
+        default
+            .iter()
+            .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
+    );
+}
