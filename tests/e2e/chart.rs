@@ -105,23 +105,44 @@ fn has_key(args: &[Tv]) -> Result<Tv, FuncError> {
     Ok(Tv::from(map.contains_key(key)))
 }
 
-/// Renders every template with `values` merged over the chart's `values.yaml`; returns the
-/// objects, each with the file it came from.
-fn render(overrides: Value) -> Vec<(String, Value)> {
-    let dir = chart_dir();
+/// What the templates see: `overrides` merged over the chart's `values.yaml`, and the release.
+fn context(overrides: Value) -> Value {
     let defaults: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml"),
+        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
     )
     .expect("values.yaml parses");
     let mut values = defaults;
     merge(&mut values, overrides);
-    let context = json!({
+    json!({
         "Values": values,
         "Release": {"Name": "jobrelay", "Namespace": "platform"},
         "Chart": {"Name": "jobrelay", "Version": "0.1.0"},
-    });
+    })
+}
+
+/// One template file rendered as text.
+fn render_file(file: &Path, context: &Value) -> String {
+    let name = file.display();
+    let text = std::fs::read_to_string(file).expect("template");
+    let mut template = Template::default();
+    template.add_func("toYaml", to_yaml);
+    template.add_func("indent", indent);
+    template.add_func("quote", quote);
+    template.add_func("hasKey", has_key);
+    template
+        .parse(text)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    template
+        .render(&Context::from(to_template_value(context)))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Renders every manifest template with `overrides` merged over the chart's `values.yaml`;
+/// returns the objects, each with the file it came from.
+fn render(overrides: Value) -> Vec<(String, Value)> {
+    let context = context(overrides);
     let mut objects = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("templates"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("templates"))
         .expect("templates")
         .flatten()
         .map(|e| e.path())
@@ -133,18 +154,10 @@ fn render(overrides: Value) -> Vec<(String, Value)> {
             .expect("name")
             .to_string_lossy()
             .to_string();
-        let text = std::fs::read_to_string(&file).expect("template");
-        let mut template = Template::default();
-        template.add_func("toYaml", to_yaml);
-        template.add_func("indent", indent);
-        template.add_func("quote", quote);
-        template.add_func("hasKey", has_key);
-        template
-            .parse(text)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let out = template
-            .render(&Context::from(to_template_value(&context)))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if name == "NOTES.txt" {
+            continue; // printed after install, not a manifest
+        }
+        let out = render_file(&file, &context);
         for doc in serde_yaml_ng::Deserializer::from_str(&out) {
             let value: Value = serde::Deserialize::deserialize(doc)
                 .unwrap_or_else(|e| panic!("{name} renders to invalid YAML: {e}\n{out}"));
@@ -813,4 +826,49 @@ fn the_state_and_the_compile_cache_can_outlive_the_pod() {
             .iter()
             .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
     );
+}
+
+/// After install Helm prints NOTES.txt: how to reach the status page and how to add a cluster,
+/// with this release's names.
+#[test]
+fn the_notes_say_how_to_reach_the_status_and_add_a_cluster() {
+    let notes_file = chart_dir().join("templates/NOTES.txt");
+    let notes = render_file(
+        &notes_file,
+        &context(json!({"clusters": {"secretName": "jobrelay-clusters"}})),
+    );
+    assert!(
+        notes.contains("port-forward svc/jobrelay-metrics 9464"),
+        "{notes}"
+    );
+    assert!(notes.contains("Secret jobrelay-clusters"), "{notes}");
+    let without = render_file(&notes_file, &context(json!({})));
+    assert!(without.contains("set clusters.secretName"), "{without}");
+}
+
+/// The NetworkPolicy lets in only the metrics port (from the peers given) and keeps egress
+/// open unless rules are given.
+#[test]
+fn the_network_policy_admits_only_the_metrics_port() {
+    let objects = render(json!({
+        "networkPolicy": {
+            "enabled": true,
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        },
+    }));
+    let policy = object(&objects, "NetworkPolicy");
+    let spec = &policy["spec"];
+    assert_eq!(
+        spec["podSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "jobrelay"
+    );
+    assert_eq!(spec["ingress"].as_array().map(Vec::len), Some(1));
+    assert_eq!(spec["ingress"][0]["ports"][0]["port"], 9464);
+    assert_eq!(
+        spec["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["name"],
+        "monitoring"
+    );
+    assert_eq!(spec["egress"], json!([{}]), "egress open by default");
+    let default = render(json!({}));
+    assert!(default.iter().all(|(_, o)| o["kind"] != "NetworkPolicy"));
 }
