@@ -93,9 +93,8 @@ impl Daemon {
             let _ = load.await;
         }
         let (cluster_names, names_rx) = watch::channel(control_loop::cluster_names(&state));
-        let (coordinator, shard_commands) = Coordinator::start(&main.coordination, names_rx)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let (coordinator, shard_commands) =
+            Coordinator::start(&main.coordination, names_rx).await?;
         let role = coordinator.role();
         let mut clusters = ClusterManager::new(
             sink,

@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::elector::{Election, Role};
+use super::home::HomeError;
 use super::lease::LeaseLock;
 use super::settings::{CoordinationSettings, Mode};
 use super::shards::{ShardCommand, ShardSetup, Sharding};
@@ -43,7 +44,7 @@ impl Coordinator {
     pub async fn start(
         settings: &CoordinationSettings,
         clusters: watch::Receiver<BTreeSet<String>>,
-    ) -> Result<(Coordinator, Option<mpsc::Receiver<ShardCommand>>), String> {
+    ) -> Result<(Coordinator, Option<mpsc::Receiver<ShardCommand>>), HomeError> {
         let stop = CancellationToken::new();
         if settings.mode == Mode::Single {
             let (_, role) = watch::channel(Role::Single);

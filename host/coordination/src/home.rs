@@ -5,6 +5,8 @@
 //! namespace. A kubeconfig file can be named instead (tests, or a daemon run outside the
 //! cluster it elects on).
 
+use std::path::PathBuf;
+
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::settings::CoordinationSettings;
@@ -17,22 +19,44 @@ pub struct Home {
     pub identity: String,
 }
 
+/// Why the home cluster cannot be reached: which credentials failed, the cause beneath.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// The kubeconfig named by `coordination.kubeconfig` cannot be read or used.
+    #[error("coordination.kubeconfig {}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was named and the pod has no service account to use.
+    #[error("coordination: no `kubeconfig` given and no in-cluster service account available")]
+    InCluster {
+        #[source]
+        source: kube::config::InClusterError,
+    },
+    /// The credentials were read, but a client could not be built from them.
+    #[error("coordination: cannot build a client for the home cluster")]
+    Client {
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// Connects to the home cluster as the settings say. Errors say which credentials failed.
-pub async fn connect(settings: &CoordinationSettings) -> Result<Home, String> {
+pub async fn connect(settings: &CoordinationSettings) -> Result<Home, HomeError> {
     let mut config = match &settings.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| format!("coordination.kubeconfig {}: {e}", path.display()))?;
+            let failed = |source| HomeError::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(failed)?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| format!("coordination.kubeconfig {}: {e}", path.display()))?
+                .map_err(failed)?
         }
-        None => kube::Config::incluster().map_err(|e| {
-            format!(
-                "coordination: no `kubeconfig` given and no in-cluster service account \
-                 available ({e})"
-            )
-        })?,
+        None => kube::Config::incluster().map_err(|source| HomeError::InCluster { source })?,
     };
     // A renewal must fail fast and visibly: the elector has its own deadline and retries.
     config.default_retry = false;
@@ -41,8 +65,7 @@ pub async fn connect(settings: &CoordinationSettings) -> Result<Home, String> {
         .clone()
         .or_else(|| non_empty_env("POD_NAMESPACE"))
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config)
-        .map_err(|e| format!("coordination: cannot build a client for the home cluster: {e}"))?;
+    let client = kube::Client::try_from(config).map_err(|source| HomeError::Client { source })?;
     Ok(Home {
         client,
         namespace,
@@ -70,4 +93,33 @@ fn identity(settings: &CoordinationSettings) -> String {
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kubeconfig that cannot be read names the setting and its path, and keeps the reason
+    /// beneath as the error's source, so the daemon's fatal line shows both.
+    #[tokio::test]
+    async fn a_missing_kubeconfig_names_the_setting_and_keeps_the_cause() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("home.kubeconfig");
+        let settings = CoordinationSettings {
+            kubeconfig: Some(missing.clone()),
+            ..CoordinationSettings::default()
+        };
+        let Err(error) = connect(&settings).await else {
+            panic!("connected without a kubeconfig");
+        };
+        assert!(matches!(&error, HomeError::Kubeconfig { path, .. } if *path == missing));
+        assert!(
+            error.to_string().starts_with("coordination.kubeconfig "),
+            "{error}"
+        );
+        assert!(
+            std::error::Error::source(&error).is_some(),
+            "the cause is kept: {error:?}"
+        );
+    }
 }

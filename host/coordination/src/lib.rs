@@ -21,4 +21,5 @@ pub mod shards;
 
 pub use self::coordinator::Coordinator;
 pub use self::elector::{Election, Role};
+pub use self::home::HomeError;
 pub use self::settings::{CoordinationSettings, Mode};
