@@ -9,10 +9,12 @@ use serde::Serialize;
 
 use jobrelay_runtime::CallError;
 
-/// Upper bounds of the duration buckets, in seconds: from a fast wasm call to the longest
-/// time limit worth telling apart.
-pub const BUCKETS: [f64; 12] = [
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+/// Upper bounds of the duration buckets, in seconds: from a fast wasm call up to the longest
+/// time limit a manifest may set (an hour), so a call's duration lands in a bound whatever its
+/// plugin's `timeout_ms`.
+pub const BUCKETS: [f64; 16] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 60.0, 300.0,
+    900.0, 3600.0,
 ];
 
 /// The failure kinds counted (`CallError::kind`).
@@ -95,8 +97,8 @@ mod tests {
         stats.record(Duration::from_micros(300), &Ok(()));
         stats.record(Duration::from_millis(3), &Err(CallError::Trap("x".into())));
         stats.record(
-            Duration::from_secs(60),
-            &Err(CallError::Timeout(Duration::from_secs(30))),
+            Duration::from_secs(4000),
+            &Err(CallError::Timeout(Duration::from_secs(3600))),
         );
         let s = stats.snapshot();
         assert_eq!(s.count, 3);
@@ -104,12 +106,16 @@ mod tests {
         assert_eq!(s.buckets[3], (0.005, 2));
         assert_eq!(
             s.buckets.last(),
-            Some(&(30.0, 2)),
-            "the 60 s call is above every bound"
+            Some(&(3600.0, 2)),
+            "the 4000 s call is above every bound"
         );
         assert_eq!(s.failures["trap"], 1);
         assert_eq!(s.failures["timeout"], 1);
         assert_eq!(s.failures["retry"], 0);
-        assert!((s.sum_seconds - 60.0033).abs() < 1e-6, "{}", s.sum_seconds);
+        assert!(
+            (s.sum_seconds - 4000.0033).abs() < 1e-6,
+            "{}",
+            s.sum_seconds
+        );
     }
 }

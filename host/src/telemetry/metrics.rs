@@ -502,3 +502,21 @@ impl Collector for DaemonCollector {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every time limit a manifest may set has a bucket bound at or above it, so the call
+    /// duration histogram tells a plugin near its limit from one far below it, whatever the
+    /// limit.
+    #[test]
+    fn call_duration_buckets_reach_the_longest_time_limit() {
+        let top = jobrelay_lanes::call_stats::BUCKETS
+            .last()
+            .copied()
+            .unwrap_or_default();
+        assert!(
+            top >= jobrelay_capabilities::MAX_TIMEOUT.as_secs_f64(),
+            "{top}"
+        );
+    }
+}
