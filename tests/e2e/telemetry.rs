@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
-use jobrelay_testkit::{Flavor, JobDriver, ResourceKind, SimCluster};
+use jobrelay_testkit::{Flavor, JobDriver, PrivateMariaDb, ResourceKind, SimCluster};
 use serde_json::Value;
 
 /// The sum of every sample line starting with `prefix` (a name and the first labels).
@@ -390,4 +390,70 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     assert_eq!(status["coordination"]["role"], "sharded", "{status}");
     assert_eq!(status["coordination"]["owned"][0], "alpha", "{status}");
     shard.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Readiness follows the state store: with its database killed the replica cannot write
+/// acknowledgements, so `/readyz` answers 503 naming the store (and `jobrelay_state_store_up`
+/// is 0) within one check; with the database back it is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_state_store() {
+    init_logs();
+    let db = tokio::task::spawn_blocking(|| {
+        let mut db = PrivateMariaDb::init()?;
+        db.start()?;
+        Ok::<_, std::io::Error>(db)
+    })
+    .await
+    .expect("task")
+    .expect("a private MariaDB (mariadb-install-db and mariadbd must be installed)");
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("");
+    write_atomic(
+        &setup.path("jobrelay.yaml"),
+        format!(
+            "plugin_dir: wasm\nstate: {{url: \"{}\"}}\nrescan_seconds: 2\ndebounce_ms: 100\n\
+             telemetry: {{listen: \"127.0.0.1:0\"}}\n",
+            db.url()
+        )
+        .as_bytes(),
+    );
+    let (daemon, addr) = start_logging(&setup, &sim).await;
+    wait_plugin_serving(&daemon, "log").await;
+    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+
+    let mut db = db;
+    db.kill();
+    let body = probe_until(addr, 503).await;
+    assert!(body.contains("state store"), "{body}");
+    let (_, page) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        sample(&page, "jobrelay_state_store_up"),
+        Some(0.0),
+        "{page}"
+    );
+
+    let db = tokio::task::spawn_blocking(move || db.start().map(|()| db))
+        .await
+        .expect("task")
+        .expect("restart");
+    probe_until(addr, 200).await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+    drop(db);
+}
+
+/// `/readyz` polled until it answers `code` (the store is checked every 10 s, with 5 s to
+/// answer); its body.
+async fn probe_until(addr: std::net::SocketAddr, code: u16) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        let (got, body) = http_get(addr, "/readyz").await;
+        if got == code {
+            return body;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "/readyz never answered {code}: {got} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
