@@ -201,8 +201,10 @@ pub struct FolderScan {
     pub failed: Vec<(PathBuf, String)>,
 }
 
-/// Read the whole folder.
-pub fn scan(root: &Path, clusters_dir: &Path) -> FolderScan {
+/// Read the whole folder: the main file, the plugins' manifests and, when `clusters_dir` is
+/// given, the clusters' kubeconfigs (at start the main file names that folder, so it is read
+/// first and the clusters added with [`add_clusters`]).
+pub fn scan(root: &Path, clusters_dir: Option<&Path>) -> FolderScan {
     let mut scan = FolderScan::default();
     let main = root.join(MAIN_FILE);
     // Any entry counts, a link to nowhere or a loop included: reading it then fails, which
@@ -219,11 +221,7 @@ pub fn scan(root: &Path, clusters_dir: &Path) -> FolderScan {
             Vec::new()
         }
     };
-    let clusters = listed(clusters_dir.to_path_buf());
     let plugins = listed(root.join("plugins"));
-    for path in clusters {
-        add_by_stem(&mut scan.clusters, &mut scan.conflicts, path);
-    }
     for path in plugins {
         let is_yaml = matches!(
             path.extension().and_then(|e| e.to_str()),
@@ -233,7 +231,22 @@ pub fn scan(root: &Path, clusters_dir: &Path) -> FolderScan {
             add_by_stem(&mut scan.manifests, &mut scan.conflicts, path);
         }
     }
+    if let Some(dir) = clusters_dir {
+        add_clusters(&mut scan, dir);
+    }
     scan
+}
+
+/// Reads the clusters' kubeconfigs in `dir` into `scan`.
+pub fn add_clusters(scan: &mut FolderScan, dir: &Path) {
+    match visible_files(dir) {
+        Ok(files) => {
+            for path in files {
+                add_by_stem(&mut scan.clusters, &mut scan.conflicts, path);
+            }
+        }
+        Err(e) => scan.failed.push((dir.to_path_buf(), e)),
+    }
 }
 
 fn add_by_stem(

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ConfigError;
-use super::files::{ComponentFiles, FolderScan, scan};
-use super::main_file::{CLUSTERS_DIR, MAIN_FILE, MainConfig};
+use super::files::{ComponentFiles, FolderScan, add_clusters, scan};
+use super::main_file::{MAIN_FILE, MainConfig};
 use super::sources::{ClusterSource, PluginSource};
 
 /// A change to one named item.
@@ -63,7 +63,7 @@ impl ConfigState {
                 ConfigError::Read("the config folder does not exist or is not a folder".into()),
             ));
         }
-        let mut folder = scan(&root, &root.join(CLUSTERS_DIR));
+        let mut folder = scan(&root, None);
         if let Some((path, why)) = folder.failed.first() {
             return Err((
                 path.clone(),
@@ -88,14 +88,12 @@ impl ConfigState {
                 (main, Some(content.sha256.clone()))
             }
         };
-        if main.clusters_dir != root.join(CLUSTERS_DIR) {
-            folder = scan(&root, &main.clusters_dir);
-            if let Some((path, why)) = folder.failed.first() {
-                return Err((
-                    path.clone(),
-                    ConfigError::Read(format!("cannot read the folder: {why}")),
-                ));
-            }
+        add_clusters(&mut folder, &main.clusters_dir);
+        if let Some((path, why)) = folder.failed.first() {
+            return Err((
+                path.clone(),
+                ConfigError::Read(format!("cannot read the folder: {why}")),
+            ));
         }
         let clusters_dir = main.clusters_dir.clone();
         let mut state = ConfigState {
@@ -114,7 +112,7 @@ impl ConfigState {
 
     /// Re-read the folder and return what changed.
     pub fn refresh(&mut self) -> Update {
-        let folder = scan(&self.root, &self.clusters_dir);
+        let folder = scan(&self.root, Some(&self.clusters_dir));
         let update = self.apply(folder);
         if self.main.clusters_dir != self.clusters_dir {
             tracing::warn!(now = %self.clusters_dir.display(), asked = %self.main.clusters_dir.display(),
