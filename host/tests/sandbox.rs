@@ -554,6 +554,47 @@ async fn open_pod_logs_are_bounded_and_end_with_their_call() {
     }
 }
 
+/// A plugin opening files in a loop cannot take the process's file descriptors: one store
+/// holds at most `MAX_STORE_RESOURCES` handles, and the call that wants more fails, while
+/// one well under the bound works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cannot_hold_more_than_its_share_of_host_handles() {
+    let s = setup().await;
+    let data = s.dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("dir");
+    std::fs::write(data.join("f"), b"x").expect("file");
+    let grants = Grants {
+        filesystem: vec![jobrelay_capabilities::filesystem::DirGrant {
+            host: data,
+            guest: "/data".into(),
+            writable: false,
+        }],
+        ..Grants::default()
+    };
+    let plugin = intruder(&s.rt, grants).await;
+    let max = jobrelay_runtime::MAX_STORE_RESOURCES;
+    plugin
+        .handle(&attempt(&s.mine, &format!("fs-leak:/data/f:{}", max / 2)))
+        .await
+        .expect("half the bound is fine");
+    match plugin
+        .handle(&attempt(&s.mine, &format!("fs-leak:/data/f:{}", max * 4)))
+        .await
+    {
+        Ok(()) => panic!("{} open files in one call were allowed", max * 4),
+        Err(CallError::Trap(_)) => {}
+        Err(CallError::GiveUp(reason)) => {
+            let opened: usize = reason
+                .strip_prefix("opened ")
+                .and_then(|r| r.split(';').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(usize::MAX);
+            assert!(opened <= max, "{reason}");
+        }
+        Err(other) => panic!("unexpected: {other}"),
+    }
+}
+
 /// A plugin cannot fill the archive: what its prefix holds (what was there before this
 /// process included) is bounded by `grants.archive.max_total_bytes`; a refused stream gives
 /// its reservation back, a replaced object its old size; another prefix is unaffected.

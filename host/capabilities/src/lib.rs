@@ -10,9 +10,10 @@
 //! embedder's type. Host objects behind WIT resources stay in the capability's own bounded
 //! [`handles::Handles`]. Everything is refused unless granted.
 //!
-//! Adding a capability touches its file, an entry in [`ALL`] and a field in
-//! [`CapabilityState`] here, and one line in `runtime/linking.rs`; if it needs a process-wide
-//! resource (a pool, a store, a client), a field in [`Services`].
+//! Adding a capability touches its file and, here, its `mod` line, a field in [`Grants`] (the
+//! manifest's `grants:`), a field in [`CapabilityState`] and an entry in [`ALL`]; then one
+//! line in `runtime/linking.rs`. If it needs a process-wide resource (a pool, a store, a
+//! client), a field in [`Services`] too.
 
 pub mod archive;
 pub mod filesystem;

@@ -18,6 +18,13 @@ use jobrelay_capabilities::{CallLabels, CapabilityState};
 use super::limits::MemoryBudget;
 use jobrelay_bindings as bindings;
 
+/// Entries one store's resource table may hold: WASI files, streams and pollables, and
+/// `wasi:http` requests and bodies. Many are host handles (an open file is a file descriptor),
+/// so a plugin opening files in a loop would otherwise take the process's descriptors from
+/// every other plugin and cluster. Far above what a plugin needs (16 HTTP requests at once
+/// take about 200); one more fails the plugin's call.
+pub const MAX_STORE_RESOURCES: usize = 1024;
+
 /// Per-store data.
 pub struct HostState {
     wasi: WasiCtx,
@@ -40,9 +47,11 @@ impl HostState {
         memory: MemoryBudget,
         deadline: Instant,
     ) -> HostState {
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_STORE_RESOURCES);
         HostState {
             wasi,
-            table: ResourceTable::new(),
+            table,
             labels,
             caps,
             memory,

@@ -29,7 +29,7 @@ use wasmtime::component::{Component, Linker};
 pub use self::compile::{CacheStats, ComponentSource};
 pub use self::engine::RuntimeSettings;
 pub use self::error::{CallError, LoadError, RuntimeError};
-pub use self::host_state::HostState;
+pub use self::host_state::{HostState, MAX_STORE_RESOURCES};
 pub use self::plugin::PluginVersion;
 
 use self::compile::ComponentCache;

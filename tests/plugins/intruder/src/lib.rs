@@ -20,6 +20,8 @@
 //! - `kv-fill:<n>`: store up to n values of 1 KiB under new keys, reporting where the host
 //!   stopped it;
 //! - `read:<path>`: read a file through WASI;
+//! - `fs-leak:<path>:<n>`: open the file n times and forget every handle; gives up saying how
+//!   many opened when the host refuses one;
 //! - `huge-error:<bytes>`: gives up with a reason of that many bytes, full of newlines and
 //!   terminal escapes (a forged log line, repeated).
 //!
@@ -165,6 +167,19 @@ impl Guest for Intruder {
                     Some(v) if v == b"v" => Ok(()),
                     other => Err(HandlerError::GiveUp(format!("kv read back {other:?}"))),
                 }
+            }
+            "fs-leak" => {
+                let (path, count) = arg.rsplit_once(':').unwrap_or((arg, "1"));
+                let count: usize = count.parse().unwrap_or(1);
+                for i in 0..count {
+                    match std::fs::File::open(path) {
+                        Ok(file) => std::mem::forget(file),
+                        Err(e) => {
+                            return Err(HandlerError::GiveUp(format!("opened {i}; refused: {e}")));
+                        }
+                    }
+                }
+                Ok(())
             }
             "read" => std::fs::read(arg)
                 .map(|_| ())
