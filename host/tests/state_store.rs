@@ -175,6 +175,45 @@ impl Backend {
         }
     }
 
+    /// Runs `sql` behind the store's back, `{p}` replaced by the table prefix (none for the
+    /// SQLite file) and `binds` bound in order; returns the rows it changed.
+    async fn raw(&self, sql: &str, binds: &[&str]) -> u64 {
+        match self {
+            Backend::Sqlite { path, .. } => {
+                let mut conn = SqliteConnectOptions::new()
+                    .filename(path)
+                    .connect()
+                    .await
+                    .expect("raw connection");
+                let done = binds
+                    .iter()
+                    .fold(
+                        sqlx::query(AssertSqlSafe(sql.replace("{p}", ""))),
+                        |q, b| q.bind(*b),
+                    )
+                    .execute(&mut conn)
+                    .await
+                    .expect("raw statement");
+                conn.close().await.expect("close");
+                done.rows_affected()
+            }
+            Backend::MySql { prefix, .. } => {
+                let mut conn = self.mysql_connection().await;
+                let done = binds
+                    .iter()
+                    .fold(
+                        sqlx::query(AssertSqlSafe(sql.replace("{p}", prefix))),
+                        |q, b| q.bind(*b),
+                    )
+                    .execute(&mut conn)
+                    .await
+                    .expect("raw statement");
+                conn.close().await.expect("close");
+                done.rows_affected()
+            }
+        }
+    }
+
     /// Rows of the key-value table with this key, expired or not.
     async fn kv_rows(&self, key: &str) -> i64 {
         match self {
@@ -290,6 +329,7 @@ on_both_backends! {
     cli_lists_replays_and_drops => contract_cli("cli");
     a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
     kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
+    damaged_rows_are_refused_naming_the_store_and_kept => contract_damaged_rows("damaged");
 }
 
 // ----- the contracts ---------------------------------------------------------------------------
@@ -766,6 +806,82 @@ async fn contract_remember_job(b: &Backend) {
 
 /// The first install time stays: a later open (a restart, another replica, the plugin removed
 /// and added back) reads it instead of recording its own.
+/// Rows changed by hand (an unknown phase, event JSON cut short) are
+/// refused with an error naming the store and the row kind, never read as something else; a
+/// damaged dead letter marked for replay is not taken, so it stays for an operator.
+async fn contract_damaged_rows(b: &Backend) {
+    let store = b.store().await;
+    store
+        .save_cursor(&cursor("p", "c", "u1", "5", Phase::Running))
+        .await
+        .expect("save");
+    let seq = store
+        .add_dead_letter("p", &event("c", "u2", "7", Phase::Failed), "err", 3)
+        .await
+        .expect("add");
+    assert_eq!(
+        store
+            .request_replay(Some("p"), &[], false)
+            .await
+            .expect("mark"),
+        1
+    );
+
+    assert_eq!(b.raw("UPDATE {p}cursors SET phase = 'Bogus'", &[]).await, 1);
+    let err = store.cursors("p").await.expect_err("an unknown phase");
+    let text = err.to_string();
+    assert!(
+        matches!(err, StoreError::Corrupt { what: "cursor", .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&b.location()) && text.contains("Bogus"),
+        "{text}"
+    );
+
+    assert_eq!(
+        b.raw("UPDATE {p}dead_letters SET event_json = '{\"id\": '", &[])
+            .await,
+        1
+    );
+    for err in [
+        store.dead_letters(Some("p")).await.expect_err("cut JSON"),
+        store.take_replays("p", None).await.expect_err("cut JSON"),
+    ] {
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    what: "dead letter",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&b.location()) && text.contains(&format!("seq {seq}")),
+            "{text}"
+        );
+    }
+    // Not taken: repaired, it is still there and still marked.
+    let json = serde_json::to_string(&event("c", "u2", "7", Phase::Failed)).expect("json");
+    b.raw(
+        "UPDATE {p}dead_letters SET event_json = ?, attempts = 99",
+        &[&json],
+    )
+    .await;
+    let taken = store.take_replays("p", None).await.expect("repaired");
+    assert_eq!(
+        taken
+            .iter()
+            .map(|l| (l.seq, l.attempts))
+            .collect::<Vec<_>>(),
+        vec![(seq, 99)]
+    );
+    store.close().await;
+}
+
 async fn contract_install_time(b: &Backend) {
     let first = "2026-01-02T03:04:05Z";
     {

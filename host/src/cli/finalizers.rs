@@ -45,7 +45,10 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
                     ) else {
                         continue;
                     };
-                    if finalizer::remove(client.clone(), kind, ns, job_name, uid, name).await? {
+                    if finalizer::remove(client.clone(), kind, ns, job_name, uid, name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                    {
                         removed += 1;
                     }
                 }

@@ -2,6 +2,7 @@
 //! server and database (MySQL, never with the password) and the operation, because the
 //! operator reading the message has to find and fix that file or database.
 
+use std::fmt;
 use std::path::PathBuf;
 
 use thiserror::Error;
@@ -47,19 +48,19 @@ pub enum StoreError {
     NotAStateFile { path: PathBuf },
 
     /// A statement failed. `operation` names what the store was doing.
-    #[error("state file {path}: cannot {operation}: {source}")]
+    #[error("{store}: cannot {operation}: {source}")]
     Query {
-        path: PathBuf,
+        store: Location,
         operation: &'static str,
         #[source]
         source: sqlx::Error,
     },
 
     /// A stored row could not be read back (an unknown phase, undecodable event JSON, ...):
-    /// the file was changed by hand or damaged.
-    #[error("state file {path}: stored {what} is unreadable: {detail}")]
+    /// the file or tables were changed by hand or damaged.
+    #[error("{store}: stored {what} is unreadable: {detail}")]
     Corrupt {
-        path: PathBuf,
+        store: Location,
         what: &'static str,
         detail: String,
     },
@@ -116,25 +117,26 @@ pub enum StoreError {
     )]
     NotAStateDatabase { server: String, table: String },
 
-    /// A statement on the state database failed. `operation` names what the store was doing.
-    #[error("state database {server}: cannot {operation}: {source}")]
-    DatabaseQuery {
-        server: String,
-        operation: &'static str,
-        #[source]
-        source: sqlx::Error,
-    },
-
-    /// A stored row of the state database could not be read back.
-    #[error("state database {server}: stored {what} is unreadable: {detail}")]
-    DatabaseCorrupt {
-        server: String,
-        what: &'static str,
-        detail: String,
-    },
-
     /// A dead-letter selection that is empty or ambiguous; refused rather than guessed, since
     /// guessing could drop every dead letter.
     #[error("{0}")]
     InvalidSelection(String),
+}
+
+/// Which store an error is about, as the operator must find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// The SQLite state file.
+    File(PathBuf),
+    /// The MySQL or MariaDB database, as `mysql://user@host:port/database` (no password).
+    Database(String),
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::File(path) => write!(f, "state file {}", path.display()),
+            Location::Database(server) => write!(f, "state database {server}"),
+        }
+    }
 }

@@ -14,9 +14,11 @@
 
 mod cursor;
 mod dead_letter;
+mod dialect;
 mod error;
 mod mysql;
 mod rows;
+mod sql_store;
 mod sqlite;
 mod store;
 
@@ -29,11 +31,13 @@ use jobrelay_contract::secret;
 
 pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};
-pub use self::error::StoreError;
+pub use self::error::{Location, StoreError};
 pub use self::mysql::{
-    DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlStore, check_table_prefix, redacted_url,
+    DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlDialect, MySqlStore, check_table_prefix,
+    redacted_url,
 };
-pub use self::sqlite::{SCHEMA_VERSION, SqliteStore};
+pub use self::sql_store::{DEADLOCK_TRIES, SqlStore};
+pub use self::sqlite::{SCHEMA_VERSION, SqliteDialect, SqliteStore};
 pub use self::store::{CursorStore, PluginKv};
 
 /// Where the state file lives when the main file does not say.

@@ -41,24 +41,17 @@
 //! the database server's clock, so replicas whose clocks differ still agree on what expired.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::mysql::{
-    MySql, MySqlArguments, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool,
-    MySqlPoolOptions, MySqlRow,
+    MySql, MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPoolOptions, MySqlRow,
 };
-use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
-use super::cursor::Cursor;
-use super::dead_letter::{DeadLetter, Selection};
-use super::error::StoreError;
-use super::rows;
+use super::dialect::{self, Conn, Dialect, Done, Kind, Statement, Value};
+use super::error::{Location, StoreError};
+use super::sql_store::{SqlStore, Tables};
 use super::sqlite::SCHEMA_VERSION;
-use super::store::{CursorStore, PluginKv};
-use jobrelay_contract::event::JobEvent;
 
 /// The table prefix when `state.table_prefix` is not given.
 pub const DEFAULT_TABLE_PREFIX: &str = "jobrelay_";
@@ -74,9 +67,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `innodb_lock_wait_timeout`). Writes are short, so a wait this long means something is wrong.
 pub const LOCK_WAIT_SECONDS: u32 = 10;
 
-/// How many times a transaction that InnoDB chose as a deadlock victim is run.
-pub const DEADLOCK_TRIES: u32 = 5;
-
 /// How long a statement waits for a free connection of the pool, or for the server to come
 /// back after the connection was lost.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,22 +78,10 @@ const MAX_CONNECTIONS: u32 = 8;
 /// How long opening waits for another process that is creating the schema.
 const SCHEMA_LOCK_SECONDS: u32 = 30;
 
-/// Rows or ids per statement when a batch or an id list is split: far below the protocol's
-/// 65,535 placeholders, and small enough to keep one statement's packet modest.
-const CHUNK: usize = 500;
-
-/// Expired key-value entries removed with each write (see [`PluginKv::kv_set`]).
-const KV_SWEEP: u32 = 16;
-
 /// No-pad binary collations, preferred in this order when the server has one.
 const NO_PAD_BIN_COLLATIONS: [&str; 2] = ["utf8mb4_0900_bin", "utf8mb4_nopad_bin"];
 /// The binary collation every server with `utf8mb4` has.
 const PAD_BIN_COLLATION: &str = "utf8mb4_bin";
-
-const CURSOR_COLUMNS: &str = "plugin, cluster, uid, api_version, kind, namespace, name, \
-                              resource_version, phase, transition_time, deleted";
-const CURSOR_PLACEHOLDERS: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-const DEAD_LETTER_COLUMNS: &str = "seq, plugin, event_json, error, attempts, at, replay_requested";
 
 /// Checks a table prefix: 1 to [`MAX_TABLE_PREFIX_LEN`] ASCII letters, digits and underscores.
 /// Nothing else ever reaches a statement's text, so this is what keeps the prefix from being
@@ -133,29 +111,6 @@ pub fn redacted_url(url: &str) -> String {
     match parse_url(url) {
         Ok(options) => describe(&options),
         Err(_) => "(a URL that is not a valid mysql:// URL)".to_string(),
-    }
-}
-
-/// The table names of one prefix.
-#[derive(Debug, Clone)]
-struct Tables {
-    schema_version: String,
-    cursors: String,
-    dead_letters: String,
-    plugin_kv: String,
-    plugin_installs: String,
-}
-
-impl Tables {
-    /// `prefix` must have passed [`check_table_prefix`].
-    fn new(prefix: &str) -> Tables {
-        Tables {
-            schema_version: format!("{prefix}schema_version"),
-            cursors: format!("{prefix}cursors"),
-            dead_letters: format!("{prefix}dead_letters"),
-            plugin_kv: format!("{prefix}plugin_kv"),
-            plugin_installs: format!("{prefix}plugin_installs"),
-        }
     }
 }
 
@@ -235,169 +190,17 @@ fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 3] {
     [v1, v2, v3]
 }
 
-/// The statements of one prefix, built once at open. The ones whose length depends on a call
-/// (id lists, batches) are built by the call, from these names and placeholders only.
-#[derive(Debug)]
-struct Statements {
-    tables: Tables,
-    load_cursors: Arc<str>,
-    upsert_cursor: Arc<str>,
-    remember_job: Arc<str>,
-    remove_cursor: Arc<str>,
-    add_dead_letter: Arc<str>,
-    list_dead_letters: Arc<str>,
-    list_dead_letters_of_plugin: Arc<str>,
-    select_replays: Arc<str>,
-    kv_get: Arc<str>,
-    kv_set: Arc<str>,
-    kv_sweep: Arc<str>,
-    kv_delete: Arc<str>,
-    kv_usage: Arc<str>,
-    record_install: Arc<str>,
-    read_install: Arc<str>,
-}
-
-impl Statements {
-    fn new(tables: Tables) -> Statements {
-        let t = &tables;
-        let sql = |text: String| -> Arc<str> { Arc::from(text) };
-        Statements {
-            load_cursors: sql(format!(
-                "SELECT {CURSOR_COLUMNS} FROM {} WHERE plugin = ? ORDER BY cluster, uid",
-                t.cursors
-            )),
-            upsert_cursor: sql(upsert_cursors_sql(&t.cursors, 1)),
-            remember_job: sql(format!(
-                "INSERT INTO {} ({CURSOR_COLUMNS}) VALUES {CURSOR_PLACEHOLDERS} \
-                 ON DUPLICATE KEY UPDATE plugin = plugin",
-                t.cursors
-            )),
-            remove_cursor: sql(format!(
-                "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
-                t.cursors
-            )),
-            add_dead_letter: sql(format!(
-                "INSERT INTO {} (plugin, event_id, cluster, uid, event_json, error, attempts, at, \
-                 replay_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FALSE)",
-                t.dead_letters
-            )),
-            list_dead_letters: sql(format!(
-                "SELECT {DEAD_LETTER_COLUMNS} FROM {} ORDER BY seq",
-                t.dead_letters
-            )),
-            list_dead_letters_of_plugin: sql(format!(
-                "SELECT {DEAD_LETTER_COLUMNS} FROM {} WHERE plugin = ? ORDER BY seq",
-                t.dead_letters
-            )),
-            select_replays: sql(select_replays(&t.dead_letters, None)),
-            kv_usage: sql(format!(
-                "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(`key`) + LENGTH(value)), 0) AS SIGNED) \
-                 FROM {} WHERE plugin = ? AND `key` <> ? \
-                 AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
-                t.plugin_kv
-            )),
-            kv_get: sql(format!(
-                "SELECT value FROM {} WHERE plugin = ? AND `key` = ? \
-                 AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
-                t.plugin_kv
-            )),
-            kv_set: sql(format!(
-                "INSERT INTO {} (plugin, `key`, value, expires_at) \
-                 VALUES (?, ?, ?, UNIX_TIMESTAMP() + ?) \
-                 ON DUPLICATE KEY UPDATE value = VALUES(value), expires_at = VALUES(expires_at)",
-                t.plugin_kv
-            )),
-            kv_sweep: sql(format!(
-                "DELETE FROM {} WHERE expires_at <= UNIX_TIMESTAMP() ORDER BY expires_at \
-                 LIMIT {KV_SWEEP}",
-                t.plugin_kv
-            )),
-            record_install: sql(format!(
-                "INSERT INTO {} (plugin, installed_at) VALUES (?, ?) \
-                 ON DUPLICATE KEY UPDATE plugin = plugin",
-                t.plugin_installs
-            )),
-            read_install: sql(format!(
-                "SELECT installed_at FROM {} WHERE plugin = ?",
-                t.plugin_installs
-            )),
-            kv_delete: sql(format!(
-                "DELETE FROM {} WHERE plugin = ? AND `key` = ? \
-                 AND (expires_at IS NULL OR expires_at > UNIX_TIMESTAMP())",
-                t.plugin_kv
-            )),
-            tables,
-        }
-    }
-}
-
-/// `rows` cursors upserted by one statement; a key repeated in the batch ends with its last
-/// row, as with one statement per row.
-fn upsert_cursors_sql(table: &str, rows: usize) -> String {
-    let values = vec![CURSOR_PLACEHOLDERS; rows].join(", ");
-    format!(
-        "INSERT INTO {table} ({CURSOR_COLUMNS}) VALUES {values} ON DUPLICATE KEY UPDATE \
-         api_version = VALUES(api_version), kind = VALUES(kind), \
-         namespace = VALUES(namespace), name = VALUES(name), \
-         resource_version = VALUES(resource_version), phase = VALUES(phase), \
-         transition_time = VALUES(transition_time), deleted = VALUES(deleted)"
-    )
-}
-
-/// `?, ?, …`, `n` times.
-/// Locks and reads the dead letters of one plugin (bound first) marked for replay; with
-/// `clusters`, only those of that many clusters (bound next).
-fn select_replays(table: &str, clusters: Option<usize>) -> String {
-    let of_clusters = clusters
-        .map(|n| format!(" AND cluster IN ({})", placeholders(n)))
-        .unwrap_or_default();
-    format!(
-        "SELECT {DEAD_LETTER_COLUMNS} FROM {table} WHERE plugin = ? AND replay_requested = TRUE\
-         {of_clusters} ORDER BY seq FOR UPDATE"
-    )
-}
-
-fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
-}
-
-/// What a dead-letter selection does to the rows it selects.
-#[derive(Debug, Clone, Copy)]
-enum SelectionVerb {
-    Drop,
-    MarkForReplay,
-}
-
-/// Runs the same attempt again while InnoDB picks it as a deadlock victim (the whole
-/// transaction was rolled back, so running it again is safe), with a short growing pause.
-macro_rules! retry_deadlocks {
-    ($attempt:expr) => {{
-        let mut tries = 1_u32;
-        loop {
-            match $attempt {
-                Err(e) if tries < DEADLOCK_TRIES && is_deadlock(&e) => {
-                    tracing::debug!(error = %e, tries, "deadlock; running the transaction again");
-                    tokio::time::sleep(Duration::from_millis(5 * u64::from(tries))).await;
-                    tries += 1;
-                }
-                done => break done,
-            }
-        }
-    }};
-}
-
-/// The state store in a MySQL or MariaDB database. Cheap to share: clone the `Arc` it lives
-/// in.
-#[derive(Debug)]
-pub struct MySqlStore {
-    pool: MySqlPool,
-    /// The server as it may be shown: `mysql://user@host:port/database`, no password.
+/// The MySQL and MariaDB dialect; its value is the server (as shown) and the table prefix.
+#[derive(Debug, Clone)]
+pub struct MySqlDialect {
     server: String,
     prefix: String,
-    sql: Statements,
 }
 
-impl MySqlStore {
+/// The state store in a MySQL or MariaDB database.
+pub type MySqlStore = SqlStore<MySqlDialect>;
+
+impl SqlStore<MySqlDialect> {
     /// Connects to the database at `url` (a `mysql://` or `mariadb://` URL with a database,
     /// already resolved from any secret reference) and creates or checks the schema of the
     /// tables named with `table_prefix`.
@@ -432,464 +235,95 @@ impl MySqlStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }))
             .connect_lazy_with(options);
-        Ok(MySqlStore {
-            pool,
+        let location = Location::Database(server.clone());
+        let dialect = MySqlDialect {
             server,
             prefix: table_prefix.to_string(),
-            sql: Statements::new(tables),
-        })
+        };
+        Ok(SqlStore::new(pool, dialect, location, table_prefix))
     }
 
     /// The server and database, as they may be shown (no password).
     pub fn server(&self) -> &str {
-        &self.server
+        &self.dialect.server
     }
 
     /// The prefix of this store's table names.
     pub fn table_prefix(&self) -> &str {
-        &self.prefix
+        &self.dialect.prefix
+    }
+}
+
+impl Dialect for MySqlDialect {
+    type Db = MySql;
+
+    const BEGIN_WRITE: Option<&'static str> = None;
+    /// Row locks: a second transaction selecting the same rows waits for this one to end.
+    const LOCK_ROWS: &'static str = " FOR UPDATE";
+    /// The server's clock, so that replicas whose clocks differ agree on what expired.
+    const NOW: &'static str = "UNIX_TIMESTAMP()";
+
+    fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String {
+        let values = vec![row; rows].join(", ");
+        let updates = columns
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !key.contains(c))
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("INSERT INTO {table} ({columns}) VALUES {values} ON DUPLICATE KEY UPDATE {updates}")
     }
 
-    /// Maps a sqlx error to one that names the server and what was being done.
-    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
-        failed(&self.server, operation)
+    fn insert_or_keep(table: &str, columns: &str, key: &[&str], row: &str) -> String {
+        // Setting a key column to itself changes nothing; unlike INSERT IGNORE it does not
+        // also swallow other errors (an overlong value).
+        let first = key.first().copied().unwrap_or("plugin");
+        format!(
+            "INSERT INTO {table} ({columns}) VALUES {row} ON DUPLICATE KEY UPDATE {first} = {first}"
+        )
     }
 
-    fn corrupt(&self, what: &'static str, detail: impl ToString) -> StoreError {
-        StoreError::DatabaseCorrupt {
-            server: self.server.clone(),
-            what,
-            detail: detail.to_string(),
-        }
+    fn byte_length(column: &str) -> String {
+        format!("LENGTH({column})")
     }
 
-    fn cursor_from_row(&self, row: &MySqlRow) -> Result<Cursor, StoreError> {
-        rows::cursor(row, &|what, detail| self.corrupt(what, detail))
+    fn integer(expression: &str) -> String {
+        // COUNT and SUM are DECIMAL or unsigned in MySQL; the store reads signed 64-bit.
+        format!("CAST({expression} AS SIGNED)")
     }
 
-    fn dead_letter_from_row(&self, row: &MySqlRow) -> Result<DeadLetter, StoreError> {
-        rows::dead_letter::<_, u32>(row, &|what, detail| self.corrupt(what, detail))
+    fn delete_expired(table: &str, limit: u32) -> String {
+        format!(
+            "DELETE FROM {table} WHERE expires_at <= {} ORDER BY expires_at LIMIT {limit}",
+            Self::NOW
+        )
     }
 
-    fn dead_letters_from_rows(&self, rows: &[MySqlRow]) -> Result<Vec<DeadLetter>, StoreError> {
-        rows.iter().map(|r| self.dead_letter_from_row(r)).collect()
+    fn is_retryable(error: &sqlx::Error) -> bool {
+        is_deadlock(error)
     }
 
-    /// One cursor through `statement` (the upsert, or the insert that keeps what is there).
-    async fn try_write_cursor(
-        &self,
-        statement: &Arc<str>,
-        cursor: &Cursor,
-        what: &'static str,
-    ) -> Result<(), StoreError> {
-        bind_cursor(sqlx::query(AssertSqlSafe(statement.clone())), cursor)
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed(what))?;
-        Ok(())
-    }
-
-    async fn try_save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(self.failed("begin saving cursors"))?;
-        for chunk in cursors.chunks(CHUNK) {
-            let sql = upsert_cursors_sql(&self.sql.tables.cursors, chunk.len());
-            let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(false);
-            for cursor in chunk {
-                query = bind_cursor(query, cursor);
-            }
-            query
-                .execute(&mut *tx)
-                .await
-                .map_err(self.failed("save cursors"))?;
-        }
-        tx.commit()
-            .await
-            .map_err(self.failed("commit saved cursors"))?;
-        Ok(())
-    }
-
-    async fn try_remove_cursor(
-        &self,
-        plugin: &str,
-        cluster: &str,
-        uid: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql.remove_cursor.clone()))
-            .bind(plugin)
-            .bind(cluster)
-            .bind(uid)
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed("remove a cursor"))?;
-        Ok(())
-    }
-
-    async fn try_add_dead_letter(
-        &self,
-        plugin: &str,
-        event: &JobEvent,
-        event_json: &str,
-        error: &str,
-        attempts: u32,
-        at: &str,
-    ) -> Result<i64, StoreError> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.add_dead_letter.clone()))
-            .bind(plugin)
-            .bind(&event.id)
-            .bind(&event.cluster)
-            .bind(&event.uid)
-            .bind(event_json)
-            .bind(error)
-            .bind(attempts)
-            .bind(at)
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed("add a dead letter"))?;
-        i64::try_from(done.last_insert_id()).map_err(|_| {
-            self.corrupt(
-                "dead letter",
-                format!("seq {} out of range", done.last_insert_id()),
-            )
+    async fn execute(
+        conn: &mut MySqlConnection,
+        statement: &Statement,
+    ) -> Result<Done, sqlx::Error> {
+        let done = dialect::query::<MySql>(statement).execute(conn).await?;
+        Ok(Done {
+            rows_affected: done.rows_affected(),
+            last_insert_id: i64::try_from(done.last_insert_id()).ok(),
         })
     }
 
-    /// Drops or marks the dead letters of `selection`; returns how many it selected.
-    async fn try_execute_selected(
-        &self,
-        verb: SelectionVerb,
-        selection: &Selection<'_>,
-        operation: &'static str,
-    ) -> Result<u64, StoreError> {
-        let table = &self.sql.tables.dead_letters;
-        let head = match verb {
-            SelectionVerb::Drop => format!("DELETE FROM {table}"),
-            // Counts the rows it matched, marked already or not: sqlx connects with the
-            // CLIENT_FOUND_ROWS flag.
-            SelectionVerb::MarkForReplay => {
-                format!("UPDATE {table} SET replay_requested = TRUE")
-            }
-        };
-        let Some(seqs) = selection.seqs else {
-            let query = match selection.plugin {
-                Some(plugin) => {
-                    sqlx::query(AssertSqlSafe(format!("{head} WHERE plugin = ?"))).bind(plugin)
-                }
-                None => sqlx::query(AssertSqlSafe(head)),
-            };
-            let done = query
-                .execute(&self.pool)
-                .await
-                .map_err(self.failed(operation))?;
-            return Ok(done.rows_affected());
-        };
-        // Each id once, so that splitting the list cannot count a row twice.
-        let mut seqs = seqs.to_vec();
-        seqs.sort_unstable();
-        seqs.dedup();
-        let mut tx = self.pool.begin().await.map_err(self.failed(operation))?;
-        let mut selected = 0;
-        for chunk in seqs.chunks(CHUNK) {
-            let mut sql = format!("{head} WHERE seq IN ({})", placeholders(chunk.len()));
-            if selection.plugin.is_some() {
-                sql.push_str(" AND plugin = ?");
-            }
-            let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(false);
-            for seq in chunk {
-                query = query.bind(*seq);
-            }
-            if let Some(plugin) = selection.plugin {
-                query = query.bind(plugin);
-            }
-            selected += query
-                .execute(&mut *tx)
-                .await
-                .map_err(self.failed(operation))?
-                .rows_affected();
-        }
-        tx.commit().await.map_err(self.failed(operation))?;
-        Ok(selected)
+    async fn fetch(
+        conn: &mut Conn<Self>,
+        statement: &Statement,
+    ) -> Result<Vec<MySqlRow>, sqlx::Error> {
+        dialect::query::<MySql>(statement).fetch_all(conn).await
     }
 
-    async fn try_take_replays(
-        &self,
-        plugin: &str,
-        clusters: Option<&[String]>,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(self.failed("begin taking replays"))?;
-        // Locks the marked rows: a second taker waits here until this transaction ends, and
-        // then no longer finds the rows it deleted.
-        let statement: Arc<str> = match clusters {
-            None => self.sql.select_replays.clone(),
-            Some(clusters) => Arc::from(select_replays(
-                &self.sql.tables.dead_letters,
-                Some(clusters.len()),
-            )),
-        };
-        let mut select = sqlx::query(AssertSqlSafe(statement)).bind(plugin);
-        for cluster in clusters.unwrap_or_default() {
-            select = select.bind(cluster);
-        }
-        let rows = select
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.failed("take dead letters marked for replay"))?;
-        // Decode before deleting: a row that cannot be read stays for an operator to look at
-        // rather than vanishing (dropping `tx` rolls back).
-        let letters = self.dead_letters_from_rows(&rows)?;
-        let seqs: Vec<i64> = letters.iter().map(|l| l.seq).collect();
-        for chunk in seqs.chunks(CHUNK) {
-            let sql = format!(
-                "DELETE FROM {} WHERE seq IN ({})",
-                self.sql.tables.dead_letters,
-                placeholders(chunk.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql)).persistent(false);
-            for seq in chunk {
-                query = query.bind(*seq);
-            }
-            query
-                .execute(&mut *tx)
-                .await
-                .map_err(self.failed("take dead letters marked for replay"))?;
-        }
-        tx.commit()
-            .await
-            .map_err(self.failed("commit taken replays"))?;
-        Ok(letters)
-    }
-
-    async fn try_kv_set(
-        &self,
-        plugin: &str,
-        key: &str,
-        value: &[u8],
-        ttl_seconds: Option<u32>,
-    ) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql.kv_set.clone()))
-            .bind(plugin)
-            .bind(key)
-            .bind(value)
-            .bind(ttl_seconds.map(i64::from))
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed("write a plugin key"))?;
-        Ok(())
-    }
-
-    async fn try_kv_sweep(&self) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql.kv_sweep.clone()))
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed("remove expired plugin keys"))?;
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl CursorStore for MySqlStore {
-    async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError> {
-        let rows = sqlx::query(AssertSqlSafe(self.sql.load_cursors.clone()))
-            .bind(plugin)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(self.failed("load cursors"))?;
-        rows.iter().map(|r| self.cursor_from_row(r)).collect()
-    }
-
-    async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        retry_deadlocks!(
-            self.try_write_cursor(&self.sql.upsert_cursor, cursor, "save a cursor")
-                .await
-        )
-    }
-
-    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        let seen = Cursor {
-            resource_version: String::new(),
-            ..cursor.clone()
-        };
-        retry_deadlocks!(
-            self.try_write_cursor(&self.sql.remember_job, &seen, "remember a job")
-                .await
-        )
-    }
-
-    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
-        retry_deadlocks!(
-            sqlx::query(AssertSqlSafe(self.sql.record_install.clone()))
-                .bind(plugin)
-                .bind(now)
-                .execute(&self.pool)
-                .await
-                .map_err(self.failed("record a plugin's install"))
-        )?;
-        sqlx::query_scalar(AssertSqlSafe(self.sql.read_install.clone()))
-            .bind(plugin)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(self.failed("read a plugin's install"))
-    }
-
-    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
-        if cursors.is_empty() {
-            return Ok(());
-        }
-        retry_deadlocks!(self.try_save_cursors(cursors).await)
-    }
-
-    async fn remove_cursor(
-        &self,
-        plugin: &str,
-        cluster: &str,
-        uid: &str,
-    ) -> Result<(), StoreError> {
-        retry_deadlocks!(self.try_remove_cursor(plugin, cluster, uid).await)
-    }
-
-    async fn add_dead_letter(
-        &self,
-        plugin: &str,
-        event: &JobEvent,
-        error: &str,
-        attempts: u32,
-    ) -> Result<i64, StoreError> {
-        let event_json = serde_json::to_string(event).map_err(|source| StoreError::Encode {
-            what: "a dead-lettered event",
-            source,
-        })?;
-        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        retry_deadlocks!(
-            self.try_add_dead_letter(plugin, event, &event_json, error, attempts, &at)
-                .await
-        )
-    }
-
-    async fn dead_letters(&self, plugin: Option<&str>) -> Result<Vec<DeadLetter>, StoreError> {
-        let query = match plugin {
-            Some(plugin) => {
-                sqlx::query(AssertSqlSafe(self.sql.list_dead_letters_of_plugin.clone()))
-                    .bind(plugin)
-            }
-            None => sqlx::query(AssertSqlSafe(self.sql.list_dead_letters.clone())),
-        };
-        let rows = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(self.failed("list dead letters"))?;
-        self.dead_letters_from_rows(&rows)
-    }
-
-    async fn drop_dead_letters(
-        &self,
-        plugin: Option<&str>,
-        seqs: &[i64],
-        all: bool,
-    ) -> Result<u64, StoreError> {
-        let selection = Selection::new(plugin, seqs, all)?;
-        retry_deadlocks!(
-            self.try_execute_selected(SelectionVerb::Drop, &selection, "drop dead letters")
-                .await
-        )
-    }
-
-    async fn request_replay(
-        &self,
-        plugin: Option<&str>,
-        seqs: &[i64],
-        all: bool,
-    ) -> Result<u64, StoreError> {
-        let selection = Selection::new(plugin, seqs, all)?;
-        retry_deadlocks!(
-            self.try_execute_selected(
-                SelectionVerb::MarkForReplay,
-                &selection,
-                "mark dead letters for replay",
-            )
-            .await
-        )
-    }
-
-    async fn take_replays(
-        &self,
-        plugin: &str,
-        clusters: Option<&[String]>,
-    ) -> Result<Vec<DeadLetter>, StoreError> {
-        if clusters.is_some_and(|c| c.is_empty()) {
-            return Ok(Vec::new());
-        }
-        retry_deadlocks!(self.try_take_replays(plugin, clusters).await)
-    }
-
-    async fn check(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(self.failed("check the state database"))?;
-        Ok(())
-    }
-
-    async fn close(&self) {
-        self.pool.close().await;
-    }
-}
-
-#[async_trait]
-impl PluginKv for MySqlStore {
-    async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        sqlx::query_scalar(AssertSqlSafe(self.sql.kv_get.clone()))
-            .bind(plugin)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(self.failed("read a plugin key"))
-    }
-
-    async fn kv_set(
-        &self,
-        plugin: &str,
-        key: &str,
-        value: &[u8],
-        ttl_seconds: Option<u32>,
-    ) -> Result<(), StoreError> {
-        retry_deadlocks!(self.try_kv_set(plugin, key, value, ttl_seconds).await)?;
-        // Expired entries go a few at a time with each write, so the table never needs a
-        // sweeper task and a write never pays for a large backlog at once. The entry is
-        // committed already and the next write sweeps again, so a failed sweep is not the
-        // caller's failure.
-        if let Err(e) = retry_deadlocks!(self.try_kv_sweep().await) {
-            tracing::debug!(error = %e, "sweeping expired plugin keys failed");
-        }
-        Ok(())
-    }
-
-    async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError> {
-        let (entries, bytes): (i64, i64) = sqlx::query_as(AssertSqlSafe(self.sql.kv_usage.clone()))
-            .bind(plugin)
-            .bind(except_key)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(self.failed("measure a plugin's keys"))?;
-        Ok((entries.max(0) as u64, bytes.max(0) as u64))
-    }
-
-    async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
-        let done = retry_deadlocks!(
-            sqlx::query(AssertSqlSafe(self.sql.kv_delete.clone()))
-                .bind(plugin)
-                .bind(key)
-                .execute(&self.pool)
-                .await
-                .map_err(self.failed("delete a plugin key"))
-        )?;
-        Ok(done.rows_affected() > 0)
+    fn decode(row: &MySqlRow, shape: &[Kind]) -> Result<Vec<Value>, sqlx::Error> {
+        dialect::decode(row, shape)
     }
 }
 
@@ -940,8 +374,8 @@ fn failed<'a>(
     server: &'a str,
     operation: &'static str,
 ) -> impl FnOnce(sqlx::Error) -> StoreError + 'a {
-    move |source| StoreError::DatabaseQuery {
-        server: server.to_string(),
+    move |source| StoreError::Query {
+        store: Location::Database(server.to_string()),
         operation,
         source,
     }
@@ -949,12 +383,8 @@ fn failed<'a>(
 
 /// Whether InnoDB rolled back the transaction to break a deadlock (error 1213; Galera reports
 /// a certification conflict the same way).
-fn is_deadlock(error: &StoreError) -> bool {
-    let StoreError::DatabaseQuery {
-        source: sqlx::Error::Database(db),
-        ..
-    } = error
-    else {
+fn is_deadlock(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
         return false;
     };
     db.try_downcast_ref::<MySqlDatabaseError>()
@@ -1013,8 +443,8 @@ async fn migrate(
         .await
         .map_err(failed(server, "lock the schema"))?;
     if locked != Some(1) {
-        return Err(StoreError::DatabaseQuery {
-            server: server.to_string(),
+        return Err(StoreError::Query {
+            store: Location::Database(server.to_string()),
             operation: "lock the schema",
             source: sqlx::Error::Protocol(format!(
                 "another process held the lock `{lock}` for {SCHEMA_LOCK_SECONDS} s"
@@ -1068,8 +498,8 @@ async fn migrate_locked(
             Some(SCHEMA_VERSION) => return Ok(()),
             Some(v @ 1..SCHEMA_VERSION) => migrate_from = v as usize,
             Some(v) => {
-                return Err(StoreError::DatabaseCorrupt {
-                    server: server.to_string(),
+                return Err(StoreError::Corrupt {
+                    store: Location::Database(server.to_string()),
                     what: "schema version",
                     detail: format!("version {v} never existed"),
                 });
@@ -1137,25 +567,6 @@ async fn binary_collation(
     Ok(PAD_BIN_COLLATION)
 }
 
-/// A cursor's columns bound in table order, for the statements that write one.
-fn bind_cursor<'q>(
-    query: Query<'q, MySql, MySqlArguments>,
-    cursor: &'q Cursor,
-) -> Query<'q, MySql, MySqlArguments> {
-    query
-        .bind(cursor.plugin.as_str())
-        .bind(cursor.cluster.as_str())
-        .bind(cursor.uid.as_str())
-        .bind(cursor.api_version.as_str())
-        .bind(cursor.kind.as_str())
-        .bind(cursor.namespace.as_str())
-        .bind(cursor.name.as_str())
-        .bind(cursor.resource_version.as_str())
-        .bind(cursor.phase.as_str())
-        .bind(cursor.transition_time.as_str())
-        .bind(cursor.deleted)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1195,16 +606,5 @@ mod tests {
             parse_url("postgres://app:s3cret@db/state"),
             Err(StoreError::BadUrl(_))
         ));
-    }
-
-    #[test]
-    fn statements_name_only_prefixed_tables() {
-        let s = Statements::new(Tables::new("abc_"));
-        assert!(s.kv_sweep.contains("abc_plugin_kv"));
-        assert!(s.select_replays.contains("FROM abc_dead_letters"));
-        assert!(s.select_replays.ends_with("FOR UPDATE"));
-        let batch = upsert_cursors_sql("abc_cursors", 3);
-        assert_eq!(batch.matches('?').count(), 33);
-        assert_eq!(placeholders(3), "?, ?, ?");
     }
 }

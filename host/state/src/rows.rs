@@ -1,85 +1,110 @@
 //! Reading cursors and dead letters back from rows: the same for every backend, so a row that
 //! one backend refuses as damaged the other refuses too.
 
-use std::fmt::Display;
-
-use sqlx::{ColumnIndex, Decode, Row, Type};
-
 use super::cursor::Cursor;
 use super::dead_letter::DeadLetter;
-use super::error::StoreError;
+use super::dialect::{Kind, Value};
 use jobrelay_contract::event::{JobEvent, Phase};
 
-/// How a backend reports a stored row it cannot read (naming its file or server): what kind of
-/// row, and what is wrong with it.
-pub(super) type Corrupt<'a> = &'a dyn Fn(&'static str, String) -> StoreError;
+/// The columns of a cursor, in the order [`cursor`] reads them.
+pub(super) const CURSOR_COLUMNS: &str = "plugin, cluster, uid, api_version, kind, namespace, \
+                                         name, resource_version, phase, transition_time, deleted";
+pub(super) const CURSOR_SHAPE: [Kind; 11] = [
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Bool,
+];
 
-/// A cursor from the columns `plugin, cluster, uid, api_version, kind, namespace, name,
-/// resource_version, phase, transition_time, deleted`.
-pub(super) fn cursor<R>(row: &R, corrupt: Corrupt) -> Result<Cursor, StoreError>
-where
-    R: Row,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
-    for<'c> &'c str: ColumnIndex<R>,
-{
-    let text = |column: &'static str| -> Result<String, StoreError> {
-        row.try_get::<String, _>(column)
-            .map_err(|e| corrupt("cursor", e.to_string()))
-    };
-    let phase_text = text("phase")?;
-    let phase = parse_phase(&phase_text)
-        .ok_or_else(|| corrupt("cursor", format!("unknown phase {phase_text:?}")))?;
+/// The columns of a dead letter, in the order [`dead_letter`] reads them.
+pub(super) const DEAD_LETTER_COLUMNS: &str =
+    "seq, plugin, event_json, error, attempts, at, replay_requested";
+pub(super) const DEAD_LETTER_SHAPE: [Kind; 7] = [
+    Kind::Int,
+    Kind::Text,
+    Kind::Text,
+    Kind::Text,
+    Kind::Int,
+    Kind::Text,
+    Kind::Bool,
+];
+
+/// The values of one row, taken in column order.
+struct Columns(std::vec::IntoIter<Value>);
+
+impl Columns {
+    fn text(&mut self) -> Result<String, String> {
+        match self.0.next() {
+            Some(Value::Text(v)) => Ok(v),
+            other => Err(format!("expected text, found {other:?}")),
+        }
+    }
+
+    fn int(&mut self) -> Result<i64, String> {
+        match self.0.next() {
+            Some(Value::Int(v)) => Ok(v),
+            other => Err(format!("expected an integer, found {other:?}")),
+        }
+    }
+
+    fn bool(&mut self) -> Result<bool, String> {
+        match self.0.next() {
+            Some(Value::Bool(v)) => Ok(v),
+            other => Err(format!("expected a boolean, found {other:?}")),
+        }
+    }
+}
+
+/// A cursor from the values of [`CURSOR_COLUMNS`]. The error says what is wrong with it.
+pub(super) fn cursor(values: Vec<Value>) -> Result<Cursor, String> {
+    let mut c = Columns(values.into_iter());
+    let (plugin, cluster, uid) = (c.text()?, c.text()?, c.text()?);
+    let (api_version, kind, namespace, name) = (c.text()?, c.text()?, c.text()?, c.text()?);
+    let resource_version = c.text()?;
+    let phase_text = c.text()?;
+    let phase = parse_phase(&phase_text).ok_or_else(|| format!("unknown phase {phase_text:?}"))?;
     Ok(Cursor {
-        plugin: text("plugin")?,
-        cluster: text("cluster")?,
-        uid: text("uid")?,
-        api_version: text("api_version")?,
-        kind: text("kind")?,
-        namespace: text("namespace")?,
-        name: text("name")?,
-        resource_version: text("resource_version")?,
+        plugin,
+        cluster,
+        uid,
+        api_version,
+        kind,
+        namespace,
+        name,
+        resource_version,
         phase,
-        transition_time: text("transition_time")?,
-        deleted: row
-            .try_get::<bool, _>("deleted")
-            .map_err(|e| corrupt("cursor", e.to_string()))?,
+        transition_time: c.text()?,
+        deleted: c.bool()?,
     })
 }
 
-/// A dead letter from the columns `seq, plugin, event_json, error, attempts, at,
-/// replay_requested`; `A` is how the backend stores `attempts`.
-pub(super) fn dead_letter<R, A>(row: &R, corrupt: Corrupt) -> Result<DeadLetter, StoreError>
-where
-    R: Row,
-    A: Copy + Display,
-    u32: TryFrom<A>,
-    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
-    for<'r> A: Decode<'r, R::Database> + Type<R::Database>,
-    for<'c> &'c str: ColumnIndex<R>,
-{
-    let bad = |e: sqlx::Error| corrupt("dead letter", e.to_string());
-    let seq: i64 = row.try_get("seq").map_err(bad)?;
-    let event_json: String = row.try_get("event_json").map_err(bad)?;
-    let event: JobEvent = serde_json::from_str(&event_json)
-        .map_err(|e| corrupt("dead letter", format!("seq {seq}: event: {e}")))?;
-    let attempts: A = row.try_get("attempts").map_err(bad)?;
-    let attempts = u32::try_from(attempts).map_err(|_| {
-        corrupt(
-            "dead letter",
-            format!("seq {seq}: attempts {attempts} out of range"),
-        )
-    })?;
+/// A dead letter from the values of [`DEAD_LETTER_COLUMNS`]. The error says what is wrong
+/// with it.
+pub(super) fn dead_letter(values: Vec<Value>) -> Result<DeadLetter, String> {
+    let mut c = Columns(values.into_iter());
+    let seq = c.int()?;
+    let plugin = c.text()?;
+    let event: JobEvent =
+        serde_json::from_str(&c.text()?).map_err(|e| format!("seq {seq}: event: {e}"))?;
+    let error = c.text()?;
+    let attempts = c.int()?;
+    let attempts = u32::try_from(attempts)
+        .map_err(|_| format!("seq {seq}: attempts {attempts} out of range"))?;
     Ok(DeadLetter {
         seq,
-        plugin: row.try_get("plugin").map_err(bad)?,
+        plugin,
         event,
-        error: row.try_get("error").map_err(bad)?,
+        error,
         attempts,
-        at: row.try_get("at").map_err(bad)?,
-        replay_requested: row.try_get("replay_requested").map_err(bad)?,
+        at: c.text()?,
+        replay_requested: c.bool()?,
     })
 }
 

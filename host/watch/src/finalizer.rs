@@ -44,10 +44,22 @@ fn api(client: Client, kind: &JobKind, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client, namespace, &ar)
 }
 
-fn patch_of(ops: Value) -> Result<Patch<()>, String> {
-    serde_json::from_value::<json_patch::Patch>(ops)
-        .map(Patch::Json)
-        .map_err(|e| format!("bad patch: {e}"))
+fn patch_of(ops: Value) -> Result<Patch<()>, serde_json::Error> {
+    serde_json::from_value::<json_patch::Patch>(ops).map(Patch::Json)
+}
+
+/// Why removing the finalizer did not work.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    /// The API server refused or could not be reached.
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    /// The JSON patch could not be built (a bug, not a cluster's answer).
+    #[error("bad patch: {0}")]
+    Patch(#[from] serde_json::Error),
+    /// Other writers changed the job between every read and patch.
+    #[error("gave up after {0} conflicting changes")]
+    Conflicts(u64),
 }
 
 /// Why adding the finalizer did not work.
@@ -89,7 +101,7 @@ pub async fn add(
             {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
         ]),
     };
-    let patch = patch_of(ops).map_err(AddError::Failed)?;
+    let patch = patch_of(ops).map_err(|e| AddError::Failed(format!("bad patch: {e}")))?;
     match api(client, kind, ns)
         .patch(name, &PatchParams::default(), &patch)
         .await
@@ -183,10 +195,11 @@ pub async fn remove(
     name: &str,
     uid: &str,
     finalizer: &str,
-) -> Result<bool, String> {
+) -> Result<bool, RemoveError> {
+    const ATTEMPTS: u64 = 5;
     let api = api(client, kind, namespace);
-    for attempt in 0..5u64 {
-        let object = match api.get_opt(name).await.map_err(|e| e.to_string())? {
+    for attempt in 0..ATTEMPTS {
+        let object = match api.get_opt(name).await? {
             Some(o) if o.metadata.uid.as_deref() == Some(uid) => o,
             _ => return Ok(false), // gone, or another job under the same name
         };
@@ -209,12 +222,12 @@ pub async fn remove(
             .await
         {
             Ok(_) => return Ok(true),
-            Err(e) if attempt < 4 => {
+            Err(e) if attempt + 1 < ATTEMPTS => {
                 tracing::debug!(job = %name, error = %e, "finalizer removal raced a change; retrying");
                 tokio::time::sleep(Duration::from_millis(100 * (attempt + 1))).await;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err("gave up after repeated conflicts".into())
+    Err(RemoveError::Conflicts(ATTEMPTS))
 }

@@ -1,0 +1,689 @@
+//! The store, written once over a [`Dialect`]: every statement, transaction and retry of the
+//! [`CursorStore`] and [`PluginKv`] promises. The backends ([`sqlite`](super::sqlite),
+//! [`mysql`](super::mysql)) only connect, create their schema and say how their SQL differs.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::pool::Pool;
+
+use super::cursor::Cursor;
+use super::dead_letter::{DeadLetter, Selection};
+use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
+use super::error::{Location, StoreError};
+use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
+use super::store::{CursorStore, PluginKv};
+use jobrelay_contract::event::JobEvent;
+
+/// How many times a transaction the database rolled back as a deadlock victim is run.
+pub const DEADLOCK_TRIES: u32 = 5;
+
+/// Rows or ids per statement when a batch or an id list is split: far below any driver's
+/// placeholder limit (SQLite's 32,766, MySQL's 65,535), and small enough to keep one
+/// statement's packet modest.
+const CHUNK: usize = 500;
+
+/// Expired key-value entries removed with each write (see [`PluginKv::kv_set`]).
+const KV_SWEEP: u32 = 16;
+
+/// The names of the store's tables: the same on every backend, after a prefix (empty for the
+/// SQLite file, which holds nothing else).
+#[derive(Debug, Clone)]
+pub struct Tables {
+    pub schema_version: String,
+    pub cursors: String,
+    pub dead_letters: String,
+    pub plugin_kv: String,
+    pub plugin_installs: String,
+}
+
+impl Tables {
+    /// `prefix` must be SQL-safe (ASCII letters, digits and `_`): it goes into statements.
+    pub fn new(prefix: &str) -> Tables {
+        Tables {
+            schema_version: format!("{prefix}schema_version"),
+            cursors: format!("{prefix}cursors"),
+            dead_letters: format!("{prefix}dead_letters"),
+            plugin_kv: format!("{prefix}plugin_kv"),
+            plugin_installs: format!("{prefix}plugin_installs"),
+        }
+    }
+}
+
+/// The key of a cursor.
+const CURSOR_KEY: [&str; 3] = ["plugin", "cluster", "uid"];
+const CURSOR_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// The fixed statements, built once at open from the table names and the dialect.
+#[derive(Debug)]
+struct Statements {
+    tables: Tables,
+    load_cursors: std::sync::Arc<str>,
+    upsert_cursor: std::sync::Arc<str>,
+    remember_job: std::sync::Arc<str>,
+    remove_cursor: std::sync::Arc<str>,
+    add_dead_letter: std::sync::Arc<str>,
+    list_dead_letters: std::sync::Arc<str>,
+    list_dead_letters_of_plugin: std::sync::Arc<str>,
+    select_replays: std::sync::Arc<str>,
+    record_install: std::sync::Arc<str>,
+    read_install: std::sync::Arc<str>,
+    kv_get: std::sync::Arc<str>,
+    kv_set: std::sync::Arc<str>,
+    kv_sweep: std::sync::Arc<str>,
+    kv_delete: std::sync::Arc<str>,
+    kv_usage: std::sync::Arc<str>,
+    check: std::sync::Arc<str>,
+}
+
+impl Statements {
+    fn new<D: Dialect>(tables: Tables) -> Statements {
+        let t = &tables;
+        let sql = |text: String| -> std::sync::Arc<str> { text.into() };
+        let now = D::NOW;
+        let live = format!("(expires_at IS NULL OR expires_at > {now})");
+        Statements {
+            load_cursors: sql(format!(
+                "SELECT {CURSOR_COLUMNS} FROM {} WHERE plugin = ? ORDER BY cluster, uid",
+                t.cursors
+            )),
+            upsert_cursor: sql(D::upsert(
+                &t.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
+                1,
+            )),
+            remember_job: sql(D::insert_or_keep(
+                &t.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
+            )),
+            remove_cursor: sql(format!(
+                "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
+                t.cursors
+            )),
+            add_dead_letter: sql(format!(
+                "INSERT INTO {} (plugin, event_id, cluster, uid, event_json, error, attempts, at, \
+                 replay_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?, FALSE)",
+                t.dead_letters
+            )),
+            list_dead_letters: sql(format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM {} ORDER BY seq",
+                t.dead_letters
+            )),
+            list_dead_letters_of_plugin: sql(format!(
+                "SELECT {DEAD_LETTER_COLUMNS} FROM {} WHERE plugin = ? ORDER BY seq",
+                t.dead_letters
+            )),
+            select_replays: sql(select_replays::<D>(&t.dead_letters, None)),
+            record_install: sql(D::insert_or_keep(
+                &t.plugin_installs,
+                "plugin, installed_at",
+                &["plugin"],
+                "(?, ?)",
+            )),
+            read_install: sql(format!(
+                "SELECT installed_at FROM {} WHERE plugin = ?",
+                t.plugin_installs
+            )),
+            kv_get: sql(format!(
+                "SELECT value FROM {} WHERE plugin = ? AND `key` = ? AND {live}",
+                t.plugin_kv
+            )),
+            kv_set: sql(D::upsert(
+                &t.plugin_kv,
+                "plugin, `key`, value, expires_at",
+                &["plugin", "`key`"],
+                &format!("(?, ?, ?, {now} + ?)"),
+                1,
+            )),
+            kv_sweep: sql(D::delete_expired(&t.plugin_kv, KV_SWEEP)),
+            kv_delete: sql(format!(
+                "DELETE FROM {} WHERE plugin = ? AND `key` = ? AND {live}",
+                t.plugin_kv
+            )),
+            kv_usage: sql(format!(
+                "SELECT {}, {} FROM {} WHERE plugin = ? AND `key` <> ? AND {live}",
+                D::integer("COUNT(*)"),
+                D::integer(&format!(
+                    "COALESCE(SUM({} + LENGTH(value)), 0)",
+                    D::byte_length("`key`")
+                )),
+                t.plugin_kv
+            )),
+            check: sql("SELECT 1".to_string()),
+            tables,
+        }
+    }
+}
+
+/// Selects (and, in a transaction, holds) the dead letters of one plugin (bound first) marked
+/// for replay; with `clusters`, only those of that many clusters (bound next).
+fn select_replays<D: Dialect>(table: &str, clusters: Option<usize>) -> String {
+    let of_clusters = clusters
+        .map(|n| format!(" AND cluster IN ({})", placeholders(n)))
+        .unwrap_or_default();
+    format!(
+        "SELECT {DEAD_LETTER_COLUMNS} FROM {table} WHERE plugin = ? AND replay_requested = TRUE\
+         {of_clusters} ORDER BY seq{}",
+        D::LOCK_ROWS
+    )
+}
+
+/// A cursor's columns bound in table order, for the statements that write one.
+fn bind_cursor(statement: Statement, cursor: &Cursor) -> Statement {
+    statement
+        .text(&cursor.plugin)
+        .text(&cursor.cluster)
+        .text(&cursor.uid)
+        .text(&cursor.api_version)
+        .text(&cursor.kind)
+        .text(&cursor.namespace)
+        .text(&cursor.name)
+        .text(&cursor.resource_version)
+        .text(cursor.phase.as_str())
+        .text(&cursor.transition_time)
+        .bool(cursor.deleted)
+}
+
+/// What a dead-letter selection does to the rows it selects.
+#[derive(Debug, Clone, Copy)]
+enum SelectionVerb {
+    Drop,
+    MarkForReplay,
+}
+
+/// Runs the same attempt again while the database picks it as a deadlock victim (the whole
+/// transaction was rolled back, so running it again is safe), with a short growing pause.
+macro_rules! retry_deadlocks {
+    ($attempt:expr) => {{
+        let mut tries = 1_u32;
+        loop {
+            match $attempt {
+                Err(e) if tries < DEADLOCK_TRIES && is_retryable::<D>(&e) => {
+                    tracing::debug!(error = %e, tries, "deadlock; running the transaction again");
+                    tokio::time::sleep(Duration::from_millis(5 * u64::from(tries))).await;
+                    tries += 1;
+                }
+                done => break done,
+            }
+        }
+    }};
+}
+
+fn is_retryable<D: Dialect>(error: &StoreError) -> bool {
+    matches!(error, StoreError::Query { source, .. } if D::is_retryable(source))
+}
+
+/// The state store on a database of dialect `D`. Cheap to share: clone the `Arc` it lives in.
+#[derive(Debug)]
+pub struct SqlStore<D: Dialect> {
+    pool: Pool<D::Db>,
+    /// The backend's own settings (the file's path, the server and table prefix).
+    pub(super) dialect: D,
+    location: Location,
+    sql: Statements,
+}
+
+impl<D: Dialect> SqlStore<D> {
+    /// A store on `pool`, whose schema the backend has created or checked, with tables named
+    /// by `prefix`.
+    pub(super) fn new(pool: Pool<D::Db>, dialect: D, location: Location, prefix: &str) -> Self {
+        SqlStore {
+            pool,
+            dialect,
+            location,
+            sql: Statements::new::<D>(Tables::new(prefix)),
+        }
+    }
+
+    /// Maps a sqlx error to one that names the store and what was being done.
+    fn failed(&self, operation: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+        move |source| StoreError::Query {
+            store: self.location.clone(),
+            operation,
+            source,
+        }
+    }
+
+    fn corrupt(&self, what: &'static str, detail: impl ToString) -> StoreError {
+        StoreError::Corrupt {
+            store: self.location.clone(),
+            what,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Runs one statement outside a transaction.
+    async fn execute(
+        &self,
+        statement: Statement,
+        operation: &'static str,
+    ) -> Result<super::dialect::Done, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(self.failed(operation))?;
+        D::execute(&mut *conn, &statement)
+            .await
+            .map_err(self.failed(operation))
+    }
+
+    /// Runs one query outside a transaction; its rows read as `shape` says. A row that cannot
+    /// be read is reported as damaged `what`.
+    async fn fetch(
+        &self,
+        statement: Statement,
+        shape: &[Kind],
+        operation: &'static str,
+        what: &'static str,
+    ) -> Result<Vec<Vec<Value>>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(self.failed(operation))?;
+        let rows = D::fetch(&mut *conn, &statement)
+            .await
+            .map_err(self.failed(operation))?;
+        rows.iter()
+            .map(|row| D::decode(row, shape).map_err(|e| self.corrupt(what, e)))
+            .collect()
+    }
+
+    async fn begin_write(
+        &self,
+        operation: &'static str,
+    ) -> Result<sqlx::Transaction<'static, D::Db>, StoreError> {
+        match D::BEGIN_WRITE {
+            Some(begin) => self.pool.begin_with(begin).await,
+            None => self.pool.begin().await,
+        }
+        .map_err(self.failed(operation))
+    }
+
+    fn dead_letters_from(&self, rows: Vec<Vec<Value>>) -> Result<Vec<DeadLetter>, StoreError> {
+        rows.into_iter()
+            .map(|r| rows::dead_letter(r).map_err(|e| self.corrupt("dead letter", e)))
+            .collect()
+    }
+
+    async fn try_save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        let mut tx = self.begin_write("begin saving cursors").await?;
+        for chunk in cursors.chunks(CHUNK) {
+            let sql = D::upsert(
+                &self.sql.tables.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
+                chunk.len(),
+            );
+            let statement = chunk.iter().fold(Statement::once(sql), bind_cursor);
+            D::execute(&mut *tx, &statement)
+                .await
+                .map_err(self.failed("save cursors"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(self.failed("commit saved cursors"))
+    }
+
+    /// Drops or marks the dead letters of `selection`; returns how many it selected.
+    async fn try_execute_selected(
+        &self,
+        verb: SelectionVerb,
+        selection: &Selection<'_>,
+        operation: &'static str,
+    ) -> Result<u64, StoreError> {
+        let table = &self.sql.tables.dead_letters;
+        let head = match verb {
+            SelectionVerb::Drop => format!("DELETE FROM {table}"),
+            // Counts the rows it matched, marked already or not (SQLite counts every row an
+            // UPDATE touches; sqlx connects to MySQL with the CLIENT_FOUND_ROWS flag).
+            SelectionVerb::MarkForReplay => {
+                format!("UPDATE {table} SET replay_requested = TRUE")
+            }
+        };
+        let Some(seqs) = selection.seqs else {
+            let statement = match selection.plugin {
+                Some(plugin) => Statement::once(format!("{head} WHERE plugin = ?")).text(plugin),
+                None => Statement::once(head),
+            };
+            return Ok(self.execute(statement, operation).await?.rows_affected);
+        };
+        // Each id once, so that splitting the list cannot count a row twice.
+        let mut seqs = seqs.to_vec();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let mut tx = self.begin_write(operation).await?;
+        let mut selected = 0;
+        for chunk in seqs.chunks(CHUNK) {
+            let mut sql = format!("{head} WHERE seq IN ({})", placeholders(chunk.len()));
+            if selection.plugin.is_some() {
+                sql.push_str(" AND plugin = ?");
+            }
+            let mut statement = chunk
+                .iter()
+                .fold(Statement::once(sql), |s, seq| s.int(*seq));
+            if let Some(plugin) = selection.plugin {
+                statement = statement.text(plugin);
+            }
+            selected += D::execute(&mut *tx, &statement)
+                .await
+                .map_err(self.failed(operation))?
+                .rows_affected;
+        }
+        tx.commit().await.map_err(self.failed(operation))?;
+        Ok(selected)
+    }
+
+    async fn try_take_replays(
+        &self,
+        plugin: &str,
+        clusters: Option<&[String]>,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        const TAKE: &str = "take dead letters marked for replay";
+        let mut tx = self.begin_write("begin taking replays").await?;
+        // Holds the marked rows (row locks, or the file's write lock): a second taker waits
+        // until this transaction ends, and then no longer finds the rows it deleted.
+        let select = match clusters {
+            None => Statement::new(&self.sql.select_replays),
+            Some(clusters) => Statement::once(select_replays::<D>(
+                &self.sql.tables.dead_letters,
+                Some(clusters.len()),
+            )),
+        };
+        let select = clusters
+            .unwrap_or_default()
+            .iter()
+            .fold(select.text(plugin), |s, cluster| s.text(cluster));
+        let rows = D::fetch(&mut *tx, &select)
+            .await
+            .map_err(self.failed(TAKE))?;
+        // Decode before deleting: a row that cannot be read stays for an operator to look at
+        // rather than vanishing (dropping `tx` rolls back).
+        let rows = rows
+            .iter()
+            .map(|row| {
+                D::decode(row, &DEAD_LETTER_SHAPE).map_err(|e| self.corrupt("dead letter", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let letters = self.dead_letters_from(rows)?;
+        let seqs: Vec<i64> = letters.iter().map(|l| l.seq).collect();
+        for chunk in seqs.chunks(CHUNK) {
+            let sql = format!(
+                "DELETE FROM {} WHERE seq IN ({})",
+                self.sql.tables.dead_letters,
+                placeholders(chunk.len())
+            );
+            let statement = chunk
+                .iter()
+                .fold(Statement::once(sql), |s, seq| s.int(*seq));
+            D::execute(&mut *tx, &statement)
+                .await
+                .map_err(self.failed(TAKE))?;
+        }
+        tx.commit()
+            .await
+            .map_err(self.failed("commit taken replays"))?;
+        Ok(letters)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> CursorStore for SqlStore<D> {
+    async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError> {
+        let statement = Statement::new(&self.sql.load_cursors).text(plugin);
+        self.fetch(statement, &CURSOR_SHAPE, "load cursors", "cursor")
+            .await?
+            .into_iter()
+            .map(|r| rows::cursor(r).map_err(|e| self.corrupt("cursor", e)))
+            .collect()
+    }
+
+    async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
+        let statement = bind_cursor(Statement::new(&self.sql.upsert_cursor), cursor);
+        retry_deadlocks!(self.execute(statement.clone(), "save a cursor").await)?;
+        Ok(())
+    }
+
+    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
+        let seen = Cursor {
+            resource_version: String::new(),
+            ..cursor.clone()
+        };
+        let statement = bind_cursor(Statement::new(&self.sql.remember_job), &seen);
+        retry_deadlocks!(self.execute(statement.clone(), "remember a job").await)?;
+        Ok(())
+    }
+
+    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
+        let record = Statement::new(&self.sql.record_install)
+            .text(plugin)
+            .text(now);
+        retry_deadlocks!(
+            self.execute(record.clone(), "record a plugin's install")
+                .await
+        )?;
+        let read = Statement::new(&self.sql.read_install).text(plugin);
+        let rows = self
+            .fetch(
+                read,
+                &[Kind::Text],
+                "read a plugin's install",
+                "install time",
+            )
+            .await?;
+        match rows.into_iter().next().and_then(|r| r.into_iter().next()) {
+            Some(Value::Text(at)) => Ok(at),
+            _ => Err(self.failed("read a plugin's install")(
+                sqlx::Error::RowNotFound,
+            )),
+        }
+    }
+
+    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        if cursors.is_empty() {
+            return Ok(());
+        }
+        retry_deadlocks!(self.try_save_cursors(cursors).await)
+    }
+
+    async fn remove_cursor(
+        &self,
+        plugin: &str,
+        cluster: &str,
+        uid: &str,
+    ) -> Result<(), StoreError> {
+        let statement = Statement::new(&self.sql.remove_cursor)
+            .text(plugin)
+            .text(cluster)
+            .text(uid);
+        retry_deadlocks!(self.execute(statement.clone(), "remove a cursor").await)?;
+        Ok(())
+    }
+
+    async fn add_dead_letter(
+        &self,
+        plugin: &str,
+        event: &JobEvent,
+        error: &str,
+        attempts: u32,
+    ) -> Result<i64, StoreError> {
+        let event_json = serde_json::to_string(event).map_err(|source| StoreError::Encode {
+            what: "a dead-lettered event",
+            source,
+        })?;
+        let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let statement = Statement::new(&self.sql.add_dead_letter)
+            .text(plugin)
+            .text(&event.id)
+            .text(&event.cluster)
+            .text(&event.uid)
+            .text(&event_json)
+            .text(error)
+            .int(i64::from(attempts))
+            .text(&at);
+        let done = retry_deadlocks!(self.execute(statement.clone(), "add a dead letter").await)?;
+        done.last_insert_id
+            .ok_or_else(|| self.corrupt("dead letter", "its new seq is out of range"))
+    }
+
+    async fn dead_letters(&self, plugin: Option<&str>) -> Result<Vec<DeadLetter>, StoreError> {
+        let statement = match plugin {
+            Some(plugin) => Statement::new(&self.sql.list_dead_letters_of_plugin).text(plugin),
+            None => Statement::new(&self.sql.list_dead_letters),
+        };
+        let rows = self
+            .fetch(
+                statement,
+                &DEAD_LETTER_SHAPE,
+                "list dead letters",
+                "dead letter",
+            )
+            .await?;
+        self.dead_letters_from(rows)
+    }
+
+    async fn drop_dead_letters(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError> {
+        let selection = Selection::new(plugin, seqs, all)?;
+        retry_deadlocks!(
+            self.try_execute_selected(SelectionVerb::Drop, &selection, "drop dead letters")
+                .await
+        )
+    }
+
+    async fn request_replay(
+        &self,
+        plugin: Option<&str>,
+        seqs: &[i64],
+        all: bool,
+    ) -> Result<u64, StoreError> {
+        let selection = Selection::new(plugin, seqs, all)?;
+        retry_deadlocks!(
+            self.try_execute_selected(
+                SelectionVerb::MarkForReplay,
+                &selection,
+                "mark dead letters for replay",
+            )
+            .await
+        )
+    }
+
+    async fn take_replays(
+        &self,
+        plugin: &str,
+        clusters: Option<&[String]>,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        if clusters.is_some_and(|c| c.is_empty()) {
+            return Ok(Vec::new());
+        }
+        retry_deadlocks!(self.try_take_replays(plugin, clusters).await)
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let operation = match self.location {
+            Location::File(_) => "check the state file",
+            Location::Database(_) => "check the state database",
+        };
+        self.execute(Statement::new(&self.sql.check), operation)
+            .await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> PluginKv for SqlStore<D> {
+    async fn kv_get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let statement = Statement::new(&self.sql.kv_get).text(plugin).text(key);
+        let rows = self
+            .fetch(statement, &[Kind::Bytes], "read a plugin key", "plugin key")
+            .await?;
+        Ok(
+            match rows.into_iter().next().and_then(|r| r.into_iter().next()) {
+                Some(Value::Bytes(value)) => Some(value),
+                _ => None,
+            },
+        )
+    }
+
+    async fn kv_set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: &[u8],
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), StoreError> {
+        let statement = Statement::new(&self.sql.kv_set)
+            .text(plugin)
+            .text(key)
+            .bytes(value)
+            .opt_int(ttl_seconds.map(i64::from));
+        retry_deadlocks!(self.execute(statement.clone(), "write a plugin key").await)?;
+        // Expired entries go a few at a time with each write, so the table never needs a
+        // sweeper task and a write never pays for a large backlog at once. The entry is
+        // committed already and the next write sweeps again, so a failed sweep is not the
+        // caller's failure.
+        let sweep = Statement::new(&self.sql.kv_sweep);
+        if let Err(e) = retry_deadlocks!(
+            self.execute(sweep.clone(), "remove expired plugin keys")
+                .await
+        ) {
+            tracing::debug!(error = %e, "sweeping expired plugin keys failed");
+        }
+        Ok(())
+    }
+
+    async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError> {
+        let statement = Statement::new(&self.sql.kv_usage)
+            .text(plugin)
+            .text(except_key);
+        let rows = self
+            .fetch(
+                statement,
+                &[Kind::Int, Kind::Int],
+                "measure a plugin's keys",
+                "plugin key usage",
+            )
+            .await?;
+        match rows.into_iter().next().as_deref() {
+            Some([Value::Int(entries), Value::Int(bytes)]) => {
+                Ok(((*entries).max(0) as u64, (*bytes).max(0) as u64))
+            }
+            _ => Err(self.failed("measure a plugin's keys")(
+                sqlx::Error::RowNotFound,
+            )),
+        }
+    }
+
+    async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
+        let statement = Statement::new(&self.sql.kv_delete).text(plugin).text(key);
+        let done = retry_deadlocks!(self.execute(statement.clone(), "delete a plugin key").await)?;
+        Ok(done.rows_affected > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mysql::MySqlDialect;
+    use crate::sqlite::SqliteDialect;
+
+    #[test]
+    fn statements_name_only_prefixed_tables() {
+        let s = Statements::new::<MySqlDialect>(Tables::new("abc_"));
+        assert!(s.kv_sweep.contains("abc_plugin_kv"));
+        assert!(s.select_replays.contains("FROM abc_dead_letters"));
+        assert!(s.select_replays.ends_with("FOR UPDATE"));
+        let batch = MySqlDialect::upsert("abc_cursors", CURSOR_COLUMNS, &CURSOR_KEY, CURSOR_ROW, 3);
+        assert_eq!(batch.matches('?').count(), 33);
+        assert_eq!(placeholders(3), "?, ?, ?");
+        let s = Statements::new::<SqliteDialect>(Tables::new(""));
+        assert!(s.select_replays.contains("FROM dead_letters"));
+        assert!(!s.select_replays.contains("FOR UPDATE"));
+    }
+}
