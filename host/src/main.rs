@@ -24,7 +24,8 @@ async fn main() -> ExitCode {
         Command::Check {
             config,
             cluster_timeout,
-        } => check::check(&config, Duration::from_secs(cluster_timeout)).await,
+            no_init,
+        } => check::check(&config, Duration::from_secs(cluster_timeout), !no_init).await,
         Command::Plugin(PluginCommand::Run {
             wasm,
             event,

@@ -72,6 +72,60 @@ async fn check_passes_on_a_good_folder() {
     assert!(report.contains("all checks passed"), "{report}");
 }
 
+/// `check` runs each plugin's load-time `init` as the daemon would; `--no-init` runs no plugin
+/// code at all: a config only `init` refuses passes, and what `init` would write is not
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_no_init_runs_no_plugin_code() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let dir = folder(&sim);
+    let root = dir.path();
+    // The probe writes /data/init-ran in `init` (its `init_marker` setting), and refuses its
+    // config when `fail_init` is set.
+    write(
+        &root.join("plugins/picky.yaml"),
+        "wasm: probe.wasm\nconfig:\n  fail_init: \"true\"\n",
+    );
+    write(
+        &root.join("plugins/marker.yaml"),
+        "wasm: probe.wasm\nconfig:\n  init_marker: \"true\"\ngrants:\n  filesystem:\n    - {host: marker, guest: /data, writable: true}\n",
+    );
+    let config = root.to_string_lossy().to_string();
+
+    let out = jobrelay(&["check", "--config", &config, "--no-init"]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    for name in ["picky", "marker", "log"] {
+        assert!(
+            report.contains(&format!("ok    plugin   {name}: version")),
+            "{report}"
+        );
+    }
+    assert!(report.contains("init not run"), "{report}");
+    let marker_dir = root.join("marker");
+    let written = std::fs::read_dir(&marker_dir)
+        .map(|d| d.count())
+        .unwrap_or_default();
+    assert_eq!(
+        written, 0,
+        "no plugin code ran, so nothing was written: {report}"
+    );
+
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.contains("FAIL  plugin   picky"), "{report}");
+    assert!(report.contains("fail_init"), "{report}");
+    assert!(
+        report.contains("ok    plugin   marker: version"),
+        "{report}"
+    );
+    let written = std::fs::read_dir(&marker_dir)
+        .map(|d| d.count())
+        .unwrap_or_default();
+    assert!(written > 0, "init ran and wrote its marker: {report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_every_bad_file_and_exits_1() {
     let sim = SimCluster::start("alpha").await.expect("sim");

@@ -5,6 +5,7 @@ mod common;
 
 mod cli;
 mod config_folder;
+mod documented_commands;
 mod failover;
 mod fault_soak;
 mod feishu_notify;

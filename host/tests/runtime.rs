@@ -13,7 +13,8 @@ use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::filesystem::DirGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_runtime::{
-    CallError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime, RuntimeSettings,
+    CallError, CompileError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime,
+    RuntimeSettings,
 };
 
 const MIB: u64 = 1 << 20;
@@ -365,6 +366,13 @@ async fn wrong_world_corrupt_bytes_and_refused_init_fail_the_load() {
     garbage.wasm = Arc::from(&b"definitely not wasm"[..]);
     let err = rt.load(garbage).await.expect_err("not wasm");
     assert!(matches!(err, LoadError::Compile { .. }), "{err}");
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        cause
+            .as_deref()
+            .is_some_and(|c| !c.is_empty() && err.to_string().ends_with(c)),
+        "wasmtime's refusal is the error's source: {err:?}"
+    );
 
     let mut refused = spec("picky", "probe", data_grant(dir.path()));
     refused.config.insert("fail_init".into(), "true".into());
@@ -408,6 +416,16 @@ async fn limits_and_grants_are_checked_at_load() {
     s.wasm_sha256 = "00".repeat(32);
     let err = rt.load(s).await.expect_err("sha mismatch");
     assert!(matches!(err, LoadError::Compile { .. }), "{err}");
+    assert!(
+        matches!(
+            &err,
+            LoadError::Compile {
+                source: CompileError::Sha256Mismatch { .. },
+                ..
+            }
+        ),
+        "the cause is kept as a typed source: {err:?}"
+    );
 
     // A granted directory that does not exist yet is created.
     let dir = tempfile::tempdir().expect("tempdir");

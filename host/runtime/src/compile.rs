@@ -173,7 +173,7 @@ impl ComponentCache {
         self: &Arc<Self>,
         sha256: &str,
         wasm: Arc<[u8]>,
-    ) -> Result<(Component, ComponentSource), String> {
+    ) -> Result<(Component, ComponentSource), CompileError> {
         let slot = self
             .memory
             .lock()
@@ -189,7 +189,7 @@ impl ComponentCache {
                     ran_here.store(true, Ordering::Relaxed);
                     tokio::task::spawn_blocking(move || this.load_or_compile(&sha256, &wasm))
                         .await
-                        .map_err(|e| format!("compilation task failed: {e}"))?
+                        .map_err(|e| CompileError::task("compilation", e))?
                 }
             })
             .await;
@@ -226,7 +226,7 @@ impl ComponentCache {
         &self,
         sha256: &str,
         wasm: &[u8],
-    ) -> Result<(Component, ComponentSource), String> {
+    ) -> Result<(Component, ComponentSource), CompileError> {
         let path = self.disk_path(sha256);
         if let Some(path) = &path {
             match self.read_cache_file(path, sha256) {
@@ -247,7 +247,8 @@ impl ComponentCache {
                 }
             }
         }
-        let component = Component::new(&self.engine, wasm).map_err(|e| format!("{e:#}"))?;
+        let component = Component::new(&self.engine, wasm)
+            .map_err(|e| CompileError::Refused(format!("{e:#}")))?;
         self.compiled.fetch_add(1, Ordering::Relaxed);
         prepare_image(&component);
         if let Some(path) = &path
@@ -296,6 +297,35 @@ impl ComponentCache {
         bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&payload);
         write_atomically(path, &bytes).map_err(|e| e.to_string())
+    }
+}
+
+/// Why no component could be had for a plugin's bytes.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CompileError {
+    /// wasmtime refused the bytes: corrupt, a core module rather than a component, or a
+    /// feature it does not support. Held as text with wasmtime's whole chain of causes, since
+    /// wasmtime's error type is not a standard error that could be kept as a source.
+    #[error("{0}")]
+    Refused(String),
+    /// The blocking task that hashed or compiled the bytes panicked or was cancelled.
+    #[error("{what} task failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: Arc<tokio::task::JoinError>,
+    },
+    /// The manifest's `wasm_sha256` is not the hash of the bytes.
+    #[error("the given sha256 {expected} does not match the bytes ({actual})")]
+    Sha256Mismatch { expected: String, actual: String },
+}
+
+impl CompileError {
+    pub(crate) fn task(what: &'static str, source: tokio::task::JoinError) -> CompileError {
+        CompileError::Task {
+            what,
+            source: Arc::new(source),
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use jobrelay_capabilities::GrantError;
+
+use crate::compile::CompileError;
 use thiserror::Error;
 
 /// The runtime could not be built: invalid settings or an engine wasmtime refuses.
@@ -23,8 +25,12 @@ pub enum RuntimeError {
 pub enum LoadError {
     /// The bytes are not a valid component for this host (corrupt, a core module, a feature
     /// wasmtime does not support).
-    #[error("plugin `{plugin}`: cannot compile the component: {reason}")]
-    Compile { plugin: String, reason: String },
+    #[error("plugin `{plugin}`: cannot compile the component: {source}")]
+    Compile {
+        plugin: String,
+        #[source]
+        source: CompileError,
+    },
     /// A valid component, but not of the `jobrelay:plugin/plugin` world: it misses an export or
     /// imports something the host does not provide.
     #[error("plugin `{plugin}`: not a jobrelay plugin component: {reason}")]

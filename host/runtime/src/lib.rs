@@ -26,7 +26,7 @@ use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
-pub use self::compile::{CacheStats, ComponentSource};
+pub use self::compile::{CacheStats, CompileError, ComponentSource};
 pub use self::engine::RuntimeSettings;
 pub use self::error::{CallError, LoadError, RuntimeError};
 pub use self::host_state::{HostState, MAX_STORE_RESOURCES};
@@ -141,6 +141,21 @@ impl Runtime {
     /// code in a cache), checks the component's world, and runs `init(config)` once on a
     /// throwaway instance. The result takes events with [`PluginVersion::handle`].
     pub async fn load(&self, spec: PluginSpec) -> Result<Arc<PluginVersion>, LoadError> {
+        let loaded = self.load_without_init(spec).await?;
+        if let Err(failure) = loaded.check_init().await {
+            return Err(init_failure(loaded.name.to_string(), failure));
+        }
+        Ok(loaded)
+    }
+
+    /// Everything [`load`](Runtime::load) does but run `init`: no plugin code runs, so nothing
+    /// the plugin would set up through its grants (tables, files) is touched. Granted host
+    /// directories that do not exist are still created, as checking the grants does. For
+    /// `jobrelay check --no-init`; a version loaded this way has not accepted its config.
+    pub async fn load_without_init(
+        &self,
+        spec: PluginSpec,
+    ) -> Result<Arc<PluginVersion>, LoadError> {
         let PluginSpec {
             name,
             version,
@@ -162,14 +177,15 @@ impl Runtime {
             .await
             .map_err(|e| LoadError::Compile {
                 plugin: name.clone(),
-                reason: format!("hashing task failed: {e}"),
+                source: CompileError::task("hashing", e),
             })?;
         if !wasm_sha256.is_empty() && !wasm_sha256.eq_ignore_ascii_case(&actual_sha256) {
             return Err(LoadError::Compile {
                 plugin: name,
-                reason: format!(
-                    "the given sha256 {wasm_sha256} does not match the bytes ({actual_sha256})"
-                ),
+                source: CompileError::Sha256Mismatch {
+                    expected: wasm_sha256,
+                    actual: actual_sha256,
+                },
             });
         }
 
@@ -178,9 +194,9 @@ impl Runtime {
                 .cache
                 .get(&actual_sha256, wasm)
                 .await
-                .map_err(|reason| LoadError::Compile {
+                .map_err(|source| LoadError::Compile {
                     plugin: name.clone(),
-                    reason,
+                    source,
                 })?;
         let pre = self
             .link(&component)
@@ -205,9 +221,6 @@ impl Runtime {
             source,
             epoch_tick: self.inner.settings.epoch_tick,
         });
-        if let Err(failure) = loaded.check_init().await {
-            return Err(init_failure(name, failure));
-        }
         tracing::debug!(
             plugin = %loaded.name,
             version = %loaded.version,

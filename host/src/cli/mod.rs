@@ -37,10 +37,15 @@ pub enum Command {
     },
     /// Validate every config file, compile every plugin and try every cluster; exit 1 on any
     /// problem. Loading a plugin runs its load-time `init` against what it is granted, as the
-    /// daemon would: a plugin may create its tables there.
+    /// daemon would: a plugin may create its tables there (see `--no-init`).
     Check {
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
+        /// Compile and link every plugin and check its grants, but run no plugin code: no
+        /// `init`, so no tables or files of the plugins are created, and a config only `init`
+        /// would refuse passes. Granted host directories that are missing are still created.
+        #[arg(long)]
+        no_init: bool,
         /// Seconds to wait for each cluster to answer.
         #[arg(long, default_value_t = 10)]
         cluster_timeout: u64,

@@ -30,7 +30,8 @@
 //! returns `Ok` without recording. The URL travels in an annotation, not in the label, because
 //! Kubernetes label values are at most 63 characters with no `:` or `/`.
 //!
-//! The config key `fail_init=true` makes `init` refuse its configuration.
+//! The config key `fail_init=true` makes `init` refuse its configuration; `init_marker=true`
+//! makes `init` write the file `/data/init-ran`, so a test can tell whether `init` ran.
 
 use std::fs::OpenOptions;
 use std::hint::black_box;
@@ -130,6 +131,13 @@ impl Guest for Probe {
             .any(|(key, value)| key == "fail_init" && value == "true");
         if fail {
             return Err("probe refuses this configuration (fail_init=true)".to_string());
+        }
+        let marker = config
+            .iter()
+            .any(|(key, value)| key == "init_marker" && value == "true");
+        if marker {
+            std::fs::write("/data/init-ran", b"init ran\n")
+                .map_err(|e| format!("cannot write /data/init-ran: {e}"))?;
         }
         Ok(())
     }
