@@ -113,11 +113,34 @@ fn context(overrides: Value) -> Value {
     .expect("values.yaml parses");
     let mut values = defaults;
     merge(&mut values, overrides);
+    // Helm refuses values its schema refuses before rendering anything; so does every render
+    // here.
+    if let Err(problems) = schema_problems(&values) {
+        panic!("values.schema.json refuses these values:\n{problems}");
+    }
     json!({
         "Values": values,
         "Release": {"Name": "jobrelay", "Namespace": "platform"},
         "Chart": {"Name": "jobrelay", "Version": "0.1.0"},
     })
+}
+
+/// The chart's values schema's verdict on `values`: every problem, one a line, with its path.
+fn schema_problems(values: &Value) -> Result<(), String> {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
+    )
+    .expect("values.schema.json is JSON");
+    let validator = jsonschema::draft7::new(&schema).expect("a valid draft-07 schema");
+    let problems: Vec<String> = validator
+        .iter_errors(values)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 /// One template file rendered as text.
@@ -871,4 +894,271 @@ fn the_network_policy_admits_only_the_metrics_port() {
     assert_eq!(spec["egress"], json!([{}]), "egress open by default");
     let default = render(json!({}));
     assert!(default.iter().all(|(_, o)| o["kind"] != "NetworkPolicy"));
+}
+
+/// Every manifest the chart renders, under the values a production install sets, decodes as
+/// its typed Kubernetes object, and loses no key doing so: a misspelt or misplaced key (which
+/// the API server would drop or refuse) fails here, since no Helm binary can run in this
+/// test (none is installable from the package registries) to lint against the schemas. The
+/// Prometheus Operator's objects, which k8s-openapi does not know, are held to the fields
+/// their CRDs define for what the chart writes.
+#[test]
+fn every_rendered_manifest_is_a_valid_kubernetes_object() {
+    use k8s_openapi::api::{apps, core, networking, policy, rbac};
+    let full = json!({
+        "clusters": {"secretName": "jobrelay-clusters"},
+        "envFromSecrets": ["jobrelay-secrets"],
+        "replicas": 2,
+        "coordination": {"mode": "leader"},
+        "homeCluster": {"name": "home"},
+        "config": {"archive": {"s3": {"bucket": "logs", "region": "eu-west-1"}}},
+        "persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"},
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "priorityClassName": "platform-critical",
+        "podAnnotations": {"example.com/owner": "platform"},
+        "imagePullSecrets": ["registry-credentials"],
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/jobrelay"}},
+        "networkPolicy": {"enabled": true},
+        "metrics": {
+            "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+            "prometheusRule": {"enabled": true},
+        },
+    });
+    let mut seen = BTreeSet::new();
+    for overrides in [json!({"clusters": {"secretName": "c"}}), full] {
+        for (file, object) in render(overrides) {
+            let kind = object["kind"].as_str().unwrap_or_default().to_string();
+            let round_trip = match kind.as_str() {
+                "Deployment" => typed::<apps::v1::Deployment>(&object),
+                "Service" => typed::<core::v1::Service>(&object),
+                "ServiceAccount" => typed::<core::v1::ServiceAccount>(&object),
+                "ConfigMap" => typed::<core::v1::ConfigMap>(&object),
+                "PersistentVolumeClaim" => typed::<core::v1::PersistentVolumeClaim>(&object),
+                "PodDisruptionBudget" => typed::<policy::v1::PodDisruptionBudget>(&object),
+                "NetworkPolicy" => typed::<networking::v1::NetworkPolicy>(&object),
+                "Role" => typed::<rbac::v1::Role>(&object),
+                "RoleBinding" => typed::<rbac::v1::RoleBinding>(&object),
+                "ClusterRole" => typed::<rbac::v1::ClusterRole>(&object),
+                "ClusterRoleBinding" => typed::<rbac::v1::ClusterRoleBinding>(&object),
+                "ServiceMonitor" | "PrometheusRule" => {
+                    operator_object(&kind, &object);
+                    Ok(object.clone())
+                }
+                other => panic!("{file}: a {other:?} that this test does not know how to check"),
+            };
+            let round_trip = round_trip.unwrap_or_else(|e| panic!("{file}: {kind}: {e}"));
+            let mut lost = Vec::new();
+            lost_keys("", &object, &round_trip, &mut lost);
+            assert!(
+                lost.is_empty(),
+                "{file}: {kind} has keys its type does not: {lost:?}"
+            );
+            seen.insert(kind);
+        }
+    }
+    for kind in [
+        "Deployment",
+        "ClusterRole",
+        "Role",
+        "PersistentVolumeClaim",
+        "NetworkPolicy",
+        "ServiceMonitor",
+        "PrometheusRule",
+    ] {
+        assert!(seen.contains(kind), "no {kind} rendered: {seen:?}");
+    }
+
+    // The check itself: a misplaced key is found, a wrong type refused.
+    let mut bad = object(&render(json!({})), "Deployment").clone();
+    bad["spec"]["template"]["spec"]["nodeSelectr"] = json!({"pool": "x"});
+    let round_trip = typed::<apps::v1::Deployment>(&bad).expect("still decodes");
+    let mut lost = Vec::new();
+    lost_keys("", &bad, &round_trip, &mut lost);
+    assert_eq!(lost, ["/spec/template/spec/nodeSelectr"]);
+    bad["spec"]["replicas"] = json!("two");
+    assert!(typed::<apps::v1::Deployment>(&bad).is_err());
+}
+
+/// `object` decoded as `T` and encoded again.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(
+    object: &Value,
+) -> Result<Value, String> {
+    let decoded: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(&decoded).map_err(|e| e.to_string())
+}
+
+/// Paths of keys in `original` that `round_trip` does not have.
+fn lost_keys(path: &str, original: &Value, round_trip: &Value, lost: &mut Vec<String>) {
+    match (original, round_trip) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let here = format!("{path}/{key}");
+                match b.get(key) {
+                    Some(other) => lost_keys(&here, value, other, lost),
+                    // An empty map or list, or null, may be dropped without meaning anything.
+                    None if is_empty(value) => {}
+                    None => lost.push(here),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                lost_keys(&format!("{path}/{i}"), x, y, lost);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// The Prometheus Operator's objects, held to the fields the operator's CRDs define for the
+/// parts the chart writes (monitoring.coreos.com/v1).
+fn operator_object(kind: &str, object: &Value) {
+    fn only(what: &str, value: &Value, allowed: &[&str]) {
+        let map = value
+            .as_object()
+            .unwrap_or_else(|| panic!("{what} is not a map: {value}"));
+        for key in map.keys() {
+            assert!(
+                allowed.contains(&key.as_str()),
+                "{what} has an unknown field {key:?}"
+            );
+        }
+    }
+    assert_eq!(object["apiVersion"], "monitoring.coreos.com/v1", "{kind}");
+    only(kind, object, &["apiVersion", "kind", "metadata", "spec"]);
+    only(
+        &format!("{kind}.metadata"),
+        &object["metadata"],
+        &["name", "namespace", "labels", "annotations"],
+    );
+    let spec = &object["spec"];
+    if kind == "ServiceMonitor" {
+        only(
+            "ServiceMonitor.spec",
+            spec,
+            &["selector", "endpoints", "namespaceSelector", "jobLabel"],
+        );
+        for endpoint in spec["endpoints"].as_array().expect("endpoints") {
+            only(
+                "ServiceMonitor endpoint",
+                endpoint,
+                &[
+                    "port",
+                    "path",
+                    "interval",
+                    "scrapeTimeout",
+                    "scheme",
+                    "relabelings",
+                ],
+            );
+            assert!(endpoint["port"].is_string(), "{endpoint}");
+        }
+    } else {
+        only("PrometheusRule.spec", spec, &["groups"]);
+        for group in spec["groups"].as_array().expect("groups") {
+            only(
+                "PrometheusRule group",
+                group,
+                &["name", "interval", "rules"],
+            );
+            for rule in group["rules"].as_array().expect("rules") {
+                only(
+                    "PrometheusRule rule",
+                    rule,
+                    &["alert", "record", "expr", "for", "labels", "annotations"],
+                );
+                assert!(rule["expr"].is_string(), "{rule}");
+                if let Some(wait) = rule.get("for") {
+                    let wait = wait.as_str().expect("`for` is a duration string");
+                    assert!(
+                        wait.trim_end_matches(['s', 'm', 'h'])
+                            .parse::<u32>()
+                            .is_ok(),
+                        "{wait}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The values schema describes every value the templates read and refuses what Helm should
+/// refuse before rendering: unknown keys (a typo would otherwise be ignored), values of the
+/// wrong type, a coordination mode that does not exist.
+#[test]
+fn the_values_schema_refuses_typos_and_wrong_types() {
+    let defaults: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml parses");
+    schema_problems(&defaults).expect("values.yaml itself passes");
+
+    // Every top-level value a template reads is a property of the schema.
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema");
+    let properties = schema["properties"].as_object().expect("properties");
+    for entry in std::fs::read_dir(chart_dir().join("templates"))
+        .expect("templates")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(entry.path()).expect("template");
+        for used in text.split(".Values.").skip(1) {
+            let key: String = used
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            assert!(
+                properties.contains_key(&key),
+                "{} reads .Values.{key}, which the schema does not describe",
+                entry.path().display()
+            );
+        }
+    }
+
+    for (bad, path) in [
+        (json!({"replica": 2}), ""),
+        (json!({"replicas": "two"}), "/replicas"),
+        (
+            json!({"coordination": {"mode": "leaders"}}),
+            "/coordination/mode",
+        ),
+        (json!({"persistence": {"enabeld": true}}), "/persistence"),
+        (
+            json!({"metrics": {"serviceMonitor": {"interval": "often"}}}),
+            "/metrics/serviceMonitor/interval",
+        ),
+        (
+            json!({"plugins": {"Bad Name": {"wasm": "x.wasm"}}}),
+            "/plugins",
+        ),
+        (
+            json!({"plugins": {"p": {"delivery": "transitions"}}}),
+            "/plugins/p",
+        ),
+        (
+            json!({"imagePullSecrets": [{"name": "x"}]}),
+            "/imagePullSecrets/0",
+        ),
+    ] {
+        let mut values = defaults.clone();
+        merge(&mut values, bad.clone());
+        let problems = schema_problems(&values).expect_err(&format!("{bad} must be refused"));
+        assert!(
+            problems.lines().any(|l| l.starts_with(&format!("{path}:"))),
+            "{bad}: the problem should be at {path:?}: {problems}"
+        );
+    }
 }
