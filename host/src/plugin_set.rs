@@ -43,6 +43,11 @@ pub struct PluginStatus {
     /// (`kv_quota`, `archive_quota`, `http_open_requests`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub refusals: BTreeMap<&'static str, u64>,
+    /// Failed load attempts since the process started, by reason: a [`LoadError`] kind
+    /// (`compile`, `wrong_world`, `init_refused`, `grant`, `limits`, `unavailable`), or `lane`
+    /// when the plugin's cursors could not be read to open its lane.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub load_failures: BTreeMap<&'static str, u64>,
 }
 
 /// A load being retried after a failure that may pass. Without a serving version, the
@@ -258,11 +263,14 @@ impl PluginSet {
         }
         let at = now_rfc3339();
         let result = match result {
-            Ok(version) => self.ensure_lane(source, Some(version)).await,
+            Ok(version) => self
+                .ensure_lane(source, Some(version))
+                .await
+                .map_err(|e| ("lane", e)),
             Err(e) if e.is_passing() => {
                 return self.note_passing(source, e, attempt, load_ms, at).await;
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err((e.kind(), e.to_string())),
         };
         let source = source.clone();
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
@@ -283,10 +291,11 @@ impl PluginSet {
                     at,
                 });
             }
-            Err(error) => {
+            Err((reason, error)) => {
                 tracing::error!(plugin = %source.spec.name, version = %source.spec.version,
                     wasm = %source.wasm_path.display(), error = %error,
                     serving = ?status.serving, "plugin load failed; the serving version stays");
+                *status.load_failures.entry(reason).or_default() += 1;
                 status.last_reload = Some(ReloadOutcome {
                     version: source.spec.version,
                     ok: false,
@@ -309,10 +318,12 @@ impl PluginSet {
         load_ms: f64,
         at: String,
     ) -> Attempt {
+        let reason = error.kind();
         let error = error.to_string();
         let lane = self.ensure_lane(source, None).await;
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let status = book.status.entry(source.spec.name.clone()).or_default();
+        *status.load_failures.entry(reason).or_default() += 1;
         if let Err(lane_error) = lane {
             tracing::error!(plugin = %source.spec.name, version = %source.spec.version,
                 error = %lane_error, "plugin load failed; no lane could be opened for it");

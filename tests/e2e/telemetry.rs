@@ -457,3 +457,104 @@ async fn probe_until(addr: std::net::SocketAddr, code: u16) -> String {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The dead-letter backlog is what the store holds (stored by an earlier process here), not
+/// what this process added; failed loads are counted by reason; the build and the process's
+/// CPU, memory and descriptors are there under the names Prometheus users know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_backlog_load_failures_build_and_process_show_in_metrics() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("kinds: [{name: batch-job}]\ntelemetry: {listen: \"127.0.0.1:0\"}\n");
+    // Two dead letters left by an earlier run, before this daemon starts.
+    {
+        let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
+            setup.path("state/jobrelay.db"),
+        ))
+        .await
+        .expect("open state");
+        let event: jobrelay_contract::event::JobEvent = serde_json::from_value(serde_json::json!({
+            "id": "alpha/u1/1", "cluster": "alpha", "api_version": "batch/v1", "kind": "Job",
+            "namespace": "ml", "name": "train", "uid": "u1", "resource_version": "1",
+            "phase": "failed", "raw_phase": "Failed", "transition_time": "2026-01-01T00:00:00Z",
+            "labels": {}, "annotations": {}, "object_json": "{}"
+        }))
+        .expect("event");
+        for _ in 0..2 {
+            store
+                .add_dead_letter("log", &event, "gave up", 3)
+                .await
+                .expect("dead letter");
+        }
+        store.close().await;
+    }
+    setup.install_wasm("not-a-plugin", "not-a-plugin.wasm");
+    setup.write_manifest("broken", "wasm: not-a-plugin.wasm\n");
+    let (daemon, addr) = start_logging(&setup, &sim).await;
+
+    // The store is checked (and its dead letters counted) at start and then every 10 s.
+    let mut page = String::new();
+    for _ in 0..150 {
+        page = http_get(addr, "/metrics").await.1;
+        let counted = sample(&page, "jobrelay_dead_letters_stored{plugin=\"log\"}") == Some(2.0);
+        let failed = page.contains("jobrelay_plugin_load_failures_total{plugin=\"broken\"");
+        if counted && failed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sample(&page, "jobrelay_dead_letters_stored{plugin=\"log\"}"),
+        Some(2.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "jobrelay_plugin_load_failures_total{plugin=\"broken\",reason=\"wrong_world\"}"
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            &format!(
+                "jobrelay_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    let rss = sample(&page, "process_resident_memory_bytes").unwrap_or_default();
+    assert!(rss > 1e6 && rss < 1e11, "{page}");
+    assert!(
+        sample(&page, "process_cpu_seconds_total").is_some_and(|s| s > 0.0),
+        "{page}"
+    );
+    assert!(
+        sample(&page, "process_open_fds").is_some_and(|n| n >= 3.0),
+        "{page}"
+    );
+    assert!(
+        sample(&page, "process_start_time_seconds").is_some_and(|t| t > 1.7e9),
+        "{page}"
+    );
+    // An unlabelled sample reads `name value`, not `name{} value`.
+    assert!(
+        page.lines().any(|l| l.starts_with("jobrelay_ready ")),
+        "{page}"
+    );
+    assert!(!page.contains("{}"), "{page}");
+
+    let (_, body) = http_get(addr, "/status").await;
+    let status: Value = serde_json::from_str(&body).expect("status is JSON");
+    assert_eq!(status["state_store"]["dead_letters"]["log"], 2, "{body}");
+    assert_eq!(
+        status["plugins"]["broken"]["load_failures"]["wrong_world"], 1,
+        "{body}"
+    );
+    let (_, html) = http_get(addr, "/").await;
+    assert!(html.contains("dead letters stored"), "{html}");
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

@@ -12,6 +12,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use super::process::ProcessStats;
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
 use crate::plugin_set::PluginStatus;
@@ -71,6 +72,13 @@ fn family<M: EncodeMetric>(
         return Ok(());
     }
     let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    // An unlabelled sample goes straight to the descriptor's encoder: through an empty label
+    // family it would print as `name{} value`.
+    if let [(labels, value)] = samples.as_slice()
+        && labels.is_empty()
+    {
+        return value.encode(metric);
+    }
     for (labels, value) in samples {
         value.encode(metric.encode_family(&labels)?)?;
     }
@@ -317,7 +325,7 @@ impl Collector for DaemonCollector {
             .flat_map(|(name, lane)| {
                 lane.calls.failures.iter().map(move |(kind, n)| {
                     (
-                        vec![("plugin", name.clone()), ("kind", kind.to_string())],
+                        vec![("plugin", name.clone()), ("failure", kind.to_string())],
                         ConstCounter::new(*n),
                     )
                 })
@@ -326,7 +334,7 @@ impl Collector for DaemonCollector {
         family(
             e,
             "jobrelay_plugin_call_failures",
-            "Failed plugin calls by kind (trap, timeout, memory_limit, retry, give_up, host, init_refused)",
+            "Failed plugin calls by failure (trap, timeout, memory_limit, retry, give_up, host, init_refused)",
             MetricType::Counter,
             failures,
         )?;
@@ -403,6 +411,26 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             reloads,
         )?;
+        let load_failures: Vec<(Labels, ConstCounter<u64>)> = status
+            .plugins
+            .iter()
+            .flat_map(|(name, p)| {
+                p.load_failures.iter().map(move |(reason, n)| {
+                    (
+                        vec![("plugin", name.clone()), ("reason", reason.to_string())],
+                        ConstCounter::new(*n),
+                    )
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_plugin_load_failures",
+            "Failed load attempts by reason (compile, wrong_world, init_refused, grant, limits, \
+             unavailable, lane)",
+            MetricType::Counter,
+            load_failures,
+        )?;
         let waiting = per_plugin(&status, |p| {
             Some(ConstGauge::new(i64::from(p.waiting.is_some())))
         });
@@ -469,6 +497,31 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             store_up,
         )?;
+        let stored: Vec<(Labels, ConstGauge<i64>)> = status
+            .state_store
+            .dead_letters
+            .iter()
+            .map(|(plugin, n)| (vec![("plugin", plugin.clone())], gauge(*n)))
+            .collect();
+        family(
+            e,
+            "jobrelay_dead_letters_stored",
+            "Dead letters in the state store, by plugin, as of its last check (the backlog \
+             `jobrelay dead-letters list` shows)",
+            MetricType::Gauge,
+            stored,
+        )?;
+        family(
+            e,
+            "jobrelay_build_info",
+            "1, labelled with the version of the running jobrelay",
+            MetricType::Gauge,
+            vec![(
+                vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+                gauge(1),
+            )],
+        )?;
+        process_families(e)?;
         let leading = vec![(
             Labels::new(),
             ConstGauge::new(i64::from(status.coordination.delivers())),
@@ -501,6 +554,60 @@ impl Collector for DaemonCollector {
             leading,
         )
     }
+}
+
+/// The standard `process_*` families, from `/proc/self` now.
+fn process_families(e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let stats = ProcessStats::read();
+    let one = |v: Option<f64>| -> Vec<(Labels, ConstGauge<f64>)> {
+        v.map(|v| vec![(Labels::new(), ConstGauge::new(v))])
+            .unwrap_or_default()
+    };
+    let bytes = |v: Option<u64>| v.map(|v| v as f64);
+    if let Some(cpu) = stats.cpu_seconds {
+        family(
+            e,
+            "process_cpu_seconds",
+            "User and system CPU time the process has spent, seconds",
+            MetricType::Counter,
+            vec![(Labels::new(), ConstCounter::new(cpu))],
+        )?;
+    }
+    family(
+        e,
+        "process_resident_memory_bytes",
+        "Resident memory of the process",
+        MetricType::Gauge,
+        one(bytes(stats.resident_bytes)),
+    )?;
+    family(
+        e,
+        "process_virtual_memory_bytes",
+        "Virtual memory of the process",
+        MetricType::Gauge,
+        one(bytes(stats.virtual_bytes)),
+    )?;
+    family(
+        e,
+        "process_open_fds",
+        "Open file descriptors",
+        MetricType::Gauge,
+        one(bytes(stats.open_fds)),
+    )?;
+    family(
+        e,
+        "process_max_fds",
+        "The process's limit on open file descriptors",
+        MetricType::Gauge,
+        one(bytes(stats.max_fds)),
+    )?;
+    family(
+        e,
+        "process_start_time_seconds",
+        "Start time of the process, Unix seconds",
+        MetricType::Gauge,
+        one(stats.start_time_seconds),
+    )
 }
 
 #[cfg(test)]

@@ -5,5 +5,6 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod page;
+pub mod process;
 pub mod status;
 pub mod store_check;

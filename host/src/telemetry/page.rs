@@ -131,7 +131,7 @@ pub fn render(status: &Status) -> String {
     }
     html.push_str("</table></section>");
 
-    html.push_str("<section><h2>Plugins and lanes</h2><table><tr><th>plugin</th><th>version</th><th>last reload</th><th class=\"num\">delivered</th><th class=\"num\">retried</th><th class=\"num\">dead letters</th><th class=\"num\">pending</th><th class=\"num\">oldest pending</th></tr>");
+    html.push_str("<section><h2>Plugins and lanes</h2><table><tr><th>plugin</th><th>version</th><th>last reload</th><th class=\"num\">delivered</th><th class=\"num\">retried</th><th class=\"num\">dead letters stored</th><th class=\"num\">pending</th><th class=\"num\">oldest pending</th></tr>");
     for (name, plugin) in &status.plugins {
         let version = match (&plugin.serving, &plugin.serving_wasm_sha256) {
             (Some(v), Some(sha)) => format!(
@@ -156,11 +156,23 @@ pub fn render(status: &Status) -> String {
             None => String::new(),
         };
         let lane = plugin.lane.clone().unwrap_or_default();
-        let dead = if lane.dead_lettered > 0 {
-            badge("bad", &lane.dead_lettered.to_string())
-        } else {
-            "0".to_string()
-        };
+        // The stored backlog (what `jobrelay dead-letters list` shows, whoever stored it),
+        // with the letters this process added since it started.
+        let stored = status
+            .state_store
+            .dead_letters
+            .get(name)
+            .copied()
+            .unwrap_or(0);
+        let dead = format!(
+            "{} <span class=\"muted\">+{} since start</span>",
+            if stored > 0 {
+                badge("bad", &stored.to_string())
+            } else {
+                "0".to_string()
+            },
+            lane.dead_lettered
+        );
         let _ = write!(
             html,
             "<tr><td>{}</td><td>{version}</td><td>{reload}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{dead}</td><td class=\"num\">{}</td><td class=\"num\">{:.1} s</td></tr>",

@@ -147,6 +147,7 @@ mod tests {
         StoreStatus {
             reachable,
             error: (!reachable).then(|| "connection refused".to_string()),
+            dead_letters: Default::default(),
         }
     }
 

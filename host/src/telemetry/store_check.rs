@@ -4,6 +4,7 @@
 //! the store. The check runs apart from the requests that read it: `/readyz` answers at once
 //! from the last result, and a store that hangs costs one timed-out check, not a hanging probe.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub struct StoreStatus {
     pub reachable: bool,
     /// Why the last check failed.
     pub error: Option<String>,
+    /// Dead letters stored, by plugin, as of the last check that could count them: the
+    /// backlog waiting for an operator, whichever process or replica stored it. Empty until
+    /// the first check.
+    pub dead_letters: BTreeMap<String, u64>,
 }
 
 impl Default for StoreStatus {
@@ -32,6 +37,7 @@ impl Default for StoreStatus {
         StoreStatus {
             reachable: true,
             error: None,
+            dead_letters: BTreeMap::new(),
         }
     }
 }
@@ -57,30 +63,51 @@ impl StoreHealth {
     }
 }
 
-/// Checks `store` every [`CHECK_EVERY`] until `cancel`, keeping the result in `health`.
+/// Checks `store` now and then every [`CHECK_EVERY`] until `cancel`, keeping the result in
+/// `health`.
 pub fn spawn(
     store: Arc<dyn CursorStore>,
     health: StoreHealth,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        // The first check at once: the store answered at start, but the dead-letter
+        // backlog is only known once counted.
         loop {
+            let status = check_once(store.as_ref(), &health).await;
+            health.set(status);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
             }
-            let status = match tokio::time::timeout(CHECK_TIMEOUT, store.check()).await {
-                Ok(Ok(())) => StoreStatus::default(),
-                Ok(Err(e)) => StoreStatus {
-                    reachable: false,
-                    error: Some(e.to_string()),
-                },
-                Err(_) => StoreStatus {
-                    reachable: false,
-                    error: Some(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
-                },
-            };
-            health.set(status);
         }
     })
+}
+
+/// One check: the trivial statement, then the dead-letter count (both within
+/// [`CHECK_TIMEOUT`]). A failed count keeps the last known one: the store answered, which is
+/// what readiness needs.
+async fn check_once(store: &dyn CursorStore, health: &StoreHealth) -> StoreStatus {
+    let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
+        store.check().await?;
+        Ok::<_, jobrelay_state::StoreError>(store.dead_letter_counts().await.ok())
+    })
+    .await;
+    match checked {
+        Ok(Ok(counts)) => StoreStatus {
+            reachable: true,
+            error: None,
+            dead_letters: counts.unwrap_or_else(|| health.snapshot().dead_letters),
+        },
+        Ok(Err(e)) => StoreStatus {
+            reachable: false,
+            error: Some(e.to_string()),
+            dead_letters: health.snapshot().dead_letters,
+        },
+        Err(_) => StoreStatus {
+            reachable: false,
+            error: Some(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+            dead_letters: health.snapshot().dead_letters,
+        },
+    }
 }

@@ -2,6 +2,7 @@
 //! [`CursorStore`] and [`PluginKv`] promises. The backends ([`sqlite`](super::sqlite),
 //! [`mysql`](super::mysql)) only connect, create their schema and say how their SQL differs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -73,6 +74,7 @@ struct Statements {
     kv_sweep: std::sync::Arc<str>,
     kv_delete: std::sync::Arc<str>,
     kv_usage: std::sync::Arc<str>,
+    count_dead_letters: std::sync::Arc<str>,
     check: std::sync::Arc<str>,
 }
 
@@ -152,6 +154,11 @@ impl Statements {
                     D::byte_length("`key`")
                 )),
                 t.plugin_kv
+            )),
+            count_dead_letters: sql(format!(
+                "SELECT plugin, {} FROM {} GROUP BY plugin",
+                D::integer("COUNT(*)"),
+                t.dead_letters
             )),
             check: sql("SELECT 1".to_string()),
             tables,
@@ -579,6 +586,24 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
             return Ok(Vec::new());
         }
         retry_deadlocks!(self.try_take_replays(plugin, clusters).await)
+    }
+
+    async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        let rows = self
+            .fetch(
+                Statement::new(&self.sql.count_dead_letters),
+                &[Kind::Text, Kind::Int],
+                "count dead letters",
+                "dead-letter count",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| match row.as_slice() {
+                [Value::Text(plugin), Value::Int(n)] => Some((plugin.clone(), (*n).max(0) as u64)),
+                _ => None,
+            })
+            .collect())
     }
 
     async fn check(&self) -> Result<(), StoreError> {

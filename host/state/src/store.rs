@@ -1,6 +1,8 @@
 //! The store behind the lanes, as a trait so a server database can replace SQLite when
 //! replicas shard clusters between them (see DESIGN.md, "HA and scale-out").
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use super::cursor::Cursor;
@@ -82,6 +84,10 @@ pub trait CursorStore: Send + Sync {
         plugin: &str,
         clusters: Option<&[String]>,
     ) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// How many dead letters are stored, by plugin (plugins with none are absent): the backlog
+    /// an operator has to look at, across restarts and replicas.
+    async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError>;
 
     /// Whether the store answers now: one trivial statement through the pool. The daemon's
     /// readiness follows it, since a replica whose acknowledgements cannot be written cannot

@@ -302,6 +302,12 @@ impl CursorStore for NullStore {
     ) -> Result<Vec<DeadLetter>, StoreError> {
         Ok(Vec::new())
     }
+    async fn dead_letter_counts(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+        Ok(Default::default())
+    }
+
     async fn check(&self) -> Result<(), StoreError> {
         Ok(())
     }
