@@ -1,6 +1,7 @@
 //! The Helm chart in `deploy/helm/jobrelay`, rendered without Helm (which cannot be installed
-//! here): the templates are Go templates, rendered with `gtmpl` plus the three Helm functions
-//! they use (`toYaml`, `indent`, `quote`), then parsed as Kubernetes objects and checked.
+//! here): the templates are Go templates, rendered with `gtmpl` plus the Helm and Sprig
+//! functions they use (`toYaml`, `indent`, `nindent`, `quote`, `hasKey`, and `include` of the
+//! named templates in `_helpers.tpl`), then parsed as Kubernetes objects and checked.
 //!
 //! The ClusterRole is checked against what the daemon really calls: a daemon runs against the
 //! simulator through job lifecycles (finalizer held and released, pod logs read by
@@ -86,6 +87,74 @@ fn indent(args: &[Tv]) -> Result<Tv, FuncError> {
     Ok(Tv::from(lines.join("\n")))
 }
 
+/// Helm's `nindent N text`: a newline, then `indent N text`.
+fn nindent(args: &[Tv]) -> Result<Tv, FuncError> {
+    let Tv::String(indented) = indent(args)? else {
+        return Err(FuncError::Generic("indent returned no text".into()));
+    };
+    Ok(Tv::from(format!("\n{indented}")))
+}
+
+/// The named templates of `templates/_helpers.tpl`: `{{- define "NAME" -}} … {{- end }}`,
+/// each body trimmed as those markers trim it. A body may use `include` but no block of its
+/// own (`if`, `range`), whose `end` this reader would take for the define's.
+fn helpers() -> &'static BTreeMap<String, String> {
+    static HELPERS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+    HELPERS.get_or_init(|| {
+        let text = std::fs::read_to_string(chart_dir().join("templates/_helpers.tpl"))
+            .expect("_helpers.tpl");
+        let mut named = BTreeMap::new();
+        for part in text.split("{{- define \"").skip(1) {
+            let (name, rest) = part.split_once('"').expect("a define's name");
+            let body = rest
+                .split_once("-}}")
+                .expect("a define's opening")
+                .1
+                .split_once("{{- end }}")
+                .expect("a define's end")
+                .0;
+            assert!(
+                !body.contains("{{- if") && !body.contains("{{ if") && !body.contains("range"),
+                "{name}: blocks inside a define are not supported by this renderer"
+            );
+            named.insert(name.to_string(), body.trim().to_string());
+        }
+        named
+    })
+}
+
+/// Helm's `include NAME CONTEXT`: a named template of `_helpers.tpl`, rendered.
+fn include(args: &[Tv]) -> Result<Tv, FuncError> {
+    let (Some(Tv::String(name)), Some(context)) = (args.first(), args.get(1)) else {
+        return Err(FuncError::Generic(
+            "include takes a name and a context".into(),
+        ));
+    };
+    let body = helpers()
+        .get(name)
+        .ok_or_else(|| FuncError::Generic(format!("no template named {name:?}")))?;
+    let mut template = template_engine();
+    template
+        .parse(body)
+        .map_err(|e| FuncError::Generic(format!("{name}: {e}")))?;
+    let text = template
+        .render(&Context::from(context.clone()))
+        .map_err(|e| FuncError::Generic(format!("{name}: {e}")))?;
+    Ok(Tv::from(text))
+}
+
+/// A template engine with the Helm and Sprig functions the chart uses.
+fn template_engine() -> Template {
+    let mut template = Template::default();
+    template.add_func("toYaml", to_yaml);
+    template.add_func("indent", indent);
+    template.add_func("nindent", nindent);
+    template.add_func("quote", quote);
+    template.add_func("hasKey", has_key);
+    template.add_func("include", include);
+    template
+}
+
 /// Helm's `quote`: a double-quoted string.
 fn quote(args: &[Tv]) -> Result<Tv, FuncError> {
     let value = args.first().map(from_template_value).unwrap_or(Value::Null);
@@ -118,10 +187,18 @@ fn context(overrides: Value) -> Value {
     if let Err(problems) = schema_problems(&values) {
         panic!("values.schema.json refuses these values:\n{problems}");
     }
+    let chart: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml parses");
     json!({
         "Values": values,
-        "Release": {"Name": "jobrelay", "Namespace": "platform"},
-        "Chart": {"Name": "jobrelay", "Version": "0.1.0"},
+        "Release": {"Name": "jobrelay", "Namespace": "platform", "Service": "Helm"},
+        "Chart": {
+            "Name": chart["name"],
+            "Version": chart["version"],
+            "AppVersion": chart["appVersion"],
+        },
     })
 }
 
@@ -147,11 +224,7 @@ fn schema_problems(values: &Value) -> Result<(), String> {
 fn render_file(file: &Path, context: &Value) -> String {
     let name = file.display();
     let text = std::fs::read_to_string(file).expect("template");
-    let mut template = Template::default();
-    template.add_func("toYaml", to_yaml);
-    template.add_func("indent", indent);
-    template.add_func("quote", quote);
-    template.add_func("hasKey", has_key);
+    let mut template = template_engine();
     template
         .parse(text)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -177,8 +250,8 @@ fn render(overrides: Value) -> Vec<(String, Value)> {
             .expect("name")
             .to_string_lossy()
             .to_string();
-        if name == "NOTES.txt" {
-            continue; // printed after install, not a manifest
+        if name == "NOTES.txt" || name.starts_with('_') {
+            continue; // printed after install, or named templates only: not manifests
         }
         let out = render_file(&file, &context);
         for doc in serde_yaml_ng::Deserializer::from_str(&out) {
@@ -1161,4 +1234,58 @@ fn the_values_schema_refuses_typos_and_wrong_types() {
             "{bad}: the problem should be at {path:?}: {problems}"
         );
     }
+}
+
+/// Every object carries the recommended labels (name, instance, version, managed-by, chart)
+/// from the chart's one definition, and every selector uses only the labels that never change
+/// on upgrade.
+#[test]
+fn every_object_has_the_standard_labels_and_selectors_only_the_stable_ones() {
+    let chart: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml");
+    let objects = render(json!({
+        "clusters": {"secretName": "c"},
+        "homeCluster": {"name": "home"},
+        "persistence": {"enabled": true},
+        "networkPolicy": {"enabled": true},
+        "metrics": {"serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true}},
+    }));
+    let stable = json!({
+        "app.kubernetes.io/name": "jobrelay",
+        "app.kubernetes.io/instance": "jobrelay",
+    });
+    for (file, object) in &objects {
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/name"], "jobrelay", "{file}");
+        assert_eq!(labels["app.kubernetes.io/instance"], "jobrelay", "{file}");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{file}");
+        assert_eq!(
+            labels["app.kubernetes.io/version"], chart["appVersion"],
+            "{file}"
+        );
+        assert_eq!(
+            labels["helm.sh/chart"],
+            format!(
+                "{}-{}",
+                chart["name"].as_str().unwrap_or_default(),
+                chart["version"].as_str().unwrap_or_default()
+            ),
+            "{file}"
+        );
+        for selector in [
+            &object["spec"]["selector"]["matchLabels"],
+            &object["spec"]["podSelector"]["matchLabels"],
+        ] {
+            if !selector.is_null() {
+                assert_eq!(selector, &stable, "{file}");
+            }
+        }
+        if object["kind"] == "Service" {
+            assert_eq!(object["spec"]["selector"], stable, "{file}");
+        }
+    }
+    let pod = &object(&objects, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(pod["app.kubernetes.io/managed-by"], "Helm");
 }
