@@ -117,6 +117,7 @@ impl Daemon {
         let mut folder = FolderWatch::new(
             Duration::from_millis(main.debounce_ms),
             Duration::from_secs(main.rescan_seconds),
+            own_files(&main.state, &root),
         )
         .context("cannot watch the config folder")?;
         folder.ensure_watched(&state.watched_dirs());
@@ -229,4 +230,20 @@ impl Daemon {
     pub async fn idle(&self) {
         self.plugins.idle().await;
     }
+}
+
+/// What the daemon itself writes that may lie inside the config folder, so that the folder
+/// watch does not take its own writes for config changes: the state file (with its `-wal` and
+/// `-shm` siblings), and the local folder (plugins' embedded databases, the default archive)
+/// unless that is the config folder itself or holds it.
+fn own_files(state: &jobrelay_state::StateBackend, config_root: &Path) -> Vec<std::path::PathBuf> {
+    let mut own = Vec::new();
+    if let jobrelay_state::StateBackend::Sqlite(path) = state {
+        own.push(path.clone());
+    }
+    let local = state.local_dir();
+    if !config_root.starts_with(&local) {
+        own.push(local);
+    }
+    own
 }

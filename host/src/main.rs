@@ -9,6 +9,10 @@ use jobrelay::cli::{Cli, Command, FinalizersCommand, PluginCommand, check};
 use jobrelay::daemon::Daemon;
 use jobrelay::telemetry::logging;
 
+/// mimalloc rather than glibc's malloc: see the dependency's comment in Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long calls in flight may take to finish after a stop signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Exit status after losing the Lease (leader election): not a crash, but not a clean stop.

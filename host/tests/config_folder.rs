@@ -46,8 +46,12 @@ async fn configmap_symlink_swap_is_noticed_and_applied() {
     let (mut state, first) = ConfigState::load(root.path()).expect("loads");
     assert!(matches!(first.clusters.as_slice(), [Change::Added(c)] if c.name == "alpha"));
 
-    let mut watch =
-        FolderWatch::new(Duration::from_millis(100), Duration::from_secs(3600)).expect("watcher");
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(100),
+        Duration::from_secs(3600),
+        Vec::new(),
+    )
+    .expect("watcher");
     watch.ensure_watched(&state.watched_dirs());
 
     // The kubelet's update: new folder, atomic `..data` swap, old folder deleted.
@@ -171,8 +175,12 @@ async fn the_periodic_rescan_finds_changes_without_file_events() {
     fs::create_dir_all(root.path().join("clusters")).expect("clusters dir");
     let (mut state, _) = ConfigState::load(root.path()).expect("loads");
     // No folder is watched: only the re-scan can notice the new file.
-    let mut watch =
-        FolderWatch::new(Duration::from_millis(50), Duration::from_millis(300)).expect("watcher");
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(50),
+        Duration::from_millis(300),
+        Vec::new(),
+    )
+    .expect("watcher");
     fs::write(
         root.path().join("clusters/late.yaml"),
         kubeconfig("http://127.0.0.1:5"),
@@ -298,8 +306,12 @@ async fn reading_the_folder_is_not_a_change() {
     let manifest = plugins.join("p.yaml");
     fs::write(&manifest, "wasm: p.wasm\n").expect("write");
     fs::write(root.path().join("p.wasm"), vec![0u8; 1 << 20]).expect("write");
-    let mut watch =
-        FolderWatch::new(Duration::from_millis(50), Duration::from_secs(3600)).expect("watch");
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(50),
+        Duration::from_secs(3600),
+        Vec::new(),
+    )
+    .expect("watch");
     watch.ensure_watched(&[root.path().to_path_buf()]);
 
     for _ in 0..20 {
@@ -436,8 +448,12 @@ async fn a_clusters_dir_apart_from_the_config_folder_is_read_and_followed() {
         state.watched_dirs()
     );
 
-    let mut watch =
-        FolderWatch::new(Duration::from_millis(50), Duration::from_secs(3600)).expect("watcher");
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(50),
+        Duration::from_secs(3600),
+        Vec::new(),
+    )
+    .expect("watcher");
     watch.ensure_watched(&state.watched_dirs());
     kubelet_write(
         secret.path(),
@@ -453,4 +469,39 @@ async fn a_clusters_dir_apart_from_the_config_folder_is_read_and_followed() {
         update.clusters.iter().map(describe).collect::<Vec<_>>(),
         ["added west"]
     );
+}
+
+/// The daemon's own writes inside the config folder (its state file, with the `-wal` file
+/// every acknowledgement appends to) are not config changes: they raise no re-read, while a
+/// manifest written beside them still does.
+#[tokio::test]
+async fn the_daemons_own_state_writes_do_not_trigger_a_re_read() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let state_file = root.path().join("state/jobrelay.db");
+    fs::create_dir_all(root.path().join("state")).expect("state folder");
+    fs::create_dir_all(root.path().join("plugins")).expect("plugins folder");
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(50),
+        Duration::from_secs(3600),
+        vec![state_file.clone()],
+    )
+    .expect("watcher");
+    watch.ensure_watched(&[root.path().to_path_buf()]);
+
+    for round in 0..20 {
+        fs::write(&state_file, format!("page {round}")).expect("db");
+        fs::write(
+            root.path().join("state/jobrelay.db-wal"),
+            format!("frame {round}"),
+        )
+        .expect("wal");
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(600), watch.next()).await;
+    assert!(
+        quiet.is_err(),
+        "state writes triggered a re-read: {quiet:?}"
+    );
+
+    fs::write(root.path().join("plugins/log.yaml"), "wasm: log.wasm\n").expect("manifest");
+    assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
 }

@@ -262,21 +262,32 @@ pub async fn wait_for_phases(setup: &Setup, rel: &str, expect: &[(String, &str)]
 
 /// A plain HTTP/1.1 GET (for the telemetry endpoint); returns the status code and the body.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    try_http_get(addr, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
+}
+
+/// [`http_get`] that reports a refused connection or a broken answer instead of panicking,
+/// for a server that may not listen yet.
+pub async fn try_http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("send");
+    stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.expect("read");
+    stream.read_to_end(&mut response).await?;
     let text = String::from_utf8_lossy(&response).into_owned();
     let code = text
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .expect("status line");
+        .ok_or_else(|| std::io::Error::other("no status line"))?;
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
-    (code, body)
+    Ok((code, body))
 }

@@ -33,6 +33,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::call_stats::{CallSnapshot, CallStats};
+use super::cursor_writer::CursorWriter;
 use super::event_counts::{Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
@@ -108,6 +109,8 @@ struct Inner {
     /// Every job's queue; one lock, held only for a step of the queue state machine.
     queues: Mutex<Queues>,
     store: Arc<dyn CursorStore>,
+    /// Acknowledgements' cursors, stored by group commit (see [`CursorWriter`]).
+    cursor_writer: CursorWriter,
     /// When the plugin was first installed (from the state store): jobs created before it get
     /// their current state, not their history. `None`: the stored time does not parse, and
     /// every job gets its history (at least once wins over quiet).
@@ -216,6 +219,7 @@ impl Lane {
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
                 queues: Mutex::new(queues),
+                cursor_writer: CursorWriter::start(store.clone()),
                 store,
                 installed_at,
                 book,

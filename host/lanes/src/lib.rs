@@ -4,6 +4,7 @@
 //! different jobs run concurrently up to the plugin's concurrency.
 
 pub mod call_stats;
+pub mod cursor_writer;
 pub mod dispatcher;
 pub mod event_counts;
 pub mod finalizer_book;

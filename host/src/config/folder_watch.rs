@@ -36,11 +36,22 @@ pub struct FolderWatch {
 }
 
 impl FolderWatch {
-    pub fn new(debounce: Duration, rescan: Duration) -> Result<FolderWatch, notify::Error> {
+    /// A watch whose events under `ignored` (path prefixes, compared as text so that a file's
+    /// prefix also covers its siblings such as `state.db-wal`) never trigger a re-read: the
+    /// daemon's own state file and local folder when they live inside the config folder, which
+    /// it writes on every acknowledgement.
+    pub fn new(
+        debounce: Duration,
+        rescan: Duration,
+        ignored: Vec<PathBuf>,
+    ) -> Result<FolderWatch, notify::Error> {
         let (tx, events) = mpsc::unbounded_channel();
         let debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
             match result {
-                Ok(events) if !events.iter().any(|e| changes_content(&e.event.kind)) => {}
+                Ok(events)
+                    if !events.iter().any(|e| {
+                        changes_content(&e.event.kind) && !all_ignored(&e.event.paths, &ignored)
+                    }) => {}
                 Ok(_) => {
                     let _ = tx.send(());
                 }
@@ -103,6 +114,18 @@ impl FolderWatch {
     }
 }
 
+/// Whether every path of an event lies under one of the `ignored` prefixes (an event without
+/// paths is not ignored).
+fn all_ignored(paths: &[PathBuf], ignored: &[PathBuf]) -> bool {
+    !paths.is_empty()
+        && paths.iter().all(|path| {
+            let path = path.to_string_lossy();
+            ignored
+                .iter()
+                .any(|prefix| path.starts_with(prefix.to_string_lossy().as_ref()))
+        })
+}
+
 fn inode(dir: &Path) -> Option<u64> {
     std::fs::metadata(dir)
         .ok()
@@ -128,7 +151,7 @@ mod tests {
     use notify::EventKind;
     use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind};
 
-    use super::changes_content;
+    use super::{all_ignored, changes_content};
 
     #[test]
     fn reads_are_not_changes() {
@@ -149,6 +172,35 @@ mod tests {
             EventKind::Any,
         ] {
             assert!(changes_content(&kind), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_state_files_and_local_folder_are_ignored() {
+        use std::path::PathBuf;
+        let ignored = vec![
+            PathBuf::from("/etc/jobrelay/state/jobrelay.db"),
+            PathBuf::from("/etc/jobrelay/local"),
+        ];
+        let p = |s: &str| PathBuf::from(s);
+        for quiet in [
+            vec![p("/etc/jobrelay/state/jobrelay.db-wal")],
+            vec![
+                p("/etc/jobrelay/state/jobrelay.db"),
+                p("/etc/jobrelay/local/embedded/x.db"),
+            ],
+        ] {
+            assert!(all_ignored(&quiet, &ignored), "{quiet:?}");
+        }
+        for change in [
+            vec![p("/etc/jobrelay/plugins/log.yaml")],
+            vec![
+                p("/etc/jobrelay/state/jobrelay.db-wal"),
+                p("/etc/jobrelay/jobrelay.yaml"),
+            ],
+            vec![],
+        ] {
+            assert!(!all_ignored(&change, &ignored), "{change:?}");
         }
     }
 }

@@ -218,6 +218,18 @@ where
         .collect()
 }
 
+/// `column = NEW, …` for every column of `columns` (comma-separated) that is not in `key`,
+/// with `new` saying how a dialect names the inserted row's value: the SET list of an upsert.
+pub fn set_non_key(columns: &str, key: &[&str], new: impl Fn(&str) -> String) -> String {
+    columns
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !key.contains(c))
+        .map(|c| format!("{c} = {}", new(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `?, ?, …`, `n` times.
 pub fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")

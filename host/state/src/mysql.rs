@@ -265,13 +265,7 @@ impl Dialect for MySqlDialect {
 
     fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String {
         let values = vec![row; rows].join(", ");
-        let updates = columns
-            .split(',')
-            .map(str::trim)
-            .filter(|c| !key.contains(c))
-            .map(|c| format!("{c} = VALUES({c})"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let updates = dialect::set_non_key(columns, key, |c| format!("VALUES({c})"));
         format!("INSERT INTO {table} ({columns}) VALUES {values} ON DUPLICATE KEY UPDATE {updates}")
     }
 

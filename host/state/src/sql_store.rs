@@ -311,6 +311,26 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     async fn try_save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        // One statement is atomic by itself: a batch that fits one needs no transaction
+        // around it, and saves the driver two round trips (on SQLite, two hand-overs to its
+        // worker thread).
+        if cursors.len() <= CHUNK {
+            let sql = D::upsert(
+                &self.sql.tables.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
+                cursors.len(),
+            );
+            // Kept prepared: batch sizes repeat, and the driver's cache is bounded.
+            let statement = Statement {
+                persistent: true,
+                ..Statement::once(sql)
+            };
+            let statement = cursors.iter().fold(statement, bind_cursor);
+            self.execute(statement, "save cursors").await?;
+            return Ok(());
+        }
         let mut tx = self.begin_write("begin saving cursors").await?;
         for chunk in cursors.chunks(CHUNK) {
             let sql = D::upsert(

@@ -162,13 +162,7 @@ impl Dialect for SqliteDialect {
 
     fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String {
         let values = vec![row; rows].join(", ");
-        let updates = columns
-            .split(',')
-            .map(str::trim)
-            .filter(|c| !key.contains(c))
-            .map(|c| format!("{c} = excluded.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let updates = dialect::set_non_key(columns, key, |c| format!("excluded.{c}"));
         format!(
             "INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT ({}) DO UPDATE SET \
              {updates}",

@@ -53,8 +53,9 @@ pub(super) async fn acknowledge(
                 .store
                 .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
                 .await
+                .map_err(|e| e.to_string())
         } else {
-            inner.store.save_cursor(&cursor).await
+            inner.cursor_writer.save(cursor).await
         };
         if let Err(e) = saved {
             tracing::error!(plugin = %inner.name, event = %event.id, error = %e,

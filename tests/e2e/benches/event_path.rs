@@ -1,0 +1,390 @@
+//! The whole event path of the real release daemon, as a separate process: the simulator's
+//! HTTP watch stream → decode and normalize → lane → the no-op wasm plugin → cursor durable.
+//! CPU and memory are those of the daemon process alone, read from `/proc/<pid>`; the
+//! simulator and the job writes run in this bench process and are not counted.
+//!
+//! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
+//! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
+//! `--only stream|memory`, `--perf FILE` to record a profile of the daemon over each stream).
+//!
+//! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
+//!   plugin in `every-version` mode. Once it is ready, this bench creates `--jobs` jobs (about
+//!   1.6 KB each) and moves each through `--versions` - 1 status changes, jobs interleaved, as
+//!   fast as the simulator takes them; it waits until the plugin's lane has delivered every
+//!   version. CPU per event = the daemon's user + system CPU time over that window / events.
+//!   Run with a fresh instance per event (the default) and with `instance_reuse: 256`.
+//! - **memory**: a daemon with the same plugin is started on an empty cluster, its RSS read
+//!   once ready; then `--memory-jobs` jobs are created (one version each) and its RSS read
+//!   again once the lane tracks them all and has delivered them. Per tracked job = growth /
+//!   jobs: everything the process keeps for them (watcher, lane, SQLite page cache and
+//!   connection memory for their cursors, and what the allocator holds after the transient
+//!   events were freed).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use jobrelay_e2e::{built_wasm, repo_root, write_atomic};
+use jobrelay_testkit::{Gvr, SimCluster};
+use serde_json::{Value, json};
+
+struct Options {
+    /// Record a `perf` profile of the daemon over the stream window into this file.
+    perf: Option<String>,
+    jobs: usize,
+    versions: usize,
+    memory_jobs: usize,
+    only: Option<String>,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let number = |flag: &str, default: usize| {
+        value(flag)
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{flag} takes a number"))
+            })
+            .unwrap_or(default)
+    };
+    Options {
+        perf: value("--perf"),
+        jobs: number("--jobs", 2_000),
+        versions: number("--versions", 11),
+        memory_jobs: number("--memory-jobs", 100_000),
+        only: value("--only"),
+    }
+}
+
+fn daemon_binary() -> PathBuf {
+    let path = repo_root().join("target/release/jobrelay");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --release -p jobrelay` first",
+        path.display()
+    );
+    path
+}
+
+/// User + system CPU seconds of process `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/pid/stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks as f64 / 100.0
+}
+
+/// Resident set of process `pid`, bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// A Volcano job of about 1.6 KB, as a training platform would submit it.
+fn volcano_job(i: usize) -> Value {
+    json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {
+            "name": format!("train-{i:07}"),
+            "namespace": "ml",
+            "labels": {"team": "vision", "queue": "a100", "app.kubernetes.io/managed-by": "platform"},
+            "annotations": {"platform.example.com/owner": "alice@example.com", "platform.example.com/cost-center": "cv-42"}
+        },
+        "spec": {
+            "schedulerName": "volcano",
+            "minAvailable": 2,
+            "queue": "a100",
+            "maxRetry": 3,
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "plugins": {"env": [], "svc": [], "ssh": []},
+            "tasks": [{
+                "name": "worker",
+                "replicas": 2,
+                "template": {"spec": {
+                    "restartPolicy": "OnFailure",
+                    "containers": [{
+                        "name": "trainer",
+                        "image": "registry.example.com/ml/trainer:2026.11.3",
+                        "command": ["torchrun", "--nproc_per_node=8", "train.py", "--config", "configs/resnet152.yaml"],
+                        "env": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "OMP_NUM_THREADS", "value": "8"}],
+                        "resources": {
+                            "requests": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
+                            "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
+                        },
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"}]
+                    }],
+                    "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}
+                    ]
+                }}
+            }]
+        }
+    })
+}
+
+/// The status of a job's `step`th version after creation: Pending, then Running with the
+/// pod counts moving, the last one Completed.
+fn volcano_status(step: usize, last: bool) -> Value {
+    let phase = if last {
+        "Completed"
+    } else if step == 1 {
+        "Pending"
+    } else {
+        "Running"
+    };
+    json!({
+        "state": {"phase": phase, "lastTransitionTime": format!("2026-11-26T00:{:02}:00Z", step % 60)},
+        "minAvailable": 2,
+        "pending": if step == 1 { 2 } else { 0 },
+        "running": if step > 1 && !last { 2 } else { 0 },
+        "succeeded": if last { 2 } else { 0 },
+        "failed": 0,
+        "version": step,
+        "retryCount": 0,
+    })
+}
+
+/// A free port on the loopback address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A daemon process on a config folder of its own.
+struct Running {
+    child: tokio::process::Child,
+    pid: u32,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    async fn start(sim: &SimCluster, instance_reuse: u32) -> Running {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // As the chart lays it out: the state on a volume of its own, not in the config folder.
+        let state = dir.path().join("state/jobrelay.db");
+        let root = &dir.path().join("config");
+        let port = free_port();
+        let plugins = built_wasm("noop");
+        let plugin_dir = plugins.parent().expect("plugin folder");
+        write_atomic(
+            &root.join("jobrelay.yaml"),
+            format!(
+                "plugin_dir: {}\nstate: {{path: {}}}\nkinds: [{{name: volcano-job}}]\n\
+                 telemetry: {{listen: \"127.0.0.1:{port}\"}}\n",
+                plugin_dir.display(),
+                state.display()
+            )
+            .as_bytes(),
+        );
+        write_atomic(
+            &root.join("plugins/noop.yaml"),
+            format!("wasm: noop.wasm\ndelivery: every-version\ninstance_reuse: {instance_reuse}\n")
+                .as_bytes(),
+        );
+        write_atomic(
+            &root.join("clusters/alpha.yaml"),
+            sim.kubeconfig_yaml().as_bytes(),
+        );
+        let log = std::fs::File::create(root.join("daemon.log")).expect("log file");
+        let child = tokio::process::Command::new(daemon_binary())
+            .args(["run", "--config"])
+            .arg(root)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the daemon");
+        let pid = child.id().expect("pid");
+        let running = Running {
+            child,
+            pid,
+            port,
+            _dir: dir,
+        };
+        running
+            .wait("ready and synced", Duration::from_secs(60), |s| {
+                s["ready"] == true && s["clusters"]["alpha"]["state"] == "synced"
+            })
+            .await;
+        running
+    }
+
+    async fn status(&self) -> Option<Value> {
+        let (code, body) =
+            jobrelay_e2e::try_http_get(([127, 0, 0, 1], self.port).into(), "/status")
+                .await
+                .ok()?;
+        (code == 200 || code == 503)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+
+    /// Polls `/status` every 200 ms until `done` holds.
+    async fn wait(&self, what: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.status().await
+                && done(&status)
+            {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon was not {what} within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        // SIGTERM, so the daemon shuts down as in production; killed if it takes too long.
+        let _ = std::process::Command::new("kill")
+            .arg(self.pid.to_string())
+            .status();
+        if tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+fn lane(status: &Value, field: &str) -> u64 {
+    status["plugins"]["noop"]["lane"][field]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+async fn stream(options: &Options, instance_reuse: u32) {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let daemon = Running::start(&sim, instance_reuse).await;
+    let gvr = Gvr::VOLCANO_JOB;
+    let events = (options.jobs * options.versions) as u64;
+
+    let perf = options.perf.as_ref().map(|file| {
+        let file = format!("{file}.reuse{instance_reuse}");
+        let child = std::process::Command::new("perf")
+            .args(["record", "-F", "2000", "-g", "-o", &file, "-p"])
+            .arg(daemon.pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf");
+        std::thread::sleep(Duration::from_millis(500));
+        child
+    });
+    let cpu_before = cpu_seconds(daemon.pid);
+    let started = Instant::now();
+    for i in 0..options.jobs {
+        sim.create(&gvr, volcano_job(i)).expect("create");
+    }
+    for step in 1..options.versions {
+        for i in 0..options.jobs {
+            sim.update_status(
+                &gvr,
+                "ml",
+                &format!("train-{i:07}"),
+                volcano_status(step, step + 1 == options.versions),
+            )
+            .expect("status");
+        }
+    }
+    let written = started.elapsed();
+    daemon
+        .wait("done delivering", Duration::from_secs(900), |s| {
+            lane(s, "delivered") >= events && lane(s, "pending") == 0
+        })
+        .await;
+    let elapsed = started.elapsed();
+    let cpu = cpu_seconds(daemon.pid) - cpu_before;
+    let rss = rss_bytes(daemon.pid);
+    if let Some(perf) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait_with_output();
+    }
+    println!(
+        "stream  instance_reuse {instance_reuse:>3}: {events} events in {:.2} s (written in {:.2} s) \
+         = {:.0} events/s; daemon CPU {cpu:.2} s = {:.1} µs per event; RSS {:.1} MiB",
+        elapsed.as_secs_f64(),
+        written.as_secs_f64(),
+        events as f64 / elapsed.as_secs_f64(),
+        cpu * 1e6 / events as f64,
+        rss as f64 / (1 << 20) as f64,
+    );
+    daemon.stop().await;
+    sim.shutdown().await;
+}
+
+async fn memory(options: &Options) {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let daemon = Running::start(&sim, 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = rss_bytes(daemon.pid);
+    let gvr = Gvr::VOLCANO_JOB;
+    let jobs = options.memory_jobs;
+    let started = Instant::now();
+    for i in 0..jobs {
+        sim.create(&gvr, volcano_job(i)).expect("create");
+    }
+    daemon
+        .wait("tracking every job", Duration::from_secs(1800), |s| {
+            lane(s, "jobs") >= jobs as u64
+                && lane(s, "delivered") >= jobs as u64
+                && lane(s, "pending") == 0
+        })
+        .await;
+    let loaded = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = rss_bytes(daemon.pid);
+    println!(
+        "memory  {jobs} tracked jobs (delivered in {:.1} s): RSS {:.1} MiB → {:.1} MiB = {:.0} bytes per job",
+        loaded.as_secs_f64(),
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64,
+        (after.saturating_sub(before)) as f64 / jobs as f64,
+    );
+    daemon.stop().await;
+    sim.shutdown().await;
+}
+
+fn main() {
+    let options = options();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let only = options.only.as_deref();
+        if only.is_none_or(|o| o == "stream") {
+            stream(&options, 1).await;
+            stream(&options, 256).await;
+        }
+        if only.is_none_or(|o| o == "memory") {
+            memory(&options).await;
+        }
+    });
+}
