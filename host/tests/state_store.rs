@@ -330,6 +330,7 @@ on_both_backends! {
     a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
     kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
     damaged_rows_are_refused_naming_the_store_and_kept => contract_damaged_rows("damaged");
+    remembering_many_jobs_at_once_keeps_delivered_cursors => contract_remember_jobs("rememberx");
 }
 
 // ----- the contracts ---------------------------------------------------------------------------
@@ -878,6 +879,37 @@ async fn contract_damaged_rows(b: &Backend) {
             .map(|l| (l.seq, l.attempts))
             .collect::<Vec<_>>(),
         vec![(seq, 99)]
+    );
+    store.close().await;
+}
+
+/// The batched form the cursor writer uses: one statement for many jobs, with the same rule
+/// as one at a time (a delivered cursor is never overwritten), across more jobs than one
+/// statement holds.
+async fn contract_remember_jobs(b: &Backend) {
+    let store = b.store().await;
+    store
+        .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
+        .await
+        .expect("save");
+    let mut seen: Vec<Cursor> = (0..700)
+        .map(|i| cursor("p", "c", &format!("u{i:03}"), "4", Phase::Running))
+        .collect();
+    seen.push(cursor("p", "c", "done", "3", Phase::Pending));
+    store.remember_jobs(&seen).await.expect("remember");
+    store.remember_jobs(&seen[..10]).await.expect("again");
+    let all = store.cursors("p").await.expect("cursors");
+    assert_eq!(all.len(), 701);
+    let done = all.iter().find(|c| c.uid == "done").expect("done");
+    assert_eq!(
+        (done.resource_version.as_str(), done.phase),
+        ("9", Phase::Succeeded)
+    );
+    assert!(
+        all.iter()
+            .filter(|c| c.uid != "done")
+            .all(|c| c.resource_version.is_empty() && c.phase == Phase::Running),
+        "remembered jobs have nothing delivered"
     );
     store.close().await;
 }

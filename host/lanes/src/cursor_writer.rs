@@ -25,7 +25,9 @@ const MAX_BATCH: usize = 256;
 
 struct Pending {
     cursor: Cursor,
-    stored: oneshot::Sender<Result<(), String>>,
+    /// `Some` for an acknowledgement's cursor, answered once stored; `None` for a job only
+    /// remembered (seen, nothing delivered), which nobody waits for.
+    stored: Option<oneshot::Sender<Result<(), String>>>,
 }
 
 /// The handle a lane's workers save cursors through. Cheap to clone; the writer task ends
@@ -47,26 +49,63 @@ impl CursorWriter {
     pub async fn save(&self, cursor: Cursor) -> Result<(), String> {
         let (stored, answer) = oneshot::channel();
         self.queue
-            .send(Pending { cursor, stored })
+            .send(Pending {
+                cursor,
+                stored: Some(stored),
+            })
             .map_err(|_| "the cursor writer has stopped".to_string())?;
         answer
             .await
             .map_err(|_| "the cursor writer stopped before answering".to_string())?
     }
+
+    /// Notes a job seen for the first time ([`CursorStore::remember_job`]) with the next
+    /// batch, without waiting: losing it only weakens deletion detection across a crash.
+    pub fn remember(&self, cursor: Cursor) {
+        if self
+            .queue
+            .send(Pending {
+                cursor,
+                stored: None,
+            })
+            .is_err()
+        {
+            tracing::debug!("the cursor writer has stopped; a newly seen job is not noted");
+        }
+    }
 }
 
 /// Takes the first waiting cursor, then every other one already waiting (up to
-/// [`MAX_BATCH`]), stores them together and answers each; until every handle is gone.
+/// [`MAX_BATCH`]), stores them together and answers each; until every handle is gone. Jobs
+/// only remembered go first, as an insert that keeps what is there, so the order of the two
+/// statements cannot undo an acknowledgement.
 async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut saves = Vec::with_capacity(MAX_BATCH);
+    let mut waiters = Vec::with_capacity(MAX_BATCH);
+    let mut remembered = Vec::new();
     while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let (cursors, waiters): (Vec<Cursor>, Vec<_>) =
-            batch.drain(..).map(|p| (p.cursor, p.stored)).unzip();
-        let result = store
-            .save_cursors(&cursors)
-            .await
-            .map_err(|e| e.to_string());
-        for waiter in waiters {
+        for p in batch.drain(..) {
+            match p.stored {
+                Some(waiter) => {
+                    saves.push(p.cursor);
+                    waiters.push(waiter);
+                }
+                None => remembered.push(p.cursor),
+            }
+        }
+        if !remembered.is_empty() {
+            if let Err(e) = store.remember_jobs(&remembered).await {
+                tracing::warn!(jobs = remembered.len(), error = %e, "cannot note newly seen jobs");
+            }
+            remembered.clear();
+        }
+        if saves.is_empty() {
+            continue;
+        }
+        let result = store.save_cursors(&saves).await.map_err(|e| e.to_string());
+        saves.clear();
+        for waiter in waiters.drain(..) {
             let _ = waiter.send(result.clone());
         }
     }
@@ -110,6 +149,15 @@ mod tests {
             self.save_cursors(std::slice::from_ref(c)).await
         }
         async fn remember_job(&self, _: &Cursor) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+            self.batches.lock().unwrap_or_else(|p| p.into_inner()).push(
+                cursors
+                    .iter()
+                    .map(|c| format!("remember {}", c.uid))
+                    .collect(),
+            );
             Ok(())
         }
         async fn installed(&self, _: &str, now: &str) -> Result<String, StoreError> {
@@ -223,6 +271,34 @@ mod tests {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         assert_eq!(batches, vec![vec!["a"], vec!["b", "c", "d"]]);
+    }
+
+    /// Jobs only remembered ride with the next batch, written before its saves (an insert
+    /// that keeps what is there, so it cannot undo an acknowledgement), and hold nobody up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn remembered_jobs_go_with_the_next_batch_before_its_saves() {
+        let store = Arc::new(Recording::default());
+        let writer = CursorWriter::start(store.clone());
+        let first = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.save(cursor("a")).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        writer.remember(cursor("new"));
+        let second = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.save(cursor("b")).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        store.gate.add_permits(2);
+        assert_eq!(first.await.expect("join"), Ok(()));
+        assert_eq!(second.await.expect("join"), Ok(()));
+        let batches = store
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(batches, vec![vec!["a"], vec!["remember new"], vec!["b"]]);
     }
 
     /// A failed write fails every save in its batch, with the store's reason.

@@ -353,20 +353,16 @@ impl Lane {
         });
     }
 
-    /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]).
-    /// Written in the background: losing it only weakens deletion detection across a crash.
+    /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]),
+    /// with the cursor writer's next batch. Not waited for: losing it only weakens deletion
+    /// detection across a crash.
     fn remember(&self, event: &JobEvent) {
         if event.phase == Phase::Deleted {
             return;
         }
-        let store = self.inner.store.clone();
-        let cursor = Cursor::from_event(&self.inner.name, event);
-        tokio::spawn(async move {
-            if let Err(e) = store.remember_job(&cursor).await {
-                tracing::warn!(plugin = %cursor.plugin, job = %cursor.uid, error = %e,
-                    "cannot note a newly seen job");
-            }
-        });
+        self.inner
+            .cursor_writer
+            .remember(Cursor::from_event(&self.inner.name, event));
     }
 
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and

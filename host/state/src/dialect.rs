@@ -130,7 +130,8 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// within the statement ends with its last row.
     fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String;
 
-    /// `INSERT INTO table (columns) VALUES row` that keeps a row whose `key` exists.
+    /// `INSERT INTO table (columns) VALUES row` that keeps a row whose `key` exists; `row` may
+    /// be several rows, comma-separated.
     fn insert_or_keep(table: &str, columns: &str, key: &[&str], row: &str) -> String;
 
     /// The length in bytes (not characters) of a text column.

@@ -479,6 +479,30 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
         Ok(())
     }
 
+    async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        for chunk in cursors.chunks(CHUNK) {
+            let sql = D::insert_or_keep(
+                &self.sql.tables.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                &vec![CURSOR_ROW; chunk.len()].join(", "),
+            );
+            let statement = Statement {
+                persistent: true,
+                ..Statement::once(sql)
+            };
+            let statement = chunk.iter().fold(statement, |s, cursor| {
+                let seen = Cursor {
+                    resource_version: String::new(),
+                    ..cursor.clone()
+                };
+                bind_cursor(s, &seen)
+            });
+            retry_deadlocks!(self.execute(statement.clone(), "remember jobs").await)?;
+        }
+        Ok(())
+    }
+
     async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
         let record = Statement::new(&self.sql.record_install)
             .text(plugin)

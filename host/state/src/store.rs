@@ -29,6 +29,15 @@ pub trait CursorStore: Send + Sync {
     /// resourceVersion, meaning "nothing delivered".
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError>;
 
+    /// [`remember_job`](CursorStore::remember_job) for several jobs at once, in statements of
+    /// up to 500 jobs. The default remembers them one by one.
+    async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        for cursor in cursors {
+            self.remember_job(cursor).await?;
+        }
+        Ok(())
+    }
+
     /// When `plugin` was first installed: records `now` (RFC 3339) if nothing is stored for
     /// it and returns what is stored, so the first call's time stays for good. Kept when the
     /// plugin is removed, so adding it back is not a new install; shared by replicas, so the
