@@ -3,16 +3,19 @@
 //! An event is acknowledged only once its cursor is durable, and the job's next event waits
 //! for that. Written one by one, every acknowledgement is a statement of its own: on SQLite a
 //! hand-over to the driver's worker thread and back, the largest share of the daemon's CPU per
-//! event in a profile. Here the lane's workers hand their cursors to one writer task, which
-//! stores whatever has gathered while its previous write ran as one statement (atomic on both
-//! backends) and then answers each worker. Nothing waits for a timer: under light load every
-//! batch is one cursor, as before; under load the batches grow by themselves.
+//! event in a profile. Here every cursor write of a lane — acknowledgements' cursors, removals
+//! of deleted jobs, and notes of jobs seen for the first time — goes through one writer task,
+//! which carries out whatever has gathered while its previous write ran (the saves as one
+//! statement, atomic on both backends) and then answers each worker. Nothing waits for a
+//! timer: under light load every batch is one cursor, as before; under load the batches grow
+//! by themselves.
 //!
 //! The guarantees stay those of one write per event: a worker learns that its cursor is stored
 //! only after the statement holding it committed, so "acknowledged" still means durable, and
 //! the redelivery window after a crash is unchanged (only events not yet acknowledged come
 //! again). A job has at most one event being settled at a time, so a batch never holds two
-//! cursors of one job, and per-job order is that of the queue.
+//! acknowledgements of one job, and per-job order is that of the queue. One queue for all of
+//! a lane's writes also orders a job's first-sight note before its removal.
 
 use std::sync::Arc;
 
@@ -23,11 +26,14 @@ use jobrelay_state::{Cursor, CursorStore};
 /// Most cursors in one statement: well inside one chunk of the store's batch upsert.
 const MAX_BATCH: usize = 256;
 
-struct Pending {
-    cursor: Cursor,
-    /// `Some` for an acknowledgement's cursor, answered once stored; `None` for a job only
-    /// remembered (seen, nothing delivered), which nobody waits for.
-    stored: Option<oneshot::Sender<Result<(), String>>>,
+/// What a lane's worker (or the lane itself) asks the writer to do.
+enum Pending {
+    /// An acknowledgement's cursor, answered once stored.
+    Save(Cursor, oneshot::Sender<Result<(), String>>),
+    /// A job seen, nothing delivered yet; nobody waits for it.
+    Remember(Cursor),
+    /// A deleted job's cursor to forget (its deletion was acknowledged), answered once done.
+    Remove(Cursor, oneshot::Sender<Result<(), String>>),
 }
 
 /// The handle a lane's workers save cursors through. Cheap to clone; the writer task ends
@@ -47,12 +53,23 @@ impl CursorWriter {
 
     /// Stores `cursor`, returning once it is durable (or the write failed, with why).
     pub async fn save(&self, cursor: Cursor) -> Result<(), String> {
-        let (stored, answer) = oneshot::channel();
+        self.answered(|done| Pending::Save(cursor, done)).await
+    }
+
+    /// Forgets the job of `cursor` (its deletion was acknowledged), returning once done. Through
+    /// the writer like every other cursor write of the lane, so a note of the job queued
+    /// earlier cannot land after the removal and bring the job back.
+    pub async fn remove(&self, cursor: Cursor) -> Result<(), String> {
+        self.answered(|done| Pending::Remove(cursor, done)).await
+    }
+
+    async fn answered(
+        &self,
+        request: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Pending,
+    ) -> Result<(), String> {
+        let (done, answer) = oneshot::channel();
         self.queue
-            .send(Pending {
-                cursor,
-                stored: Some(stored),
-            })
+            .send(request(done))
             .map_err(|_| "the cursor writer has stopped".to_string())?;
         answer
             .await
@@ -62,36 +79,33 @@ impl CursorWriter {
     /// Notes a job seen for the first time ([`CursorStore::remember_job`]) with the next
     /// batch, without waiting: losing it only weakens deletion detection across a crash.
     pub fn remember(&self, cursor: Cursor) {
-        if self
-            .queue
-            .send(Pending {
-                cursor,
-                stored: None,
-            })
-            .is_err()
-        {
+        if self.queue.send(Pending::Remember(cursor)).is_err() {
             tracing::debug!("the cursor writer has stopped; a newly seen job is not noted");
         }
     }
 }
 
-/// Takes the first waiting cursor, then every other one already waiting (up to
-/// [`MAX_BATCH`]), stores them together and answers each; until every handle is gone. Jobs
-/// only remembered go first, as an insert that keeps what is there, so the order of the two
-/// statements cannot undo an acknowledgement.
+/// Takes the first waiting request, then every other one already waiting (up to
+/// [`MAX_BATCH`]), carries them out and answers each; until every handle is gone. In a batch,
+/// jobs only noted go first (an insert that keeps what is there, so it cannot undo an
+/// acknowledgement), then the saves as one statement, then the removals, so a note never lands
+/// after the removal of its job. A batch holds at most one save or removal per job: a job's
+/// next event waits for its previous acknowledgement.
 async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut saves = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::with_capacity(MAX_BATCH);
     let mut remembered = Vec::new();
+    let mut removals = Vec::new();
     while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        for p in batch.drain(..) {
-            match p.stored {
-                Some(waiter) => {
-                    saves.push(p.cursor);
-                    waiters.push(waiter);
+        for request in batch.drain(..) {
+            match request {
+                Pending::Save(cursor, done) => {
+                    saves.push(cursor);
+                    waiters.push(done);
                 }
-                None => remembered.push(p.cursor),
+                Pending::Remember(cursor) => remembered.push(cursor),
+                Pending::Remove(cursor, done) => removals.push((cursor, done)),
             }
         }
         if !remembered.is_empty() {
@@ -100,13 +114,19 @@ async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::Unbounded
             }
             remembered.clear();
         }
-        if saves.is_empty() {
-            continue;
+        if !saves.is_empty() {
+            let result = store.save_cursors(&saves).await.map_err(|e| e.to_string());
+            saves.clear();
+            for waiter in waiters.drain(..) {
+                let _ = waiter.send(result.clone());
+            }
         }
-        let result = store.save_cursors(&saves).await.map_err(|e| e.to_string());
-        saves.clear();
-        for waiter in waiters.drain(..) {
-            let _ = waiter.send(result.clone());
+        for (cursor, done) in removals.drain(..) {
+            let result = store
+                .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
+                .await
+                .map_err(|e| e.to_string());
+            let _ = done.send(result);
         }
     }
 }
@@ -174,7 +194,11 @@ mod tests {
             }
             Ok(())
         }
-        async fn remove_cursor(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
+        async fn remove_cursor(&self, _: &str, _: &str, uid: &str) -> Result<(), StoreError> {
+            self.batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(vec![format!("remove {uid}")]);
             Ok(())
         }
         async fn add_dead_letter(
@@ -299,6 +323,37 @@ mod tests {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         assert_eq!(batches, vec![vec!["a"], vec!["remember new"], vec!["b"]]);
+    }
+
+    /// A job noted and then removed before the writer got to either: the note is written
+    /// first, so the removal is what stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removal_is_never_overtaken_by_an_earlier_note() {
+        let store = Arc::new(Recording::default());
+        let writer = CursorWriter::start(store.clone());
+        let first = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.save(cursor("a")).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        writer.remember(cursor("gone"));
+        let removed = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.remove(cursor("gone")).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        store.gate.add_permits(1);
+        assert_eq!(first.await.expect("join"), Ok(()));
+        assert_eq!(removed.await.expect("join"), Ok(()));
+        let batches = store
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(
+            batches,
+            vec![vec!["a"], vec!["remember gone"], vec!["remove gone"]]
+        );
     }
 
     /// A failed write fails every save in its batch, with the store's reason.

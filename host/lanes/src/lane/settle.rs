@@ -49,11 +49,7 @@ pub(super) async fn acknowledge(
     if !replay {
         let cursor = Cursor::from_event(&inner.name, event);
         let saved = if cursor.deleted {
-            inner
-                .store
-                .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
-                .await
-                .map_err(|e| e.to_string())
+            inner.cursor_writer.remove(cursor).await
         } else {
             inner.cursor_writer.save(cursor).await
         };
