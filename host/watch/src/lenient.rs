@@ -33,7 +33,7 @@ struct MetadataOnly {
 impl LenientObject {
     /// Decodes one object's JSON text.
     pub fn from_json(text: &str) -> LenientObject {
-        match serde_json::from_str::<DynamicObject>(text) {
+        match dynamic_object(text) {
             Ok(object) => LenientObject {
                 metadata: object.metadata.clone(),
                 object: Ok(object),
@@ -61,6 +61,38 @@ pub fn label(metadata: &ObjectMeta) -> String {
         (_, None, Some(uid)) => format!("uid {uid}"),
         _ => "?".into(),
     }
+}
+
+/// The object as `DynamicObject` decodes it — `apiVersion` and `kind` as its types (when both
+/// are there), `metadata`, everything else as `data` — built from one JSON tree. Decoding
+/// `DynamicObject` directly goes through serde's buffering of its flattened fields, a second
+/// copy of the whole object; here each value is read once and moved into place.
+fn dynamic_object(text: &str) -> Result<DynamicObject, serde_json::Error> {
+    let mut data = match serde_json::from_str::<serde_json::Value>(text)? {
+        serde_json::Value::Object(map) => map,
+        _ => {
+            return Err(serde::de::Error::custom(
+                "a job object must be a JSON object",
+            ));
+        }
+    };
+    let metadata = match data.remove("metadata") {
+        Some(meta) => serde_json::from_value::<ObjectMeta>(meta)?,
+        None => ObjectMeta::default(),
+    };
+    // As serde's own decode does: both keys are taken out, and they make the types only when
+    // both are text.
+    let types = match (data.remove("apiVersion"), data.remove("kind")) {
+        (Some(serde_json::Value::String(api_version)), Some(serde_json::Value::String(kind))) => {
+            Some(kube::core::TypeMeta { api_version, kind })
+        }
+        _ => None,
+    };
+    Ok(DynamicObject {
+        types,
+        metadata,
+        data: serde_json::Value::Object(data),
+    })
 }
 
 impl<'de> Deserialize<'de> for LenientObject {
@@ -133,6 +165,24 @@ mod tests {
             good.object.as_ref().map(|o| o.metadata.name.clone()),
             Ok(Some("ok".into()))
         );
+    }
+
+    /// The one-tree decode gives exactly what serde's own `DynamicObject` decode gives.
+    #[test]
+    fn decoding_matches_dynamic_objects_own() {
+        for text in [
+            r#"{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"name":"a","namespace":"ml","uid":"u","resourceVersion":"3","labels":{"x":"y"},"managedFields":[{"manager":"m"}]},"spec":{"tasks":[{"replicas":2}]},"status":{"state":{"phase":"Running"}}}"#,
+            r#"{"kind":"Job","metadata":{"name":"no-api-version"},"spec":{}}"#,
+            r#"{"apiVersion":"v1","kind":"Job"}"#,
+        ] {
+            let ours = dynamic_object(text).expect("decodes");
+            let theirs: DynamicObject = serde_json::from_str(text).expect("decodes");
+            assert_eq!(ours.types, theirs.types, "{text}");
+            assert_eq!(ours.metadata, theirs.metadata, "{text}");
+            assert_eq!(ours.data, theirs.data, "{text}");
+        }
+        assert!(dynamic_object("[1, 2]").is_err());
+        assert!(dynamic_object(r#"{"metadata": {"name": 7}}"#).is_err());
     }
 
     #[test]

@@ -212,15 +212,33 @@ impl Tracker {
         rv: &str,
         force: Option<Phase>,
     ) -> Option<JobEvent> {
-        let mut value = serde_json::to_value(&obj).ok()?;
-        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
-        if let Some(obj) = value.as_object_mut() {
-            obj.entry("apiVersion")
-                .or_insert_with(|| Value::String(self.kind.api_version()));
-            obj.entry("kind")
-                .or_insert_with(|| Value::String(self.kind.kind.clone()));
+        // The object as one JSON tree, its spec and status moved rather than copied: the
+        // metadata (without `managedFields`, which only makes events larger) and the types
+        // are put back into `data`, the rest of the object.
+        let DynamicObject {
+            types,
+            mut metadata,
+            data,
+        } = obj;
+        metadata.managed_fields = None;
+        let mut value = match data {
+            Value::Object(map) => Value::Object(map),
+            _ => Value::Object(serde_json::Map::new()),
+        };
+        if let Some(map) = value.as_object_mut() {
+            map.insert("metadata".into(), serde_json::to_value(&metadata).ok()?);
+            match types {
+                Some(t) => {
+                    map.insert("apiVersion".into(), Value::String(t.api_version));
+                    map.insert("kind".into(), Value::String(t.kind));
+                }
+                None => {
+                    map.entry("apiVersion")
+                        .or_insert_with(|| Value::String(self.kind.api_version()));
+                    map.entry("kind")
+                        .or_insert_with(|| Value::String(self.kind.kind.clone()));
+                }
+            }
         }
         let n = normalize(&self.kind.normalizer, &value);
         let meta = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
