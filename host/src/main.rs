@@ -34,8 +34,10 @@ async fn main() -> ExitCode {
             wasm,
             event,
             manifest,
+            json,
             state_dir,
         }) => {
+            let given = manifest.is_some();
             let args = PluginRunArgs {
                 wasm,
                 event,
@@ -43,7 +45,16 @@ async fn main() -> ExitCode {
                 state_dir,
             };
             plugin_run(&args).await.map(|outcome| {
-                println!("{outcome}");
+                if let (false, Some(found)) = (given, &outcome.manifest) {
+                    eprintln!("manifest: {} (found beside the component)", found.display());
+                }
+                if json {
+                    for line in outcome.json_lines() {
+                        println!("{line}");
+                    }
+                } else {
+                    println!("{outcome}");
+                }
                 if outcome.is_ok() {
                     ExitCode::SUCCESS
                 } else {

@@ -461,3 +461,105 @@ async fn completions_know_the_commands() {
     let out = jobrelay(&["completions", "tcsh"]).await;
     assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
 }
+
+/// `plugin run` takes several events — JSON lines on standard input, or a folder — calls the
+/// plugin once per event in order, finds `NAME.yaml` beside `NAME.wasm` when no manifest is
+/// given, prints one JSON object per call with `--json`, and exits 1 if any call failed.
+#[tokio::test]
+async fn plugin_run_takes_many_events_from_stdin_or_a_folder_and_reports_json() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    std::fs::copy(built("event-log"), root.join("log.wasm")).expect("copy");
+    write(
+        &root.join("log.yaml"),
+        "grants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\nconfig:\n  file: run.jsonl\n",
+    );
+    let example: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("plugins/example-event.json")).expect("event"),
+    )
+    .expect("json");
+    let version = |rv: &str, behave: Option<&str>| {
+        let mut e = example.clone();
+        e["resource_version"] = rv.into();
+        e["id"] = format!("example/u/{rv}").into();
+        if let Some(b) = behave {
+            e["labels"]["jobrelay.test/behave"] = b.into();
+        }
+        e.to_string()
+    };
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["plugin", "run"])
+        .arg(root.join("log.wasm"))
+        .args(["--event", "-", "--json"])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobrelay runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(format!("{}\n{}\n", version("1", None), version("2", None)).as_bytes())
+        .await
+        .expect("events");
+    drop(stdin);
+    let out = child.wait_with_output().await.expect("ends");
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    let calls: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per call"))
+        .collect();
+    assert_eq!(calls.len(), 2, "{report}");
+    assert_eq!(calls[0]["event"], "example/u/1");
+    assert_eq!(calls[1]["event"], "example/u/2");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["status"] == "ok" && c["plugin"] == "log"),
+        "{report}"
+    );
+    assert!(report.contains("found beside the component"), "{report}");
+    let written = std::fs::read_to_string(root.join("out/run.jsonl")).expect("written");
+    assert_eq!(
+        written.lines().count(),
+        2,
+        "the manifest beside it granted /data"
+    );
+
+    // A folder, in name order, with a call that traps: both run, exit 1.
+    let events = root.join("events");
+    write(&events.join("a.json"), &version("3", None));
+    write(&events.join("b.json"), &version("4", Some("trap")));
+    let probe = root.join("probe.wasm");
+    std::fs::copy(built("probe"), &probe).expect("copy");
+    write(
+        &root.join("probe.yaml"),
+        "grants:\n  filesystem:\n    - {host: probe-out, guest: /data, writable: true}\n",
+    );
+    let out = jobrelay(&[
+        "plugin",
+        "run",
+        &probe.to_string_lossy(),
+        "--event",
+        &events.to_string_lossy(),
+    ])
+    .await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains(": plugin probe on event"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{report}");
+    assert!(
+        lines[0].starts_with("ok: plugin probe on event example/u/3"),
+        "{report}"
+    );
+    assert!(
+        lines[1].starts_with("trap: plugin probe on event example/u/4"),
+        "{report}"
+    );
+}

@@ -109,16 +109,23 @@ pub enum FinalizersCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Call a plugin once with an event file, without any cluster.
+    /// Call a plugin with job events, without any cluster: loaded once, then one call per
+    /// event, in order; exit 1 if any call failed.
     Run {
         /// The plugin component (.wasm).
         wasm: PathBuf,
-        /// A job event as JSON (the format of `JobEvent`).
+        /// The events (the JSON format of `JobEvent`): a file with one event or several as
+        /// JSON lines, a folder of .json/.jsonl files (in name order), or - for standard input.
         #[arg(long)]
         event: PathBuf,
-        /// A plugin manifest for its config, limits and grants.
+        /// A plugin manifest for its config, limits and grants. Default: NAME.yaml beside the
+        /// component NAME.wasm, if it exists.
         #[arg(long)]
         manifest: Option<PathBuf>,
+        /// Print one JSON object per call (plugin, event, status, message, elapsed_ms,
+        /// load_ms) instead of text.
+        #[arg(long)]
+        json: bool,
         /// Where the run keeps what the plugin writes through its grants: the `embedded` SQL
         /// connection (`embedded/<plugin>.db`), its key-value entries (`state.db`) and the archive
         /// (`archive/`). Default: a temporary folder removed afterwards.

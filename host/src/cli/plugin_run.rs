@@ -1,9 +1,11 @@
-//! `jobrelay plugin run WASM --event FILE [--manifest FILE]`: one call of a plugin, without a
-//! cluster, for plugin authors.
+//! `jobrelay plugin run WASM --event SOURCE [--manifest FILE] [--json]`: calls of a plugin,
+//! without a cluster, for plugin authors.
 //!
 //! The plugin is loaded exactly as the daemon loads it (same runtime, same checks, same
-//! capabilities), with the limits, config and grants of the manifest when one is given and the
-//! daemon's default limits otherwise, and then handles the one event.
+//! capabilities), with the limits, config and grants of the manifest — the one given, else
+//! `NAME.yaml` beside the component if there is one — and the daemon's default limits
+//! otherwise, and then handles each event of SOURCE in order: a file holding one event or JSON
+//! lines, a folder of `.json`/`.jsonl` files (in name order), or `-` for standard input.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -29,30 +31,29 @@ use jobrelay_state::{PluginKv, SqliteStore};
 pub struct PluginRunArgs {
     /// The component to run.
     pub wasm: PathBuf,
-    /// A `JobEvent` as JSON.
+    /// Where the events come from: a file with one `JobEvent` as JSON or several as JSON
+    /// lines, a folder of `.json`/`.jsonl` files, or `-` for standard input.
     pub event: PathBuf,
     /// A plugin manifest for config, limits and grants. Its `wasm:` is ignored (the command
     /// line names the component); relative grant paths are resolved against its folder.
+    /// `None`: `NAME.yaml` beside the component, if it exists.
     pub manifest: Option<PathBuf>,
     /// Folder for the `embedded` SQL connection, key-value entries and the archive; `None`: a
     /// temporary folder.
     pub state_dir: Option<PathBuf>,
 }
 
-/// What the call did.
+/// What one call did.
 #[derive(Debug, Clone)]
-pub struct PluginRunOutcome {
-    pub plugin: String,
+pub struct CallOutcome {
     pub event_id: String,
     /// Ok, or why the call failed.
     pub result: Result<(), CallError>,
-    /// Time to load the version (compile, link, the load-time `init`).
-    pub load_elapsed: Duration,
     /// Time of the call itself (fresh instance, `init`, `handle`).
     pub elapsed: Duration,
 }
 
-impl PluginRunOutcome {
+impl CallOutcome {
     /// `ok`, `retry`, `give_up`, `trap`, `timeout`, `memory_limit`, `init_refused` or `host`.
     pub fn status(&self) -> &'static str {
         match &self.result {
@@ -60,47 +61,99 @@ impl PluginRunOutcome {
             Err(e) => e.kind(),
         }
     }
+}
 
-    /// The plugin's or the host's message, if the call failed.
-    pub fn message(&self) -> Option<String> {
-        self.result.as_ref().err().map(|e| e.to_string())
+/// What the run did: the plugin loaded once, then one call per event, in order.
+#[derive(Debug, Clone)]
+pub struct PluginRunOutcome {
+    pub plugin: String,
+    /// The manifest used, if any (given, or found beside the component).
+    pub manifest: Option<PathBuf>,
+    /// Time to load the version (compile, link, the load-time `init`).
+    pub load_elapsed: Duration,
+    pub calls: Vec<CallOutcome>,
+}
+
+impl PluginRunOutcome {
+    /// The first failed call's status, or `ok` when every call succeeded.
+    pub fn status(&self) -> &'static str {
+        self.calls
+            .iter()
+            .map(CallOutcome::status)
+            .find(|s| *s != "ok")
+            .unwrap_or("ok")
     }
 
+    /// The first failed call's message (the plugin's or the host's).
+    pub fn message(&self) -> Option<String> {
+        self.calls
+            .iter()
+            .find_map(|c| c.result.as_ref().err().map(|e| e.to_string()))
+    }
+
+    /// Whether every call succeeded.
     pub fn is_ok(&self) -> bool {
-        self.result.is_ok()
+        self.calls.iter().all(|c| c.result.is_ok())
+    }
+
+    /// One JSON object per call, for `--json`: plugin, event, status, message, elapsed and
+    /// load times in milliseconds.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.calls
+            .iter()
+            .map(|call| {
+                serde_json::json!({
+                    "plugin": self.plugin,
+                    "event": call.event_id,
+                    "status": call.status(),
+                    "message": call.result.as_ref().err().map(|e| e.to_string()),
+                    "elapsed_ms": call.elapsed.as_secs_f64() * 1000.0,
+                    "load_ms": self.load_elapsed.as_secs_f64() * 1000.0,
+                })
+            })
+            .collect()
     }
 }
 
 impl fmt::Display for PluginRunOutcome {
+    /// One line per call (`STATUS: plugin P on event E in N ms (load M ms)`), with the reason
+    /// of a failed call indented below it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: plugin {} on event {} in {} ms (load {} ms)",
-            self.status(),
-            self.plugin,
-            self.event_id,
-            self.elapsed.as_millis(),
-            self.load_elapsed.as_millis()
-        )?;
-        if let Some(message) = self.message() {
-            write!(f, "\n  {message}")?;
+        for (i, call) in self.calls.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(
+                f,
+                "{}: plugin {} on event {} in {} ms (load {} ms)",
+                call.status(),
+                self.plugin,
+                call.event_id,
+                call.elapsed.as_millis(),
+                self.load_elapsed.as_millis()
+            )?;
+            if let Err(e) = &call.result {
+                write!(f, "\n  {e}")?;
+            }
         }
         Ok(())
     }
 }
 
-/// Loads the plugin and calls it once with the event. Errors: unreadable or invalid files, and
-/// a plugin that does not load. A plugin that loads but fails the call is an `Ok` outcome
-/// whose `result` says why.
+/// Loads the plugin and calls it with each event, in order. Errors: unreadable or invalid
+/// files (naming the file and, for several events, which one), no event at all, and a plugin
+/// that does not load. A plugin that loads but fails a call is an `Ok` outcome whose call
+/// says why.
 pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome> {
-    let event = read_event(&args.event)?;
+    let events = read_events(&args.event)?;
     let wasm: Arc<[u8]> = tokio::fs::read(&args.wasm)
         .await
         .with_context(|| format!("cannot read the component {}", args.wasm.display()))?
         .into();
 
     let defaults = PluginDefaults::default();
-    let (name, manifest) = match &args.manifest {
+    let manifest_path = args.manifest.clone().or_else(|| beside(&args.wasm));
+    let (name, manifest) = match &manifest_path {
         Some(path) => (stem(path), Some(read_manifest(path)?)),
         None => (stem(&args.wasm), None),
     };
@@ -149,15 +202,30 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
     let version = runtime.load(spec).await?;
     let load_elapsed = started.elapsed();
 
-    let started = Instant::now();
-    let result = version.handle(&event).await;
+    let mut calls = Vec::with_capacity(events.len());
+    for event in &events {
+        let started = Instant::now();
+        let result = version.handle(event).await;
+        calls.push(CallOutcome {
+            event_id: event.id.clone(),
+            result,
+            elapsed: started.elapsed(),
+        });
+    }
     Ok(PluginRunOutcome {
         plugin: name,
-        event_id: event.id.clone(),
-        result,
+        manifest: manifest_path,
         load_elapsed,
-        elapsed: started.elapsed(),
+        calls,
     })
+}
+
+/// `NAME.yaml` (or `.yml`) beside the component `NAME.wasm`, if there is one.
+fn beside(wasm: &Path) -> Option<PathBuf> {
+    ["yaml", "yml"]
+        .into_iter()
+        .map(|ext| wasm.with_extension(ext))
+        .find(|p| p.is_file())
 }
 
 async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
@@ -184,23 +252,69 @@ fn stem(path: &Path) -> String {
         .unwrap_or_else(|| "plugin".to_string())
 }
 
-fn read_event(path: &Path) -> anyhow::Result<JobEvent> {
+/// The events of `source`: `-` (standard input), a folder (its `.json` and `.jsonl` files in
+/// name order) or a file; each holds one event, or several as JSON lines (or simply one after
+/// another).
+fn read_events(source: &Path) -> anyhow::Result<Vec<JobEvent>> {
+    let mut events = Vec::new();
+    if source.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("cannot read events from standard input")?;
+        events.extend(parse_events(&text, "standard input")?);
+    } else if source.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(source)
+            .with_context(|| format!("cannot list the event folder {}", source.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json" || e == "jsonl"))
+            .collect();
+        files.sort();
+        for file in files {
+            events.extend(read_event_file(&file)?);
+        }
+    } else {
+        events.extend(read_event_file(source)?);
+    }
+    if events.is_empty() {
+        bail!("{}: no event in it", source.display());
+    }
+    Ok(events)
+}
+
+fn read_event_file(path: &Path) -> anyhow::Result<Vec<JobEvent>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the event file {}", path.display()))?;
-    let mut deserializer = serde_json::Deserializer::from_str(&text);
-    let event: JobEvent = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let at = e.path().to_string();
-        let inner = e.into_inner();
-        if at == "." {
-            anyhow::anyhow!("{}: not a job event: {inner}", path.display())
-        } else {
-            anyhow::anyhow!("{}: not a job event: at `{at}`: {inner}", path.display())
-        }
-    })?;
-    deserializer
-        .end()
-        .with_context(|| format!("{}: trailing data after the event", path.display()))?;
-    Ok(event)
+    parse_events(&text, &path.display().to_string())
+}
+
+/// One or more events, one JSON value after another; an error names `origin`, and the
+/// event's number and field when there are several.
+fn parse_events(text: &str, origin: &str) -> anyhow::Result<Vec<JobEvent>> {
+    let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(text)
+        .into_iter::<serde_json::Value>()
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("{origin}: not JSON: {e}"))?;
+    let several = values.len() > 1;
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let which = if several {
+                format!(" (event {})", i + 1)
+            } else {
+                String::new()
+            };
+            serde_path_to_error::deserialize::<_, JobEvent>(value).map_err(|e| {
+                let at = e.path().to_string();
+                let inner = e.into_inner();
+                if at == "." {
+                    anyhow::anyhow!("{origin}{which}: not a job event: {inner}")
+                } else {
+                    anyhow::anyhow!("{origin}{which}: not a job event: at `{at}`: {inner}")
+                }
+            })
+        })
+        .collect()
 }
 
 /// Reads a manifest; its `wasm:` may be absent (the command line names the component), and
@@ -258,9 +372,59 @@ mod tests {
                "phase":"runing","transition_time":"2026-01-01T00:00:00Z"}"#,
         )
         .expect("write");
-        let err = read_event(&file).expect_err("bad phase").to_string();
+        let err = read_events(&file).expect_err("bad phase").to_string();
         assert!(err.contains("event.json"), "{err}");
         assert!(err.contains("phase"), "{err}");
+    }
+
+    fn event_json(rv: u32) -> String {
+        format!(
+            r#"{{"id":"c/u/{rv}","cluster":"c","api_version":"batch/v1","kind":"Job","namespace":"ns","name":"n","uid":"u","resource_version":"{rv}","phase":"running","transition_time":"2026-01-01T00:00:00Z"}}"#
+        )
+    }
+
+    /// One event, JSON lines, and a folder of both, in name order; a bad line is named by its
+    /// number; an empty source is an error.
+    #[test]
+    fn events_come_from_a_file_json_lines_or_a_folder() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ids = |events: Vec<JobEvent>| events.into_iter().map(|e| e.id).collect::<Vec<_>>();
+        std::fs::write(tmp.path().join("b.json"), event_json(1)).expect("write");
+        std::fs::write(
+            tmp.path().join("a.jsonl"),
+            format!("{}\n{}\n", event_json(2), event_json(3)),
+        )
+        .expect("write");
+        std::fs::write(tmp.path().join("notes.txt"), "not an event").expect("write");
+        assert_eq!(
+            ids(read_events(&tmp.path().join("b.json")).expect("one")),
+            ["c/u/1"]
+        );
+        assert_eq!(
+            ids(read_events(&tmp.path().join("a.jsonl")).expect("lines")),
+            ["c/u/2", "c/u/3"]
+        );
+        assert_eq!(
+            ids(read_events(tmp.path()).expect("folder")),
+            ["c/u/2", "c/u/3", "c/u/1"]
+        );
+        let bad = format!(
+            "{}\n{}\n",
+            event_json(4),
+            event_json(5).replace("running", "runing")
+        );
+        let err = parse_events(&bad, "lines.jsonl")
+            .expect_err("bad second")
+            .to_string();
+        assert!(
+            err.contains("lines.jsonl (event 2)") && err.contains("phase"),
+            "{err}"
+        );
+        std::fs::write(tmp.path().join("empty.jsonl"), "\n").expect("write");
+        let err = read_events(&tmp.path().join("empty.jsonl"))
+            .expect_err("empty")
+            .to_string();
+        assert!(err.contains("no event"), "{err}");
     }
 
     #[test]
