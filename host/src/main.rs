@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
-use jobrelay::cli::{Cli, Command, FinalizersCommand, PluginCommand, check};
+use jobrelay::cli::{Cli, Command, FinalizersCommand, PluginCommand, check, sample_event};
 use jobrelay::daemon::Daemon;
 use jobrelay::telemetry::logging;
 
@@ -62,6 +62,24 @@ async fn main() -> ExitCode {
                 }
             })
         }
+        Command::Plugin(PluginCommand::SampleEvent {
+            kind,
+            phase,
+            cluster,
+            previous,
+        }) => sample_event::parse_phase(&phase)
+            .and_then(|phase| {
+                let previous = previous
+                    .as_deref()
+                    .map(sample_event::parse_phase)
+                    .transpose()?;
+                sample_event::sample_event(&kind, phase, &cluster, previous)
+            })
+            .and_then(|event| Ok(serde_json::to_string_pretty(&event)?))
+            .map(|json| {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }),
         #[cfg(feature = "demo")]
         Command::Demo {
             dir,

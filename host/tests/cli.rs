@@ -563,3 +563,71 @@ async fn plugin_run_takes_many_events_from_stdin_or_a_folder_and_reports_json() 
         "{report}"
     );
 }
+
+/// `plugin sample-event` prints an event as the daemon would make it, which `plugin run` takes
+/// from standard input as it is; a kind or phase that does not exist is refused by name.
+#[tokio::test]
+async fn a_sample_event_feeds_plugin_run() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = jobrelay(&[
+        "plugin",
+        "sample-event",
+        "--kind",
+        "volcano-job",
+        "--phase",
+        "failed",
+        "--previous",
+        "running",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let event: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one event");
+    assert_eq!(event["phase"], "failed");
+    assert_eq!(event["previous_phase"], "running");
+    assert_eq!(event["api_version"], "batch.volcano.sh/v1alpha1");
+
+    let manifest = dir.path().join("log.yaml");
+    write(
+        &manifest,
+        "grants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\nconfig:\n  file: s.jsonl\n",
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["plugin", "run"])
+        .arg(built("event-log"))
+        .args(["--event", "-", "--manifest"])
+        .arg(&manifest)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobrelay runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(&out.stdout).await.expect("event");
+    drop(stdin);
+    let run = child.wait_with_output().await.expect("ends");
+    assert!(run.status.success(), "{}", text(&run));
+    let line = std::fs::read_to_string(dir.path().join("out/s.jsonl")).expect("written");
+    let line: serde_json::Value = serde_json::from_str(line.trim()).expect("json");
+    assert_eq!(line["phase"], "failed");
+
+    for (flag, value, named) in [
+        ("--kind", "spark-job", "volcano-job"),
+        ("--phase", "exploded", "succeeded"),
+    ] {
+        let mut args = vec![
+            "plugin",
+            "sample-event",
+            "--kind",
+            "batch-job",
+            "--phase",
+            "running",
+        ];
+        let at = args.iter().position(|a| *a == flag).expect("flag") + 1;
+        args[at] = value;
+        let out = jobrelay(&args).await;
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{report}");
+        assert!(report.contains(value) && report.contains(named), "{report}");
+    }
+}

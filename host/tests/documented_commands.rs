@@ -79,12 +79,14 @@ fn command_lines(text: &str) -> Vec<Found> {
                 full.push(' ');
                 full.push_str(lines[i].trim());
             }
-            if let Some(args) = invocation(&full) {
-                found.push(Found {
-                    line: number,
-                    args,
-                    prose: false,
-                });
+            for command in pipeline(&full) {
+                if let Some(args) = invocation(command) {
+                    found.push(Found {
+                        line: number,
+                        args,
+                        prose: false,
+                    });
+                }
             }
         } else if !line.trim().is_empty() {
             let (_, text) = paragraph.get_or_insert_with(|| (number, String::new()));
@@ -112,6 +114,31 @@ fn prose_spans(line: usize, paragraph: &str, found: &mut Vec<Found>) {
             });
         }
     }
+}
+
+/// The commands of a shell pipeline (`a | b`), split only outside the synopsis notation's
+/// brackets, where `[--all | ID...]` uses the same bar for alternatives.
+fn pipeline(line: &str) -> Vec<&str> {
+    let mut commands = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    let bytes = line.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'[' => depth += 1,
+            b']' => depth -= 1,
+            b'|' if depth == 0
+                && i > 0
+                && bytes[i - 1] == b' '
+                && bytes.get(i + 1) == Some(&b' ') =>
+            {
+                commands.push(&line[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    commands.push(&line[start..]);
+    commands
 }
 
 /// The arguments of a code-block line that runs jobrelay, without a trailing comment.
@@ -244,12 +271,20 @@ fn the_reader_finds_expands_and_refuses() {
                cargo run -p jobrelay -- demo --jobs N\n\
                kubectl exec deploy/jobrelay -- jobrelay run \\\n  --config /etc/jobrelay\n\
                jobrelay (host/src) ──► jobrelay-state\n\
+               jobrelay plugin sample-event --kind batch-job --phase failed | jobrelay plugin run x.wasm --event -\n\
                ```\n";
     let found = command_lines(doc);
     let args: Vec<&str> = found.iter().map(|f| f.args.as_str()).collect();
     assert_eq!(
         found.iter().map(|f| (f.line, f.prose)).collect::<Vec<_>>(),
-        [(1, true), (3, false), (4, false), (5, false)]
+        [
+            (1, true),
+            (3, false),
+            (4, false),
+            (5, false),
+            (8, false),
+            (8, false)
+        ]
     );
     assert_eq!(
         args,
@@ -258,6 +293,8 @@ fn the_reader_finds_expands_and_refuses() {
             "dead-letters list|drop --config DIR [--plugin P] [--all | ID...]",
             "demo --jobs N",
             "run --config /etc/jobrelay",
+            "plugin sample-event --kind batch-job --phase failed",
+            "plugin run x.wasm --event -",
         ]
     );
     let lines: Vec<String> = expand(args[1]).iter().map(|w| w.join(" ")).collect();

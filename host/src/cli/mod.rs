@@ -6,6 +6,7 @@ pub mod dead_letters;
 pub mod demo;
 pub mod finalizers;
 pub mod plugin_run;
+pub mod sample_event;
 
 use std::path::PathBuf;
 
@@ -131,6 +132,23 @@ pub enum PluginCommand {
         /// (`archive/`). Default: a temporary folder removed afterwards.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+    },
+    /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
+    /// in the given phase, made by that kind's normalizer and the real watch tracker — to try
+    /// a plugin with `plugin run --event -`.
+    SampleEvent {
+        /// batch-job, volcano-job, pytorch-job, mpi-job or mpi-job-v1.
+        #[arg(long)]
+        kind: String,
+        /// pending, running, restarting, suspended, succeeded, failed, terminating or deleted.
+        #[arg(long)]
+        phase: String,
+        /// The cluster the event names.
+        #[arg(long, default_value = "example")]
+        cluster: String,
+        /// The phase the plugin saw before (a lane fills this in from its cursor).
+        #[arg(long)]
+        previous: Option<String>,
     },
 }
 

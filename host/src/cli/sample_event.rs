@@ -1,0 +1,220 @@
+//! `jobrelay plugin sample-event --kind KIND --phase PHASE`: a job event as the daemon would
+//! hand it to a plugin, for trying a plugin with `plugin run` without a cluster.
+//!
+//! The event is not written by hand: a job object of the kind is built with a status that the
+//! kind's own normalizer reads as the wanted phase, and the real watch tracker turns it into
+//! the event — the same id, transition key, labels and object JSON a daemon would produce.
+//! Only `previous_phase`, which each plugin's lane fills in, is set from `--previous`.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
+use jobrelay_watch::normalize::normalize;
+use jobrelay_watch::watcher::{Observation, Tracker};
+
+/// Every phase a sample can be made for (all but `unknown`).
+pub const PHASES: [Phase; 8] = [
+    Phase::Pending,
+    Phase::Running,
+    Phase::Restarting,
+    Phase::Suspended,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::Terminating,
+    Phase::Deleted,
+];
+
+const TIME: &str = "2026-01-15T08:30:00Z";
+
+/// A phase by its name as events write it (`running`, `succeeded`, ...).
+pub fn parse_phase(text: &str) -> anyhow::Result<Phase> {
+    serde_json::from_value(Value::String(text.to_string())).map_err(|_| {
+        anyhow::anyhow!(
+            "`{text}` is not a phase; one of {}",
+            PHASES.map(|p| p.as_str()).join(", ")
+        )
+    })
+}
+
+/// The event of a job of built-in kind `kind` in `phase`, on cluster `cluster`.
+pub fn sample_event(
+    kind: &str,
+    phase: Phase,
+    cluster: &str,
+    previous: Option<Phase>,
+) -> anyhow::Result<JobEvent> {
+    let Some(job_kind) = JobKind::builtin(kind) else {
+        bail!(
+            "no built-in kind `{kind}`; the built-in kinds are {}",
+            [
+                "batch-job",
+                "volcano-job",
+                "pytorch-job",
+                "mpi-job",
+                "mpi-job-v1"
+            ]
+            .join(", ")
+        );
+    };
+    // A job being deleted, or gone, was running first.
+    let shown = match phase {
+        Phase::Terminating | Phase::Deleted => Phase::Running,
+        other => other,
+    };
+    let status = statuses(&job_kind.normalizer)
+        .into_iter()
+        .find(|status| {
+            normalize(
+                &job_kind.normalizer,
+                &object(&job_kind, status.clone(), false),
+            )
+            .phase
+                == shown
+        })
+        .with_context(|| {
+            format!(
+                "a {kind} never shows the phase {} (its status has no form the normalizer reads \
+                 as that phase)",
+                phase.as_str()
+            )
+        })?;
+    let object = object(&job_kind, status, phase == Phase::Terminating);
+    let object: DynamicObject =
+        serde_json::from_value(object).context("the sample object is not a Kubernetes object")?;
+    let mut tracker = Tracker::new(Arc::from(cluster), Arc::new(job_kind), None);
+    let observed = tracker.observe(match phase {
+        Phase::Deleted => Event::Delete(object),
+        _ => Event::Apply(object),
+    });
+    let mut event = observed
+        .into_iter()
+        .find_map(|o| match o {
+            Observation::Version { event, .. } => Some(event),
+            Observation::Listed { .. } => None,
+        })
+        .context("the watch tracker made no event of the sample")?;
+    event.previous_phase = previous;
+    Ok(event)
+}
+
+/// A job of `kind` with `status`, as an API server would return it.
+fn object(kind: &JobKind, status: Value, deleting: bool) -> Value {
+    let mut metadata = json!({
+        "name": format!("sample-{}", kind.name),
+        "namespace": "ml",
+        "uid": "5f0c7a9e-3b1d-4c2a-9e8f-1a2b3c4d5e6f",
+        "resourceVersion": "48213",
+        "generation": 1,
+        "creationTimestamp": "2026-01-15T08:00:00Z",
+        "labels": {"team": "vision", "queue": "a100"},
+        "annotations": {"platform.example.com/owner": "alice@example.com"},
+    });
+    if deleting {
+        metadata["deletionTimestamp"] = json!(TIME);
+        metadata["finalizers"] = json!(["jobrelay.io/delivery"]);
+    }
+    json!({
+        "apiVersion": kind.api_version(),
+        "kind": kind.kind,
+        "metadata": metadata,
+        "spec": {},
+        "status": status,
+    })
+}
+
+/// Statuses a controller of this normalizer's kind writes, one per phase it can show; the
+/// normalizer itself picks which stands for which phase.
+fn statuses(normalizer: &NormalizerSpec) -> Vec<Value> {
+    let condition = |type_: &str| {
+        json!({"type": type_, "status": "True", "reason": format!("Job{type_}"),
+               "message": format!("the job is {}", type_.to_lowercase()),
+               "lastTransitionTime": TIME})
+    };
+    match normalizer {
+        NormalizerSpec::Volcano => [
+            "Pending",
+            "Running",
+            "Restarting",
+            "Aborted",
+            "Completed",
+            "Failed",
+        ]
+        .into_iter()
+        .map(|phase| {
+            json!({"state": {"phase": phase, "reason": "", "lastTransitionTime": TIME},
+                   "minAvailable": 2, "running": 2, "version": 1})
+        })
+        .collect(),
+        NormalizerSpec::Batch => vec![
+            json!({}),
+            json!({"active": 2, "startTime": TIME}),
+            json!({"conditions": [condition("Suspended")]}),
+            json!({"conditions": [condition("Complete")], "succeeded": 2, "completionTime": TIME}),
+            json!({"conditions": [condition("Failed")], "failed": 1}),
+        ],
+        NormalizerSpec::Kubeflow => [
+            "Created",
+            "Running",
+            "Restarting",
+            "Suspended",
+            "Succeeded",
+            "Failed",
+        ]
+        .into_iter()
+        .map(|type_| json!({"conditions": [condition(type_)]}))
+        .collect(),
+        // Kinds described as data have no built-in samples.
+        NormalizerSpec::Field(_) | NormalizerSpec::Conditions(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every built-in kind has a sample of every phase it can show, made by the real
+    /// normalizer and tracker, and it reads back as a job event. A batch/v1 Job never shows
+    /// `restarting` (its pods are retried inside the job): asked for, that is refused.
+    #[test]
+    fn every_builtin_kind_has_every_phase_it_can_show() {
+        let err = sample_event("batch-job", Phase::Restarting, "lab", None).expect_err("none");
+        assert!(
+            err.to_string().contains("never shows the phase restarting"),
+            "{err}"
+        );
+        for kind in [
+            "batch-job",
+            "volcano-job",
+            "pytorch-job",
+            "mpi-job",
+            "mpi-job-v1",
+        ] {
+            for phase in PHASES {
+                if kind == "batch-job" && phase == Phase::Restarting {
+                    continue;
+                }
+                let event = sample_event(kind, phase, "lab", Some(Phase::Pending))
+                    .unwrap_or_else(|e| panic!("{kind} {}: {e:#}", phase.as_str()));
+                assert_eq!(event.phase, phase, "{kind}");
+                assert_eq!(event.cluster, "lab");
+                assert_eq!(event.previous_phase, Some(Phase::Pending));
+                let object: Value = serde_json::from_str(&event.object_json).expect("json");
+                assert_eq!(object["metadata"]["name"], format!("sample-{kind}"));
+                let text = serde_json::to_string(&event).expect("json");
+                let back: JobEvent = serde_json::from_str(&text).expect("reads back");
+                assert_eq!(back.id, event.id);
+            }
+        }
+        let err = sample_event("spark-job", Phase::Running, "c", None).expect_err("unknown");
+        assert!(err.to_string().contains("volcano-job"), "{err}");
+        assert_eq!(parse_phase("failed").expect("a phase"), Phase::Failed);
+        let err = parse_phase("Failed").expect_err("names are lower case");
+        assert!(err.to_string().contains("succeeded"), "{err}");
+    }
+}
