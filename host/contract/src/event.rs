@@ -27,6 +27,19 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in the order of the WIT enum.
+    pub const ALL: [Phase; 9] = [
+        Phase::Pending,
+        Phase::Running,
+        Phase::Restarting,
+        Phase::Suspended,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Terminating,
+        Phase::Deleted,
+        Phase::Unknown,
+    ];
+
     /// Succeeded and failed end a job's run; deletion ends its life.
     pub fn is_terminal(self) -> bool {
         matches!(self, Phase::Succeeded | Phase::Failed)

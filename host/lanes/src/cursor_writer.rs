@@ -244,6 +244,17 @@ mod tests {
         }
     }
 
+    /// A save of `uid`'s cursor running on its own task, as a lane's worker would make it.
+    fn saving(writer: &CursorWriter, uid: &str) -> tokio::task::JoinHandle<Result<(), String>> {
+        let (writer, cursor) = (writer.clone(), cursor(uid));
+        tokio::spawn(async move { writer.save(cursor).await })
+    }
+
+    /// Long enough for spawned saves to reach the writer's queue.
+    async fn settle() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
     fn cursor(uid: &str) -> Cursor {
         Cursor {
             plugin: "p".into(),
@@ -266,19 +277,10 @@ mod tests {
     async fn cursors_gather_behind_a_write_and_each_save_waits_for_its_own() {
         let store = Arc::new(Recording::default());
         let writer = CursorWriter::start(store.clone());
-        let first = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.save(cursor("a")).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let rest: Vec<_> = ["b", "c", "d"]
-            .into_iter()
-            .map(|uid| {
-                let writer = writer.clone();
-                tokio::spawn(async move { writer.save(cursor(uid)).await })
-            })
-            .collect();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let first = saving(&writer, "a");
+        settle().await;
+        let rest: Vec<_> = ["b", "c", "d"].map(|uid| saving(&writer, uid)).into();
+        settle().await;
         assert!(
             !first.is_finished(),
             "a save returned before its write finished"
@@ -303,17 +305,11 @@ mod tests {
     async fn remembered_jobs_go_with_the_next_batch_before_its_saves() {
         let store = Arc::new(Recording::default());
         let writer = CursorWriter::start(store.clone());
-        let first = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.save(cursor("a")).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let first = saving(&writer, "a");
+        settle().await;
         writer.remember(cursor("new"));
-        let second = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.save(cursor("b")).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let second = saving(&writer, "b");
+        settle().await;
         store.gate.add_permits(2);
         assert_eq!(first.await.expect("join"), Ok(()));
         assert_eq!(second.await.expect("join"), Ok(()));
@@ -331,17 +327,14 @@ mod tests {
     async fn a_removal_is_never_overtaken_by_an_earlier_note() {
         let store = Arc::new(Recording::default());
         let writer = CursorWriter::start(store.clone());
-        let first = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.save(cursor("a")).await }
-        });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let first = saving(&writer, "a");
+        settle().await;
         writer.remember(cursor("gone"));
         let removed = tokio::spawn({
             let writer = writer.clone();
             async move { writer.remove(cursor("gone")).await }
         });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        settle().await;
         store.gate.add_permits(1);
         assert_eq!(first.await.expect("join"), Ok(()));
         assert_eq!(removed.await.expect("join"), Ok(()));

@@ -18,17 +18,10 @@ use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 use jobrelay_watch::normalize::normalize;
 use jobrelay_watch::watcher::{Observation, Tracker};
 
-/// Every phase a sample can be made for (all but `unknown`).
-pub const PHASES: [Phase; 8] = [
-    Phase::Pending,
-    Phase::Running,
-    Phase::Restarting,
-    Phase::Suspended,
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::Terminating,
-    Phase::Deleted,
-];
+/// Every phase a sample can be made for: all but `unknown`.
+fn phases() -> impl Iterator<Item = Phase> {
+    Phase::ALL.into_iter().filter(|p| *p != Phase::Unknown)
+}
 
 const TIME: &str = "2026-01-15T08:30:00Z";
 
@@ -37,7 +30,7 @@ pub fn parse_phase(text: &str) -> anyhow::Result<Phase> {
     serde_json::from_value(Value::String(text.to_string())).map_err(|_| {
         anyhow::anyhow!(
             "`{text}` is not a phase; one of {}",
-            PHASES.map(|p| p.as_str()).join(", ")
+            phases().map(Phase::as_str).collect::<Vec<_>>().join(", ")
         )
     })
 }
@@ -195,7 +188,7 @@ mod tests {
             "mpi-job",
             "mpi-job-v1",
         ] {
-            for phase in PHASES {
+            for phase in phases() {
                 if kind == "batch-job" && phase == Phase::Restarting {
                     continue;
                 }

@@ -124,17 +124,7 @@ mod tests {
 
     #[test]
     fn every_phase_round_trips_through_its_stored_text() {
-        for phase in [
-            Phase::Pending,
-            Phase::Running,
-            Phase::Restarting,
-            Phase::Suspended,
-            Phase::Succeeded,
-            Phase::Failed,
-            Phase::Terminating,
-            Phase::Deleted,
-            Phase::Unknown,
-        ] {
+        for phase in Phase::ALL {
             assert_eq!(parse_phase(phase.as_str()), Some(phase));
         }
         assert_eq!(parse_phase("Running"), None);
