@@ -45,14 +45,7 @@ pub fn sample_event(
     let Some(job_kind) = JobKind::builtin(kind) else {
         bail!(
             "no built-in kind `{kind}`; the built-in kinds are {}",
-            [
-                "batch-job",
-                "volcano-job",
-                "pytorch-job",
-                "mpi-job",
-                "mpi-job-v1"
-            ]
-            .join(", ")
+            JobKind::BUILTINS.join(", ")
         );
     };
     // A job being deleted, or gone, was running first.
@@ -181,13 +174,7 @@ mod tests {
             err.to_string().contains("never shows the phase restarting"),
             "{err}"
         );
-        for kind in [
-            "batch-job",
-            "volcano-job",
-            "pytorch-job",
-            "mpi-job",
-            "mpi-job-v1",
-        ] {
+        for kind in JobKind::BUILTINS {
             for phase in phases() {
                 if kind == "batch-job" && phase == Phase::Restarting {
                     continue;

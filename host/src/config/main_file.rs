@@ -457,13 +457,20 @@ impl KindEntry {
         }
         if is_bare {
             let (finalizer, clusters) = (self.finalizer, self.clusters);
-            return JobKind::builtin(&self.name).map(|k| JobKind { finalizer, clusters, ..k }).ok_or_else(|| {
-                format!(
-                    "`{}` is not a built-in kind (built-in: batch-job, volcano-job, pytorch-job, \
-                     mpi-job, mpi-job-v1); give group, version, kind, plural and normalizer",
-                    self.name
-                )
-            });
+            return JobKind::builtin(&self.name)
+                .map(|k| JobKind {
+                    finalizer,
+                    clusters,
+                    ..k
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "`{}` is not a built-in kind (built-in: {}); give group, version, kind, \
+                     plural and normalizer",
+                        self.name,
+                        JobKind::BUILTINS.join(", ")
+                    )
+                });
         }
         let need = |v: Option<String>, field: &str| {
             v.filter(|s| !s.is_empty())

@@ -61,7 +61,6 @@ struct Statements {
     tables: Tables,
     load_cursors: std::sync::Arc<str>,
     upsert_cursor: std::sync::Arc<str>,
-    remember_job: std::sync::Arc<str>,
     remove_cursor: std::sync::Arc<str>,
     add_dead_letter: std::sync::Arc<str>,
     list_dead_letters: std::sync::Arc<str>,
@@ -95,12 +94,6 @@ impl Statements {
                 &CURSOR_KEY,
                 CURSOR_ROW,
                 1,
-            )),
-            remember_job: sql(D::insert_or_keep(
-                &t.cursors,
-                CURSOR_COLUMNS,
-                &CURSOR_KEY,
-                CURSOR_ROW,
             )),
             remove_cursor: sql(format!(
                 "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
@@ -190,6 +183,11 @@ fn keep_prepared(rows: usize) -> bool {
 
 /// A cursor's columns bound in table order, for the statements that write one.
 fn bind_cursor(statement: Statement, cursor: &Cursor) -> Statement {
+    bind_cursor_version(statement, cursor, &cursor.resource_version)
+}
+
+/// [`bind_cursor`] with `resource_version` in place of the cursor's own.
+fn bind_cursor_version(statement: Statement, cursor: &Cursor, resource_version: &str) -> Statement {
     statement
         .text(&cursor.plugin)
         .text(&cursor.cluster)
@@ -198,7 +196,7 @@ fn bind_cursor(statement: Statement, cursor: &Cursor) -> Statement {
         .text(&cursor.kind)
         .text(&cursor.namespace)
         .text(&cursor.name)
-        .text(&cursor.resource_version)
+        .text(resource_version)
         .text(cursor.phase.as_str())
         .text(&cursor.transition_time)
         .bool(cursor.deleted)
@@ -478,13 +476,7 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
     }
 
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        let seen = Cursor {
-            resource_version: String::new(),
-            ..cursor.clone()
-        };
-        let statement = bind_cursor(Statement::new(&self.sql.remember_job), &seen);
-        retry_deadlocks!(self.execute(statement.clone(), "remember a job").await)?;
-        Ok(())
+        self.remember_jobs(std::slice::from_ref(cursor)).await
     }
 
     async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
@@ -499,13 +491,10 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
                 persistent: keep_prepared(chunk.len()),
                 ..Statement::once(sql)
             };
-            let statement = chunk.iter().fold(statement, |s, cursor| {
-                let seen = Cursor {
-                    resource_version: String::new(),
-                    ..cursor.clone()
-                };
-                bind_cursor(s, &seen)
-            });
+            // Stored with an empty version: seen, nothing delivered.
+            let statement = chunk
+                .iter()
+                .fold(statement, |s, cursor| bind_cursor_version(s, cursor, ""));
             retry_deadlocks!(self.execute(statement.clone(), "remember jobs").await)?;
         }
         Ok(())

@@ -110,6 +110,15 @@ impl JobKind {
         })
     }
 
+    /// Names of every built-in kind, as [`JobKind::builtin`] knows them.
+    pub const BUILTINS: [&'static str; 5] = [
+        "batch-job",
+        "volcano-job",
+        "pytorch-job",
+        "mpi-job",
+        "mpi-job-v1",
+    ];
+
     /// Names of the built-in kinds watched when the main file lists none.
     pub const DEFAULT_BUILTINS: [&'static str; 4] =
         ["batch-job", "volcano-job", "pytorch-job", "mpi-job"];
