@@ -84,30 +84,139 @@ pub fn spawn(
     })
 }
 
-/// One check: the trivial statement, then the dead-letter count (both within
-/// [`CHECK_TIMEOUT`]). A failed count keeps the last known one: the store answered, which is
-/// what readiness needs.
+/// One check: the trivial statement decides whether the store answers (within
+/// [`CHECK_TIMEOUT`]); only then are the dead letters counted, within a limit of their own, so
+/// that a slow count over a large backlog can never make the replica look unready. A count
+/// that fails or takes too long keeps the last known one.
 async fn check_once(store: &dyn CursorStore, health: &StoreHealth) -> StoreStatus {
-    let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
-        store.check().await?;
-        Ok::<_, jobrelay_state::StoreError>(store.dead_letter_counts().await.ok())
-    })
-    .await;
-    match checked {
-        Ok(Ok(counts)) => StoreStatus {
-            reachable: true,
-            error: None,
-            dead_letters: counts.unwrap_or_else(|| health.snapshot().dead_letters),
-        },
-        Ok(Err(e)) => StoreStatus {
+    let last_counts = || health.snapshot().dead_letters;
+    let error = match tokio::time::timeout(CHECK_TIMEOUT, store.check()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
+    };
+    if let Some(error) = error {
+        return StoreStatus {
             reachable: false,
-            error: Some(e.to_string()),
-            dead_letters: health.snapshot().dead_letters,
-        },
-        Err(_) => StoreStatus {
-            reachable: false,
-            error: Some(format!("no answer within {} s", CHECK_TIMEOUT.as_secs())),
-            dead_letters: health.snapshot().dead_letters,
-        },
+            error: Some(error),
+            dead_letters: last_counts(),
+        };
+    }
+    let dead_letters = match tokio::time::timeout(CHECK_TIMEOUT, store.dead_letter_counts()).await {
+        Ok(Ok(counts)) => counts,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "cannot count the stored dead letters; keeping the last count");
+            last_counts()
+        }
+        Err(_) => last_counts(),
+    };
+    StoreStatus {
+        reachable: true,
+        error: None,
+        dead_letters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use async_trait::async_trait;
+    use jobrelay_contract::event::JobEvent;
+    use jobrelay_state::{Cursor, DeadLetter, SqliteStore, StoreError};
+
+    use super::*;
+
+    /// A real SQLite store that answers its check at once and never its dead-letter count.
+    struct SlowCount(SqliteStore);
+
+    #[async_trait]
+    impl CursorStore for SlowCount {
+        async fn cursors(&self, p: &str) -> Result<Vec<Cursor>, StoreError> {
+            self.0.cursors(p).await
+        }
+        async fn save_cursor(&self, c: &Cursor) -> Result<(), StoreError> {
+            self.0.save_cursor(c).await
+        }
+        async fn remember_job(&self, c: &Cursor) -> Result<(), StoreError> {
+            self.0.remember_job(c).await
+        }
+        async fn installed(&self, p: &str, now: &str) -> Result<String, StoreError> {
+            self.0.installed(p, now).await
+        }
+        async fn save_cursors(&self, c: &[Cursor]) -> Result<(), StoreError> {
+            self.0.save_cursors(c).await
+        }
+        async fn remove_cursor(&self, p: &str, c: &str, u: &str) -> Result<(), StoreError> {
+            self.0.remove_cursor(p, c, u).await
+        }
+        async fn add_dead_letter(
+            &self,
+            p: &str,
+            e: &JobEvent,
+            err: &str,
+            n: u32,
+        ) -> Result<i64, StoreError> {
+            self.0.add_dead_letter(p, e, err, n).await
+        }
+        async fn dead_letters(&self, p: Option<&str>) -> Result<Vec<DeadLetter>, StoreError> {
+            self.0.dead_letters(p).await
+        }
+        async fn drop_dead_letters(
+            &self,
+            p: Option<&str>,
+            s: &[i64],
+            all: bool,
+        ) -> Result<u64, StoreError> {
+            self.0.drop_dead_letters(p, s, all).await
+        }
+        async fn request_replay(
+            &self,
+            p: Option<&str>,
+            s: &[i64],
+            all: bool,
+        ) -> Result<u64, StoreError> {
+            self.0.request_replay(p, s, all).await
+        }
+        async fn take_replays(
+            &self,
+            p: &str,
+            c: Option<&[String]>,
+        ) -> Result<Vec<DeadLetter>, StoreError> {
+            self.0.take_replays(p, c).await
+        }
+        async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+            std::future::pending().await
+        }
+        async fn check(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// A store that answers but counts its dead letters slowly (a large backlog) stays
+    /// reachable, so readiness does not follow the count; the last count is kept.
+    #[tokio::test]
+    async fn a_slow_dead_letter_count_never_makes_the_store_unreachable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SlowCount(
+            SqliteStore::open(&dir.path().join("state.db"))
+                .await
+                .expect("open"),
+        );
+        // The count's time limit passes without the test waiting it out.
+        tokio::time::pause();
+        let health = StoreHealth::default();
+        health.set(StoreStatus {
+            dead_letters: BTreeMap::from([("log".to_string(), 3)]),
+            ..StoreStatus::default()
+        });
+        let status = check_once(&store, &health).await;
+        assert!(status.reachable, "{status:?}");
+        assert_eq!(status.error, None);
+        assert_eq!(
+            status.dead_letters.get("log"),
+            Some(&3),
+            "the last count is kept"
+        );
     }
 }
