@@ -4,7 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
+use jobrelay::cli::plugin_new::plugin_new;
+use jobrelay::cli::plugin_run::plugin_run;
+use jobrelay::cli::plugin_test::plugin_test;
 use jobrelay::cli::{Cli, Command, FinalizersCommand, PluginCommand, check, sample_event};
 use jobrelay::daemon::Daemon;
 use jobrelay::telemetry::logging;
@@ -30,20 +32,8 @@ async fn main() -> ExitCode {
             cluster_timeout,
             no_init,
         } => check::check(&config, Duration::from_secs(cluster_timeout), !no_init).await,
-        Command::Plugin(PluginCommand::Run {
-            wasm,
-            event,
-            manifest,
-            json,
-            state_dir,
-        }) => {
-            let given = manifest.is_some();
-            let args = PluginRunArgs {
-                wasm,
-                event,
-                manifest,
-                state_dir,
-            };
+        Command::Plugin(PluginCommand::Run { args, json }) => {
+            let given = args.manifest.is_some();
             plugin_run(&args).await.map(|outcome| {
                 if let (false, Some(found)) = (given, &outcome.manifest) {
                     eprintln!("manifest: {} (found beside the component)", found.display());
@@ -62,6 +52,25 @@ async fn main() -> ExitCode {
                 }
             })
         }
+        Command::Plugin(PluginCommand::New { args }) => plugin_new(&args).map(|project| {
+            let dir = project.dir.display();
+            println!("created {dir} ({} files); next:", project.files.len());
+            println!("  cd {dir} && ./build.sh");
+            println!("  jobrelay plugin run {}.wasm --event events/", args.name);
+            println!(
+                "  jobrelay plugin test tests/cases --wasm {}.wasm",
+                args.name
+            );
+            ExitCode::SUCCESS
+        }),
+        Command::Plugin(PluginCommand::Test { args }) => plugin_test(&args).await.map(|suite| {
+            println!("{suite}");
+            if suite.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
         Command::Plugin(PluginCommand::SampleEvent {
             kind,
             phase,

@@ -572,10 +572,9 @@ async fn plugin_run_calls_a_plugin_once_from_files() {
     .expect("write manifest");
 
     let outcome = plugin_run(&PluginRunArgs {
-        wasm: plugins_dir().join("event-log.wasm"),
-        event: event_file.clone(),
         manifest: Some(manifest),
         state_dir: None,
+        ..PluginRunArgs::new(plugins_dir().join("event-log.wasm"), event_file.clone())
     })
     .await
     .expect("runs");
@@ -586,10 +585,9 @@ async fn plugin_run_calls_a_plugin_once_from_files() {
 
     // Without a manifest the probe has no /data: its append fails and it asks to retry.
     let outcome = plugin_run(&PluginRunArgs {
-        wasm: plugins_dir().join("probe.wasm"),
-        event: event_file.clone(),
         manifest: None,
         state_dir: None,
+        ..PluginRunArgs::new(plugins_dir().join("probe.wasm"), event_file.clone())
     })
     .await
     .expect("runs");
@@ -607,10 +605,9 @@ config: {connection: embedded}
     .expect("write manifest");
     let state = dir.path().join("run-state");
     let outcome = plugin_run(&PluginRunArgs {
-        wasm: plugins_dir().join("mysql-sync.wasm"),
-        event: event_file,
         manifest: Some(manifest),
         state_dir: Some(state.clone()),
+        ..PluginRunArgs::new(plugins_dir().join("mysql-sync.wasm"), event_file)
     })
     .await
     .expect("runs");

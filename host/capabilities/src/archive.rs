@@ -28,8 +28,10 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use super::handles::Handles;
 use super::open_error::OpenError;
 use super::refusals::{Limit, Refusals};
+use super::tape::{self, CallTape, FromDivergence, Taped};
 use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::Grants;
 use jobrelay_bindings::jobrelay::plugin::archive as wit;
@@ -312,6 +314,7 @@ impl Capability for Archive {
             max_object_bytes: grant.max_object_bytes.unwrap_or(DEFAULT_MAX_OBJECT_BYTES),
             max_total_bytes,
             writers: Handles::new(MAX_OPEN_WRITERS),
+            tape: call.tape(),
         };
         Ok(())
     }
@@ -350,6 +353,8 @@ pub struct ArchiveAccess {
     /// end with the call's state, aborting their uploads, so a kept instance
     /// (`instance_reuse`) cannot carry them into its next call and pile up buffered parts.
     writers: Handles<ObjectWriter>,
+    /// The run's tape, if calls are recorded or replayed.
+    tape: Option<CallTape>,
 }
 
 /// Links the interface (both served versions) into a linker whose store data gives the
@@ -463,54 +468,47 @@ impl Drop for ObjectWriter {
     }
 }
 
-impl wit::Host for ArchiveAccess {
-    async fn create(&mut self, key: String) -> Result<Resource<Writer>, ArchiveError> {
+impl ArchiveAccess {
+    async fn create_writer(&mut self, key: String) -> Result<ObjectWriter, ArchiveError> {
         let quota = self.quota().await?;
-        let access = &*self;
-        let (store, path) = access.locate(&key)?;
-        let counter = access
+        let (store, path) = self.locate(&key)?;
+        let counter = self
             .store
             .as_ref()
             .map(|s| s.open_writers.clone())
             .unwrap_or_default();
-        if access.writers.len() >= MAX_OPEN_WRITERS {
-            return Err(ArchiveError::Unavailable(format!(
-                "at most {MAX_OPEN_WRITERS} writers may be open at once; finish one first"
-            )));
-        }
-        let max_bytes = access.max_object_bytes;
         let replaces = current_size(store.as_ref(), &path).await?;
         let upload = store
             .put_multipart(&path)
             .await
             .map_err(|e| store_failed(&format!("creating `{key}`"), e))?;
-        let writer = ObjectWriter {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(ObjectWriter {
             upload: Some(upload),
             buffer: Vec::new(),
             written: 0,
-            max_bytes,
+            max_bytes: self.max_object_bytes,
             key,
             open: counter,
             quota,
             replaces,
             reserved: 0,
-        };
-        writer
-            .open
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.writers
-            .push(writer)
-            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))
+        })
     }
 
-    async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), ArchiveError> {
+    async fn put_object(
+        &mut self,
+        key: &str,
+        path: StorePath,
+        bytes: Vec<u8>,
+    ) -> Result<(), ArchiveError> {
         let quota = self.quota().await?;
-        let access = &*self;
-        let (store, path) = access.locate(&key)?;
+        let store = self
+            .store
+            .as_ref()
+            .map(|s| s.store.clone())
+            .ok_or_else(|| ArchiveError::InvalidKey("archive writes are not granted".into()))?;
         let size = bytes.len() as u64;
-        if size > access.max_object_bytes {
-            return Err(access.too_large(size));
-        }
         let replaces = current_size(store.as_ref(), &path).await?;
         let added = size.saturating_sub(replaces);
         quota.reserve(added)?;
@@ -527,87 +525,207 @@ impl wit::Host for ArchiveAccess {
     }
 }
 
-impl wit::HostWriter for ArchiveAccess {
-    async fn write(
-        &mut self,
-        writer: Resource<Writer>,
-        bytes: Vec<u8>,
-    ) -> Result<(), ArchiveError> {
-        let max = self.max_object_bytes;
-        let writer = self
-            .writers
-            .get_mut(&writer)
-            .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
-        if writer.upload.is_none() {
+impl ObjectWriter {
+    /// What stands for a writer in a replay: the tape answers its writes, so it holds and
+    /// uploads nothing.
+    fn replayed(key: String, plugin: Arc<str>) -> ObjectWriter {
+        ObjectWriter {
+            upload: None,
+            buffer: Vec::new(),
+            written: 0,
+            max_bytes: 0,
+            key,
+            // Its own count, which its drop takes back to zero.
+            open: Arc::new(std::sync::atomic::AtomicUsize::new(1)),
+            quota: Quota {
+                used: Arc::default(),
+                max: u64::MAX,
+                refusals: Arc::default(),
+                plugin,
+            },
+            replaces: 0,
+            reserved: 0,
+        }
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>) -> Result<(), ArchiveError> {
+        if self.upload.is_none() {
             return Err(ArchiveError::InvalidKey(
                 "the writer is already finished".into(),
             ));
         }
-        let size = writer.written + bytes.len() as u64;
-        if size > writer.max_bytes {
+        let size = self.written + bytes.len() as u64;
+        if size > self.max_bytes {
             return Err(ArchiveError::TooLarge(format!(
-                "`{}` would be {size} bytes; the grant allows {max} (grants.archive.max_object_bytes)",
-                writer.key
+                "`{}` would be {size} bytes; the grant allows {} (grants.archive.max_object_bytes)",
+                self.key, self.max_bytes
             )));
         }
-        let needed = size.saturating_sub(writer.replaces);
-        writer.quota.reserve(needed - writer.reserved)?;
-        writer.reserved = needed;
-        writer.written = size;
-        writer.buffer.extend_from_slice(&bytes);
-        if writer.buffer.len() >= PART_BYTES {
-            writer.flush_part().await?;
+        let needed = size.saturating_sub(self.replaces);
+        self.quota.reserve(needed - self.reserved)?;
+        self.reserved = needed;
+        self.written = size;
+        self.buffer.extend_from_slice(&bytes);
+        if self.buffer.len() >= PART_BYTES {
+            self.flush_part().await?;
         }
         Ok(())
     }
 
-    async fn finish(&mut self, writer: Resource<Writer>) -> Result<u64, ArchiveError> {
-        let writer = self
-            .writers
-            .get_mut(&writer)
-            .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
+    async fn finish(&mut self) -> Result<u64, ArchiveError> {
         // An empty object still needs one (empty) part on most stores.
-        let empty = writer.written == 0;
+        let empty = self.written == 0;
         if empty {
-            writer.buffer = Vec::new();
-            let upload = writer
+            self.buffer = Vec::new();
+            let upload = self
                 .upload
                 .as_mut()
                 .ok_or_else(|| ArchiveError::InvalidKey("the writer is already finished".into()))?;
             upload
                 .put_part(PutPayload::default())
                 .await
-                .map_err(|e| store_failed(&format!("writing `{}`", writer.key), e))?;
+                .map_err(|e| store_failed(&format!("writing `{}`", self.key), e))?;
         } else {
-            writer.flush_part().await?;
+            self.flush_part().await?;
         }
-        let mut upload = writer
+        let mut upload = self
             .upload
             .take()
             .ok_or_else(|| ArchiveError::InvalidKey("the writer is already finished".into()))?;
         let completed = upload
             .complete()
             .await
-            .map_err(|e| store_failed(&format!("completing `{}`", writer.key), e));
+            .map_err(|e| store_failed(&format!("completing `{}`", self.key), e));
         // Done with the upload either way: what it reserved is kept if the object exists now
         // (and the one it replaced gives its size back), given back if not.
         match completed {
             Ok(_) => {
-                writer
-                    .quota
-                    .release(writer.replaces.saturating_sub(writer.written));
-                Ok(writer.written)
+                self.quota
+                    .release(self.replaces.saturating_sub(self.written));
+                Ok(self.written)
             }
             Err(e) => {
-                writer.quota.release(writer.reserved);
+                self.quota.release(self.reserved);
                 Err(e)
             }
         }
+    }
+}
+
+impl wit::Host for ArchiveAccess {
+    async fn create(&mut self, key: String) -> Result<Resource<Writer>, ArchiveError> {
+        self.locate(&key)?;
+        if self.writers.len() >= MAX_OPEN_WRITERS {
+            return Err(ArchiveError::Unavailable(format!(
+                "at most {MAX_OPEN_WRITERS} writers may be open at once; finish one first"
+            )));
+        }
+        let tape = self.tape.clone();
+        let args = || json!({ "key": key });
+        let writer = match &tape {
+            Some(tape) if tape.replaying() => {
+                let created: Result<(), ArchiveError> = tape.replay("archive.create", args());
+                created.map(|()| ObjectWriter::replayed(key.clone(), self.plugin.clone()))
+            }
+            _ => {
+                let writer = self.create_writer(key.clone()).await;
+                if let Some(tape) = &tape {
+                    let answer = writer.as_ref().map(|_| ()).map_err(Clone::clone);
+                    tape.record("archive.create", args(), &answer);
+                }
+                writer
+            }
+        }?;
+        self.writers
+            .push(writer)
+            .map_err(|e| ArchiveError::Unavailable(format!("cannot open another writer: {e}")))
+    }
+
+    async fn put(&mut self, key: String, bytes: Vec<u8>) -> Result<(), ArchiveError> {
+        let (_, path) = self.locate(&key)?;
+        let size = bytes.len() as u64;
+        if size > self.max_object_bytes {
+            return Err(self.too_large(size));
+        }
+        let tape = self.tape.clone();
+        let args = tape
+            .as_ref()
+            .map(|_| json!({ "key": key, "bytes": tape::bytes_to_tape(&bytes) }));
+        let real = self.put_object(&key, path, bytes);
+        tape::through(
+            tape.as_ref(),
+            "archive.put",
+            || args.unwrap_or_default(),
+            real,
+        )
+        .await
+    }
+}
+
+impl wit::HostWriter for ArchiveAccess {
+    async fn write(
+        &mut self,
+        writer: Resource<Writer>,
+        bytes: Vec<u8>,
+    ) -> Result<(), ArchiveError> {
+        let rep = writer.rep();
+        let writer = self
+            .writers
+            .get_mut(&writer)
+            .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
+        let args = self
+            .tape
+            .as_ref()
+            .map(|_| json!({ "writer": rep, "bytes": tape::bytes_to_tape(&bytes) }));
+        let real = writer.write(bytes);
+        tape::through(
+            self.tape.as_ref(),
+            "archive.write",
+            || args.unwrap_or_default(),
+            real,
+        )
+        .await
+    }
+
+    async fn finish(&mut self, writer: Resource<Writer>) -> Result<u64, ArchiveError> {
+        let rep = writer.rep();
+        let writer = self
+            .writers
+            .get_mut(&writer)
+            .map_err(|e| ArchiveError::InvalidKey(format!("invalid writer handle: {e}")))?;
+        let args = || json!({ "writer": rep });
+        tape::through(self.tape.as_ref(), "archive.finish", args, writer.finish()).await
     }
 
     async fn drop(&mut self, writer: Resource<Writer>) -> wasmtime::Result<()> {
         self.writers.remove(writer)?;
         Ok(())
+    }
+}
+
+/// `{"invalid-key": "..."}`, `{"too-large": "..."}` or `{"unavailable": "..."}`.
+impl Taped for ArchiveError {
+    fn to_tape(&self) -> serde_json::Value {
+        match self {
+            ArchiveError::InvalidKey(m) => tape::case_to_tape("invalid-key", m),
+            ArchiveError::TooLarge(m) => tape::case_to_tape("too-large", m),
+            ArchiveError::Unavailable(m) => tape::case_to_tape("unavailable", m),
+        }
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<ArchiveError, String> {
+        match tape::case_from_tape(value)? {
+            ("invalid-key", m) => Ok(ArchiveError::InvalidKey(m.into())),
+            ("too-large", m) => Ok(ArchiveError::TooLarge(m.into())),
+            ("unavailable", m) => Ok(ArchiveError::Unavailable(m.into())),
+            (other, _) => Err(format!("`{other}` is not an archive error")),
+        }
+    }
+}
+
+impl FromDivergence for ArchiveError {
+    fn from_divergence(reason: String) -> ArchiveError {
+        ArchiveError::Unavailable(reason)
     }
 }
 

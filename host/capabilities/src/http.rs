@@ -48,6 +48,7 @@
 mod address;
 mod allow;
 mod body;
+mod taped;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -65,6 +66,7 @@ use wasmtime_wasi_http::{
 use self::allow::{AllowList, Host, Scheme, Target};
 use self::body::CappedBody;
 use super::refusals::{Limit, Refusals};
+use super::tape::CallTape;
 use super::{CallScope, Capability, GrantProblem, LoadScope, StoreSetup};
 use serde::{Deserialize, Serialize};
 
@@ -154,6 +156,7 @@ impl Capability for Http {
             rules,
             open,
             refusals: call.services.refusals.clone(),
+            tape: call.tape(),
         };
         Ok(())
     }
@@ -254,6 +257,8 @@ struct Policy {
     open: Option<Arc<tokio::sync::Semaphore>>,
     /// Where a refusal by the open-request limit is counted.
     refusals: Arc<Refusals>,
+    /// The run's tape, if requests are recorded or replayed.
+    tape: Option<CallTape>,
 }
 
 impl Policy {
@@ -301,16 +306,25 @@ impl WasiHttpHooks for Policy {
                 })?;
             Ok((target, limits, permit))
         });
-        match admitted {
-            Ok((target, limits, permit)) => Box::new(send(
-                self.plugin.clone(),
-                target,
-                limits,
-                request,
-                options,
-                permit,
-            )),
-            Err(error) => Box::new(std::future::ready(Err(error))),
+        let (target, limits, permit) = match admitted {
+            Ok(admitted) => admitted,
+            Err(error) => return Box::new(std::future::ready(Err(error))),
+        };
+        let plugin = self.plugin.clone();
+        match self.tape.clone() {
+            None => Box::new(send(plugin, target, limits, request, options, permit)),
+            Some(tape) if tape.replaying() => Box::new(taped::replay(tape, request)),
+            Some(tape) => Box::new(async move {
+                let (args, request) = taped::request_args(request).await?;
+                let sent = send(plugin, target, limits, request, options, permit).await;
+                let answer = match sent {
+                    Ok(sent) => taped::read_response(sent).await,
+                    Err(error) => Err(error),
+                }
+                .map_err(taped::Failed);
+                tape.record(taped::CALL, args, &answer);
+                answer.map_err(|taped::Failed(e)| e)?.into_sent()
+            }),
         }
     }
 }
@@ -507,6 +521,7 @@ mod tests {
             rules,
             open,
             refusals: Arc::default(),
+            tape: None,
         }
     }
 

@@ -13,10 +13,12 @@ use wasmtime::component::{HasSelf, Linker};
 use super::refusals::{Limit, Refusals};
 use serde::{Deserialize, Serialize};
 
+use super::tape::{self, CallTape};
 use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::kv as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::kv as older;
 use jobrelay_state::PluginKv;
+use serde_json::json;
 
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -55,6 +57,7 @@ impl Capability for Kv {
                 plugin: Arc::from(call.plugin),
                 max_entries: quota.max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
                 max_bytes: quota.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+                tape: call.tape(),
             };
         }
         Ok(())
@@ -69,6 +72,8 @@ pub struct KvAccess {
     plugin: Arc<str>,
     max_entries: u64,
     max_bytes: u64,
+    /// The run's tape, if calls are recorded or replayed.
+    tape: Option<CallTape>,
 }
 
 impl KvAccess {
@@ -101,10 +106,19 @@ impl wit::Host for KvAccess {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
         let access = &*self;
         let store = access.store(&key)?;
-        store
-            .kv_get(&access.plugin, &key)
-            .await
-            .map_err(|e| format!("kv: {e}"))
+        let real = async {
+            store
+                .kv_get(&access.plugin, &key)
+                .await
+                .map_err(|e| format!("kv: {e}"))
+        };
+        tape::through(
+            access.tape.as_ref(),
+            "kv.get",
+            || json!({ "key": key }),
+            real,
+        )
+        .await
     }
 
     async fn set(
@@ -121,37 +135,57 @@ impl wit::Host for KvAccess {
                 value.len()
             ));
         }
-        // The quota is checked before the write, not in the same transaction: writes racing
-        // from the plugin's concurrent calls may overshoot it by at most one entry each.
-        let (entries, bytes) = store
-            .kv_usage(&access.plugin, &key)
-            .await
-            .map_err(|e| format!("kv: {e}"))?;
-        let after = bytes + (key.len() + value.len()) as u64;
-        if entries + 1 > access.max_entries || after > access.max_bytes {
-            access.refusals.count(&access.plugin, Limit::KvQuota);
-            return Err(format!(
-                "kv quota: the plugin keeps {entries} other entries of {bytes} bytes; this \
-                 write would make {} entries of {after} bytes, over the quota of {} entries \
-                 and {} bytes (grants.kv_quota); delete entries or let them expire",
-                entries + 1,
-                access.max_entries,
-                access.max_bytes
-            ));
-        }
-        store
-            .kv_set(&access.plugin, &key, &value, ttl_seconds)
-            .await
-            .map_err(|e| format!("kv: {e}"))
+        let real = async {
+            // The quota is checked before the write, not in the same transaction: writes
+            // racing from the plugin's concurrent calls may overshoot it by at most one entry
+            // each.
+            let (entries, bytes) = store
+                .kv_usage(&access.plugin, &key)
+                .await
+                .map_err(|e| format!("kv: {e}"))?;
+            let after = bytes + (key.len() + value.len()) as u64;
+            if entries + 1 > access.max_entries || after > access.max_bytes {
+                access.refusals.count(&access.plugin, Limit::KvQuota);
+                return Err(format!(
+                    "kv quota: the plugin keeps {entries} other entries of {bytes} bytes; this \
+                     write would make {} entries of {after} bytes, over the quota of {} entries \
+                     and {} bytes (grants.kv_quota); delete entries or let them expire",
+                    entries + 1,
+                    access.max_entries,
+                    access.max_bytes
+                ));
+            }
+            store
+                .kv_set(&access.plugin, &key, &value, ttl_seconds)
+                .await
+                .map_err(|e| format!("kv: {e}"))
+        };
+        let args = || {
+            json!({
+                "key": key,
+                "value": tape::bytes_to_tape(&value),
+                "ttl_seconds": ttl_seconds,
+            })
+        };
+        tape::through(access.tape.as_ref(), "kv.set", args, real).await
     }
 
     async fn delete(&mut self, key: String) -> Result<bool, String> {
         let access = &*self;
         let store = access.store(&key)?;
-        store
-            .kv_delete(&access.plugin, &key)
-            .await
-            .map_err(|e| format!("kv: {e}"))
+        let real = async {
+            store
+                .kv_delete(&access.plugin, &key)
+                .await
+                .map_err(|e| format!("kv: {e}"))
+        };
+        tape::through(
+            access.tape.as_ref(),
+            "kv.delete",
+            || json!({ "key": key }),
+            real,
+        )
+        .await
     }
 }
 

@@ -13,7 +13,8 @@
 //! Adding a capability touches its file and, here, its `mod` line, a field in [`Grants`] (the
 //! manifest's `grants:`), a field in [`CapabilityState`] and an entry in [`ALL`]; then one
 //! line in `runtime/linking.rs`. If it needs a process-wide resource (a pool, a store, a
-//! client), a field in [`Services`] too.
+//! client), a field in [`Services`] too. A call that asks a service something passes through
+//! the run's tape ([`tape::through`]), so `plugin run --record/--replay` covers it.
 
 pub mod archive;
 pub mod filesystem;
@@ -28,6 +29,7 @@ pub mod refusals;
 pub mod services;
 pub mod sql;
 pub mod sqlite_sandbox;
+pub mod tape;
 pub mod wasi;
 
 use std::sync::Arc;
@@ -125,6 +127,17 @@ pub trait Capability: Send + Sync {
     fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let _ = (call, setup);
         Ok(())
+    }
+}
+
+impl CallScope<'_> {
+    /// The run's tape as this call's capabilities use it, if calls are recorded or replayed.
+    pub fn tape(&self) -> Option<tape::CallTape> {
+        let event = self.event.map(|event| event.id.as_str());
+        self.services
+            .tape
+            .as_ref()
+            .map(|tape| tape::CallTape::new(tape, event))
     }
 }
 

@@ -23,11 +23,13 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use serde::{Deserialize, Serialize};
 
 use super::handles::Handles;
+use super::tape::{self, CallTape, FromDivergence, Taped};
 use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::pod_logs as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::pod_logs as older;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_watch::kinds::JobKind;
+use serde_json::json;
 
 use wit::{Container, Error as LogError, Log, Pod as WitPod};
 
@@ -139,6 +141,7 @@ impl Capability for PodLogs {
             scope,
             pods: None,
             logs: Handles::new(MAX_OPEN_LOGS),
+            tape: call.tape(),
         };
         Ok(())
     }
@@ -172,6 +175,8 @@ pub struct PodLogAccess {
     pods: Option<Vec<WitPod>>,
     /// The logs the call has open.
     logs: Handles<LogReader>,
+    /// The run's tape, if calls are recorded or replayed.
+    tape: Option<CallTape>,
 }
 
 /// Links the interface (both served versions) into a linker whose store data gives the
@@ -192,6 +197,7 @@ impl Default for PodLogAccess {
             scope: Err("pod logs are not granted to this plugin (grants.pod_logs)".into()),
             pods: None,
             logs: Handles::new(MAX_OPEN_LOGS),
+            tape: None,
         }
     }
 }
@@ -299,26 +305,27 @@ pub struct LogReader {
     done: bool,
 }
 
-impl wit::Host for PodLogAccess {
-    async fn pods(&mut self) -> Result<Vec<WitPod>, LogError> {
-        Ok(self.pods().await?.to_vec())
+impl PodLogAccess {
+    /// Refuses every call of a plugin without the grant, tape or not.
+    fn check_granted(&self) -> Result<(), LogError> {
+        if self.granted {
+            Ok(())
+        } else {
+            Err(LogError::Denied(
+                "pod logs are not granted to this plugin (grants.pod_logs)".into(),
+            ))
+        }
     }
 
-    async fn open(
+    async fn open_log(
         &mut self,
-        pod: String,
-        container: String,
+        pod: &str,
+        container: &str,
         previous: bool,
-    ) -> Result<Resource<Log>, LogError> {
-        let access = &mut *self;
-        if access.logs.len() >= MAX_OPEN_LOGS {
-            return Err(LogError::Unavailable(format!(
-                "at most {MAX_OPEN_LOGS} logs may be open at once; drop one first"
-            )));
-        }
-        let pods = access.pods().await?;
+    ) -> Result<LogReader, LogError> {
+        let pods = self.pods().await?;
         let Some(found) = pods.iter().find(|p| p.name == pod) else {
-            let scope = access.scope()?;
+            let scope = self.scope()?;
             return Err(LogError::Denied(format!(
                 "pod `{pod}` is not one of the pods of job {}/{}",
                 scope.namespace, scope.name
@@ -329,26 +336,109 @@ impl wit::Host for PodLogAccess {
                 "pod `{pod}` has no container `{container}`"
             )));
         }
-        let max_bytes = access.max_bytes;
-        let scope = access.scope()?;
+        let max_bytes = self.max_bytes;
+        let scope = self.scope()?;
         let api: Api<Pod> = Api::namespaced(scope.client.clone(), &scope.namespace);
         let params = LogParams {
-            container: Some(container.clone()),
+            container: Some(container.to_string()),
             previous,
             // One byte over the cap tells a log of exactly the cap from a longer one.
             limit_bytes: i64::try_from(max_bytes.saturating_add(1)).ok(),
             ..LogParams::default()
         };
         let stream = api
-            .log_stream(&pod, &params)
+            .log_stream(pod, &params)
             .await
             .map_err(|e| unavailable(&format!("log of {pod}/{container}"), e))?;
-        let reader = LogReader {
+        Ok(LogReader {
             stream: Box::pin(stream),
             remaining: max_bytes,
             truncated: false,
             done: false,
-        };
+        })
+    }
+}
+
+impl LogReader {
+    /// What stands for a log in a replay: the tape answers its reads, so it holds nothing.
+    fn replayed() -> LogReader {
+        LogReader {
+            stream: Box::pin(futures::io::empty()),
+            remaining: 0,
+            truncated: false,
+            done: true,
+        }
+    }
+
+    async fn read_chunk(&mut self, max_bytes: u32) -> Result<Vec<u8>, LogError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let want = max_bytes.clamp(1, MAX_READ_BYTES) as usize;
+        let mut buf = vec![0u8; want];
+        let read = self
+            .stream
+            .read(&mut buf)
+            .await
+            .map_err(|e| LogError::Unavailable(format!("reading the log: {e}")))?;
+        if read == 0 {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        buf.truncate(read);
+        let allowed = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+        if buf.len() > allowed {
+            buf.truncate(allowed);
+            self.truncated = true;
+            self.done = true;
+        }
+        self.remaining -= buf.len() as u64;
+        if buf.is_empty() {
+            self.done = true;
+        }
+        Ok(buf)
+    }
+}
+
+impl wit::Host for PodLogAccess {
+    async fn pods(&mut self) -> Result<Vec<WitPod>, LogError> {
+        self.check_granted()?;
+        let tape = self.tape.clone();
+        let real = async { Ok(self.pods().await?.to_vec()) };
+        tape::through(tape.as_ref(), "pod-logs.pods", || json!({}), real).await
+    }
+
+    async fn open(
+        &mut self,
+        pod: String,
+        container: String,
+        previous: bool,
+    ) -> Result<Resource<Log>, LogError> {
+        self.check_granted()?;
+        if self.logs.len() >= MAX_OPEN_LOGS {
+            return Err(LogError::Unavailable(format!(
+                "at most {MAX_OPEN_LOGS} logs may be open at once; drop one first"
+            )));
+        }
+        let tape = self.tape.clone();
+        let args = || json!({ "pod": pod, "container": container, "previous": previous });
+        let reader = match &tape {
+            Some(tape) if tape.replaying() => {
+                let opened: Result<(), LogError> = tape.replay("pod-logs.open", args());
+                opened.map(|()| LogReader::replayed())
+            }
+            _ => {
+                let reader = self.open_log(&pod, &container, previous).await;
+                if let Some(tape) = &tape {
+                    tape.record(
+                        "pod-logs.open",
+                        args(),
+                        &reader.as_ref().map(|_| ()).map_err(Clone::clone),
+                    );
+                }
+                reader
+            }
+        }?;
         self.logs
             .push(reader)
             .map_err(|e| LogError::Unavailable(format!("cannot open another log: {e}")))
@@ -357,48 +447,103 @@ impl wit::Host for PodLogAccess {
 
 impl wit::HostLog for PodLogAccess {
     async fn read(&mut self, log: Resource<Log>, max_bytes: u32) -> Result<Vec<u8>, LogError> {
+        let rep = log.rep();
         let reader = self
             .logs
             .get_mut(&log)
             .map_err(|e| LogError::Denied(format!("invalid log handle: {e}")))?;
-        if reader.done {
-            return Ok(Vec::new());
-        }
-        let want = max_bytes.clamp(1, MAX_READ_BYTES) as usize;
-        let mut buf = vec![0u8; want];
-        let read = reader
-            .stream
-            .read(&mut buf)
-            .await
-            .map_err(|e| LogError::Unavailable(format!("reading the log: {e}")))?;
-        if read == 0 {
-            reader.done = true;
-            return Ok(Vec::new());
-        }
-        buf.truncate(read);
-        let allowed = usize::try_from(reader.remaining).unwrap_or(usize::MAX);
-        if buf.len() > allowed {
-            buf.truncate(allowed);
-            reader.truncated = true;
-            reader.done = true;
-        }
-        reader.remaining -= buf.len() as u64;
-        if buf.is_empty() {
-            reader.done = true;
-        }
-        Ok(buf)
+        let args = || json!({ "log": rep, "max_bytes": max_bytes });
+        let real = reader.read_chunk(max_bytes);
+        tape::through(self.tape.as_ref(), "pod-logs.read", args, real).await
     }
 
     async fn truncated(&mut self, log: Resource<Log>) -> bool {
-        self.logs
+        let truncated = self
+            .logs
             .get(&log)
             .map(|reader| reader.truncated)
-            .unwrap_or(false)
+            .unwrap_or(false);
+        let args = || json!({ "log": log.rep() });
+        let real = async { truncated };
+        tape::through(self.tape.as_ref(), "pod-logs.truncated", args, real).await
     }
 
     async fn drop(&mut self, log: Resource<Log>) -> wasmtime::Result<()> {
         self.logs.remove(log)?;
         Ok(())
+    }
+}
+
+/// A pod on a tape: `{"name", "phase", "node", "containers": [{"name", "restart_count",
+/// "init"}]}`.
+impl Taped for WitPod {
+    fn to_tape(&self) -> serde_json::Value {
+        let containers: Vec<serde_json::Value> = self
+            .containers
+            .iter()
+            .map(|c| json!({ "name": c.name, "restart_count": c.restart_count, "init": c.init }))
+            .collect();
+        json!({
+            "name": self.name,
+            "phase": self.phase,
+            "node": self.node,
+            "containers": containers,
+        })
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<WitPod, String> {
+        let container = |value: &serde_json::Value| {
+            Ok(Container {
+                name: String::from_tape(tape::field(value, "name")?)?,
+                restart_count: u32::try_from(u64::from_tape(tape::field(value, "restart_count")?)?)
+                    .map_err(|_| "`restart_count` is too large".to_string())?,
+                init: bool::from_tape(tape::field(value, "init")?)?,
+            })
+        };
+        Ok(WitPod {
+            name: String::from_tape(tape::field(value, "name")?)?,
+            phase: String::from_tape(tape::field(value, "phase")?)?,
+            node: Option::<String>::from_tape(
+                value.get("node").unwrap_or(&serde_json::Value::Null),
+            )?,
+            containers: tape::list_from_tape(tape::field(value, "containers")?, container)?,
+        })
+    }
+}
+
+impl Taped for Vec<WitPod> {
+    fn to_tape(&self) -> serde_json::Value {
+        serde_json::Value::Array(self.iter().map(Taped::to_tape).collect())
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<Vec<WitPod>, String> {
+        tape::list_from_tape(value, WitPod::from_tape)
+    }
+}
+
+/// `{"denied": "..."}`, `{"not-found": "..."}` or `{"unavailable": "..."}`.
+impl Taped for LogError {
+    fn to_tape(&self) -> serde_json::Value {
+        match self {
+            LogError::Denied(m) => tape::case_to_tape("denied", m),
+            LogError::NotFound(m) => tape::case_to_tape("not-found", m),
+            LogError::Unavailable(m) => tape::case_to_tape("unavailable", m),
+        }
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<LogError, String> {
+        match tape::case_from_tape(value)? {
+            ("denied", m) => Ok(LogError::Denied(m.into())),
+            ("not-found", m) => Ok(LogError::NotFound(m.into())),
+            ("unavailable", m) => Ok(LogError::Unavailable(m.into())),
+            (other, _) => Err(format!("`{other}` is not a pod-logs error")),
+        }
+    }
+}
+
+impl FromDivergence for LogError {
+    fn from_divergence(reason: String) -> LogError {
+        LogError::Unavailable(reason)
     }
 }
 

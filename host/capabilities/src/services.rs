@@ -13,6 +13,7 @@ use super::open_error::OpenError;
 use super::pod_logs::ClusterDirectory;
 use super::refusals::Refusals;
 use super::sql::{Databases, SqlSettings};
+use super::tape::Tape;
 use jobrelay_state::PluginKv;
 use jobrelay_watch::kinds::JobKind;
 
@@ -35,6 +36,9 @@ pub struct Services {
     pub clusters: ClusterDirectory,
     /// How often each plugin ran into a quota or limit.
     pub refusals: Arc<Refusals>,
+    /// A tape recording or replaying every capability call (`plugin run --record/--replay`,
+    /// `plugin test`); `None` in the daemon.
+    pub tape: Option<Arc<Tape>>,
 }
 
 impl std::fmt::Debug for Services {
@@ -69,6 +73,7 @@ impl Services {
             archive: Some(archive),
             clusters,
             refusals: Arc::default(),
+            tape: None,
         })
     }
 }

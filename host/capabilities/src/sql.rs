@@ -37,6 +37,9 @@ use serde::{Deserialize, Serialize};
 
 use wit::{Dialect, Error as SqlError, Rows, Statement, Value};
 
+use super::tape::{self, CallTape, FromDivergence, Taped};
+use serde_json::json;
+
 /// The `sql:` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -77,6 +80,18 @@ impl std::fmt::Debug for SqlConnection {
             .field("acquire_timeout_ms", &self.acquire_timeout_ms)
             .field("max_statement_ms", &self.max_statement_ms)
             .finish_non_exhaustive()
+    }
+}
+
+impl SqlConnection {
+    /// A connection to `url` with the default limits.
+    pub fn new(url: String) -> SqlConnection {
+        SqlConnection {
+            url,
+            max_connections: default_sql_max_connections(),
+            acquire_timeout_ms: default_sql_acquire_timeout(),
+            max_statement_ms: default_sql_max_statement_ms(),
+        }
     }
 }
 
@@ -341,6 +356,7 @@ impl Capability for Sql {
             granted,
             deadline: call.deadline,
             unavailable: None,
+            tape: call.tape(),
         };
         Ok(())
     }
@@ -353,6 +369,8 @@ pub struct SqlAccess {
     deadline: Instant,
     /// The first "unavailable" answer of the call (see [`super::CapabilityState::unavailable`]).
     unavailable: Option<String>,
+    /// The run's tape, if calls are recorded or replayed.
+    tape: Option<CallTape>,
 }
 
 impl Default for SqlAccess {
@@ -361,6 +379,7 @@ impl Default for SqlAccess {
             granted: Vec::new(),
             deadline: Instant::now(),
             unavailable: None,
+            tape: None,
         }
     }
 }
@@ -405,39 +424,58 @@ impl SqlAccess {
 }
 
 /// Runs one of the dialect functions on a connection of the granted pool — a SQLite one
-/// bounded by the call's deadline — and notes an "unavailable" answer for the load-time retry
-/// rule (see [`super::CapabilityState::note`]).
+/// bounded by the call's deadline — through the run's tape if there is one, and notes an
+/// "unavailable" answer for the load-time retry rule (see [`super::CapabilityState::note`]).
 macro_rules! on_connection {
-    ($state:ident, $connection:ident, $call:ident($arg:ident)) => {{
+    ($state:ident, $name:literal, $connection:ident, $call:ident($arg:ident), $args:expr) => {{
         let deadline = $state.deadline;
-        let answer = match $state.database(&$connection)?.clone() {
-            Database::MySql(pool) => match pool.acquire().await {
-                Ok(mut conn) => mysql::$call(&mut conn, $arg).await,
-                Err(e) => Err(classify(e)),
-            },
-            Database::Sqlite(pool) => match bounded(&pool, deadline).await {
-                Ok(mut conn) => sqlite::$call(&mut conn, $arg).await,
-                Err(e) => Err(e),
-            },
+        let database = $state.database(&$connection)?.clone();
+        // Written before the statement moves into the call, only when there is a tape.
+        let args = $state.tape.as_ref().map(|_| $args());
+        let real = async {
+            match database {
+                Database::MySql(pool) => match pool.acquire().await {
+                    Ok(mut conn) => mysql::$call(&mut conn, $arg).await,
+                    Err(e) => Err(classify(e)),
+                },
+                Database::Sqlite(pool) => match bounded(&pool, deadline).await {
+                    Ok(mut conn) => sqlite::$call(&mut conn, $arg).await,
+                    Err(e) => Err(e),
+                },
+            }
         };
+        let answer = tape::through(
+            $state.tape.as_ref(),
+            $name,
+            || args.unwrap_or_default(),
+            real,
+        )
+        .await;
         $state.note(answer)
     }};
 }
 
 impl wit::Host for SqlAccess {
+    /// Taped too, although no service is asked: a replay's connections are stand-ins, and the
+    /// plugin must see the dialect it saw when the tape was recorded.
     async fn connection_dialect(&mut self, connection: String) -> Result<Dialect, SqlError> {
-        Ok(match self.database(&connection)? {
+        let dialect = match self.database(&connection)? {
             Database::MySql(_) => Dialect::Mysql,
             Database::Sqlite(_) => Dialect::Sqlite,
-        })
+        };
+        let args = || json!({ "connection": connection });
+        let answer = async { Ok(dialect) };
+        tape::through(self.tape.as_ref(), "sql.connection-dialect", args, answer).await
     }
 
     async fn execute(&mut self, connection: String, statement: Statement) -> Result<u64, SqlError> {
-        on_connection!(self, connection, execute(statement))
+        let args = || json!({ "connection": connection, "statement": statement.to_tape() });
+        on_connection!(self, "sql.execute", connection, execute(statement), args)
     }
 
     async fn query(&mut self, connection: String, statement: Statement) -> Result<Rows, SqlError> {
-        on_connection!(self, connection, query(statement))
+        let args = || json!({ "connection": connection, "statement": statement.to_tape() });
+        on_connection!(self, "sql.query", connection, query(statement), args)
     }
 
     async fn transaction(
@@ -451,7 +489,142 @@ impl wit::Host for SqlAccess {
                 statements.len()
             )));
         }
-        on_connection!(self, connection, transaction(statements))
+        let args = || {
+            let list: Vec<serde_json::Value> = statements.iter().map(Taped::to_tape).collect();
+            json!({ "connection": connection, "statements": list })
+        };
+        on_connection!(
+            self,
+            "sql.transaction",
+            connection,
+            transaction(statements),
+            args
+        )
+    }
+}
+
+/// `"mysql"` or `"sqlite"`.
+impl Taped for Dialect {
+    fn to_tape(&self) -> serde_json::Value {
+        json!(match self {
+            Dialect::Mysql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        })
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<Dialect, String> {
+        match value.as_str() {
+            Some("mysql") => Ok(Dialect::Mysql),
+            Some("sqlite") => Ok(Dialect::Sqlite),
+            _ => Err("expected \"mysql\" or \"sqlite\"".into()),
+        }
+    }
+}
+
+/// A statement on a tape: `{"sql": "...", "params": [...]}`.
+impl Taped for Statement {
+    fn to_tape(&self) -> serde_json::Value {
+        let params: Vec<serde_json::Value> = self.params.iter().map(Taped::to_tape).collect();
+        json!({ "sql": self.sql, "params": params })
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<Statement, String> {
+        Ok(Statement {
+            sql: String::from_tape(tape::field(value, "sql")?)?,
+            params: tape::list_from_tape(tape::field(value, "params")?, Value::from_tape)?,
+        })
+    }
+}
+
+/// A value on a tape: `null`, an integer, a number with a fraction (`2.0`), a string, or
+/// `{"float": "NaN"}` for a float JSON cannot hold, `{"base64": "..."}` for a blob.
+impl Taped for Value {
+    fn to_tape(&self) -> serde_json::Value {
+        match self {
+            Value::Null => serde_json::Value::Null,
+            Value::Int(v) => json!(v),
+            Value::Float(v) if v.is_finite() => json!(v),
+            Value::Float(v) => json!({ "float": v.to_string() }),
+            Value::Text(v) => json!(v),
+            Value::Blob(v) => json!({ "base64": base64_of(v) }),
+        }
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<Value, String> {
+        use serde_json::Value as Json;
+        match value {
+            Json::Null => Ok(Value::Null),
+            Json::Number(n) if n.is_i64() => Ok(Value::Int(n.as_i64().unwrap_or_default())),
+            Json::Number(n) => n
+                .as_f64()
+                .map(Value::Float)
+                .ok_or_else(|| format!("{n} is not a value")),
+            Json::String(text) => Ok(Value::Text(text.clone())),
+            Json::Object(object) if object.contains_key("float") => object["float"]
+                .as_str()
+                .and_then(|f| f.parse().ok())
+                .map(Value::Float)
+                .ok_or_else(|| "`float` must be a number written as a string".to_string()),
+            Json::Object(object) if object.contains_key("base64") => {
+                tape::bytes_from_tape(value).map(Value::Blob)
+            }
+            other => Err(format!("{other} is not a value")),
+        }
+    }
+}
+
+/// A blob always in Base64 (so it is never read back as text).
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Rows on a tape: `{"columns": [...], "rows": [[...], ...]}`.
+impl Taped for Rows {
+    fn to_tape(&self) -> serde_json::Value {
+        let rows: Vec<Vec<serde_json::Value>> = self
+            .rows
+            .iter()
+            .map(|row| row.iter().map(Taped::to_tape).collect())
+            .collect();
+        json!({ "columns": self.columns, "rows": rows })
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<Rows, String> {
+        Ok(Rows {
+            columns: tape::list_from_tape(tape::field(value, "columns")?, String::from_tape)?,
+            rows: tape::list_from_tape(tape::field(value, "rows")?, |row| {
+                tape::list_from_tape(row, Value::from_tape)
+            })?,
+        })
+    }
+}
+
+/// `{"denied": "..."}`, `{"unavailable": "..."}` or `{"rejected": "..."}`.
+impl Taped for SqlError {
+    fn to_tape(&self) -> serde_json::Value {
+        match self {
+            SqlError::Denied(m) => tape::case_to_tape("denied", m),
+            SqlError::Unavailable(m) => tape::case_to_tape("unavailable", m),
+            SqlError::Rejected(m) => tape::case_to_tape("rejected", m),
+        }
+    }
+
+    fn from_tape(value: &serde_json::Value) -> Result<SqlError, String> {
+        match tape::case_from_tape(value)? {
+            ("denied", m) => Ok(SqlError::Denied(m.into())),
+            ("unavailable", m) => Ok(SqlError::Unavailable(m.into())),
+            ("rejected", m) => Ok(SqlError::Rejected(m.into())),
+            (other, _) => Err(format!("`{other}` is not an sql error")),
+        }
+    }
+}
+
+/// A diverged replay is answered as a statement the database refused: the plugin's error
+/// path runs, and nothing retries it as a passing outage.
+impl FromDivergence for SqlError {
+    fn from_divergence(reason: String) -> SqlError {
+        SqlError::Rejected(reason)
     }
 }
 

@@ -51,10 +51,14 @@ impl Capability for WasiBase {
         "wasi"
     }
 
-    fn configure(&self, _call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
         let Some(wasi) = setup.wasi.as_mut() else {
             return Ok(()); // a kept instance keeps its WASI context
         };
+        if let Some(tape) = &call.services.tape {
+            // A taped run's clock stands still at the tape's instant (see `tape.rs`).
+            wasi.wall_clock(StoppedClock(tape.clock()));
+        }
         wasi.allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -62,6 +66,19 @@ impl Capability for WasiBase {
             .stdout(setup.state.stdio.stdout.clone())
             .stderr(setup.state.stdio.stderr.clone());
         Ok(())
+    }
+}
+
+/// A wall clock that always reads one instant.
+struct StoppedClock(std::time::Duration);
+
+impl wasmtime_wasi::HostWallClock for StoppedClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        self.0
     }
 }
 

@@ -1,11 +1,14 @@
-//! The command line: `run`, `check`, `demo`, `plugin run`, `dead-letters`, `finalizers`.
+//! The command line: `run`, `check`, `demo`, `plugin new|run|test|sample-event`, `dead-letters`,
+//! `finalizers`.
 
 pub mod check;
 pub mod dead_letters;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod finalizers;
+pub mod plugin_new;
 pub mod plugin_run;
+pub mod plugin_test;
 pub mod sample_event;
 
 use std::path::PathBuf;
@@ -110,28 +113,28 @@ pub enum FinalizersCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
+    /// Create a plugin project in Rust: sources, manifest, build script, sample events, a test
+    /// case and the SDK; `./build.sh` in it builds NAME.wasm.
+    New {
+        #[command(flatten)]
+        args: plugin_new::PluginNewArgs,
+    },
     /// Call a plugin with job events, without any cluster: loaded once, then one call per
-    /// event, in order; exit 1 if any call failed.
+    /// event, in order; exit 1 if any call failed or a replay went differently from its tape.
     Run {
-        /// The plugin component (.wasm).
-        wasm: PathBuf,
-        /// The events (the JSON format of `JobEvent`): a file with one event or several as
-        /// JSON lines, a folder of .json/.jsonl files (in name order), or - for standard input.
-        #[arg(long)]
-        event: PathBuf,
-        /// A plugin manifest for its config, limits and grants. Default: NAME.yaml beside the
-        /// component NAME.wasm, if it exists.
-        #[arg(long)]
-        manifest: Option<PathBuf>,
+        #[command(flatten)]
+        args: plugin_run::PluginRunArgs,
         /// Print one JSON object per call (plugin, event, status, message, elapsed_ms,
-        /// load_ms) instead of text.
+        /// load_ms, host_calls) instead of text.
         #[arg(long)]
         json: bool,
-        /// Where the run keeps what the plugin writes through its grants: the `embedded` SQL
-        /// connection (`embedded/<plugin>.db`), its key-value entries (`state.db`) and the archive
-        /// (`archive/`). Default: a temporary folder removed afterwards.
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
+    },
+    /// Run a plugin's recorded cases offline: each folder of DIR holds events.jsonl, the
+    /// tape.jsonl of its capability calls (from `plugin run --record`) and expect.yaml; exit 1
+    /// if any case ends otherwise or its calls differ from its tape.
+    Test {
+        #[command(flatten)]
+        args: plugin_test::PluginTestArgs,
     },
     /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
     /// in the given phase, made by that kind's normalizer and the real watch tracker — to try

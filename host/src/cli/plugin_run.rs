@@ -1,11 +1,15 @@
-//! `jobrelay plugin run WASM --event SOURCE [--manifest FILE] [--json]`: calls of a plugin,
-//! without a cluster, for plugin authors.
+//! `jobrelay plugin run WASM --event SOURCE [--manifest FILE] [--record FILE | --replay FILE]
+//! [--json]`: calls of a plugin, without a cluster, for plugin authors.
 //!
 //! The plugin is loaded exactly as the daemon loads it (same runtime, same checks, same
 //! capabilities), with the limits, config and grants of the manifest — the one given, else
 //! `NAME.yaml` beside the component if there is one — and the daemon's default limits
 //! otherwise, and then handles each event of SOURCE in order: a file holding one event or JSON
 //! lines, a folder of `.json`/`.jsonl` files (in name order), or `-` for standard input.
+//!
+//! Every capability call of the run goes on a tape (`capabilities::tape`): it is what `--json`
+//! reports per call, what `--record` writes, and, with `--replay`, where the answers come
+//! from instead of any service.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,33 +18,81 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::clusters::supervisor::build_client;
 use crate::config::main_file::PluginDefaults;
 use crate::config::manifest::PluginManifest;
 use jobrelay_capabilities::Services;
 use jobrelay_capabilities::archive::ArchiveLocation;
 use jobrelay_capabilities::archive::ArchiveStore;
+use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_capabilities::services::EMBEDDED_DB_DIR;
-use jobrelay_capabilities::sql::Databases;
-use jobrelay_capabilities::sql::SqlSettings;
+use jobrelay_capabilities::sql::{Databases, SqlConnection, SqlSettings};
+use jobrelay_capabilities::tape::{self, Divergence, Entry, Tape, TapeFile};
 use jobrelay_contract::event::JobEvent;
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_state::{PluginKv, SqliteStore};
+use jobrelay_watch::kinds::JobKind;
 
 /// Arguments of `plugin run`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct PluginRunArgs {
-    /// The component to run.
+    /// The plugin component (.wasm).
     pub wasm: PathBuf,
-    /// Where the events come from: a file with one `JobEvent` as JSON or several as JSON
-    /// lines, a folder of `.json`/`.jsonl` files, or `-` for standard input.
+    /// The events (the JSON format of `JobEvent`): a file with one event or several as JSON
+    /// lines, a folder of .json/.jsonl files (in name order), or - for standard input.
+    #[arg(long)]
     pub event: PathBuf,
-    /// A plugin manifest for config, limits and grants. Its `wasm:` is ignored (the command
-    /// line names the component); relative grant paths are resolved against its folder.
-    /// `None`: `NAME.yaml` beside the component, if it exists.
+    /// A plugin manifest for its config, limits and grants. Default: NAME.yaml beside the
+    /// component NAME.wasm, if it exists.
+    #[arg(long)]
     pub manifest: Option<PathBuf>,
-    /// Folder for the `embedded` SQL connection, key-value entries and the archive; `None`: a
-    /// temporary folder.
+    /// Where the run keeps what the plugin writes through its grants: the `embedded` SQL
+    /// connection (`embedded/<plugin>.db`), its key-value entries (`state.db`) and the archive
+    /// (`archive/`). Default: a temporary folder removed afterwards.
+    #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// A SQL connection the manifest may grant, as NAME=URL (mysql://… or sqlite://…);
+    /// repeatable. `embedded` always exists.
+    #[arg(long = "sql", value_name = "NAME=URL", value_parser = parse_sql_arg)]
+    pub sql: Vec<(String, String)>,
+    /// A kubeconfig whose cluster answers `pod-logs` calls, whatever cluster the events name.
+    /// Without it, pod logs are refused (there is no cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Write every capability call of the run and its answer to FILE (JSON lines), for
+    /// `--replay` and `plugin test`.
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer every capability call from FILE (written by `--record`) instead of any service;
+    /// a call that differs from the tape, or a recorded call not made, fails the run.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+}
+
+impl PluginRunArgs {
+    /// A run of `wasm` on the events of `event`, with nothing else given.
+    pub fn new(wasm: PathBuf, event: PathBuf) -> PluginRunArgs {
+        PluginRunArgs {
+            wasm,
+            event,
+            manifest: None,
+            state_dir: None,
+            sql: Vec::new(),
+            kubeconfig: None,
+            record: None,
+            replay: None,
+        }
+    }
+}
+
+/// `NAME=URL`.
+fn parse_sql_arg(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, url)) if !name.is_empty() && !url.is_empty() => {
+            Ok((name.to_string(), url.to_string()))
+        }
+        _ => Err(format!("expected NAME=URL, got `{text}`")),
+    }
 }
 
 /// What one call did.
@@ -51,6 +103,8 @@ pub struct CallOutcome {
     pub result: Result<(), CallError>,
     /// Time of the call itself (fresh instance, `init`, `handle`).
     pub elapsed: Duration,
+    /// The capability calls the plugin made during this call, with their answers.
+    pub host_calls: Vec<Entry>,
 }
 
 impl CallOutcome {
@@ -71,12 +125,22 @@ pub struct PluginRunOutcome {
     pub manifest: Option<PathBuf>,
     /// Time to load the version (compile, link, the load-time `init`).
     pub load_elapsed: Duration,
+    /// Capability calls of the load-time `init`.
+    pub load_calls: Vec<Entry>,
     pub calls: Vec<CallOutcome>,
+    /// With `--replay`: where the run went differently from the tape.
+    pub divergences: Vec<Divergence>,
+    /// The instant the plugin's wall clock read (since the Unix epoch): the tape's.
+    pub clock: Duration,
 }
 
 impl PluginRunOutcome {
-    /// The first failed call's status, or `ok` when every call succeeded.
+    /// `diverged` when a replay went differently from its tape, else the first failed
+    /// call's status, or `ok` when every call succeeded.
     pub fn status(&self) -> &'static str {
+        if !self.divergences.is_empty() {
+            return "diverged";
+        }
         self.calls
             .iter()
             .map(CallOutcome::status)
@@ -91,33 +155,61 @@ impl PluginRunOutcome {
             .find_map(|c| c.result.as_ref().err().map(|e| e.to_string()))
     }
 
-    /// Whether every call succeeded.
+    /// Whether every call succeeded and a replay matched its tape.
     pub fn is_ok(&self) -> bool {
-        self.calls.iter().all(|c| c.result.is_ok())
+        self.divergences.is_empty() && self.calls.iter().all(|c| c.result.is_ok())
+    }
+
+    /// Every capability call of the run in order: the tape `--record` writes.
+    pub fn tape(&self) -> Vec<Entry> {
+        let mut entries = self.load_calls.clone();
+        for call in &self.calls {
+            entries.extend(call.host_calls.iter().cloned());
+        }
+        entries
     }
 
     /// One JSON object per call, for `--json`: plugin, event, status, message, elapsed and
-    /// load times in milliseconds.
+    /// load times in milliseconds, and the capability calls it made (`host_calls`: call,
+    /// args, answer); then, after a replay that diverged, one object per divergence.
     pub fn json_lines(&self) -> Vec<serde_json::Value> {
-        self.calls
-            .iter()
-            .map(|call| {
-                serde_json::json!({
-                    "plugin": self.plugin,
-                    "event": call.event_id,
-                    "status": call.status(),
-                    "message": call.result.as_ref().err().map(|e| e.to_string()),
-                    "elapsed_ms": call.elapsed.as_secs_f64() * 1000.0,
-                    "load_ms": self.load_elapsed.as_secs_f64() * 1000.0,
+        let calls = self.calls.iter().map(|call| {
+            let host_calls: Vec<serde_json::Value> = call
+                .host_calls
+                .iter()
+                .map(|entry| {
+                    serde_json::json!({
+                        "call": entry.call,
+                        "args": entry.args,
+                        "answer": entry.answer,
+                    })
                 })
+                .collect();
+            serde_json::json!({
+                "plugin": self.plugin,
+                "event": call.event_id,
+                "status": call.status(),
+                "message": call.result.as_ref().err().map(|e| e.to_string()),
+                "elapsed_ms": call.elapsed.as_secs_f64() * 1000.0,
+                "load_ms": self.load_elapsed.as_secs_f64() * 1000.0,
+                "host_calls": host_calls,
             })
-            .collect()
+        });
+        let divergences = self.divergences.iter().map(|d| {
+            serde_json::json!({
+                "plugin": self.plugin,
+                "status": "diverged",
+                "position": d.position,
+                "message": d.reason,
+            })
+        });
+        calls.chain(divergences).collect()
     }
 }
 
 impl fmt::Display for PluginRunOutcome {
-    /// One line per call (`STATUS: plugin P on event E in N ms (load M ms)`), with the reason
-    /// of a failed call indented below it.
+    /// One line per call (`STATUS: plugin P on event E in N ms (load M ms, K host calls)`),
+    /// with the reason of a failed call indented below it; then each divergence of a replay.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, call) in self.calls.iter().enumerate() {
             if i > 0 {
@@ -125,27 +217,55 @@ impl fmt::Display for PluginRunOutcome {
             }
             write!(
                 f,
-                "{}: plugin {} on event {} in {} ms (load {} ms)",
+                "{}: plugin {} on event {} in {} ms (load {} ms, {} host calls)",
                 call.status(),
                 self.plugin,
                 call.event_id,
                 call.elapsed.as_millis(),
-                self.load_elapsed.as_millis()
+                self.load_elapsed.as_millis(),
+                call.host_calls.len()
             )?;
             if let Err(e) = &call.result {
                 write!(f, "\n  {e}")?;
             }
         }
+        for divergence in &self.divergences {
+            write!(f, "\ndiverged from the tape: {divergence}")?;
+        }
         Ok(())
     }
 }
 
-/// Loads the plugin and calls it with each event, in order. Errors: unreadable or invalid
-/// files (naming the file and, for several events, which one), no event at all, and a plugin
-/// that does not load. A plugin that loads but fails a call is an `Ok` outcome whose call
-/// says why.
+/// Loads the plugin and calls it with each event, in order; writes the tape with `--record`.
+/// Errors: unreadable or invalid files (naming the file and, for several events, which one),
+/// no event at all, and a plugin that does not load. A plugin that loads but fails a call is
+/// an `Ok` outcome whose call says why.
 pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome> {
     let events = read_events(&args.event)?;
+    let tape = match &args.replay {
+        Some(path) => Tape::player(tape::read_file(path)?),
+        None => Tape::recorder(),
+    };
+    let outcome = run_events(args, &events, Arc::new(tape)).await?;
+    if let Some(path) = &args.record {
+        tape::write_file(
+            path,
+            &TapeFile {
+                clock: outcome.clock,
+                entries: outcome.tape(),
+            },
+        )?;
+    }
+    Ok(outcome)
+}
+
+/// Loads the plugin of `args` and calls it with `events`, every capability call going through
+/// `tape`.
+pub async fn run_events(
+    args: &PluginRunArgs,
+    events: &[JobEvent],
+    tape: Arc<Tape>,
+) -> anyhow::Result<PluginRunOutcome> {
     let wasm: Arc<[u8]> = tokio::fs::read(&args.wasm)
         .await
         .with_context(|| format!("cannot read the component {}", args.wasm.display()))?
@@ -186,7 +306,7 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
     };
 
     // The same capabilities as the daemon, on local files: the `embedded` SQL connection, a
-    // key-value store and a local archive. No cluster, so pod logs are refused.
+    // key-value store and a local archive; the connections and the cluster given.
     let scratch = match &args.state_dir {
         Some(_) => None,
         None => Some(tempfile::tempdir().context("cannot create a temporary state folder")?),
@@ -196,28 +316,71 @@ pub async fn plugin_run(args: &PluginRunArgs) -> anyhow::Result<PluginRunOutcome
         (None, Some(tmp)) => tmp.path().to_path_buf(),
         (None, None) => bail!("no state folder"),
     };
-    let services = scratch_services(&state_dir).await?;
+    let mut connections = args.sql.clone();
+    if tape.is_replay() {
+        // The tape answers every statement: a granted connection the command line does not
+        // name gets a stand-in that is never opened.
+        for granted in &spec.grants.sql {
+            if !connections.iter().any(|(name, _)| name == granted) {
+                let file = state_dir.join(format!("replay-{granted}.db"));
+                connections.push((granted.clone(), format!("sqlite://{}", file.display())));
+            }
+        }
+    }
+    let mut services = scratch_services(&state_dir, &connections).await?;
+    if let Some(kubeconfig) = &args.kubeconfig {
+        services.clusters = cluster_for(kubeconfig, events).await?;
+    }
+    services.tape = Some(tape.clone());
     let runtime = Runtime::with_services(RuntimeSettings::default(), services)?;
     let started = Instant::now();
     let version = runtime.load(spec).await?;
     let load_elapsed = started.elapsed();
+    let load_calls = tape.made();
 
     let mut calls = Vec::with_capacity(events.len());
-    for event in &events {
+    for event in events {
+        let before = tape.made().len();
         let started = Instant::now();
         let result = version.handle(event).await;
+        let elapsed = started.elapsed();
         calls.push(CallOutcome {
             event_id: event.id.clone(),
             result,
-            elapsed: started.elapsed(),
+            elapsed,
+            host_calls: tape.made().split_off(before),
         });
     }
+    tape.finish();
     Ok(PluginRunOutcome {
         plugin: name,
         manifest: manifest_path,
         load_elapsed,
+        load_calls,
         calls,
+        divergences: tape.divergences(),
+        clock: tape.clock(),
     })
+}
+
+/// The cluster of `kubeconfig` under the name of every cluster the events name, and the
+/// built-in kinds' pod labels, so `pod-logs` finds the events' jobs there.
+async fn cluster_for(kubeconfig: &Path, events: &[JobEvent]) -> anyhow::Result<ClusterDirectory> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("cannot read the kubeconfig {}", kubeconfig.display()))?;
+    let client = build_client(&config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: cannot make a client: {e}", kubeconfig.display()))?;
+    let directory = ClusterDirectory::default();
+    for event in events {
+        directory.set_client(&event.cluster, client.clone());
+    }
+    let kinds: Vec<JobKind> = JobKind::BUILTINS
+        .iter()
+        .filter_map(|name| JobKind::builtin(name))
+        .collect();
+    directory.set_kinds(&kinds);
+    Ok(directory)
 }
 
 /// `NAME.yaml` (or `.yml`) beside the component `NAME.wasm`, if there is one.
@@ -228,7 +391,10 @@ fn beside(wasm: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
+async fn scratch_services(
+    dir: &Path,
+    connections: &[(String, String)],
+) -> anyhow::Result<Services> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the state folder {}", dir.display()))?;
     let kv: Arc<dyn PluginKv> = Arc::new(
@@ -236,7 +402,13 @@ async fn scratch_services(dir: &Path) -> anyhow::Result<Services> {
             .await
             .context("cannot open the run's state file")?,
     );
-    let sql = Databases::open(&SqlSettings::default(), &dir.join(EMBEDDED_DB_DIR))?;
+    let settings = SqlSettings {
+        connections: connections
+            .iter()
+            .map(|(name, url)| (name.clone(), SqlConnection::new(url.clone())))
+            .collect(),
+    };
+    let sql = Databases::open(&settings, &dir.join(EMBEDDED_DB_DIR))?;
     let archive = ArchiveStore::open(&ArchiveLocation::Local(dir.join("archive")))?;
     Ok(Services {
         sql,
@@ -255,7 +427,7 @@ fn stem(path: &Path) -> String {
 /// The events of `source`: `-` (standard input), a folder (its `.json` and `.jsonl` files in
 /// name order) or a file; each holds one event, or several as JSON lines (or simply one after
 /// another).
-fn read_events(source: &Path) -> anyhow::Result<Vec<JobEvent>> {
+pub(crate) fn read_events(source: &Path) -> anyhow::Result<Vec<JobEvent>> {
     let mut events = Vec::new();
     if source.as_os_str() == "-" {
         let mut text = String::new();

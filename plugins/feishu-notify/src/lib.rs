@@ -16,7 +16,6 @@
 mod card;
 mod config;
 mod duration;
-mod http;
 mod job;
 mod response;
 mod sign;
@@ -31,7 +30,9 @@ use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, kv, phase_name};
 
 use crate::card::Signature;
 use crate::config::{Settings, Target};
-use crate::response::Outcome;
+use crate::response::{Outcome, Transport};
+use crate::webhook::Webhook;
+use jobrelay_guest::http;
 
 /// How long a sent event is remembered: longer than any retry schedule or host downtime worth
 /// deduplicating across, short enough that the store does not grow without bound.
@@ -97,6 +98,30 @@ fn now_seconds() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// Feishu's answers are tiny; anything longer is not worth holding, and what was read still
+/// classifies (a cut answer simply has no parsable `code`).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// POSTs the card as JSON to the bot.
+fn post(webhook: &Webhook, body: &[u8]) -> Result<http::Response, Transport> {
+    let url = format!(
+        "{}://{}{}",
+        webhook.scheme.as_str(),
+        webhook.authority,
+        webhook.path_with_query
+    );
+    let request = http::Request {
+        headers: vec![("content-type", b"application/json")],
+        body,
+        max_response_bytes: MAX_ANSWER_BYTES,
+        ..http::Request::new(http::Method::Post, &url)
+    };
+    http::send(&request).map_err(|e| match e {
+        http::HttpError::Denied => Transport::Denied,
+        http::HttpError::InvalidUrl(why) | http::HttpError::Failed(why) => Transport::Failed(why),
+    })
+}
+
 /// Builds, signs and posts the card; the outcome's messages are already scrubbed.
 fn deliver(job: &JobEvent, settings: &Settings, target: &Target) -> Outcome {
     let signature = target.secret.as_deref().map(|secret| {
@@ -110,11 +135,11 @@ fn deliver(job: &JobEvent, settings: &Settings, target: &Target) -> Outcome {
         Ok(body) => body,
         Err(e) => return Outcome::GiveUp(e),
     };
-    let answer = http::post_json(&target.webhook, &body);
+    let answer = post(&target.webhook, &body);
     let outcome = response::classify(
         answer
             .as_ref()
-            .map(|(status, bytes)| (*status, bytes.as_slice()))
+            .map(|answer| (answer.status, answer.body.as_slice()))
             .map_err(Clone::clone),
     );
     let bot = target.webhook.redacted();

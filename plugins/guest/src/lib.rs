@@ -34,17 +34,23 @@
 /// crate root, and would clash with the generator's own re-export there.
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "plugin",
         pub_export_macro: true,
         default_bindings_module: "jobrelay_guest::bindings",
     });
 }
 
+pub mod archive;
 pub mod config;
+pub mod http;
+pub mod kv;
+pub mod log;
+pub mod pod_logs;
+pub mod sql;
 
+pub use self::bindings::jobrelay::plugin::lifecycle;
 pub use self::bindings::jobrelay::plugin::types::Phase;
-pub use self::bindings::jobrelay::plugin::{archive, kv, lifecycle, log, pod_logs, sql};
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 
 use std::sync::Mutex;

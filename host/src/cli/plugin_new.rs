@@ -1,0 +1,312 @@
+//! `jobrelay plugin new NAME [--dir PARENT] [--sdk PATH]`: a ready plugin project in Rust.
+//!
+//! The project builds with `./build.sh` and runs at once with `jobrelay plugin run` and
+//! `jobrelay plugin test`, with no cluster:
+//!
+//! ```text
+//! NAME/
+//!   Cargo.toml, src/lib.rs     a plugin that counts its jobs' failures in its key-value store
+//!   NAME.yaml                  its manifest: config, limits and the one grant it uses (kv)
+//!   build.sh                   builds NAME.wasm beside the manifest
+//!   events/                    sample events of several kinds and phases, as the daemon makes them
+//!   tests/cases/first/         a recorded case for `plugin test` (events, tape, expected outcomes)
+//!   jobrelay-guest/            the plugin SDK with its WIT, as this jobrelay carries it
+//!   README.md, .gitignore
+//! ```
+//!
+//! The SDK is written into the project (unless `--sdk` points at a copy to depend on), so the
+//! project builds offline against exactly the contract this host serves; the crate is
+//! publishable, and a project may depend on a registry version instead.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use super::sample_event::sample_event;
+use jobrelay_contract::event::{JobEvent, Phase};
+
+/// Arguments of `plugin new`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PluginNewArgs {
+    /// The plugin's name: lowercase letters, digits and `-`, starting with a letter. Also the
+    /// project's folder, its crate, its manifest (NAME.yaml) and component (NAME.wasm).
+    pub name: String,
+    /// The folder to create the project in.
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    /// Depend on the SDK crate in this folder (a jobrelay checkout's `plugins/guest`) instead
+    /// of writing a copy into the project.
+    #[arg(long)]
+    pub sdk: Option<PathBuf>,
+}
+
+/// The SDK crate's files as this binary carries them: (path in the crate, text).
+const SDK_FILES: &[(&str, &str)] = &[
+    (
+        "README.md",
+        include_str!("../../../plugins/guest/README.md"),
+    ),
+    (
+        "src/lib.rs",
+        include_str!("../../../plugins/guest/src/lib.rs"),
+    ),
+    (
+        "src/archive.rs",
+        include_str!("../../../plugins/guest/src/archive.rs"),
+    ),
+    (
+        "src/config.rs",
+        include_str!("../../../plugins/guest/src/config.rs"),
+    ),
+    (
+        "src/http.rs",
+        include_str!("../../../plugins/guest/src/http.rs"),
+    ),
+    (
+        "src/kv.rs",
+        include_str!("../../../plugins/guest/src/kv.rs"),
+    ),
+    (
+        "src/log.rs",
+        include_str!("../../../plugins/guest/src/log.rs"),
+    ),
+    (
+        "src/pod_logs.rs",
+        include_str!("../../../plugins/guest/src/pod_logs.rs"),
+    ),
+    (
+        "src/sql.rs",
+        include_str!("../../../plugins/guest/src/sql.rs"),
+    ),
+    ("wit/plugin.wit", include_str!("../../../wit/plugin.wit")),
+];
+
+/// The SDK crate's manifest outside the repository's workspace: the same dependencies, with
+/// their versions written out.
+const SDK_CARGO_TOML: &str = include_str!("plugin_new/sdk.Cargo.toml");
+const PROJECT_CARGO_TOML: &str = include_str!("plugin_new/Cargo.toml");
+const PROJECT_LIB_RS: &str = include_str!("plugin_new/lib.rs");
+const PROJECT_MANIFEST: &str = include_str!("plugin_new/manifest.yaml");
+const PROJECT_BUILD_SH: &str = include_str!("plugin_new/build.sh");
+const PROJECT_README: &str = include_str!("plugin_new/README.md");
+const PROJECT_GITIGNORE: &str = "target/\n*.wasm\n";
+
+/// What `plugin new` made.
+#[derive(Debug, Clone)]
+pub struct NewProject {
+    pub dir: PathBuf,
+    /// Every file written, relative to `dir`.
+    pub files: Vec<PathBuf>,
+}
+
+/// Creates the project. Errors: a bad name, a folder that exists and is not empty, files that
+/// cannot be written.
+pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
+    check_name(&args.name)?;
+    let dir = args.dir.join(&args.name);
+    if dir.exists()
+        && std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .next()
+            .is_some()
+    {
+        bail!("{} exists and is not empty", dir.display());
+    }
+    let name = args.name.as_str();
+    let crate_file = name.replace('-', "_");
+    let sdk_dependency = match &args.sdk {
+        Some(path) => {
+            let path = std::path::absolute(path)
+                .with_context(|| format!("cannot resolve {}", path.display()))?;
+            if !path.join("Cargo.toml").is_file() {
+                bail!(
+                    "{}: no Cargo.toml there (expected the SDK crate)",
+                    path.display()
+                );
+            }
+            format!("{{ path = {:?} }}", path.display().to_string())
+        }
+        None => "{ path = \"jobrelay-guest\" }".to_string(),
+    };
+    let fill = |text: &str| {
+        text.replace("{{name}}", name)
+            .replace("{{crate_file}}", &crate_file)
+            .replace("{{sdk}}", &sdk_dependency)
+    };
+
+    let mut files: Vec<(PathBuf, String)> = vec![
+        ("Cargo.toml".into(), fill(PROJECT_CARGO_TOML)),
+        ("src/lib.rs".into(), fill(PROJECT_LIB_RS)),
+        (format!("{name}.yaml").into(), fill(PROJECT_MANIFEST)),
+        ("build.sh".into(), fill(PROJECT_BUILD_SH)),
+        ("README.md".into(), fill(PROJECT_README)),
+        (".gitignore".into(), PROJECT_GITIGNORE.to_string()),
+    ];
+    if args.sdk.is_none() {
+        files.push((
+            "jobrelay-guest/Cargo.toml".into(),
+            SDK_CARGO_TOML.to_string(),
+        ));
+        for (path, text) in SDK_FILES {
+            files.push((Path::new("jobrelay-guest").join(path), text.to_string()));
+        }
+    }
+    let samples = samples()?;
+    for (file, event) in &samples {
+        files.push((Path::new("events").join(file), json_line(event)?));
+    }
+    let (events, tape, expect) = first_case(&samples)?;
+    files.push(("tests/cases/first/events.jsonl".into(), events));
+    files.push(("tests/cases/first/tape.jsonl".into(), tape));
+    files.push(("tests/cases/first/expect.yaml".into(), expect));
+
+    for (path, text) in &files {
+        let full = dir.join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&full, text).with_context(|| format!("cannot write {}", full.display()))?;
+    }
+    make_executable(&dir.join("build.sh"))?;
+    Ok(NewProject {
+        dir,
+        files: files.into_iter().map(|(path, _)| path).collect(),
+    })
+}
+
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let valid = name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-');
+    if !valid {
+        bail!(
+            "`{name}` is not a plugin name: lowercase letters, digits and `-`, starting with a \
+             letter, at most 63 characters"
+        );
+    }
+    Ok(())
+}
+
+/// Sample events of several kinds and phases: (file name, event).
+fn samples() -> anyhow::Result<Vec<(String, JobEvent)>> {
+    let cases = [
+        ("batch-job", Phase::Running, Some(Phase::Pending)),
+        ("volcano-job", Phase::Failed, Some(Phase::Running)),
+        ("pytorch-job", Phase::Succeeded, Some(Phase::Running)),
+        ("mpi-job", Phase::Deleted, Some(Phase::Succeeded)),
+    ];
+    let mut samples = Vec::new();
+    for (index, (kind, phase, previous)) in cases.into_iter().enumerate() {
+        let mut event = sample_event(kind, phase, "example", previous)?;
+        // Each sample its own job, so outputs and keys tell them apart.
+        let uid = format!("{}{}", &event.uid[..event.uid.len() - 1], index + 1);
+        event.id = event.id.replace(&event.uid, &uid);
+        event.transition_key = event.transition_key.replace(&event.uid, &uid);
+        event.uid = uid;
+        let file = format!("{}-{kind}-{}.json", index + 1, phase.as_str());
+        samples.push((file, event));
+    }
+    Ok(samples)
+}
+
+fn json_line(event: &JobEvent) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(event)? + "\n")
+}
+
+/// The first test case: the failed and the succeeded sample; the template counts the failure
+/// in its key-value store (one read, one write) and lets the success pass.
+fn first_case(samples: &[(String, JobEvent)]) -> anyhow::Result<(String, String, String)> {
+    let failed = samples
+        .iter()
+        .map(|(_, e)| e)
+        .find(|e| e.phase == Phase::Failed)
+        .context("a failed sample")?;
+    let succeeded = samples
+        .iter()
+        .map(|(_, e)| e)
+        .find(|e| e.phase == Phase::Succeeded)
+        .context("a succeeded sample")?;
+    let events = json_line(failed)? + &json_line(succeeded)?;
+    let key = format!("failures/{}", failed.namespace);
+    let entries = [
+        json!({"tape": 1, "clock": "2026-01-01T00:00:00.000Z"}),
+        json!({
+            "event": failed.id,
+            "call": "kv.get",
+            "args": {"key": key},
+            "answer": {"ok": {"text": "2"}},
+        }),
+        json!({
+            "event": failed.id,
+            "call": "kv.set",
+            "args": {"key": key, "value": {"text": "3"}, "ttl_seconds": null},
+            "answer": {"ok": null},
+        }),
+    ];
+    let tape: String = entries.iter().map(|entry| format!("{entry}\n")).collect();
+    let expect =
+        "# One status per event: ok, retry, give_up, trap, timeout, memory_limit, init_refused.\n\
+                  outcomes: [ok, ok]\n"
+            .to_string();
+    Ok((events, tape, expect))
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> anyhow::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_a_used_folder_is_refused() {
+        for bad in ["", "My", "1st", "a_b", "end-", "a b", "ünï"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        check_name("gpu-alerts2").expect("a good name");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(tmp.path().join("taken")).expect("mkdir");
+        std::fs::write(tmp.path().join("taken/file"), "x").expect("write");
+        let args = PluginNewArgs {
+            name: "taken".into(),
+            dir: tmp.path().to_path_buf(),
+            sdk: None,
+        };
+        let error = plugin_new(&args).expect_err("not empty").to_string();
+        assert!(error.contains("not empty"), "{error}");
+    }
+
+    /// Every source file of the SDK crate is carried: a module added to the crate and not to
+    /// `SDK_FILES` would leave scaffolded projects unbuildable.
+    #[test]
+    fn the_carried_sdk_is_the_whole_crate() {
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/guest/src");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&crate_dir)
+            .expect("the SDK's sources")
+            .filter_map(|e| e.ok())
+            .map(|e| format!("src/{}", e.file_name().to_string_lossy()))
+            .collect();
+        on_disk.sort();
+        let mut carried: Vec<String> = SDK_FILES
+            .iter()
+            .map(|(path, _)| path.to_string())
+            .filter(|path| path.starts_with("src/"))
+            .collect();
+        carried.sort();
+        assert_eq!(carried, on_disk);
+    }
+}

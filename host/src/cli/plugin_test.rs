@@ -1,0 +1,231 @@
+//! `jobrelay plugin test DIR --wasm FILE [--manifest FILE]`: a plugin's recorded cases run as
+//! a suite, offline, for the plugin's own CI.
+//!
+//! Each folder of DIR is one case (run in name order):
+//!
+//! - `events.jsonl` — the events, in order (the format of `plugin run --event`);
+//! - `tape.jsonl` — the capability calls the plugin must make and the answers it gets, as
+//!   `plugin run --record` writes them; without it, the plugin must make none;
+//! - `expect.yaml` — `outcomes:`, one status per event (`ok`, `retry`, `give_up`, `trap`,
+//!   `timeout`, `memory_limit`, `init_refused`);
+//! - `manifest.yaml`, optional — the case's own manifest, else `--manifest`, else the one
+//!   beside the component.
+//!
+//! A case passes when every call ended as expected and the replay matched its tape: every
+//! call made was the tape's next one, with the same arguments, and every recorded call was
+//! made. A case that cannot run (a missing file, a plugin that does not load) fails; the
+//! suite goes on with the next.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use super::plugin_run::{PluginRunArgs, read_events, run_events};
+use jobrelay_capabilities::tape::{self, Tape, TapeFile};
+
+/// The statuses a call can end with (see `CallOutcome::status`).
+const STATUSES: [&str; 8] = [
+    "ok",
+    "retry",
+    "give_up",
+    "trap",
+    "timeout",
+    "memory_limit",
+    "init_refused",
+    "host",
+];
+
+/// Arguments of `plugin test`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PluginTestArgs {
+    /// The folder of cases: one folder per case holding events.jsonl, expect.yaml and, if the
+    /// plugin makes capability calls, tape.jsonl.
+    pub dir: PathBuf,
+    /// The plugin component (.wasm).
+    #[arg(long)]
+    pub wasm: PathBuf,
+    /// The manifest of every case without its own manifest.yaml. Default: NAME.yaml beside the
+    /// component NAME.wasm, if it exists.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+}
+
+/// `expect.yaml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    /// One status per event, in order.
+    outcomes: Vec<String>,
+}
+
+/// How one case went.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub name: String,
+    pub events: usize,
+    pub host_calls: usize,
+    /// Empty when the case passed.
+    pub failures: Vec<String>,
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// How the suite went.
+#[derive(Debug, Clone)]
+pub struct SuiteResult {
+    pub cases: Vec<CaseResult>,
+}
+
+impl SuiteResult {
+    pub fn passed(&self) -> bool {
+        self.cases.iter().all(CaseResult::passed)
+    }
+}
+
+impl fmt::Display for SuiteResult {
+    /// `ok   CASE (N events, M host calls)` or `FAIL CASE` with each reason below it, then a
+    /// count.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for case in &self.cases {
+            if case.passed() {
+                writeln!(
+                    f,
+                    "ok   {} ({} events, {} host calls)",
+                    case.name, case.events, case.host_calls
+                )?;
+            } else {
+                writeln!(f, "FAIL {}", case.name)?;
+                for failure in &case.failures {
+                    writeln!(f, "  {failure}")?;
+                }
+            }
+        }
+        let failed = self.cases.iter().filter(|c| !c.passed()).count();
+        write!(
+            f,
+            "{} cases: {} passed, {failed} failed",
+            self.cases.len(),
+            self.cases.len() - failed
+        )
+    }
+}
+
+/// Runs every case of `args.dir`. Errors: a folder that cannot be listed or holds no case.
+pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&args.dir)
+        .with_context(|| format!("cannot list the cases in {}", args.dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_dir())
+        .collect();
+    folders.sort();
+    if folders.is_empty() {
+        bail!(
+            "{}: no case in it (one folder per case)",
+            args.dir.display()
+        );
+    }
+    let mut cases = Vec::with_capacity(folders.len());
+    for folder in folders {
+        let name = folder
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let result = match run_case(args, &folder).await {
+            Ok(mut result) => {
+                result.name = name;
+                result
+            }
+            Err(error) => CaseResult {
+                name,
+                events: 0,
+                host_calls: 0,
+                failures: vec![format!("{error:#}")],
+            },
+        };
+        cases.push(result);
+    }
+    Ok(SuiteResult { cases })
+}
+
+async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseResult> {
+    let expect_file = folder.join("expect.yaml");
+    let text = std::fs::read_to_string(&expect_file)
+        .with_context(|| format!("cannot read {}", expect_file.display()))?;
+    let expect: Expect = serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("{}: not an expectation", expect_file.display()))?;
+    if let Some(unknown) = expect
+        .outcomes
+        .iter()
+        .find(|o| !STATUSES.contains(&o.as_str()))
+    {
+        bail!(
+            "{}: `{unknown}` is not a status (one of {})",
+            expect_file.display(),
+            STATUSES.join(", ")
+        );
+    }
+    let events = read_events(&folder.join("events.jsonl"))?;
+    let tape_file = folder.join("tape.jsonl");
+    let recorded = if tape_file.exists() {
+        tape::read_file(&tape_file)?
+    } else {
+        TapeFile {
+            clock: std::time::Duration::ZERO,
+            entries: Vec::new(),
+        }
+    };
+    let own_manifest = folder.join("manifest.yaml");
+    let run = PluginRunArgs {
+        manifest: if own_manifest.exists() {
+            Some(own_manifest)
+        } else {
+            args.manifest.clone()
+        },
+        ..PluginRunArgs::new(args.wasm.clone(), folder.join("events.jsonl"))
+    };
+    let outcome = run_events(&run, &events, Arc::new(Tape::player(recorded))).await?;
+
+    let mut failures = Vec::new();
+    if expect.outcomes.len() != outcome.calls.len() {
+        failures.push(format!(
+            "expect.yaml lists {} outcomes for {} events",
+            expect.outcomes.len(),
+            outcome.calls.len()
+        ));
+    }
+    for (index, (call, expected)) in outcome.calls.iter().zip(&expect.outcomes).enumerate() {
+        if call.status() != expected {
+            let why = call
+                .result
+                .as_ref()
+                .err()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default();
+            failures.push(format!(
+                "event {} ({}): expected {expected}, got {}{why}",
+                index + 1,
+                call.event_id,
+                call.status()
+            ));
+        }
+    }
+    failures.extend(
+        outcome
+            .divergences
+            .iter()
+            .map(|d| format!("diverged from the tape: {d}")),
+    );
+    Ok(CaseResult {
+        name: String::new(),
+        events: outcome.calls.len(),
+        host_calls: outcome.tape().len(),
+        failures,
+    })
+}

@@ -1,0 +1,79 @@
+//! `plugin new`: the project it makes builds into a component with its own build script,
+//! handles every sample event under `plugin run`, and passes its own recorded case under
+//! `plugin test` — which fails when the case's expectation does not hold.
+
+use std::process::Command;
+
+use jobrelay::cli::plugin_new::{PluginNewArgs, plugin_new};
+use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
+use jobrelay::cli::plugin_test::{PluginTestArgs, plugin_test};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_project_builds_runs_and_passes_its_case() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let project = plugin_new(&PluginNewArgs {
+        name: "gpu-alerts".into(),
+        dir: parent.path().to_path_buf(),
+        sdk: None,
+    })
+    .expect("the project is made");
+    let dir = project.dir.clone();
+    assert!(
+        dir.join("jobrelay-guest/wit/plugin.wit").is_file(),
+        "the SDK carries its WIT"
+    );
+
+    // The project's own build script, as an author runs it; a shared target folder keeps
+    // repeated runs of this test warm.
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugin-new");
+    let built = Command::new(dir.join("build.sh"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("build.sh runs");
+    assert!(
+        built.status.success(),
+        "build.sh failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // With a target folder elsewhere the script copies from there.
+    let wasm = dir.join("gpu-alerts.wasm");
+    assert!(wasm.is_file(), "{}", String::from_utf8_lossy(&built.stdout));
+
+    let run = plugin_run(&PluginRunArgs::new(wasm.clone(), dir.join("events")))
+        .await
+        .expect("the plugin loads");
+    assert!(run.is_ok(), "{run}");
+    assert_eq!(run.calls.len(), 4, "one call per sample event: {run}");
+    let counted: Vec<usize> = run.calls.iter().map(|c| c.host_calls.len()).collect();
+    assert_eq!(
+        counted,
+        [0, 2, 0, 0],
+        "only the failure is counted (kv.get, kv.set): {run}"
+    );
+    assert_eq!(
+        run.manifest.as_deref(),
+        Some(dir.join("gpu-alerts.yaml").as_path()),
+        "the manifest beside the component is used"
+    );
+
+    let suite = |dir: std::path::PathBuf| PluginTestArgs {
+        dir,
+        wasm: wasm.clone(),
+        manifest: None,
+    };
+    let result = plugin_test(&suite(dir.join("tests/cases")))
+        .await
+        .expect("the suite runs");
+    assert!(result.passed(), "{result}");
+
+    // The case fails when its expectation is wrong.
+    std::fs::write(
+        dir.join("tests/cases/first/expect.yaml"),
+        "outcomes: [retry, ok]\n",
+    )
+    .expect("expect");
+    let result = plugin_test(&suite(dir.join("tests/cases")))
+        .await
+        .expect("the suite runs");
+    assert!(!result.passed(), "{result}");
+}
