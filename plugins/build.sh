@@ -4,17 +4,20 @@
 #   feishu-notify.wasm
 #   mysql-sync.wasm
 #   log-archive.wasm
+#   job-snapshot.wasm  the plugin written in Python (plugins/job-snapshot), by componentize-py
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
 #   bulky.wasm         about 2 MB of code, for the reload benchmark
 #   noop.wasm          does nothing, for the lane throughput benchmark
 #   intruder.wasm      reaches for what it was not granted (sandbox tests)
 #   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
-# Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing).
+# Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing) and
+# Python 3 with pip (installs componentize-py, pinned below, if missing).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target=wasm32-wasip2
+componentize_py_version=0.25.1
 target_dir="$repo/target/wasm"
 out="$repo/target/plugins"
 
@@ -33,6 +36,16 @@ build "$repo/tests/plugins" --release
 build "$repo/tests/plugins" --package probe
 
 mkdir -p "$out"
+# componentize-py through the interpreter that installed it, whatever PATH holds.
+componentize_py() {
+    python3 -c 'import sys; from componentize_py import script; sys.argv[0] = "componentize-py"; sys.exit(script())' "$@"
+}
+installed="$(python3 -c 'import importlib.metadata as m; print(m.version("componentize-py"))' 2>/dev/null || true)"
+if [ "$installed" != "$componentize_py_version" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "componentize-py==$componentize_py_version"
+fi
+(cd "$repo/plugins/job-snapshot" && componentize_py -d "$repo/wit" -w plugin componentize app -o "$out/job-snapshot.wasm.tmp" >/dev/null)
+mv "$out/job-snapshot.wasm.tmp" "$out/job-snapshot.wasm"
 copy() { # source-path dest-name
     cp "$1" "$out/$2.tmp"
     mv "$out/$2.tmp" "$out/$2"
@@ -50,6 +63,6 @@ copy "$release/noop.wasm" noop.wasm
 copy "$release/intruder.wasm" intruder.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 
-for name in event-log feishu-notify mysql-sync log-archive probe not-a-plugin bulky noop intruder probe-debug; do
+for name in event-log feishu-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -17,6 +17,7 @@ mod log_archive;
 mod mysql_sync;
 mod plugin_new;
 mod process;
+mod python_plugin;
 mod record_replay;
 mod runtime;
 mod sandbox;

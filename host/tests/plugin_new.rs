@@ -4,24 +4,35 @@
 
 use std::process::Command;
 
-use jobrelay::cli::plugin_new::{PluginNewArgs, plugin_new};
+use jobrelay::cli::plugin_new::{Lang, PluginNewArgs, plugin_new};
 use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
 use jobrelay::cli::plugin_test::{PluginTestArgs, plugin_test};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_project_builds_runs_and_passes_its_case() {
+async fn a_new_rust_project_builds_runs_and_passes_its_case() {
+    new_project_builds_runs_and_passes_its_case(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_python_project_builds_runs_and_passes_its_case() {
+    new_project_builds_runs_and_passes_its_case(Lang::Python).await;
+}
+
+async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
     let parent = tempfile::tempdir().expect("tempdir");
     let project = plugin_new(&PluginNewArgs {
         name: "gpu-alerts".into(),
+        lang,
         dir: parent.path().to_path_buf(),
         sdk: None,
     })
     .expect("the project is made");
     let dir = project.dir.clone();
-    assert!(
-        dir.join("jobrelay-guest/wit/plugin.wit").is_file(),
-        "the SDK carries its WIT"
-    );
+    let wit = match lang {
+        Lang::Rust => "jobrelay-guest/wit/plugin.wit",
+        Lang::Python => "wit/plugin.wit",
+    };
+    assert!(dir.join(wit).is_file(), "the project carries the WIT");
 
     // The project's own build script, as an author runs it; a shared target folder keeps
     // repeated runs of this test warm.

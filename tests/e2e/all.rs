@@ -6,6 +6,7 @@ mod clusters;
 mod delivery;
 mod finalizers;
 mod pipeline;
+mod python_plugin;
 mod reload;
 mod resilience;
 mod status_page;

@@ -1,4 +1,5 @@
-//! `jobrelay plugin new NAME [--dir PARENT] [--sdk PATH]`: a ready plugin project in Rust.
+//! `jobrelay plugin new NAME [--lang rust|python] [--dir PARENT] [--sdk PATH]`: a ready plugin
+//! project.
 //!
 //! The project builds with `./build.sh` and runs at once with `jobrelay plugin run` and
 //! `jobrelay plugin test`, with no cluster:
@@ -13,6 +14,9 @@
 //!   jobrelay-guest/            the plugin SDK with its WIT, as this jobrelay carries it
 //!   README.md, .gitignore
 //! ```
+//!
+//! With `--lang python` the sources are `app.py` and `wit/plugin.wit`, and `build.sh` runs
+//! componentize-py; the plugin does the same, so the same events and case serve both.
 //!
 //! The SDK is written into the project (unless `--sdk` points at a copy to depend on), so the
 //! project builds offline against exactly the contract this host serves; the crate is
@@ -32,13 +36,25 @@ pub struct PluginNewArgs {
     /// The plugin's name: lowercase letters, digits and `-`, starting with a letter. Also the
     /// project's folder, its crate, its manifest (NAME.yaml) and component (NAME.wasm).
     pub name: String,
+    /// The plugin's language.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
     /// The folder to create the project in.
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
-    /// Depend on the SDK crate in this folder (a jobrelay checkout's `plugins/guest`) instead
-    /// of writing a copy into the project.
+    /// Rust: depend on the SDK crate in this folder (a jobrelay checkout's `plugins/guest`)
+    /// instead of writing a copy into the project.
     #[arg(long)]
     pub sdk: Option<PathBuf>,
+}
+
+/// A language `plugin new` writes projects in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// A crate built for wasm32-wasip2 with the jobrelay-guest SDK.
+    Rust,
+    /// A module built into a component by componentize-py.
+    Python,
 }
 
 /// The SDK crate's files as this binary carries them: (path in the crate, text).
@@ -91,6 +107,11 @@ const PROJECT_MANIFEST: &str = include_str!("plugin_new/manifest.yaml");
 const PROJECT_BUILD_SH: &str = include_str!("plugin_new/build.sh");
 const PROJECT_README: &str = include_str!("plugin_new/README.md");
 const PROJECT_GITIGNORE: &str = "target/\n*.wasm\n";
+const PYTHON_APP: &str = include_str!("plugin_new/app.py");
+const PYTHON_BUILD_SH: &str = include_str!("plugin_new/build-python.sh");
+const PYTHON_README: &str = include_str!("plugin_new/README-python.md");
+const PYTHON_GITIGNORE: &str = "*.wasm\n__pycache__/\nwit_world/\ncomponentize_py_*\n";
+const WIT: &str = include_str!("../../../wit/plugin.wit");
 
 /// What `plugin new` made.
 #[derive(Debug, Clone)]
@@ -135,21 +156,38 @@ pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
             .replace("{{sdk}}", &sdk_dependency)
     };
 
-    let mut files: Vec<(PathBuf, String)> = vec![
-        ("Cargo.toml".into(), fill(PROJECT_CARGO_TOML)),
-        ("src/lib.rs".into(), fill(PROJECT_LIB_RS)),
-        (format!("{name}.yaml").into(), fill(PROJECT_MANIFEST)),
-        ("build.sh".into(), fill(PROJECT_BUILD_SH)),
-        ("README.md".into(), fill(PROJECT_README)),
-        (".gitignore".into(), PROJECT_GITIGNORE.to_string()),
-    ];
-    if args.sdk.is_none() {
-        files.push((
-            "jobrelay-guest/Cargo.toml".into(),
-            SDK_CARGO_TOML.to_string(),
-        ));
-        for (path, text) in SDK_FILES {
-            files.push((Path::new("jobrelay-guest").join(path), text.to_string()));
+    let mut files: Vec<(PathBuf, String)> =
+        vec![(format!("{name}.yaml").into(), fill(PROJECT_MANIFEST))];
+    match args.lang {
+        Lang::Rust => {
+            files.extend([
+                ("Cargo.toml".into(), fill(PROJECT_CARGO_TOML)),
+                ("src/lib.rs".into(), fill(PROJECT_LIB_RS)),
+                ("build.sh".into(), fill(PROJECT_BUILD_SH)),
+                ("README.md".into(), fill(PROJECT_README)),
+                (".gitignore".into(), PROJECT_GITIGNORE.to_string()),
+            ]);
+            if args.sdk.is_none() {
+                files.push((
+                    "jobrelay-guest/Cargo.toml".into(),
+                    SDK_CARGO_TOML.to_string(),
+                ));
+                for (path, text) in SDK_FILES {
+                    files.push((Path::new("jobrelay-guest").join(path), text.to_string()));
+                }
+            }
+        }
+        Lang::Python => {
+            if args.sdk.is_some() {
+                bail!("--sdk is for Rust projects; a Python project carries its WIT");
+            }
+            files.extend([
+                ("app.py".into(), fill(PYTHON_APP)),
+                ("wit/plugin.wit".into(), WIT.to_string()),
+                ("build.sh".into(), fill(PYTHON_BUILD_SH)),
+                ("README.md".into(), fill(PYTHON_README)),
+                (".gitignore".into(), PYTHON_GITIGNORE.to_string()),
+            ]);
         }
     }
     let samples = samples()?;
@@ -283,6 +321,7 @@ mod tests {
         std::fs::write(tmp.path().join("taken/file"), "x").expect("write");
         let args = PluginNewArgs {
             name: "taken".into(),
+            lang: Lang::Rust,
             dir: tmp.path().to_path_buf(),
             sdk: None,
         };

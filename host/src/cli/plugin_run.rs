@@ -332,7 +332,11 @@ pub async fn run_events(
         services.clusters = cluster_for(kubeconfig, events).await?;
     }
     services.tape = Some(tape.clone());
-    let runtime = Runtime::with_services(RuntimeSettings::default(), services)?;
+    let settings = RuntimeSettings {
+        cache_dir: compile_cache_dir(),
+        ..RuntimeSettings::default()
+    };
+    let runtime = Runtime::with_services(settings, services)?;
     let started = Instant::now();
     let version = runtime.load(spec).await?;
     let load_elapsed = started.elapsed();
@@ -361,6 +365,22 @@ pub async fn run_events(
         divergences: tape.divergences(),
         clock: tape.clock(),
     })
+}
+
+/// Where `plugin run` and `plugin test` keep compiled components, so a second run of an
+/// unchanged plugin does not compile it again (a Python plugin takes seconds):
+/// `$XDG_CACHE_HOME/jobrelay/compiled`, else `$HOME/.cache/jobrelay/compiled`; none without
+/// either. Entries are keyed by the component's sha256 and the engine's settings.
+fn compile_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".cache"))
+        })?;
+    Some(base.join("jobrelay").join("compiled"))
 }
 
 /// The cluster of `kubeconfig` under the name of every cluster the events name, and the
