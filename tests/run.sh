@@ -41,6 +41,15 @@ if [ -z "${JOBRELAY_TEST_MYSQL_URL:-}" ]; then
   mysql --protocol=tcp -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test"
 fi
 
+step "docker-registry"
+# The OCI tests start a private registry of their own (Debian's docker-registry, the CNCF
+# distribution registry) on a free port; install the package if missing. Its system service
+# is not used.
+if [ ! -x /usr/bin/docker-registry ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq docker-registry >/dev/null
+fi
+
 step "chromium"
 # The status page test renders the page in headless Chromium; install it if missing.
 if ! command -v chromium >/dev/null 2>&1 && [ -z "${JOBRELAY_TEST_CHROMIUM:-}" ]; then

@@ -21,6 +21,7 @@ use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::FolderWatch;
 use crate::config::state::ConfigState;
 use crate::control_loop::{self, ControlLoop};
+use crate::oci::{OCI_CACHE_DIR, Registries};
 use crate::plugin_set::{PluginSet, PluginStatus};
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
@@ -84,7 +85,14 @@ impl Daemon {
             main.finalizers.dead_letter_blocks,
         ));
         let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone());
-        let plugins = PluginSet::new(runtime, routes.clone(), store, Some(book.clone()));
+        let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
+        let plugins = PluginSet::new(
+            runtime,
+            routes.clone(),
+            store,
+            Some(book.clone()),
+            registries,
+        );
         let health = HealthBoard::default();
         let (sink, events) = mpsc::channel(EVENT_BUFFER);
         let problems = Arc::new(RwLock::new(state.problems().clone()));

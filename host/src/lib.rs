@@ -12,5 +12,6 @@ pub mod clusters;
 pub mod config;
 pub mod control_loop;
 pub mod daemon;
+pub mod oci;
 pub mod plugin_set;
 pub mod telemetry;

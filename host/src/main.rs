@@ -20,6 +20,26 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Exit status after losing the Lease (leader election): not a crash, but not a clean stop.
 const LOST_LEASE_EXIT: u8 = 3;
 
+/// `plugin push`: prints the pinned reference.
+async fn push(wasm: &std::path::Path, target: &str, plain_http: bool) -> anyhow::Result<ExitCode> {
+    let (registry, repository, tag) =
+        jobrelay::oci::OciRef::parse_target(target).map_err(anyhow::Error::msg)?;
+    let bytes = std::fs::read(wasm)
+        .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", wasm.display()))?;
+    let settings = jobrelay::oci::OciSettings {
+        plain_http: if plain_http {
+            vec![registry.clone()]
+        } else {
+            Vec::new()
+        },
+    };
+    let pinned = jobrelay::oci::registry::push(&settings, &registry, &repository, &tag, &bytes)
+        .await
+        .map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
+    println!("{pinned}");
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -63,6 +83,11 @@ async fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }),
+        Command::Plugin(PluginCommand::Push {
+            wasm,
+            target,
+            plain_http,
+        }) => push(&wasm, &target, plain_http).await,
         Command::Plugin(PluginCommand::Test { args }) => plugin_test(&args).await.map(|suite| {
             println!("{suite}");
             if suite.passed() {

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::sources::PluginSource;
 use crate::config::state::Change;
+use crate::oci::{FetchError, Registries};
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_lanes::lane::{Lane, LaneStats};
@@ -119,6 +120,42 @@ pub struct PluginSet {
     book: Arc<Mutex<Book>>,
     /// Ends the retries of waiting loads when the set closes.
     stop: CancellationToken,
+    /// Where registry components (`wasm: oci://…`) come from.
+    registries: Registries,
+}
+
+/// Why a version did not load: its component could not be fetched, or the runtime refused it.
+#[derive(Debug)]
+enum LoadFailure {
+    Fetch(FetchError),
+    Load(LoadError),
+}
+
+impl LoadFailure {
+    /// Whether trying the same files again may succeed.
+    fn is_passing(&self) -> bool {
+        match self {
+            LoadFailure::Fetch(e) => e.is_passing(),
+            LoadFailure::Load(e) => e.is_passing(),
+        }
+    }
+
+    /// The metric label (`jobrelay_plugin_load_failures_total{reason}`).
+    fn kind(&self) -> &'static str {
+        match self {
+            LoadFailure::Fetch(_) => "fetch",
+            LoadFailure::Load(e) => e.kind(),
+        }
+    }
+}
+
+impl std::fmt::Display for LoadFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadFailure::Fetch(e) => write!(f, "plugin component: {e}"),
+            LoadFailure::Load(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 impl PluginSet {
@@ -127,6 +164,7 @@ impl PluginSet {
         routes: Routes,
         store: Arc<dyn CursorStore>,
         finalizers: Option<Arc<FinalizerBook>>,
+        registries: Registries,
     ) -> Self {
         PluginSet {
             runtime,
@@ -135,6 +173,7 @@ impl PluginSet {
             finalizers,
             book: Arc::default(),
             stop: CancellationToken::new(),
+            registries,
         }
     }
 
@@ -254,7 +293,10 @@ impl PluginSet {
 
     async fn attempt(&self, source: &PluginSource, generation: u64, attempt: u32) -> Attempt {
         let started = std::time::Instant::now();
-        let result = self.runtime.load(source.spec.clone()).await;
+        let result = match source.loadable(&self.registries).await {
+            Ok(spec) => self.runtime.load(spec).await.map_err(LoadFailure::Load),
+            Err(e) => Err(LoadFailure::Fetch(e)),
+        };
         let load_ms = started.elapsed().as_secs_f64() * 1000.0;
         if self.superseded(&source.spec.name, generation) {
             tracing::debug!(plugin = %source.spec.name, version = %source.spec.version,
@@ -313,7 +355,7 @@ impl PluginSet {
     async fn note_passing(
         &self,
         source: &PluginSource,
-        error: LoadError,
+        error: LoadFailure,
         attempt: u32,
         load_ms: f64,
         at: String,

@@ -15,6 +15,7 @@ mod lane_catch_up;
 mod leader_election;
 mod log_archive;
 mod mysql_sync;
+mod oci_registry;
 mod plugin_new;
 mod process;
 mod python_plugin;

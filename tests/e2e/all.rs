@@ -5,6 +5,7 @@ mod chart;
 mod clusters;
 mod delivery;
 mod finalizers;
+mod oci_plugins;
 mod pipeline;
 mod python_plugin;
 mod reload;

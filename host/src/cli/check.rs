@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use crate::clusters::supervisor::build_client;
 use crate::config::main_file::MainConfig;
 use crate::config::state::ConfigState;
+use crate::oci::{OCI_CACHE_DIR, Registries};
 use jobrelay_runtime::Runtime;
 
 /// Runs the checks; `run_init` runs each plugin's load-time `init` as the daemon would.
@@ -71,18 +72,31 @@ pub async fn check(
             return Ok(ExitCode::FAILURE);
         }
     };
+    let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
     for (name, source) in state.plugins() {
         let started = Instant::now();
+        let spec = match source.loadable(&registries).await {
+            Ok(spec) => spec,
+            Err(e) => {
+                failures += 1;
+                println!(
+                    "FAIL  plugin   {name} ({}): {e}",
+                    source.manifest_path.display()
+                );
+                continue;
+            }
+        };
+        let size = spec.wasm.len();
         let loaded = if run_init {
-            runtime.load(source.spec.clone()).await
+            runtime.load(spec).await
         } else {
-            runtime.load_without_init(source.spec.clone()).await
+            runtime.load_without_init(spec).await
         };
         match loaded {
             Ok(_) => println!(
                 "ok    plugin   {name}: version {} ({} KiB, loaded in {} ms{})",
                 source.spec.version,
-                source.spec.wasm.len() / 1024,
+                size / 1024,
                 started.elapsed().as_millis(),
                 if run_init { "" } else { ", init not run" }
             ),

@@ -1,4 +1,4 @@
-//! The command line: `run`, `check`, `demo`, `plugin new|run|test|sample-event`, `dead-letters`,
+//! The command line: `run`, `check`, `demo`, `plugin new|run|test|push|sample-event`, `dead-letters`,
 //! `finalizers`.
 
 pub mod check;
@@ -128,6 +128,17 @@ pub enum PluginCommand {
         /// load_ms, host_calls) instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Publish a component to an OCI registry as a Wasm artifact; prints the pinned reference
+    /// (`oci://REGISTRY/REPO:TAG@sha256:…`) to put in a manifest's `wasm:`.
+    Push {
+        /// The component (.wasm).
+        wasm: PathBuf,
+        /// Where: `oci://REGISTRY/REPO:TAG`.
+        target: String,
+        /// Reach the registry over plain HTTP (a local registry), not HTTPS.
+        #[arg(long)]
+        plain_http: bool,
     },
     /// Run a plugin's recorded cases offline: each folder of DIR holds events.jsonl, the
     /// tape.jsonl of its capability calls (from `plugin run --record`) and expect.yaml; exit 1

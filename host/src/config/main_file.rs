@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::oci::OciSettings;
+
 use super::home_cluster::HomeCluster;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
@@ -69,6 +71,9 @@ pub struct MainFile {
     /// The cluster jobrelay runs in, watched with the pod's service account (no kubeconfig).
     #[serde(default)]
     pub home_cluster: Option<HomeCluster>,
+    /// How OCI registries are reached for `wasm: oci://…` components. Read once at start.
+    #[serde(default)]
+    pub oci: OciSettings,
     /// Seconds between full re-scans of the config folder, a backstop for missed file events.
     #[serde(default = "default_rescan")]
     pub rescan_seconds: u64,
@@ -238,6 +243,7 @@ pub struct MainConfig {
     /// With a relative kubeconfig resolved.
     pub coordination: CoordinationSettings,
     pub home_cluster: Option<HomeCluster>,
+    pub oci: OciSettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
 }
@@ -424,6 +430,7 @@ impl MainFile {
             telemetry: self.telemetry,
             coordination,
             home_cluster: self.home_cluster,
+            oci: self.oci,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
         })

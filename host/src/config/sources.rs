@@ -11,6 +11,7 @@ use super::ConfigError;
 use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::PluginManifest;
+use crate::oci::{FetchError, OciRef, Registries};
 use jobrelay_lanes::settings::LaneSettings;
 use jobrelay_runtime::PluginSpec;
 
@@ -84,7 +85,11 @@ impl ClusterSource {
 #[derive(Debug, Clone)]
 pub struct PluginSource {
     pub manifest_path: PathBuf,
+    /// The component's file; for a registry component, its reference as written.
     pub wasm_path: PathBuf,
+    /// A component in a registry, fetched when the version is loaded (`spec.wasm` is empty
+    /// until then; see [`PluginSource::loadable`]).
+    pub oci: Option<OciRef>,
     /// What the runtime loads: the name, this version's id (the component and every effective
     /// setting: a change of either is a reload), the component, limits, `config` and grants
     /// (host paths made absolute).
@@ -94,6 +99,18 @@ pub struct PluginSource {
 }
 
 impl PluginSource {
+    /// The spec with its component: as read at scan for a file, fetched now (from the cache or
+    /// the registry, verified against the pin) for a registry component.
+    pub async fn loadable(&self, registries: &Registries) -> Result<PluginSpec, FetchError> {
+        let mut spec = self.spec.clone();
+        if let Some(reference) = &self.oci {
+            let pulled = registries.fetch(reference).await?;
+            spec.wasm = pulled.bytes;
+            spec.wasm_sha256 = pulled.sha256;
+        }
+        Ok(spec)
+    }
+
     /// Resolve a manifest file. `root` is the config folder.
     pub fn parse(
         name: &str,
@@ -178,15 +195,29 @@ impl PluginSource {
                 dir.host = root.join(&dir.host);
             }
         }
-        let wasm_path = if manifest.wasm.is_absolute() {
-            manifest.wasm.clone()
+        let wasm_text = manifest.wasm.to_string_lossy();
+        let (wasm_path, oci, wasm, wasm_sha256) = if OciRef::is_oci(&wasm_text) {
+            let reference = OciRef::parse(&wasm_text)
+                .map_err(|e| ConfigError::Invalid(format!("wasm: {e}")))?;
+            // The pinned digest stands for the bytes: the same reference is the same content.
+            let pin = reference.digest_hex.clone();
+            (
+                manifest.wasm.clone(),
+                Some(reference),
+                Arc::from(Vec::new()),
+                pin,
+            )
         } else {
-            main.plugin_dir.join(&manifest.wasm)
+            let wasm_path = if manifest.wasm.is_absolute() {
+                manifest.wasm.clone()
+            } else {
+                main.plugin_dir.join(&manifest.wasm)
+            };
+            let component = components
+                .read(&wasm_path)
+                .map_err(|e| ConfigError::Read(format!("wasm `{}`: {e}", wasm_path.display())))?;
+            (wasm_path, None, component.bytes, component.sha256)
         };
-        let component = components
-            .read(&wasm_path)
-            .map_err(|e| ConfigError::Read(format!("wasm `{}`: {e}", wasm_path.display())))?;
-        let (wasm, wasm_sha256) = (component.bytes, component.sha256);
         let effective = serde_json::json!({
             "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
@@ -198,6 +229,7 @@ impl PluginSource {
         Ok(PluginSource {
             manifest_path: file.path.clone(),
             wasm_path,
+            oci,
             spec: PluginSpec {
                 name: name.to_string(),
                 version,

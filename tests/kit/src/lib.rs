@@ -19,6 +19,7 @@ pub mod feishu;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod mariadb;
+pub mod registry;
 pub mod scenario;
 mod serve;
 pub mod sim;
@@ -27,6 +28,7 @@ pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
 pub use lifecycle::{Flavor, JobBuilder, JobDriver};
 pub use mariadb::PrivateMariaDb;
+pub use registry::LocalRegistry;
 pub use scenario::Scenario;
 pub use sim::{
     EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKind,

@@ -1,0 +1,342 @@
+//! Pulling plugin components from OCI registries, keeping them by content, and pushing them.
+//!
+//! A component is an OCI artifact: an image manifest whose one layer is the `.wasm`
+//! (`application/wasm`, or the older `application/vnd.wasm.content.layer.v1+wasm`) with a small
+//! JSON config. The manifest's digest pins it (see `reference.rs`).
+//!
+//! **Verified, never trusted.** The manifest's bytes must hash to the pinned digest and the
+//! layer's bytes to the digest the manifest gives it; neither the registry's `Docker-Content-
+//! Digest` header nor the cache is taken on faith. A mismatch refuses the plugin version.
+//!
+//! **Kept by content.** Pulled manifests and layers are written to the cache folder (under the
+//! state folder) named by their digests, and checked again when read, so a restart, or a
+//! registry that is down, does not stop a plugin that was pulled once; a damaged cache file is
+//! pulled again. Nothing is ever evicted: a folder of components, one per pushed version used.
+
+use std::path::{Path, PathBuf};
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::reference::OciRef;
+
+/// The layer media type jobrelay pushes (the CNCF Wasm OCI artifact layout).
+pub const WASM_LAYER: &str = "application/wasm";
+/// The older Wasm layer media type, still accepted on pull.
+pub const WASM_LAYER_V1: &str = "application/vnd.wasm.content.layer.v1+wasm";
+/// The config media type jobrelay pushes.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The largest component pulled: far above any plugin (a Python one is ~20 MB), far below what
+/// would hurt the host.
+pub const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+/// The largest manifest read.
+const MAX_MANIFEST_BYTES: usize = 64 << 10;
+
+/// The main file's `oci:` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OciSettings {
+    /// Registries (`host:port`) reached over plain HTTP instead of HTTPS: a registry inside the
+    /// cluster or on the host, never one across a network you do not control.
+    #[serde(default)]
+    pub plain_http: Vec<String>,
+}
+
+/// Why a component could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FetchError {
+    /// The registry could not be reached or answered with an error: may pass, so the load is
+    /// tried again with backoff.
+    #[error("{reference}: the registry did not give the component: {reason}")]
+    Unavailable { reference: String, reason: String },
+    /// What the registry gave is not what the reference pins, or not a component: the version
+    /// is refused.
+    #[error("{reference}: {reason}")]
+    Refused { reference: String, reason: String },
+}
+
+impl FetchError {
+    pub fn is_passing(&self) -> bool {
+        matches!(self, FetchError::Unavailable { .. })
+    }
+}
+
+/// A component as pulled: its bytes and their sha256 (hex).
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    pub bytes: std::sync::Arc<[u8]>,
+    pub sha256: String,
+}
+
+/// The manifest fields read here.
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Descriptor {
+    #[serde(rename = "mediaType")]
+    media_type: String,
+    digest: String,
+    size: u64,
+}
+
+/// Registries as this host reaches them, and the cache of what was pulled.
+#[derive(Clone)]
+pub struct Registries {
+    client: std::sync::Arc<Client>,
+    cache: PathBuf,
+}
+
+impl std::fmt::Debug for Registries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registries")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registries {
+    pub fn new(settings: &OciSettings, cache: PathBuf) -> Registries {
+        let protocol = if settings.plain_http.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(settings.plain_http.clone())
+        };
+        let client = Client::new(ClientConfig {
+            protocol,
+            ..ClientConfig::default()
+        });
+        Registries {
+            client: std::sync::Arc::new(client),
+            cache,
+        }
+    }
+
+    /// The component `reference` pins: from the cache if it holds it intact, else pulled,
+    /// verified and kept.
+    pub async fn fetch(&self, reference: &OciRef) -> Result<Pulled, FetchError> {
+        let refused = |reason: String| FetchError::Refused {
+            reference: reference.to_string(),
+            reason,
+        };
+        let unavailable = |reason: String| FetchError::Unavailable {
+            reference: reference.to_string(),
+            reason,
+        };
+        if let Some(pulled) = self.cached(reference) {
+            return Ok(pulled);
+        }
+        let image = reference.by_digest();
+        let auth = RegistryAuth::Anonymous;
+        let (manifest_bytes, _) = self
+            .client
+            .pull_manifest_raw(&image, &auth, &[OCI_MANIFEST])
+            .await
+            .map_err(|e| {
+                if let OciDistributionError::DigestError(e) = &e {
+                    // The client checks the digest too: other bytes than the reference pins.
+                    refused(format!(
+                        "the registry's manifest is not the pinned one: {e}"
+                    ))
+                } else if is_unknown(&e) {
+                    refused(format!(
+                        "the registry has no manifest with the pinned digest ({e})"
+                    ))
+                } else {
+                    unavailable(format!("{e}"))
+                }
+            })?;
+        if manifest_bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(refused(format!(
+                "the manifest is larger than {MAX_MANIFEST_BYTES} bytes"
+            )));
+        }
+        let actual = hex::encode(Sha256::digest(&manifest_bytes));
+        if actual != reference.digest_hex {
+            return Err(refused(format!(
+                "the registry's manifest has digest sha256:{actual}, not the pinned sha256:{}",
+                reference.digest_hex
+            )));
+        }
+        let layer = wasm_layer(&manifest_bytes).map_err(refused)?;
+        let layer_hex = layer_hex(&layer).map_err(refused)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+        self.client
+            .pull_blob(&image, layer.digest.as_str(), &mut bytes)
+            .await
+            .map_err(|e| match e {
+                // The client checks the digest as it reads: other bytes than the manifest pins.
+                OciDistributionError::DigestError(e) => refused(format!(
+                    "the layer's bytes do not have the manifest's digest {}: {e}",
+                    layer.digest
+                )),
+                e => unavailable(format!("the layer {}: {e}", layer.digest)),
+            })?;
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if actual != layer_hex {
+            return Err(refused(format!(
+                "the layer's bytes do not have the manifest's digest {}: sha256:{actual}",
+                layer.digest
+            )));
+        }
+        self.keep(&reference.digest_hex, &manifest_bytes, &layer_hex, &bytes);
+        Ok(Pulled {
+            bytes: bytes.into(),
+            sha256: layer_hex,
+        })
+    }
+
+    /// The cached component, if its manifest and layer are there and intact.
+    fn cached(&self, reference: &OciRef) -> Option<Pulled> {
+        let manifest = std::fs::read(self.manifest_path(&reference.digest_hex)).ok()?;
+        if hex::encode(Sha256::digest(&manifest)) != reference.digest_hex {
+            return None;
+        }
+        let layer = wasm_layer(&manifest).ok()?;
+        let layer_hex = layer_hex(&layer).ok()?;
+        let bytes = std::fs::read(self.layer_path(&layer_hex)).ok()?;
+        if hex::encode(Sha256::digest(&bytes)) != layer_hex {
+            tracing::warn!(digest = %layer.digest, "a cached component is damaged; pulling it again");
+            return None;
+        }
+        Some(Pulled {
+            bytes: bytes.into(),
+            sha256: layer_hex,
+        })
+    }
+
+    /// Writes the pulled manifest and layer to the cache; a failure only costs a later pull.
+    fn keep(&self, manifest_hex: &str, manifest: &[u8], layer_hex: &str, layer: &[u8]) {
+        let written = std::fs::create_dir_all(&self.cache)
+            .and_then(|()| write_atomic(&self.layer_path(layer_hex), layer))
+            .and_then(|()| write_atomic(&self.manifest_path(manifest_hex), manifest));
+        if let Err(e) = written {
+            tracing::warn!(cache = %self.cache.display(), error = %e,
+                "cannot keep a pulled component; it will be pulled again at the next load");
+        }
+    }
+
+    fn manifest_path(&self, hex: &str) -> PathBuf {
+        self.cache.join(format!("sha256-{hex}.manifest.json"))
+    }
+
+    fn layer_path(&self, hex: &str) -> PathBuf {
+        self.cache.join(format!("sha256-{hex}.wasm"))
+    }
+}
+
+/// Whether the registry answered that what was asked for does not exist: a definite answer
+/// for a digest, which no retry changes (unlike a registry that is down or refuses access).
+fn is_unknown(error: &OciDistributionError) -> bool {
+    match error {
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::ManifestUnknown | OciErrorCode::NotFound | OciErrorCode::NameUnknown
+            )
+        }),
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        _ => false,
+    }
+}
+
+/// The one Wasm layer of a manifest, within the size bound.
+fn wasm_layer(manifest: &[u8]) -> Result<Descriptor, String> {
+    let manifest: Manifest = serde_json::from_slice(manifest)
+        .map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+    let layers: Vec<&Descriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == WASM_LAYER || l.media_type == WASM_LAYER_V1)
+        .collect();
+    let [layer] = layers[..] else {
+        return Err(format!(
+            "the artifact must have exactly one layer of type {WASM_LAYER}, it has {}",
+            layers.len()
+        ));
+    };
+    if layer.size > MAX_COMPONENT_BYTES {
+        return Err(format!(
+            "the component is {} bytes, over the {MAX_COMPONENT_BYTES} this host pulls",
+            layer.size
+        ));
+    }
+    Ok(layer.clone())
+}
+
+fn layer_hex(layer: &Descriptor) -> Result<String, String> {
+    layer
+        .digest
+        .strip_prefix("sha256:")
+        .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| format!("the layer's digest `{}` is not a sha256", layer.digest))
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Pushes `wasm` to `registry/repository:tag` as a Wasm OCI artifact; returns the pinned
+/// reference to put in a manifest.
+pub async fn push(
+    settings: &OciSettings,
+    registry: &str,
+    repository: &str,
+    tag: &str,
+    wasm: &[u8],
+) -> Result<OciRef, String> {
+    let client = Registries::new(settings, PathBuf::new()).client;
+    let image = Reference::with_tag(
+        registry.to_string(),
+        repository.to_string(),
+        tag.to_string(),
+    );
+    let layer_digest = format!("sha256:{}", hex::encode(Sha256::digest(wasm)));
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+    }))
+    .map_err(|e| e.to_string())?;
+    let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
+    client
+        .push_blob(&image, wasm, &layer_digest)
+        .await
+        .map_err(|e| format!("pushing the component: {e}"))?;
+    client
+        .push_blob(&image, &config, &config_digest)
+        .await
+        .map_err(|e| format!("pushing the config: {e}"))?;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": WASM_CONFIG,
+        "config": {"mediaType": WASM_CONFIG, "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": wasm.len()}],
+    }))
+    .map_err(|e| e.to_string())?;
+    let manifest_hex = hex::encode(Sha256::digest(&manifest));
+    let content_type = http::HeaderValue::from_static(OCI_MANIFEST);
+    client
+        .push_manifest_raw(&image, manifest, content_type)
+        .await
+        .map_err(|e| format!("pushing the manifest: {e}"))?;
+    Ok(OciRef {
+        registry: registry.to_string(),
+        repository: repository.to_string(),
+        tag: Some(tag.to_string()),
+        digest_hex: manifest_hex,
+    })
+}
