@@ -26,13 +26,24 @@ async fn push(wasm: &std::path::Path, target: &str, plain_http: bool) -> anyhow:
         jobrelay::oci::OciRef::parse_target(target).map_err(anyhow::Error::msg)?;
     let bytes = std::fs::read(wasm)
         .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", wasm.display()))?;
-    let settings = jobrelay::oci::OciSettings {
+    let mut settings = jobrelay::oci::OciSettings {
         plain_http: if plain_http {
             vec![registry.clone()]
         } else {
             Vec::new()
         },
+        ..Default::default()
     };
+    // Credentials from the environment, never the command line (it shows in `ps`).
+    if let (Ok(username), Ok(password)) = (
+        std::env::var("JOBRELAY_OCI_USERNAME"),
+        std::env::var("JOBRELAY_OCI_PASSWORD"),
+    ) {
+        settings.credentials.insert(
+            registry.clone(),
+            jobrelay::oci::registry::OciCredential { username, password },
+        );
+    }
     let pinned = jobrelay::oci::registry::push(&settings, &registry, &repository, &tag, &bytes)
         .await
         .map_err(|e| anyhow::anyhow!("{target}: {e}"))?;

@@ -14,6 +14,7 @@ use jobrelay_testkit::LocalRegistry;
 fn settings(registry: &LocalRegistry) -> OciSettings {
     OciSettings {
         plain_http: vec![registry.address.clone()],
+        ..OciSettings::default()
     }
 }
 
@@ -118,3 +119,61 @@ async fn pulled_components_are_verified_kept_by_content_and_refused_when_they_di
         .expect_err("damaged cache, registry down");
     assert!(error.is_passing(), "{error}");
 }
+
+/// A registry that needs a user and password: anonymous pushes and pulls are refused, the
+/// credentials from `oci.credentials` (a secret reference here) work, and a missing secret is
+/// named by its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_with_credentials_is_reached_with_them_only() {
+    use jobrelay::oci::registry::OciCredential;
+
+    let registry = LocalRegistry::start_with_user("ci", HASH_OF_S3CRET);
+    let wasm = std::fs::read(plugins_dir().join("noop.wasm")).expect("built component");
+    let anonymous = settings(&registry);
+    let error = push(&anonymous, &registry.address, "plugins/noop", "v1", &wasm)
+        .await
+        .expect_err("anonymous push");
+    assert!(!error.contains("s3cret"), "{error}");
+
+    // SAFETY: set once here; no other test reads this variable.
+    unsafe { std::env::set_var("JOBRELAY_TEST_OCI_PASSWORD", "s3cret") };
+    let mut with_user = settings(&registry);
+    with_user.credentials.insert(
+        registry.address.clone(),
+        OciCredential {
+            username: "ci".into(),
+            password: "env:JOBRELAY_TEST_OCI_PASSWORD".into(),
+        },
+    );
+    let pinned = push(&with_user, &registry.address, "plugins/noop", "v1", &wasm)
+        .await
+        .expect("pushed with credentials");
+
+    let cache = tempfile::tempdir().expect("tempdir");
+    let error = Registries::new(&anonymous, cache.path().join("a"))
+        .fetch(&pinned)
+        .await
+        .expect_err("anonymous pull");
+    assert!(
+        error.is_passing(),
+        "a secret can be fixed while the load waits: {error}"
+    );
+    let pulled = Registries::new(&with_user, cache.path().join("b"))
+        .fetch(&pinned)
+        .await
+        .expect("pulled with credentials");
+    assert_eq!(&*pulled.bytes, &wasm[..]);
+
+    let mut missing = with_user.clone();
+    if let Some(credential) = missing.credentials.get_mut(&registry.address) {
+        credential.password = "env:JOBRELAY_TEST_OCI_NOT_SET".into();
+    }
+    let error = Registries::new(&missing, cache.path().join("c"))
+        .fetch(&pinned)
+        .await
+        .expect_err("a missing secret");
+    assert!(error.to_string().contains(".password"), "{error}");
+}
+
+/// bcrypt of `s3cret`, for the registry's htpasswd file.
+const HASH_OF_S3CRET: &str = "$2b$12$TrRnm6mE53g8fojM8MYo8u.UDnrh2SXtHcAeLH2J8qesSUOu602sO";

@@ -11,6 +11,7 @@ use jobrelay_testkit::{Flavor, JobDriver, LocalRegistry, SimCluster};
 async fn push_built(registry: &LocalRegistry, built: &str, tag: &str) -> OciRef {
     let settings = OciSettings {
         plain_http: vec![registry.address.clone()],
+        ..OciSettings::default()
     };
     let wasm = std::fs::read(built_wasm(built)).expect("built component");
     push(&settings, &registry.address, "plugins/log", tag, &wasm)

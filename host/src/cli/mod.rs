@@ -130,7 +130,8 @@ pub enum PluginCommand {
         json: bool,
     },
     /// Publish a component to an OCI registry as a Wasm artifact; prints the pinned reference
-    /// (`oci://REGISTRY/REPO:TAG@sha256:…`) to put in a manifest's `wasm:`.
+    /// (`oci://REGISTRY/REPO:TAG@sha256:…`) to put in a manifest's `wasm:`. Credentials, if the
+    /// registry needs them: JOBRELAY_OCI_USERNAME and JOBRELAY_OCI_PASSWORD.
     Push {
         /// The component (.wasm).
         wasm: PathBuf,

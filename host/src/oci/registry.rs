@@ -45,6 +45,45 @@ pub struct OciSettings {
     /// cluster or on the host, never one across a network you do not control.
     #[serde(default)]
     pub plain_http: Vec<String>,
+    /// Credentials by registry (`host[:port]` as written in references); a registry not listed
+    /// is used anonymously.
+    #[serde(default)]
+    pub credentials: std::collections::BTreeMap<String, OciCredential>,
+}
+
+/// A user name and password (or token) for one registry; each may be a secret reference
+/// (`env:NAME`, `file:/path`), resolved at every pull so a rotated secret is picked up.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OciCredential {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for OciCredential {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OciCredential")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OciSettings {
+    /// How to authenticate to `registry`; an error names the key whose secret is missing.
+    pub fn auth(&self, registry: &str) -> Result<RegistryAuth, String> {
+        let Some(credential) = self.credentials.get(registry) else {
+            return Ok(RegistryAuth::Anonymous);
+        };
+        let resolve = |key: &str, value: &str| {
+            jobrelay_contract::secret::resolve(value)
+                .map_err(|e| format!("oci.credentials.\"{registry}\".{key}: {e}"))
+        };
+        Ok(RegistryAuth::Basic(
+            resolve("username", &credential.username)?,
+            resolve("password", &credential.password)?,
+        ))
+    }
 }
 
 /// Why a component could not be had.
@@ -92,6 +131,7 @@ struct Descriptor {
 #[derive(Clone)]
 pub struct Registries {
     client: std::sync::Arc<Client>,
+    settings: OciSettings,
     cache: PathBuf,
 }
 
@@ -116,6 +156,7 @@ impl Registries {
         });
         Registries {
             client: std::sync::Arc::new(client),
+            settings: settings.clone(),
             cache,
         }
     }
@@ -135,7 +176,7 @@ impl Registries {
             return Ok(pulled);
         }
         let image = reference.by_digest();
-        let auth = RegistryAuth::Anonymous;
+        let auth = self.settings.auth(&reference.registry).map_err(refused)?;
         let (manifest_bytes, _) = self
             .client
             .pull_manifest_raw(&image, &auth, &[OCI_MANIFEST])
@@ -303,6 +344,12 @@ pub async fn push(
         repository.to_string(),
         tag.to_string(),
     );
+    let auth = settings.auth(registry)?;
+    // Signs in (answering the registry's challenge) before the uploads, which do not.
+    client
+        .auth(&image, &auth, oci_client::RegistryOperation::Push)
+        .await
+        .map_err(|e| format!("signing in to {registry}: {e}"))?;
     let layer_digest = format!("sha256:{}", hex::encode(Sha256::digest(wasm)));
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "wasm",

@@ -17,7 +17,17 @@ pub struct LocalRegistry {
 }
 
 impl LocalRegistry {
+    /// A registry anyone may push to and pull from.
     pub fn start() -> LocalRegistry {
+        LocalRegistry::launch(None)
+    }
+
+    /// A registry that needs `user` and the password whose bcrypt hash is `bcrypt`.
+    pub fn start_with_user(user: &str, bcrypt: &str) -> LocalRegistry {
+        LocalRegistry::launch(Some((user, bcrypt)))
+    }
+
+    fn launch(user: Option<(&str, &str)>) -> LocalRegistry {
         let binary = Path::new("/usr/bin/docker-registry");
         assert!(
             binary.exists(),
@@ -31,14 +41,19 @@ impl LocalRegistry {
             .port();
         let storage = dir.path().join("data");
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                storage.display()
-            ),
-        )
-        .expect("config");
+        let mut text = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            storage.display()
+        );
+        if let Some((user, bcrypt)) = user {
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{user}:{bcrypt}\n")).expect("htpasswd");
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: jobrelay-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, text).expect("config");
         let child = Command::new(binary)
             .arg("serve")
             .arg(&config)
