@@ -631,3 +631,62 @@ async fn a_sample_event_feeds_plugin_run() {
         assert!(report.contains(value) && report.contains(named), "{report}");
     }
 }
+
+/// `plugin push` prints a pinned reference; `check` pulls what a manifest's `oci://` names and
+/// loads it, and fails naming the plugin when the registry has no such digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_prints_a_reference_that_check_pulls_and_a_wrong_digest_fails() {
+    let registry = jobrelay_testkit::LocalRegistry::start();
+    let target = format!("oci://{}/plugins/event-log:v1", registry.address);
+    let wasm = built("event-log");
+    let out = jobrelay(&[
+        "plugin",
+        "push",
+        wasm.to_str().expect("utf-8 path"),
+        &target,
+        "--plain-http",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out));
+    let pinned = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(pinned.starts_with(&format!("{target}@sha256:")), "{pinned}");
+
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let dir = folder(&sim);
+    let root = dir.path();
+    let main = std::fs::read_to_string(root.join("jobrelay.yaml")).expect("main file");
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!("{main}\noci: {{plain_http: [\"{}\"]}}\n", registry.address),
+    );
+    write(
+        &root.join("plugins/pulled.yaml"),
+        &format!(
+            "wasm: {pinned}\ngrants:\n  filesystem:\n    - {{host: out, guest: /data, writable: true}}\n"
+        ),
+    );
+    let config = root.to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("ok    plugin   pulled: version"),
+        "{report}"
+    );
+
+    let digest_at = pinned.len() - 1;
+    let flipped = if pinned.ends_with('0') { '1' } else { '0' };
+    let wrong = format!("{}{flipped}", &pinned[..digest_at]);
+    write(
+        &root.join("plugins/pulled.yaml"),
+        &format!("wasm: {wrong}\n"),
+    );
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        report.contains("FAIL  plugin   pulled")
+            && report.contains("no manifest with the pinned digest"),
+        "{report}"
+    );
+}
