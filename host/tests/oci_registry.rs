@@ -84,6 +84,15 @@ async fn pulled_components_are_verified_kept_by_content_and_refused_when_they_di
         "{error}"
     );
 
+    // A layer longer than the manifest declares: refused once the declared size is reached,
+    // so the host never holds more than it agreed to.
+    let mut longer = wasm.clone();
+    longer.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(registry.blob_file(&layer_hex), &longer).expect("edit the registry's storage");
+    let error = fresh.fetch(&pinned).await.expect_err("the layer is longer");
+    assert!(!error.is_passing(), "{error}");
+    assert!(error.to_string().contains("more than the"), "{error}");
+
     // ... and other manifest bytes than the reference pins: refused.
     std::fs::write(registry.blob_file(&layer_hex), &wasm).expect("restore");
     let manifest_file = registry.blob_file(&pinned.digest_hex);

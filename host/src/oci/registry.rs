@@ -209,7 +209,7 @@ impl Registries {
         }
         let layer = wasm_layer(&manifest_bytes).map_err(refused)?;
         let layer_hex = layer_hex(&layer).map_err(refused)?;
-        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
+        let mut bytes = Bounded::new(layer.size);
         self.client
             .pull_blob(&image, layer.digest.as_str(), &mut bytes)
             .await
@@ -219,8 +219,13 @@ impl Registries {
                     "the layer's bytes do not have the manifest's digest {}: {e}",
                     layer.digest
                 )),
+                e if bytes.overflowed => refused(format!(
+                    "the registry sent more than the {} bytes the manifest gives the layer: {e}",
+                    layer.size
+                )),
                 e => unavailable(format!("the layer {}: {e}", layer.digest)),
             })?;
+        let bytes = bytes.bytes;
         let actual = hex::encode(Sha256::digest(&bytes));
         if actual != layer_hex {
             return Err(refused(format!(
@@ -321,6 +326,57 @@ fn layer_hex(layer: &Descriptor) -> Result<String, String> {
         .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(str::to_ascii_lowercase)
         .ok_or_else(|| format!("the layer's digest `{}` is not a sha256", layer.digest))
+}
+
+/// A buffer that takes at most the size the manifest declares, so a registry cannot make the
+/// host hold more than it agreed to (the declared size itself is bounded by
+/// [`MAX_COMPONENT_BYTES`]).
+struct Bounded {
+    bytes: Vec<u8>,
+    max: usize,
+    overflowed: bool,
+}
+
+impl Bounded {
+    fn new(size: u64) -> Bounded {
+        let max = usize::try_from(size).unwrap_or(usize::MAX);
+        Bounded {
+            bytes: Vec::with_capacity(max),
+            max,
+            overflowed: false,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.bytes.len() + buf.len() > self.max {
+            self.overflowed = true;
+            return std::task::Poll::Ready(Err(std::io::Error::other(
+                "more bytes than the manifest declares",
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
