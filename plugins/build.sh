@@ -10,6 +10,7 @@
 #   bulky.wasm         about 2 MB of code, for the reload benchmark
 #   noop.wasm          does nothing, for the lane throughput benchmark
 #   intruder.wasm      reaches for what it was not granted (sandbox tests)
+#   stamp.wasm         appends each event id and the time of its call, for the latency benchmark
 #   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
 # Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing) and
 # Python 3 with pip (installs componentize-py, pinned below, if missing).
@@ -61,8 +62,9 @@ copy "$release/not-a-plugin.wasm" not-a-plugin.wasm
 copy "$release/bulky.wasm" bulky.wasm
 copy "$release/noop.wasm" noop.wasm
 copy "$release/intruder.wasm" intruder.wasm
+copy "$release/stamp.wasm" stamp.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 
-for name in event-log feishu-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder probe-debug; do
+for name in event-log feishu-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder stamp probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -5,7 +5,8 @@
 //!
 //! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
 //! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
-//! `--only stream|memory`, `--perf FILE` to record a profile of the daemon over each stream).
+//! `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--perf FILE` to record a
+//! profile of the daemon over each stream).
 //!
 //! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
 //!   plugin in `every-version` mode. Once it is ready, this bench creates `--jobs` jobs (about
@@ -19,6 +20,7 @@
 //!   jobs: everything the process keeps for them (watcher, lane, SQLite page cache and
 //!   connection memory for their cursors, and what the allocator holds after the transient
 //!   events were freed).
+//! - **latency**: see [`latency`].
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -34,6 +36,8 @@ struct Options {
     jobs: usize,
     versions: usize,
     memory_jobs: usize,
+    rate: usize,
+    seconds: usize,
     only: Option<String>,
 }
 
@@ -58,6 +62,8 @@ fn options() -> Options {
         jobs: number("--jobs", 2_000),
         versions: number("--versions", 11),
         memory_jobs: number("--memory-jobs", 100_000),
+        rate: number("--rate", 5_000),
+        seconds: number("--seconds", 10),
         only: value("--only"),
     }
 }
@@ -178,6 +184,13 @@ struct Running {
 
 impl Running {
     async fn start(sim: &SimCluster, instance_reuse: u32) -> Running {
+        let manifest =
+            format!("wasm: noop.wasm\ndelivery: every-version\ninstance_reuse: {instance_reuse}\n");
+        Running::start_with(&[sim], "noop", &manifest).await
+    }
+
+    /// A daemon watching Volcano jobs on `sims`, with one plugin `name` of `manifest`.
+    async fn start_with(sims: &[&SimCluster], name: &str, manifest: &str) -> Running {
         let dir = tempfile::tempdir().expect("tempdir");
         // As the chart lays it out: the state on a volume of its own, not in the config folder.
         let state = dir.path().join("state/jobrelay.db");
@@ -196,14 +209,17 @@ impl Running {
             .as_bytes(),
         );
         write_atomic(
-            &root.join("plugins/noop.yaml"),
-            format!("wasm: noop.wasm\ndelivery: every-version\ninstance_reuse: {instance_reuse}\n")
+            &root.join(format!("plugins/{name}.yaml")),
+            manifest
+                .replace("{dir}", &dir.path().display().to_string())
                 .as_bytes(),
         );
-        write_atomic(
-            &root.join("clusters/alpha.yaml"),
-            sim.kubeconfig_yaml().as_bytes(),
-        );
+        for sim in sims {
+            write_atomic(
+                &root.join(format!("clusters/{}.yaml", sim.name())),
+                sim.kubeconfig_yaml().as_bytes(),
+            );
+        }
         let log = std::fs::File::create(root.join("daemon.log")).expect("log file");
         let child = tokio::process::Command::new(daemon_binary())
             .args(["run", "--config"])
@@ -221,12 +237,21 @@ impl Running {
             port,
             _dir: dir,
         };
+        let names: Vec<String> = sims.iter().map(|s| s.name().to_string()).collect();
         running
             .wait("ready and synced", Duration::from_secs(60), |s| {
-                s["ready"] == true && s["clusters"]["alpha"]["state"] == "synced"
+                s["ready"] == true
+                    && names
+                        .iter()
+                        .all(|n| s["clusters"][n.as_str()]["state"] == "synced")
             })
             .await;
         running
+    }
+
+    /// The daemon's folder (config, state, and what a manifest's `{dir}` stands for).
+    fn dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     async fn status(&self) -> Option<Value> {
@@ -271,9 +296,118 @@ impl Running {
 }
 
 fn lane(status: &Value, field: &str) -> u64 {
-    status["plugins"]["noop"]["lane"][field]
+    lane_of(status, "noop", field)
+}
+
+fn lane_of(status: &Value, plugin: &str, field: &str) -> u64 {
+    status["plugins"][plugin]["lane"][field]
         .as_u64()
         .unwrap_or(0)
+}
+
+/// Clusters, jobs per cluster and status changes per second of the latency run.
+const LATENCY_CLUSTERS: usize = 10;
+const LATENCY_JOBS: usize = 500;
+
+/// Latency: `--rate` status changes per second (default 5,000) spread round-robin over 10
+/// simulated clusters of 500 jobs each, for `--seconds` (default 10), against the `stamp`
+/// plugin (`every-version`, a fresh instance per event), which appends each event id and the
+/// wall-clock time its call began. Latency of a change = that time − the time just before the
+/// change was written to the simulator: it includes the simulator's own fan-out and the HTTP
+/// stream, so it bounds arrival-to-call from above. Each write waits for its due time (k / rate
+/// after the start); the achieved rate is printed beside the asked one.
+async fn latency(options: &Options) {
+    let mut sims = Vec::new();
+    for c in 0..LATENCY_CLUSTERS {
+        sims.push(
+            SimCluster::start(&format!("c{c:02}"))
+                .await
+                .expect("simulator"),
+        );
+    }
+    let refs: Vec<&SimCluster> = sims.iter().collect();
+    let manifest = "wasm: stamp.wasm\ndelivery: every-version\n\
+                    grants:\n  filesystem:\n    - {host: \"{dir}/stamps\", guest: /data, writable: true}\n";
+    let daemon = Running::start_with(&refs, "stamp", manifest).await;
+    let gvr = Gvr::VOLCANO_JOB;
+    for sim in &sims {
+        for i in 0..LATENCY_JOBS {
+            sim.create(&gvr, volcano_job(i)).expect("create");
+        }
+    }
+    let created = (LATENCY_CLUSTERS * LATENCY_JOBS) as u64;
+    daemon
+        .wait("delivering the creations", Duration::from_secs(300), |s| {
+            lane_of(s, "stamp", "delivered") >= created && lane_of(s, "stamp", "pending") == 0
+        })
+        .await;
+
+    let total = options.rate * options.seconds;
+    let mut written: std::collections::HashMap<String, u128> =
+        std::collections::HashMap::with_capacity(total);
+    let started = Instant::now();
+    for k in 0..total {
+        let due = started + Duration::from_nanos(k as u64 * 1_000_000_000 / options.rate as u64);
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep(due - now);
+        }
+        let cluster = k % LATENCY_CLUSTERS;
+        let job = (k / LATENCY_CLUSTERS) % LATENCY_JOBS;
+        let step = 1 + k / (LATENCY_CLUSTERS * LATENCY_JOBS);
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let object = sims[cluster]
+            .update_status(
+                &gvr,
+                "ml",
+                &format!("train-{job:07}"),
+                volcano_status(step + 1, false),
+            )
+            .expect("status");
+        let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+        let rv = object["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        written.insert(format!("c{cluster:02}/{uid}/{rv}"), at);
+    }
+    let writing = started.elapsed();
+    daemon
+        .wait("delivering every change", Duration::from_secs(600), |s| {
+            lane_of(s, "stamp", "delivered") >= created + total as u64
+                && lane_of(s, "stamp", "pending") == 0
+        })
+        .await;
+    let stamps = std::fs::read_to_string(daemon.dir().join("stamps/stamps")).expect("stamps");
+    let mut latencies: Vec<f64> = stamps
+        .lines()
+        .filter_map(|line| {
+            let (id, ns) = line.split_once(' ')?;
+            let called: u128 = ns.parse().ok()?;
+            let at = written.get(id)?;
+            Some(called.saturating_sub(*at) as f64 / 1e6)
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "latency {} changes over {LATENCY_CLUSTERS} clusters, asked {}/s, written at {:.0}/s: \
+         write → plugin call p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} matched)",
+        total,
+        options.rate,
+        total as f64 / writing.as_secs_f64(),
+        pick(0.50),
+        pick(0.90),
+        pick(0.99),
+        latencies.last().copied().unwrap_or(0.0),
+        latencies.len(),
+    );
+    daemon.stop().await;
+    for sim in sims {
+        sim.shutdown().await;
+    }
 }
 
 async fn stream(options: &Options, instance_reuse: u32) {
@@ -385,6 +519,9 @@ fn main() {
         }
         if only.is_none_or(|o| o == "memory") {
             memory(&options).await;
+        }
+        if only.is_none_or(|o| o == "latency") {
+            latency(&options).await;
         }
     });
 }
