@@ -19,8 +19,9 @@
 //! componentize-py; the plugin does the same, so the same events and case serve both.
 //!
 //! The SDK is written into the project (unless `--sdk` points at a copy to depend on), so the
-//! project builds offline against exactly the contract this host serves; the crate is
-//! publishable, and a project may depend on a registry version instead.
+//! project needs no jobrelay checkout and builds against exactly the contract this host serves
+//! (its other dependencies come from crates.io). The crate is publishable; once published, a
+//! project may depend on a registry version instead.
 
 use std::path::{Path, PathBuf};
 
