@@ -343,6 +343,26 @@ async fn latency(options: &Options) {
         .await;
 
     let total = options.rate * options.seconds;
+    let perf = options.perf.as_ref().map(|file| {
+        let child = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "2000",
+                "-g",
+                "-o",
+                &format!("{file}.latency"),
+                "-p",
+            ])
+            .arg(daemon.pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf");
+        std::thread::sleep(Duration::from_millis(500));
+        child
+    });
+    let cpu_before = cpu_seconds(daemon.pid);
     let mut written: std::collections::HashMap<String, u128> =
         std::collections::HashMap::with_capacity(total);
     let started = Instant::now();
@@ -380,29 +400,69 @@ async fn latency(options: &Options) {
                 && lane_of(s, "stamp", "pending") == 0
         })
         .await;
+    let cpu = cpu_seconds(daemon.pid) - cpu_before;
+    if let Some(perf) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait_with_output();
+    }
+    let first_write = written.values().min().copied().unwrap_or(0);
     let stamps = std::fs::read_to_string(daemon.dir().join("stamps/stamps")).expect("stamps");
-    let mut latencies: Vec<f64> = stamps
+    // (seconds since the first write, latency ms) of every matched change.
+    let mut timed: Vec<(usize, f64)> = stamps
         .lines()
         .filter_map(|line| {
             let (id, ns) = line.split_once(' ')?;
             let called: u128 = ns.parse().ok()?;
             let at = written.get(id)?;
-            Some(called.saturating_sub(*at) as f64 / 1e6)
+            let second = ((at - first_write) / 1_000_000_000) as usize;
+            Some((second, called.saturating_sub(*at) as f64 / 1e6))
         })
         .collect();
-    latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let percentile = |values: &mut Vec<f64>, q: f64| {
+        values.sort_by(f64::total_cmp);
+        values[((values.len() as f64 * q) as usize).min(values.len() - 1)]
+    };
+    let mut latencies: Vec<f64> = timed.iter().map(|(_, l)| *l).collect();
+    // The worst second by its own p99: a stall shows as one or two bad seconds, a backlog as
+    // many.
+    timed.sort_by_key(|(second, _)| *second);
+    let mut worst = (0, 0.0f64);
+    let mut over_20 = 0;
+    for second in 0..=timed.last().map_or(0, |(s, _)| *s) {
+        let mut those: Vec<f64> = timed
+            .iter()
+            .filter(|(s, _)| *s == second)
+            .map(|(_, l)| *l)
+            .collect();
+        if those.is_empty() {
+            continue;
+        }
+        let p99 = percentile(&mut those, 0.99);
+        if p99 > 20.0 {
+            over_20 += 1;
+        }
+        if p99 > worst.1 {
+            worst = (second, p99);
+        }
+    }
     println!(
         "latency {} changes over {LATENCY_CLUSTERS} clusters, asked {}/s, written at {:.0}/s: \
-         write → plugin call p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} matched)",
+         write → plugin call p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} matched); \
+         daemon CPU {:.1} µs per change; worst second {} (p99 {:.1} ms), {} seconds with p99 over 20 ms",
         total,
         options.rate,
         total as f64 / writing.as_secs_f64(),
-        pick(0.50),
-        pick(0.90),
-        pick(0.99),
+        percentile(&mut latencies, 0.50),
+        percentile(&mut latencies, 0.90),
+        percentile(&mut latencies, 0.99),
         latencies.last().copied().unwrap_or(0.0),
         latencies.len(),
+        cpu * 1e6 / total as f64,
+        worst.0,
+        worst.1,
+        over_20,
     );
     daemon.stop().await;
     for sim in sims {
