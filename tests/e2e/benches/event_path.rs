@@ -5,8 +5,8 @@
 //!
 //! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
 //! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
-//! `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--perf FILE` to record a
-//! profile of the daemon over each stream).
+//! `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--clusters N`,
+//! `--plugin stamp|noop`, `--perf FILE` to record a profile of the daemon over each run).
 //!
 //! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
 //!   plugin in `every-version` mode. Once it is ready, this bench creates `--jobs` jobs (about
@@ -38,6 +38,9 @@ struct Options {
     memory_jobs: usize,
     rate: usize,
     seconds: usize,
+    clusters: usize,
+    /// `stamp` (latency and CPU) or `noop` (CPU only: the plugin does nothing).
+    plugin: String,
     only: Option<String>,
 }
 
@@ -64,6 +67,8 @@ fn options() -> Options {
         memory_jobs: number("--memory-jobs", 100_000),
         rate: number("--rate", 5_000),
         seconds: number("--seconds", 10),
+        clusters: number("--clusters", 10),
+        plugin: value("--plugin").unwrap_or_else(|| "stamp".to_string()),
         only: value("--only"),
     }
 }
@@ -305,20 +310,26 @@ fn lane_of(status: &Value, plugin: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Clusters, jobs per cluster and status changes per second of the latency run.
-const LATENCY_CLUSTERS: usize = 10;
+/// Jobs per cluster of the latency run.
 const LATENCY_JOBS: usize = 500;
 
-/// Latency: `--rate` status changes per second (default 5,000) spread round-robin over 10
-/// simulated clusters of 500 jobs each, for `--seconds` (default 10), against the `stamp`
-/// plugin (`every-version`, a fresh instance per event), which appends each event id and the
+/// Latency: `--rate` status changes per second (default 5,000) spread round-robin over
+/// `--clusters` (default 10) simulated clusters of 500 jobs each, for `--seconds` (default 10),
+/// against the `stamp` plugin (`every-version`, a fresh instance per event), which appends each event id and the
 /// wall-clock time its call began. Latency of a change = that time − the time just before the
 /// change was written to the simulator: it includes the simulator's own fan-out and the HTTP
 /// stream, so it bounds arrival-to-call from above. Each write waits for its due time (k / rate
-/// after the start); the achieved rate is printed beside the asked one.
+/// after the start); the achieved rate is printed beside the asked one. With `--plugin noop`
+/// only the daemon's CPU per change is measured, for a plugin that does nothing.
 async fn latency(options: &Options) {
+    let clusters = options.clusters;
+    let plugin = options.plugin.as_str();
+    assert!(
+        plugin == "stamp" || plugin == "noop",
+        "--plugin is stamp or noop"
+    );
     let mut sims = Vec::new();
-    for c in 0..LATENCY_CLUSTERS {
+    for c in 0..clusters {
         sims.push(
             SimCluster::start(&format!("c{c:02}"))
                 .await
@@ -326,19 +337,23 @@ async fn latency(options: &Options) {
         );
     }
     let refs: Vec<&SimCluster> = sims.iter().collect();
-    let manifest = "wasm: stamp.wasm\ndelivery: every-version\n\
-                    grants:\n  filesystem:\n    - {host: \"{dir}/stamps\", guest: /data, writable: true}\n";
-    let daemon = Running::start_with(&refs, "stamp", manifest).await;
+    let manifest = if plugin == "stamp" {
+        "wasm: stamp.wasm\ndelivery: every-version\n\
+         grants:\n  filesystem:\n    - {host: \"{dir}/stamps\", guest: /data, writable: true}\n"
+    } else {
+        "wasm: noop.wasm\ndelivery: every-version\n"
+    };
+    let daemon = Running::start_with(&refs, plugin, manifest).await;
     let gvr = Gvr::VOLCANO_JOB;
     for sim in &sims {
         for i in 0..LATENCY_JOBS {
             sim.create(&gvr, volcano_job(i)).expect("create");
         }
     }
-    let created = (LATENCY_CLUSTERS * LATENCY_JOBS) as u64;
+    let created = (clusters * LATENCY_JOBS) as u64;
     daemon
         .wait("delivering the creations", Duration::from_secs(300), |s| {
-            lane_of(s, "stamp", "delivered") >= created && lane_of(s, "stamp", "pending") == 0
+            lane_of(s, plugin, "delivered") >= created && lane_of(s, plugin, "pending") == 0
         })
         .await;
 
@@ -372,9 +387,9 @@ async fn latency(options: &Options) {
         if now < due {
             std::thread::sleep(due - now);
         }
-        let cluster = k % LATENCY_CLUSTERS;
-        let job = (k / LATENCY_CLUSTERS) % LATENCY_JOBS;
-        let step = 1 + k / (LATENCY_CLUSTERS * LATENCY_JOBS);
+        let cluster = k % clusters;
+        let job = (k / clusters) % LATENCY_JOBS;
+        let step = 1 + k / (clusters * LATENCY_JOBS);
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -396,8 +411,8 @@ async fn latency(options: &Options) {
     let writing = started.elapsed();
     daemon
         .wait("delivering every change", Duration::from_secs(600), |s| {
-            lane_of(s, "stamp", "delivered") >= created + total as u64
-                && lane_of(s, "stamp", "pending") == 0
+            lane_of(s, plugin, "delivered") >= created + total as u64
+                && lane_of(s, plugin, "pending") == 0
         })
         .await;
     let cpu = cpu_seconds(daemon.pid) - cpu_before;
@@ -408,6 +423,19 @@ async fn latency(options: &Options) {
         let _ = perf.wait_with_output();
     }
     let first_write = written.values().min().copied().unwrap_or(0);
+    if plugin == "noop" {
+        println!(
+            "paced   {total} changes over {clusters} clusters at {:.0}/s, noop plugin: daemon CPU \
+             {:.1} µs per change",
+            total as f64 / writing.as_secs_f64(),
+            cpu * 1e6 / total as f64,
+        );
+        daemon.stop().await;
+        for sim in sims {
+            sim.shutdown().await;
+        }
+        return;
+    }
     let stamps = std::fs::read_to_string(daemon.dir().join("stamps/stamps")).expect("stamps");
     // (seconds since the first write, latency ms) of every matched change.
     let mut timed: Vec<(usize, f64)> = stamps
@@ -448,7 +476,7 @@ async fn latency(options: &Options) {
         }
     }
     println!(
-        "latency {} changes over {LATENCY_CLUSTERS} clusters, asked {}/s, written at {:.0}/s: \
+        "latency {} changes over {clusters} clusters, asked {}/s, written at {:.0}/s: \
          write → plugin call p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} matched); \
          daemon CPU {:.1} µs per change; worst second {} (p99 {:.1} ms), {} seconds with p99 over 20 ms",
         total,
