@@ -117,6 +117,8 @@ impl ControlLoop {
         }
         *self.problems.write().unwrap_or_else(|p| p.into_inner()) = self.state.problems().clone();
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        self.plugins
+            .retain_components(self.state.plugins().values());
         let now = cluster_names(&self.state);
         self.cluster_names.send_if_modified(|known| {
             let changed = *known != now;

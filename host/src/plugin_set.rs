@@ -456,6 +456,12 @@ impl PluginSet {
     }
 
     /// Status of every plugin, with lane counters.
+    /// Lets the cache of registry components hold only what `sources` name.
+    pub fn retain_components<'a>(&self, sources: impl IntoIterator<Item = &'a PluginSource>) {
+        self.registries
+            .retain(sources.into_iter().filter_map(|source| source.oci.as_ref()));
+    }
+
     pub fn status(&self) -> BTreeMap<String, PluginStatus> {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = book.status.clone();

@@ -546,7 +546,7 @@ impl Taped for Value {
             Value::Float(v) if v.is_finite() => json!(v),
             Value::Float(v) => json!({ "float": v.to_string() }),
             Value::Text(v) => json!(v),
-            Value::Blob(v) => json!({ "base64": base64_of(v) }),
+            Value::Blob(v) => tape::base64_to_tape(v),
         }
     }
 
@@ -571,12 +571,6 @@ impl Taped for Value {
             other => Err(format!("{other} is not a value")),
         }
     }
-}
-
-/// A blob always in Base64 (so it is never read back as text).
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Rows on a tape: `{"columns": [...], "rows": [[...], ...]}`.

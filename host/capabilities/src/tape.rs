@@ -234,6 +234,20 @@ impl Tape {
         self.lock().made.clone()
     }
 
+    /// How many calls have been made so far.
+    pub fn made_count(&self) -> usize {
+        self.lock().made.len()
+    }
+
+    /// The calls made after the first `start`, with their answers.
+    pub fn made_since(&self, start: usize) -> Vec<Entry> {
+        self.lock()
+            .made
+            .get(start..)
+            .map(<[Entry]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Where a replay went differently so far.
     pub fn divergences(&self) -> Vec<Divergence> {
         self.lock().divergences.clone()
@@ -516,8 +530,13 @@ impl<T: Taped> Taped for Option<T> {
 pub fn bytes_to_tape(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
         Ok(text) => json!({ "text": text }),
-        Err(_) => json!({ "base64": BASE64.encode(bytes) }),
+        Err(_) => base64_to_tape(bytes),
     }
+}
+
+/// Bytes always as `{"base64": ...}`, for values that must not read back as text (an SQL blob).
+pub fn base64_to_tape(bytes: &[u8]) -> Value {
+    json!({ "base64": BASE64.encode(bytes) })
 }
 
 /// Bytes read from a tape.

@@ -121,6 +121,17 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// Every [`CallError::kind`], for what reads them back (a test suite's expectations).
+    pub const KINDS: [&'static str; 7] = [
+        "retry",
+        "give_up",
+        "init_refused",
+        "timeout",
+        "memory_limit",
+        "trap",
+        "host",
+    ];
+
     /// Whether delivering the same event again may succeed. Traps count as retryable: a trap
     /// is often a transient condition inside the plugin (a peer's odd answer), and the retry
     /// budget and dead-letter list bound the cost when it is not.
@@ -161,6 +172,21 @@ mod tests {
         assert!(CallError::MemoryLimit { limit_bytes: 1 }.is_retryable());
         assert!(!CallError::GiveUp("x".into()).is_retryable());
         assert!(!CallError::InitRefused("x".into()).is_retryable());
+    }
+
+    #[test]
+    fn every_kind_is_listed() {
+        let all = [
+            CallError::Retry(String::new()),
+            CallError::GiveUp(String::new()),
+            CallError::InitRefused(String::new()),
+            CallError::Timeout(Duration::ZERO),
+            CallError::MemoryLimit { limit_bytes: 0 },
+            CallError::Trap(String::new()),
+            CallError::Host(String::new()),
+        ];
+        let kinds: Vec<&str> = all.iter().map(CallError::kind).collect();
+        assert_eq!(kinds, CallError::KINDS);
     }
 
     #[test]

@@ -344,7 +344,7 @@ pub async fn run_events(
 
     let mut calls = Vec::with_capacity(events.len());
     for event in events {
-        let before = tape.made().len();
+        let before = tape.made_count();
         let started = Instant::now();
         let result = version.handle(event).await;
         let elapsed = started.elapsed();
@@ -352,7 +352,7 @@ pub async fn run_events(
             event_id: event.id.clone(),
             result,
             elapsed,
-            host_calls: tape.made().split_off(before),
+            host_calls: tape.made_since(before),
         });
     }
     tape.finish();

@@ -25,18 +25,12 @@ use serde::Deserialize;
 
 use super::plugin_run::{PluginRunArgs, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
+use jobrelay_runtime::CallError;
 
-/// The statuses a call can end with (see `CallOutcome::status`).
-const STATUSES: [&str; 8] = [
-    "ok",
-    "retry",
-    "give_up",
-    "trap",
-    "timeout",
-    "memory_limit",
-    "init_refused",
-    "host",
-];
+/// Whether `status` is one a call can end with (see `CallOutcome::status`).
+fn is_status(status: &str) -> bool {
+    status == "ok" || CallError::KINDS.contains(&status)
+}
 
 /// Arguments of `plugin test`.
 #[derive(Debug, Clone, clap::Args)]
@@ -160,15 +154,11 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         .with_context(|| format!("cannot read {}", expect_file.display()))?;
     let expect: Expect = serde_yaml_ng::from_str(&text)
         .with_context(|| format!("{}: not an expectation", expect_file.display()))?;
-    if let Some(unknown) = expect
-        .outcomes
-        .iter()
-        .find(|o| !STATUSES.contains(&o.as_str()))
-    {
+    if let Some(unknown) = expect.outcomes.iter().find(|o| !is_status(o)) {
         bail!(
-            "{}: `{unknown}` is not a status (one of {})",
+            "{}: `{unknown}` is not a status (one of ok, {})",
             expect_file.display(),
-            STATUSES.join(", ")
+            CallError::KINDS.join(", ")
         );
     }
     let events = read_events(&folder.join("events.jsonl"))?;

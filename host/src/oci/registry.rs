@@ -11,7 +11,9 @@
 //! **Kept by content.** Pulled manifests and layers are written to the cache folder (under the
 //! state folder) named by their digests, and checked again when read, so a restart, or a
 //! registry that is down, does not stop a plugin that was pulled once; a damaged cache file is
-//! pulled again. Nothing is ever evicted: a folder of components, one per pushed version used.
+//! pulled again. What no manifest names any more is removed after each change of the config
+//! folder ([`Registries::retain`]), so the folder holds the components in use, not every one
+//! ever pulled.
 
 use std::path::{Path, PathBuf};
 
@@ -270,6 +272,38 @@ impl Registries {
         }
     }
 
+    /// Removes every cached file but those of `keep` (the references the manifests name now):
+    /// their manifest and the layer it gives. Failures are logged; they only leave files.
+    pub fn retain<'a>(&self, keep: impl IntoIterator<Item = &'a OciRef>) {
+        let mut kept = std::collections::HashSet::new();
+        for reference in keep {
+            let manifest = self.manifest_path(&reference.digest_hex);
+            if let Some(layer) = std::fs::read(&manifest)
+                .ok()
+                .and_then(|bytes| wasm_layer(&bytes).ok())
+                .and_then(|layer| layer_hex(&layer).ok())
+            {
+                kept.insert(self.layer_path(&layer));
+            }
+            kept.insert(manifest);
+        }
+        let Ok(entries) = std::fs::read_dir(&self.cache) else {
+            return; // nothing pulled yet
+        };
+        for path in entries.flatten().map(|entry| entry.path()) {
+            let ours = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("sha256-"));
+            if ours
+                && !kept.contains(&path)
+                && let Err(e) = std::fs::remove_file(&path)
+            {
+                tracing::warn!(file = %path.display(), error = %e, "cannot remove an unused component");
+            }
+        }
+    }
+
     fn manifest_path(&self, hex: &str) -> PathBuf {
         self.cache.join(format!("sha256-{hex}.manifest.json"))
     }
@@ -442,4 +476,50 @@ pub async fn push(
         tag: Some(tag.to_string()),
         digest_hex: manifest_hex,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    /// Two components pulled; the manifests now name one: the other's manifest and layer go,
+    /// the named one's stay and still read back, and files not of the cache are left alone.
+    #[test]
+    fn retain_keeps_what_is_named_and_removes_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registries = Registries::new(&OciSettings::default(), dir.path().to_path_buf());
+        let mut references = Vec::new();
+        for wasm in [&b"first component"[..], &b"second component"[..]] {
+            let layer = digest(wasm);
+            let manifest = serde_json::to_vec(&serde_json::json!({
+                "layers": [{"mediaType": WASM_LAYER, "digest": format!("sha256:{layer}"), "size": wasm.len()}],
+            }))
+            .expect("json");
+            let manifest_hex = digest(&manifest);
+            registries.keep(&manifest_hex, &manifest, &layer, wasm);
+            references.push(OciRef {
+                registry: "r.io".into(),
+                repository: "p".into(),
+                tag: None,
+                digest_hex: manifest_hex,
+            });
+        }
+        std::fs::write(dir.path().join("notes.txt"), "not ours").expect("write");
+        registries.retain([&references[1]]);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(left.contains(&"notes.txt".to_string()));
+        assert!(registries.cached(&references[0]).is_none());
+        let kept = registries.cached(&references[1]).expect("still cached");
+        assert_eq!(&*kept.bytes, b"second component");
+    }
 }

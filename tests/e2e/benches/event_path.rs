@@ -179,6 +179,32 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// `perf record` of the daemon, from `start` until `stop`.
+struct Profile(std::process::Child);
+
+impl Profile {
+    fn start(pid: u32, file: &str) -> Profile {
+        let child = std::process::Command::new("perf")
+            .args(["record", "-F", "2000", "-g", "-o", file, "-p"])
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("perf");
+        // perf takes a moment to attach.
+        std::thread::sleep(Duration::from_millis(500));
+        Profile(child)
+    }
+
+    /// SIGINT, so perf writes its file, then waits for it.
+    fn stop(self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait_with_output();
+    }
+}
+
 /// A daemon process on a config folder of its own.
 struct Running {
     child: tokio::process::Child,
@@ -358,25 +384,10 @@ async fn latency(options: &Options) {
         .await;
 
     let total = options.rate * options.seconds;
-    let perf = options.perf.as_ref().map(|file| {
-        let child = std::process::Command::new("perf")
-            .args([
-                "record",
-                "-F",
-                "2000",
-                "-g",
-                "-o",
-                &format!("{file}.latency"),
-                "-p",
-            ])
-            .arg(daemon.pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("perf");
-        std::thread::sleep(Duration::from_millis(500));
-        child
-    });
+    let perf = options
+        .perf
+        .as_ref()
+        .map(|file| Profile::start(daemon.pid, &format!("{file}.latency")));
     let cpu_before = cpu_seconds(daemon.pid);
     let mut written: std::collections::HashMap<String, u128> =
         std::collections::HashMap::with_capacity(total);
@@ -417,10 +428,7 @@ async fn latency(options: &Options) {
         .await;
     let cpu = cpu_seconds(daemon.pid) - cpu_before;
     if let Some(perf) = perf {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &perf.id().to_string()])
-            .status();
-        let _ = perf.wait_with_output();
+        perf.stop();
     }
     let first_write = written.values().min().copied().unwrap_or(0);
     if plugin == "noop" {
@@ -504,18 +512,10 @@ async fn stream(options: &Options, instance_reuse: u32) {
     let gvr = Gvr::VOLCANO_JOB;
     let events = (options.jobs * options.versions) as u64;
 
-    let perf = options.perf.as_ref().map(|file| {
-        let file = format!("{file}.reuse{instance_reuse}");
-        let child = std::process::Command::new("perf")
-            .args(["record", "-F", "2000", "-g", "-o", &file, "-p"])
-            .arg(daemon.pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("perf");
-        std::thread::sleep(Duration::from_millis(500));
-        child
-    });
+    let perf = options
+        .perf
+        .as_ref()
+        .map(|file| Profile::start(daemon.pid, &format!("{file}.reuse{instance_reuse}")));
     let cpu_before = cpu_seconds(daemon.pid);
     let started = Instant::now();
     for i in 0..options.jobs {
@@ -542,10 +542,7 @@ async fn stream(options: &Options, instance_reuse: u32) {
     let cpu = cpu_seconds(daemon.pid) - cpu_before;
     let rss = rss_bytes(daemon.pid);
     if let Some(perf) = perf {
-        let _ = std::process::Command::new("kill")
-            .args(["-INT", &perf.id().to_string()])
-            .status();
-        let _ = perf.wait_with_output();
+        perf.stop();
     }
     println!(
         "stream  instance_reuse {instance_reuse:>3}: {events} events in {:.2} s (written in {:.2} s) \
