@@ -9,3 +9,4 @@ pub mod event;
 pub mod secret;
 pub mod text;
 pub mod transition_key;
+pub mod uid;

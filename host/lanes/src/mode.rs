@@ -3,6 +3,7 @@
 //! The decision is a pure function of what the lane already accepted for the job, so it can be
 //! tested exhaustively (property tests in `lanes/mode/tests.rs`) apart from queues and timing.
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use jobrelay_contract::event::{JobEvent, Phase};
@@ -27,11 +28,11 @@ pub enum DeliveryMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Accepted {
     /// resourceVersion of the last version accepted (queued or delivered).
-    pub resource_version: Option<String>,
+    pub resource_version: Option<CompactString>,
     /// Its phase.
     pub phase: Option<Phase>,
     /// Its transition time (RFC 3339), for catching up missed transitions.
-    pub transition_time: Option<String>,
+    pub transition_time: Option<CompactString>,
     /// An end (terminal phase or terminating) was accepted once (the `terminal` mode's
     /// "first time").
     pub terminal_done: bool,
@@ -95,9 +96,9 @@ impl DeliveryMode {
             DeliveryMode::Terminal => Decision::Skip(SkipReason::NotTerminal),
         };
         if !matches!(decision, Decision::Skip(_)) {
-            accepted.resource_version = Some(event.resource_version.clone());
+            accepted.resource_version = Some(CompactString::new(&event.resource_version));
             accepted.phase = Some(event.phase);
-            accepted.transition_time = Some(event.transition_time.clone());
+            accepted.transition_time = Some(CompactString::new(&event.transition_time));
             accepted.terminal_done |= is_end(event.phase);
             accepted.deleted |= deleted;
         }

@@ -11,13 +11,17 @@
 //! head leaves the queue only when settled, a job's queue never holds more than its mode needs
 //! or `max_queued_per_job` — are property-tested alone (`queue/tests.rs`).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use compact_str::CompactString;
+
 use super::mode::{Accepted, Decision, DeliveryMode, is_end};
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
+use jobrelay_contract::uid::Uid;
 use jobrelay_state::Cursor;
 use jobrelay_watch::kinds::JobKind;
 
@@ -30,54 +34,139 @@ struct Item {
     queued_at: Instant,
 }
 
-/// What a lane keeps per job: the projection needed to judge and order its events.
+/// A job's queued events: no allocation at all while the job is idle, which nearly every
+/// tracked job is (8 bytes instead of an empty `VecDeque`'s 32).
 #[derive(Debug, Default)]
+#[expect(
+    clippy::box_collection,
+    reason = "the box is the point: 8 bytes per idle job instead of an empty VecDeque's 32"
+)]
+struct Waiting(Option<Box<VecDeque<Item>>>);
+
+impl Waiting {
+    fn iter(&self) -> impl Iterator<Item = &Item> {
+        self.0.iter().flat_map(|queue| queue.iter())
+    }
+
+    fn front(&self) -> Option<&Item> {
+        self.0.as_ref()?.front()
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |queue| queue.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn push_back(&mut self, item: Item) {
+        self.0.get_or_insert_default().push_back(item);
+    }
+
+    /// Every change that can empty the queue drops its buffer with it.
+    fn edit(&mut self, change: impl FnOnce(&mut VecDeque<Item>)) {
+        if let Some(queue) = self.0.as_mut() {
+            change(queue);
+            if queue.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+
+    fn pop_front(&mut self) {
+        self.edit(|queue| {
+            queue.pop_front();
+        });
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&Item) -> bool) {
+        self.edit(|queue| queue.retain(keep));
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.edit(|queue| queue.truncate(len));
+    }
+}
+
+/// The API version, kind and namespace of a job, shared by every job of the lane that has
+/// the same three (a few per cluster): one pointer per job instead of three strings.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Origin {
+    api_version: Box<str>,
+    kind: Box<str>,
+    namespace: Box<str>,
+}
+
+/// The one shared [`Origin`] with these parts. Only a job new to the lane asks, so the
+/// allocations made to look it up are paid once per job.
+fn intern(
+    origins: &mut HashSet<Arc<Origin>>,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+) -> Arc<Origin> {
+    let origin = Origin {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: namespace.into(),
+    };
+    if let Some(shared) = origins.get(&origin) {
+        return shared.clone();
+    }
+    let shared = Arc::new(origin);
+    origins.insert(shared.clone());
+    shared
+}
+
+/// What a lane keeps per job: the projection needed to judge and order its events. Kept
+/// small because a lane holds one for every job of every cluster it serves (about 130 bytes
+/// with its uid; the name and versions inline up to 24 bytes).
+#[derive(Debug)]
 struct JobState {
     accepted: Accepted,
     /// Phase of the last version delivered (the `previous_phase` of the next one).
     delivered_phase: Option<Phase>,
-    queue: VecDeque<Item>,
+    queue: Waiting,
     /// A worker holds the job: it alone takes the job's events, one at a time.
     busy: bool,
     /// The head of the queue is being called: it stays there until settled, and nothing
     /// else may take its place (a `latest` replacement keeps it).
     in_flight: bool,
-    api_version: Arc<str>,
-    kind: Arc<str>,
-    namespace: String,
-    name: String,
+    origin: Arc<Origin>,
+    name: CompactString,
 }
 
 impl JobState {
     /// A job the lane has not seen before.
-    fn for_event(event: &JobEvent) -> JobState {
+    fn for_event(event: &JobEvent, origin: Arc<Origin>) -> JobState {
         JobState {
-            api_version: Arc::from(event.api_version.as_str()),
-            kind: Arc::from(event.kind.as_str()),
-            namespace: event.namespace.clone(),
-            name: event.name.clone(),
-            ..JobState::default()
+            accepted: Accepted::default(),
+            delivered_phase: None,
+            queue: Waiting::default(),
+            busy: false,
+            in_flight: false,
+            origin,
+            name: CompactString::new(&event.name),
         }
     }
 
-    fn from_cursor(c: &Cursor) -> JobState {
+    fn from_cursor(c: &Cursor, origin: Arc<Origin>) -> JobState {
         let delivered = !c.resource_version.is_empty();
         JobState {
             accepted: Accepted {
-                resource_version: delivered.then(|| c.resource_version.clone()),
+                resource_version: delivered.then(|| CompactString::new(&c.resource_version)),
                 phase: delivered.then_some(c.phase),
-                transition_time: delivered.then(|| c.transition_time.clone()),
+                transition_time: delivered.then(|| CompactString::new(&c.transition_time)),
                 terminal_done: delivered && is_end(c.phase),
                 deleted: c.deleted,
             },
             delivered_phase: delivered.then_some(c.phase),
-            queue: VecDeque::new(),
+            queue: Waiting::default(),
             busy: false,
             in_flight: false,
-            api_version: Arc::from(c.api_version.as_str()),
-            kind: Arc::from(c.kind.as_str()),
-            namespace: c.namespace.clone(),
-            name: c.name.clone(),
+            origin,
+            name: CompactString::new(&c.name),
         }
     }
 
@@ -129,28 +218,27 @@ pub enum Next {
 pub struct Listed {
     pub cluster: String,
     pub namespace: Option<String>,
-    pub uids: Arc<HashSet<String>>,
+    pub uids: Arc<HashSet<Uid>>,
     pub job_kind: Arc<JobKind>,
 }
 
-/// Every job a lane knows, with its queue.
+/// Every job a lane knows, with its queue, by cluster and uid.
 #[derive(Debug, Default)]
 pub struct Queues {
-    jobs: HashMap<JobKey, JobState>,
+    clusters: HashMap<Arc<str>, Jobs>,
+    origins: HashSet<Arc<Origin>>,
     /// Events in all queues, the ones in flight included.
     pending: u64,
 }
 
+type Jobs = HashMap<Uid, JobState>;
+
 impl Queues {
     /// The jobs a plugin's stored cursors describe, nothing queued.
     pub fn from_cursors(cursors: &[Cursor]) -> Queues {
-        Queues {
-            jobs: cursors
-                .iter()
-                .map(|c| (key_of(c), JobState::from_cursor(c)))
-                .collect(),
-            pending: 0,
-        }
+        let mut queues = Queues::default();
+        queues.reload(|_| true, cursors);
+        queues
     }
 
     /// Events waiting or in flight.
@@ -160,15 +248,37 @@ impl Queues {
 
     /// Jobs known.
     pub fn jobs(&self) -> usize {
-        self.jobs.len()
+        self.clusters.values().map(HashMap::len).sum()
     }
 
     /// When the oldest event still waiting (or in flight) was queued.
     pub fn oldest(&self) -> Option<Instant> {
-        self.jobs
+        self.clusters
             .values()
+            .flat_map(HashMap::values)
             .filter_map(|job| job.queue.front().map(|item| item.queued_at))
             .min()
+    }
+
+    fn job_mut(&mut self, key: &JobKey) -> Option<&mut JobState> {
+        self.clusters
+            .get_mut(key.cluster.as_str())?
+            .get_mut(&Uid::new(&key.uid))
+    }
+
+    /// The jobs of `cluster`, the map made on its first job.
+    fn cluster_mut<'a>(clusters: &'a mut HashMap<Arc<str>, Jobs>, cluster: &str) -> &'a mut Jobs {
+        if !clusters.contains_key(cluster) {
+            clusters.insert(Arc::from(cluster), Jobs::default());
+        }
+        clusters
+            .get_mut(cluster)
+            .expect("the cluster's map was just made")
+    }
+
+    /// Shared origins no job uses any more are let go.
+    fn prune_origins(&mut self) {
+        self.origins.retain(|origin| Arc::strong_count(origin) > 1);
     }
 
     /// Offers one observed version of a job. `before` returns the events to judge ahead of
@@ -184,10 +294,20 @@ impl Queues {
         before: impl FnOnce(&Accepted) -> Vec<JobEvent>,
     ) -> Offered {
         let mut offered = Offered::default();
-        let job = self.jobs.entry(event.job_key()).or_insert_with(|| {
-            offered.new_job = true;
-            JobState::for_event(event)
-        });
+        let jobs = Self::cluster_mut(&mut self.clusters, &event.cluster);
+        let job = match jobs.entry(Uid::new(&event.uid)) {
+            Entry::Occupied(job) => job.into_mut(),
+            Entry::Vacant(slot) => {
+                offered.new_job = true;
+                let origin = intern(
+                    &mut self.origins,
+                    &event.api_version,
+                    &event.kind,
+                    &event.namespace,
+                );
+                slot.insert(JobState::for_event(event, origin))
+            }
+        };
         let mut events = before(&job.accepted);
         events.push(event.clone());
         for event in events {
@@ -236,10 +356,19 @@ impl Queues {
     /// Queues a dead letter again, as the operator asked: past the mode and the bound, and
     /// without moving the job's cursor. `true`: the job was claimed for a new worker.
     pub fn offer_replay(&mut self, event: JobEvent, now: Instant) -> bool {
-        let job = self
-            .jobs
-            .entry(event.job_key())
-            .or_insert_with(|| JobState::for_event(&event));
+        let jobs = Self::cluster_mut(&mut self.clusters, &event.cluster);
+        let job = match jobs.entry(Uid::new(&event.uid)) {
+            Entry::Occupied(job) => job.into_mut(),
+            Entry::Vacant(slot) => {
+                let origin = intern(
+                    &mut self.origins,
+                    &event.api_version,
+                    &event.kind,
+                    &event.namespace,
+                );
+                slot.insert(JobState::for_event(&event, origin))
+            }
+        };
         self.pending += 1;
         job.queue.push_back(Item {
             event,
@@ -252,7 +381,7 @@ impl Queues {
     /// The next step of the worker holding `key`. A `Call` leaves the event at the head of
     /// the queue; [`Idle`](Next::Idle) frees the job (and forgets a deleted one).
     pub fn next(&mut self, key: &JobKey, closed: bool) -> Next {
-        let Some(job) = self.jobs.get_mut(key) else {
+        let Some(job) = self.job_mut(key) else {
             return Next::Forgotten;
         };
         match job.queue.front() {
@@ -271,7 +400,7 @@ impl Queues {
                 job.busy = false;
                 // A deleted job's state is no longer needed once nothing waits for it.
                 if job.accepted.deleted && job.queue.is_empty() {
-                    self.jobs.remove(key);
+                    self.remove(key);
                 }
                 Next::Idle
             }
@@ -281,7 +410,7 @@ impl Queues {
     /// The call for the head of `key`'s queue was cut short (the lane closed or let the
     /// cluster go): the event stays queued, unacknowledged, and the job is free.
     pub fn release(&mut self, key: &JobKey) {
-        if let Some(job) = self.jobs.get_mut(key) {
+        if let Some(job) = self.job_mut(key) {
             job.busy = false;
             job.in_flight = false;
         }
@@ -290,14 +419,10 @@ impl Queues {
     /// The head of `key`'s queue is acknowledged (delivered or dead-lettered): it leaves the
     /// queue, and a delivered version's phase becomes the next one's `previous_phase`.
     pub fn settle(&mut self, key: &JobKey, replay: bool, phase: Phase) {
-        if let Some(job) = self.jobs.get_mut(key) {
+        if let Some(job) = self.job_mut(key) {
             job.in_flight = false;
+            // An idle job keeps no queue buffer ([`Waiting`] drops it once empty).
             job.queue.pop_front();
-            if job.queue.is_empty() {
-                // An idle job keeps no queue buffer: it would hold room for several whole
-                // events (hundreds of bytes each) for every job the lane tracks.
-                job.queue = VecDeque::new();
-            }
             if !replay {
                 job.delivered_phase = Some(phase);
             }
@@ -308,20 +433,22 @@ impl Queues {
     /// Jobs of the listed stream that the lane knows, were not listed and are not deleted:
     /// their deletion events (a job deleted while jobrelay was away is still delivered).
     pub fn gone(&self, listed: &Listed) -> Vec<JobEvent> {
-        self.jobs
-            .iter()
-            .filter(|(key, job)| {
-                key.cluster == listed.cluster
-                    && *job.api_version == listed.job_kind.api_version()
-                    && *job.kind == listed.job_kind.kind
+        let Some(jobs) = self.clusters.get(listed.cluster.as_str()) else {
+            return Vec::new();
+        };
+        let api_version = listed.job_kind.api_version();
+        jobs.iter()
+            .filter(|(uid, job)| {
+                *job.origin.api_version == api_version
+                    && *job.origin.kind == listed.job_kind.kind
                     && listed
                         .namespace
                         .as_deref()
-                        .is_none_or(|ns| ns == job.namespace)
+                        .is_none_or(|ns| ns == &*job.origin.namespace)
                     && !job.accepted.deleted
-                    && !listed.uids.contains(&key.uid)
+                    && !listed.uids.contains(uid)
             })
-            .map(|(key, job)| gone_event(key, job))
+            .map(|(uid, job)| gone_event(&listed.cluster, uid, job))
             .collect()
     }
 
@@ -329,80 +456,119 @@ impl Queues {
     /// head of a held job (the call in flight, settled by its worker), and its idle jobs are
     /// forgotten. Returns how many events were dropped.
     pub fn drop_waiting(&mut self, cluster: &str) -> u64 {
+        let Some(jobs) = self.clusters.get_mut(cluster) else {
+            return 0;
+        };
         let mut dropped = 0u64;
-        for (_, job) in self.jobs.iter_mut().filter(|(k, _)| k.cluster == cluster) {
+        jobs.retain(|_, job| {
             let keep = usize::from(job.busy).min(job.queue.len());
             dropped += (job.queue.len() - keep) as u64;
             job.queue.truncate(keep);
+            job.busy
+        });
+        if jobs.is_empty() {
+            self.clusters.remove(cluster);
         }
-        self.jobs
-            .retain(|key, job| key.cluster != cluster || job.busy);
         self.pending -= dropped;
+        self.prune_origins();
         dropped
     }
 
     /// Whether a worker still holds a job of `cluster`.
     pub fn busy_in(&self, cluster: &str) -> bool {
-        self.jobs
-            .iter()
-            .any(|(k, j)| k.cluster == cluster && j.busy)
+        self.clusters
+            .get(cluster)
+            .is_some_and(|jobs| jobs.values().any(|j| j.busy))
     }
 
     /// Last step of letting go of `cluster`: its jobs are forgotten, with whatever is still
     /// queued for them (a call cut short keeps its item).
     pub fn forget(&mut self, cluster: &str) {
-        let mut left = 0u64;
-        self.jobs.retain(|key, job| {
-            let ours = key.cluster == cluster;
-            if ours {
-                left += job.queue.len() as u64;
-            }
-            !ours
-        });
-        self.pending -= left;
+        if let Some(jobs) = self.clusters.remove(cluster) {
+            self.pending -= jobs.values().map(|job| job.queue.len() as u64).sum::<u64>();
+        }
+        self.prune_origins();
     }
 
     /// Takes the stored cursors of the clusters `of` selects as the truth for every job of
     /// theirs that has no work in the lane; jobs with work keep their state.
     pub fn reload(&mut self, of: impl Fn(&str) -> bool, cursors: &[Cursor]) {
-        self.jobs
-            .retain(|key, job| !of(&key.cluster) || job.busy || !job.queue.is_empty());
+        for (cluster, jobs) in self.clusters.iter_mut() {
+            if of(cluster) {
+                jobs.retain(|_, job| job.busy || !job.queue.is_empty());
+            }
+        }
         for cursor in cursors.iter().filter(|c| of(&c.cluster)) {
-            self.jobs
-                .entry(key_of(cursor))
-                .or_insert_with(|| JobState::from_cursor(cursor));
+            let jobs = Self::cluster_mut(&mut self.clusters, &cursor.cluster);
+            if let Entry::Vacant(slot) = jobs.entry(Uid::new(&cursor.uid)) {
+                let origin = intern(
+                    &mut self.origins,
+                    &cursor.api_version,
+                    &cursor.kind,
+                    &cursor.namespace,
+                );
+                slot.insert(JobState::from_cursor(cursor, origin));
+            }
+        }
+        self.clusters.retain(|_, jobs| !jobs.is_empty());
+        self.prune_origins();
+    }
+
+    /// Forgets one job.
+    fn remove(&mut self, key: &JobKey) {
+        if let Some(jobs) = self.clusters.get_mut(key.cluster.as_str()) {
+            jobs.remove(&Uid::new(&key.uid));
+            if jobs.is_empty() {
+                self.clusters.remove(key.cluster.as_str());
+            }
         }
     }
-}
 
-fn key_of(cursor: &Cursor) -> JobKey {
-    JobKey {
-        cluster: cursor.cluster.clone(),
-        uid: cursor.uid.clone(),
+    /// A job's state, for the tests' checks.
+    #[cfg(test)]
+    fn job(&self, key: &JobKey) -> Option<&JobState> {
+        self.clusters
+            .get(key.cluster.as_str())?
+            .get(&Uid::new(&key.uid))
+    }
+
+    /// Every job with its key, for the tests' checks.
+    #[cfg(test)]
+    fn each(&self) -> impl Iterator<Item = (JobKey, &JobState)> {
+        self.clusters.iter().flat_map(|(cluster, jobs)| {
+            jobs.iter().map(move |(uid, job)| {
+                let key = JobKey {
+                    cluster: cluster.to_string(),
+                    uid: uid.to_string(),
+                };
+                (key, job)
+            })
+        })
     }
 }
 
 /// The deletion of a job that vanished unseen. Its version is the last accepted one plus
 /// `-gone`, so its id is stable across restarts.
-fn gone_event(key: &JobKey, job: &JobState) -> JobEvent {
+fn gone_event(cluster: &str, uid: &Uid, job: &JobState) -> JobEvent {
+    let uid = uid.to_string();
     let rv = format!(
         "{}-gone",
         job.accepted.resource_version.as_deref().unwrap_or("0")
     );
     let object = serde_json::json!({
-        "apiVersion": &*job.api_version,
-        "kind": &*job.kind,
-        "metadata": {"name": job.name, "namespace": job.namespace, "uid": key.uid},
+        "apiVersion": &*job.origin.api_version,
+        "kind": &*job.origin.kind,
+        "metadata": {"name": &*job.name, "namespace": &*job.origin.namespace, "uid": uid},
     });
     JobEvent {
-        id: JobEvent::make_id(&key.cluster, &key.uid, &rv),
-        transition_key: TransitionKey::Deletion.make(&key.cluster, &key.uid, Phase::Deleted),
-        cluster: key.cluster.clone(),
-        api_version: job.api_version.to_string(),
-        kind: job.kind.to_string(),
-        namespace: job.namespace.clone(),
-        name: job.name.clone(),
-        uid: key.uid.clone(),
+        id: JobEvent::make_id(cluster, &uid, &rv),
+        transition_key: TransitionKey::Deletion.make(cluster, &uid, Phase::Deleted),
+        cluster: cluster.to_string(),
+        api_version: job.origin.api_version.to_string(),
+        kind: job.origin.kind.to_string(),
+        namespace: job.origin.namespace.to_string(),
+        name: job.name.to_string(),
+        uid,
         resource_version: rv,
         generation: None,
         phase: Phase::Deleted,

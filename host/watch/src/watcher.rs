@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use futures::{StreamExt, pin_mut};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
@@ -23,6 +24,7 @@ use super::lenient::{self, LenientObject};
 use super::normalize::normalize;
 use super::transition_key;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::uid::Uid;
 
 /// What one stream watches.
 #[derive(Debug, Clone)]
@@ -94,7 +96,7 @@ pub enum Observation {
         cluster: Arc<str>,
         kind: Arc<JobKind>,
         namespace: Option<String>,
-        uids: Arc<HashSet<String>>,
+        uids: Arc<HashSet<Uid>>,
     },
 }
 
@@ -106,9 +108,11 @@ pub struct Tracker {
     cluster: Arc<str>,
     kind: Arc<JobKind>,
     namespace: Option<String>,
-    jobs: HashMap<String, String>,
+    /// Uid → resourceVersion, both compact (a canonical uid in 16 bytes, a version of up to
+    /// 24 bytes inline): one record per tracked job, no allocation of its own.
+    jobs: HashMap<Uid, CompactString>,
     /// Uids listed since the last `Init`; `None` outside a (re-)list.
-    listing: Option<HashSet<String>>,
+    listing: Option<HashSet<Uid>>,
 }
 
 impl Tracker {
@@ -126,7 +130,7 @@ impl Tracker {
     /// must not take it as deleted, but it has no version to deliver.
     pub fn listed_unreadable(&mut self, uid: &str) {
         if let Some(listing) = self.listing.as_mut() {
-            listing.insert(uid.to_string());
+            listing.insert(Uid::new(uid));
         }
     }
 
@@ -149,9 +153,9 @@ impl Tracker {
             Event::InitDone => return self.finish_listing().into_iter().collect(),
             Event::InitApply(obj) => {
                 if let (Some(listing), Some(uid)) =
-                    (self.listing.as_mut(), obj.metadata.uid.clone())
+                    (self.listing.as_mut(), obj.metadata.uid.as_deref())
                 {
-                    listing.insert(uid);
+                    listing.insert(Uid::new(uid));
                 }
                 (self.apply(obj), true)
             }
@@ -171,17 +175,18 @@ impl Tracker {
     fn apply(&mut self, obj: DynamicObject) -> Option<JobEvent> {
         let uid = obj.metadata.uid.clone()?;
         let rv = obj.metadata.resource_version.clone()?;
-        if self.jobs.get(&uid) == Some(&rv) {
+        let key = Uid::new(&uid);
+        if self.jobs.get(&key).map(CompactString::as_str) == Some(rv.as_str()) {
             return None; // the same version seen again (re-list, reconnect)
         }
         let event = self.build(obj, &uid, &rv, None)?;
-        self.jobs.insert(uid, rv);
+        self.jobs.insert(key, CompactString::from(rv));
         Some(event)
     }
 
     fn delete(&mut self, obj: DynamicObject) -> Option<JobEvent> {
         let uid = obj.metadata.uid.clone()?;
-        let previous = self.jobs.remove(&uid);
+        let previous = self.jobs.remove(&Uid::new(&uid));
         let mut rv = obj.metadata.resource_version.clone().unwrap_or_default();
         if previous.as_deref() == Some(rv.as_str()) || rv.is_empty() {
             // Keep ids unique even if the server reused the last version for the deletion.
@@ -570,7 +575,7 @@ mod tests {
                 assert_eq!(&**cluster, "alpha");
                 assert_eq!(namespace, &None);
                 assert_eq!(uids.len(), 1);
-                assert!(uids.contains("u1"));
+                assert!(uids.contains(&Uid::new("u1")));
             }
             other => panic!("expected one Listed, got {other:?}"),
         }

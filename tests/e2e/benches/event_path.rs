@@ -5,7 +5,7 @@
 //!
 //! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
 //! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
-//! `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--clusters N`,
+//! `--memory-object full|small`, `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--clusters N`,
 //! `--plugin stamp|noop`, `--perf FILE` to record a profile of the daemon over each run).
 //!
 //! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
@@ -15,11 +15,12 @@
 //!   version. CPU per event = the daemon's user + system CPU time over that window / events.
 //!   Run with a fresh instance per event (the default) and with `instance_reuse: 256`.
 //! - **memory**: a daemon with the same plugin is started on an empty cluster, its RSS read
-//!   once ready; then `--memory-jobs` jobs are created (one version each) and its RSS read
-//!   again once the lane tracks them all and has delivered them. Per tracked job = growth /
-//!   jobs: everything the process keeps for them (watcher, lane, SQLite page cache and
-//!   connection memory for their cursors, and what the allocator holds after the transient
-//!   events were freed).
+//!   once ready; then `--memory-jobs` jobs are created (one version each, `--memory-object`
+//!   `full` or `small`), paced so that at most 10,000 events wait in the lane, with the RSS
+//!   printed every 100,000; its RSS is read again once the lane tracks them all and has
+//!   delivered them, and 30 s later. Per tracked job = growth / jobs: everything the process
+//!   keeps for them (watcher, lane, SQLite page cache and connection memory for their cursors,
+//!   and what the allocator holds after the transient events were freed).
 //! - **latency**: see [`latency`].
 
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use jobrelay_e2e::{built_wasm, repo_root, write_atomic};
-use jobrelay_testkit::{Gvr, SimCluster};
+use jobrelay_testkit::{Gvr, SimCluster, SimOptions};
 use serde_json::{Value, json};
 
 struct Options {
@@ -36,6 +37,10 @@ struct Options {
     jobs: usize,
     versions: usize,
     memory_jobs: usize,
+    /// `full` (the 1.6 KB job) or `small` (metadata and a three-field spec): the daemon keeps
+    /// no objects, so its memory per job should not depend on this, while the simulator's
+    /// does (about 18 KB per full job as JSON trees), which is what a million-job run needs.
+    memory_object: String,
     rate: usize,
     seconds: usize,
     clusters: usize,
@@ -65,6 +70,7 @@ fn options() -> Options {
         jobs: number("--jobs", 2_000),
         versions: number("--versions", 11),
         memory_jobs: number("--memory-jobs", 100_000),
+        memory_object: value("--memory-object").unwrap_or_else(|| "full".to_string()),
         rate: number("--rate", 5_000),
         seconds: number("--seconds", 10),
         clusters: number("--clusters", 10),
@@ -95,13 +101,18 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 /// Resident set of process `pid`, bytes.
 fn rss_bytes(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS")
+}
+
+/// One size field of `/proc/<pid>/status` (`VmRSS`, `RssAnon`, `RssFile`, …), bytes.
+fn status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|kb| kb.parse::<u64>().ok())
-        .expect("VmRSS")
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
         * 1024
 }
 
@@ -146,6 +157,17 @@ fn volcano_job(i: usize) -> Value {
                 }}
             }]
         }
+    })
+}
+
+/// A Volcano job of about 250 bytes: what the million-job memory run creates, so that the
+/// simulator holding them fits beside the daemon.
+fn small_volcano_job(i: usize) -> Value {
+    json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": format!("train-{i:07}"), "namespace": "ml"},
+        "spec": {"schedulerName": "volcano", "minAvailable": 2, "queue": "a100"}
     })
 }
 
@@ -557,16 +579,55 @@ async fn stream(options: &Options, instance_reuse: u32) {
     sim.shutdown().await;
 }
 
+/// Jobs created between two looks at how far the daemon got.
+const MEMORY_CHUNK: usize = 10_000;
+
 async fn memory(options: &Options) {
-    let sim = SimCluster::start("alpha").await.expect("simulator");
+    // The creations are paced (below) so the daemon's watch never falls behind the
+    // simulator's history (a watch that did would be sent every change it missed at once,
+    // serialized in one go, and then re-list a million objects), and so that the events
+    // waiting for the plugin stay a few thousand: the lanes hold every event not yet
+    // delivered, whole, and a million of them would be gigabytes (see BENCHMARKS.md).
+    let history = SimOptions {
+        history_limit: 4 * MEMORY_CHUNK,
+        ..SimOptions::default()
+    };
+    let sim = SimCluster::start_with("alpha", history)
+        .await
+        .expect("simulator");
     let daemon = Running::start(&sim, 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = rss_bytes(daemon.pid);
     let gvr = Gvr::VOLCANO_JOB;
     let jobs = options.memory_jobs;
     let started = Instant::now();
+    let job = match options.memory_object.as_str() {
+        "full" => volcano_job,
+        "small" => small_volcano_job,
+        other => panic!("--memory-object takes full or small, not {other}"),
+    };
     for i in 0..jobs {
-        sim.create(&gvr, volcano_job(i)).expect("create");
+        sim.create(&gvr, job(i)).expect("create");
+        if (i + 1) % MEMORY_CHUNK == 0 {
+            let behind = (i + 1 - MEMORY_CHUNK) as u64;
+            daemon
+                .wait("keeping up", Duration::from_secs(600), |s| {
+                    lane(s, "jobs") >= behind && lane(s, "pending") <= MEMORY_CHUNK as u64
+                })
+                .await;
+            if (i + 1) % (10 * MEMORY_CHUNK) == 0 {
+                // The growth between two of these lines is free of the constant share (the
+                // events in flight, what the allocator keeps after them).
+                let status = daemon.status().await.unwrap_or_default();
+                println!(
+                    "        {} created, {} delivered, {} pending: RSS {:.1} MiB",
+                    i + 1,
+                    lane(&status, "delivered"),
+                    lane(&status, "pending"),
+                    rss_bytes(daemon.pid) as f64 / (1 << 20) as f64
+                );
+            }
+        }
     }
     daemon
         .wait("tracking every job", Duration::from_secs(1800), |s| {
@@ -579,11 +640,25 @@ async fn memory(options: &Options) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = rss_bytes(daemon.pid);
     println!(
-        "memory  {jobs} tracked jobs (delivered in {:.1} s): RSS {:.1} MiB → {:.1} MiB = {:.0} bytes per job",
+        "memory  {jobs} tracked jobs ({} objects, delivered in {:.1} s): RSS {:.1} MiB → {:.1} MiB = {:.0} bytes per job (this bench process, simulator included: {:.0} MiB)",
+        options.memory_object,
         loaded.as_secs_f64(),
         before as f64 / (1 << 20) as f64,
         after as f64 / (1 << 20) as f64,
         (after.saturating_sub(before)) as f64 / jobs as f64,
+        rss_bytes(std::process::id()) as f64 / (1 << 20) as f64,
+    );
+    let mib = |field: &str| status_bytes(daemon.pid, field) as f64 / (1 << 20) as f64;
+    println!(
+        "        of which anonymous {:.1} MiB, file-backed {:.1} MiB, shared memory {:.1} MiB",
+        mib("RssAnon"),
+        mib("RssFile"),
+        mib("RssShmem"),
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    println!(
+        "        30 s later: RSS {:.1} MiB",
+        rss_bytes(daemon.pid) as f64 / (1 << 20) as f64
     );
     daemon.stop().await;
     sim.shutdown().await;

@@ -138,15 +138,15 @@ impl Run {
                         event(job, &self.next_rv.to_string(), phase)
                     }
                 };
-                let before = self.q.jobs.get(&key(job)).map(|j| j.accepted.clone());
+                let before = self.q.job(&key(job)).map(|j| j.accepted.clone());
                 let offered = self
                     .q
                     .offer(&event, self.mode, self.cap, Instant::now(), |_| Vec::new());
-                let after = &self.q.jobs[&key(job)].accepted;
+                let after = &self.q.job(&key(job)).expect("an offered job").accepted;
                 let model = &mut self.jobs[job];
                 prop_assert_eq!(offered.new_job, before.is_none());
                 let accepted = before.as_ref() != Some(after)
-                    && after.resource_version.as_deref() == Some(&event.resource_version);
+                    && after.resource_version.as_deref() == Some(event.resource_version.as_str());
                 if offered.parked.is_empty() {
                     if accepted {
                         model.queued.push(event.resource_version.clone());
@@ -191,7 +191,7 @@ impl Run {
                 }
                 prop_assert!(!self.q.busy_in(&name));
                 self.q.forget(&name);
-                prop_assert!(self.q.jobs.keys().all(|k| k.cluster != name));
+                prop_assert!(self.q.each().all(|(k, _)| k.cluster != name));
             }
         }
         self.check()
@@ -208,7 +208,7 @@ impl Run {
                 Next::Call { event, replay } => model.in_flight = Some((*event, replay)),
                 Next::Idle | Next::Forgotten => {
                     model.worker = false;
-                    if !self.q.jobs.contains_key(&k) {
+                    if self.q.job(&k).is_none() {
                         // A deleted job is forgotten once idle; a version offered later
                         // (impossible for a real uid) starts afresh, and its deletion, gone
                         // from the API, is never observed again.
@@ -223,7 +223,11 @@ impl Run {
                 model.disturbed = true;
             }
             Some((event, replay)) => {
-                let head = self.q.jobs[&k].queue.front().map(|i| i.event.id.clone());
+                let head = self
+                    .q
+                    .job(&k)
+                    .and_then(|j| j.queue.front())
+                    .map(|i| i.event.id.clone());
                 prop_assert_eq!(
                     head.as_deref(),
                     Some(event.id.as_str()),
@@ -245,9 +249,9 @@ impl Run {
 
     /// What holds after every step.
     fn check(&self) -> Result<(), TestCaseError> {
-        let queued: u64 = self.q.jobs.values().map(|j| j.queue.len() as u64).sum();
+        let queued: u64 = self.q.each().map(|(_, j)| j.queue.len() as u64).sum();
         prop_assert_eq!(self.q.pending(), queued, "pending is what the queues hold");
-        for (k, job) in &self.q.jobs {
+        for (k, job) in self.q.each() {
             let waiting = job.waiting();
             let bound = match self.mode {
                 // The newest version, and the older one in flight.
@@ -261,7 +265,7 @@ impl Run {
                 "{k}: {waiting} waiting in {:?}, bound {bound}",
                 self.mode
             );
-            let index = (0..JOBS).find(|j| key(*j) == *k).expect("a modelled job");
+            let index = (0..JOBS).find(|j| key(*j) == k).expect("a modelled job");
             prop_assert_eq!(job.busy, self.jobs[index].worker, "{}: busy", k);
         }
         Ok(())
@@ -299,7 +303,7 @@ proptest! {
             run.apply(op)?;
         }
         run.drain()?;
-        prop_assert_eq!(run.q.pending(), run.q.jobs.values().map(|j| j.queue.len() as u64).sum::<u64>());
+        prop_assert_eq!(run.q.pending(), run.q.each().map(|(_, j)| j.queue.len() as u64).sum::<u64>());
         for (job, model) in run.jobs.iter().enumerate() {
             let delivered: Vec<&String> = model.delivered.iter().map(|(_, rv, _, _)| rv).collect();
             for pair in model.delivered.windows(2) {
@@ -354,7 +358,7 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
     let listed = |uids: &[&str]| Listed {
         cluster: "c0".into(),
         namespace: None,
-        uids: Arc::new(uids.iter().map(|u| u.to_string()).collect()),
+        uids: Arc::new(uids.iter().map(|u| Uid::new(u)).collect()),
         job_kind: Arc::new(kind.clone()),
     };
     let gone = q.gone(&listed(&[]));
@@ -363,4 +367,65 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
     assert_eq!(gone[0].phase, Phase::Deleted);
     assert_eq!(gone[0].resource_version, "5-gone");
     assert!(q.gone(&listed(&["u0"])).is_empty());
+}
+
+/// What a lane keeps per job is small, shared where it can be, and gives back exactly what
+/// came in: a canonical uid is kept as 16 bytes and returns as the same text in a `gone`
+/// deletion; jobs of one kind and namespace share one origin, let go with the last of them;
+/// an idle job holds no queue buffer.
+#[test]
+fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
+    let uids = [
+        "6f1c2a9e-0b7d-4c3e-9a51-2d8e4f6a7b90",
+        "6f1c2a9e-0b7d-4c3e-9a51-2d8e4f6a7b91",
+    ];
+    let mut q = Queues::default();
+    let now = Instant::now();
+    for (job, uid) in uids.iter().enumerate() {
+        let mut version = event(0, "7", Phase::Running);
+        version.uid = uid.to_string();
+        version.name = format!("train-{job}");
+        let offered = q.offer(&version, DeliveryMode::EveryVersion, 10, now, |_| {
+            Vec::new()
+        });
+        assert!(offered.new_job && offered.start);
+        let key = version.job_key();
+        let Next::Call { event, .. } = q.next(&key, false) else {
+            panic!("the job's version is not called");
+        };
+        q.settle(&key, false, event.phase);
+        assert!(matches!(q.next(&key, false), Next::Idle));
+        assert!(
+            q.job(&key).expect("tracked").queue.0.is_none(),
+            "an idle job kept its queue"
+        );
+    }
+    let origins: Vec<&Arc<Origin>> = q.each().map(|(_, job)| &job.origin).collect();
+    assert!(
+        Arc::ptr_eq(origins[0], origins[1]),
+        "two jobs of one kind and namespace"
+    );
+    assert_eq!(q.origins.len(), 1);
+
+    let kind = jobrelay_watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
+    let listed = Listed {
+        cluster: "c0".into(),
+        namespace: Some("ns".into()),
+        uids: Arc::new(HashSet::from([Uid::new(uids[1])])),
+        job_kind: Arc::new(kind),
+    };
+    let gone = q.gone(&listed);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].uid, uids[0]);
+    assert_eq!(gone[0].name, "train-0");
+    assert_eq!(
+        (gone[0].namespace.as_str(), gone[0].kind.as_str()),
+        ("ns", "Job")
+    );
+    assert_eq!(gone[0].resource_version, "7-gone");
+
+    q.forget("c0");
+    assert_eq!(q.jobs(), 0);
+    assert!(q.origins.is_empty(), "an origin outlived its jobs");
+    assert!(std::mem::size_of::<(Uid, JobState)>() <= 128);
 }
