@@ -62,21 +62,17 @@ impl fmt::Debug for Uid {
 /// included, which would not print back the same).
 fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     let text = text.as_bytes();
-    if text.len() != 36 {
+    if text.len() != 36 || [8, 13, 18, 23].iter().any(|&i| text[i] != b'-') {
         return None;
     }
     let mut bytes = [0u8; 16];
-    let mut digits = text
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !matches!(i, 8 | 13 | 18 | 23));
-    if [8, 13, 18, 23].iter().any(|&i| text[i] != b'-') {
-        return None;
-    }
+    let mut at = 0;
     for byte in &mut bytes {
-        let (_, high) = digits.next()?;
-        let (_, low) = digits.next()?;
-        *byte = (hex_digit(*high)? << 4) | hex_digit(*low)?;
+        if matches!(at, 8 | 13 | 18 | 23) {
+            at += 1;
+        }
+        *byte = (hex_digit(text[at])? << 4) | hex_digit(text[at + 1])?;
+        at += 2;
     }
     Some(bytes)
 }
