@@ -17,16 +17,8 @@ pub const BUCKETS: [f64; 16] = [
     900.0, 3600.0,
 ];
 
-/// The failure kinds counted (`CallError::kind`).
-const KINDS: [&str; 7] = [
-    "retry",
-    "give_up",
-    "init_refused",
-    "timeout",
-    "memory_limit",
-    "trap",
-    "host",
-];
+/// The failure kinds counted: every `CallError::kind`.
+const KINDS: [&str; 7] = CallError::KINDS;
 
 /// Live counters.
 #[derive(Debug, Default)]

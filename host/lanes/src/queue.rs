@@ -98,6 +98,11 @@ struct Origin {
     namespace: Box<str>,
 }
 
+/// The origin parts of an event's job.
+fn origin_of(event: &JobEvent) -> [&str; 3] {
+    [&event.api_version, &event.kind, &event.namespace]
+}
+
 /// The one shared [`Origin`] with these parts. Only a job new to the lane asks, so the
 /// allocations made to look it up are paid once per job.
 fn intern(
@@ -266,14 +271,31 @@ impl Queues {
             .get_mut(&Uid::new(&key.uid))
     }
 
-    /// The jobs of `cluster`, the map made on its first job.
-    fn cluster_mut<'a>(clusters: &'a mut HashMap<Arc<str>, Jobs>, cluster: &str) -> &'a mut Jobs {
+    /// The state of job `uid` of `cluster`, made by `make` from the job's shared origin (API
+    /// version, kind, namespace) when the lane did not know the job; `true` when it was made.
+    /// (An associated function over the two fields it needs, so the caller may go on
+    /// counting `pending` while it holds the job.)
+    fn job_or_insert<'a>(
+        clusters: &'a mut HashMap<Arc<str>, Jobs>,
+        origins: &mut HashSet<Arc<Origin>>,
+        (cluster, uid): (&str, &str),
+        origin: [&str; 3],
+        make: impl FnOnce(Arc<Origin>) -> JobState,
+    ) -> (&'a mut JobState, bool) {
         if !clusters.contains_key(cluster) {
             clusters.insert(Arc::from(cluster), Jobs::default());
         }
-        clusters
+        let jobs = clusters
             .get_mut(cluster)
-            .expect("the cluster's map was just made")
+            .expect("the cluster's map was just made");
+        match jobs.entry(Uid::new(uid)) {
+            Entry::Occupied(job) => (job.into_mut(), false),
+            Entry::Vacant(slot) => {
+                let [api_version, kind, namespace] = origin;
+                let origin = intern(origins, api_version, kind, namespace);
+                (slot.insert(make(origin)), true)
+            }
+        }
     }
 
     /// Shared origins no job uses any more are let go.
@@ -294,20 +316,14 @@ impl Queues {
         before: impl FnOnce(&Accepted) -> Vec<JobEvent>,
     ) -> Offered {
         let mut offered = Offered::default();
-        let jobs = Self::cluster_mut(&mut self.clusters, &event.cluster);
-        let job = match jobs.entry(Uid::new(&event.uid)) {
-            Entry::Occupied(job) => job.into_mut(),
-            Entry::Vacant(slot) => {
-                offered.new_job = true;
-                let origin = intern(
-                    &mut self.origins,
-                    &event.api_version,
-                    &event.kind,
-                    &event.namespace,
-                );
-                slot.insert(JobState::for_event(event, origin))
-            }
-        };
+        let (job, new_job) = Self::job_or_insert(
+            &mut self.clusters,
+            &mut self.origins,
+            (&event.cluster, &event.uid),
+            origin_of(event),
+            |o| JobState::for_event(event, o),
+        );
+        offered.new_job = new_job;
         let mut events = before(&job.accepted);
         events.push(event.clone());
         for event in events {
@@ -356,19 +372,13 @@ impl Queues {
     /// Queues a dead letter again, as the operator asked: past the mode and the bound, and
     /// without moving the job's cursor. `true`: the job was claimed for a new worker.
     pub fn offer_replay(&mut self, event: JobEvent, now: Instant) -> bool {
-        let jobs = Self::cluster_mut(&mut self.clusters, &event.cluster);
-        let job = match jobs.entry(Uid::new(&event.uid)) {
-            Entry::Occupied(job) => job.into_mut(),
-            Entry::Vacant(slot) => {
-                let origin = intern(
-                    &mut self.origins,
-                    &event.api_version,
-                    &event.kind,
-                    &event.namespace,
-                );
-                slot.insert(JobState::for_event(&event, origin))
-            }
-        };
+        let (job, _) = Self::job_or_insert(
+            &mut self.clusters,
+            &mut self.origins,
+            (&event.cluster, &event.uid),
+            origin_of(&event),
+            |o| JobState::for_event(&event, o),
+        );
         self.pending += 1;
         job.queue.push_back(Item {
             event,
@@ -499,25 +509,27 @@ impl Queues {
             }
         }
         for cursor in cursors.iter().filter(|c| of(&c.cluster)) {
-            let jobs = Self::cluster_mut(&mut self.clusters, &cursor.cluster);
-            if let Entry::Vacant(slot) = jobs.entry(Uid::new(&cursor.uid)) {
-                let origin = intern(
-                    &mut self.origins,
-                    &cursor.api_version,
-                    &cursor.kind,
-                    &cursor.namespace,
-                );
-                slot.insert(JobState::from_cursor(cursor, origin));
-            }
+            let origin = [&*cursor.api_version, &cursor.kind, &cursor.namespace];
+            Self::job_or_insert(
+                &mut self.clusters,
+                &mut self.origins,
+                (&cursor.cluster, &cursor.uid),
+                origin,
+                |o| JobState::from_cursor(cursor, o),
+            );
         }
         self.clusters.retain(|_, jobs| !jobs.is_empty());
         self.prune_origins();
     }
 
-    /// Forgets one job.
+    /// Forgets one job, and its origin when no other job has it (namespaces come and go).
     fn remove(&mut self, key: &JobKey) {
         if let Some(jobs) = self.clusters.get_mut(key.cluster.as_str()) {
-            jobs.remove(&Uid::new(&key.uid));
+            if let Some(job) = jobs.remove(&Uid::new(&key.uid))
+                && Arc::strong_count(&job.origin) == 2
+            {
+                self.origins.remove(&*job.origin);
+            }
             if jobs.is_empty() {
                 self.clusters.remove(key.cluster.as_str());
             }

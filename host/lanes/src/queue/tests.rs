@@ -429,3 +429,24 @@ fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
     assert!(q.origins.is_empty(), "an origin outlived its jobs");
     assert!(std::mem::size_of::<(Uid, JobState)>() <= 128);
 }
+
+/// A deleted job is forgotten once delivered, and so is its origin when it was the last job
+/// with it: a fleet whose namespaces come and go does not leave one behind per namespace.
+#[test]
+fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
+    let mut q = Queues::default();
+    let now = Instant::now();
+    for (rv, phase) in [("1", Phase::Running), ("2", Phase::Deleted)] {
+        let mut version = event(0, rv, phase);
+        version.namespace = "pr-1234".into();
+        q.offer(&version, DeliveryMode::EveryVersion, 10, now, |_| {
+            Vec::new()
+        });
+    }
+    let key = key(0);
+    while let Next::Call { event, .. } = q.next(&key, false) {
+        q.settle(&key, false, event.phase);
+    }
+    assert_eq!(q.jobs(), 0, "the deleted job is forgotten");
+    assert!(q.origins.is_empty(), "its namespace's origin stayed");
+}
