@@ -149,9 +149,7 @@ impl Routes {
         if !observed.kind.finalizer || event.phase != Phase::Terminating {
             return;
         }
-        let carries = serde_json::from_str::<serde_json::Value>(&event.object_json)
-            .is_ok_and(|o| has_finalizer(&o, finalizer));
-        if !carries {
+        if !has_finalizer(&event.object_json, finalizer) {
             return;
         }
         let job = HeldJob {

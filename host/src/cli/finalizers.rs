@@ -20,41 +20,40 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
     let mut report = String::new();
     let mut ok = true;
     for (cluster, source) in state.clusters() {
-        let work = async {
-            let client = build_client(&source.kubeconfig).await?;
-            let mut removed = 0usize;
-            // Every kind, not only those with `finalizer: true` now: the setting may have been
-            // turned off after jobs got the finalizer.
-            for kind in &main.kinds {
-                let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-                let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                let jobs = api
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
-                for job in jobs
-                    .items
-                    .iter()
-                    .filter(|j| !finalizer::needs_finalizer_ignoring_deletion(j, name))
-                {
-                    let (Some(ns), Some(job_name), Some(uid)) = (
-                        job.metadata.namespace.as_deref(),
-                        job.metadata.name.as_deref(),
-                        job.metadata.uid.as_deref(),
-                    ) else {
-                        continue;
-                    };
-                    if finalizer::remove(client.clone(), kind, ns, job_name, uid, name)
+        let work =
+            async {
+                let client = build_client(&source.kubeconfig).await?;
+                let mut removed = 0usize;
+                // Every kind, not only those with `finalizer: true` now: the setting may have been
+                // turned off after jobs got the finalizer.
+                for kind in &main.kinds {
+                    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+                    let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                    let jobs = api
+                        .list(&ListParams::default())
                         .await
-                        .map_err(|e| e.to_string())?
-                    {
-                        removed += 1;
+                        .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
+                    for job in jobs.items.iter().filter(|j| {
+                        !finalizer::needs_finalizer_ignoring_deletion(&j.metadata, name)
+                    }) {
+                        let (Some(ns), Some(job_name), Some(uid)) = (
+                            job.metadata.namespace.as_deref(),
+                            job.metadata.name.as_deref(),
+                            job.metadata.uid.as_deref(),
+                        ) else {
+                            continue;
+                        };
+                        if finalizer::remove(client.clone(), kind, ns, job_name, uid, name)
+                            .await
+                            .map_err(|e| e.to_string())?
+                        {
+                            removed += 1;
+                        }
                     }
                 }
-            }
-            Ok::<usize, String>(removed)
-        };
+                Ok::<usize, String>(removed)
+            };
         match tokio::time::timeout(timeout, work).await {
             Ok(Ok(n)) => report.push_str(&format!(
                 "ok    cluster  {cluster}: finalizer removed from {n} job(s)\n"

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 use jobrelay_watch::normalize::normalize;
+use jobrelay_watch::object::JobObject;
 use jobrelay_watch::watcher::{Observation, Tracker};
 
 /// Every phase a sample can be made for: all but `unknown`.
@@ -71,8 +71,8 @@ pub fn sample_event(
             )
         })?;
     let object = object(&job_kind, status, phase == Phase::Terminating);
-    let object: DynamicObject =
-        serde_json::from_value(object).context("the sample object is not a Kubernetes object")?;
+    let object = JobObject::from_json(&object.to_string())
+        .context("the sample object is not a Kubernetes object")?;
     let mut tracker = Tracker::new(Arc::from(cluster), Arc::new(job_kind), None);
     let observed = tracker.observe(match phase {
         Phase::Deleted => Event::Delete(object),

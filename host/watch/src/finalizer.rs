@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::core::ObjectMeta;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -16,26 +17,35 @@ use super::kinds::JobKind;
 
 /// Whether jobrelay should add its finalizer to this version: not there yet, and the job is
 /// not being deleted (a finalizer must never be added to a job already being deleted).
-pub fn needs_finalizer(object: &DynamicObject, finalizer: &str) -> bool {
-    object.metadata.deletion_timestamp.is_none()
-        && needs_finalizer_ignoring_deletion(object, finalizer)
+pub fn needs_finalizer(metadata: &ObjectMeta, finalizer: &str) -> bool {
+    metadata.deletion_timestamp.is_none() && needs_finalizer_ignoring_deletion(metadata, finalizer)
 }
 
 /// Whether the object lacks the finalizer (deleting or not).
-pub fn needs_finalizer_ignoring_deletion(object: &DynamicObject, finalizer: &str) -> bool {
-    !object
-        .metadata
+pub fn needs_finalizer_ignoring_deletion(metadata: &ObjectMeta, finalizer: &str) -> bool {
+    !metadata
         .finalizers
         .as_ref()
         .is_some_and(|f| f.iter().any(|n| n == finalizer))
 }
 
-/// Whether the object's JSON carries the finalizer.
-pub fn has_finalizer(object: &Value, finalizer: &str) -> bool {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|n| n.as_str() == Some(finalizer)))
+/// Whether the object's JSON text carries the finalizer. Only `metadata.finalizers` is
+/// decoded, so an object whose spec is too deep to decode as a tree is still judged (the
+/// watcher passes such objects on: it never decodes the spec either).
+pub fn has_finalizer(object_json: &str, finalizer: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Option<Metadata>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        finalizers: Option<Vec<Value>>,
+    }
+    serde_json::from_str::<Object>(object_json).is_ok_and(|o| {
+        o.metadata
+            .and_then(|m| m.finalizers)
+            .is_some_and(|f| f.iter().any(|n| n.as_str() == Some(finalizer)))
+    })
 }
 
 fn api(client: Client, kind: &JobKind, namespace: &str) -> Api<DynamicObject> {
@@ -79,19 +89,19 @@ pub enum AddError {
 pub async fn add(
     client: Client,
     kind: &JobKind,
-    object: &DynamicObject,
+    metadata: &ObjectMeta,
     finalizer: &str,
 ) -> Result<(), AddError> {
     let (Some(ns), Some(name), Some(rv)) = (
-        object.metadata.namespace.as_deref(),
-        object.metadata.name.as_deref(),
-        object.metadata.resource_version.as_deref(),
+        metadata.namespace.as_deref(),
+        metadata.name.as_deref(),
+        metadata.resource_version.as_deref(),
     ) else {
         return Err(AddError::Failed(
             "object without namespace, name or resourceVersion".into(),
         ));
     };
-    let ops = match &object.metadata.finalizers {
+    let ops = match &metadata.finalizers {
         Some(list) if !list.is_empty() => json!([
             {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
             {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
@@ -120,7 +130,7 @@ const ADD_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Attempts made at once, each on a fresh read, while the job keeps changing under them.
 const QUICK_RETRIES: u32 = 5;
 
-/// Adds the finalizer to the job `object` is a version of, retrying with backoff until it is
+/// Adds the finalizer to the job whose version `metadata` describes, retrying with backoff until it is
 /// on, or the job is gone, replaced (another uid) or being deleted. After each failed attempt
 /// the job is read again; the next attempt follows at once if the job had merely changed
 /// (up to a few times in a row), else after the next delay. Failures other than a changed
@@ -129,14 +139,14 @@ const QUICK_RETRIES: u32 = 5;
 pub async fn keep_adding(
     client: Client,
     kind: &JobKind,
-    mut object: DynamicObject,
+    mut metadata: ObjectMeta,
     finalizer: &str,
     failed: impl Fn(AddError),
 ) {
     let (Some(ns), Some(name), Some(uid)) = (
-        object.metadata.namespace.clone(),
-        object.metadata.name.clone(),
-        object.metadata.uid.clone(),
+        metadata.namespace.clone(),
+        metadata.name.clone(),
+        metadata.uid.clone(),
     ) else {
         return;
     };
@@ -149,7 +159,7 @@ pub async fn keep_adding(
         .build();
     let mut changed_in_a_row = 0u32;
     loop {
-        match add(client.clone(), kind, &object, finalizer).await {
+        match add(client.clone(), kind, &metadata, finalizer).await {
             Ok(()) => return,
             // A busy job changed under the patch: read it again and retry at once, a few
             // times, so the finalizer lands early in the job's life; past that, space the
@@ -171,9 +181,9 @@ pub async fn keep_adding(
             match api.get_opt(&name).await {
                 Ok(Some(current))
                     if current.metadata.uid.as_deref() == Some(uid.as_str())
-                        && needs_finalizer(&current, finalizer) =>
+                        && needs_finalizer(&current.metadata, finalizer) =>
                 {
-                    object = current;
+                    metadata = current.metadata;
                     break;
                 }
                 Ok(_) => return, // gone, replaced, being deleted, or already holding it

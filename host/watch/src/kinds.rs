@@ -141,6 +141,29 @@ pub enum NormalizerSpec {
     Conditions(Vec<ConditionRule>),
 }
 
+impl NormalizerSpec {
+    /// Whether the normalizer, and the history it reads for transition keys and catch-up,
+    /// read nothing of an object but its `status` and `metadata.deletionTimestamp` — what the
+    /// watcher hands them without decoding the rest ([`crate::object::JobObject::status_view`]).
+    /// Only a field rule can point elsewhere.
+    pub fn reads_status_only(&self) -> bool {
+        let in_status = |pointer: &str| pointer == "/status" || pointer.starts_with("/status/");
+        match self {
+            NormalizerSpec::Batch
+            | NormalizerSpec::Volcano
+            | NormalizerSpec::Kubeflow
+            | NormalizerSpec::Conditions(_) => true,
+            NormalizerSpec::Field(rule) => {
+                in_status(&rule.path)
+                    && [&rule.reason_path, &rule.message_path, &rule.time_path]
+                        .into_iter()
+                        .flatten()
+                        .all(|p| in_status(p))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldRule {

@@ -4,23 +4,30 @@
 //! `DynamicObject`, one object the JSON decoder refuses (nested deeper than its recursion limit,
 //! say) fails the whole page, every re-list fails the same way, and the kind is blind on that
 //! cluster for good. [`LenientObject`] takes each object as raw JSON first — which has no depth
-//! limit — and decodes it on its own: a good object is a `DynamicObject` as before; a bad one
-//! keeps the metadata that could be read (namespace, name, uid, resourceVersion) and the reason,
-//! so the stream can skip and report it by name and the rest of the kind keeps flowing.
+//! limit — and reads it on its own ([`JobObject`]); a bad one keeps the metadata that could be
+//! read (namespace, name, uid, resourceVersion) and the reason, so the stream can skip and
+//! report it by name and the rest of the kind keeps flowing.
 
 use std::borrow::Cow;
 
 use kube::Resource;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::core::{DynamicResourceScope, ObjectMeta};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-/// One job object as listed or watched: decoded, or refused with what could be read of it.
+use super::object::JobObject;
+
+/// One job object as listed or watched: read, or refused with what could be read of it.
 #[derive(Debug, Clone)]
-pub struct LenientObject {
+pub struct LenientObject(pub Result<JobObject, Unreadable>);
+
+/// An object that could not be read.
+#[derive(Debug, Clone)]
+pub struct Unreadable {
+    /// What could be read of its metadata (nothing, at worst).
     pub metadata: ObjectMeta,
-    pub object: Result<DynamicObject, String>,
+    pub reason: String,
 }
 
 /// Only the metadata of an object; everything else is skipped without being decoded.
@@ -31,25 +38,21 @@ struct MetadataOnly {
 }
 
 impl LenientObject {
-    /// Decodes one object's JSON text.
+    /// Reads one object's JSON text.
     pub fn from_json(text: &str) -> LenientObject {
-        match dynamic_object(text) {
-            Ok(object) => LenientObject {
-                metadata: object.metadata.clone(),
-                object: Ok(object),
-            },
-            Err(e) => LenientObject {
+        LenientObject(JobObject::from_json(text).map_err(|e| {
+            Unreadable {
                 metadata: serde_json::from_str::<MetadataOnly>(text)
                     .map(|m| m.metadata)
                     .unwrap_or_default(),
-                object: Err(e.to_string()),
-            },
-        }
+                reason: e.to_string(),
+            }
+        }))
     }
 
     /// `namespace/name` (or the uid, or `?`), for reports.
     pub fn label(&self) -> String {
-        label(&self.metadata)
+        label(self.meta())
     }
 }
 
@@ -61,38 +64,6 @@ pub fn label(metadata: &ObjectMeta) -> String {
         (_, None, Some(uid)) => format!("uid {uid}"),
         _ => "?".into(),
     }
-}
-
-/// The object as `DynamicObject` decodes it — `apiVersion` and `kind` as its types (when both
-/// are there), `metadata`, everything else as `data` — built from one JSON tree. Decoding
-/// `DynamicObject` directly goes through serde's buffering of its flattened fields, a second
-/// copy of the whole object; here each value is read once and moved into place.
-fn dynamic_object(text: &str) -> Result<DynamicObject, serde_json::Error> {
-    let mut data = match serde_json::from_str::<serde_json::Value>(text)? {
-        serde_json::Value::Object(map) => map,
-        _ => {
-            return Err(serde::de::Error::custom(
-                "a job object must be a JSON object",
-            ));
-        }
-    };
-    let metadata = match data.remove("metadata") {
-        Some(meta) => serde_json::from_value::<ObjectMeta>(meta)?,
-        None => ObjectMeta::default(),
-    };
-    // As serde's own decode does: both keys are taken out, and they make the types only when
-    // both are text.
-    let types = match (data.remove("apiVersion"), data.remove("kind")) {
-        (Some(serde_json::Value::String(api_version)), Some(serde_json::Value::String(kind))) => {
-            Some(kube::core::TypeMeta { api_version, kind })
-        }
-        _ => None,
-    };
-    Ok(DynamicObject {
-        types,
-        metadata,
-        data: serde_json::Value::Object(data),
-    })
 }
 
 impl<'de> Deserialize<'de> for LenientObject {
@@ -127,11 +98,17 @@ impl Resource for LenientObject {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        &self.metadata
+        match &self.0 {
+            Ok(object) => &object.metadata,
+            Err(unreadable) => &unreadable.metadata,
+        }
     }
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+        match &mut self.0 {
+            Ok(object) => &mut object.metadata,
+            Err(unreadable) => &mut unreadable.metadata,
+        }
     }
 }
 
@@ -143,10 +120,12 @@ mod tests {
         format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
     }
 
+    /// A status nested deeper than the JSON decoder's recursion limit: the status is decoded
+    /// (normalizers read it), so the object is refused, alone.
     #[test]
     fn a_deep_object_is_refused_alone_with_its_name() {
         let bad = format!(
-            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"deep","namespace":"ml","uid":"u1","resourceVersion":"7"}},"spec":{}}}"#,
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"deep","namespace":"ml","uid":"u1","resourceVersion":"7"}},"status":{{"x":{}}}}}"#,
             nested(10_000)
         );
         let good = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"ok","namespace":"ml","uid":"u2","resourceVersion":"8"}}"#;
@@ -158,31 +137,27 @@ mod tests {
         let list: List = serde_json::from_str(&list).expect("the page decodes");
         assert_eq!(list.items.len(), 2);
         let (bad, good) = (&list.items[0], &list.items[1]);
-        assert!(bad.object.is_err());
+        assert!(bad.0.is_err());
         assert_eq!(bad.label(), "ml/deep");
-        assert_eq!(bad.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(bad.meta().uid.as_deref(), Some("u1"));
         assert_eq!(
-            good.object.as_ref().map(|o| o.metadata.name.clone()),
-            Ok(Some("ok".into()))
+            good.0.as_ref().map(|o| o.metadata.name.clone()).ok(),
+            Some(Some("ok".into()))
         );
+        assert_eq!(good.meta().resource_version.as_deref(), Some("8"));
     }
 
-    /// The one-tree decode gives exactly what serde's own `DynamicObject` decode gives.
+    /// The spec is never decoded, so its depth does not matter: the object is read, and its
+    /// text passed on whole.
     #[test]
-    fn decoding_matches_dynamic_objects_own() {
-        for text in [
-            r#"{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"name":"a","namespace":"ml","uid":"u","resourceVersion":"3","labels":{"x":"y"},"managedFields":[{"manager":"m"}]},"spec":{"tasks":[{"replicas":2}]},"status":{"state":{"phase":"Running"}}}"#,
-            r#"{"kind":"Job","metadata":{"name":"no-api-version"},"spec":{}}"#,
-            r#"{"apiVersion":"v1","kind":"Job"}"#,
-        ] {
-            let ours = dynamic_object(text).expect("decodes");
-            let theirs: DynamicObject = serde_json::from_str(text).expect("decodes");
-            assert_eq!(ours.types, theirs.types, "{text}");
-            assert_eq!(ours.metadata, theirs.metadata, "{text}");
-            assert_eq!(ours.data, theirs.data, "{text}");
-        }
-        assert!(dynamic_object("[1, 2]").is_err());
-        assert!(dynamic_object(r#"{"metadata": {"name": 7}}"#).is_err());
+    fn a_deep_spec_is_read() {
+        let text = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"deep","uid":"u1","resourceVersion":"7"}},"spec":{}}}"#,
+            nested(10_000)
+        );
+        let object = LenientObject::from_json(&text);
+        let read = object.0.expect("read");
+        assert_eq!(read.text(), text);
     }
 
     #[test]
@@ -196,7 +171,7 @@ mod tests {
             r#"{"metadata":{"name":[]}}"#,
         ] {
             let object = LenientObject::from_json(text);
-            assert!(object.object.is_err(), "{text}");
+            assert!(object.0.is_err(), "{text}");
         }
     }
 }

@@ -10,5 +10,6 @@ pub mod finalizer;
 pub mod kinds;
 pub mod lenient;
 pub mod normalize;
+pub mod object;
 pub mod transition_key;
 pub mod watcher;

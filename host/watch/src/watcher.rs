@@ -1,5 +1,5 @@
-//! One watch stream: a kube-rs `runtime::watcher` over `DynamicObject` for one (cluster, job
-//! kind, namespace), turned into job events.
+//! One watch stream: a kube-rs `runtime::watcher` for one (cluster, job kind, namespace), its
+//! objects read one by one ([`LenientObject`], [`JobObject`]) and turned into job events.
 //!
 //! Why the raw watcher and not a controller: a controller merges versions of one object by key
 //! and reconciles the latest, which swallows intermediate phases. Here every distinct
@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use compact_str::CompactString;
 use futures::{StreamExt, pin_mut};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::core::ObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -22,6 +23,7 @@ use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::{self, LenientObject};
 use super::normalize::normalize;
+use super::object::JobObject;
 use super::transition_key;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::uid::Uid;
@@ -144,7 +146,7 @@ impl Tracker {
     }
 
     /// Feed one watcher event; returns what it means, in order.
-    pub fn observe(&mut self, event: Event<DynamicObject>) -> Vec<Observation> {
+    pub fn observe(&mut self, event: Event<JobObject>) -> Vec<Observation> {
         let (event, from_list) = match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -172,27 +174,26 @@ impl Tracker {
             .collect()
     }
 
-    fn apply(&mut self, obj: DynamicObject) -> Option<JobEvent> {
-        let uid = obj.metadata.uid.clone()?;
-        let rv = obj.metadata.resource_version.clone()?;
+    fn apply(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.take()?;
+        let rv = obj.metadata.resource_version.take()?;
         let key = Uid::new(&uid);
         if self.jobs.get(&key).map(CompactString::as_str) == Some(rv.as_str()) {
             return None; // the same version seen again (re-list, reconnect)
         }
-        let event = self.build(obj, &uid, &rv, None)?;
-        self.jobs.insert(key, CompactString::from(rv));
-        Some(event)
+        self.jobs.insert(key, CompactString::from(rv.as_str()));
+        Some(self.build(obj, uid, rv, None))
     }
 
-    fn delete(&mut self, obj: DynamicObject) -> Option<JobEvent> {
-        let uid = obj.metadata.uid.clone()?;
+    fn delete(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.take()?;
         let previous = self.jobs.remove(&Uid::new(&uid));
-        let mut rv = obj.metadata.resource_version.clone().unwrap_or_default();
+        let mut rv = obj.metadata.resource_version.take().unwrap_or_default();
         if previous.as_deref() == Some(rv.as_str()) || rv.is_empty() {
             // Keep ids unique even if the server reused the last version for the deletion.
             rv = format!("{rv}-deleted");
         }
-        self.build(obj, &uid, &rv, Some(Phase::Deleted))
+        Some(self.build(obj, uid, rv, Some(Phase::Deleted)))
     }
 
     /// After a (re-)list, forget jobs that were not listed and tell the lanes which jobs
@@ -210,65 +211,27 @@ impl Tracker {
     }
 
     /// The event for one version; `previous_phase` is filled in per plugin by its lane.
-    fn build(
-        &self,
-        obj: DynamicObject,
-        uid: &str,
-        rv: &str,
-        force: Option<Phase>,
-    ) -> Option<JobEvent> {
-        // The object as one JSON tree, its spec and status moved rather than copied: the
-        // metadata (without `managedFields`, which only makes events larger) and the types
-        // are put back into `data`, the rest of the object.
-        let DynamicObject {
-            types,
-            mut metadata,
-            data,
-        } = obj;
-        metadata.managed_fields = None;
-        let mut value = match data {
-            Value::Object(map) => Value::Object(map),
-            _ => Value::Object(serde_json::Map::new()),
+    fn build(&self, mut obj: JobObject, uid: String, rv: String, force: Option<Phase>) -> JobEvent {
+        // Normalizers read the status view; a field rule reading elsewhere gets the whole
+        // object, decoded once more from its text.
+        let whole;
+        let tree = if self.kind.normalizer.reads_status_only() {
+            obj.status_view()
+        } else {
+            whole = obj.whole().unwrap_or_default();
+            &whole
         };
-        if let Some(map) = value.as_object_mut() {
-            map.insert("metadata".into(), serde_json::to_value(&metadata).ok()?);
-            match types {
-                Some(t) => {
-                    map.insert("apiVersion".into(), Value::String(t.api_version));
-                    map.insert("kind".into(), Value::String(t.kind));
-                }
-                None => {
-                    map.entry("apiVersion")
-                        .or_insert_with(|| Value::String(self.kind.api_version()));
-                    map.entry("kind")
-                        .or_insert_with(|| Value::String(self.kind.kind.clone()));
-                }
-            }
-        }
-        let n = normalize(&self.kind.normalizer, &value);
-        let meta = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
-        let map = |p: &str| {
-            value
-                .pointer(p)
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter(|(k, _)| *k != "kubectl.kubernetes.io/last-applied-configuration")
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let n = normalize(&self.kind.normalizer, tree);
         let phase = force.unwrap_or(n.phase);
         let transition_key = transition_key::of_version(
             &self.kind.normalizer,
-            &value,
+            tree,
             &n,
             phase,
             transition_key::Version {
                 cluster: &self.cluster,
-                uid,
-                resource_version: rv,
+                uid: &uid,
+                resource_version: &rv,
             },
         );
         let transition_time = if phase == Phase::Deleted {
@@ -276,32 +239,59 @@ impl Tracker {
         } else {
             n.transition_time.unwrap_or_else(now_rfc3339)
         };
-        Some(JobEvent {
-            id: JobEvent::make_id(&self.cluster, uid, rv),
+        let metadata = std::mem::take(&mut obj.metadata);
+        let text = self.typed_text(obj);
+        let ObjectMeta {
+            namespace,
+            name,
+            generation,
+            labels,
+            annotations,
+            ..
+        } = metadata;
+        let mut annotations = annotations.unwrap_or_default();
+        annotations.remove(LAST_APPLIED);
+        JobEvent {
+            id: JobEvent::make_id(&self.cluster, &uid, &rv),
             transition_key,
             cluster: self.cluster.to_string(),
             api_version: self.kind.api_version(),
             kind: self.kind.kind.clone(),
-            namespace: meta("/metadata/namespace").to_string(),
-            name: meta("/metadata/name").to_string(),
-            uid: uid.to_string(),
-            resource_version: rv.to_string(),
-            generation: value
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64),
+            namespace: namespace.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+            uid,
+            resource_version: rv,
+            generation,
             phase,
             raw_phase: n.raw_phase,
             reason: n.reason,
             message: n.message,
             previous_phase: None,
             transition_time,
-            labels: map("/metadata/labels"),
-            annotations: map("/metadata/annotations"),
-            object_json: Arc::from(value.to_string()),
+            labels: labels.unwrap_or_default(),
+            annotations,
+            object_json: Arc::from(text),
             synthetic: false,
-        })
+        }
+    }
+
+    /// The object's text, with this stream's `apiVersion` and `kind` when it had none (as
+    /// text) of its own.
+    fn typed_text(&self, obj: JobObject) -> String {
+        if obj.typed() {
+            return obj.into_text();
+        }
+        let mut whole = obj.whole().unwrap_or_default();
+        if let Some(map) = whole.as_object_mut() {
+            map.insert("apiVersion".into(), Value::String(self.kind.api_version()));
+            map.insert("kind".into(), Value::String(self.kind.kind.clone()));
+        }
+        whole.to_string()
     }
 }
+
+/// The annotation `kubectl apply` keeps a whole copy of the object in: left out of events.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The finalizer adders of one stream: at most one per job, each retrying on its own timer
 /// ([`finalizer::keep_adding`]), all stopped with the stream.
@@ -316,26 +306,26 @@ impl Adders {
         &mut self,
         client: &Client,
         target: &WatchTarget,
-        obj: &DynamicObject,
+        metadata: &ObjectMeta,
         finalizer: &str,
     ) {
-        let Some(uid) = obj.metadata.uid.clone() else {
+        let Some(uid) = metadata.uid.clone() else {
             return;
         };
         if !self.uids.insert(uid.clone()) {
             return; // an adder for this job is at work; it reads the job again itself
         }
-        let (client, kind, obj, finalizer) = (
+        let (client, kind, metadata, finalizer) = (
             client.clone(),
             target.kind.clone(),
-            obj.clone(),
+            metadata.clone(),
             finalizer.to_string(),
         );
         let failures = self.failures.clone();
         let label = target.label();
         self.running.spawn(async move {
-            let job = obj.metadata.name.clone().unwrap_or_default();
-            finalizer::keep_adding(client, &kind, obj, &finalizer, |e| {
+            let job = metadata.name.clone().unwrap_or_default();
+            finalizer::keep_adding(client, &kind, metadata, &finalizer, |e| {
                 tracing::warn!(stream = %label, job = %job, error = %e,
                     "cannot add jobrelay's finalizer yet; retrying with backoff");
                 let _ = failures.send(e);
@@ -415,9 +405,9 @@ pub async fn run(
             Ok(event) => {
                 if let (Some(finalizer), Event::Apply(obj) | Event::InitApply(obj)) =
                     (&target.finalizer, &event)
-                    && finalizer::needs_finalizer(obj, finalizer)
+                    && finalizer::needs_finalizer(&obj.metadata, finalizer)
                 {
-                    adders.start(&client, &target, obj, finalizer);
+                    adders.start(&client, &target, &obj.metadata, finalizer);
                 }
                 let recovered = match event {
                     Event::InitDone => true,
@@ -460,36 +450,34 @@ fn not_served(error: &watcher::Error) -> bool {
     }
 }
 
-/// The event with its object decoded, or the report of an object that could not be (then the
+/// The event with its object read, or the report of an object that could not be (then the
 /// event is skipped; a listed one is still counted as existing).
 fn readable(
     event: Event<LenientObject>,
     tracker: &mut Tracker,
-) -> Result<Event<DynamicObject>, String> {
+) -> Result<Event<JobObject>, String> {
     Ok(match event {
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
-        Event::InitApply(obj) => match obj.object {
+        Event::InitApply(LenientObject(obj)) => match obj {
             Ok(object) => Event::InitApply(object),
-            Err(why) => {
-                if let Some(uid) = &obj.metadata.uid {
+            Err(bad) => {
+                if let Some(uid) = &bad.metadata.uid {
                     tracker.listed_unreadable(uid);
                 }
-                return Err(format!("{}: {why}", lenient::label(&obj.metadata)));
+                return Err(format!("{}: {}", lenient::label(&bad.metadata), bad.reason));
             }
         },
-        Event::Apply(obj) => match obj.object {
+        Event::Apply(LenientObject(obj)) => match obj {
             Ok(object) => Event::Apply(object),
-            Err(why) => return Err(format!("{}: {why}", lenient::label(&obj.metadata))),
+            Err(bad) => {
+                return Err(format!("{}: {}", lenient::label(&bad.metadata), bad.reason));
+            }
         },
         // A deletion needs only the metadata.
-        Event::Delete(obj) => match obj.object {
+        Event::Delete(LenientObject(obj)) => match obj {
             Ok(object) => Event::Delete(object),
-            Err(_) => Event::Delete(DynamicObject {
-                types: None,
-                metadata: obj.metadata,
-                data: serde_json::json!({}),
-            }),
+            Err(bad) => Event::Delete(JobObject::from_metadata(bad.metadata)),
         },
     })
 }
@@ -504,8 +492,8 @@ mod tests {
         Tracker::new(Arc::from("alpha"), Arc::new(kind), None)
     }
 
-    fn job(uid: &str, rv: &str, phase: &str) -> DynamicObject {
-        serde_json::from_value(json!({
+    fn job(uid: &str, rv: &str, phase: &str) -> JobObject {
+        JobObject::from_json(&json!({
             "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": format!("job-{uid}"), "namespace": "ml", "uid": uid,
                          "resourceVersion": rv, "generation": 1,
@@ -513,7 +501,7 @@ mod tests {
                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "x"},
                          "managedFields": [{"manager": "kubectl"}]},
             "status": {"state": {"phase": phase, "lastTransitionTime": "2026-05-01T00:00:00Z"}}
-        }))
+        }).to_string())
         .expect("valid object")
     }
 
@@ -593,6 +581,64 @@ mod tests {
         t.observe(Event::Apply(job("u2", "20", "Running")));
         let d = versions(t.observe(Event::Delete(job("u2", "20", "Running"))));
         assert_eq!(d[0].0.resource_version, "20-deleted", "ids stay unique");
+    }
+
+    /// A field rule reading outside the status gets the whole object; one reading the status
+    /// gets the status view. Both see the phase.
+    #[test]
+    fn a_field_rule_reads_wherever_it_points() {
+        for (path, reason_path) in [
+            ("/spec/state", Some("/metadata/labels/why")),
+            ("/status/state", None),
+        ] {
+            let kind: JobKind = serde_yaml_ng::from_str(&format!(
+                "{{name: thing, group: x.io, version: v1, kind: Thing, plural: things, \
+                 normalizer: {{field: {{path: {path}, phases: {{Go: running}}, \
+                 reason_path: {}}}}}}}",
+                reason_path.unwrap_or("/status/why")
+            ))
+            .expect("a kind");
+            assert_eq!(kind.normalizer.reads_status_only(), reason_path.is_none());
+            let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
+            let object = JobObject::from_json(
+                &json!({"apiVersion": "x.io/v1", "kind": "Thing",
+                    "metadata": {"name": "t", "uid": "u1", "resourceVersion": "1",
+                                 "labels": {"why": "because"}},
+                    "spec": {"state": "Go"}, "status": {"state": "Go", "why": "because"}})
+                .to_string(),
+            )
+            .expect("valid object");
+            let e = versions(t.observe(Event::Apply(object)));
+            assert_eq!(e[0].0.phase, Phase::Running, "{path}");
+            assert_eq!(e[0].0.reason.as_deref(), Some("because"), "{path}");
+        }
+    }
+
+    /// The event's object is the text the API server sent, without managedFields alone: keys
+    /// in their order, metadata the client types do not know kept.
+    #[test]
+    fn the_event_carries_the_object_as_sent() {
+        let mut t = tracker();
+        let text = r#"{"kind":"Job","apiVersion":"batch.volcano.sh/v1alpha1","metadata":{"uid":"u1","managedFields":[{"manager":"m"}],"resourceVersion":"5","name":"a","namespace":"ml","futureField":{"x":1}},"status":{"state":{"phase":"Running"}},"spec":{"z":1,"a":2}}"#;
+        let object = JobObject::from_json(text).expect("valid object");
+        let e = versions(t.observe(Event::Apply(object)));
+        assert_eq!(
+            &*e[0].0.object_json,
+            r#"{"kind":"Job","apiVersion":"batch.volcano.sh/v1alpha1","metadata":{"uid":"u1","resourceVersion":"5","name":"a","namespace":"ml","futureField":{"x":1}},"status":{"state":{"phase":"Running"}},"spec":{"z":1,"a":2}}"#
+        );
+        assert_eq!(e[0].0.phase, Phase::Running);
+    }
+
+    /// An object without `apiVersion` and `kind` gets the stream's.
+    #[test]
+    fn an_untyped_object_gets_the_streams_types() {
+        let mut t = tracker();
+        let text = r#"{"metadata":{"uid":"u1","resourceVersion":"5","name":"a"},"status":{}}"#;
+        let object = JobObject::from_json(text).expect("valid object");
+        let e = versions(t.observe(Event::Apply(object)));
+        let object: Value = serde_json::from_str(&e[0].0.object_json).expect("JSON");
+        assert_eq!(object["apiVersion"], "batch.volcano.sh/v1alpha1");
+        assert_eq!(object["kind"], "Job");
     }
 
     #[test]

@@ -207,7 +207,18 @@ struct Profile(std::process::Child);
 impl Profile {
     fn start(pid: u32, file: &str) -> Profile {
         let child = std::process::Command::new("perf")
-            .args(["record", "-F", "2000", "-g", "-o", file, "-p"])
+            // DWARF unwinding from `.eh_frame`: the release build keeps no frame pointers,
+            // so `-g` would attribute nearly every sample to its leaf alone.
+            .args([
+                "record",
+                "-F",
+                "1000",
+                "--call-graph",
+                "dwarf,16384",
+                "-o",
+                file,
+                "-p",
+            ])
             .arg(pid.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

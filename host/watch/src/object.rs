@@ -1,0 +1,267 @@
+//! One job object as the event path reads it: its metadata, the part of it that status
+//! normalizers read, and its JSON text as plugins get it.
+//!
+//! Why not a `DynamicObject`: an event needs the object's text (`object-json`), a few metadata
+//! fields and the status. Decoding the whole object into a JSON tree, and writing the tree out
+//! again as text, was a third of the daemon's CPU per event (`docs/BENCHMARKS.md`). Here the
+//! text the API server sent is kept as it came, except for `metadata.managedFields` (server-side
+//! apply's bookkeeping, which only makes events larger), cut out by its position in the text;
+//! the spec is skipped without being decoded; the metadata is decoded straight from its text,
+//! and only the status becomes a tree.
+//!
+//! What that quick reading does not take — a key written twice, a key written with escapes, an
+//! object without `metadata`, `apiVersion` or `kind` as text — is read the whole-tree way, which
+//! accepts everything a JSON object is. The two readings give the same object (tested against
+//! each other), except that the whole-tree one writes the text anew.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use kube::core::ObjectMeta;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// One version of a job object, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobObject {
+    /// The metadata, without `managedFields`.
+    pub metadata: ObjectMeta,
+    /// `{"metadata": {"deletionTimestamp": …}, "status": …}`, each part present when the object
+    /// has it: everything a built-in normalizer, a conditions rule or a field rule on `/status`
+    /// reads (see [`JobObject::status_view`]).
+    status_view: Value,
+    /// The object's JSON text, without `metadata.managedFields`.
+    text: String,
+    /// Whether the text carries `apiVersion` and `kind` as strings.
+    typed: bool,
+}
+
+impl JobObject {
+    /// Reads one object's JSON text.
+    pub fn from_json(text: &str) -> Result<JobObject, serde_json::Error> {
+        match quick(text) {
+            Some(object) => Ok(object),
+            None => whole(text),
+        }
+    }
+
+    /// An object known only by its metadata (a deletion whose object could not be read).
+    pub fn from_metadata(mut metadata: ObjectMeta) -> JobObject {
+        metadata.managed_fields = None;
+        let mut map = Map::new();
+        if let Ok(meta) = serde_json::to_value(&metadata) {
+            map.insert("metadata".into(), meta);
+        }
+        JobObject {
+            status_view: view(&map),
+            text: Value::Object(map).to_string(),
+            metadata,
+            typed: false,
+        }
+    }
+
+    /// What normalizers read of the object: its `status` and `metadata.deletionTimestamp`,
+    /// nothing else. A normalizer that reads elsewhere (a field rule on a path outside
+    /// `/status`) must be given the whole object ([`JobObject::whole`]).
+    pub fn status_view(&self) -> &Value {
+        &self.status_view
+    }
+
+    /// The whole object as a JSON tree, decoded from its text.
+    pub fn whole(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(&self.text)
+    }
+
+    /// The object's JSON text, without `metadata.managedFields`.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the text carries `apiVersion` and `kind` as strings; when not, it carries
+    /// neither (a reader adds its own).
+    pub fn typed(&self) -> bool {
+        self.typed
+    }
+
+    /// The text, handing it over.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+}
+
+/// The top-level members the quick reading needs; every other member (the spec) is skipped
+/// unread. A member written twice fails the reading, as it should: the whole-tree reading
+/// then decides.
+#[derive(Deserialize)]
+struct Top<'a> {
+    #[serde(borrow)]
+    metadata: Option<&'a RawValue>,
+    /// Present even when `null`, as in the whole tree.
+    #[serde(borrow, default, deserialize_with = "present")]
+    status: Option<&'a RawValue>,
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// A member that is there, whatever its value (`Option` alone would read `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// The metadata members found by position or kept as written.
+#[derive(Deserialize)]
+struct MetaParts<'a> {
+    #[serde(rename = "managedFields", borrow)]
+    managed_fields: Option<&'a RawValue>,
+    #[serde(rename = "deletionTimestamp", borrow)]
+    deletion_timestamp: Option<&'a RawValue>,
+}
+
+/// The quick reading; `None` hands the object to the whole-tree reading.
+fn quick(text: &str) -> Option<JobObject> {
+    let top: Top<'_> = serde_json::from_str(text).ok()?;
+    let (Some(meta), Some(_), Some(_)) = (top.metadata, top.api_version, top.kind) else {
+        return None;
+    };
+    let meta_text = meta.get();
+    if !meta_text.starts_with('{') {
+        return None;
+    }
+    let parts: MetaParts<'_> = serde_json::from_str(meta_text).ok()?;
+    let (text, meta_text) = match parts.managed_fields {
+        None => (text.to_string(), Cow::Borrowed(meta_text)),
+        Some(managed) => {
+            // The member's place in the metadata text, then in the object's.
+            let cut = member_range(
+                meta_text,
+                "managedFields",
+                within(meta_text, managed.get())?,
+            )?;
+            let offset = within(text, meta_text)?.start;
+            let in_text = cut.start + offset..cut.end + offset;
+            (without(text, in_text), Cow::Owned(without(meta_text, cut)))
+        }
+    };
+    let metadata: ObjectMeta = serde_json::from_str(&meta_text).ok()?;
+    let mut view = Map::new();
+    if let Some(status) = top.status {
+        view.insert("status".into(), serde_json::from_str(status.get()).ok()?);
+    }
+    if let Some(ts) = parts.deletion_timestamp {
+        let mut meta = Map::new();
+        meta.insert(
+            "deletionTimestamp".into(),
+            serde_json::from_str(ts.get()).ok()?,
+        );
+        view.insert("metadata".into(), Value::Object(meta));
+    }
+    Some(JobObject {
+        metadata,
+        status_view: Value::Object(view),
+        text,
+        typed: true,
+    })
+}
+
+/// The whole-tree reading: everything a JSON object may be, the text written anew.
+fn whole(text: &str) -> Result<JobObject, serde_json::Error> {
+    let mut map = match serde_json::from_str::<Value>(text)? {
+        Value::Object(map) => map,
+        _ => {
+            return Err(serde::de::Error::custom(
+                "a job object must be a JSON object",
+            ));
+        }
+    };
+    let mut metadata = match map.remove("metadata") {
+        Some(meta) => serde_json::from_value::<ObjectMeta>(meta)?,
+        None => ObjectMeta::default(),
+    };
+    metadata.managed_fields = None;
+    // As Kubernetes' own types read an object: `apiVersion` and `kind` count only when both
+    // are text; otherwise neither is kept.
+    let typed = matches!(
+        (map.get("apiVersion"), map.get("kind")),
+        (Some(Value::String(_)), Some(Value::String(_)))
+    );
+    if !typed {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    map.insert("metadata".into(), serde_json::to_value(&metadata)?);
+    Ok(JobObject {
+        status_view: view(&map),
+        text: Value::Object(map).to_string(),
+        metadata,
+        typed,
+    })
+}
+
+/// The status view of a whole object.
+fn view(object: &Map<String, Value>) -> Value {
+    let mut view = Map::new();
+    if let Some(status) = object.get("status") {
+        view.insert("status".into(), status.clone());
+    }
+    if let Some(ts) = object
+        .get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+    {
+        let mut meta = Map::new();
+        meta.insert("deletionTimestamp".into(), ts.clone());
+        view.insert("metadata".into(), Value::Object(meta));
+    }
+    Value::Object(view)
+}
+
+/// Where `part`, a slice of `text`, lies in it.
+fn within(text: &str, part: &str) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= text.len()).then_some(start..end)
+}
+
+/// `text` without the bytes in `cut`.
+fn without(text: &str, cut: Range<usize>) -> String {
+    let mut out = String::with_capacity(text.len() - cut.len());
+    out.push_str(&text[..cut.start]);
+    out.push_str(&text[cut.end..]);
+    out
+}
+
+/// In the text of a JSON object, the range that removing the member `key` (its value at
+/// `value`) takes out: the key, the colon, the value and one comma beside them, so what is
+/// left is the same object without that member. `None` when the key is not written plainly
+/// just before its value (escaped characters in it), which the caller then reads another way.
+fn member_range(object: &str, key: &str, value: Range<usize>) -> Option<Range<usize>> {
+    const WS: &[char] = &[' ', '\t', '\n', '\r'];
+    let before = object[..value.start].trim_end_matches(WS);
+    let before = before.strip_suffix(':')?.trim_end_matches(WS);
+    let before = before
+        .strip_suffix('"')?
+        .strip_suffix(key)?
+        .strip_suffix('"')?;
+    let key_start = before.len();
+    let ahead_of_key = before.trim_end_matches(WS);
+    if ahead_of_key.ends_with(',') {
+        // Not the first member: take the comma before it.
+        return Some(ahead_of_key.len() - 1..value.end);
+    }
+    if !ahead_of_key.ends_with('{') {
+        return None;
+    }
+    let after = &object[value.end..];
+    let rest = after.trim_start_matches(WS);
+    let skipped = after.len() - rest.len();
+    if rest.starts_with(',') {
+        // The first member of several: take the comma after it.
+        return Some(key_start..value.end + skipped + 1);
+    }
+    rest.starts_with('}').then_some(key_start..value.end)
+}
+
+#[cfg(test)]
+mod tests;
