@@ -186,13 +186,26 @@ async fn one_unreadable_object_does_not_blind_its_kind() {
     for _ in 0..1_000 {
         nested = serde_json::json!([nested]);
     }
-    sim.patch_merge(
+    // The status is decoded (normalizers read it): nested deeper than the decoder's limit,
+    // the object cannot be read.
+    sim.patch_status(
         &jobrelay_testkit::Gvr::VOLCANO_JOB,
         "ml",
         "deep",
-        serde_json::json!({"spec": {"plugins": {"deep": nested}}}),
+        serde_json::json!({"status": {"deep": nested.clone()}}),
     )
     .expect("make it deep");
+    // The spec is never decoded: a deep one does not matter, the job is delivered.
+    let deep_spec = JobDriver::builder(Flavor::Volcano, "ml", "deep-spec")
+        .create(&sim)
+        .expect("create");
+    sim.patch_merge(
+        &jobrelay_testkit::Gvr::VOLCANO_JOB,
+        "ml",
+        "deep-spec",
+        serde_json::json!({"spec": {"plugins": {"deep": nested}}}),
+    )
+    .expect("make its spec deep");
     let mut fine = JobDriver::builder(Flavor::Volcano, "ml", "fine")
         .create(&sim)
         .expect("create");
@@ -203,6 +216,13 @@ async fn one_unreadable_object_does_not_blind_its_kind() {
     fine.succeeded().expect("succeeded");
     let uid = fine.uid().to_string();
     wait_for_phases(&setup, "log/events.jsonl", &[(uid.clone(), "succeeded")]).await;
+    assert!(
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|l| l["uid"] == deep_spec.uid()),
+        "the job with a deep spec was delivered"
+    );
     let health = daemon.clusters()["east"].clone();
     assert!(health.unreadable_objects >= 1, "{health:?}");
     let last = health.last_unreadable.clone().unwrap_or_default();

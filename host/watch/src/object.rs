@@ -12,7 +12,9 @@
 //! What that quick reading does not take — a key written twice, a key written with escapes, an
 //! object without `metadata`, `apiVersion` or `kind` as text — is read the whole-tree way, which
 //! accepts everything a JSON object is. The two readings give the same object (tested against
-//! each other), except that the whole-tree one writes the text anew.
+//! each other), except that the whole-tree one writes the text anew, and that the quick one
+//! takes an object whose `managedFields` is malformed (it is left out either way) where the
+//! whole-tree one refuses it.
 
 use std::borrow::Cow;
 use std::ops::Range;

@@ -111,6 +111,19 @@ fn objects_the_quick_reading_leaves_are_read_whole() {
     assert_eq!(null_status.status_view(), &json!({"status": null}));
 }
 
+/// managedFields is left out unread, so a malformed one does not make the object unreadable
+/// (the whole-tree reading, which decodes it, refuses it).
+#[test]
+fn a_malformed_managed_fields_is_left_out_unread() {
+    let text = r#"{"apiVersion":"v1","kind":"Job","metadata":{"name":"a","managedFields":7}}"#;
+    assert!(whole(text).is_err());
+    let object = JobObject::from_json(text).expect("reads");
+    assert_eq!(
+        object.text(),
+        r#"{"apiVersion":"v1","kind":"Job","metadata":{"name":"a"}}"#
+    );
+}
+
 #[test]
 fn a_null_status_is_kept_by_the_quick_reading_too() {
     let text = r#"{"apiVersion":"v1","kind":"Job","metadata":{"name":"a"},"status":null}"#;
