@@ -241,3 +241,27 @@ pub async fn remove(
     }
     Err(RemoveError::Conflicts(ATTEMPTS))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read from the text alone, so a job whose spec is too deep to decode as a tree (which the
+    /// watcher passes on) is still found holding the finalizer, and its deletion still held.
+    #[test]
+    fn the_finalizer_is_found_whatever_the_spec() {
+        let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
+        let with = format!(
+            r#"{{"metadata":{{"name":"a","finalizers":["other",7,"jobrelay.io/delivery"]}},"spec":{deep}}}"#
+        );
+        assert!(
+            serde_json::from_str::<Value>(&with).is_err(),
+            "too deep for a tree"
+        );
+        assert!(has_finalizer(&with, "jobrelay.io/delivery"));
+        assert!(!has_finalizer(&with, "jobrelay.io/other"));
+        let without = format!(r#"{{"metadata":{{"name":"a"}},"spec":{deep}}}"#);
+        assert!(!has_finalizer(&without, "jobrelay.io/delivery"));
+        assert!(!has_finalizer("not json", "jobrelay.io/delivery"));
+    }
+}
