@@ -144,7 +144,7 @@ pub enum NormalizerSpec {
 impl NormalizerSpec {
     /// Whether the normalizer, and the history it reads for transition keys and catch-up,
     /// read nothing of an object but its `status` and `metadata.deletionTimestamp` — what the
-    /// watcher hands them without decoding the rest ([`crate::object::JobObject::status_view`]).
+    /// watcher hands them without decoding the rest ([`crate::object::JobObject::view`]).
     /// Only a field rule can point elsewhere.
     pub fn reads_status_only(&self) -> bool {
         let in_status = |pointer: &str| pointer == "/status" || pointer.starts_with("/status/");

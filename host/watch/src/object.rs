@@ -18,6 +18,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use kube::core::ObjectMeta;
 use serde::Deserialize;
@@ -29,12 +30,11 @@ use serde_json::{Map, Value};
 pub struct JobObject {
     /// The metadata, without `managedFields`.
     pub metadata: ObjectMeta,
-    /// `{"metadata": {"deletionTimestamp": …}, "status": …}`, each part present when the object
-    /// has it: everything a built-in normalizer, a conditions rule or a field rule on `/status`
-    /// reads (see [`JobObject::status_view`]).
-    status_view: Value,
-    /// The object's JSON text, without `metadata.managedFields`.
-    text: String,
+    /// What normalizers read (see [`JobObject::view`]).
+    view: Value,
+    /// The object's JSON text, without `metadata.managedFields`; shared as the event's
+    /// `object_json` without another copy.
+    text: Arc<str>,
     /// Whether the text carries `apiVersion` and `kind` as strings.
     typed: bool,
 }
@@ -56,18 +56,29 @@ impl JobObject {
             map.insert("metadata".into(), meta);
         }
         JobObject {
-            status_view: view(&map),
-            text: Value::Object(map).to_string(),
+            view: view_of(&map),
+            text: Arc::from(Value::Object(map).to_string()),
             metadata,
             typed: false,
         }
     }
 
-    /// What normalizers read of the object: its `status` and `metadata.deletionTimestamp`,
-    /// nothing else. A normalizer that reads elsewhere (a field rule on a path outside
-    /// `/status`) must be given the whole object ([`JobObject::whole`]).
-    pub fn status_view(&self) -> &Value {
-        &self.status_view
+    /// What normalizers read of the object: as read, its `status` and
+    /// `metadata.deletionTimestamp` (`{"metadata": {"deletionTimestamp": …}, "status": …}`,
+    /// each part present when the object has it) — everything a built-in normalizer, a
+    /// conditions rule or a field rule on `/status` reads; after
+    /// [`JobObject::decode_whole`], the whole object.
+    pub fn view(&self) -> &Value {
+        &self.view
+    }
+
+    /// Makes the view the whole object, for a normalizer that reads outside the status (a
+    /// field rule pointing elsewhere). Fails, leaving the view as it was, when the text cannot
+    /// be decoded as a tree (nested deeper than the decoder's limit): such an object cannot
+    /// be normalized by that rule, and is reported as unreadable.
+    pub fn decode_whole(&mut self) -> Result<(), serde_json::Error> {
+        self.view = self.whole()?;
+        Ok(())
     }
 
     /// The whole object as a JSON tree, decoded from its text.
@@ -87,7 +98,7 @@ impl JobObject {
     }
 
     /// The text, handing it over.
-    pub fn into_text(self) -> String {
+    pub fn into_text(self) -> Arc<str> {
         self.text
     }
 }
@@ -134,7 +145,7 @@ fn quick(text: &str) -> Option<JobObject> {
     }
     let parts: MetaParts<'_> = serde_json::from_str(meta_text).ok()?;
     let (text, meta_text) = match parts.managed_fields {
-        None => (text.to_string(), Cow::Borrowed(meta_text)),
+        None => (Arc::from(text), Cow::Borrowed(meta_text)),
         Some(managed) => {
             // The member's place in the metadata text, then in the object's.
             let cut = member_range(
@@ -144,25 +155,21 @@ fn quick(text: &str) -> Option<JobObject> {
             )?;
             let offset = within(text, meta_text)?.start;
             let in_text = cut.start + offset..cut.end + offset;
-            (without(text, in_text), Cow::Owned(without(meta_text, cut)))
+            (
+                Arc::from(without(text, in_text)),
+                Cow::Owned(without(meta_text, cut)),
+            )
         }
     };
     let metadata: ObjectMeta = serde_json::from_str(&meta_text).ok()?;
-    let mut view = Map::new();
-    if let Some(status) = top.status {
-        view.insert("status".into(), serde_json::from_str(status.get()).ok()?);
-    }
-    if let Some(ts) = parts.deletion_timestamp {
-        let mut meta = Map::new();
-        meta.insert(
-            "deletionTimestamp".into(),
-            serde_json::from_str(ts.get()).ok()?,
-        );
-        view.insert("metadata".into(), Value::Object(meta));
-    }
+    let decode = |raw: Option<&RawValue>| raw.map(|r| serde_json::from_str(r.get())).transpose();
+    let view = status_view(
+        decode(top.status).ok()?,
+        decode(parts.deletion_timestamp).ok()?,
+    );
     Some(JobObject {
         metadata,
-        status_view: Value::Object(view),
+        view,
         text,
         typed: true,
     })
@@ -195,25 +202,30 @@ fn whole(text: &str) -> Result<JobObject, serde_json::Error> {
     }
     map.insert("metadata".into(), serde_json::to_value(&metadata)?);
     Ok(JobObject {
-        status_view: view(&map),
-        text: Value::Object(map).to_string(),
+        view: view_of(&map),
+        text: Arc::from(Value::Object(map).to_string()),
         metadata,
         typed,
     })
 }
 
 /// The status view of a whole object.
-fn view(object: &Map<String, Value>) -> Value {
-    let mut view = Map::new();
-    if let Some(status) = object.get("status") {
-        view.insert("status".into(), status.clone());
-    }
-    if let Some(ts) = object
+fn view_of(object: &Map<String, Value>) -> Value {
+    let deletion = object
         .get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-    {
+        .and_then(|m| m.get("deletionTimestamp"));
+    status_view(object.get("status").cloned(), deletion.cloned())
+}
+
+/// `{"metadata": {"deletionTimestamp": …}, "status": …}`, each part present when given.
+fn status_view(status: Option<Value>, deletion_timestamp: Option<Value>) -> Value {
+    let mut view = Map::new();
+    if let Some(status) = status {
+        view.insert("status".into(), status);
+    }
+    if let Some(ts) = deletion_timestamp {
         let mut meta = Map::new();
-        meta.insert("deletionTimestamp".into(), ts.clone());
+        meta.insert("deletionTimestamp".into(), ts);
         view.insert("metadata".into(), Value::Object(meta));
     }
     Value::Object(view)

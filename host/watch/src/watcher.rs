@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::finalizer;
 use super::kinds::JobKind;
-use super::lenient::{self, LenientObject};
+use super::lenient::{self, LenientObject, Unreadable};
 use super::normalize::normalize;
 use super::object::JobObject;
 use super::transition_key;
@@ -212,15 +212,9 @@ impl Tracker {
 
     /// The event for one version; `previous_phase` is filled in per plugin by its lane.
     fn build(&self, mut obj: JobObject, uid: String, rv: String, force: Option<Phase>) -> JobEvent {
-        // Normalizers read the status view; a field rule reading elsewhere gets the whole
-        // object, decoded once more from its text.
-        let whole;
-        let tree = if self.kind.normalizer.reads_status_only() {
-            obj.status_view()
-        } else {
-            whole = obj.whole().unwrap_or_default();
-            &whole
-        };
+        // The status view, or the whole object for a field rule reading elsewhere (decoded
+        // when the object was read, see `readable`).
+        let tree = obj.view();
         let n = normalize(&self.kind.normalizer, tree);
         let phase = force.unwrap_or(n.phase);
         let transition_key = transition_key::of_version(
@@ -270,14 +264,14 @@ impl Tracker {
             transition_time,
             labels: labels.unwrap_or_default(),
             annotations,
-            object_json: Arc::from(text),
+            object_json: text,
             synthetic: false,
         }
     }
 
     /// The object's text, with this stream's `apiVersion` and `kind` when it had none (as
     /// text) of its own.
-    fn typed_text(&self, obj: JobObject) -> String {
+    fn typed_text(&self, obj: JobObject) -> Arc<str> {
         if obj.typed() {
             return obj.into_text();
         }
@@ -286,7 +280,7 @@ impl Tracker {
             map.insert("apiVersion".into(), Value::String(self.kind.api_version()));
             map.insert("kind".into(), Value::String(self.kind.kind.clone()));
         }
-        whole.to_string()
+        Arc::from(whole.to_string())
     }
 }
 
@@ -451,34 +445,46 @@ fn not_served(error: &watcher::Error) -> bool {
 }
 
 /// The event with its object read, or the report of an object that could not be (then the
-/// event is skipped; a listed one is still counted as existing).
+/// event is skipped; a listed one is still counted as existing). A kind whose normalizer reads
+/// outside the status gets the whole object decoded here, so an object too deep for that is
+/// reported like any other unreadable one rather than normalized from nothing.
 fn readable(
     event: Event<LenientObject>,
     tracker: &mut Tracker,
 ) -> Result<Event<JobObject>, String> {
+    let whole = !tracker.kind.normalizer.reads_status_only();
+    #[expect(
+        clippy::result_large_err,
+        reason = "both sides hold an ObjectMeta; the result is taken apart at once, never kept"
+    )]
+    let read = |LenientObject(obj): LenientObject| -> Result<JobObject, Unreadable> {
+        let mut object = obj?;
+        if whole && let Err(e) = object.decode_whole() {
+            return Err(Unreadable {
+                metadata: object.metadata,
+                reason: e.to_string(),
+            });
+        }
+        Ok(object)
+    };
+    let report = |bad: &Unreadable| format!("{}: {}", lenient::label(&bad.metadata), bad.reason);
     Ok(match event {
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
-        Event::InitApply(LenientObject(obj)) => match obj {
+        Event::InitApply(obj) => match read(obj) {
             Ok(object) => Event::InitApply(object),
             Err(bad) => {
                 if let Some(uid) = &bad.metadata.uid {
                     tracker.listed_unreadable(uid);
                 }
-                return Err(format!("{}: {}", lenient::label(&bad.metadata), bad.reason));
+                return Err(report(&bad));
             }
         },
-        Event::Apply(LenientObject(obj)) => match obj {
-            Ok(object) => Event::Apply(object),
-            Err(bad) => {
-                return Err(format!("{}: {}", lenient::label(&bad.metadata), bad.reason));
-            }
-        },
+        Event::Apply(obj) => Event::Apply(read(obj).map_err(|bad| report(&bad))?),
         // A deletion needs only the metadata.
-        Event::Delete(LenientObject(obj)) => match obj {
-            Ok(object) => Event::Delete(object),
-            Err(bad) => Event::Delete(JobObject::from_metadata(bad.metadata)),
-        },
+        Event::Delete(obj) => {
+            Event::Delete(read(obj).unwrap_or_else(|bad| JobObject::from_metadata(bad.metadata)))
+        }
     })
 }
 
@@ -600,17 +606,53 @@ mod tests {
             .expect("a kind");
             assert_eq!(kind.normalizer.reads_status_only(), reason_path.is_none());
             let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
-            let object = JobObject::from_json(
+            let object = LenientObject::from_json(
                 &json!({"apiVersion": "x.io/v1", "kind": "Thing",
                     "metadata": {"name": "t", "uid": "u1", "resourceVersion": "1",
                                  "labels": {"why": "because"}},
                     "spec": {"state": "Go"}, "status": {"state": "Go", "why": "because"}})
                 .to_string(),
-            )
-            .expect("valid object");
-            let e = versions(t.observe(Event::Apply(object)));
+            );
+            let event = readable(Event::Apply(object), &mut t).expect("readable");
+            let e = versions(t.observe(event));
             assert_eq!(e[0].0.phase, Phase::Running, "{path}");
             assert_eq!(e[0].0.reason.as_deref(), Some("because"), "{path}");
+        }
+    }
+
+    /// A spec too deep to decode as a tree is no matter to a kind whose normalizer reads the
+    /// status, but one whose field rule reads the spec cannot normalize it: the object is
+    /// reported by name as unreadable (and, listed, still counted as existing), never
+    /// normalized from nothing. Its deletion is still delivered.
+    #[test]
+    fn a_field_rule_on_the_spec_refuses_an_object_too_deep_to_decode() {
+        let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
+        let text = format!(
+            r#"{{"apiVersion":"x.io/v1","kind":"Thing","metadata":{{"name":"t","namespace":"ml","uid":"u1","resourceVersion":"1"}},"spec":{{"state":"Go","x":{deep}}}}}"#
+        );
+        for (path, readable_too) in [("/status/state", true), ("/spec/state", false)] {
+            let kind: JobKind = serde_yaml_ng::from_str(&format!(
+                "{{name: thing, group: x.io, version: v1, kind: Thing, plural: things, \
+                 normalizer: {{field: {{path: {path}, phases: {{Go: running}}}}}}}}"
+            ))
+            .expect("a kind");
+            let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
+            t.observe(Event::Init);
+            let listed = readable(Event::InitApply(LenientObject::from_json(&text)), &mut t);
+            assert_eq!(listed.is_ok(), readable_too, "{path}");
+            if let Err(report) = &listed {
+                assert!(report.starts_with("ml/t: recursion limit"), "{report}");
+            }
+            match t.observe(Event::InitDone).as_slice() {
+                [Observation::Listed { uids, .. }] => {
+                    assert_eq!(uids.len(), usize::from(!readable_too), "{path}");
+                }
+                other => panic!("expected one Listed, got {other:?}"),
+            }
+            let deleted = readable(Event::Delete(LenientObject::from_json(&text)), &mut t)
+                .expect("a deletion is always read");
+            let e = versions(t.observe(deleted));
+            assert_eq!(e[0].0.phase, Phase::Deleted, "{path}");
         }
     }
 

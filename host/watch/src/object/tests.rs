@@ -76,7 +76,7 @@ fn managed_fields_are_cut_from_the_text_and_the_rest_is_kept_as_sent() {
     assert!(object.typed());
     assert_eq!(object.metadata.name.as_deref(), Some("a"));
     assert_eq!(object.metadata.managed_fields, None);
-    assert_eq!(object.status_view(), &json!({"status": {"active": 1}}));
+    assert_eq!(object.view(), &json!({"status": {"active": 1}}));
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn objects_the_quick_reading_leaves_are_read_whole() {
         assert_eq!(object.metadata, whole(text).expect("whole").metadata);
     }
     let twice = JobObject::from_json(cases[0]).expect("reads");
-    assert_eq!(twice.status_view(), &json!({"status": {"x": 2}}));
+    assert_eq!(twice.view(), &json!({"status": {"x": 2}}));
     let untyped = JobObject::from_json(cases[2]).expect("reads");
     assert!(!untyped.typed());
     assert!(
@@ -108,7 +108,7 @@ fn objects_the_quick_reading_leaves_are_read_whole() {
         "neither is kept"
     );
     let null_status = JobObject::from_json(cases[4]).expect("reads");
-    assert_eq!(null_status.status_view(), &json!({"status": null}));
+    assert_eq!(null_status.view(), &json!({"status": null}));
 }
 
 /// managedFields is left out unread, so a malformed one does not make the object unreadable
@@ -128,7 +128,7 @@ fn a_malformed_managed_fields_is_left_out_unread() {
 fn a_null_status_is_kept_by_the_quick_reading_too() {
     let text = r#"{"apiVersion":"v1","kind":"Job","metadata":{"name":"a"},"status":null}"#;
     let object = quick(text).expect("quick");
-    assert_eq!(object.status_view(), &json!({"status": null}));
+    assert_eq!(object.view(), &json!({"status": null}));
     assert_eq!(object, whole(text).expect("whole"));
 }
 
@@ -159,7 +159,7 @@ fn an_object_known_by_its_metadata_alone() {
         json!({"metadata": {"name": "a", "uid": "u"}})
     );
     assert!(!object.typed());
-    assert_eq!(object.status_view(), &json!({}));
+    assert_eq!(object.view(), &json!({}));
 }
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -246,7 +246,7 @@ proptest! {
         let quick = quick(&text).expect("the quick reading takes it");
         let whole = whole(&text).expect("the whole tree takes it");
         prop_assert_eq!(&quick.metadata, &whole.metadata);
-        prop_assert_eq!(quick.status_view(), whole.status_view());
+        prop_assert_eq!(quick.view(), whole.view());
         prop_assert_eq!(quick.typed(), whole.typed());
         let mut sent = tree(&text);
         if let Some(meta) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -254,5 +254,42 @@ proptest! {
         }
         prop_assert_eq!(tree(quick.text()), sent.clone());
         prop_assert_eq!(tree(whole.text()), sent);
+    }
+}
+
+/// A job object with one random edit: a span cut out, or one of JSON's structural characters
+/// put in.
+fn edited_object() -> impl Strategy<Value = String> {
+    (job_object(), any::<u16>(), any::<u16>(), 0usize..12).prop_map(|(text, at, len, what)| {
+        let bytes = text.as_bytes();
+        let at = usize::from(at) % bytes.len();
+        let mut out = bytes[..at].to_vec();
+        match b"{}[]\",:\\ 0n"[..].get(what) {
+            Some(&c) => {
+                out.push(c);
+                out.extend_from_slice(&bytes[at..]);
+            }
+            None => out.extend_from_slice(&bytes[(at + usize::from(len) % 16).min(bytes.len())..]),
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Whatever the text, reading it never panics, and what is read is an object whose text is
+    /// JSON without managedFields and agrees with the whole tree.
+    #[test]
+    fn a_damaged_object_is_refused_or_read_whole(text in edited_object()) {
+        if let Ok(object) = JobObject::from_json(&text) {
+            let read = tree(object.text());
+            prop_assert!(read.is_object());
+            prop_assert!(read.pointer("/metadata/managedFields").is_none());
+            if let Ok(whole) = whole(&text) {
+                prop_assert_eq!(&object.metadata, &whole.metadata);
+                prop_assert_eq!(object.view(), whole.view());
+            }
+        }
     }
 }
