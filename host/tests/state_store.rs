@@ -1534,6 +1534,80 @@ async fn a_corrupt_file_or_a_folder_gives_an_error_naming_the_path() {
     assert!(text.contains(&folder.display().to_string()), "{text}");
 }
 
+/// Cursors are written by a thread of the store's own with a connection of its own. Closing
+/// the store ends that thread and closes its connection, so the write-ahead log is folded
+/// back into the file (it would stay beside it while any connection is open); a cursor saved
+/// after close fails naming the file instead of waiting for a thread that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_ends_the_cursor_thread_and_folds_the_log_back() {
+    let (_dir, path) = temp_db();
+    let store = open(&path).await;
+    let batch: Vec<Cursor> = (0..100)
+        .map(|i| cursor("p", "c", &format!("u{i}"), "1", Phase::Running))
+        .collect();
+    store.save_cursors(&batch).await.expect("save");
+    store.remember_jobs(&batch[..3]).await.expect("remember");
+    let wal = PathBuf::from(format!("{}-wal", path.display()));
+    assert!(wal.exists(), "a write in WAL mode leaves a log while open");
+    store.close().await;
+    assert!(
+        !wal.exists(),
+        "the log stayed after close: a connection is still open"
+    );
+    let after = tokio::time::timeout(Duration::from_secs(10), store.save_cursors(&batch[..1]))
+        .await
+        .expect("a save after close answers at once");
+    let err = after.expect_err("a save after close fails");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    let reopened = open(&path).await;
+    assert_eq!(reopened.cursors("p").await.expect("load").len(), 100);
+    reopened.close().await;
+}
+
+/// Every store opened holds one cursor thread, and closing or dropping it gives the thread
+/// back: stores opened and closed over and over (a CLI run, a readiness check, a test) do not
+/// pile up threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_and_closing_stores_does_not_pile_up_threads() {
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .count()
+    }
+    async fn close(store: &SqliteStore) {
+        tokio::time::timeout(Duration::from_secs(30), store.close())
+            .await
+            .expect("close returns once the cursor thread has ended");
+    }
+    let (_dir, path) = temp_db();
+    close(&open(&path).await).await;
+    let before = threads();
+    for round in 0..40 {
+        let store = open(&path).await;
+        store
+            .save_cursors(&[cursor("p", "c", "u", &round.to_string(), Phase::Running)])
+            .await
+            .expect("save");
+        if round % 2 == 0 {
+            close(&store).await;
+        }
+        drop(store);
+    }
+    // A dropped thread handle ends its thread soon after; give the last ones a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while threads() > before + 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = threads();
+    assert!(
+        after <= before + 4,
+        "{before} threads before 40 stores, {after} after"
+    );
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn a_new_file_is_private() {

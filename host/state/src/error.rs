@@ -56,6 +56,29 @@ pub enum StoreError {
         source: sqlx::Error,
     },
 
+    /// A cursor write on the SQLite file failed (see `sqlite_cursors`). `operation` names
+    /// what was being done.
+    #[error("state file {path}: cannot {operation}: {source}")]
+    CursorWrite {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// The thread that writes cursors to the SQLite file could not be started.
+    #[error("state file {path}: cannot start the cursor writer's thread: {source}")]
+    CursorThreadStart {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The thread that writes cursors to the SQLite file has stopped (it only does when the
+    /// store is dropped, or on a bug); no cursor can be saved until the daemon restarts.
+    #[error("state file {path}: the cursor writer's thread has stopped")]
+    CursorThreadStopped { path: PathBuf },
+
     /// A stored row could not be read back (an unknown phase, undecodable event JSON, ...):
     /// the file or tables were changed by hand or damaged.
     #[error("{store}: stored {what} is unreadable: {detail}")]

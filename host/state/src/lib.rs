@@ -20,6 +20,7 @@ mod mysql;
 mod rows;
 mod sql_store;
 mod sqlite;
+mod sqlite_cursors;
 mod store;
 
 use std::path::{Path, PathBuf};

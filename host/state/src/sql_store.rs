@@ -13,6 +13,7 @@ use super::dead_letter::{DeadLetter, Selection};
 use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
 use super::error::{Location, StoreError};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
+use super::sqlite_cursors::CursorThread;
 use super::store::{CursorStore, PluginKv};
 use jobrelay_contract::event::JobEvent;
 
@@ -239,6 +240,8 @@ pub struct SqlStore<D: Dialect> {
     pub(super) dialect: D,
     location: Location,
     sql: Statements,
+    /// On SQLite, the thread that saves cursors and notes new jobs, in place of the pool.
+    cursor_thread: Option<CursorThread>,
 }
 
 impl<D: Dialect> SqlStore<D> {
@@ -250,7 +253,18 @@ impl<D: Dialect> SqlStore<D> {
             dialect,
             location,
             sql: Statements::new::<D>(Tables::new(prefix)),
+            cursor_thread: None,
         }
+    }
+
+    /// The store's table names.
+    pub(super) fn tables(&self) -> &Tables {
+        &self.sql.tables
+    }
+
+    /// Saves cursors and notes new jobs through `thread` from now on.
+    pub(super) fn set_cursor_thread(&mut self, thread: CursorThread) {
+        self.cursor_thread = Some(thread);
     }
 
     /// Maps a sqlx error to one that names the store and what was being done.
@@ -480,6 +494,9 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
     }
 
     async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        if let Some(thread) = &self.cursor_thread {
+            return thread.remember(cursors).await;
+        }
         for chunk in cursors.chunks(CHUNK) {
             let sql = D::insert_or_keep(
                 &self.sql.tables.cursors,
@@ -528,6 +545,9 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
     async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         if cursors.is_empty() {
             return Ok(());
+        }
+        if let Some(thread) = &self.cursor_thread {
+            return thread.save(cursors).await;
         }
         retry_deadlocks!(self.try_save_cursors(cursors).await)
     }
@@ -658,6 +678,10 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
     }
 
     async fn close(&self) {
+        // The cursor thread's connection first, so the pool's last one folds the log back.
+        if let Some(thread) = &self.cursor_thread {
+            thread.stop().await;
+        }
         self.pool.close().await;
     }
 }

@@ -27,6 +27,8 @@ use sqlx::sqlite::{
 use super::dialect::{self, Conn, Dialect, Done, Kind, Statement, Value};
 use super::error::{Location, StoreError};
 use super::sql_store::SqlStore;
+use super::sqlite_cursors::CursorThread;
+use super::store::CursorStore;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.
@@ -140,7 +142,15 @@ impl SqlStore<SqliteDialect> {
             return Err(e);
         }
         let location = Location::File(path.clone());
-        Ok(SqlStore::new(pool, SqliteDialect { path }, location, ""))
+        let mut store = SqlStore::new(pool, SqliteDialect { path }, location, "");
+        match CursorThread::start(store.path(), &store.tables().cursors) {
+            Ok(thread) => store.set_cursor_thread(thread),
+            Err(e) => {
+                store.close().await;
+                return Err(e);
+            }
+        }
+        Ok(store)
     }
 
     /// The file this store works on.

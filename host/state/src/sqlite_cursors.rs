@@ -1,0 +1,222 @@
+//! Cursor writes to the SQLite file on a thread of their own.
+//!
+//! Every acknowledged event writes one cursor row, so this is the hottest write of the
+//! daemon. Through sqlx each batch was one multi-row statement handed to the driver's worker
+//! thread: its SQL formatted for the batch's size, prepared anew for every size above a few
+//! rows (a prepared statement per size would stay cached on each connection, and a
+//! statement of hundreds of rows holds a large program), every value boxed into the
+//! driver's argument list. A profile put about a fifth of SQLite's time in that preparation.
+//!
+//! Here one thread owns one connection to the file and keeps two single-row statements
+//! prepared (the upsert of an acknowledgement and the insert-or-keep of a job first seen); a
+//! batch is one message to the thread, run as one `BEGIN IMMEDIATE` transaction, one step of
+//! the prepared statement per cursor, and a commit. The caller is answered after the commit,
+//! so a saved cursor is as durable as before (see [`sqlite`](super::sqlite), Durability), and
+//! a batch is still all or nothing.
+//!
+//! The thread ends when the store (the last [`CursorThread`]) is dropped, after the requests
+//! already sent. A panic on it (a bug: nothing from outside can cause one) leaves every later
+//! write failing with an error naming the file, never hanging.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, mpsc};
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::cursor::Cursor;
+use super::error::StoreError;
+use super::rows::CURSOR_COLUMNS;
+use super::sqlite::BUSY_TIMEOUT;
+
+/// What the thread is asked to write.
+enum Write {
+    /// Acknowledged cursors: inserted, or replacing the stored ones.
+    Save(Vec<Cursor>),
+    /// Jobs seen for the first time: inserted with an empty version unless already stored.
+    Remember(Vec<Cursor>),
+}
+
+/// One request and where its answer goes.
+struct Request {
+    write: Write,
+    done: oneshot::Sender<Result<(), rusqlite::Error>>,
+}
+
+/// The handle to the thread; dropping it (or [`CursorThread::stop`]) ends the thread.
+#[derive(Debug)]
+pub(crate) struct CursorThread {
+    path: PathBuf,
+    /// `None` once stopped.
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
+    /// Answered (or dropped) by the thread once its connection is closed.
+    ended: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl CursorThread {
+    /// Opens a connection of its own to `path` (whose schema the store has created or
+    /// checked) and starts the thread that writes through it; `table` is the cursor table.
+    pub(crate) fn start(path: &Path, table: &str) -> Result<CursorThread, StoreError> {
+        let failed = |source| StoreError::CursorWrite {
+            path: path.to_path_buf(),
+            operation: "open the cursor writer's connection",
+            source,
+        };
+        let conn = open(path).map_err(failed)?;
+        let statements = Statements::new(table);
+        // Prepared once here, so a file the statements cannot run on is refused at open
+        // rather than at the first acknowledgement.
+        conn.prepare_cached(&statements.save).map_err(failed)?;
+        conn.prepare_cached(&statements.remember).map_err(failed)?;
+        let (requests, queue) = mpsc::channel();
+        let (end, ended) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("jobrelay-cursors".into())
+            .spawn(move || {
+                serve(conn, &statements, queue);
+                let _ = end.send(());
+            })
+            .map_err(|source| StoreError::CursorThreadStart {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(CursorThread {
+            path: path.to_path_buf(),
+            requests: Mutex::new(Some(requests)),
+            ended: Mutex::new(Some(ended)),
+        })
+    }
+
+    /// Ends the thread once it has carried out what it was sent, and waits for that, so its
+    /// connection is closed when this returns. Later writes fail as stopped.
+    pub(crate) async fn stop(&self) {
+        lock(&self.requests).take();
+        let ended = lock(&self.ended).take();
+        if let Some(ended) = ended {
+            // An error means the thread is gone without saying so: ended all the same.
+            let _ = ended.await;
+        }
+    }
+
+    /// Stores `cursors` in one transaction, returning once it committed.
+    pub(crate) async fn save(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        self.run(Write::Save(cursors.to_vec()), "save cursors")
+            .await
+    }
+
+    /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.
+    pub(crate) async fn remember(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        self.run(Write::Remember(cursors.to_vec()), "remember jobs")
+            .await
+    }
+
+    async fn run(&self, write: Write, operation: &'static str) -> Result<(), StoreError> {
+        let failed = |source| StoreError::CursorWrite {
+            path: self.path.clone(),
+            operation,
+            source,
+        };
+        let gone = || StoreError::CursorThreadStopped {
+            path: self.path.clone(),
+        };
+        let (done, answer) = oneshot::channel();
+        lock(&self.requests)
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(Request { write, done })
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?.map_err(failed)
+    }
+}
+
+/// The mutex's value even if a holder panicked: a sender or a receiver cannot be left
+/// half-changed.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The two statements, for the cursor table's name.
+struct Statements {
+    save: String,
+    remember: String,
+}
+
+impl Statements {
+    fn new(table: &str) -> Statements {
+        const ROW: &str = "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+        let insert = format!("INSERT INTO {table} ({CURSOR_COLUMNS}) VALUES {ROW}");
+        Statements {
+            save: format!(
+                "{insert} ON CONFLICT (plugin, cluster, uid) DO UPDATE SET \
+                 api_version = excluded.api_version, kind = excluded.kind, \
+                 namespace = excluded.namespace, name = excluded.name, \
+                 resource_version = excluded.resource_version, phase = excluded.phase, \
+                 transition_time = excluded.transition_time, deleted = excluded.deleted"
+            ),
+            remember: format!("{insert} ON CONFLICT (plugin, cluster, uid) DO NOTHING"),
+        }
+    }
+}
+
+/// The connection, set up like the store's own (the file is already in WAL mode, which is
+/// kept in the file).
+fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+/// The thread's loop: each request is carried out and answered, until every handle is gone;
+/// the connection is closed on return.
+fn serve(mut conn: Connection, statements: &Statements, queue: mpsc::Receiver<Request>) {
+    while let Ok(Request { write, done }) = queue.recv() {
+        let result = match &write {
+            Write::Save(cursors) => write_all(&mut conn, &statements.save, cursors, true),
+            Write::Remember(cursors) => write_all(&mut conn, &statements.remember, cursors, false),
+        };
+        // The caller may have given up waiting (its task was dropped); nothing to do then.
+        let _ = done.send(result);
+    }
+}
+
+/// Runs `sql` once per cursor in one immediate transaction; with `delivered` false the
+/// version is stored empty (seen, nothing delivered). Dropping the transaction on an error
+/// rolls it back, so a batch is written whole or not at all.
+fn write_all(
+    conn: &mut Connection,
+    sql: &str,
+    cursors: &[Cursor],
+    delivered: bool,
+) -> Result<(), rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut statement = tx.prepare_cached(sql)?;
+        for c in cursors {
+            let version = if delivered {
+                c.resource_version.as_str()
+            } else {
+                ""
+            };
+            statement.execute(rusqlite::params![
+                c.plugin,
+                c.cluster,
+                c.uid,
+                c.api_version,
+                c.kind,
+                c.namespace,
+                c.name,
+                version,
+                c.phase.as_str(),
+                c.transition_time,
+                c.deleted,
+            ])?;
+        }
+    }
+    tx.commit()
+}
