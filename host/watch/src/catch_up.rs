@@ -88,6 +88,7 @@
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;
 
+use super::json_pointer::at;
 use super::kinds::NormalizerSpec;
 use super::normalize::{Normalized, normalize, volcano_phase};
 use jobrelay_contract::event::{JobEvent, Phase};
@@ -304,8 +305,7 @@ fn non_empty(v: &Value, key: &str) -> Option<String> {
 
 /// `status.conditions` entries, or nothing when that is not an array.
 fn conditions(object: &Value) -> impl Iterator<Item = &Value> {
-    object
-        .pointer("/status/conditions")
+    at(object, "/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -391,7 +391,8 @@ fn batch(object: &Value) -> Vec<Step> {
     let mut steps = true_conditions(object, &BATCH_CONDITIONS);
     let count = |key: &str| {
         object
-            .pointer(&format!("/status/{key}"))
+            .get("status")
+            .and_then(|status| status.get(key))
             .and_then(Value::as_i64)
             .unwrap_or(0)
     };

@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::json_pointer::at;
 use super::kinds::{ConditionRule, FieldRule, NormalizerSpec};
 use jobrelay_contract::event::Phase;
 
@@ -57,17 +58,16 @@ pub fn normalize(spec: &NormalizerSpec, object: &Value) -> Normalized {
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
+    at(v, pointer).and_then(Value::as_str)
 }
 
 fn int_at(v: &Value, pointer: &str) -> i64 {
-    v.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    at(v, pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 /// `status.conditions[]` entries whose `status` is `"True"`.
 fn true_conditions(object: &Value) -> impl Iterator<Item = &Value> {
-    object
-        .pointer("/status/conditions")
+    at(object, "/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -174,8 +174,7 @@ fn conditions<'r>(object: &Value, order: impl Iterator<Item = (&'r str, Phase)>)
             return from_condition(phase, c);
         }
     }
-    let has_any = object
-        .pointer("/status/conditions")
+    let has_any = at(object, "/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
     if has_any {
