@@ -409,6 +409,15 @@ async fn contract_batch_all_or_nothing(b: &Backend) {
         after.iter().all(|c| c.resource_version != "999"),
         "a failed batch left some of its upserts behind"
     );
+
+    // The failure leaves nothing half-open: the next batch is written in full.
+    let next: Vec<Cursor> = (0..60)
+        .map(|i| cursor("p", "c", &format!("u{i}"), "1000", Phase::Succeeded))
+        .collect();
+    store.save_cursors(&next).await.expect("the next batch");
+    let after = store.cursors("p").await.expect("load");
+    assert_eq!(after.len(), 60);
+    assert!(after.iter().all(|c| c.resource_version == "1000"));
     store.close().await;
 }
 

@@ -6,7 +6,8 @@
 //! event in a profile. Here every cursor write of a lane — acknowledgements' cursors, removals
 //! of deleted jobs, and notes of jobs seen for the first time — goes through one writer task,
 //! which carries out whatever has gathered while its previous write ran (the saves as one
-//! statement, atomic on both backends) and then answers each worker. Under load the batches
+//! transaction, on MySQL multi-row upserts, on the SQLite file a thread of the store's own
+//! with its statements kept prepared) and then answers each worker. Under load the batches
 //! grow by themselves. Under a light, steady load (events one by one, a few hundred
 //! microseconds apart) every batch would be one cursor, each its own statement and its own
 //! hand-over to SQLite's thread and back: so a batch of fewer than [`LINGER_BELOW`] waits up
