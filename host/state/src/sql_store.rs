@@ -62,6 +62,7 @@ struct Statements {
     tables: Tables,
     load_cursors: std::sync::Arc<str>,
     upsert_cursor: std::sync::Arc<str>,
+    remember_cursor: std::sync::Arc<str>,
     remove_cursor: std::sync::Arc<str>,
     add_dead_letter: std::sync::Arc<str>,
     list_dead_letters: std::sync::Arc<str>,
@@ -95,6 +96,12 @@ impl Statements {
                 &CURSOR_KEY,
                 CURSOR_ROW,
                 1,
+            )),
+            remember_cursor: sql(D::insert_or_keep(
+                &t.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
             )),
             remove_cursor: sql(format!(
                 "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
@@ -257,9 +264,11 @@ impl<D: Dialect> SqlStore<D> {
         }
     }
 
-    /// The store's table names.
-    pub(super) fn tables(&self) -> &Tables {
-        &self.sql.tables
+    /// The single-row statements that save one cursor and note one job (its version bound
+    /// empty), their parameters in [`CURSOR_COLUMNS`] order: what the SQLite cursor thread
+    /// keeps prepared.
+    pub(super) fn cursor_writes(&self) -> (&str, &str) {
+        (&self.sql.upsert_cursor, &self.sql.remember_cursor)
     }
 
     /// Saves cursors and notes new jobs through `thread` from now on.

@@ -143,7 +143,8 @@ impl SqlStore<SqliteDialect> {
         }
         let location = Location::File(path.clone());
         let mut store = SqlStore::new(pool, SqliteDialect { path }, location, "");
-        match CursorThread::start(store.path(), &store.tables().cursors) {
+        let (save, remember) = store.cursor_writes();
+        match CursorThread::start(store.path(), save, remember) {
             Ok(thread) => store.set_cursor_thread(thread),
             Err(e) => {
                 store.close().await;

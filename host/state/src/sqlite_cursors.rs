@@ -26,7 +26,6 @@ use tokio::sync::oneshot;
 
 use super::cursor::Cursor;
 use super::error::StoreError;
-use super::rows::CURSOR_COLUMNS;
 use super::sqlite::BUSY_TIMEOUT;
 
 /// What the thread is asked to write.
@@ -55,15 +54,24 @@ pub(crate) struct CursorThread {
 
 impl CursorThread {
     /// Opens a connection of its own to `path` (whose schema the store has created or
-    /// checked) and starts the thread that writes through it; `table` is the cursor table.
-    pub(crate) fn start(path: &Path, table: &str) -> Result<CursorThread, StoreError> {
+    /// checked) and starts the thread that writes through it with the store's single-row
+    /// statements `save` (an upsert) and `remember` (an insert that keeps what is there),
+    /// each taking a cursor's columns in table order.
+    pub(crate) fn start(
+        path: &Path,
+        save: &str,
+        remember: &str,
+    ) -> Result<CursorThread, StoreError> {
         let failed = |source| StoreError::CursorWrite {
             path: path.to_path_buf(),
             operation: "open the cursor writer's connection",
             source,
         };
         let conn = open(path).map_err(failed)?;
-        let statements = Statements::new(table);
+        let statements = Statements {
+            save: save.to_string(),
+            remember: remember.to_string(),
+        };
         // Prepared once here, so a file the statements cannot run on is refused at open
         // rather than at the first acknowledgement.
         conn.prepare_cached(&statements.save).map_err(failed)?;
@@ -137,27 +145,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The two statements, for the cursor table's name.
+/// The two statements the thread keeps prepared.
 struct Statements {
     save: String,
     remember: String,
-}
-
-impl Statements {
-    fn new(table: &str) -> Statements {
-        const ROW: &str = "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-        let insert = format!("INSERT INTO {table} ({CURSOR_COLUMNS}) VALUES {ROW}");
-        Statements {
-            save: format!(
-                "{insert} ON CONFLICT (plugin, cluster, uid) DO UPDATE SET \
-                 api_version = excluded.api_version, kind = excluded.kind, \
-                 namespace = excluded.namespace, name = excluded.name, \
-                 resource_version = excluded.resource_version, phase = excluded.phase, \
-                 transition_time = excluded.transition_time, deleted = excluded.deleted"
-            ),
-            remember: format!("{insert} ON CONFLICT (plugin, cluster, uid) DO NOTHING"),
-        }
-    }
 }
 
 /// The connection, set up like the store's own (the file is already in WAL mode, which is
@@ -185,8 +176,9 @@ fn serve(mut conn: Connection, statements: &Statements, queue: mpsc::Receiver<Re
     }
 }
 
-/// Runs `sql` once per cursor in one immediate transaction; with `delivered` false the
-/// version is stored empty (seen, nothing delivered). Dropping the transaction on an error
+/// Runs `sql` once per cursor in one immediate transaction, binding the columns in table
+/// order as `sql_store`'s `bind_cursor_version` does; with `delivered` false the version is
+/// stored empty (seen, nothing delivered). Dropping the transaction on an error
 /// rolls it back, so a batch is written whole or not at all.
 fn write_all(
     conn: &mut Connection,

@@ -131,11 +131,11 @@ const ADD_RETRY_MAX: Duration = Duration::from_secs(30);
 const QUICK_RETRIES: u32 = 5;
 
 /// Adds the finalizer to the job whose version `metadata` describes, retrying with backoff
-/// until it is on, or the job is gone, replaced (another uid) or being deleted. After each failed attempt
-/// the job is read again; the next attempt follows at once if the job had merely changed
-/// (up to a few times in a row), else after the next delay. Failures other than a changed
-/// object are passed to `failed` (for logs and the cluster's health). Runs until done: the
-/// caller bounds it by dropping the task (the stream stopped).
+/// until it is on, or the job is gone, replaced (another uid) or being deleted. After each
+/// failed attempt the job is read again; the next attempt follows at once if the job had
+/// merely changed (up to a few times in a row), else after the next delay. Failures other
+/// than a changed object are passed to `failed` (for logs and the cluster's health). Runs
+/// until done: the caller bounds it by dropping the task (the stream stopped).
 pub async fn keep_adding(
     client: Client,
     kind: &JobKind,

@@ -7,7 +7,7 @@
 
 pub mod catch_up;
 pub mod finalizer;
-pub mod json_pointer;
+mod json_pointer;
 pub mod kinds;
 pub mod lenient;
 pub mod normalize;
