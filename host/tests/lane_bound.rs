@@ -54,7 +54,7 @@ async fn a_down_plugin_holds_at_most_the_bound_and_parks_the_rest_as_dead_letter
     let push = |uid: &str, versions: std::ops::RangeInclusive<u32>| {
         for rv in versions {
             let at = "2026-11-21T10:00:00Z";
-            lane.push(&Observed {
+            lane.push(Observed {
                 event: event(
                     uid,
                     &rv.to_string(),
@@ -166,7 +166,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
         );
         e.cluster = cluster.to_string();
         e.id = JobEvent::make_id(cluster, uid, &e.resource_version);
-        lane.push(&Observed {
+        lane.push(Observed {
             event: e,
             kind: kind.clone(),
             from_list: false,
@@ -264,7 +264,7 @@ async fn latest_delivers_a_version_that_arrives_during_a_call() {
         .expect("lane");
     let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
     let push = |rv: &str, phase: Phase| {
-        lane.push(&Observed {
+        lane.push(Observed {
             event: event("u-1", rv, phase, None, "2026-11-21T10:00:00Z"),
             kind: kind.clone(),
             from_list: false,

@@ -172,7 +172,7 @@ async fn a_restarted_lane_delivers_the_history_of_a_job_it_delivered_nothing_of(
         .await
         .expect("lane");
     let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
-    first.push(&created("u-1", &born));
+    first.push(created("u-1", &born));
     first.close().await; // the kill: the queued pending version is not acknowledged
     assert!(behind.got().is_empty());
 
@@ -180,7 +180,7 @@ async fn a_restarted_lane_delivers_the_history_of_a_job_it_delivered_nothing_of(
     let lane = Lane::open("notify", plugin.clone(), transitions(), store.clone(), None)
         .await
         .expect("lane after the restart");
-    lane.push(&volcano("u-1", "40", &born, true));
+    lane.push(volcano("u-1", "40", &born, true));
     let got = delivered(&lane, &plugin, 4).await;
     assert_eq!(got, HISTORY_THEN_TERMINATING);
     lane.close().await;
@@ -197,11 +197,11 @@ async fn a_job_first_seen_terminating_gets_its_outcome_delivered() {
         .await
         .expect("lane");
     let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
-    lane.push(&volcano("u-2", "50", &born, true));
+    lane.push(volcano("u-2", "50", &born, true));
     let got = delivered(&lane, &plugin, 4).await;
     assert_eq!(got, HISTORY_THEN_TERMINATING);
     // Listed again: nothing repeats.
-    lane.push(&volcano("u-2", "50", &born, true));
+    lane.push(volcano("u-2", "50", &born, true));
     lane.idle().await;
     assert_eq!(plugin.got().len(), 4);
     lane.close().await;
@@ -218,7 +218,7 @@ async fn a_plugin_installed_after_jobs_exist_gets_no_history_of_them() {
         .await
         .expect("lane");
     let old = install_time(&store, "notify").await - chrono::Duration::hours(1);
-    lane.push(&volcano("u-3", "60", &old, true));
+    lane.push(volcano("u-3", "60", &old, true));
     let got = delivered(&lane, &plugin, 1).await;
     assert_eq!(got, vec![(None, Phase::Terminating, false)]);
     lane.close().await;
@@ -241,7 +241,7 @@ async fn a_restart_after_the_install_is_not_an_install() {
         .await
         .expect("lane");
     let born = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z").expect("time");
-    lane.push(&volcano("u-4", "70", &born, true));
+    lane.push(volcano("u-4", "70", &born, true));
     let got = delivered(&lane, &plugin, 4).await;
     assert_eq!(got, HISTORY_THEN_TERMINATING);
     assert_eq!(
@@ -269,7 +269,7 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
         .await
         .expect("lane");
     let born = DateTime::parse_from_rfc3339("2025-06-01T10:00:00Z").expect("time");
-    lane.push(&volcano("u-5", "80", &born, true));
+    lane.push(volcano("u-5", "80", &born, true));
     let got = delivered(&lane, &plugin, 4).await;
     assert_eq!(got, HISTORY_THEN_TERMINATING);
     lane.close().await;

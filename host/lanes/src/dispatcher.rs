@@ -111,8 +111,12 @@ impl Routes {
                     .filter(|l| l.wants(&observed.kind.name))
                     .collect();
                 self.hold_if_deleting(&observed, &wanting);
-                for lane in wanting {
-                    lane.push(&observed);
+                // Every lane but the last gets a copy; the last takes the event itself.
+                if let Some((last, others)) = wanting.split_last() {
+                    for lane in others {
+                        lane.push(observed.clone());
+                    }
+                    last.push(observed);
                 }
             }
             Observation::Listed {

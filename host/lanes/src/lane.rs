@@ -279,35 +279,42 @@ impl Lane {
 
     /// Offer one observed version. The delivery mode decides whether it is queued; after a
     /// gap, transitions recorded in the status are queued first as synthetic events.
-    pub fn push(&self, observed: &Observed) {
-        if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&observed.event.cluster)
-        {
+    pub fn push(&self, observed: Observed) {
+        let Observed {
+            event,
+            kind,
+            from_list,
+        } = observed;
+        if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&event.cluster) {
             return;
         }
-        let event = &observed.event;
         let settings = self.inner.settings.load();
         let (mode, cap) = (settings.mode, settings.max_queued_per_job);
-        let catch_up = observed.from_list && mode.wants_catch_up();
+        let catch_up = from_list && mode.wants_catch_up();
         let installed_at = self.inner.installed_at.as_ref();
         let key = event.job_key();
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let mut offered = queues.offer(event, mode, cap, Instant::now(), |accepted| {
-                if catch_up {
-                    gap_events(accepted, observed, installed_at)
-                } else {
-                    Vec::new()
-                }
-            });
+            let mut offered = queues.offer(
+                event,
+                mode,
+                cap,
+                Instant::now(),
+                |accepted, event| {
+                    if catch_up {
+                        gap_events(accepted, event, &kind, installed_at)
+                    } else {
+                        Vec::new()
+                    }
+                },
+                |event| self.remember(event),
+            );
             // Parked while the queues are locked, so a job's overflow keeps its order.
             for event in std::mem::take(&mut offered.parked) {
                 self.park(event, cap);
             }
             offered
         };
-        if offered.new_job {
-            self.remember(event);
-        }
         self.inner
             .skipped
             .fetch_add(offered.skipped, Ordering::SeqCst);
@@ -398,7 +405,7 @@ impl Lane {
             .gone(listed);
         for event in gone {
             let kind = listed.job_kind.clone();
-            self.push(&Observed {
+            self.push(Observed {
                 event,
                 kind,
                 from_list: false,
@@ -520,13 +527,14 @@ impl Lane {
 /// plugin was installed (`installed_at`).
 fn gap_events(
     accepted: &Accepted,
-    observed: &Observed,
+    event: &JobEvent,
+    kind: &JobKind,
     installed_at: Option<&chrono::DateTime<chrono::FixedOffset>>,
 ) -> Vec<JobEvent> {
     if accepted.deleted {
         return Vec::new();
     }
-    let object = || serde_json::from_str::<serde_json::Value>(&observed.event.object_json).ok();
+    let object = || serde_json::from_str::<serde_json::Value>(&event.object_json).ok();
     let Some(last_phase) = accepted.phase else {
         let Some(object) = object() else {
             return Vec::new();
@@ -536,25 +544,21 @@ fn gap_events(
         {
             return Vec::new();
         }
-        let recorded = catch_up::recorded_transitions(&observed.kind.normalizer, &object);
-        return catch_up::first_sight_events(&observed.event, &recorded);
+        let recorded = catch_up::recorded_transitions(&kind.normalizer, &object);
+        return catch_up::first_sight_events(event, &recorded);
     };
     let Some(last_time) = accepted.transition_time.as_deref() else {
         return Vec::new();
     };
-    if last_phase == observed.event.phase {
+    if last_phase == event.phase {
         return Vec::new();
     }
     let Some(object) = object() else {
         return Vec::new();
     };
-    let missed = catch_up::missed_transitions(
-        &observed.kind.normalizer,
-        &object,
-        last_phase,
-        Some(last_time),
-    );
-    catch_up::synthetic_events(&observed.event, last_phase, &missed)
+    let missed =
+        catch_up::missed_transitions(&kind.normalizer, &object, last_phase, Some(last_time));
+    catch_up::synthetic_events(event, last_phase, &missed)
 }
 
 /// Stands for "installed before any job": the install time of a plugin that already had

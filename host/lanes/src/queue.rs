@@ -28,7 +28,13 @@ use jobrelay_watch::kinds::JobKind;
 /// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
 #[derive(Debug)]
 struct Item {
-    event: JobEvent,
+    /// `None` while the job's worker has it out for the call (the head only): the worker
+    /// owns the event it delivers, so no copy is made for the call, and gives it back with
+    /// [`Queues::release`] when the call is cut short.
+    event: Option<JobEvent>,
+    /// The event's resourceVersion, still known while the event is out: a version being
+    /// delivered counts as queued when the same version is observed again.
+    resource_version: CompactString,
     replay: bool,
     /// When it was queued, for the age of the oldest pending event.
     queued_at: Instant,
@@ -50,6 +56,10 @@ impl Waiting {
 
     fn front(&self) -> Option<&Item> {
         self.0.as_ref()?.front()
+    }
+
+    fn front_mut(&mut self) -> Option<&mut Item> {
+        self.0.as_mut()?.front_mut()
     }
 
     fn len(&self) -> usize {
@@ -209,8 +219,8 @@ pub struct Offered {
 /// What a job's worker does next.
 #[derive(Debug)]
 pub enum Next {
-    /// Call the plugin with this event (the head of the queue, which stays there until
-    /// [`Queues::settle`]).
+    /// Call the plugin with this event: the head of the queue, handed over (not copied); its
+    /// place stays at the head until [`Queues::settle`], or [`Queues::release`] gives it back.
     Call { event: Box<JobEvent>, replay: bool },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
@@ -306,35 +316,36 @@ impl Queues {
     /// Offers one observed version of a job. `before` returns the events to judge ahead of
     /// it — the transitions missed in a gap — from what was accepted for the job so far. The
     /// mode decides each; what it accepts is queued, unless `cap` versions already wait: those
-    /// are returned in [`Offered::parked`].
+    /// are returned in [`Offered::parked`]. `first_sight` sees the event before it is queued
+    /// when the lane did not know the job.
     pub fn offer(
         &mut self,
-        event: &JobEvent,
+        event: JobEvent,
         mode: DeliveryMode,
         cap: usize,
         now: Instant,
-        before: impl FnOnce(&Accepted) -> Vec<JobEvent>,
+        before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
+        first_sight: impl FnOnce(&JobEvent),
     ) -> Offered {
         let mut offered = Offered::default();
         let (job, new_job) = Self::job_or_insert(
             &mut self.clusters,
             &mut self.origins,
             (&event.cluster, &event.uid),
-            origin_of(event),
-            |o| JobState::for_event(event, o),
+            origin_of(&event),
+            |o| JobState::for_event(&event, o),
         );
         offered.new_job = new_job;
-        let mut events = before(&job.accepted);
-        events.push(event.clone());
+        if new_job {
+            first_sight(&event);
+        }
+        let mut events = before(&job.accepted, &event);
+        events.push(event);
         for event in events {
             // Only consulted when the version differs from the last one accepted, which is
             // rare for a version still queued; no set is built per event.
             let queue = &job.queue;
-            let queued = |rv: &str| {
-                queue
-                    .iter()
-                    .any(|i| !i.replay && i.event.resource_version == rv)
-            };
+            let queued = |rv: &str| queue.iter().any(|i| !i.replay && i.resource_version == rv);
             match mode.decide(&mut job.accepted, &event, queued) {
                 Decision::Skip(_) => {
                     offered.skipped += 1;
@@ -359,7 +370,8 @@ impl Queues {
             }
             self.pending += 1;
             job.queue.push_back(Item {
-                event,
+                resource_version: CompactString::new(&event.resource_version),
+                event: Some(event),
                 replay: false,
                 queued_at: now,
             });
@@ -381,23 +393,30 @@ impl Queues {
         );
         self.pending += 1;
         job.queue.push_back(Item {
-            event,
+            resource_version: CompactString::new(&event.resource_version),
+            event: Some(event),
             replay: true,
             queued_at: now,
         });
         job.claim()
     }
 
-    /// The next step of the worker holding `key`. A `Call` leaves the event at the head of
-    /// the queue; [`Idle`](Next::Idle) frees the job (and forgets a deleted one).
+    /// The next step of the worker holding `key`. A `Call` hands the head's event to the
+    /// worker and keeps its place at the head until it is settled or given back;
+    /// [`Idle`](Next::Idle) frees the job (and forgets a deleted one).
     pub fn next(&mut self, key: &JobKey, closed: bool) -> Next {
         let Some(job) = self.job_mut(key) else {
             return Next::Forgotten;
         };
-        match job.queue.front() {
+        match job.queue.front_mut() {
             Some(item) if !closed => {
+                // The head is out only between this and its `settle` or `release`, and only
+                // the job's one worker asks: an empty head cannot be seen here. Were it seen,
+                // the job is left as it is, to whoever holds the event.
+                let Some(mut event) = item.event.take() else {
+                    return Next::Forgotten;
+                };
                 job.in_flight = true;
-                let mut event = item.event.clone();
                 if !item.replay {
                     event.previous_phase = job.delivered_phase;
                 }
@@ -418,11 +437,17 @@ impl Queues {
     }
 
     /// The call for the head of `key`'s queue was cut short (the lane closed or let the
-    /// cluster go): the event stays queued, unacknowledged, and the job is free.
-    pub fn release(&mut self, key: &JobKey) {
+    /// cluster go): the worker gives the event back, it stays queued, unacknowledged, and the
+    /// job is free.
+    pub fn release(&mut self, key: &JobKey, event: JobEvent) {
         if let Some(job) = self.job_mut(key) {
             job.busy = false;
             job.in_flight = false;
+            if let Some(head) = job.queue.front_mut()
+                && head.event.is_none()
+            {
+                head.event = Some(event);
+            }
         }
     }
 

@@ -33,10 +33,11 @@ pub(super) async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallErr
 }
 
 /// Settle the event at the head of the job's queue: record it, persist the cursor, pop it.
+/// The event is used up: its fields move into the cursor.
 pub(super) async fn acknowledge(
     inner: &Inner,
     key: &JobKey,
-    event: &JobEvent,
+    event: JobEvent,
     replay: bool,
     outcome: Outcome,
 ) {
@@ -46,15 +47,16 @@ pub(super) async fn acknowledge(
             .by_job_kind
             .add(&event.cluster, &event.kind, Count::Delivered);
     }
+    let phase = event.phase;
     if !replay {
-        let cursor = Cursor::from_event(&inner.name, event);
+        let (cursor, id) = Cursor::taking(&inner.name, event);
         let saved = if cursor.deleted {
             inner.cursor_writer.remove(cursor).await
         } else {
             inner.cursor_writer.save(cursor).await
         };
         if let Err(e) = saved {
-            tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
+            tracing::error!(plugin = %inner.name, event = %id, error = %e,
                 "cannot store the cursor; the event may be delivered again after a restart");
         }
     }
@@ -62,6 +64,6 @@ pub(super) async fn acknowledge(
         .queues
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .settle(key, replay, event.phase);
+        .settle(key, replay, phase);
     inner.settled.notify_waiters();
 }

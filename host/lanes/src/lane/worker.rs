@@ -35,11 +35,11 @@ pub(super) async fn work(inner: Arc<Inner>, key: JobKey) {
         let Some(outcome) = deliver(&inner, &event).await else {
             // The lane closed, or let go of the job's cluster, while retrying: the event stays
             // unacknowledged for the next start or the next owner.
-            queues().release(&key);
+            queues().release(&key, event);
             inner.settled.notify_waiters();
             return;
         };
-        acknowledge(&inner, &key, &event, replay, outcome).await;
+        acknowledge(&inner, &key, event, replay, outcome).await;
     }
 }
 

@@ -139,9 +139,20 @@ impl Run {
                     }
                 };
                 let before = self.q.job(&key(job)).map(|j| j.accepted.clone());
-                let offered = self
-                    .q
-                    .offer(&event, self.mode, self.cap, Instant::now(), |_| Vec::new());
+                let mut first_sight = None;
+                let offered = self.q.offer(
+                    event.clone(),
+                    self.mode,
+                    self.cap,
+                    Instant::now(),
+                    |_, _| Vec::new(),
+                    |seen| first_sight = Some(seen.resource_version.clone()),
+                );
+                // The lane notes a job it did not know from this sight of the event.
+                prop_assert_eq!(
+                    first_sight,
+                    offered.new_job.then(|| event.resource_version.clone())
+                );
                 let after = &self.q.job(&key(job)).expect("an offered job").accepted;
                 let model = &mut self.jobs[job];
                 prop_assert_eq!(offered.new_job, before.is_none());
@@ -181,7 +192,7 @@ impl Run {
                     }
                     if self.jobs[job].worker {
                         match self.q.next(&key(job), false) {
-                            Next::Call { .. } => self.q.release(&key(job)),
+                            Next::Call { event, .. } => self.q.release(&key(job), *event),
                             Next::Idle | Next::Forgotten => {}
                         }
                         self.jobs[job].worker = false;
@@ -217,8 +228,8 @@ impl Run {
                     }
                 }
             },
-            Some(_) if cut => {
-                self.q.release(&k);
+            Some((event, _)) if cut => {
+                self.q.release(&k, event);
                 model.worker = false;
                 model.disturbed = true;
             }
@@ -227,11 +238,11 @@ impl Run {
                     .q
                     .job(&k)
                     .and_then(|j| j.queue.front())
-                    .map(|i| i.event.id.clone());
+                    .map(|i| (i.event.is_none(), i.resource_version.to_string()));
                 prop_assert_eq!(
-                    head.as_deref(),
-                    Some(event.id.as_str()),
-                    "the event in flight left the queue before it was settled"
+                    head,
+                    Some((true, event.resource_version.clone())),
+                    "the event in flight left its place at the head before it was settled"
                 );
                 self.q.settle(&k, replay, event.phase);
                 if !replay {
@@ -347,11 +358,12 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
     let now = Instant::now();
     for (job, phase) in [(0, Phase::Running), (1, Phase::Deleted)] {
         q.offer(
-            &event(job, "5", phase),
+            event(job, "5", phase),
             DeliveryMode::EveryVersion,
             10,
             now,
-            |_| Vec::new(),
+            |_, _| Vec::new(),
+            |_| {},
         );
     }
     let kind = jobrelay_watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
@@ -385,11 +397,16 @@ fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
         let mut version = event(0, "7", Phase::Running);
         version.uid = uid.to_string();
         version.name = format!("train-{job}");
-        let offered = q.offer(&version, DeliveryMode::EveryVersion, 10, now, |_| {
-            Vec::new()
-        });
-        assert!(offered.new_job && offered.start);
         let key = version.job_key();
+        let offered = q.offer(
+            version,
+            DeliveryMode::EveryVersion,
+            10,
+            now,
+            |_, _| Vec::new(),
+            |_| {},
+        );
+        assert!(offered.new_job && offered.start);
         let Next::Call { event, .. } = q.next(&key, false) else {
             panic!("the job's version is not called");
         };
@@ -439,9 +456,14 @@ fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
     for (rv, phase) in [("1", Phase::Running), ("2", Phase::Deleted)] {
         let mut version = event(0, rv, phase);
         version.namespace = "pr-1234".into();
-        q.offer(&version, DeliveryMode::EveryVersion, 10, now, |_| {
-            Vec::new()
-        });
+        q.offer(
+            version,
+            DeliveryMode::EveryVersion,
+            10,
+            now,
+            |_, _| Vec::new(),
+            |_| {},
+        );
     }
     let key = key(0);
     while let Next::Call { event, .. } = q.next(&key, false) {
@@ -449,4 +471,47 @@ fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
     }
     assert_eq!(q.jobs(), 0, "the deleted job is forgotten");
     assert!(q.origins.is_empty(), "its namespace's origin stayed");
+}
+
+/// The event being delivered is out of the queue (its worker owns it), yet the same version
+/// seen again, after a later one was accepted, is still a duplicate; given back, it is the
+/// one called again.
+#[test]
+fn a_version_out_for_its_call_is_still_known() {
+    let mut q = Queues::default();
+    let now = Instant::now();
+    let offer = |q: &mut Queues, rv: &str| {
+        q.offer(
+            event(0, rv, Phase::Running),
+            DeliveryMode::EveryVersion,
+            10,
+            now,
+            |_, _| Vec::new(),
+            |_| {},
+        )
+    };
+    assert!(offer(&mut q, "1").start);
+    let key = key(0);
+    let Next::Call { event: out, .. } = q.next(&key, false) else {
+        panic!("the version is not called");
+    };
+    assert_eq!(out.resource_version, "1");
+    assert_eq!(offer(&mut q, "2").skipped, 0);
+    let again = offer(&mut q, "1");
+    assert_eq!(
+        again.skipped, 1,
+        "the version out for its call was queued again"
+    );
+    assert_eq!(q.pending(), 2);
+
+    q.release(&key, *out);
+    let Next::Call { event: called, .. } = q.next(&key, false) else {
+        panic!("the given-back version is not called again");
+    };
+    assert_eq!(called.resource_version, "1");
+    q.settle(&key, false, called.phase);
+    let Next::Call { event: next, .. } = q.next(&key, false) else {
+        panic!("the next version is not called");
+    };
+    assert_eq!(next.resource_version, "2");
 }
