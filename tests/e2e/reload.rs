@@ -222,6 +222,96 @@ async fn corrupt_or_wrong_components_and_broken_yaml_leave_the_old_version_servi
     daemon.shutdown(Duration::from_secs(10)).await;
 }
 
+/// `bytes` with a custom section appended: still a valid component, and a different file (so
+/// a new plugin version) with the same code.
+fn with_custom_section(mut bytes: Vec<u8>, payload: &[u8]) -> Vec<u8> {
+    let name = b"jobrelay-test";
+    let mut body = vec![name.len() as u8];
+    body.extend_from_slice(name);
+    body.extend_from_slice(payload);
+    bytes.push(0);
+    let mut size = body.len();
+    loop {
+        let byte = (size & 0x7f) as u8;
+        size >>= 7;
+        if size == 0 {
+            bytes.push(byte);
+            break;
+        }
+        bytes.push(byte | 0x80);
+    }
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// The default debounce is short (20 ms), so a component written in place in pieces, with
+/// pauses longer than the debounce between them, is read half-written, more than once. Each
+/// partial read must be refused with the old version serving on, events delivered meanwhile,
+/// and the whole file, once written, must become the serving version through the file events
+/// alone (the periodic re-scan is set out of reach).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_written_slowly_in_place_is_served_once_whole() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("");
+    // The default debounce: no `debounce_ms` line.
+    write_atomic(
+        &setup.path("jobrelay.yaml"),
+        b"plugin_dir: wasm\nstate: {path: state/jobrelay.db}\nrescan_seconds: 3600\n\
+          kinds: [{name: batch-job}]\n",
+    );
+    setup.install_wasm("event-log", "log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("log.wasm", "log", "events.jsonl", ""),
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+    let old = wait_plugin_serving(&daemon, "log").await;
+
+    let original = std::fs::read(built_wasm("event-log")).expect("built component");
+    let new = with_custom_section(original, b"the second version");
+    let path = setup.path("wasm/log.wasm");
+    let mut jobs = Vec::new();
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&path).expect("open the component for writing");
+        for (i, piece) in new.chunks(new.len().div_ceil(6)).enumerate() {
+            file.write_all(piece).expect("write a piece");
+            file.flush().expect("flush");
+            // A job changes while the file is half-written: the old version delivers it.
+            let mut job =
+                JobDriver::create(&sim, Flavor::Batch, "ml", &format!("mid-{i}")).expect("create");
+            job.running().expect("running");
+            jobs.push(job.uid().to_string());
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+    }
+    let serving = wait_for("the whole component serving", || {
+        let s = daemon.plugins().remove("log")?;
+        let last = s.last_reload?;
+        (s.serving.as_deref() != Some(old.as_str()) && last.ok).then_some(s.serving?)
+    })
+    .await;
+    assert_ne!(serving, old);
+    assert!(daemon.problems().is_empty(), "{:?}", daemon.problems());
+    wait_for("every job changed mid-write delivered", || {
+        let lines = setup.lines("log/events.jsonl");
+        jobs.iter()
+            .all(|uid| {
+                lines
+                    .iter()
+                    .any(|l| &uid_of(l) == uid && l["phase"] == "running")
+            })
+            .then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(10)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configmap_symlink_swap_of_the_plugins_folder_reloads_the_plugin() {
     init_logs();

@@ -85,8 +85,12 @@ pub struct MainFile {
 fn default_rescan() -> u64 {
     30
 }
+/// Short, because a plugin swap waits for it on top of its compile (the target is compile +
+/// 50 ms, docs/BENCHMARKS.md) and the debouncer adds up to a quarter of it as its tick; a
+/// ConfigMap update is one atomic symlink swap, and a file caught half-written is refused
+/// with the last good version kept, then read again on the write's next event.
 fn default_debounce() -> u64 {
-    50
+    20
 }
 
 /// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.

@@ -173,11 +173,11 @@ async fn main() {
         ROUNDS,
         base.len()
     );
-    for debounce in [50, 200] {
+    for debounce in [20, 50, 200] {
         cluster_pickup(debounce).await;
     }
     load_alone(&base).await;
-    for debounce in [50, 200] {
+    for debounce in [20, 50, 200] {
         plugin_swap(&base, debounce).await;
     }
 }
