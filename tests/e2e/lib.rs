@@ -11,6 +11,8 @@ use jobrelay::daemon::Daemon;
 use jobrelay_testkit::SimCluster;
 use serde_json::Value;
 
+pub mod stream_jobs;
+
 /// Generous deadline for anything the daemon should do "soon".
 pub const DEADLINE: Duration = Duration::from_secs(60);
 

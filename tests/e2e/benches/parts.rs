@@ -11,9 +11,10 @@
 //! - `decode`: each line decoded as kube's watcher does, into a `WatchEvent` of jobrelay's
 //!   object reading (`LenientObject`);
 //! - `track`: `Tracker::observe` on the decoded objects (normalize, transition key, the event);
-//! - `hand-over`: one event passed from one tokio task to another over a channel; and a
-//!   `round trip` (a request and its answer over a oneshot), the shape of a worker waiting for
-//!   its cursor's acknowledgement;
+//! - `hand-over`: one event passed over a channel from the bench's main thread to a task on a
+//!   tokio worker, while they stream; and a `round trip` (a request the same way and its answer
+//!   over a oneshot, one at a time), the shape of a worker waiting for its cursor's
+//!   acknowledgement;
 //! - `store N`: the SQLite state store saving each event's cursor, in batches of N
 //!   (`save_cursors`; the writer's batch size depends on the load);
 //! - `sqlite N` and `narrow N`: the same rows written straight through rusqlite, one
@@ -42,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use jobrelay_contract::event::JobEvent;
 use jobrelay_e2e::built_wasm;
+use jobrelay_e2e::stream_jobs::{volcano_job, volcano_status};
 use jobrelay_runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use jobrelay_state::{Cursor, StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;
@@ -71,77 +73,19 @@ fn cpu() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-/// A Volcano job as `event_path` creates it, with the fields the simulator adds.
-fn volcano_job(i: usize) -> Value {
-    json!({
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {
-            "name": format!("train-{i:07}"),
-            "namespace": "ml",
-            "uid": format!("{:08x}-5e1d-4c3a-9b7f-{:012x}", i, i * 7919),
-            "creationTimestamp": "2026-11-26T00:00:00Z",
-            "generation": 1,
-            "labels": {"team": "vision", "queue": "a100", "app.kubernetes.io/managed-by": "platform"},
-            "annotations": {"platform.example.com/owner": "alice@example.com", "platform.example.com/cost-center": "cv-42"}
-        },
-        "spec": {
-            "schedulerName": "volcano",
-            "minAvailable": 2,
-            "queue": "a100",
-            "maxRetry": 3,
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-            "plugins": {"env": [], "svc": [], "ssh": []},
-            "tasks": [{
-                "name": "worker",
-                "replicas": 2,
-                "template": {"spec": {
-                    "restartPolicy": "OnFailure",
-                    "containers": [{
-                        "name": "trainer",
-                        "image": "registry.example.com/ml/trainer:2026.11.3",
-                        "command": ["torchrun", "--nproc_per_node=8", "train.py", "--config", "configs/resnet152.yaml"],
-                        "env": [{"name": "NCCL_DEBUG", "value": "WARN"}, {"name": "OMP_NUM_THREADS", "value": "8"}],
-                        "resources": {
-                            "requests": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
-                            "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}
-                        },
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"}]
-                    }],
-                    "volumes": [
-                        {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet"}},
-                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}
-                    ]
-                }}
-            }]
-        }
-    })
-}
-
-/// The status of a job's `step`th version, as `event_path` writes it.
-fn volcano_status(step: usize, last: bool) -> Value {
-    let phase = if last {
-        "Completed"
-    } else if step == 1 {
-        "Pending"
-    } else {
-        "Running"
-    };
-    json!({
-        "state": {"phase": phase, "lastTransitionTime": format!("2026-11-26T00:{:02}:00Z", step % 60)},
-        "minAvailable": 2,
-        "pending": if step == 1 { 2 } else { 0 },
-        "running": if step > 1 && !last { 2 } else { 0 },
-        "succeeded": if last { 2 } else { 0 },
-        "failed": 0,
-        "version": step,
-        "retryCount": 0,
-    })
-}
-
 /// The stream's watch lines, in the order the simulator sends them.
 fn watch_lines() -> Vec<Vec<u8>> {
-    let mut objects: Vec<Value> = (0..JOBS).map(volcano_job).collect();
+    let mut objects: Vec<Value> = (0..JOBS)
+        .map(|i| {
+            let mut job = volcano_job(i);
+            // What the simulator adds on creation.
+            let metadata = &mut job["metadata"];
+            metadata["uid"] = json!(format!("{:08x}-5e1d-4c3a-9b7f-{:012x}", i, i * 7919));
+            metadata["creationTimestamp"] = json!("2026-11-26T00:00:00Z");
+            metadata["generation"] = json!(1);
+            job
+        })
+        .collect();
     let mut version = 1_000u64;
     let mut lines = Vec::with_capacity(JOBS * VERSIONS);
     for step in 0..VERSIONS {

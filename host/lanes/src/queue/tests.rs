@@ -58,6 +58,18 @@ enum Op {
     LetGo { cluster: usize },
 }
 
+/// Offers `event` in `every-version` mode with room for 10 and no gap to catch up.
+fn offer_plain(q: &mut Queues, event: JobEvent, now: Instant) -> Offered {
+    q.offer(
+        event,
+        DeliveryMode::EveryVersion,
+        10,
+        now,
+        |_, _| Vec::new(),
+        |_| {},
+    )
+}
+
 fn phase() -> impl Strategy<Value = Phase> {
     prop_oneof![
         3 => Just(Phase::Running),
@@ -357,14 +369,7 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
     let mut q = Queues::default();
     let now = Instant::now();
     for (job, phase) in [(0, Phase::Running), (1, Phase::Deleted)] {
-        q.offer(
-            event(job, "5", phase),
-            DeliveryMode::EveryVersion,
-            10,
-            now,
-            |_, _| Vec::new(),
-            |_| {},
-        );
+        offer_plain(&mut q, event(job, "5", phase), now);
     }
     let kind = jobrelay_watch::kinds::JobKind::builtin("batch-job").expect("a built-in kind");
     let listed = |uids: &[&str]| Listed {
@@ -398,14 +403,7 @@ fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
         version.uid = uid.to_string();
         version.name = format!("train-{job}");
         let key = version.job_key();
-        let offered = q.offer(
-            version,
-            DeliveryMode::EveryVersion,
-            10,
-            now,
-            |_, _| Vec::new(),
-            |_| {},
-        );
+        let offered = offer_plain(&mut q, version, now);
         assert!(offered.new_job && offered.start);
         let Next::Call { event, .. } = q.next(&key, false) else {
             panic!("the job's version is not called");
@@ -456,14 +454,7 @@ fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
     for (rv, phase) in [("1", Phase::Running), ("2", Phase::Deleted)] {
         let mut version = event(0, rv, phase);
         version.namespace = "pr-1234".into();
-        q.offer(
-            version,
-            DeliveryMode::EveryVersion,
-            10,
-            now,
-            |_, _| Vec::new(),
-            |_| {},
-        );
+        offer_plain(&mut q, version, now);
     }
     let key = key(0);
     while let Next::Call { event, .. } = q.next(&key, false) {
@@ -480,16 +471,7 @@ fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
 fn a_version_out_for_its_call_is_still_known() {
     let mut q = Queues::default();
     let now = Instant::now();
-    let offer = |q: &mut Queues, rv: &str| {
-        q.offer(
-            event(0, rv, Phase::Running),
-            DeliveryMode::EveryVersion,
-            10,
-            now,
-            |_, _| Vec::new(),
-            |_| {},
-        )
-    };
+    let offer = |q: &mut Queues, rv: &str| offer_plain(q, event(0, rv, Phase::Running), now);
     assert!(offer(&mut q, "1").start);
     let key = key(0);
     let Next::Call { event: out, .. } = q.next(&key, false) else {
