@@ -63,8 +63,9 @@ impl JobObject {
         }
     }
 
-    /// What normalizers read of the object: as read, its `status` and
-    /// `metadata.deletionTimestamp` (`{"metadata": {"deletionTimestamp": …}, "status": …}`,
+    /// What normalizers read of the object: its `status` as read and
+    /// `metadata.deletionTimestamp` as the metadata type writes it back
+    /// (`{"metadata": {"deletionTimestamp": …}, "status": …}`,
     /// each part present when the object has it) — everything a built-in normalizer, a
     /// conditions rule or a field rule on `/status` reads; after
     /// [`JobObject::decode_whole`], the whole object.
@@ -124,13 +125,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
     <&RawValue>::deserialize(d).map(Some)
 }
 
-/// The metadata members found by position or kept as written.
+/// The metadata member found by position, to be cut out.
 #[derive(Deserialize)]
 struct MetaParts<'a> {
     #[serde(rename = "managedFields", borrow)]
     managed_fields: Option<&'a RawValue>,
-    #[serde(rename = "deletionTimestamp", borrow)]
-    deletion_timestamp: Option<&'a RawValue>,
 }
 
 /// The quick reading; `None` hands the object to the whole-tree reading.
@@ -162,11 +161,12 @@ fn quick(text: &str) -> Option<JobObject> {
         }
     };
     let metadata: ObjectMeta = serde_json::from_str(&meta_text).ok()?;
-    let decode = |raw: Option<&RawValue>| raw.map(|r| serde_json::from_str(r.get())).transpose();
-    let view = status_view(
-        decode(top.status).ok()?,
-        decode(parts.deletion_timestamp).ok()?,
-    );
+    let status = top
+        .status
+        .map(|raw| serde_json::from_str(raw.get()))
+        .transpose()
+        .ok()?;
+    let view = status_view(status, deletion_timestamp(&metadata).ok()?);
     Some(JobObject {
         metadata,
         view,
@@ -207,6 +207,17 @@ fn whole(text: &str) -> Result<JobObject, serde_json::Error> {
         metadata,
         typed,
     })
+}
+
+/// The deletion time as jobrelay's metadata type reads it, for the view: taken from the read
+/// metadata rather than the text, so both readings show it the same way (the type writes it
+/// back in its own form: `00:00Z` comes out as `00:00:00Z`).
+fn deletion_timestamp(metadata: &ObjectMeta) -> Result<Option<Value>, serde_json::Error> {
+    metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(serde_json::to_value)
+        .transpose()
 }
 
 /// The status view of a whole object.

@@ -293,3 +293,17 @@ proptest! {
         }
     }
 }
+
+/// A deletion time written without seconds, which the metadata type still takes: both
+/// readings show it the same way in the view, as the type writes it back.
+#[test]
+fn a_deletion_time_without_seconds_reads_the_same_both_ways() {
+    let text = r#"{"apiVersion":"batch.volcano.sh/v1alpha1","kind":"Job","metadata":{"name":"job-a","namespace":"ml","uid":"5f0c7a9e-3b1d-4c2a-9e8f-1a2b3c4d5e6f","resourceVersion":"1","deletionTimestamp":"2026-05-01T00:00Z"}}"#;
+    let quick = quick(text).expect("the quick reading takes it");
+    let whole = whole(text).expect("the whole tree takes it");
+    assert_eq!(quick.view(), whole.view());
+    assert_eq!(
+        quick.view().pointer("/metadata/deletionTimestamp"),
+        Some(&Value::String("2026-05-01T00:00:00Z".into()))
+    );
+}
