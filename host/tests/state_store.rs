@@ -383,9 +383,9 @@ async fn contract_batch_all_or_nothing(b: &Backend) {
     let batch: Vec<Cursor> = (0..50)
         .map(|i| cursor("p", "c", &format!("u{i}"), &i.to_string(), Phase::Running))
         .collect();
-    store.save_cursors(&batch).await.expect("batch");
+    store.save_cursors(batch.clone()).await.expect("batch");
     store
-        .save_cursors(&[])
+        .save_cursors(Vec::new())
         .await
         .expect("an empty batch is a no-op");
     assert_eq!(store.cursors("p").await.expect("load").len(), 50);
@@ -399,7 +399,7 @@ async fn contract_batch_all_or_nothing(b: &Backend) {
         .collect();
     failing.insert(1100, cursor("p", "c", "poison", "1", Phase::Failed));
     let err = store
-        .save_cursors(&failing)
+        .save_cursors(failing.clone())
         .await
         .expect_err("the poisoned row fails the batch");
     assert!(err.to_string().contains(&b.location()), "{err}");
@@ -414,7 +414,10 @@ async fn contract_batch_all_or_nothing(b: &Backend) {
     let next: Vec<Cursor> = (0..60)
         .map(|i| cursor("p", "c", &format!("u{i}"), "1000", Phase::Succeeded))
         .collect();
-    store.save_cursors(&next).await.expect("the next batch");
+    store
+        .save_cursors(next.clone())
+        .await
+        .expect("the next batch");
     let after = store.cursors("p").await.expect("load");
     assert_eq!(after.len(), 60);
     assert!(after.iter().all(|c| c.resource_version == "1000"));
@@ -426,7 +429,7 @@ async fn contract_survives_reopen(b: &Backend) {
     {
         let (store, kv) = b.open().await;
         store
-            .save_cursors(&[
+            .save_cursors(vec![
                 cursor("p", "c", "u1", "1", Phase::Running),
                 cursor("p", "c", "u2", "2", Phase::Succeeded),
             ])
@@ -731,7 +734,7 @@ async fn contract_two_stores_share(b: &Backend) {
                         )
                     })
                     .collect();
-                daemon.save_cursors(&batch).await?;
+                daemon.save_cursors(batch.clone()).await?;
                 daemon
                     .save_cursor(&cursor(
                         "q",
@@ -1554,7 +1557,7 @@ async fn closing_ends_the_cursor_thread_and_folds_the_log_back() {
     let batch: Vec<Cursor> = (0..100)
         .map(|i| cursor("p", "c", &format!("u{i}"), "1", Phase::Running))
         .collect();
-    store.save_cursors(&batch).await.expect("save");
+    store.save_cursors(batch.clone()).await.expect("save");
     store.remember_jobs(&batch[..3]).await.expect("remember");
     let wal = PathBuf::from(format!("{}-wal", path.display()));
     assert!(wal.exists(), "a write in WAL mode leaves a log while open");
@@ -1563,9 +1566,12 @@ async fn closing_ends_the_cursor_thread_and_folds_the_log_back() {
         !wal.exists(),
         "the log stayed after close: a connection is still open"
     );
-    let after = tokio::time::timeout(Duration::from_secs(10), store.save_cursors(&batch[..1]))
-        .await
-        .expect("a save after close answers at once");
+    let after = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.save_cursors(batch[..1].to_vec()),
+    )
+    .await
+    .expect("a save after close answers at once");
     let err = after.expect_err("a save after close fails");
     assert!(
         err.to_string().contains(&path.display().to_string()),
@@ -1597,7 +1603,13 @@ async fn opening_and_closing_stores_does_not_pile_up_threads() {
     for round in 0..40 {
         let store = open(&path).await;
         store
-            .save_cursors(&[cursor("p", "c", "u", &round.to_string(), Phase::Running)])
+            .save_cursors(vec![cursor(
+                "p",
+                "c",
+                "u",
+                &round.to_string(),
+                Phase::Running,
+            )])
             .await
             .expect("save");
         if round % 2 == 0 {
@@ -1682,7 +1694,7 @@ async fn child_process_writer() {
             })
             .collect();
         store
-            .save_cursors(&batch)
+            .save_cursors(batch.clone())
             .await
             .expect("child saves cursors");
         if round % 20 == 0 {

@@ -44,6 +44,32 @@ pub fn init_logs() {
         .try_init();
 }
 
+/// `component` with a custom section named `name` appended: the same code in a different
+/// file, so a new plugin version (and a real compile, never a cache hit).
+pub fn with_custom_section(component: &[u8], name: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    leb128(&mut body, name.len());
+    body.extend_from_slice(name.as_bytes());
+    let mut out = component.to_vec();
+    out.push(0); // a custom section's id
+    leb128(&mut out, body.len());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// `n` as an unsigned LEB128 number, as wasm writes sizes.
+fn leb128(out: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 /// Write a file the way a careful tool does: a hidden temp file, then an atomic rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) {
     let dir = path.parent().expect("file has a parent");

@@ -222,28 +222,6 @@ async fn corrupt_or_wrong_components_and_broken_yaml_leave_the_old_version_servi
     daemon.shutdown(Duration::from_secs(10)).await;
 }
 
-/// `bytes` with a custom section appended: still a valid component, and a different file (so
-/// a new plugin version) with the same code.
-fn with_custom_section(mut bytes: Vec<u8>, payload: &[u8]) -> Vec<u8> {
-    let name = b"jobrelay-test";
-    let mut body = vec![name.len() as u8];
-    body.extend_from_slice(name);
-    body.extend_from_slice(payload);
-    bytes.push(0);
-    let mut size = body.len();
-    loop {
-        let byte = (size & 0x7f) as u8;
-        size >>= 7;
-        if size == 0 {
-            bytes.push(byte);
-            break;
-        }
-        bytes.push(byte | 0x80);
-    }
-    bytes.extend_from_slice(&body);
-    bytes
-}
-
 /// The default debounce is short (20 ms), so a component written in place in pieces, with
 /// pauses longer than the debounce between them, is read half-written, more than once. Each
 /// partial read must be refused with the old version serving on, events delivered meanwhile,
@@ -273,7 +251,7 @@ async fn a_component_written_slowly_in_place_is_served_once_whole() {
     let old = wait_plugin_serving(&daemon, "log").await;
 
     let original = std::fs::read(built_wasm("event-log")).expect("built component");
-    let new = with_custom_section(original, b"the second version");
+    let new = with_custom_section(&original, "the second version");
     let path = setup.path("wasm/log.wasm");
     let mut jobs = Vec::new();
     {

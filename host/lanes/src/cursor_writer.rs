@@ -107,7 +107,7 @@ impl CursorWriter {
 /// next event waits for its previous acknowledgement.
 async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut saves = Vec::with_capacity(MAX_BATCH);
+    let mut saves = Vec::new();
     let mut waiters = Vec::with_capacity(MAX_BATCH);
     let mut remembered = Vec::new();
     let mut removals = Vec::new();
@@ -124,6 +124,8 @@ async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::Unbounded
             })
             .await;
         }
+        // The saves are handed to the store whole, so each batch gets a vector of its own.
+        saves.reserve(batch.len());
         for request in batch.drain(..) {
             match request {
                 Pending::Save(cursor, done) => {
@@ -141,8 +143,10 @@ async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::Unbounded
             remembered.clear();
         }
         if !saves.is_empty() {
-            let result = store.save_cursors(&saves).await.map_err(|e| e.to_string());
-            saves.clear();
+            let result = store
+                .save_cursors(std::mem::take(&mut saves))
+                .await
+                .map_err(|e| e.to_string());
             for waiter in waiters.drain(..) {
                 let _ = waiter.send(result.clone());
             }
@@ -192,7 +196,7 @@ mod tests {
             Ok(Vec::new())
         }
         async fn save_cursor(&self, c: &Cursor) -> Result<(), StoreError> {
-            self.save_cursors(std::slice::from_ref(c)).await
+            self.save_cursors(vec![c.clone()]).await
         }
         async fn remember_job(&self, _: &Cursor) -> Result<(), StoreError> {
             Ok(())
@@ -209,7 +213,7 @@ mod tests {
         async fn installed(&self, _: &str, now: &str) -> Result<String, StoreError> {
             Ok(now.to_string())
         }
-        async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
             self.gate.acquire().await.map(|p| p.forget()).ok();
             self.batches
                 .lock()

@@ -144,7 +144,7 @@ mod tests {
         async fn installed(&self, p: &str, now: &str) -> Result<String, StoreError> {
             self.0.installed(p, now).await
         }
-        async fn save_cursors(&self, c: &[Cursor]) -> Result<(), StoreError> {
+        async fn save_cursors(&self, c: Vec<Cursor>) -> Result<(), StoreError> {
             self.0.save_cursors(c).await
         }
         async fn remove_cursor(&self, p: &str, c: &str, u: &str) -> Result<(), StoreError> {

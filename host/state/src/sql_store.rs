@@ -551,14 +551,14 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
         }
     }
 
-    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+    async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
         if cursors.is_empty() {
             return Ok(());
         }
         if let Some(thread) = &self.cursor_thread {
             return thread.save(cursors).await;
         }
-        retry_deadlocks!(self.try_save_cursors(cursors).await)
+        retry_deadlocks!(self.try_save_cursors(&cursors).await)
     }
 
     async fn remove_cursor(

@@ -107,9 +107,8 @@ impl CursorThread {
     }
 
     /// Stores `cursors` in one transaction, returning once it committed.
-    pub(crate) async fn save(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
-        self.run(Write::Save(cursors.to_vec()), "save cursors")
-            .await
+    pub(crate) async fn save(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
+        self.run(Write::Save(cursors), "save cursors").await
     }
 
     /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.

@@ -45,8 +45,9 @@ pub trait CursorStore: Send + Sync {
     async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError>;
 
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
-    /// costs one disk sync instead of one per event.
-    async fn save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError>;
+    /// costs one disk sync instead of one per event. The batch is handed over, so a store that
+    /// writes on a thread of its own takes it without a copy.
+    async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError>;
 
     /// Forgets one job for one plugin. Removing a cursor that does not exist is not an error.
     async fn remove_cursor(&self, plugin: &str, cluster: &str, uid: &str)

@@ -266,7 +266,7 @@ impl CursorStore for NullStore {
     async fn installed(&self, _plugin: &str, now: &str) -> Result<String, StoreError> {
         Ok(now.to_string())
     }
-    async fn save_cursors(&self, _cursors: &[Cursor]) -> Result<(), StoreError> {
+    async fn save_cursors(&self, _cursors: Vec<Cursor>) -> Result<(), StoreError> {
         Ok(())
     }
     async fn remove_cursor(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {

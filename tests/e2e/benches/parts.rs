@@ -370,7 +370,7 @@ async fn main() {
                 .expect("store");
             let (cpu0, wall0) = (cpu(), Instant::now());
             for chunk in cursors.chunks(batch) {
-                store.save_cursors(chunk).await.expect("save");
+                store.save_cursors(chunk.to_vec()).await.expect("save");
             }
             if run > 0 {
                 figures.add(cpu() - cpu0, wall0.elapsed(), n);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use jobrelay::clusters::health::HealthState;
 use jobrelay::daemon::Daemon;
-use jobrelay_e2e::{Setup, built_wasm, watches_opened, write_atomic};
+use jobrelay_e2e::{Setup, built_wasm, watches_opened, with_custom_section, write_atomic};
 use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_testkit::SimCluster;
 
@@ -35,14 +35,7 @@ fn summary(label: &str, mut xs: Vec<Duration>) -> Duration {
 /// The component with a custom section appended: same code, a new content hash, so every
 /// round is a real compile and never a cache hit.
 fn variant(base: &[u8], round: usize) -> Vec<u8> {
-    let name = format!("round-{round}");
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name.as_bytes());
-    let mut out = base.to_vec();
-    out.push(0); // custom section id
-    out.push(section.len() as u8);
-    out.extend_from_slice(&section);
-    out
+    with_custom_section(base, &format!("round-{round}"))
 }
 
 async fn poll_until(mut check: impl FnMut() -> bool) -> Instant {
