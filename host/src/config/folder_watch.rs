@@ -46,7 +46,8 @@ impl FolderWatch {
         ignored: Vec<PathBuf>,
     ) -> Result<FolderWatch, notify::Error> {
         let (tx, events) = mpsc::unbounded_channel();
-        let debouncer = new_debouncer(debounce, None, move |result: DebounceEventResult| {
+        let (quiet, tick) = debounce_timing(debounce);
+        let debouncer = new_debouncer(quiet, Some(tick), move |result: DebounceEventResult| {
             match result {
                 Ok(events)
                     if !events.iter().any(|e| {
@@ -133,6 +134,19 @@ fn inode(dir: &Path) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// The debouncer's thread wakes on every tick, at rest too, so a tick is never shorter than
+/// this: at most 100 wake-ups a second whatever `debounce_ms` says.
+const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// The quiet time and the tick the debouncer runs with for `debounce`: a tick of a quarter of
+/// it (an event is handed on at most a tick after its quiet time), never below [`MIN_TICK`];
+/// and a quiet time of at least one tick, which the debouncer requires. A debounce of 0 would
+/// otherwise make its thread spin.
+fn debounce_timing(debounce: Duration) -> (Duration, Duration) {
+    let tick = (debounce / 4).max(MIN_TICK);
+    (debounce.max(tick), tick)
+}
+
 /// Whether an event may mean a file's content or presence changed. Opening, reading and
 /// closing a file unchanged are not: jobrelay's own reads of the folder raise them, and taking
 /// them as changes made every re-read trigger the next one, keeping a core busy at rest.
@@ -151,7 +165,21 @@ mod tests {
     use notify::EventKind;
     use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind};
 
-    use super::{all_ignored, changes_content};
+    use std::time::Duration;
+
+    use super::{all_ignored, changes_content, debounce_timing};
+
+    #[test]
+    fn the_debouncer_never_ticks_faster_than_its_floor() {
+        let ms = Duration::from_millis;
+        assert_eq!(debounce_timing(ms(0)), (ms(10), ms(10)));
+        assert_eq!(debounce_timing(ms(20)), (ms(20), ms(10)));
+        assert_eq!(
+            debounce_timing(ms(50)),
+            (ms(50), Duration::from_micros(12_500))
+        );
+        assert_eq!(debounce_timing(ms(60_000)), (ms(60_000), ms(15_000)));
+    }
 
     #[test]
     fn reads_are_not_changes() {
