@@ -44,6 +44,10 @@ pub struct PluginStatus {
     /// (`kv_quota`, `archive_quota`, `http_open_requests`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub refusals: BTreeMap<&'static str, u64>,
+    /// Log lines the plugin wrote since the process started, by level (`warn`, `error`, …;
+    /// levels it never wrote at are left out).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub log_lines: BTreeMap<&'static str, u64>,
     /// Failed load attempts since the process started, by reason: a [`LoadError`] kind
     /// (`compile`, `wrong_world`, `init_refused`, `grant`, `limits`, `unavailable`), or `lane`
     /// when the plugin's cursors could not be read to open its lane.
@@ -465,10 +469,11 @@ impl PluginSet {
     pub fn status(&self) -> BTreeMap<String, PluginStatus> {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = book.status.clone();
-        let refusals = &self.runtime.services().refusals;
+        let services = self.runtime.services();
         for (name, status) in out.iter_mut() {
             status.lane = self.routes.get(name).map(|l| l.stats());
-            status.refusals = refusals.of(name);
+            status.refusals = services.refusals.of(name);
+            status.log_lines = services.log_lines.of(name);
         }
         out
     }

@@ -10,7 +10,11 @@
 //! - every job's final state is in the event log (`every-version`), and the plugin's cursors
 //!   match the clusters: nothing is left in a lane;
 //! - MySQL: every job's row has its outcome (`succeeded`/`failed`), a deleted job's row has
-//!   `deleted_at`, and `job_transitions` has the job's `running` and terminal transitions;
+//!   `deleted_at`, and `job_transitions` has the job's `running` and terminal transitions —
+//!   for a Volcano job, whose status records every entry, exactly one `restarting` row per
+//!   restart and one `running` row more; half the restarts run again within the second
+//!   (the controllers stamp whole seconds of the wall clock), which the transition keys must
+//!   tell apart;
 //! - Feishu: every job's terminal card arrived; more than one is counted as the at-least-once
 //!   window (a kill between the post and its record) and bounded by the kills;
 //! - the archive: every job has a manifest listing every pod it had when it finished, each
@@ -30,7 +34,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobrelay_testkit::{FeishuReceiver, PrivateMariaDb, SimCluster};
+use jobrelay_testkit::{FeishuReceiver, Flavor, PrivateMariaDb, SimCluster};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 
@@ -221,6 +225,19 @@ fn missing_for(
                     missing.push(format!("{name}: no {wanted} row in job_transitions"));
                 }
             }
+            // A Volcano job's status records every entry: each restart and each return to
+            // running is a row of its own, however fast it came and whatever the faults.
+            if job.flavor == Flavor::Volcano {
+                let count = |phase: &str| transitions.iter().filter(|t| *t == phase).count();
+                let (restarting, running) = (count("restarting"), count("running"));
+                if restarting != job.restarts || running != job.restarts + 1 {
+                    missing.push(format!(
+                        "{name}: {restarting} restarting and {running} running rows in \
+                         job_transitions for {} restarts",
+                        job.restarts
+                    ));
+                }
+            }
         }
     }
     let card = (
@@ -320,7 +337,7 @@ async fn faults_kills_and_a_database_outage_lose_no_outcome() {
     }
     let mut drivers = Vec::new();
     for sim in &sims {
-        let plans = plan_jobs_over(&mut rng, jobs_per_cluster, span_ms);
+        let plans = plan_jobs_over(&mut rng, jobs_per_cluster, span_ms, true);
         drivers.push(tokio::spawn(drive_with(
             sim.clone(),
             plans,

@@ -274,3 +274,63 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
     assert_eq!(got, HISTORY_THEN_TERMINATING);
     lane.close().await;
 }
+
+/// A Volcano job delivered while running, that restarted and ran again while the watch was
+/// broken: the re-list shows it running as before, but entered anew. The restart is rebuilt
+/// from its status and delivered between the two stays in running (before, a lane took the
+/// same phase for the same stay and the restart was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir).await;
+    let plugin = Arc::new(Recorder::default());
+    let lane = Lane::open("notify", plugin.clone(), transitions(), store.clone(), None)
+        .await
+        .expect("lane");
+    let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
+    let entries = |phases: &[(&str, i64)]| -> serde_json::Value {
+        phases
+            .iter()
+            .map(|(p, s)| json!({"status": p, "lastTransitionTime": at(&born, *s)}))
+            .collect()
+    };
+    let running = |rv: &str, since: i64, history: &[(&str, i64)], from_list: bool| {
+        let mut observed = volcano("u-9", rv, &born, false);
+        let object = json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "train-u-9", "namespace": "ml", "uid": "u-9",
+                "resourceVersion": rv, "creationTimestamp": at(&born, 0)},
+            "status": {"state": {"phase": "Running", "lastTransitionTime": at(&born, since)},
+                       "conditions": entries(history)}
+        });
+        observed.event.phase = Phase::Running;
+        observed.event.raw_phase = "Running".into();
+        observed.event.transition_time = at(&born, since);
+        observed.event.object_json = Arc::from(object.to_string());
+        observed.from_list = from_list;
+        observed
+    };
+    let first = [("Pending", 1), ("Running", 2)];
+    lane.push(running("10", 2, &first, false));
+    assert_eq!(
+        delivered(&lane, &plugin, 1).await,
+        [(None, Phase::Running, false)]
+    );
+    let again = [
+        ("Pending", 1),
+        ("Running", 2),
+        ("Restarting", 4),
+        ("Running", 5),
+    ];
+    lane.push(running("20", 5, &again, true));
+    let got = delivered(&lane, &plugin, 3).await;
+    assert_eq!(
+        got,
+        [
+            (None, Phase::Running, false),
+            (Some(Phase::Running), Phase::Restarting, true),
+            (Some(Phase::Restarting), Phase::Running, false),
+        ]
+    );
+    lane.close().await;
+}

@@ -653,7 +653,9 @@ async fn sqlite_an_old_jobs_table_is_migrated() {
 }
 
 /// A transition delivered live and again as a reconstruction after a lost acknowledgement
-/// (another event id, the same transition key) is one transition row.
+/// (another event id, the same transition key) is one transition row, silently. A key met
+/// again from another phase (two transitions given one key) keeps the stored row and is
+/// reported: a warning, counted per plugin.
 async fn one_row_per_transition(connection: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime(services(dir.path()));
@@ -674,6 +676,28 @@ async fn one_row_per_transition(connection: &str) {
     let failed: Vec<_> = rows.iter().filter(|r| r.2 == "failed").collect();
     assert_eq!(failed.len(), 1, "{rows:?}");
     assert_eq!(failed[0].0, "east/u-k/32", "the live row stays");
+    let warnings = || {
+        rt.services()
+            .log_lines
+            .of("mysql-sync")
+            .get("warn")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(warnings(), 0, "the same transition again is no news");
+
+    let mut collided = events[2].clone();
+    collided.id = "east/u-k/77".into();
+    collided.resource_version = "77".into();
+    collided.previous_phase = Some(Phase::Restarting);
+    plugin.handle(&collided).await.expect("handled");
+    let after = db.transitions(&prefix).await;
+    assert_eq!(after.len(), rows.len(), "the stored row is kept: {after:?}");
+    assert_eq!(
+        warnings(),
+        1,
+        "a key met again from another phase is reported"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

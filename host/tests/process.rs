@@ -15,7 +15,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
+use jobrelay_testkit::{Flavor, JobDriver, Pace, SimCluster};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -306,6 +306,8 @@ enum Step {
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
     flavor: Flavor,
+    /// How the job's controller clock moves (see [`Pace`]).
+    pace: Pace,
     namespace: &'static str,
     pub(crate) name: String,
     start_ms: u64,
@@ -334,45 +336,55 @@ impl Plan {
 /// apart, some pending first, some restarting once or twice, a third failing, a third deleted
 /// a little after finishing. The whole schedule spans roughly 15–22 s.
 pub(crate) fn plan_jobs(rng: &mut Rng, jobs: usize) -> Vec<Plan> {
-    plan_jobs_over(rng, jobs, 9000)
+    plan_jobs_over(rng, jobs, 9000, false)
 }
 
-/// Like [`plan_jobs`], with the creations spread over `span_ms` (a long soak).
-pub(crate) fn plan_jobs_over(rng: &mut Rng, jobs: usize, span_ms: u64) -> Vec<Plan> {
+/// Like [`plan_jobs`], with the creations spread over `span_ms` (a long soak). With `fast`,
+/// the controllers stamp each step with the wall time in whole seconds ([`Pace::Wall`]) and
+/// half of the restarts run again 50–400 ms after restarting: a job often re-enters `running`
+/// within the second it left it, which its status's times cannot tell apart.
+pub(crate) fn plan_jobs_over(rng: &mut Rng, jobs: usize, span_ms: u64, fast: bool) -> Vec<Plan> {
     (0..jobs)
         .map(|i| {
             let flavor = Flavor::ALL[i % Flavor::ALL.len()];
             let start_ms = rng.range(0, span_ms);
             let mut at = start_ms;
             let mut steps = Vec::new();
-            let mut step = |rng: &mut Rng, s: Step| {
-                at += rng.range(400, 1800);
+            const CALM: (u64, u64) = (400, 1800);
+            let mut step = |rng: &mut Rng, s: Step, gap: (u64, u64)| {
+                at += rng.range(gap.0, gap.1);
                 steps.push((at, s));
             };
             if rng.percent(50) {
-                step(rng, Step::Pending);
+                step(rng, Step::Pending, CALM);
             }
-            step(rng, Step::Running);
+            step(rng, Step::Running, CALM);
             let restarts = match rng.range(0, 9) {
                 0..=5 => 0,
                 6..=8 => 1,
                 _ => 2,
             };
             for _ in 0..restarts {
-                step(rng, Step::Restarting);
-                step(rng, Step::Running);
+                step(rng, Step::Restarting, CALM);
+                let gap = if fast && rng.percent(50) {
+                    (50, 400)
+                } else {
+                    CALM
+                };
+                step(rng, Step::Running, gap);
             }
             let end = if rng.percent(33) {
                 Step::Failed
             } else {
                 Step::Succeeded
             };
-            step(rng, end);
+            step(rng, end, CALM);
             if i % 3 == 1 {
-                step(rng, Step::Delete);
+                step(rng, Step::Delete, CALM);
             }
             Plan {
                 flavor,
+                pace: if fast { Pace::Wall } else { Pace::Seconds },
                 namespace: if i % 2 == 0 { "ml" } else { "research" },
                 name: format!("{}-{i}", format!("{flavor:?}").to_lowercase()),
                 start_ms,
@@ -386,6 +398,9 @@ pub(crate) fn plan_jobs_over(rng: &mut Rng, jobs: usize, span_ms: u64) -> Vec<Pl
 #[derive(Debug, Clone)]
 pub(crate) struct Played {
     pub(crate) name: String,
+    pub(crate) flavor: Flavor,
+    /// Restarts played (each a `restarting`, then `running` again).
+    pub(crate) restarts: usize,
     pub(crate) namespace: &'static str,
     pub(crate) uid: String,
     pub(crate) terminal: &'static str,
@@ -439,12 +454,11 @@ pub(crate) async fn drive_with(
         tokio::time::sleep_until(t0 + Duration::from_millis(at)).await;
         let plan = &plans[job];
         if n == 0 {
-            drivers[job] = Some(JobDriver::create(
-                &sim,
-                plan.flavor,
-                plan.namespace,
-                &plan.name,
-            )?);
+            drivers[job] = Some(
+                JobDriver::builder(plan.flavor, plan.namespace, &plan.name)
+                    .pace(plan.pace)
+                    .create(&sim)?,
+            );
             continue;
         }
         let driver = drivers[job].as_mut().expect("created before its steps");
@@ -493,6 +507,12 @@ pub(crate) async fn drive_with(
         .zip(unseen)
         .map(|(((plan, driver), (terminal_rv, pods)), unseen)| Played {
             name: plan.name.clone(),
+            flavor: plan.flavor,
+            restarts: plan
+                .steps
+                .iter()
+                .filter(|(_, s)| *s == Step::Restarting)
+                .count(),
             namespace: plan.namespace,
             uid: driver.expect("every job was created").uid().to_string(),
             terminal: plan.terminal(),

@@ -98,6 +98,7 @@ async fn setup() -> Setup {
         archive: Some(archive.clone()),
         clusters: directory,
         refusals: Default::default(),
+        log_lines: Default::default(),
         tape: None,
     };
     Setup {

@@ -1,26 +1,44 @@
-//! One transition, one key: the key a live event carries is the key its reconstruction after a
-//! gap carries, for every built-in kind, with the statuses the test kit's controllers write.
+//! One transition, one key, attacked with generated lifecycles.
 //!
-//! Each job is driven through a life with a restart, the key of every observed version is
-//! taken as the watcher takes it, then the job is seen again only as `terminating` (the gap:
-//! a kill lost the acknowledgements after its first phase) and every transition the catch-up
-//! rebuilds must carry the key its live event had. A plugin deduping on the key then acts once
-//! per transition.
+//! Every built-in kind's job is played by the test kit's driver through a random life —
+//! pending or not, runs, restarts, suspensions and resumes, an outcome — with the driver's
+//! clock moved by random steps of 0 to 2.5 s, so phases are often re-entered within one second
+//! of the statuses' one-second times. Each version is read by the watcher's own [`Tracker`]
+//! twice:
+//!
+//! - a *reference* tracker sees every version in order (a live watch that never breaks);
+//! - a *faulty* one misses versions (a watch gap, then a re-list) and is killed at random
+//!   points (a restart: a new tracker that remembers nothing).
+//!
+//! What must hold, as `docs/delivery.md` states it per kind:
+//! - reference: two stays of the job never share a key, and every version of one stay has the
+//!   stay's key (for every kind: the live path tells every transition apart);
+//! - faulty: for Volcano the same key as the reference for every version (its status is a
+//!   history of every entry); for the others the same unless the reference had to number or
+//!   version the stay (`#n` or `@rv=`: what only a watcher that saw it can tell);
+//! - after every gap, each transition the catch-up rebuilds — from the last version seen
+//!   before the gap, as a lane with that cursor does — carries the reference key of an earlier
+//!   stay (one at or before the cursor's comes again only when the cursor's second holds its
+//!   phase twice: a repeat under the same key); for kinds other than Volcano, a rebuild may
+//!   instead name a numbered stay by its time alone (`running@T` for the reference's
+//!   `running@T#2`), as documented. For Volcano, every stay between the two is rebuilt.
 
-use crate::common;
-
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use jobrelay_contract::event::Phase;
-use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
-use jobrelay_watch::catch_up::{missed_transitions, synthetic_events};
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_testkit::{Flavor, JobDriver, Pace, SimCluster};
+use jobrelay_watch::catch_up::{
+    first_sight_events, missed_transitions, recorded_transitions, synthetic_events,
+};
 use jobrelay_watch::kinds::JobKind;
-use jobrelay_watch::normalize::normalize;
-use jobrelay_watch::transition_key::{self, Version};
-use serde_json::Value;
+use jobrelay_watch::object::JobObject;
+use jobrelay_watch::watcher::{Observation, Tracker};
+use kube::runtime::watcher::Event;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-/// (phase, key, the event's transition time) of each live transition.
-type Stay = (Phase, String, Option<String>);
+use crate::common;
 
 fn kind_of(flavor: Flavor) -> &'static str {
     match flavor {
@@ -31,98 +49,337 @@ fn kind_of(flavor: Flavor) -> &'static str {
     }
 }
 
-/// Notes the version the driver just wrote: a new stay when its phase changed, else the same
-/// key as the stay it continues.
-fn observe(flavor: Flavor, driver: &JobDriver, stays: &mut Vec<Stay>) {
-    let spec = JobKind::builtin(kind_of(flavor)).expect("kind").normalizer;
-    let object = driver.object().expect("object");
-    let n = normalize(&spec, &object);
-    let key = transition_key::of_version(
-        &spec,
-        &object,
-        &n,
-        n.phase,
-        Version {
-            cluster: "east",
-            uid: driver.uid(),
-            resource_version: driver.resource_version(),
-        },
-    );
-    match stays.last() {
-        // A phase whose entry the status does not record (a batch Job's pending) is keyed by
-        // its version, as documented: only recorded entries are shared by a stay.
-        Some((phase, stayed, _)) if *phase == n.phase && stayed.contains("@rv=") => {}
-        Some((phase, stayed, _)) if *phase == n.phase => {
-            assert_eq!(
-                stayed, &key,
-                "{flavor:?}: versions of one stay in {phase} share the key"
-            );
-        }
-        _ => stays.push((n.phase, key, n.transition_time)),
+/// A step of a generated life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Pending,
+    Running,
+    Restarting,
+    Suspended,
+    Resumed,
+    Succeeded,
+    Failed,
+}
+
+/// Where a life is, for choosing the next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Start,
+    Pending,
+    Running,
+    Restarting,
+    Suspended,
+    End,
+}
+
+/// The steps that may follow `at`.
+fn choices(at: At) -> &'static [Step] {
+    match at {
+        At::Start => &[Step::Pending, Step::Running, Step::Running],
+        At::Pending => &[Step::Running, Step::Running, Step::Suspended],
+        At::Running => &[
+            Step::Restarting,
+            Step::Restarting,
+            Step::Running,
+            Step::Suspended,
+            Step::Succeeded,
+            Step::Failed,
+        ],
+        At::Restarting => &[Step::Running, Step::Running, Step::Failed],
+        At::Suspended => &[Step::Resumed],
+        At::End => &[],
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconstructed_transition_carries_the_key_of_its_live_event() {
-    let sim = SimCluster::start("east").await.expect("simulator");
-    for flavor in Flavor::ALL {
-        let name = format!("keys-{}", kind_of(flavor));
-        let mut driver = JobDriver::create(&sim, flavor, "ml", &name).expect("job");
-        let mut stays = Vec::new();
-        observe(flavor, &driver, &mut stays);
-        driver.pending().expect("pending");
-        observe(flavor, &driver, &mut stays);
-        driver.running().expect("running");
-        observe(flavor, &driver, &mut stays);
-        driver.restarting().expect("restarting");
-        observe(flavor, &driver, &mut stays);
-        driver.running().expect("running again");
-        observe(flavor, &driver, &mut stays);
-        driver.failed("OOMKilled").expect("failed");
-        observe(flavor, &driver, &mut stays);
-        let live: Vec<&Stay> = stays.iter().filter(|s| s.0 != Phase::Pending).collect();
-        assert!(
-            live.iter().any(|s| s.0 == Phase::Failed),
-            "{flavor:?}: {stays:?}"
-        );
-        let running: Vec<&String> = stays
-            .iter()
-            .filter(|s| s.0 == Phase::Running)
-            .map(|s| &s.1)
-            .collect();
-        let distinct: std::collections::BTreeSet<&&String> = running.iter().collect();
-        assert_eq!(
-            distinct.len(),
-            running.len(),
-            "{flavor:?}: two stays in running have two keys: {running:?}"
-        );
+fn after(step: Step) -> At {
+    match step {
+        Step::Pending => At::Pending,
+        Step::Running => At::Running,
+        Step::Restarting => At::Restarting,
+        Step::Suspended => At::Suspended,
+        Step::Resumed => At::Pending,
+        Step::Succeeded | Step::Failed => At::End,
+    }
+}
 
-        // The gap: acknowledged up to the first stay the status records, then seen only while
-        // being deleted.
-        let mut object: Value = driver.object().expect("object");
-        object["metadata"]["deletionTimestamp"] = Value::String("2099-01-01T00:00:00Z".into());
-        let spec = JobKind::builtin(kind_of(flavor)).expect("kind").normalizer;
-        let (first_phase, _, first_time) = stays
-            .iter()
-            .find(|s| s.2.is_some())
-            .expect("a stay with a recorded time");
-        let missed = missed_transitions(&spec, &object, *first_phase, first_time.as_deref());
-        let mut current = common::event(driver.uid(), "999", Phase::Terminating, None, "x");
-        current.object_json = Arc::from(object.to_string());
-        let rebuilt = synthetic_events(&current, *first_phase, &missed);
-        assert!(
-            rebuilt.iter().any(|e| e.phase == Phase::Failed),
-            "{flavor:?}: the outcome is rebuilt: {rebuilt:?}"
-        );
-        for event in &rebuilt {
-            assert!(
-                stays
-                    .iter()
-                    .any(|(phase, key, _)| *phase == event.phase && *key == event.transition_key),
-                "{flavor:?}: rebuilt {} has key {} which no live event had: {stays:?}",
-                event.phase,
-                event.transition_key
+/// How the faulty tracker meets a version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meet {
+    See,
+    Miss,
+    /// A restart before it: a new tracker, which meets it in its first list.
+    KillThenList,
+}
+
+/// A generated life: per step, a choice among what may follow, the clock's move before it in
+/// milliseconds, and how the faulty tracker meets the version it writes.
+type Life = Vec<(usize, u64, Meet)>;
+
+fn life() -> impl Strategy<Value = Life> {
+    let gap = prop_oneof![
+        3 => Just(0u64),
+        3 => 1u64..400,
+        2 => 400u64..1000,
+        2 => 1000u64..2500,
+    ];
+    let meet = prop_oneof![
+        7 => Just(Meet::See),
+        2 => Just(Meet::Miss),
+        1 => Just(Meet::KillThenList),
+    ];
+    proptest::collection::vec((0usize..6, gap, meet), 1..16)
+}
+
+fn play(driver: &mut JobDriver, step: Step) -> anyhow::Result<String> {
+    match step {
+        Step::Pending => driver.pending(),
+        Step::Running => driver.running(),
+        Step::Restarting => driver.restarting(),
+        Step::Suspended => driver.suspended(),
+        Step::Resumed => driver.resumed(),
+        Step::Succeeded => driver.succeeded(),
+        Step::Failed => driver.failed("OOMKilled"),
+    }
+}
+
+/// One version as a tracker turned it into an event; `None` when the tracker had seen it.
+fn observe(tracker: &mut Tracker, text: &str, list: bool) -> Option<JobEvent> {
+    let object = JobObject::from_json(text).expect("the kit writes readable jobs");
+    let mut events = Vec::new();
+    if list {
+        events.extend(tracker.observe(Event::Init));
+        events.extend(tracker.observe(Event::InitApply(object)));
+        events.extend(tracker.observe(Event::InitDone));
+    } else {
+        events.extend(tracker.observe(Event::Apply(object)));
+    }
+    events.into_iter().find_map(|o| match o {
+        Observation::Version { event, .. } => Some(event),
+        Observation::Listed { .. } => None,
+    })
+}
+
+fn tracker(kind: &Arc<JobKind>) -> Tracker {
+    Tracker::new(Arc::from("east"), kind.clone(), None)
+}
+
+/// Plays one life and checks every claim of the module docs.
+fn check_life(
+    sim: &SimCluster,
+    flavor: Flavor,
+    n: usize,
+    life: &Life,
+) -> Result<(), TestCaseError> {
+    let kind = Arc::new(JobKind::builtin(kind_of(flavor)).expect("kind"));
+    let spec = &kind.normalizer;
+    let mut driver = JobDriver::builder(flavor, "ml", &format!("life-{n}"))
+        .without_pods()
+        .pace(Pace::Manual)
+        .create(sim)
+        .map_err(|e| TestCaseError::fail(format!("create: {e:#}")))?;
+    let mut reference = tracker(&kind);
+    let mut faulty = tracker(&kind);
+    // Per version: (stay number, reference event, faulty event if met).
+    let mut versions: Vec<(usize, JobEvent, Option<JobEvent>)> = Vec::new();
+    let mut at = At::Start;
+    let mut stay = 0;
+    let mut last_met: Option<usize> = None;
+    let mut missed_since = false;
+    let mut faults = Vec::new();
+    let mut record =
+        |text: String, meet: Meet, versions: &mut Vec<(usize, JobEvent, Option<JobEvent>)>| {
+            // A step that changed nothing (an outcome is final) wrote no new version.
+            let Some(live) = observe(&mut reference, &text, false) else {
+                return;
+            };
+            if versions
+                .last()
+                .is_some_and(|(_, e, _)| e.phase != live.phase)
+            {
+                stay += 1;
+            }
+            let met = match meet {
+                Meet::Miss => {
+                    missed_since = true;
+                    None
+                }
+                Meet::KillThenList => {
+                    faulty = tracker(&kind);
+                    faults.push(format!("kill before v{}", versions.len()));
+                    observe(&mut faulty, &text, true)
+                }
+                Meet::See => observe(&mut faulty, &text, missed_since),
+            };
+            if met.is_some() {
+                missed_since = false;
+            }
+            versions.push((stay, live, met));
+        };
+    let fail = |e: &dyn std::fmt::Display| TestCaseError::fail(e.to_string());
+    let created = driver.object().map_err(|e| fail(&e))?;
+    let mut seen_rv: u64 = driver.resource_version().parse().map_err(|e| fail(&e))?;
+    record(created.to_string(), Meet::See, &mut versions);
+    for (choice, gap, meet) in life {
+        let options = choices(at);
+        if options.is_empty() {
+            break;
+        }
+        let step = options[choice % options.len()];
+        driver.advance_clock(std::time::Duration::from_millis(*gap));
+        play(&mut driver, step).map_err(|e| TestCaseError::fail(format!("{step:?}: {e:#}")))?;
+        at = after(step);
+        // Every version the step wrote (some steps write two), as a watch sees them; a miss
+        // misses them all, a kill comes before the first.
+        let written = sim
+            .versions_since(&flavor.gvr(), "ml", driver.name(), seen_rv)
+            .map_err(|e| fail(&e))?;
+        seen_rv = driver.resource_version().parse().map_err(|e| fail(&e))?;
+        for (k, object) in written.into_iter().enumerate() {
+            let meet = if k > 0 && *meet == Meet::KillThenList {
+                Meet::See
+            } else {
+                *meet
+            };
+            record(object.to_string(), meet, &mut versions);
+        }
+    }
+    let trail: Vec<String> = versions
+        .iter()
+        .map(|(s, e, m)| {
+            format!(
+                "s{s} {} ref={} faulty={}",
+                e.phase,
+                e.transition_key,
+                m.as_ref().map_or("-", |m| m.transition_key.as_str())
+            )
+        })
+        .collect();
+    let context = || format!("{flavor:?} {faults:?}\n  {}", trail.join("\n  "));
+
+    // The reference: one key per stay, and never one key for two stays.
+    let mut by_stay: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
+    for (s, e, _) in &versions {
+        by_stay.entry(*s).or_default().insert(&e.transition_key);
+    }
+    let mut owner: BTreeMap<&str, usize> = BTreeMap::new();
+    for (s, keys) in &by_stay {
+        prop_assert!(keys.len() == 1, "stay {s} has keys {keys:?}\n{}", context());
+        for key in keys {
+            if let Some(other) = owner.insert(key, *s) {
+                prop_assert!(false, "stays {other} and {s} share {key}\n{}", context());
+            }
+        }
+    }
+    let reference_key = |s: usize| *by_stay[&s].iter().next().expect("a key");
+
+    // The faulty tracker: the reference's key, but where only a watcher that saw it can tell.
+    for (_, live, met) in &versions {
+        let Some(met) = met else { continue };
+        let told_by_memory =
+            live.transition_key.contains('#') || live.transition_key.contains("@rv=");
+        if flavor == Flavor::Volcano || !told_by_memory {
+            prop_assert_eq!(
+                &met.transition_key,
+                &live.transition_key,
+                "after gaps and kills\n{}",
+                context()
             );
+        }
+    }
+
+    // Rebuilds after every gap, from the last version met before it, and from nothing.
+    let rebuilt_ok = |key: &str, phase: Phase, stays: std::ops::Range<usize>| {
+        stays.clone().any(|s| reference_key(s) == key)
+            || (flavor != Flavor::Volcano
+                && stays.clone().any(|s| {
+                    let own = reference_key(s);
+                    versions
+                        .iter()
+                        .any(|(vs, e, _)| *vs == s && e.phase == phase)
+                        && own.starts_with(key)
+                        && own[key.len()..].starts_with('#')
+                }))
+    };
+    for (i, (s, _, met)) in versions.iter().enumerate() {
+        let Some(met) = met else { continue };
+        let object: serde_json::Value =
+            serde_json::from_str(&met.object_json).expect("the event's object");
+        let first_met = versions[..i].iter().all(|(_, _, m)| m.is_none());
+        if first_met && i > 0 {
+            for event in first_sight_events(met, &recorded_transitions(spec, &object)) {
+                prop_assert!(
+                    rebuilt_ok(&event.transition_key, event.phase, 0..*s),
+                    "first sight at v{i} rebuilt {} {}\n{}",
+                    event.phase,
+                    event.transition_key,
+                    context()
+                );
+            }
+        }
+        let Some(before) = last_met else {
+            last_met = Some(i);
+            continue;
+        };
+        last_met = Some(i);
+        let cursor = versions[before].2.as_ref().expect("met");
+        if before + 1 == i
+            || cursor.phase == met.phase && cursor.transition_time == met.transition_time
+        {
+            continue;
+        }
+        let missed = missed_transitions(spec, &object, cursor.phase, Some(&cursor.transition_time));
+        let mut current = common::event(&met.uid, &met.resource_version, met.phase, None, "x");
+        current.object_json = met.object_json.clone();
+        let rebuilt = synthetic_events(&current, cursor.phase, &missed);
+        for event in &rebuilt {
+            // A stay at or before the cursor's may come again when the cursor's second holds
+            // its phase twice: under the key it had, so plugins drop it as a repeat.
+            prop_assert!(
+                rebuilt_ok(&event.transition_key, event.phase, 0..*s),
+                "after the gap v{before}..v{i}: rebuilt {} {}\n{}",
+                event.phase,
+                event.transition_key,
+                context()
+            );
+        }
+        // Volcano's history holds every entry: nothing between the two is lost.
+        if flavor == Flavor::Volcano {
+            for between in versions[before].0 + 1..*s {
+                let key = reference_key(between);
+                prop_assert!(
+                    rebuilt.iter().any(|e| e.transition_key == key),
+                    "after the gap v{before}..v{i}: stay {between} ({key}) was not rebuilt\n{}",
+                    context()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn keys_tell_every_transition_apart_through_gaps_kills_and_fast_reentries() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sim = runtime
+        .block_on(SimCluster::start("east"))
+        .expect("simulator");
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    for flavor in Flavor::ALL {
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let n = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = runner.run(&life(), |life| {
+            let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            check_life(&sim, flavor, n, &life)
+        });
+        if let Err(e) = outcome {
+            panic!("{flavor:?}: {e}");
         }
     }
 }

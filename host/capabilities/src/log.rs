@@ -7,11 +7,19 @@
 //! A plugin cannot flood the host: a message is cut at [`MAX_MESSAGE_BYTES`], and a call may
 //! write [`MAX_LINES_PER_CALL`] lines; later lines are counted and reported in one warning at
 //! the end of the call. Logging never fails and never traps.
+//!
+//! The lines each plugin wrote are counted by level ([`LogLines`], process-wide, in the
+//! services every call shares), so an operator can alert on a plugin's warnings and errors —
+//! the way a plugin reports what it handled but found wrong (mysql-sync meeting a transition
+//! key again with another origin) — without reading logs.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use wasmtime::component::{HasData, Linker};
 
 use super::CallLabels;
-use super::Capability;
+use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::Level;
 use jobrelay_bindings::jobrelay::plugin::log as wit_log;
 use jobrelay_bindings::v0_1::jobrelay::plugin::log as older;
@@ -27,6 +35,52 @@ pub struct Log;
 impl Capability for Log {
     fn name(&self) -> &'static str {
         "log"
+    }
+
+    fn configure(&self, call: &CallScope<'_>, setup: &mut StoreSetup) -> Result<(), GrantProblem> {
+        setup.state.log.counts = Some(call.services.log_lines.clone());
+        Ok(())
+    }
+}
+
+/// Lines written per plugin and level since the process started.
+#[derive(Debug, Default)]
+pub struct LogLines {
+    counts: Mutex<BTreeMap<(String, &'static str), u64>>,
+}
+
+impl LogLines {
+    /// Adds one call's lines of `plugin`, by level (in [`LEVELS`] order).
+    fn add(&self, plugin: &str, by_level: &[u32; 5]) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        for (level, n) in LEVELS.iter().zip(by_level) {
+            if *n > 0 {
+                *counts.entry((plugin.to_string(), *level)).or_default() += u64::from(*n);
+            }
+        }
+    }
+
+    /// The counts of one plugin, by level name (levels it never wrote at are left out).
+    pub fn of(&self, plugin: &str) -> BTreeMap<&'static str, u64> {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts
+            .iter()
+            .filter(|((p, _), _)| p == plugin)
+            .map(|((_, level), n)| (*level, *n))
+            .collect()
+    }
+}
+
+/// The level names, as the `level` label of the metric says them.
+const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+
+fn level_index(level: Level) -> usize {
+    match level {
+        Level::Trace => 0,
+        Level::Debug => 1,
+        Level::Info => 2,
+        Level::Warn => 3,
+        Level::Error => 4,
     }
 }
 
@@ -57,11 +111,20 @@ pub fn add_to_linker<T: Send + 'static>(
 pub struct LogThrottle {
     written: u32,
     dropped: u32,
+    /// Lines written during the call by level (dropped ones included), added to `counts` when
+    /// the call is over: one lock per call, not per line.
+    by_level: [u32; 5],
+    counts: Option<Arc<LogLines>>,
 }
 
 impl LogThrottle {
-    /// Reports lines dropped during the call, if any.
+    /// Counts the call's lines and reports lines dropped during it, if any.
     pub fn finish(&self, labels: &CallLabels) {
+        if let Some(counts) = &self.counts
+            && self.by_level.iter().any(|n| *n > 0)
+        {
+            counts.add(&labels.plugin, &self.by_level);
+        }
         if self.dropped > 0 {
             tracing::warn!(
                 target: "jobrelay::plugin",
@@ -78,6 +141,8 @@ impl LogThrottle {
 impl wit_log::Host for LogView<'_> {
     async fn write(&mut self, level: Level, message: String) {
         let throttle = &mut *self.throttle;
+        let counted = &mut throttle.by_level[level_index(level)];
+        *counted = counted.saturating_add(1);
         if throttle.written >= MAX_LINES_PER_CALL {
             throttle.dropped = throttle.dropped.saturating_add(1);
             return;

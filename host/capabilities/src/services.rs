@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::archive::{ArchiveLocation, ArchiveStore};
+use super::log::LogLines;
 use super::open_error::OpenError;
 use super::pod_logs::ClusterDirectory;
 use super::refusals::Refusals;
@@ -36,6 +37,8 @@ pub struct Services {
     pub clusters: ClusterDirectory,
     /// How often each plugin ran into a quota or limit.
     pub refusals: Arc<Refusals>,
+    /// The log lines each plugin wrote, by level.
+    pub log_lines: Arc<LogLines>,
     /// A tape recording or replaying every capability call (`plugin run --record/--replay`,
     /// `plugin test`); `None` in the daemon.
     pub tape: Option<Arc<Tape>>,
@@ -73,6 +76,7 @@ impl Services {
             archive: Some(archive),
             clusters,
             refusals: Arc::default(),
+            log_lines: Arc::default(),
             tape: None,
         })
     }

@@ -550,7 +550,9 @@ fn gap_events(
     let Some(last_time) = accepted.transition_time.as_deref() else {
         return Vec::new();
     };
-    if last_phase == event.phase {
+    // The same phase entered at the same time is the same stay: nothing between. The same
+    // phase entered at another time left it and came back during the gap.
+    if last_phase == event.phase && last_time == event.transition_time {
         return Vec::new();
     }
     let Some(object) = object() else {

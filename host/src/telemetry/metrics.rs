@@ -470,6 +470,24 @@ impl Collector for DaemonCollector {
             MetricType::Counter,
             refusals,
         )?;
+        let lines: Vec<(Labels, ConstCounter<u64>)> = status
+            .plugins
+            .iter()
+            .flat_map(|(name, p)| {
+                p.log_lines.iter().map(move |(level, n)| {
+                    let labels = vec![("plugin", name.clone()), ("level", level.to_string())];
+                    (labels, ConstCounter::new(*n))
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_plugin_log_lines",
+            "Log lines the plugin wrote, by level (trace, debug, info, warn, error); lines past \
+             the per-call limit are counted too",
+            MetricType::Counter,
+            lines,
+        )?;
         let problems = vec![(Labels::new(), gauge(status.problems.len() as u64))];
         family(
             e,

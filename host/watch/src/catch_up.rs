@@ -19,11 +19,15 @@
 //! and a trailing entry equal to the current phase (that one is the real event).
 //!
 //! Timestamps in Kubernetes statuses have one-second resolution, so several transitions can
-//! share a time. Entries at exactly `last_time` are dropped, except those that sort *after* an
-//! entry of `last_phase` at that same time (then the order says they came later). When the
-//! order cannot tell, nothing is guessed: the tie is treated as already delivered. Clock skew
-//! between jobrelay and the controllers matters only if `last_time` was jobrelay's own clock
-//! (a status without a transition time): a transition recorded slightly "before" it is lost.
+//! share a time. Entries before `last_time` were delivered. Entries at exactly `last_time` were
+//! too up to the entry of `last_phase` among them (the order says what came later); when the
+//! history holds `last_phase` more than once in that second, up to the first of them; when it
+//! holds none (`last_time` is jobrelay's own clock, for a status without a transition time,
+//! or a time recorded elsewhere), none of them counts as delivered. In every doubtful case a
+//! transition is delivered again — under the transition key it had, which plugins dedupe on —
+//! rather than lost. Clock skew between jobrelay and the controllers matters only if
+//! `last_time` was jobrelay's own clock: a transition recorded a second or more "before" it is
+//! lost.
 //!
 //! # What each kind can and cannot tell
 //!
@@ -111,6 +115,27 @@ pub struct MissedTransition {
     /// It does not depend on `last_phase`/`last_time`, so the synthetic ids built from it stay
     /// the same when a catch-up is cut short and redone from a later cursor.
     pub ordinal: usize,
+    /// 1 + the earlier entries of this phase at this same `at` in the history (see
+    /// [`Recorded::Entered`]).
+    pub n: u32,
+    /// The entry of the stay the job was created in (see [`Recorded::Created`]).
+    pub created: bool,
+}
+
+/// What a status records of when one stay of a job began: what its transition key is made
+/// of (`crate::transition_key`). The live path and the catch-up read it with the same code
+/// from the same history, so a transition observed live and rebuilt later get the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// The job has not left the stay it was created in (built-in kinds only, see
+    /// [`first_stay`]).
+    Created,
+    /// The status records the phase entered at `at` (its text as written); `n` numbers the
+    /// entries of this phase at that same text in the history, from 1: a Volcano job that
+    /// runs, restarts and runs again within one second has `running` at `at` twice.
+    Entered { at: String, n: u32 },
+    /// Nothing in the status tells when this stay began.
+    Unrecorded,
 }
 
 /// Transitions recorded in `object`'s status that happened after the last delivered state
@@ -133,40 +158,96 @@ pub fn missed_transitions(
     let current = normalize(spec, object);
     let history = history(spec, object, cut_at(&current));
 
-    // Everything up to and including `last_time` was delivered, except that entries sharing
-    // `last_time` which sort after the last delivered phase's own entry came later.
-    let mut start = history.iter().take_while(|s| s.at <= last).count();
-    if let Some(i) = history[..start]
+    // Entries before `last_time` were delivered. Of those sharing its second, the ones up to
+    // the last delivered phase's entry were too; when that phase was entered more than once
+    // in the second, up to the first of them. When it is not among them at all (the cursor's
+    // time is jobrelay's clock, or a record of its own), they may all have come after it.
+    // Either way a transition the cursor may not cover is delivered again — under the key it
+    // had, which plugins dedupe on — rather than lost.
+    let before = history.iter().take_while(|s| s.at < last).count();
+    let tied = history[before..]
         .iter()
-        .rposition(|s| s.at == last && s.phase == last_phase)
-    {
-        start = i + 1;
-    }
+        .take_while(|s| s.at == last)
+        .count();
+    let start = history[before..before + tied]
+        .iter()
+        .position(|s| s.phase == last_phase)
+        .map_or(before, |i| before + i + 1);
     let mut missed = &history[start..];
     if let Some((first, rest)) = missed.split_first()
         && first.phase == last_phase
     {
         missed = rest;
     }
-    before_current(missed, current.phase)
+    before_current(spec, missed, current.phase)
 }
 
-/// When the job entered its current phase, as the status records it: the time of the last
-/// entry of its recorded history when that entry is of the current phase (exactly the text a
-/// later catch-up reads for this transition, so a live event and its reconstruction get the
-/// same transition key), else the normalizer's own recorded time (the deletion timestamp for
-/// `terminating`, a kind's single transition time). `None` when the status records neither.
-pub fn entered_at(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> Option<String> {
-    history(spec, object, cut_at(current))
-        .pop()
-        .filter(|last| last.phase == current.phase)
-        .map(|last| last.at_text)
-        .or_else(|| current.transition_time.clone())
+/// What `object`'s status records of the stay its current version is in.
+///
+/// The stay the job was created in, for a built-in kind whose status shows it never left it
+/// ([`first_stay`]); else the last entry of its recorded history when that entry is of the
+/// current phase (exactly what a later catch-up reads for this transition, so a live event
+/// and its reconstruction get the same key) — unless that entry is the creation's own, which
+/// then tells of an earlier stay; else the normalizer's own recorded time (the deletion
+/// timestamp for `terminating`, a kind's single transition time).
+pub fn recorded(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> Recorded {
+    if current.phase == Phase::Pending && first_stay(spec, object) {
+        return Recorded::Created;
+    }
+    let mut history = history(spec, object, cut_at(current));
+    match history.pop() {
+        Some(last) if last.phase == current.phase => {
+            if last.is_creation(spec) {
+                Recorded::Unrecorded
+            } else {
+                Recorded::Entered {
+                    at: last.at_text,
+                    n: last.occurrence,
+                }
+            }
+        }
+        _ => current
+            .transition_time
+            .clone()
+            .map_or(Recorded::Unrecorded, |at| Recorded::Entered { at, n: 1 }),
+    }
+}
+
+/// Whether a job of a built-in kind, pending now, has never left the stay it was created in,
+/// as far as its status tells (the rules per kind are in the module docs). Generic kinds
+/// have no such rule: a status of their own may record a return to a pending condition in
+/// a way no rule here could tell from the first.
+fn first_stay(spec: &NormalizerSpec, object: &Value) -> bool {
+    let status = object.get("status");
+    let count = |key: &str| {
+        status
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    match spec {
+        NormalizerSpec::Volcano => {
+            count("retryCount") == 0
+                && conditions(object).all(|c| {
+                    text(c, "status")
+                        .is_none_or(|s| s.is_empty() || volcano_phase(s) == Phase::Pending)
+                })
+        }
+        NormalizerSpec::Kubeflow => conditions(object).all(|c| text(c, "type") == Some("Created")),
+        NormalizerSpec::Batch => {
+            conditions(object).next().is_none() && count("succeeded") == 0 && count("failed") == 0
+        }
+        NormalizerSpec::Conditions(_) | NormalizerSpec::Field(_) => false,
+    }
 }
 
 /// The history's entries as missed transitions, without a trailing entry of the current phase
 /// (that one is the real event).
-fn before_current(history: &[Step], current: Phase) -> Vec<MissedTransition> {
+fn before_current(
+    spec: &NormalizerSpec,
+    history: &[Step],
+    current: Phase,
+) -> Vec<MissedTransition> {
     let mut entries = history;
     if let Some((tail, rest)) = entries.split_last()
         && tail.phase == current
@@ -182,6 +263,8 @@ fn before_current(history: &[Step], current: Phase) -> Vec<MissedTransition> {
             message: s.message.clone(),
             at: s.at_text.clone(),
             ordinal: s.ordinal,
+            n: s.occurrence,
+            created: s.is_creation(spec),
         })
         .collect()
 }
@@ -207,11 +290,7 @@ pub fn synthetic_events(
             let rv = format!("{}~{}~{}", current.resource_version, m.phase, m.ordinal);
             let event = JobEvent {
                 id: JobEvent::make_id(&current.cluster, &current.uid, &rv),
-                transition_key: TransitionKey::Entered(&m.at).make(
-                    &current.cluster,
-                    &current.uid,
-                    m.phase,
-                ),
+                transition_key: m.key().make(&current.cluster, &current.uid, m.phase),
                 resource_version: rv,
                 phase: m.phase,
                 raw_phase: m.raw_phase.clone(),
@@ -252,6 +331,35 @@ struct Step {
     /// Breaks ties between equal times: lower sorts first.
     rank: usize,
     ordinal: usize,
+    /// 1 + the earlier entries of the same phase at the same time text.
+    occurrence: u32,
+}
+
+impl Step {
+    /// The entry of the stay the job was created in: the first of the history, pending, of a
+    /// kind with a first-stay rule ([`first_stay`]).
+    fn is_creation(&self, spec: &NormalizerSpec) -> bool {
+        self.ordinal == 0
+            && self.phase == Phase::Pending
+            && matches!(
+                spec,
+                NormalizerSpec::Volcano | NormalizerSpec::Kubeflow | NormalizerSpec::Batch
+            )
+    }
+}
+
+impl MissedTransition {
+    /// The transition key's parts for this transition.
+    pub fn key(&self) -> TransitionKey<'_> {
+        if self.created {
+            TransitionKey::Created
+        } else {
+            TransitionKey::Entered {
+                at: &self.at,
+                n: self.n,
+            }
+        }
+    }
 }
 
 /// The object's recorded history: sorted, cut at the current phase's time, folded, numbered.
@@ -286,7 +394,15 @@ fn history(
             continue;
         }
         let ordinal = folded.len();
-        folded.push(Step { ordinal, ..e });
+        let occurrence = 1 + folded
+            .iter()
+            .filter(|f| f.phase == e.phase && f.at_text == e.at_text)
+            .count() as u32;
+        folded.push(Step {
+            ordinal,
+            occurrence,
+            ..e
+        });
     }
     folded
 }
@@ -323,6 +439,7 @@ fn step_at(c: &Value, phase: Phase, raw: &str, rank: usize, with_text: bool) -> 
         at_text: at_text.to_string(),
         rank,
         ordinal: 0,
+        occurrence: 1,
     })
 }
 
@@ -419,6 +536,7 @@ fn start_time_step(status: &Value) -> Option<Step> {
         at_text: at_text.to_string(),
         rank: 0,
         ordinal: 0,
+        occurrence: 1,
     })
 }
 

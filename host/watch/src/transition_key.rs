@@ -1,49 +1,208 @@
-//! The transition key: what identifies one transition of one job, whether it was observed live
-//! or rebuilt from the status after a gap (`job-event.transition-key` in `wit/plugin.wit`).
+//! The transition key: what identifies one transition of one job — one *stay* of the job in
+//! one phase — whether it was observed live or rebuilt from the status after a gap
+//! (`job-event.transition-key` in `wit/plugin.wit`).
 //!
-//! A plugin that acts once per transition (a chat card, an archive, a transition row) needs an
-//! identity that survives the one case the event id cannot cover: a transition delivered live
-//! whose acknowledgement was lost (a kill), then delivered again as a reconstruction from a
-//! later version (`synthetic`). The reconstruction has no resource version of the live event,
-//! and jobrelay's clock differs between the two; the only fact both share is the status's own
-//! record of when the phase was entered. So the key is the phase plus that recorded time, read
-//! by the same code ([`catch_up::entered_at`] and the catch-up's history) on both paths, and
-//! falls back to the version only for phases whose entry no status records (those are never
-//! reconstructed).
+//! A plugin that acts once per transition (a chat card, an archive, a transition row) dedupes
+//! on it, so it must hold three things: two stays of one job never share a key; every version
+//! of one stay carries the same key; and a stay delivered live and rebuilt later (its
+//! acknowledgement lost to a kill) carries the same key both times.
+//!
+//! The only fact the live path and a rebuild share is the status, so the key is read from it
+//! first ([`catch_up::recorded`], the same code and history the catch-up uses): the stay the
+//! job was created in (`pending@created`), or the time the status records for entering the
+//! phase, numbered when the history holds that phase more than once at that same time
+//! (`running@…#2`). But statuses keep times in whole seconds, some keep one entry per
+//! condition type, and some phases have no recorded entry at all, so the status alone
+//! cannot tell every stay apart. A watcher therefore remembers, per job, the [`Stay`] its last
+//! version was in, and [`Stay::next`] decides the next one from both:
+//!
+//! - the same phase as before is the same stay, and keeps its key — even when the status only
+//!   now starts recording its entry — unless the status shows the phase entered anew since
+//!   (a later time, or a higher number at the same time);
+//! - a new phase is a new stay. When the status dates its entry in the same second as the stay
+//!   before, the stay is numbered past every stay of that phase the watcher saw begin in that
+//!   second (a Kubeflow job that runs, restarts and runs again within a second: the status has
+//!   one `Running` entry, the watcher saw two). When the status dates it *before* the stay
+//!   before, the record is of an earlier visit (a resumed Kubeflow job back in `pending` shows
+//!   only its creation's entry), and the stay is keyed by the version it was first seen in.
+//!
+//! What is remembered is lost with the process, so after a restart the key is what the status
+//! alone tells; `docs/delivery.md` says per kind exactly which identity holds where.
 
-use serde_json::Value;
+use std::cmp::Ordering;
+
+use chrono::DateTime;
+use compact_str::CompactString;
 
 use jobrelay_contract::event::Phase;
 use jobrelay_contract::transition_key::TransitionKey;
 
-use super::catch_up;
-use super::kinds::NormalizerSpec;
-use super::normalize::Normalized;
+use super::catch_up::Recorded;
 
-/// The job and version a key is made for.
-#[derive(Debug, Clone, Copy)]
-pub struct Version<'a> {
-    pub cluster: &'a str,
-    pub uid: &'a str,
-    pub resource_version: &'a str,
-}
-
-/// The key of an observed version of a job in `phase` (the normalized phase, or `deleted` for
-/// a deletion), given the object and what the normalizer read from it.
-pub fn of_version(
-    spec: &NormalizerSpec,
-    object: &Value,
-    normalized: &Normalized,
+/// One stay of one job, as a watcher keys it: what it remembers of the job's last version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stay {
     phase: Phase,
-    version: Version<'_>,
-) -> String {
-    let entered = (phase != Phase::Deleted)
-        .then(|| catch_up::entered_at(spec, object, normalized))
-        .flatten();
-    let key = match (phase, &entered) {
-        (Phase::Deleted, _) => TransitionKey::Deletion,
-        (_, Some(at)) => TransitionKey::Entered(at),
-        (_, None) => TransitionKey::Version(version.resource_version),
-    };
-    key.make(version.cluster, version.uid, phase)
+    mark: Mark,
+    /// The latest entry time of the stays seen begin, with every stay entered at it, when
+    /// that is not simply this stay alone at its own time — as it is for nearly every stay.
+    recent: Option<Box<Recent>>,
 }
+
+/// What names a stay besides its phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mark {
+    Created,
+    Entered { at: CompactString, n: u32 },
+    Version(CompactString),
+    Deletion,
+}
+
+/// The stays (phase, number) whose entry the status dated at `at`, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Recent {
+    at: CompactString,
+    stays: Vec<(Phase, u32)>,
+}
+
+impl Stay {
+    /// The stay of a version in `phase` whose status records `recorded`, observed as
+    /// `resource_version`; `previous` is the stay of the job's version seen before it (`None`
+    /// at first sight).
+    pub fn next(
+        previous: Option<&Stay>,
+        phase: Phase,
+        recorded: Recorded,
+        resource_version: &str,
+    ) -> Stay {
+        if phase == Phase::Deleted {
+            return Stay::alone(phase, Mark::Deletion);
+        }
+        let derived = match recorded {
+            Recorded::Created => Mark::Created,
+            Recorded::Entered { at, n } => Mark::Entered { at: at.into(), n },
+            Recorded::Unrecorded => Mark::Version(resource_version.into()),
+        };
+        let Some(previous) = previous else {
+            return Stay::alone(phase, derived);
+        };
+        if previous.phase != phase {
+            return previous.then(phase, derived, resource_version);
+        }
+        // The same stay, unless the status shows the phase entered anew since: a later
+        // entry, or more entries at the same time.
+        if let (Mark::Entered { at: was, n: was_n }, Mark::Entered { at, n }) =
+            (&previous.mark, &derived)
+        {
+            let anew = match compare(at, was) {
+                Some(Ordering::Greater) => true,
+                Some(Ordering::Equal) => n > was_n,
+                _ => false,
+            };
+            if anew {
+                return previous.then(phase, derived, resource_version);
+            }
+        }
+        previous.clone()
+    }
+
+    /// The key text of this stay of job `uid` on `cluster`.
+    pub fn key(&self, cluster: &str, uid: &str) -> String {
+        let key = match &self.mark {
+            Mark::Created => TransitionKey::Created,
+            Mark::Entered { at, n } => TransitionKey::Entered { at, n: *n },
+            Mark::Version(rv) => TransitionKey::Version(rv),
+            Mark::Deletion => TransitionKey::Deletion,
+        };
+        key.make(cluster, uid, self.phase)
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    fn alone(phase: Phase, mark: Mark) -> Stay {
+        Stay {
+            phase,
+            mark,
+            recent: None,
+        }
+    }
+
+    /// The stay that begins after this one, in `phase`, named `derived` by its status.
+    fn then(&self, phase: Phase, derived: Mark, resource_version: &str) -> Stay {
+        // A deletion timestamp is set once per job: it names its stay alone.
+        if phase == Phase::Terminating {
+            return Stay::alone(phase, derived);
+        }
+        let Mark::Entered { at, n } = derived else {
+            // Nothing dates this stay: what was seen begin before it still counts for the next.
+            return Stay {
+                phase,
+                mark: derived,
+                recent: self.recent(),
+            };
+        };
+        let Some(recent) = self.recent() else {
+            return Stay::alone(phase, Mark::Entered { at, n });
+        };
+        match compare(&at, &recent.at) {
+            // Dated in the same second as the latest stay seen begin: past every stay of this
+            // phase seen begin in it.
+            Some(Ordering::Equal) => {
+                let seen = recent
+                    .stays
+                    .iter()
+                    .filter(|(p, _)| *p == phase)
+                    .map(|(_, n)| *n)
+                    .max()
+                    .unwrap_or(0);
+                let n = n.max(seen + 1);
+                let mut stays = recent.stays;
+                stays.push((phase, n));
+                Stay {
+                    phase,
+                    mark: Mark::Entered { at, n },
+                    recent: Some(Box::new(Recent {
+                        at: recent.at,
+                        stays,
+                    })),
+                }
+            }
+            // Dated before a stay already seen begin: the record is of an earlier visit.
+            Some(Ordering::Less) => Stay {
+                phase,
+                mark: Mark::Version(resource_version.into()),
+                recent: Some(recent),
+            },
+            _ => Stay::alone(phase, Mark::Entered { at, n }),
+        }
+    }
+
+    /// The latest entry time seen and the stays entered at it.
+    fn recent(&self) -> Option<Box<Recent>> {
+        match (&self.recent, &self.mark) {
+            (Some(recent), _) => Some(recent.clone()),
+            (None, Mark::Entered { at, n }) => Some(Box::new(Recent {
+                at: at.clone(),
+                stays: vec![(self.phase, *n)],
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// Two recorded times in order, as instants when both are RFC 3339 (statuses may write
+/// fractions or offsets), else equal only as the same text; `None`: not comparable.
+fn compare(a: &str, b: &str) -> Option<Ordering> {
+    match (
+        DateTime::parse_from_rfc3339(a),
+        DateTime::parse_from_rfc3339(b),
+    ) {
+        (Ok(a), Ok(b)) => Some(a.cmp(&b)),
+        _ => (a == b).then_some(Ordering::Equal),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -19,12 +19,13 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::catch_up;
 use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::{self, LenientObject, Unreadable};
 use super::normalize::normalize;
 use super::object::JobObject;
-use super::transition_key;
+use super::transition_key::Stay;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::uid::Uid;
 
@@ -103,18 +104,26 @@ pub enum Observation {
 }
 
 /// Turns watcher events into observations, remembering per job only the last version seen,
-/// to drop versions seen again within this stream's life (re-lists, reconnects). Whole
-/// objects are never retained; per-plugin state (what was delivered) lives in the lanes.
+/// to drop versions seen again within this stream's life (re-lists, reconnects), and the stay
+/// it was in, to key the next one ([`Stay`]). Whole objects are never retained; per-plugin
+/// state (what was delivered) lives in the lanes.
 #[derive(Debug)]
 pub struct Tracker {
     cluster: Arc<str>,
     kind: Arc<JobKind>,
     namespace: Option<String>,
-    /// Uid → resourceVersion, both compact (a canonical uid in 16 bytes, a version of up to
-    /// 24 bytes inline): one record per tracked job, no allocation of its own.
-    jobs: HashMap<Uid, CompactString>,
+    /// One record per tracked job (a canonical uid in 16 bytes; the version and the stay's
+    /// time inline up to 24 bytes each): no allocation of its own in the common case.
+    jobs: HashMap<Uid, Seen>,
     /// Uids listed since the last `Init`; `None` outside a (re-)list.
     listing: Option<HashSet<Uid>>,
+}
+
+/// What a tracker remembers of one job.
+#[derive(Debug)]
+struct Seen {
+    resource_version: CompactString,
+    stay: Stay,
 }
 
 impl Tracker {
@@ -178,22 +187,35 @@ impl Tracker {
         let uid = obj.metadata.uid.take()?;
         let rv = obj.metadata.resource_version.take()?;
         let key = Uid::new(&uid);
-        if self.jobs.get(&key).map(CompactString::as_str) == Some(rv.as_str()) {
-            return None; // the same version seen again (re-list, reconnect)
-        }
-        self.jobs.insert(key, CompactString::from(rv.as_str()));
-        Some(self.build(obj, uid, rv, None))
+        let previous = match self.jobs.get(&key) {
+            // The same version seen again (re-list, reconnect).
+            Some(seen) if seen.resource_version == rv => return None,
+            seen => seen.map(|s| &s.stay),
+        };
+        let (event, stay) = self.build(obj, uid, rv, None, previous);
+        let resource_version = CompactString::from(event.resource_version.as_str());
+        self.jobs.insert(
+            key,
+            Seen {
+                resource_version,
+                stay,
+            },
+        );
+        Some(event)
     }
 
     fn delete(&mut self, mut obj: JobObject) -> Option<JobEvent> {
         let uid = obj.metadata.uid.take()?;
         let previous = self.jobs.remove(&Uid::new(&uid));
         let mut rv = obj.metadata.resource_version.take().unwrap_or_default();
-        if previous.as_deref() == Some(rv.as_str()) || rv.is_empty() {
+        if previous.as_ref().map(|s| s.resource_version.as_str()) == Some(rv.as_str())
+            || rv.is_empty()
+        {
             // Keep ids unique even if the server reused the last version for the deletion.
             rv = format!("{rv}-deleted");
         }
-        Some(self.build(obj, uid, rv, Some(Phase::Deleted)))
+        let (event, _) = self.build(obj, uid, rv, Some(Phase::Deleted), None);
+        Some(event)
     }
 
     /// After a (re-)list, forget jobs that were not listed and tell the lanes which jobs
@@ -210,24 +232,28 @@ impl Tracker {
         })
     }
 
-    /// The event for one version; `previous_phase` is filled in per plugin by its lane.
-    fn build(&self, mut obj: JobObject, uid: String, rv: String, force: Option<Phase>) -> JobEvent {
+    /// The event for one version, and the stay it is in given the stay of the job's version
+    /// seen before (`previous`); `previous_phase` is filled in per plugin by its lane.
+    fn build(
+        &self,
+        mut obj: JobObject,
+        uid: String,
+        rv: String,
+        force: Option<Phase>,
+        previous: Option<&Stay>,
+    ) -> (JobEvent, Stay) {
         // The status view, or the whole object for a field rule reading elsewhere (decoded
         // when the object was read, see `readable`).
         let tree = obj.view();
         let n = normalize(&self.kind.normalizer, tree);
         let phase = force.unwrap_or(n.phase);
-        let transition_key = transition_key::of_version(
-            &self.kind.normalizer,
-            tree,
-            &n,
-            phase,
-            transition_key::Version {
-                cluster: &self.cluster,
-                uid: &uid,
-                resource_version: &rv,
-            },
-        );
+        let recorded = if phase == Phase::Deleted {
+            catch_up::Recorded::Unrecorded
+        } else {
+            catch_up::recorded(&self.kind.normalizer, tree, &n)
+        };
+        let stay = Stay::next(previous, phase, recorded, &rv);
+        let transition_key = stay.key(&self.cluster, &uid);
         let transition_time = if phase == Phase::Deleted {
             now_rfc3339()
         } else {
@@ -245,7 +271,7 @@ impl Tracker {
         } = metadata;
         let mut annotations = annotations.unwrap_or_default();
         annotations.remove(LAST_APPLIED);
-        JobEvent {
+        let event = JobEvent {
             id: JobEvent::make_id(&self.cluster, &uid, &rv),
             transition_key,
             cluster: self.cluster.to_string(),
@@ -266,7 +292,8 @@ impl Tracker {
             annotations,
             object_json: text,
             synthetic: false,
-        }
+        };
+        (event, stay)
     }
 
     /// The object's text, with this stream's `apiVersion` and `kind` when it had none (as

@@ -27,7 +27,7 @@ mod plugin {
 
     use jobrelay_guest::sql::{self, Error as SqlError, Statement, Value};
     use jobrelay_guest::{
-        Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, phase_name,
+        Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, log, phase_name,
     };
 
     /// What `init` prepares; `init` always runs first on an instance. The statement texts
@@ -38,6 +38,7 @@ mod plugin {
     struct Prepared {
         connection: String,
         insert_transition: String,
+        transition_by_key: String,
         upsert_job: String,
     }
 
@@ -75,6 +76,7 @@ mod plugin {
                     dialect,
                     &settings.transitions_table,
                 ),
+                transition_by_key: statements::transition_by_key(&settings.transitions_table),
                 upsert_job: statements::upsert_job(dialect, &settings.jobs_table),
                 connection: settings.connection,
             });
@@ -96,7 +98,11 @@ mod plugin {
                     sql: prepared.insert_transition.clone(),
                     params: transition_values(&event, &now),
                 };
-                sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+                let inserted =
+                    sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+                if inserted == 0 {
+                    check_repeat(&prepared, &event)?;
+                }
             }
             let statement = Statement {
                 sql: prepared.upsert_job.clone(),
@@ -105,6 +111,44 @@ mod plugin {
             sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
             Ok(())
         }
+    }
+
+    /// A transition row that was not written because one with its event id or transition key
+    /// exists. The same event again (a retry, a replay) or the same transition from another
+    /// version (live, then rebuilt after a gap) is what the unique key is for. The same key
+    /// from another phase means two transitions were given one key: the stored row is kept,
+    /// and the plugin says so at `warn` (counted in `jobrelay_plugin_log_lines_total`), never
+    /// skipping it in silence.
+    fn check_repeat(prepared: &Prepared, event: &JobEvent) -> Result<(), HandlerError> {
+        let statement = Statement {
+            sql: prepared.transition_by_key.clone(),
+            params: vec![text(&event.transition_key)],
+        };
+        let rows = sql::query(&prepared.connection, &statement).map_err(handler_error)?;
+        let Some(row) = rows.rows.first() else {
+            return Ok(()); // kept out by its event id alone: this very event again
+        };
+        let stored = |i: usize| match row.get(i) {
+            Some(Value::Text(t)) => Some(t.clone()),
+            _ => None,
+        };
+        let (stored_event, stored_from) = (stored(0), stored(1));
+        let from = event.previous_phase.map(|p| phase_name(p).to_string());
+        if stored_event.as_deref() != Some(event.id.as_str()) && stored_from != from {
+            log::write(
+                log::Level::Warn,
+                &format!(
+                    "transition key {} was recorded from {} (event {}); event {} brings it \
+                     from {}: the row is kept as recorded",
+                    event.transition_key,
+                    stored_from.as_deref().unwrap_or("nothing"),
+                    stored_event.as_deref().unwrap_or("?"),
+                    event.id,
+                    from.as_deref().unwrap_or("nothing"),
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn text(value: impl Into<String>) -> Value {

@@ -5,7 +5,8 @@
 //! replayed event changes nothing:
 //! - `INSERT IGNORE` of the transition row, keyed by the event id and, uniquely, by the
 //!   transition key (so a transition delivered live and again as a reconstruction after a gap
-//!   is one row);
+//!   is one row); when it writes nothing, the stored row of that key is read, and one recorded
+//!   from another phase is reported as a warning (see `check_repeat`);
 //! - an upsert of the job row that only takes effect when the event's version is newer than
 //!   the stored one (`version_major`, `version_minor`; see `row::VersionKey`), so an older event
 //!   arriving late (a replayed dead letter) never overwrites a newer state.
@@ -189,6 +190,11 @@ pub fn insert_transition(dialect: Dialect, table: &str) -> String {
         TRANSITION_COLUMNS.join(", "),
         placeholders(TRANSITION_COLUMNS.len())
     )
+}
+
+/// The event id and origin (`from_phase`) of the transition row with a given key.
+pub fn transition_by_key(table: &str) -> String {
+    format!("SELECT event_id, from_phase FROM {table} WHERE transition_key = ?")
 }
 
 /// Inserts the job row, or updates it if the event is newer than what is stored.

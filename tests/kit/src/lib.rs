@@ -26,7 +26,7 @@ pub mod sim;
 
 pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
-pub use lifecycle::{Flavor, JobBuilder, JobDriver};
+pub use lifecycle::{Flavor, JobBuilder, JobDriver, Pace};
 pub use mariadb::PrivateMariaDb;
 pub use registry::LocalRegistry;
 pub use scenario::Scenario;

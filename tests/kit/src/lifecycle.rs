@@ -5,8 +5,11 @@
 //! moves it through phases by writing the status JSON that flavour's controller writes. Each
 //! step returns the job's new resourceVersion so tests can wait for exactly that event.
 //!
-//! Timestamps come from an internal clock that advances at least one second per step, so
-//! `lastTransitionTime`s are strictly increasing and their order is meaningful.
+//! Timestamps come from an internal clock, written in whole seconds as the controllers write
+//! them. How it moves is the driver's [`Pace`]: by default at least one second per step, so
+//! `lastTransitionTime`s are strictly increasing and their order is meaningful; `Pace::Wall`
+//! stamps each step with the wall time, so steps played within one second share a time, as
+//! a real controller's fast transitions do; `Pace::Manual` moves only when the test says.
 //!
 //! What each step writes (job status; pod statuses change alongside, written first):
 //!
@@ -39,7 +42,7 @@ mod volcano;
 use crate::sim::Gvr;
 
 pub use builder::JobBuilder;
-pub use driver::JobDriver;
+pub use driver::{JobDriver, Pace};
 pub use pods::PodInfo;
 
 /// The kinds of training job the driver can play.

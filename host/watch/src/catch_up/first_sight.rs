@@ -29,7 +29,11 @@ use jobrelay_contract::event::{JobEvent, Phase};
 /// times.
 pub fn recorded_transitions(spec: &NormalizerSpec, object: &Value) -> Vec<MissedTransition> {
     let current = normalize(spec, object);
-    before_current(&history(spec, object, cut_at(&current)), current.phase)
+    before_current(
+        spec,
+        &history(spec, object, cut_at(&current)),
+        current.phase,
+    )
 }
 
 /// Synthetic events for a job's recorded history (see [`synthetic_events`]); the first one has

@@ -20,6 +20,7 @@ pub struct JobBuilder {
     pub(super) annotations: BTreeMap<String, String>,
     pub(super) finalizers: Vec<String>,
     pub(super) with_pods: bool,
+    pub(super) pace: super::Pace,
 }
 
 impl JobBuilder {
@@ -45,6 +46,12 @@ impl JobBuilder {
     /// Adds a finalizer to the job at creation.
     pub fn finalizer(mut self, name: &str) -> Self {
         self.finalizers.push(name.into());
+        self
+    }
+
+    /// How the job's clock moves from step to step (default [`Pace::Seconds`](super::Pace)).
+    pub fn pace(mut self, pace: super::Pace) -> Self {
+        self.pace = pace;
         self
     }
 
@@ -92,6 +99,7 @@ impl JobBuilder {
             total: planned.len() as u32,
             pods: Vec::new(),
             clock: Utc::now(),
+            pace: self.pace,
             pods_started: None,
             restarts: 0,
             last_rv: rv,

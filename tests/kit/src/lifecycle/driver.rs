@@ -13,6 +13,19 @@ use super::volcano::{self, Counts};
 use super::{Ctx, Flavor, JobBuilder};
 use crate::sim::{Gvr, SimCluster};
 
+/// How a driver's clock moves from one step to the next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pace {
+    /// At least one second per step, never behind wall time: every step has a time of its own.
+    #[default]
+    Seconds,
+    /// Each step at the wall time (never before the step before): steps played within one
+    /// second share a time, as a controller's fast transitions do.
+    Wall,
+    /// Only [`JobDriver::advance_clock`] moves it.
+    Manual,
+}
+
 /// Drives one job through its lifecycle. Every step method returns the job's resourceVersion
 /// after the step's last write.
 pub struct JobDriver {
@@ -25,6 +38,7 @@ pub struct JobDriver {
     pub(super) total: u32,
     pub(super) pods: Vec<PodInfo>,
     pub(super) clock: DateTime<Utc>,
+    pub(super) pace: Pace,
     pub(super) pods_started: Option<String>,
     pub(super) restarts: u32,
     pub(super) last_rv: String,
@@ -42,6 +56,7 @@ impl JobDriver {
             annotations: BTreeMap::new(),
             finalizers: Vec::new(),
             with_pods: true,
+            pace: Pace::Seconds,
         }
     }
 
@@ -113,6 +128,11 @@ impl JobDriver {
         Ok(())
     }
 
+    /// Chooses how the clock moves from now on (see [`Pace`]).
+    pub fn set_pace(&mut self, pace: Pace) {
+        self.pace = pace;
+    }
+
     /// Moves the internal clock forward (e.g. to make a step look long after the previous one).
     pub fn advance_clock(&mut self, by: Duration) {
         self.clock += chrono::Duration::from_std(by).unwrap_or_default();
@@ -120,10 +140,16 @@ impl JobDriver {
 
     // ----- internals -------------------------------------------------------------------------
 
-    /// Advances the clock by at least a second (and never behind wall time).
+    /// The time of the next step, as its [`Pace`] moves the clock, in whole seconds.
     pub(super) fn tick(&mut self) -> String {
-        let next = self.clock + chrono::Duration::seconds(1);
-        self.clock = next.max(Utc::now());
+        match self.pace {
+            Pace::Seconds => {
+                let next = self.clock + chrono::Duration::seconds(1);
+                self.clock = next.max(Utc::now());
+            }
+            Pace::Wall => self.clock = self.clock.max(Utc::now()),
+            Pace::Manual => {}
+        }
         self.clock.to_rfc3339_opts(SecondsFormat::Secs, true)
     }
 

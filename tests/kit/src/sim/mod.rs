@@ -373,6 +373,34 @@ impl SimCluster {
         Ok(page.items.iter().map(|o| (**o).clone()).collect())
     }
 
+    /// Every version of one object written after resourceVersion `since`, oldest first, as a
+    /// watch from `since` would see them (a deletion as the object's last state); `Err` when
+    /// `since` is older than the kept history.
+    pub fn versions_since(
+        &self,
+        gvr: &Gvr,
+        ns: &str,
+        name: &str,
+        since: u64,
+    ) -> Result<Vec<Value>, SimError> {
+        self.kind(gvr)?;
+        let changes = self
+            .state()
+            .store
+            .read(|s| s.changes_since(since))
+            .map_err(|horizon| {
+                SimError::new(
+                    410,
+                    format!("{since} is older than the history ({horizon})"),
+                )
+            })?;
+        Ok(changes
+            .iter()
+            .filter(|c| c.key.gvr == *gvr && c.key.namespace == ns && c.key.name == name)
+            .map(|c| (*c.object).clone())
+            .collect())
+    }
+
     /// The newest resourceVersion.
     pub fn current_rv(&self) -> u64 {
         self.state().store.current_rv()
