@@ -58,6 +58,8 @@ pub(crate) struct ControlLoop {
     pub book: Arc<FinalizerBook>,
     /// Config files refused, with the reason, for the status page.
     pub problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
+    /// Sections of the main file edited since the start that are read once, for the status.
+    pub restart_pending: Arc<RwLock<Vec<&'static str>>>,
     /// The cluster names, for the coordinator (sharding assigns them).
     pub cluster_names: watch::Sender<BTreeSet<String>>,
     pub role: watch::Receiver<Role>,
@@ -116,6 +118,10 @@ impl ControlLoop {
             tracing::info!("periodic re-scan found changes that file events missed");
         }
         *self.problems.write().unwrap_or_else(|p| p.into_inner()) = self.state.problems().clone();
+        *self
+            .restart_pending
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = self.state.restart_pending().to_vec();
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
         self.plugins
             .retain_components(self.state.plugins().values());

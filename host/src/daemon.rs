@@ -96,6 +96,7 @@ impl Daemon {
         let health = HealthBoard::default();
         let (sink, events) = mpsc::channel(EVENT_BUFFER);
         let problems = Arc::new(RwLock::new(state.problems().clone()));
+        let restart_pending = Arc::new(RwLock::new(Vec::new()));
 
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
@@ -139,6 +140,7 @@ impl Daemon {
             routes: routes.clone(),
             book,
             problems: problems.clone(),
+            restart_pending: restart_pending.clone(),
             cluster_names,
             role: role.clone(),
             shard_commands,
@@ -150,6 +152,7 @@ impl Daemon {
             health: health.clone(),
             plugins: plugins.clone(),
             problems: problems.clone(),
+            restart_pending,
             routes: routes.clone(),
             role: role.clone(),
             store: store_health,

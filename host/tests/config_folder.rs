@@ -4,7 +4,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use jobrelay::config::folder_watch::{FolderWatch, Trigger};
+use jobrelay::config::folder_watch::{FolderWatch, Trigger, WatchedDir};
 use jobrelay::config::state::{Change, ConfigState};
 
 fn kubeconfig(server: &str) -> String {
@@ -312,7 +312,7 @@ async fn reading_the_folder_is_not_a_change() {
         Vec::new(),
     )
     .expect("watch");
-    watch.ensure_watched(&[root.path().to_path_buf()]);
+    watch.ensure_watched(&[WatchedDir::tree(root.path())]);
 
     for _ in 0..20 {
         let _ = ConfigState::load(root.path()).expect("loads");
@@ -443,7 +443,7 @@ async fn a_clusters_dir_apart_from_the_config_folder_is_read_and_followed() {
         ["added east"]
     );
     assert!(
-        state.watched_dirs().iter().any(|d| d == secret.path()),
+        state.watched_dirs().iter().any(|d| d.path == secret.path()),
         "{:?}",
         state.watched_dirs()
     );
@@ -486,7 +486,7 @@ async fn the_daemons_own_state_writes_do_not_trigger_a_re_read() {
         vec![state_file.clone()],
     )
     .expect("watcher");
-    watch.ensure_watched(&[root.path().to_path_buf()]);
+    watch.ensure_watched(&[WatchedDir::tree(root.path())]);
 
     for round in 0..20 {
         fs::write(&state_file, format!("page {round}")).expect("db");
@@ -504,4 +504,77 @@ async fn the_daemons_own_state_writes_do_not_trigger_a_re_read() {
 
     fs::write(root.path().join("plugins/log.yaml"), "wasm: log.wasm\n").expect("manifest");
     assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
+}
+
+/// A running daemon's main file edited in ways `jobrelay check` refuses — a SQL connection to
+/// a database jobrelay does not speak, a custom kind without an API group — is refused the same
+/// way: the file is reported with the field, and the last good version stays. An edit of a
+/// section read once at start (`sql` here) is not lost in silence either: it is named as
+/// pending until a restart.
+#[test]
+fn main_file_edits_check_refuses_are_refused_and_read_once_edits_are_named() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let main = root.path().join("jobrelay.yaml");
+    fs::write(&main, "kinds: [{name: volcano-job}]\n").expect("write");
+    let (mut state, _) = ConfigState::load(root.path()).expect("loads");
+    assert!(state.restart_pending().is_empty());
+
+    fs::write(
+        &main,
+        "kinds: [{name: volcano-job}]\nsql:\n  connections:\n    pg: {url: \"postgres://u:p@db:5432/x\"}\n",
+    )
+    .expect("write");
+    state.refresh();
+    let why = state
+        .problems()
+        .get(&main)
+        .expect("the main file is reported");
+    assert!(why.contains("sql.connections.pg.url"), "{why}");
+    assert!(!why.contains("u:p@"), "never the credentials: {why}");
+    assert!(
+        state.main().sql.connections.is_empty(),
+        "the last good file stays"
+    );
+
+    fs::write(
+        &main,
+        "kinds:\n  - name: trainjob\n    group: \"\"\n    version: v1\n    kind: TrainJob\n    \
+         plural: trainjobs\n    normalizer: {conditions: [{type: Done, phase: succeeded}]}\n",
+    )
+    .expect("write");
+    state.refresh();
+    let why = state
+        .problems()
+        .get(&main)
+        .expect("the main file is reported");
+    assert!(why.contains("group"), "{why}");
+
+    fs::write(
+        &main,
+        "kinds: [{name: volcano-job}]\nsql:\n  connections:\n    db: {url: \"sqlite:///tmp/x.db\"}\n",
+    )
+    .expect("write");
+    state.refresh();
+    assert!(state.problems().is_empty(), "{:?}", state.problems());
+    assert_eq!(state.restart_pending(), ["sql"]);
+}
+
+/// A kubeconfig whose cluster has no `server` is refused with an error that says `server`
+/// (kube's own says only that a URL could not be parsed), and nothing of the cluster starts.
+#[test]
+fn a_kubeconfig_without_a_server_is_refused_naming_server() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let clusters = root.path().join("clusters");
+    fs::create_dir_all(&clusters).expect("mkdir");
+    let without = kubeconfig("https://10.0.0.1:6443").replace(
+        "    server: https://10.0.0.1:6443\n",
+        "    insecure-skip-tls-verify: true\n",
+    );
+    assert!(!without.contains("server"), "{without}");
+    let file = clusters.join("east.yaml");
+    fs::write(&file, without).expect("write");
+    let (state, first) = ConfigState::load(root.path()).expect("loads");
+    assert!(first.clusters.is_empty());
+    let why = state.problems().get(&file).expect("the file is reported");
+    assert!(why.contains("`server`"), "{why}");
 }

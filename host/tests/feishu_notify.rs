@@ -146,6 +146,34 @@ async fn a_wrong_secret_or_a_refused_destination_is_a_clear_give_up() {
         other => panic!("expected a give-up, got {other:?}"),
     }
     assert!(s.feishu.messages("strict").is_empty());
+
+    // Granted, but the receiver is on a private address and `allow_private` is not set: the
+    // SDK reports the host's refusal as denied, and the plugin gives up at once (retrying a
+    // refusal only fills the lane), saying what to grant.
+    let private =
+        s.rt.load(spec(
+            "feishu-notify",
+            "feishu-notify",
+            &[("webhook", url.as_str()), ("secret", SECRET)],
+            Grants {
+                http: Some(HttpGrant {
+                    allow: vec!["http://127.0.0.1:*".into()],
+                    allow_private: false,
+                    ..HttpGrant::default()
+                }),
+                kv: true,
+                ..Grants::default()
+            },
+        ))
+        .await
+        .expect("feishu-notify loads");
+    match private.handle(&running("u-3", "1")).await {
+        Err(CallError::GiveUp(reason)) => {
+            assert!(reason.contains("allow_private"), "{reason}")
+        }
+        other => panic!("expected a give-up, got {other:?}"),
+    }
+    assert!(s.feishu.messages("strict").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

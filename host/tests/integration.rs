@@ -12,6 +12,7 @@ mod feishu_notify;
 mod http_capability;
 mod lane_bound;
 mod lane_catch_up;
+mod lane_rate_limits;
 mod leader_election;
 mod log_archive;
 mod mysql_sync;

@@ -1108,3 +1108,52 @@ async fn running_out_of_file_handles_removes_nothing() {
     );
     assert!(!log.contains("panicked"), "{}", relay.tail());
 }
+
+/// A kind the cluster does not serve (its CRD is missing, or the kind is written wrong) is
+/// said in the log — once, as a warning naming the cluster, the kind and its resource — not
+/// left to `/status` alone, and not repeated at every check the backoff makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_no_cluster_serves_is_said_once_in_the_log() {
+    let sim = SimCluster::start("east").await.expect("simulator");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path();
+    write(
+        &config.join("jobrelay.yaml"),
+        "state: {path: state/jobrelay.db}\nkinds:\n  - name: batch-job\n  - name: trainjob\n    \
+         group: example.com\n    version: v1\n    kind: TrainJob\n    plural: trainjobs\n    \
+         normalizer: {field: {path: /status/phase, phases: {Done: succeeded}}}\n",
+    );
+    write(&config.join("clusters/east.yaml"), &sim.kubeconfig_yaml());
+    let relay = Relay::start(config, "run");
+    let said = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("WARN") && l.contains("does not serve this kind"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let started = Instant::now();
+    while said(&relay.log()).is_empty() {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the missing kind was never said\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Long enough for several checks of the backoff (0.8 s, 1.6 s, 3.2 s, …).
+    let refused = || {
+        sim.recent_requests()
+            .iter()
+            .filter(|r| r.uri.contains("/trainjobs") && r.status == 404)
+            .count()
+    };
+    while refused() < 4 {
+        assert!(started.elapsed() < DEADLINE, "{}", relay.tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = said(&relay.log());
+    assert_eq!(lines.len(), 1, "said once: {lines:#?}");
+    for part in ["east/trainjob", "example.com/v1/trainjobs"] {
+        assert!(lines[0].contains(part), "{part} in {}", lines[0]);
+    }
+}

@@ -347,3 +347,45 @@ async fn a_configmap_symlink_swap_of_the_plugins_folder_reloads_the_plugin() {
     assert!(daemon.problems().is_empty(), "{:?}", daemon.problems());
     daemon.shutdown(Duration::from_secs(10)).await;
 }
+
+/// A component named by an absolute `wasm:` path outside the config and plugin folders (a
+/// volume of its own) is followed like one inside: its folder is watched (its own entries
+/// only), so a new version serves at once — the re-scan here is an hour away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_outside_the_plugin_folder_is_followed_by_its_folder() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("");
+    write_atomic(
+        &setup.path("jobrelay.yaml"),
+        b"plugin_dir: wasm\nstate: {path: state/jobrelay.db}\nrescan_seconds: 3600\n\
+          debounce_ms: 50\nkinds: [{name: batch-job}]\n",
+    );
+    let elsewhere = tempfile::tempdir().expect("a folder of its own");
+    let component = elsewhere.path().join("log.wasm");
+    let original = std::fs::read(built_wasm("event-log")).expect("built component");
+    write_atomic(&component, &original);
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest(&component.display().to_string(), "log", "events.jsonl", ""),
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+    let old = wait_plugin_serving(&daemon, "log").await;
+
+    write_atomic(
+        &component,
+        &with_custom_section(&original, "a version from the other volume"),
+    );
+    // Within the wait's deadline, far inside the hour: only the folder watch can bring it.
+    let serving = wait_for("the new version serving", || {
+        let s = daemon.plugins().remove("log")?;
+        (s.serving.as_deref() != Some(old.as_str())).then_some(s.serving?)
+    })
+    .await;
+    assert_ne!(serving, old);
+    daemon.shutdown(Duration::from_secs(10)).await;
+}

@@ -106,6 +106,9 @@ struct Inner {
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
     limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
+    /// Woken when a reload replaces the rate limits: calls waiting for a token wait again
+    /// under the new ones.
+    limits_changed: Notify,
     /// Every job's queue; one lock, held only for a step of the queue state machine.
     queues: Mutex<Queues>,
     store: Arc<dyn CursorStore>,
@@ -215,6 +218,7 @@ impl Lane {
                 serving: AtomicBool::new(serving),
                 installed: Notify::new(),
                 limiters: ArcSwap::from_pointee(limiters(&settings)),
+                limits_changed: Notify::new(),
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
@@ -273,6 +277,7 @@ impl Lane {
         }
         if self.inner.settings.load().rate_limits != settings.rate_limits {
             self.inner.limiters.store(Arc::new(limiters(&settings)));
+            self.inner.limits_changed.notify_waiters();
         }
         self.inner.settings.store(Arc::new(settings));
     }

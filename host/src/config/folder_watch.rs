@@ -26,11 +26,37 @@ pub enum Trigger {
     Rescan,
 }
 
+/// A folder to watch: the whole tree under it, or only its own entries (a folder outside the
+/// config that holds a component named by an absolute `wasm:` path; watching all below it
+/// could mean watching a whole system folder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedDir {
+    pub path: PathBuf,
+    pub recursive: bool,
+}
+
+impl WatchedDir {
+    pub fn tree(path: impl Into<PathBuf>) -> WatchedDir {
+        WatchedDir {
+            path: path.into(),
+            recursive: true,
+        }
+    }
+
+    pub fn flat(path: impl Into<PathBuf>) -> WatchedDir {
+        WatchedDir {
+            path: path.into(),
+            recursive: false,
+        }
+    }
+}
+
 /// Watches folders and yields [`Trigger`]s.
 pub struct FolderWatch {
     debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
-    /// Watched folder → its inode when the watch was set, to notice a replaced folder.
-    watched: HashMap<PathBuf, u64>,
+    /// Watched folder → its inode when the watch was set, to notice a replaced folder, and
+    /// whether the watch covers the tree below it.
+    watched: HashMap<PathBuf, (u64, bool)>,
     events: mpsc::UnboundedReceiver<()>,
     rescan: Interval,
 }
@@ -74,23 +100,46 @@ impl FolderWatch {
         })
     }
 
-    /// Make sure each existing folder in `dirs` is watched (recursively, so the clusters/ and
-    /// plugins/ sub-folders and their `..data` swaps are seen), re-watching a folder that was
-    /// replaced. Folders that do not exist yet are picked up by a later call.
-    pub fn ensure_watched(&mut self, dirs: &[PathBuf]) {
-        self.watched.retain(|p, _| dirs.contains(p));
-        for dir in dirs {
+    /// Make sure each existing folder in `dirs` is watched as it asks (a tree recursively, so
+    /// the clusters/ and plugins/ sub-folders and their `..data` swaps are seen), re-watching a
+    /// folder that was replaced, and no longer watching one that left the list. Folders that
+    /// do not exist yet are picked up by a later call.
+    pub fn ensure_watched(&mut self, dirs: &[WatchedDir]) {
+        let gone: Vec<PathBuf> = self
+            .watched
+            .iter()
+            .filter(|(p, (_, recursive))| {
+                !dirs
+                    .iter()
+                    .any(|d| &d.path == *p && d.recursive == *recursive)
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in gone {
+            let _ = self.debouncer.unwatch(&path);
+            self.watched.remove(&path);
+        }
+        for WatchedDir {
+            path: dir,
+            recursive,
+        } in dirs
+        {
             let Some(ino) = inode(dir) else { continue };
             match self.watched.get(dir) {
-                Some(known) if *known == ino => continue,
+                Some((known, _)) if *known == ino => continue,
                 Some(_) => {
                     let _ = self.debouncer.unwatch(dir);
                 }
                 None => {}
             }
-            match self.debouncer.watch(dir, RecursiveMode::Recursive) {
+            let mode = if *recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            match self.debouncer.watch(dir, mode) {
                 Ok(()) => {
-                    self.watched.insert(dir.clone(), ino);
+                    self.watched.insert(dir.clone(), (ino, *recursive));
                 }
                 Err(e) => {
                     tracing::warn!(dir = %dir.display(), error = %e, "cannot watch folder; relying on re-scans")

@@ -253,6 +253,24 @@ pub struct MainConfig {
 }
 
 impl MainConfig {
+    /// The sections of the main file a running daemon read once at start, that differ in
+    /// `new`: an edit of them takes effect at the next start only.
+    pub fn read_once_changes(&self, new: &MainConfig) -> Vec<&'static str> {
+        [
+            ("runtime", self.runtime != new.runtime),
+            ("state", self.state != new.state),
+            ("coordination", self.coordination != new.coordination),
+            ("sql", self.sql != new.sql),
+            ("archive", self.archive != new.archive),
+            ("telemetry", self.telemetry != new.telemetry),
+            ("oci", self.oci != new.oci),
+            ("clusters_dir", self.clusters_dir != new.clusters_dir),
+        ]
+        .into_iter()
+        .filter_map(|(section, changed)| changed.then_some(section))
+        .collect()
+    }
+
     /// Parse and validate the main file's text. `root` is the config folder.
     /// Parses the text of a main file that exists. An empty or comment-only file is refused
     /// like any invalid one: it is far more often a ConfigMap caught half-written, or a
@@ -388,6 +406,21 @@ impl MainFile {
                      max_connections of at least 1"
                 )));
             }
+            // A URL written here (not a secret reference, resolved only when the pools are
+            // opened) is checked now, so an edit of a running daemon's file is refused as
+            // `check` refuses it, instead of waiting for the next start to fail.
+            let url = connection.url.trim();
+            if !jobrelay_contract::secret::is_reference(url)
+                && !["mysql:", "mariadb:", "sqlite:"]
+                    .iter()
+                    .any(|scheme| url.starts_with(scheme))
+            {
+                let scheme = url.split(':').next().unwrap_or_default();
+                return Err(ConfigError::Invalid(format!(
+                    "sql.connections.{name}.url: `{scheme}` is not a database jobrelay \
+                     speaks; use mysql:// (MySQL, MariaDB) or sqlite://"
+                )));
+            }
         }
         let state = self.state.backend(root).map_err(ConfigError::Invalid)?;
         let archive = match (self.archive.local, self.archive.s3) {
@@ -420,13 +453,15 @@ impl MainFile {
             Some(p) => root.join(p),
             None => root.join(CLUSTERS_DIR),
         };
+        let mut runtime = self.runtime;
+        runtime.cache_dir = runtime.cache_dir.map(|p| root.join(p));
         Ok(MainConfig {
             kinds,
             watch: self.watch,
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
             clusters_dir,
-            runtime: self.runtime,
+            runtime,
             state,
             finalizers: self.finalizers,
             sql: self.sql,
@@ -485,10 +520,13 @@ impl KindEntry {
         }
         let need = |v: Option<String>, field: &str| {
             v.filter(|s| !s.is_empty())
-                .ok_or_else(|| format!("`{}`: missing `{field}`", self.name))
+                .ok_or_else(|| format!("`{}`: `{field}` is missing or empty", self.name))
         };
+        // Custom resources always have an API group; the core group (`/api/v1`) serves no
+        // job kinds, and a kind placed there would be listed as missing on every cluster.
+        let group = need(self.group.clone(), "group")?;
         let kind = JobKind {
-            group: self.group.clone().unwrap_or_default(),
+            group,
             version: need(self.version.clone(), "version")?,
             kind: need(self.kind.clone(), "kind")?,
             plural: need(self.plural.clone(), "plural")?,
@@ -501,14 +539,9 @@ impl KindEntry {
             clusters: self.clusters,
             name: self.name,
         };
-        if let NormalizerSpec::Field(rule) = &kind.normalizer
-            && !rule.path.starts_with('/')
-        {
-            return Err(format!(
-                "`{}`: normalizer.field.path must be a JSON pointer starting with `/`",
-                kind.name
-            ));
-        }
+        kind.normalizer
+            .check()
+            .map_err(|why| format!("`{}`: {why}", kind.name))?;
         Ok(kind)
     }
 }
@@ -517,6 +550,54 @@ impl KindEntry {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn relative_paths_are_read_from_the_config_folder() {
+        let c = MainConfig::parse(
+            "runtime: {cache_dir: cache/cwasm}\nplugin_dir: wasm\n",
+            Path::new("/cfg"),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.runtime.cache_dir.as_deref(),
+            Some(Path::new("/cfg/cache/cwasm"))
+        );
+        assert_eq!(c.plugin_dir, Path::new("/cfg/wasm"));
+        let absolute =
+            MainConfig::parse("runtime: {cache_dir: /var/cache/jr}\n", Path::new("/cfg"))
+                .expect("valid");
+        assert_eq!(
+            absolute.runtime.cache_dir.as_deref(),
+            Some(Path::new("/var/cache/jr"))
+        );
+    }
+
+    #[test]
+    fn a_custom_kind_whose_rule_reads_nothing_is_refused_naming_the_field() {
+        let kind = |normalizer: &str| {
+            format!(
+                "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n    \
+                 kind: TrainJob\n    plural: trainjobs\n    normalizer: {normalizer}\n"
+            )
+        };
+        let bad_escape = MainConfig::parse(
+            &kind("{field: {path: /status/phase, time_path: /status/~2since, phases: {}}}"),
+            Path::new("/cfg"),
+        )
+        .expect_err("a bad escape");
+        assert!(
+            bad_escape
+                .to_string()
+                .contains("normalizer.field.time_path"),
+            "{bad_escape}"
+        );
+        let empty = MainConfig::parse(&kind("{conditions: []}"), Path::new("/cfg"))
+            .expect_err("no conditions");
+        assert!(
+            empty.to_string().contains("normalizer.conditions"),
+            "{empty}"
+        );
+    }
 
     #[test]
     fn empty_file_watches_the_builtins() {

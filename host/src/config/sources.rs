@@ -66,6 +66,21 @@ impl ClusterSource {
                 }
             }
         }
+        // The most common omission is named as such: kube's own error for it does not say
+        // `server`.
+        if let Some(cluster) = current_cluster(&kubeconfig)
+            && cluster
+                .cluster
+                .as_ref()
+                .and_then(|c| c.server.as_deref())
+                .is_none_or(|s| s.trim().is_empty())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "kubeconfig: cluster `{}` has no `server` (the API server's URL, e.g. \
+                 https://10.0.0.1:6443)",
+                cluster.name
+            )));
+        }
         // Build the client configuration now, as the cluster's connection will: a kubeconfig
         // that parses but cannot work (no server, a context or cluster that is not there, CA
         // data that is not base64) is refused here, so it never replaces a working one.
@@ -78,6 +93,14 @@ impl ClusterSource {
             kubeconfig: Arc::new(kubeconfig),
         })
     }
+}
+
+/// The cluster entry the current context names, if both are there.
+fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&kube::config::NamedCluster> {
+    let current = kubeconfig.current_context.as_deref()?;
+    let context = kubeconfig.contexts.iter().find(|c| c.name == current)?;
+    let cluster = &context.context.as_ref()?.cluster;
+    kubeconfig.clusters.iter().find(|c| c.name == *cluster)
 }
 
 /// One plugin: its manifest resolved against the main file's defaults, plus its component.

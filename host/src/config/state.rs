@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::ConfigError;
 use super::files::{ComponentFiles, FolderScan, add_clusters, scan};
+use super::folder_watch::WatchedDir;
 use super::main_file::{MAIN_FILE, MainConfig};
 use super::sources::{ClusterSource, PluginSource};
 
@@ -45,6 +46,11 @@ pub struct ConfigState {
     /// Where the clusters' kubeconfigs are read from: the main file's `clusters_dir` at start.
     clusters_dir: PathBuf,
     main: Arc<MainConfig>,
+    /// The main file the daemon started with: sections it reads once are compared with it.
+    started: Arc<MainConfig>,
+    /// Sections read once at start that the main file changed since (see
+    /// [`MainConfig::read_once_changes`]).
+    restart_pending: Vec<&'static str>,
     main_sha256: Option<String>,
     clusters: BTreeMap<String, ClusterSource>,
     plugins: BTreeMap<String, PluginSource>,
@@ -96,10 +102,13 @@ impl ConfigState {
             ));
         }
         let clusters_dir = main.clusters_dir.clone();
+        let main = Arc::new(main);
         let mut state = ConfigState {
             clusters_dir,
             root,
-            main: Arc::new(main),
+            started: main.clone(),
+            restart_pending: Vec::new(),
+            main,
             main_sha256,
             clusters: BTreeMap::new(),
             plugins: BTreeMap::new(),
@@ -113,16 +122,17 @@ impl ConfigState {
     /// Re-read the folder and return what changed.
     pub fn refresh(&mut self) -> Update {
         let folder = scan(&self.root, Some(&self.clusters_dir));
-        let update = self.apply(folder);
-        if self.main.clusters_dir != self.clusters_dir {
-            tracing::warn!(now = %self.clusters_dir.display(), asked = %self.main.clusters_dir.display(),
-                "clusters_dir changed; it is read once at start, restart to move it");
-        }
-        update
+        self.apply(folder)
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Sections of the main file read once at start that were edited since: they take effect
+    /// at the next start.
+    pub fn restart_pending(&self) -> &[&'static str] {
+        &self.restart_pending
     }
 
     pub fn main(&self) -> &Arc<MainConfig> {
@@ -143,12 +153,24 @@ impl ConfigState {
         &self.problems
     }
 
-    /// Folders whose changes matter: the config folder and the plugin folder.
-    pub fn watched_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.root.clone()];
+    /// Folders whose changes matter: the config folder, the plugin and cluster folders when
+    /// they lie outside it, and — only their own entries — the folders of components named by
+    /// an absolute `wasm:` path outside all of those.
+    pub fn watched_dirs(&self) -> Vec<WatchedDir> {
+        let mut dirs = vec![WatchedDir::tree(&self.root)];
         for dir in [&self.main.plugin_dir, &self.clusters_dir] {
             if !dir.starts_with(&self.root) {
-                dirs.push(dir.clone());
+                dirs.push(WatchedDir::tree(dir));
+            }
+        }
+        let trees: Vec<PathBuf> = dirs.iter().map(|d| d.path.clone()).collect();
+        for source in self.plugins.values().filter(|p| p.oci.is_none()) {
+            let Some(folder) = source.wasm_path.parent() else {
+                continue;
+            };
+            let covered = trees.iter().any(|t| folder.starts_with(t));
+            if !covered && !dirs.iter().any(|d| d.path == folder) {
+                dirs.push(WatchedDir::flat(folder));
             }
         }
         dirs
@@ -205,16 +227,16 @@ impl ConfigState {
                     return;
                 }
                 update.watch_changed = self.main.watch_differs(&main);
-                if self.main.runtime != main.runtime
-                    || self.main.state != main.state
-                    || self.main.coordination != main.coordination
-                {
+                let read_once = self.started.read_once_changes(&main);
+                if !read_once.is_empty() && read_once != self.restart_pending {
                     tracing::warn!(
                         file = %self.root.join(MAIN_FILE).display(),
-                        "the `runtime`, `state` or `coordination` section changed; it takes \
-                         effect at the next restart"
+                        sections = %read_once.join(", "),
+                        "sections read once at start were edited; they take effect at the \
+                         next restart, the running daemon keeps the values it started with"
                     );
                 }
+                self.restart_pending = read_once;
                 self.main = Arc::new(main);
                 self.main_sha256 = sha;
             }

@@ -20,6 +20,8 @@ pub struct StatusSources {
     pub health: HealthBoard,
     pub plugins: PluginSet,
     pub problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
+    /// Main-file sections read once at start, edited since.
+    pub restart_pending: Arc<RwLock<Vec<&'static str>>>,
     /// The dispatcher's routes: recent events and what was observed per cluster and kind.
     pub routes: Routes,
     /// This replica's part in the leader election.
@@ -44,6 +46,11 @@ pub struct Status {
     pub state_store: StoreStatus,
     /// Config files refused (path → reason); their last good versions stay in force.
     pub problems: BTreeMap<PathBuf, String>,
+    /// Sections of the main file that are read once at start (`sql`, `archive`, `telemetry`,
+    /// …) and were edited since: the daemon runs on with the values it started with until it
+    /// is restarted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_pending: Vec<&'static str>,
     /// The latest job events observed, newest first.
     pub recent_events: Vec<RecentEvent>,
     /// Events observed per (cluster, kind).
@@ -77,6 +84,11 @@ impl StatusSources {
             plugins,
             state_store,
             problems,
+            restart_pending: self
+                .restart_pending
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             recent_events: self.routes.recent().snapshot(),
             observed: self
                 .routes

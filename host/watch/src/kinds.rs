@@ -142,6 +142,44 @@ pub enum NormalizerSpec {
 }
 
 impl NormalizerSpec {
+    /// Whether the rule can be applied as written: every JSON pointer of a field rule is one
+    /// (starts with `/`, and `~` only in `~0` or `~1`, RFC 6901), and a conditions rule lists
+    /// at least one condition with a type. A rule that fails this would read nothing from
+    /// every job, silently; the error names the field, as `normalizer.field.time_path`.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            NormalizerSpec::Field(rule) => {
+                let pointers = [
+                    ("path", Some(&rule.path)),
+                    ("reason_path", rule.reason_path.as_ref()),
+                    ("message_path", rule.message_path.as_ref()),
+                    ("time_path", rule.time_path.as_ref()),
+                ];
+                for (field, pointer) in pointers {
+                    if let Some(pointer) = pointer {
+                        pointer_problem(pointer).map_or(Ok(()), |why| {
+                            Err(format!("normalizer.field.{field} `{pointer}`: {why}"))
+                        })?;
+                    }
+                }
+                Ok(())
+            }
+            NormalizerSpec::Conditions(rules) if rules.is_empty() => Err(
+                "normalizer.conditions: the list is empty; give at least one `{type, phase}`"
+                    .into(),
+            ),
+            NormalizerSpec::Conditions(rules) => {
+                match rules.iter().position(|r| r.type_.is_empty()) {
+                    Some(i) => Err(format!(
+                        "normalizer.conditions[{i}].type: must not be empty"
+                    )),
+                    None => Ok(()),
+                }
+            }
+            NormalizerSpec::Batch | NormalizerSpec::Volcano | NormalizerSpec::Kubeflow => Ok(()),
+        }
+    }
+
     /// Whether the normalizer, and the history it reads for transition keys and catch-up,
     /// read nothing of an object but its `status` and `metadata.deletionTimestamp` — what the
     /// watcher hands them without decoding the rest ([`crate::object::JobObject::view`]).
@@ -162,6 +200,20 @@ impl NormalizerSpec {
             }
         }
     }
+}
+
+/// What is wrong with a JSON pointer (RFC 6901), if anything.
+fn pointer_problem(pointer: &str) -> Option<&'static str> {
+    if !pointer.starts_with('/') {
+        return Some("a JSON pointer starts with `/`");
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Some("`~` must be followed by 0 (for `~`) or 1 (for `/`)");
+        }
+    }
+    None
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +264,46 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod pattern_tests {
     use super::*;
+
+    #[test]
+    fn rules_that_would_read_nothing_are_refused_by_field() {
+        let field = |path: &str, time: Option<&str>| {
+            NormalizerSpec::Field(FieldRule {
+                path: path.into(),
+                phases: Default::default(),
+                reason_path: None,
+                message_path: None,
+                time_path: time.map(str::to_string),
+            })
+        };
+        assert_eq!(
+            field("/status/phase", Some("/status/a~1b~0c")).check(),
+            Ok(())
+        );
+        let bad = field("/status/phase", Some("/status/~2x")).check();
+        assert!(
+            bad.as_ref()
+                .is_err_and(|e| e.contains("normalizer.field.time_path")),
+            "{bad:?}"
+        );
+        assert!(
+            field("/status/~", None).check().is_err(),
+            "a `~` at the end"
+        );
+        assert!(field("status/phase", None).check().is_err());
+        let empty = NormalizerSpec::Conditions(Vec::new()).check();
+        assert!(
+            empty
+                .as_ref()
+                .is_err_and(|e| e.contains("normalizer.conditions")),
+            "{empty:?}"
+        );
+        let untyped = NormalizerSpec::Conditions(vec![ConditionRule {
+            type_: String::new(),
+            phase: Phase::Running,
+        }]);
+        assert!(untyped.check().is_err());
+    }
 
     #[test]
     fn cluster_patterns() {

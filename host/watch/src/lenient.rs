@@ -28,6 +28,9 @@ pub struct Unreadable {
     /// What could be read of its metadata (nothing, at worst).
     pub metadata: ObjectMeta,
     pub reason: String,
+    /// Its text as it came, for an object whose metadata was read: it is delivered as a version
+    /// with an unreadable status ([`JobObject::status_unreadable`]).
+    pub text: Option<std::sync::Arc<str>>,
 }
 
 /// Only the metadata of an object; everything else is skipped without being decoded.
@@ -41,10 +44,10 @@ impl LenientObject {
     /// Reads one object's JSON text.
     pub fn from_json(text: &str) -> LenientObject {
         LenientObject(JobObject::from_json(text).map_err(|e| {
+            let metadata = serde_json::from_str::<MetadataOnly>(text).map(|m| m.metadata);
             Unreadable {
-                metadata: serde_json::from_str::<MetadataOnly>(text)
-                    .map(|m| m.metadata)
-                    .unwrap_or_default(),
+                text: metadata.is_ok().then(|| std::sync::Arc::from(text)),
+                metadata: metadata.unwrap_or_default(),
                 reason: e.to_string(),
             }
         }))

@@ -37,6 +37,9 @@ pub struct JobObject {
     text: Arc<str>,
     /// Whether the text carries `apiVersion` and `kind` as strings.
     typed: bool,
+    /// Why the status could not be read, for an object delivered with its metadata and text
+    /// only ([`JobObject::status_unreadable`]).
+    unreadable: Option<String>,
 }
 
 impl JobObject {
@@ -60,7 +63,34 @@ impl JobObject {
             text: Arc::from(Value::Object(map).to_string()),
             metadata,
             typed: false,
+            unreadable: None,
         }
+    }
+
+    /// An object whose metadata was read but whose status was not (nested deeper than the
+    /// JSON decoder goes): it is still a version of a job, delivered with phase `unknown` and
+    /// its text as the API server sent it, rather than dropped. `reason` says why.
+    pub fn status_unreadable(
+        mut metadata: ObjectMeta,
+        text: Arc<str>,
+        reason: String,
+    ) -> JobObject {
+        metadata.managed_fields = None;
+        let view = status_view(None, deletion_timestamp(&metadata).ok().flatten());
+        JobObject {
+            metadata,
+            view,
+            text,
+            // Sent as it came: nothing is added to a text that cannot be decoded.
+            typed: true,
+            unreadable: Some(reason),
+        }
+    }
+
+    /// Why the status could not be read, for an object made by
+    /// [`JobObject::status_unreadable`].
+    pub fn unreadable(&self) -> Option<&str> {
+        self.unreadable.as_deref()
     }
 
     /// What normalizers read of the object: its `status` as read and
@@ -172,6 +202,7 @@ fn quick(text: &str) -> Option<JobObject> {
         view,
         text,
         typed: true,
+        unreadable: None,
     })
 }
 
@@ -206,6 +237,7 @@ fn whole(text: &str) -> Result<JobObject, serde_json::Error> {
         text: Arc::from(Value::Object(map).to_string()),
         metadata,
         typed,
+        unreadable: None,
     })
 }
 

@@ -23,7 +23,7 @@ use super::catch_up;
 use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::{self, LenientObject, Unreadable};
-use super::normalize::normalize;
+use super::normalize::{Normalized, normalize};
 use super::object::JobObject;
 use super::transition_key::Stay;
 use jobrelay_contract::event::{JobEvent, Phase};
@@ -245,7 +245,16 @@ impl Tracker {
         // The status view, or the whole object for a field rule reading elsewhere (decoded
         // when the object was read, see `readable`).
         let tree = obj.view();
-        let n = normalize(&self.kind.normalizer, tree);
+        let n = match obj.unreadable() {
+            None => normalize(&self.kind.normalizer, tree),
+            Some(why) => Normalized {
+                phase: Phase::Unknown,
+                raw_phase: String::new(),
+                reason: Some("StatusUnreadable".into()),
+                message: Some(why.to_string()),
+                transition_time: None,
+            },
+        };
         let phase = force.unwrap_or(n.phase);
         let recorded = if phase == Phase::Deleted {
             catch_up::Recorded::Unrecorded
@@ -391,6 +400,8 @@ pub async fn run(
     // stays reported in error until its next event or re-list.
     let mut listed_once = false;
     let mut healthy = false;
+    // Whether the cluster was said, in the log, not to serve this kind.
+    let mut missing_told = false;
     let (failures, mut failed) = mpsc::unbounded_channel();
     let mut adders = Adders {
         running: tokio::task::JoinSet::new(),
@@ -411,15 +422,24 @@ pub async fn run(
         };
         let Some(item) = item else { break };
         let item = match item {
-            Ok(event) => match readable(event, &mut tracker) {
-                Ok(event) => Ok(event),
-                Err(report) => {
-                    tracing::warn!(stream = %target.label(), object = %report,
-                        "a job object cannot be read; skipped (the rest of the kind goes on)");
+            Ok(event) => {
+                let (event, report) = readable(event, &mut tracker);
+                if let Some(report) = report {
+                    if event.is_some() {
+                        tracing::warn!(stream = %target.label(), object = %report,
+                            "a job object's status cannot be read; delivered with phase \
+                             `unknown` and its text as sent");
+                    } else {
+                        tracing::warn!(stream = %target.label(), object = %report,
+                            "a job object cannot be read; skipped (the rest of the kind goes on)");
+                    }
                     progress(Progress::Unreadable(report));
-                    continue;
                 }
-            },
+                match event {
+                    Some(event) => Ok(event),
+                    None => continue,
+                }
+            }
             Err(e) => Err(e),
         };
         match item {
@@ -441,14 +461,24 @@ pub async fn run(
                     }
                 }
                 if recovered {
+                    missing_told = false;
                     listed_once = true;
                     healthy = true;
                     progress(Progress::Synced);
                 }
             }
             Err(e) if not_served(&e) => {
-                tracing::debug!(stream = %target.label(), error = %e,
-                    "the cluster does not serve this kind; checking again with backoff");
+                // Said once until the kind is served: the check repeats with backoff.
+                if std::mem::replace(&mut missing_told, true) {
+                    tracing::debug!(stream = %target.label(), error = %e,
+                        "the cluster still does not serve this kind");
+                } else {
+                    tracing::warn!(stream = %target.label(), kind = %target.kind.name,
+                        resource = %format!("{}/{}", target.kind.api_version(), target.kind.plural),
+                        "the cluster does not serve this kind (its CRD is not installed, or the \
+                         kind in the main file's `kinds` is wrong): none of its jobs are \
+                         watched; checking again with backoff");
+                }
                 healthy = false;
                 progress(Progress::NotInstalled(target.kind.name.clone()));
             }
@@ -471,14 +501,14 @@ fn not_served(error: &watcher::Error) -> bool {
     }
 }
 
-/// The event with its object read, or the report of an object that could not be (then the
-/// event is skipped; a listed one is still counted as existing). A kind whose normalizer reads
-/// outside the status gets the whole object decoded here, so an object too deep for that is
-/// reported like any other unreadable one rather than normalized from nothing.
+/// The event with its object read: `None` when nothing can be made of it. The second part is
+/// the report of an object that could not be read whole, to be logged and counted: with its
+/// metadata read, it is still delivered, its status unreadable (phase `unknown`, the text as
+/// sent); without, it is skipped, and a list notes it as existing.
 fn readable(
     event: Event<LenientObject>,
     tracker: &mut Tracker,
-) -> Result<Event<JobObject>, String> {
+) -> (Option<Event<JobObject>>, Option<String>) {
     let whole = !tracker.kind.normalizer.reads_status_only();
     #[expect(
         clippy::result_large_err,
@@ -487,32 +517,56 @@ fn readable(
     let read = |LenientObject(obj): LenientObject| -> Result<JobObject, Unreadable> {
         let mut object = obj?;
         if whole && let Err(e) = object.decode_whole() {
+            let metadata = std::mem::take(&mut object.metadata);
             return Err(Unreadable {
-                metadata: object.metadata,
+                metadata,
                 reason: e.to_string(),
+                text: Some(object.into_text()),
             });
         }
         Ok(object)
     };
     let report = |bad: &Unreadable| format!("{}: {}", lenient::label(&bad.metadata), bad.reason);
-    Ok(match event {
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
+    // What can still be delivered of an object that could not be read whole.
+    let salvage = |bad: Unreadable| -> (Option<JobObject>, String) {
+        let report = report(&bad);
+        let known = bad.metadata.uid.is_some() && bad.metadata.resource_version.is_some();
+        let object = match bad.text {
+            Some(text) if known => {
+                Some(JobObject::status_unreadable(bad.metadata, text, bad.reason))
+            }
+            _ => None,
+        };
+        (object, report)
+    };
+    match event {
+        Event::Init => (Some(Event::Init), None),
+        Event::InitDone => (Some(Event::InitDone), None),
         Event::InitApply(obj) => match read(obj) {
-            Ok(object) => Event::InitApply(object),
+            Ok(object) => (Some(Event::InitApply(object)), None),
             Err(bad) => {
                 if let Some(uid) = &bad.metadata.uid {
                     tracker.listed_unreadable(uid);
                 }
-                return Err(report(&bad));
+                let (object, report) = salvage(bad);
+                (object.map(Event::InitApply), Some(report))
             }
         },
-        Event::Apply(obj) => Event::Apply(read(obj).map_err(|bad| report(&bad))?),
+        Event::Apply(obj) => match read(obj) {
+            Ok(object) => (Some(Event::Apply(object)), None),
+            Err(bad) => {
+                let (object, report) = salvage(bad);
+                (object.map(Event::Apply), Some(report))
+            }
+        },
         // A deletion needs only the metadata.
-        Event::Delete(obj) => {
-            Event::Delete(read(obj).unwrap_or_else(|bad| JobObject::from_metadata(bad.metadata)))
-        }
-    })
+        Event::Delete(obj) => (
+            Some(Event::Delete(read(obj).unwrap_or_else(|bad| {
+                JobObject::from_metadata(bad.metadata)
+            }))),
+            None,
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -640,7 +694,7 @@ mod tests {
                     "spec": {"state": "Go"}, "status": {"state": "Go", "why": "because"}})
                 .to_string(),
             );
-            let event = readable(Event::Apply(object), &mut t).expect("readable");
+            let event = readable(Event::Apply(object), &mut t).0.expect("readable");
             let e = versions(t.observe(event));
             assert_eq!(e[0].0.phase, Phase::Running, "{path}");
             assert_eq!(e[0].0.reason.as_deref(), Some("because"), "{path}");
@@ -649,10 +703,11 @@ mod tests {
 
     /// A spec too deep to decode as a tree is no matter to a kind whose normalizer reads the
     /// status, but one whose field rule reads the spec cannot normalize it: the object is
-    /// reported by name as unreadable (and, listed, still counted as existing), never
-    /// normalized from nothing. Its deletion is still delivered.
+    /// reported by name as unreadable, never normalized from nothing, and still delivered — a
+    /// version of a job with phase `unknown` and its text as sent (a job dropped for its
+    /// shape would be lost to every plugin). Its deletion is delivered too.
     #[test]
-    fn a_field_rule_on_the_spec_refuses_an_object_too_deep_to_decode() {
+    fn an_object_too_deep_for_its_rule_is_delivered_as_unknown() {
         let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
         let text = format!(
             r#"{{"apiVersion":"x.io/v1","kind":"Thing","metadata":{{"name":"t","namespace":"ml","uid":"u1","resourceVersion":"1"}},"spec":{{"state":"Go","x":{deep}}}}}"#
@@ -665,22 +720,42 @@ mod tests {
             .expect("a kind");
             let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
             t.observe(Event::Init);
-            let listed = readable(Event::InitApply(LenientObject::from_json(&text)), &mut t);
-            assert_eq!(listed.is_ok(), readable_too, "{path}");
-            if let Err(report) = &listed {
+            let (listed, report) =
+                readable(Event::InitApply(LenientObject::from_json(&text)), &mut t);
+            assert_eq!(report.is_none(), readable_too, "{path}: {report:?}");
+            if let Some(report) = &report {
                 assert!(report.starts_with("ml/t: recursion limit"), "{report}");
             }
+            let e = versions(t.observe(listed.expect("delivered either way")));
+            if readable_too {
+                assert_eq!(e[0].0.phase, Phase::Pending, "{path}");
+            } else {
+                assert_eq!(e[0].0.phase, Phase::Unknown, "{path}");
+                assert_eq!(e[0].0.reason.as_deref(), Some("StatusUnreadable"));
+                assert_eq!(&*e[0].0.object_json, text.as_str(), "the text as sent");
+            }
             match t.observe(Event::InitDone).as_slice() {
-                [Observation::Listed { uids, .. }] => {
-                    assert_eq!(uids.len(), usize::from(!readable_too), "{path}");
-                }
+                [Observation::Listed { uids, .. }] => assert_eq!(uids.len(), 1, "{path}"),
                 other => panic!("expected one Listed, got {other:?}"),
             }
             let deleted = readable(Event::Delete(LenientObject::from_json(&text)), &mut t)
+                .0
                 .expect("a deletion is always read");
             let e = versions(t.observe(deleted));
             assert_eq!(e[0].0.phase, Phase::Deleted, "{path}");
         }
+    }
+
+    /// An object whose metadata cannot be read at all has nothing to deliver: it is skipped
+    /// and reported.
+    #[test]
+    fn an_object_without_readable_metadata_is_skipped() {
+        let mut t = tracker();
+        let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
+        let text = format!(r#"{{"apiVersion":"x.io/v1","kind":"Thing","metadata":{deep}}}"#);
+        let (event, report) = readable(Event::Apply(LenientObject::from_json(&text)), &mut t);
+        assert!(event.is_none());
+        assert!(report.is_some());
     }
 
     /// The event's object is the text the API server sent, without managedFields alone: keys

@@ -45,9 +45,9 @@ pub fn classify(answer: Result<(u16, &[u8]), Transport>) -> Outcome {
         Ok(answer) => answer,
         Err(Transport::Denied) => {
             return Outcome::GiveUp(
-                "the host refused the request (HTTP-request-denied): the webhook's origin must be \
-                 listed in the manifest's grants.http.allow and must not resolve to a private \
-                 address"
+                "the host refused the request: the webhook's origin must be listed in the \
+                 manifest's grants.http.allow, and one that resolves to a private address needs \
+                 grants.http.allow_private: true"
                     .to_string(),
             );
         }

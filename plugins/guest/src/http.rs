@@ -71,8 +71,9 @@ pub struct Response {
 /// A request that got no HTTP answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpError {
-    /// The host refused to send it (`HTTP-request-denied`): the destination is not in the
-    /// manifest's `grants.http`, or resolves to a private address.
+    /// The host refused to send it: the destination is not in the manifest's `grants.http`
+    /// (`HTTP-request-denied`), or resolves to a private address without `allow_private`
+    /// (`destination-IP-prohibited`).
     Denied,
     /// The URL is not `http(s)://authority[/path]`.
     InvalidUrl(String),
@@ -83,7 +84,12 @@ pub enum HttpError {
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HttpError::Denied => write!(f, "the host denied the request (grants.http)"),
+            HttpError::Denied => write!(
+                f,
+                "the host denied the request: the destination is not in the manifest's \
+                 grants.http.allow, or resolves to a private address (allowed only with \
+                 grants.http.allow_private)"
+            ),
             HttpError::InvalidUrl(why) => write!(f, "invalid URL: {why}"),
             HttpError::Failed(why) => write!(f, "{why}"),
         }
@@ -246,7 +252,9 @@ fn read_body(response: &IncomingResponse, max: usize) -> Result<Vec<u8>, HttpErr
 
 fn transport(code: ErrorCode) -> HttpError {
     match code {
-        ErrorCode::HttpRequestDenied => HttpError::Denied,
+        // The host's two refusals: a destination outside `grants.http.allow`, and one that
+        // resolves to a private address without `allow_private`. Retrying either is pointless.
+        ErrorCode::HttpRequestDenied | ErrorCode::DestinationIpProhibited => HttpError::Denied,
         other => HttpError::Failed(format!("{other:?}")),
     }
 }

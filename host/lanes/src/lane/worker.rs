@@ -49,6 +49,29 @@ pub(super) enum Outcome {
     DeadLettered,
 }
 
+/// Waits until every rate limit of the lane lets one more call go: each call, retries
+/// included, takes one token of each. A reload that changes the limits ends the wait at once
+/// and starts it again under the new ones, so a limit removed or raised applies to the calls
+/// already waiting, not only to the events queued after them.
+async fn rate_limited(inner: &Inner) {
+    loop {
+        let changed = inner.limits_changed.notified();
+        tokio::pin!(changed);
+        // Registered before the limits are read: a change between the two is not missed.
+        changed.as_mut().enable();
+        let limiters = inner.limiters.load_full();
+        let ready = async {
+            for limiter in limiters.iter() {
+                limiter.until_ready().await;
+            }
+        };
+        tokio::select! {
+            () = ready => return,
+            () = &mut changed => {}
+        }
+    }
+}
+
 /// Call the plugin until it succeeds, gives up or runs out of attempts. `None`: the lane
 /// closed before the event was settled.
 async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
@@ -59,9 +82,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         return None;
     }
     loop {
-        for limiter in inner.limiters.load().iter() {
-            limiter.until_ready().await;
-        }
+        rate_limited(inner).await;
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
         if inner.stops(&event.cluster) {
