@@ -26,3 +26,4 @@ mod sandbox;
 mod sharding;
 mod state_store;
 mod transition_keys;
+mod watch_retry;

@@ -1140,14 +1140,14 @@ async fn a_kind_no_cluster_serves_is_said_once_in_the_log() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Long enough for several checks of the backoff (0.8 s, 1.6 s, 3.2 s, …).
+    // Long enough for several checks of the backoff (2 s, 4 s, …).
     let refused = || {
         sim.recent_requests()
             .iter()
             .filter(|r| r.uri.contains("/trainjobs") && r.status == 404)
             .count()
     };
-    while refused() < 4 {
+    while refused() < 3 {
         assert!(started.elapsed() < DEADLINE, "{}", relay.tail());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -14,6 +14,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
@@ -134,12 +135,15 @@ async fn supervise(
     for (index, target) in targets.into_iter().enumerate() {
         let health = health.clone();
         let cluster = name.clone();
-        streams.spawn(watcher::run(
-            client.clone(),
-            target,
-            sink.clone(),
-            move |p| health.stream(&cluster, index, p),
-        ));
+        // Every line logged inside the stream, the kube client's own included (which name no
+        // cluster), carries the stream's cluster and kind.
+        let span = tracing::info_span!("watch", cluster = %name, kind = %target.kind.name);
+        streams.spawn(
+            watcher::run(client.clone(), target, sink.clone(), move |p| {
+                health.stream(&cluster, index, p)
+            })
+            .instrument(span),
+        );
     }
     tracing::info!(cluster = %name, streams = streams.len(), "cluster watched");
     cancel.cancelled().await;

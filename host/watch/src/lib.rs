@@ -12,5 +12,6 @@ pub mod kinds;
 pub mod lenient;
 pub mod normalize;
 pub mod object;
+pub mod retry;
 pub mod transition_key;
 pub mod watcher;
