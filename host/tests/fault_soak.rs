@@ -126,37 +126,12 @@ async fn installed_plugins(state: &Path) -> i64 {
     count
 }
 
-/// Every string in a JSON value (a card's texts).
-fn strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| strings(v, out)),
-        _ => {}
-    }
-}
-
 /// Terminal cards per (cluster, job name, phase).
 fn cards(feishu: &FeishuReceiver) -> BTreeMap<(String, String, String), usize> {
     let mut counted = BTreeMap::new();
     for message in feishu.messages(TOKEN) {
-        let mut texts = Vec::new();
-        strings(&message.body, &mut texts);
-        let field = |label: &str| {
-            texts
-                .iter()
-                .find_map(|t| t.strip_prefix(&format!("**{label}**\n")))
-                .unwrap_or_default()
-                .to_string()
-        };
-        // The phase reads `succeeded (Completed)`: the kind's own word follows.
-        let phase = field("Phase");
-        let phase = phase
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let key = (field("Cluster"), field("Job"), phase);
+        let field = |label: &str| message.field(label).unwrap_or_default();
+        let key = (field("Cluster"), field("Job"), message.phase());
         *counted.entry(key).or_default() += 1;
     }
     counted
@@ -546,6 +521,17 @@ async fn faults_kills_and_a_database_outage_lose_no_outcome() {
     println!("jobs:              {jobs} ({deleted} deleted)");
     println!("faults:            {faults:?}");
     println!("event log lines:   {}", lines.len());
+    let all_jobs = || played.iter().flat_map(|(_, jobs)| jobs.iter());
+    let restarts: usize = all_jobs().map(|j| j.restarts).sum();
+    let fast: usize = all_jobs().map(|j| j.fast_restarts).sum();
+    let volcano: usize = all_jobs()
+        .filter(|j| j.flavor == Flavor::Volcano)
+        .map(|j| j.restarts)
+        .sum();
+    println!(
+        "restarts played:   {restarts} ({fast} running again less than a second after restarting; {volcano} of \
+         Volcano jobs, each checked row for row in job_transitions)"
+    );
     println!("terminal cards:    {terminal_cards} of {jobs} jobs; duplicated: {duplicated:?}");
     println!("feishu requests:   {}", feishu.attempts(TOKEN));
     println!("panics:            {}", panics.len());

@@ -133,6 +133,18 @@ async fn install_time(store: &Arc<dyn CursorStore>, plugin: &str) -> DateTime<Fi
     DateTime::parse_from_rfc3339(&stored).expect("an RFC 3339 install time")
 }
 
+/// A recording `transitions` lane on a new store, and a time one second after its install (a
+/// job born then gets its history).
+async fn fresh_lane(dir: &tempfile::TempDir) -> (Arc<Recorder>, Lane, DateTime<FixedOffset>) {
+    let store = store(dir).await;
+    let plugin = Arc::new(Recorder::default());
+    let lane = Lane::open("notify", plugin.clone(), transitions(), store.clone(), None)
+        .await
+        .expect("lane");
+    let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
+    (plugin, lane, born)
+}
+
 async fn delivered(
     lane: &Lane,
     plugin: &Recorder,
@@ -191,12 +203,7 @@ async fn a_restarted_lane_delivers_the_history_of_a_job_it_delivered_nothing_of(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_first_seen_terminating_gets_its_outcome_delivered() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = store(&dir).await;
-    let plugin = Arc::new(Recorder::default());
-    let lane = Lane::open("notify", plugin.clone(), transitions(), store.clone(), None)
-        .await
-        .expect("lane");
-    let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
+    let (plugin, lane, born) = fresh_lane(&dir).await;
     lane.push(volcano("u-2", "50", &born, true));
     let got = delivered(&lane, &plugin, 4).await;
     assert_eq!(got, HISTORY_THEN_TERMINATING);
@@ -282,12 +289,7 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = store(&dir).await;
-    let plugin = Arc::new(Recorder::default());
-    let lane = Lane::open("notify", plugin.clone(), transitions(), store.clone(), None)
-        .await
-        .expect("lane");
-    let born = install_time(&store, "notify").await + chrono::Duration::seconds(1);
+    let (plugin, lane, born) = fresh_lane(&dir).await;
     let entries = |phases: &[(&str, i64)]| -> serde_json::Value {
         phases
             .iter()

@@ -401,6 +401,8 @@ pub(crate) struct Played {
     pub(crate) flavor: Flavor,
     /// Restarts played (each a `restarting`, then `running` again).
     pub(crate) restarts: usize,
+    /// Of those, the ones that ran again less than a second after restarting.
+    pub(crate) fast_restarts: usize,
     pub(crate) namespace: &'static str,
     pub(crate) uid: String,
     pub(crate) terminal: &'static str,
@@ -512,6 +514,13 @@ pub(crate) async fn drive_with(
                 .steps
                 .iter()
                 .filter(|(_, s)| *s == Step::Restarting)
+                .count(),
+            fast_restarts: plan
+                .steps
+                .windows(2)
+                .filter(|w| {
+                    w[0].1 == Step::Restarting && w[1].1 == Step::Running && w[1].0 - w[0].0 < 1000
+                })
                 .count(),
             namespace: plan.namespace,
             uid: driver.expect("every job was created").uid().to_string(),

@@ -136,16 +136,6 @@ async fn a_transition_delivered_live_and_rebuilt_after_a_lost_ack_posts_one_card
     daemon.shutdown(Duration::from_secs(10)).await;
 }
 
-/// Every string in a JSON value (a card's texts).
-fn strings(value: &serde_json::Value, out: &mut Vec<String>) {
-    match value {
-        serde_json::Value::String(s) => out.push(s.clone()),
-        serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        serde_json::Value::Object(map) => map.values().for_each(|v| strings(v, out)),
-        _ => {}
-    }
-}
-
 /// Cards per (cluster, job name): the phases they announce, as a count each.
 fn cards_by_job(
     feishu: &FeishuReceiver,
@@ -153,25 +143,10 @@ fn cards_by_job(
 ) -> BTreeMap<(String, String), BTreeMap<String, usize>> {
     let mut out: BTreeMap<(String, String), BTreeMap<String, usize>> = BTreeMap::new();
     for message in feishu.messages(token) {
-        let mut texts = Vec::new();
-        strings(&message.body, &mut texts);
-        let field = |label: &str| {
-            texts
-                .iter()
-                .find_map(|t| t.strip_prefix(&format!("**{label}**\n")))
-                .unwrap_or_default()
-                .to_string()
-        };
-        // `running (Running)`: the kind's own word follows the phase.
-        let phase = field("Phase");
-        let phase = phase
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let field = |label: &str| message.field(label).unwrap_or_default();
         *out.entry((field("Cluster"), field("Job")))
             .or_default()
-            .entry(phase)
+            .entry(message.phase())
             .or_default() += 1;
     }
     out

@@ -106,6 +106,38 @@ pub struct ReceivedMessage {
     pub signed: bool,
 }
 
+impl ReceivedMessage {
+    /// The value of a card's field as the card shows it (`**Label**\nvalue`), e.g. `Job`,
+    /// `Cluster`, `Phase`; `None` when the card has no such field.
+    pub fn field(&self, label: &str) -> Option<String> {
+        fn strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+            match value {
+                Value::String(s) => out.push(s),
+                Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+                Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        let mut texts = Vec::new();
+        strings(&self.body, &mut texts);
+        let prefix = format!("**{label}**\n");
+        texts
+            .into_iter()
+            .find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
+    }
+
+    /// The phase a card announces, without the kind's own word after it (`succeeded` of
+    /// `succeeded (Completed)`); empty when the card has none.
+    pub fn phase(&self) -> String {
+        self.field("Phase")
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
 /// A local Feishu custom-bot service hosting any number of bots.
 ///
 /// Dropping it stops the server and cuts open connections.
