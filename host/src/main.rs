@@ -227,9 +227,24 @@ async fn dead_letters(
     let store = jobrelay_state::open_store(&state.main().state).await?;
     let out = jobrelay::cli::dead_letters::run(store.as_ref(), command).await;
     store.close().await;
-    let text = out?;
-    print!("{text}");
-    Ok(ExitCode::SUCCESS)
+    let done = out?;
+    stdout(&done.text)?;
+    Ok(if done.missing {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Writes `text` to standard output. A reader that went away (`jobrelay dead-letters list |
+/// head`) is not an error: what it wanted, it got.
+fn stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 /// SIGTERM and SIGINT. Each is registered when installed, so none is missed in between.

@@ -690,3 +690,65 @@ async fn push_prints_a_reference_that_check_pulls_and_a_wrong_digest_fails() {
         "{report}"
     );
 }
+
+/// `dead-letters list | head -1` ends cleanly (the reader went away: not an error, no panic),
+/// and `dead-letters drop` of an id that does not exist says so and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_in_a_pipeline_and_ids_that_do_not_exist() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path();
+    write(
+        &config.join("jobrelay.yaml"),
+        "state: {path: state/jobrelay.db}\n",
+    );
+    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
+        config.join("state/jobrelay.db"),
+    ))
+    .await
+    .expect("store");
+    for n in 0..3000 {
+        let event = crate::common::event(
+            &format!("u-{n}"),
+            "1",
+            jobrelay_contract::event::Phase::Failed,
+            None,
+            "2026-11-26T10:00:00Z",
+        );
+        store
+            .add_dead_letter("notify", &event, "webhook said 500", 3)
+            .await
+            .expect("a dead letter");
+    }
+    store.close().await;
+    let config_arg = config.display().to_string();
+
+    // A reader that takes one line and goes: the rest of the table meets a closed pipe.
+    let mut list = std::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["dead-letters", "list", "--config", &config_arg])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobrelay runs");
+    let mut first = String::new();
+    {
+        use std::io::BufRead as _;
+        let stdout = list.stdout.take().expect("stdout");
+        std::io::BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("a line");
+    }
+    let out = list.wait_with_output().expect("it ends");
+    assert!(first.starts_with("SEQ"), "{first}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+
+    let drop = jobrelay(&["dead-letters", "drop", "--config", &config_arg, "987654"]).await;
+    assert_eq!(drop.status.code(), Some(1), "{}", text(&drop));
+    assert!(
+        text(&drop).contains("1 of the 1 ids do not exist"),
+        "{}",
+        text(&drop)
+    );
+}

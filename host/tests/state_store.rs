@@ -1161,11 +1161,16 @@ async fn contract_cli(b: &Backend) {
         .expect_err("refused");
     assert!(err.to_string().contains("--all"), "{err}");
 
-    let msg = dead_letters::replay(store, None, &[s1, 999_999], false)
+    let done = dead_letters::replay(store, None, &[s1, 999_999], false)
         .await
         .expect("replay");
+    let msg = &done.text;
     assert!(msg.starts_with("1 dead letter marked for replay"), "{msg}");
     assert!(msg.contains("1 of the 2 ids do not exist"), "{msg}");
+    assert!(
+        done.missing,
+        "an id that matched nothing makes the command fail"
+    );
     let table = dead_letters::list(store, Some("notify"), false)
         .await
         .expect("list");
@@ -1182,7 +1187,8 @@ async fn contract_cli(b: &Backend) {
     )
     .await
     .expect("drop");
-    assert_eq!(msg, "1 dead letter dropped\n");
+    assert_eq!(msg.text, "1 dead letter dropped\n");
+    assert!(!msg.missing);
     let msg = dead_letters::run(
         store,
         &DeadLettersCommand::Replay {
@@ -1193,7 +1199,7 @@ async fn contract_cli(b: &Backend) {
     )
     .await
     .expect("replay all");
-    assert!(msg.starts_with("1 dead letter marked"), "{msg}");
+    assert!(msg.text.starts_with("1 dead letter marked"), "{msg:?}");
     let left = store.dead_letters(None).await.expect("list");
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].seq, s1);

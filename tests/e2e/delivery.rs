@@ -272,7 +272,8 @@ async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
         },
     )
     .await
-    .expect("list");
+    .expect("list")
+    .text;
     assert!(listing.contains(&letters[0].event.id), "{listing}");
 
     // Restarted: the cursors say these versions were settled, so they are not redelivered.
@@ -293,7 +294,8 @@ async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
         },
     )
     .await
-    .expect("replay");
+    .expect("replay")
+    .text;
     assert!(said.contains('2'), "{said}");
     let lines = wait_for("replayed events delivered", || {
         let lines = setup.lines("probe/probe.jsonl");

@@ -5,7 +5,9 @@
 //! plugin takes the marked ones within a few seconds and delivers them again. That keeps one
 //! deliverer (the daemon, with its limits, ordering and cursors) instead of two.
 //!
-//! Each function returns the text to print, so the output can be tested without a terminal.
+//! Each function returns the text to print, so the output can be tested without a terminal;
+//! `replay` and `drop` also say whether every id they were given existed (the command exits 1
+//! when not: an operator usually copied the ids from a listing, and a script must notice).
 
 use std::fmt::Write as _;
 
@@ -53,10 +55,21 @@ pub enum DeadLettersCommand {
     },
 }
 
-/// Runs one subcommand on an opened store; returns what to print.
-pub async fn run(store: &dyn CursorStore, command: &DeadLettersCommand) -> anyhow::Result<String> {
+/// What a subcommand did: the text to print, and whether some ids it was given matched no
+/// dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub text: String,
+    pub missing: bool,
+}
+
+/// Runs one subcommand on an opened store.
+pub async fn run(store: &dyn CursorStore, command: &DeadLettersCommand) -> anyhow::Result<Done> {
     match command {
-        DeadLettersCommand::List { plugin, json } => list(store, plugin.as_deref(), *json).await,
+        DeadLettersCommand::List { plugin, json } => Ok(Done {
+            text: list(store, plugin.as_deref(), *json).await?,
+            missing: false,
+        }),
         DeadLettersCommand::Replay { plugin, all, ids } => {
             replay(store, plugin.as_deref(), ids, *all).await
         }
@@ -99,16 +112,14 @@ pub async fn replay(
     plugin: Option<&str>,
     ids: &[i64],
     all: bool,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Done> {
     check_selection(ids, all)?;
     let n = store.request_replay(plugin, ids, all).await?;
-    let mut out = format!(
+    let out = format!(
         "{} marked for replay; the running daemon picks them up within a few seconds",
         count(n)
     );
-    out.push_str(&missing_note(n, ids, plugin));
-    out.push('\n');
-    Ok(out)
+    Ok(done(out, n, ids, plugin))
 }
 
 /// Deletes dead letters; refuses to guess when given neither ids nor `all`.
@@ -117,13 +128,21 @@ pub async fn drop(
     plugin: Option<&str>,
     ids: &[i64],
     all: bool,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Done> {
     check_selection(ids, all)?;
     let n = store.drop_dead_letters(plugin, ids, all).await?;
-    let mut out = format!("{} dropped", count(n));
-    out.push_str(&missing_note(n, ids, plugin));
-    out.push('\n');
-    Ok(out)
+    Ok(done(format!("{} dropped", count(n)), n, ids, plugin))
+}
+
+/// `text`, with a note of the given ids that matched nothing.
+fn done(mut text: String, matched: u64, ids: &[i64], plugin: Option<&str>) -> Done {
+    let note = missing_note(matched, ids, plugin);
+    text.push_str(&note);
+    text.push('\n');
+    Done {
+        text,
+        missing: !note.is_empty(),
+    }
 }
 
 /// Stricter than the store: even with `--plugin`, selecting a whole plugin needs `--all`, so
