@@ -556,8 +556,15 @@ fn gap_events(
         return Vec::new();
     };
     // The same phase entered at the same time is the same stay: nothing between. The same
-    // phase entered at another time left it and came back during the gap.
-    if last_phase == event.phase && last_time == event.transition_time {
+    // phase entered at another time left it and came back during the gap — which only a
+    // kind with a recorded history can tell (a field rule has none: its object is not read).
+    if last_phase == event.phase
+        && (last_time == event.transition_time
+            || matches!(
+                kind.normalizer,
+                jobrelay_watch::kinds::NormalizerSpec::Field(_)
+            ))
+    {
         return Vec::new();
     }
     let Some(object) = object() else {

@@ -191,7 +191,7 @@ pub fn missed_transitions(
 /// then tells of an earlier stay; else the normalizer's own recorded time (the deletion
 /// timestamp for `terminating`, a kind's single transition time).
 pub fn recorded(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> Recorded {
-    if current.phase == Phase::Pending && first_stay(spec, object) {
+    if current.phase == Phase::Pending && knows_first_stay(spec) && first_stay(spec, object) {
         return Recorded::Created;
     }
     let mut history = history(spec, object, cut_at(current));
@@ -215,8 +215,8 @@ pub fn recorded(spec: &NormalizerSpec, object: &Value, current: &Normalized) -> 
 
 /// Whether a job of a built-in kind, pending now, has never left the stay it was created in,
 /// as far as its status tells (the rules per kind are in the module docs). Generic kinds
-/// have no such rule: a status of their own may record a return to a pending condition in
-/// a way no rule here could tell from the first.
+/// have no such rule ([`knows_first_stay`]): a status of their own may record a return to a
+/// pending condition in a way no rule here could tell from the first.
 fn first_stay(spec: &NormalizerSpec, object: &Value) -> bool {
     let status = object.get("status");
     let count = |key: &str| {
@@ -239,6 +239,15 @@ fn first_stay(spec: &NormalizerSpec, object: &Value) -> bool {
         }
         NormalizerSpec::Conditions(_) | NormalizerSpec::Field(_) => false,
     }
+}
+
+/// Whether the kind has a rule for the stay its jobs are created in ([`first_stay`]): the
+/// built-in kinds, whose controllers jobrelay knows.
+fn knows_first_stay(spec: &NormalizerSpec) -> bool {
+    matches!(
+        spec,
+        NormalizerSpec::Volcano | NormalizerSpec::Kubeflow | NormalizerSpec::Batch
+    )
 }
 
 /// The history's entries as missed transitions, without a trailing entry of the current phase
@@ -339,12 +348,7 @@ impl Step {
     /// The entry of the stay the job was created in: the first of the history, pending, of a
     /// kind with a first-stay rule ([`first_stay`]).
     fn is_creation(&self, spec: &NormalizerSpec) -> bool {
-        self.ordinal == 0
-            && self.phase == Phase::Pending
-            && matches!(
-                spec,
-                NormalizerSpec::Volcano | NormalizerSpec::Kubeflow | NormalizerSpec::Batch
-            )
+        self.ordinal == 0 && self.phase == Phase::Pending && knows_first_stay(spec)
     }
 }
 

@@ -41,6 +41,9 @@ pub enum Failure {
 pub struct Retry {
     failed: ExponentialBackoff,
     missing: ExponentialBackoff,
+    /// A wait was given since the last answer: the next answer starts the schedules again.
+    /// Every watch event is an answer, so one that follows none is a plain check.
+    waited: bool,
 }
 
 impl Default for Retry {
@@ -48,6 +51,7 @@ impl Default for Retry {
         Retry {
             failed: schedule(FAILURE_MIN, FAILURE_MAX),
             missing: schedule(MISSING_MIN, MISSING_MAX),
+            waited: false,
         }
     }
 }
@@ -66,6 +70,7 @@ impl Retry {
     /// The attempt failed: how long to wait before the next one. The other schedule starts
     /// again (a kind that appears and then fails is a new story).
     pub fn after(&mut self, failure: Failure) -> Duration {
+        self.waited = true;
         let (grows, other, max) = match failure {
             Failure::Failed => (&mut self.failed, &mut self.missing, FAILURE_MAX),
             Failure::NotServed => (&mut self.missing, &mut self.failed, MISSING_MAX),
@@ -81,7 +86,9 @@ impl Retry {
 
     /// The API answered with data: the next failure waits the shortest again.
     pub fn answered(&mut self) {
-        *self = Retry::default();
+        if self.waited {
+            *self = Retry::default();
+        }
     }
 }
 

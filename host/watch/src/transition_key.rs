@@ -58,11 +58,30 @@ enum Mark {
     Deletion,
 }
 
-/// The stays (phase, number) whose entry the status dated at `at`, oldest first.
+/// The stays whose entry the status dated at `at`: per phase, the highest number given. One
+/// entry per phase at most, so however often a status flips between phases under one
+/// unchanging time, what a job holds here stays bounded (nine phases).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Recent {
     at: CompactString,
     stays: Vec<(Phase, u32)>,
+}
+
+impl Recent {
+    /// The highest number a stay of `phase` got at this time; 0 when none.
+    fn highest(&self, phase: Phase) -> u32 {
+        self.stays
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn note(&mut self, phase: Phase, n: u32) {
+        match self.stays.iter_mut().find(|(p, _)| *p == phase) {
+            Some((_, highest)) => *highest = (*highest).max(n),
+            None => self.stays.push((phase, n)),
+        }
+    }
 }
 
 impl Stay {
@@ -117,10 +136,6 @@ impl Stay {
         key.make(cluster, uid, self.phase)
     }
 
-    pub fn phase(&self) -> Phase {
-        self.phase
-    }
-
     fn alone(phase: Phase, mark: Mark) -> Stay {
         Stay {
             phase,
@@ -150,23 +165,13 @@ impl Stay {
             // Dated in the same second as the latest stay seen begin: past every stay of this
             // phase seen begin in it.
             Some(Ordering::Equal) => {
-                let seen = recent
-                    .stays
-                    .iter()
-                    .filter(|(p, _)| *p == phase)
-                    .map(|(_, n)| *n)
-                    .max()
-                    .unwrap_or(0);
-                let n = n.max(seen + 1);
-                let mut stays = recent.stays;
-                stays.push((phase, n));
+                let n = n.max(recent.highest(phase) + 1);
+                let mut recent = recent;
+                recent.note(phase, n);
                 Stay {
                     phase,
                     mark: Mark::Entered { at, n },
-                    recent: Some(Box::new(Recent {
-                        at: recent.at,
-                        stays,
-                    })),
+                    recent: Some(recent),
                 }
             }
             // Dated before a stay already seen begin: the record is of an earlier visit.
@@ -195,6 +200,10 @@ impl Stay {
 /// Two recorded times in order, as instants when both are RFC 3339 (statuses may write
 /// fractions or offsets), else equal only as the same text; `None`: not comparable.
 fn compare(a: &str, b: &str) -> Option<Ordering> {
+    // The common case, a version of the same stay: no parsing.
+    if a == b {
+        return Some(Ordering::Equal);
+    }
     match (
         DateTime::parse_from_rfc3339(a),
         DateTime::parse_from_rfc3339(b),

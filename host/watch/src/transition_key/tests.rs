@@ -161,6 +161,32 @@ fn the_deletion_and_the_deletion_request_are_named_once() {
     assert_eq!(gone.key("c", "u"), "c/u/deleted");
 }
 
+/// A status that flips between two phases under one unchanging time (a field rule whose time
+/// field never moves, say) gives every stay a key of its own, and what the watcher keeps of the
+/// stays dated at that time does not grow with them.
+#[test]
+fn flips_under_one_time_stay_distinct_and_bounded() {
+    let mut stay: Option<Stay> = None;
+    let mut keys = std::collections::BTreeSet::new();
+    for i in 0..1_000u32 {
+        let phase = if i % 2 == 0 {
+            Phase::Running
+        } else {
+            Phase::Restarting
+        };
+        let next = Stay::next(
+            stay.as_ref(),
+            phase,
+            Recorded::Entered { at: T.into(), n: 1 },
+            &i.to_string(),
+        );
+        assert!(keys.insert(next.key("c", "u")), "{i}: a key given twice");
+        stay = Some(next);
+    }
+    let recent = stay.and_then(|s| s.recent).expect("stays share the time");
+    assert_eq!(recent.stays.len(), 2, "{:?}", recent.stays);
+}
+
 #[test]
 fn times_compare_as_instants() {
     assert_eq!(
