@@ -57,6 +57,10 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${JOBRELAY_TEST_CHROMIUM:-}" ]
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 
+step "helm and promtool"
+# The chart tests render the chart with real Helm; the alert tests run promtool on its rules.
+tests/tools/install.sh
+
 step "plugins (wasm32-wasip2)"
 plugins/build.sh
 
