@@ -20,6 +20,23 @@ pub enum Mode {
     Sharded,
 }
 
+impl Mode {
+    /// The name the main file gives the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Leader => "leader",
+            Mode::Sharded => "sharded",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// ```yaml
 /// coordination:
 ///   mode: leader

@@ -10,7 +10,7 @@ use crate::oci::OciSettings;
 use super::home_cluster::HomeCluster;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
-use jobrelay_coordination::CoordinationSettings;
+use jobrelay_coordination::{CoordinationSettings, Mode};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
@@ -443,6 +443,17 @@ impl MainFile {
             .coordination
             .validate(root)
             .map_err(ConfigError::Invalid)?;
+        // Replicas that share the work must share what was delivered: with a SQLite file each
+        // would keep its own cursors and dead letters, and a fail-over or a shard moving to
+        // another replica would deliver the current state of every job again.
+        if coordination.mode != Mode::Single && matches!(state, StateBackend::Sqlite(_)) {
+            return Err(ConfigError::Invalid(format!(
+                "coordination.mode: `{}` needs a state store every replica shares; set \
+                 state.url to a MySQL or MariaDB database (state.path, a SQLite file, is one \
+                 replica's own)",
+                coordination.mode
+            )));
+        }
         let plugin_dir = match self.plugin_dir {
             Some(p) if p.is_absolute() => p,
             Some(p) => root.join(p),
