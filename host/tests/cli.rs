@@ -195,6 +195,16 @@ async fn check_exits_1_for_every_problem_it_finds() {
             "plugin_defaults.concurrency",
         ),
         ("# nothing but a comment\n", "empty"),
+        // Replicas sharing the work on a SQLite file each would deliver everything again
+        // at a fail-over: refused, naming the settings.
+        (
+            "coordination: {mode: leader, kubeconfig: home.yaml}\n",
+            "state.url",
+        ),
+        (
+            "coordination: {mode: sharded, kubeconfig: home.yaml}\nstate: {path: s.db}\n",
+            "coordination.mode: `sharded`",
+        ),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         write(&dir.path().join("jobrelay.yaml"), main);

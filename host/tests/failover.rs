@@ -4,8 +4,8 @@
 //! SIGTERM hands the Lease back at once. Across all of it every final state is delivered,
 //! events repeat only for calls in flight at the kill, and the follower delivers nothing.
 //!
-//! Both processes share one config folder, so one SQLite state file on this machine; in a
-//! cluster they share the MySQL/MariaDB store instead (the store is the same trait).
+//! Both processes share one config folder and the state store on the test MariaDB (tables of
+//! their own), as replicas in a cluster do: leader election refuses a SQLite state file.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,21 +13,34 @@ use std::time::{Duration, Instant};
 
 use jobrelay_testkit::SimCluster;
 
+use jobrelay_state::StateBackend;
+
+use crate::common::{mysql_url, unique_prefix};
 use crate::process::{
     CONCURRENCY, Relay, Rng, assert_cursors_current, config_folder, count_ids, cursors, drive,
-    finals_delivered, plan_jobs, read_lines, soak_seed, state_file, str_of, wait_log,
+    finals_delivered, plan_jobs, read_lines, soak_seed, str_of, wait_log,
 };
+use crate::state_store::drop_tables;
 
 const LEASE_SECONDS: u64 = 3;
 const RETRY_SECONDS: u64 = 1;
 const TOOK: &str = "took the Lease";
 const WAITING: &str = "leader election: watching as a follower";
 
-/// Adds leader election to the main file; the simulated cluster is also the home cluster.
-fn elect(config: &Path, sim: &SimCluster) {
+/// Adds leader election to the main file, with the state store on the test MariaDB under
+/// `prefix`; the simulated cluster is also the home cluster.
+fn elect(config: &Path, sim: &SimCluster, prefix: &str) {
     std::fs::write(config.join("home.kubeconfig"), sim.kubeconfig_yaml()).expect("kubeconfig");
     let main = config.join("jobrelay.yaml");
-    let mut text = std::fs::read_to_string(&main).expect("main file");
+    let text = std::fs::read_to_string(&main).expect("main file");
+    let mut text = text.replace(
+        "state: {path: state/jobrelay.db}",
+        &format!(
+            "state: {{url: \"{}\", table_prefix: {prefix}}}",
+            mysql_url()
+        ),
+    );
+    assert!(text.contains(prefix), "the main file names its state store");
     text.push_str(&format!(
         "coordination:\n  mode: leader\n  kubeconfig: home.kubeconfig\n  namespace: jobrelay\n  \
          lease_duration_seconds: {LEASE_SECONDS}\n  renew_deadline_seconds: 2\n  \
@@ -52,7 +65,8 @@ async fn a_killed_leader_is_replaced_by_the_follower_without_losing_a_final_stat
     );
     let dir = config_folder(&sim, "log", &manifest);
     let config = dir.path().to_path_buf();
-    elect(&config, &sim);
+    let prefix = format!("{}_", unique_prefix("failover"));
+    elect(&config, &sim, &prefix);
     let events = config.join("out/log/events.jsonl");
 
     let mut a = Relay::start(&config, "replica a");
@@ -154,6 +168,13 @@ async fn a_killed_leader_is_replaced_by_the_follower_without_losing_a_final_stat
         lines.iter().all(|l| known.contains(str_of(l, "uid"))),
         "events of unknown jobs"
     );
-    let cursors = cursors(&state_file(&config), "log").await;
+    let state = StateBackend::MySql {
+        url: mysql_url(),
+        table_prefix: prefix.clone(),
+    };
+    let cursors = cursors(&state, "log").await;
     assert_cursors_current(&sim, "alpha", &cursors, &played);
+    drop_tables(&mysql_url(), &prefix)
+        .await
+        .expect("drop the test tables");
 }

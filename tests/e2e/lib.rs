@@ -301,9 +301,34 @@ pub async fn try_http_get(
     addr: std::net::SocketAddr,
     path: &str,
 ) -> std::io::Result<(u16, String)> {
+    http_get_with(addr, path, "").await
+}
+
+/// A GET with `headers` (`Name: value` lines, each ending in `\r\n`); the status code and the
+/// whole answer, headers included.
+pub async fn http_get_with(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &str,
+) -> std::io::Result<(u16, String)> {
+    let (code, text) = http_exchange(addr, path, headers).await?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// The status code and the whole answer (head and body) of a GET with `headers`.
+pub async fn http_exchange(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &str,
+) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await?;
@@ -313,9 +338,5 @@ pub async fn try_http_get(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| std::io::Error::other("no status line"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
+    Ok((code, text))
 }

@@ -83,6 +83,16 @@ async fn the_status_page_reads_like_a_dashboard_in_a_real_browser() {
     ] {
         assert!(html.contains(needle), "the page shows {needle}:\n{html}");
     }
+    // What needs attention comes first: the cluster that is down, before any table.
+    let attention = html
+        .find("<h2>Needs attention</h2>")
+        .expect("an attention section");
+    let tables = html.find("<h2>Clusters</h2>").expect("the clusters table");
+    assert!(attention < tables, "attention first:\n{html}");
+    assert!(
+        html[attention..tables].contains("cluster down: error"),
+        "the down cluster heads the page:\n{html}"
+    );
 
     let dir = tempfile::tempdir().expect("tempdir");
     let shot = dir.path().join("status.png");

@@ -154,6 +154,32 @@ async fn metrics_probes_and_status_follow_the_daemon() {
     let (code, body) = http_get(addr, "/readyz").await;
     assert_eq!(code, 200, "{body}");
 
+    // Before any event, every series an SLO or alert reads is there at 0, labelled with the
+    // configured kind's name (batch and Volcano jobs are both `Job`).
+    wait_plugin_serving(&daemon, "log").await;
+    let (_, page) = http_get(addr, "/metrics").await;
+    for series in [
+        "jobrelay_events_delivered_total{plugin=\"log\",cluster=\"alpha\",kind=\"volcano-job\"}",
+        "jobrelay_events_dead_lettered_total{plugin=\"log\",cluster=\"alpha\",kind=\"batch-job\"}",
+        "jobrelay_events_observed_total{cluster=\"alpha\",kind=\"mpi-job\"}",
+        "jobrelay_plugin_refusals_total{plugin=\"log\",limit=\"kv_quota\"}",
+        "jobrelay_plugin_log_lines_total{plugin=\"log\",level=\"error\"}",
+        "jobrelay_plugin_load_failures_total{plugin=\"log\",reason=\"compile\"}",
+        "jobrelay_dead_letters_stored{plugin=\"log\"}",
+        "jobrelay_event_delivery_seconds_count{plugin=\"log\"}",
+    ] {
+        assert_eq!(sample(&page, series), Some(0.0), "{series} at 0:\n{page}");
+    }
+    assert_eq!(
+        sample(&page, "jobrelay_plugin_up{plugin=\"log\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&page, "jobrelay_plugin_timeout_seconds{plugin=\"log\"}"),
+        Some(5.0),
+        "the log manifest's timeout_ms: {page}"
+    );
+
     let mut jobs = Vec::new();
     for i in 0..3 {
         let mut d = JobDriver::create(&sim, Flavor::Batch, "ml", &format!("m-{i}")).expect("job");
@@ -189,16 +215,41 @@ async fn metrics_probes_and_status_follow_the_daemon() {
     assert_eq!(
         sample(
             &page,
-            "jobrelay_events_delivered_total{plugin=\"log\",cluster=\"alpha\",kind=\"Job\"}"
+            "jobrelay_events_delivered_total{plugin=\"log\",cluster=\"alpha\",kind=\"batch-job\"}"
         ),
         Some(delivered as f64),
         "every delivery was of a batch Job on alpha: {page}"
     );
+    assert_eq!(
+        sample(
+            &page,
+            "jobrelay_events_delivered_total{plugin=\"log\",cluster=\"alpha\",kind=\"volcano-job\"}"
+        ),
+        Some(0.0),
+        "a Volcano job is a Job too, and none was delivered: {page}"
+    );
     assert!(
         sum(
             &page,
-            "jobrelay_events_observed_total{cluster=\"alpha\",kind=\"Job\"}"
+            "jobrelay_events_observed_total{cluster=\"alpha\",kind=\"batch-job\"}"
         ) >= delivered as f64,
+        "{page}"
+    );
+    // Observed to acknowledged, once per delivered event.
+    assert_eq!(
+        sample(
+            &page,
+            "jobrelay_event_delivery_seconds_count{plugin=\"log\"}"
+        ),
+        Some(delivered as f64),
+        "{page}"
+    );
+    assert_eq!(
+        sample(
+            &page,
+            "jobrelay_event_delivery_seconds_bucket{le=\"+Inf\",plugin=\"log\"}"
+        ),
+        Some(delivered as f64),
         "{page}"
     );
     assert_eq!(
@@ -214,12 +265,37 @@ async fn metrics_probes_and_status_follow_the_daemon() {
         "{page}"
     );
     assert_eq!(sample(&page, "jobrelay_ready"), Some(1.0));
+    // Without an Accept header (curl, a browser): the classic text format, which promtool
+    // reads and lints as Prometheus would.
+    let (_, answer) = http_exchange(addr, "/metrics", "")
+        .await
+        .expect("GET /metrics");
     assert!(
-        page.contains("# TYPE jobrelay_events_delivered counter"),
-        "{page}"
+        answer.contains("content-type: text/plain; version=0.0.4"),
+        "{answer}"
     );
     assert!(
-        page.trim_end().ends_with("# EOF"),
+        page.contains("# TYPE jobrelay_events_delivered_total counter"),
+        "{page}"
+    );
+    assert!(!page.contains("# EOF"), "{page}");
+    promtool_checks(&page);
+    // A scraper asking for OpenMetrics (as Prometheus does) gets it.
+    let accept =
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
+    let (_, answer) = http_exchange(addr, "/metrics", accept)
+        .await
+        .expect("GET /metrics");
+    assert!(
+        answer.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("# TYPE jobrelay_events_delivered counter"),
+        "{answer}"
+    );
+    assert!(
+        answer.trim_end().ends_with("# EOF"),
         "OpenMetrics ends with # EOF"
     );
 
@@ -278,7 +354,14 @@ async fn metrics_probes_and_status_follow_the_daemon() {
 
 /// A daemon in a coordination mode with telemetry on and the event-log plugin, watching
 /// Volcano jobs (with jobrelay's finalizer), its Leases on `sim` too.
-async fn coordinated(sim: &SimCluster, mode: &str, identity: &str) -> (Setup, Daemon) {
+/// A replica electing through the simulated home cluster, its state store on the test MariaDB
+/// under `prefix` (replicas that share the work must share the store).
+async fn coordinated(
+    sim: &SimCluster,
+    mode: &str,
+    identity: &str,
+    prefix: &str,
+) -> (Setup, Daemon) {
     let setup = Setup::new(&format!(
         "kinds: [{{name: volcano-job, finalizer: true}}]\n\
          telemetry: {{listen: \"127.0.0.1:0\"}}\n\
@@ -287,6 +370,17 @@ async fn coordinated(sim: &SimCluster, mode: &str, identity: &str) -> (Setup, Da
          renew_deadline_seconds: 2, retry_period_seconds: 1}}\n",
         sim.name()
     ));
+    let main = std::fs::read_to_string(setup.path("jobrelay.yaml")).expect("main file");
+    let shared = format!(
+        "state: {{url: \"{}\", table_prefix: {prefix}}}",
+        test_mysql_url()
+    );
+    let main = main.replace("state: {path: state/jobrelay.db}", &shared);
+    assert!(
+        main.contains(prefix),
+        "the main file names the shared store"
+    );
+    write_atomic(&setup.path("jobrelay.yaml"), main.as_bytes());
     setup.install_wasm("event-log", "event-log.wasm");
     setup.write_manifest(
         "log",
@@ -304,9 +398,11 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
 
     // Two replicas electing: one leads; the other watches too, ready, but delivers nothing and
     // leaves the finalizer to the leader.
-    let (a_setup, a) = coordinated(&sim, "leader", "a").await;
+    let prefix = format!("t{}_coord_", std::process::id());
+    drop_state_tables(&prefix).await;
+    let (a_setup, a) = coordinated(&sim, "leader", "a", &prefix).await;
     wait_synced(&a, "alpha").await;
-    let (b_setup, b) = coordinated(&sim, "leader", "b").await;
+    let (b_setup, b) = coordinated(&sim, "leader", "b", &prefix).await;
     let b_addr = b.telemetry_addr().expect("telemetry");
     let started = std::time::Instant::now();
     loop {
@@ -375,7 +471,7 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     a.shutdown(Duration::from_secs(5)).await;
 
     // One shard alone holds every cluster.
-    let (_setup, shard) = coordinated(&sim, "sharded", "s").await;
+    let (_setup, shard) = coordinated(&sim, "sharded", "s", &prefix).await;
     wait_synced(&shard, "alpha").await;
     let addr = shard.telemetry_addr().expect("telemetry");
     let (_, page) = http_get(addr, "/metrics").await;
@@ -390,6 +486,35 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     assert_eq!(status["coordination"]["role"], "sharded", "{status}");
     assert_eq!(status["coordination"]["owned"][0], "alpha", "{status}");
     shard.shutdown(Duration::from_secs(5)).await;
+    drop_state_tables(&prefix).await;
+}
+
+/// The shared test MariaDB (`JOBRELAY_TEST_MYSQL_URL` overrides it).
+fn test_mysql_url() -> String {
+    std::env::var("JOBRELAY_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
+}
+
+/// Drops the state store's tables under `prefix`; fails when MariaDB does not answer.
+async fn drop_state_tables(prefix: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(&test_mysql_url())
+        .await
+        .expect("the test MariaDB answers (tests/run.sh starts it)");
+    for table in [
+        "schema_version",
+        "cursors",
+        "dead_letters",
+        "plugin_kv",
+        "plugin_installs",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {prefix}{table}"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop a test table");
+    }
 }
 
 /// Readiness follows the state store: with its database killed the replica cannot write
@@ -557,4 +682,29 @@ async fn the_stored_backlog_load_failures_build_and_process_show_in_metrics() {
     let (_, html) = http_get(addr, "/").await;
     assert!(html.contains("dead letters stored"), "{html}");
     daemon.shutdown(Duration::from_secs(5)).await;
+}
+
+/// `promtool check metrics` reads `page` (the classic text format) without a complaint.
+fn promtool_checks(page: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs (tests/tools/install.sh installs it)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("write the page");
+    let out = child.wait_with_output().expect("promtool ends");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{page}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -72,7 +72,7 @@ impl LogLines {
 }
 
 /// The level names, as the `level` label of the metric says them.
-const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+pub const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 
 fn level_index(level: Level) -> usize {
     match level {

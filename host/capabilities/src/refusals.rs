@@ -23,6 +23,9 @@ pub enum Limit {
 }
 
 impl Limit {
+    /// Every limit, for metrics that show each at 0 before its first refusal.
+    pub const ALL: [Limit; 3] = [Limit::KvQuota, Limit::ArchiveQuota, Limit::HttpOpenRequests];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::KvQuota => "kv_quota",

@@ -23,10 +23,54 @@ const KINDS: [&str; 7] = CallError::KINDS;
 /// Live counters.
 #[derive(Debug, Default)]
 pub struct CallStats {
-    /// Calls per bucket (not cumulative); the last slot counts calls above every bound.
+    durations: Durations,
+    failures: [AtomicU64; KINDS.len()],
+}
+
+/// A histogram of durations over [`BUCKETS`], kept with atomics.
+#[derive(Debug, Default)]
+pub struct Durations {
+    /// Samples per bucket (not cumulative); the last slot counts those above every bound.
     buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_micros: AtomicU64,
-    failures: [AtomicU64; KINDS.len()],
+}
+
+/// A copy of a [`Durations`].
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DurationSnapshot {
+    /// `(upper bound in seconds, samples at or under it)`, cumulative, without `+Inf`.
+    pub buckets: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl Durations {
+    /// Records one duration.
+    pub fn record(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> DurationSnapshot {
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(BUCKETS.len());
+        for (bound, count) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += count.load(Ordering::Relaxed);
+            buckets.push((*bound, cumulative));
+        }
+        let count = cumulative + self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
+        DurationSnapshot {
+            buckets,
+            count,
+            sum_seconds: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+        }
+    }
 }
 
 /// A copy of the counters, for status and metrics.
@@ -43,14 +87,7 @@ pub struct CallSnapshot {
 impl CallStats {
     /// Records one call.
     pub fn record(&self, elapsed: Duration, result: &Result<(), CallError>) {
-        let seconds = elapsed.as_secs_f64();
-        let slot = BUCKETS
-            .iter()
-            .position(|bound| seconds <= *bound)
-            .unwrap_or(BUCKETS.len());
-        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.durations.record(elapsed);
         if let Err(error) = result
             && let Some(i) = KINDS.iter().position(|k| *k == error.kind())
         {
@@ -59,17 +96,15 @@ impl CallStats {
     }
 
     pub fn snapshot(&self) -> CallSnapshot {
-        let mut cumulative = 0;
-        let mut buckets = Vec::with_capacity(BUCKETS.len());
-        for (bound, count) in BUCKETS.iter().zip(&self.buckets) {
-            cumulative += count.load(Ordering::Relaxed);
-            buckets.push((*bound, cumulative));
-        }
-        let count = cumulative + self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
+        let DurationSnapshot {
+            buckets,
+            count,
+            sum_seconds,
+        } = self.durations.snapshot();
         CallSnapshot {
             buckets,
             count,
-            sum_seconds: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            sum_seconds,
             failures: KINDS
                 .iter()
                 .zip(&self.failures)

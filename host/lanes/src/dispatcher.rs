@@ -96,8 +96,7 @@ impl Routes {
                 tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name,
                     from_list, "observed");
                 self.recent.record(&event);
-                self.observed
-                    .add(&event.cluster, &event.kind, Count::Observed);
+                self.observed.add_named(&event, &kind.name, Count::Observed);
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }

@@ -1,10 +1,17 @@
 //! Event counts by cluster and job kind, for metrics: how many events each (cluster, kind)
 //! produced, and what became of them in a lane.
+//!
+//! The kind is the *configured* kind's name (`batch-job`, `volcano-job`), not the object's
+//! `kind`: batch and Volcano jobs are both `Job`, and an SLO per kind must tell them apart.
+//! An event carries only its API version and kind, so the name is learnt when a version is
+//! observed (where the configured kind is at hand) and looked up when it is settled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use serde::Serialize;
+
+use jobrelay_contract::event::JobEvent;
 
 /// What happened to events, for one (cluster, kind).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -24,17 +31,93 @@ pub enum Count {
     DeadLettered,
 }
 
-/// Counts keyed by (cluster, kind). Few keys (clusters × kinds), so one small lock is enough.
+/// Counts keyed by (cluster, configured kind name). Few keys (clusters × kinds), so one small
+/// lock is enough.
 #[derive(Debug, Default)]
 pub struct EventCounts {
-    inner: Mutex<BTreeMap<(String, String), Counts>>,
+    inner: Mutex<Book>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    /// Cluster → kind name → counts (nested, so a lookup by `&str` allocates nothing).
+    counts: BTreeMap<String, BTreeMap<String, Counts>>,
+    /// API version → kind → the configured kind's name (nested, so a lookup by `&str`
+    /// allocates nothing).
+    names: HashMap<String, HashMap<String, String>>,
 }
 
 impl EventCounts {
-    pub fn add(&self, cluster: &str, kind: &str, count: Count) {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (cluster.to_string(), kind.to_string());
-        let counts = map.entry(key).or_default();
+    /// Counts one event of the configured kind `kind_name`, and remembers the name for later
+    /// counts of events of the same API version and kind.
+    pub fn add_named(&self, event: &JobEvent, kind_name: &str, count: Count) {
+        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        book.learn(event, kind_name);
+        book.bump(&event.cluster, kind_name, count);
+    }
+
+    /// Remembers which configured kind events of `event`'s API version and kind belong to.
+    pub fn learn(&self, event: &JobEvent, kind_name: &str) {
+        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        book.learn(event, kind_name);
+    }
+
+    /// Counts one event under the configured kind learnt for it (its object kind when none
+    /// was: an event replayed from a dead letter of a kind no longer configured).
+    pub fn add(&self, event: &JobEvent, count: Count) {
+        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let name = book
+            .name_of(event)
+            .unwrap_or(event.kind.as_str())
+            .to_string();
+        book.bump(&event.cluster, &name, count);
+    }
+
+    /// `(cluster, kind name) → counts`.
+    pub fn snapshot(&self) -> Vec<(String, String, Counts)> {
+        let book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        book.counts
+            .iter()
+            .flat_map(|(cluster, kinds)| {
+                kinds
+                    .iter()
+                    .map(|(kind, counts)| (cluster.clone(), kind.clone(), *counts))
+            })
+            .collect()
+    }
+}
+
+impl Book {
+    fn name_of(&self, event: &JobEvent) -> Option<&str> {
+        self.names
+            .get(event.api_version.as_str())?
+            .get(event.kind.as_str())
+            .map(String::as_str)
+    }
+
+    fn learn(&mut self, event: &JobEvent, kind_name: &str) {
+        if self.name_of(event) != Some(kind_name) {
+            self.names
+                .entry(event.api_version.clone())
+                .or_default()
+                .insert(event.kind.clone(), kind_name.to_string());
+        }
+    }
+
+    fn bump(&mut self, cluster: &str, kind_name: &str, count: Count) {
+        // Keys are made only for a (cluster, kind) not counted yet.
+        if !self.counts.contains_key(cluster) {
+            self.counts.insert(cluster.to_string(), BTreeMap::new());
+        }
+        let Some(kinds) = self.counts.get_mut(cluster) else {
+            return;
+        };
+        if !kinds.contains_key(kind_name) {
+            kinds.insert(kind_name.to_string(), Counts::default());
+        }
+        let Some(counts) = kinds.get_mut(kind_name) else {
+            return;
+        };
         match count {
             Count::Observed => counts.observed += 1,
             Count::Delivered => counts.delivered += 1,
@@ -42,12 +125,55 @@ impl EventCounts {
             Count::DeadLettered => counts.dead_lettered += 1,
         }
     }
+}
 
-    /// `(cluster, kind) → counts`.
-    pub fn snapshot(&self) -> Vec<(String, String, Counts)> {
-        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
-            .map(|((cluster, kind), counts)| (cluster.clone(), kind.clone(), *counts))
-            .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(api_version: &str, kind: &str) -> JobEvent {
+        serde_json::from_value(serde_json::json!({
+            "id": "a/u/1", "cluster": "a", "api_version": api_version, "kind": kind,
+            "namespace": "ml", "name": "n", "uid": "u", "resource_version": "1",
+            "phase": "running", "raw_phase": "Running", "transition_time": "2026-01-01T00:00:00Z",
+            "labels": {}, "annotations": {}, "object_json": "{}"
+        }))
+        .expect("event")
+    }
+
+    /// Batch and Volcano jobs are both `Job`: counted apart, under their configured names.
+    #[test]
+    fn jobs_of_two_kinds_with_one_object_kind_are_counted_apart() {
+        let counts = EventCounts::default();
+        let batch = event("batch/v1", "Job");
+        let volcano = event("batch.volcano.sh/v1alpha1", "Job");
+        counts.add_named(&batch, "batch-job", Count::Observed);
+        counts.learn(&volcano, "volcano-job");
+        counts.add(&volcano, Count::Delivered);
+        counts.add(&volcano, Count::Delivered);
+        counts.add(&batch, Count::Retried);
+        counts.add(&event("example.com/v1", "TrainJob"), Count::DeadLettered);
+        let snapshot = counts.snapshot();
+        let of = |kind: &str| {
+            snapshot
+                .iter()
+                .find(|(c, k, _)| c == "a" && k == kind)
+                .map(|(_, _, n)| *n)
+        };
+        assert_eq!(
+            of("batch-job"),
+            Some(Counts {
+                observed: 1,
+                retried: 1,
+                ..Counts::default()
+            })
+        );
+        assert_eq!(of("volcano-job").map(|n| n.delivered), Some(2));
+        assert_eq!(
+            of("TrainJob").map(|n| n.dead_lettered),
+            Some(1),
+            "a kind never learnt keeps its object kind"
+        );
+        assert_eq!(of("Job"), None, "{snapshot:?}");
     }
 }

@@ -18,6 +18,10 @@ pub trait Handler: Send + Sync {
     fn memory_high_water_bytes(&self) -> Option<u64> {
         None
     }
+    /// The longest one call may take, where the handler has a limit.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -36,5 +40,9 @@ impl Handler for PluginVersion {
 
     fn memory_high_water_bytes(&self) -> Option<u64> {
         Some(PluginVersion::memory_high_water_bytes(self))
+    }
+
+    fn timeout(&self) -> Option<std::time::Duration> {
+        Some(PluginVersion::timeout(self))
     }
 }

@@ -32,7 +32,7 @@ use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
-use super::call_stats::{CallSnapshot, CallStats};
+use super::call_stats::{CallSnapshot, CallStats, DurationSnapshot, Durations};
 use super::cursor_writer::CursorWriter;
 use super::event_counts::{Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
@@ -80,8 +80,15 @@ pub struct LaneStats {
     pub oldest_pending_seconds: f64,
     /// The most memory one call of the serving version has used, in bytes (wasm plugins).
     pub memory_high_water_bytes: Option<u64>,
+    /// The serving version's time limit per call, in seconds (wasm plugins).
+    pub timeout_seconds: Option<f64>,
+    /// The kinds the plugin takes (empty: every kind).
+    pub kinds: Vec<String>,
     /// Delivered, retried and dead-lettered by (cluster, job kind).
     pub by_job_kind: Vec<(String, String, Counts)>,
+    /// Time from a version's arrival in the lane to its acknowledgement stored, for the
+    /// events the plugin handled (not dead letters, not replays).
+    pub delivery: DurationSnapshot,
 }
 
 /// One observed version as the dispatcher hands it to lanes.
@@ -135,6 +142,8 @@ struct Inner {
     calls: CallStats,
     /// Delivered, retried and dead-lettered events by cluster and kind.
     by_job_kind: EventCounts,
+    /// Arrival to acknowledgement, per delivered event.
+    delivery: Durations,
     /// Woken whenever the lane may have become idle.
     settled: Notify,
     /// Woken when the lane closes, to cut retry waits short.
@@ -238,6 +247,7 @@ impl Lane {
                 in_flight: AtomicU64::new(0),
                 calls: CallStats::default(),
                 by_job_kind: EventCounts::default(),
+                delivery: Durations::default(),
                 settled: Notify::new(),
                 closing: Notify::new(),
                 parking: Mutex::new((VecDeque::new(), false)),
@@ -293,6 +303,8 @@ impl Lane {
         if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&event.cluster) {
             return;
         }
+        // The counts settled events go under are named after the configured kind.
+        self.inner.by_job_kind.learn(&event, &kind.name);
         let settings = self.inner.settings.load();
         let (mode, cap) = (settings.mode, settings.max_queued_per_job);
         let catch_up = from_list && mode.wants_catch_up();
@@ -442,7 +454,10 @@ impl Lane {
             calls: i.calls.snapshot(),
             oldest_pending_seconds: oldest.map_or(0.0, |at| at.elapsed().as_secs_f64()),
             memory_high_water_bytes: i.plugin.load().memory_high_water_bytes(),
+            timeout_seconds: i.plugin.load().timeout().map(|t| t.as_secs_f64()),
+            kinds: i.settings.load().kinds.clone(),
             by_job_kind: i.by_job_kind.snapshot(),
+            delivery: i.delivery.snapshot(),
         }
     }
 

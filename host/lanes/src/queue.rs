@@ -453,16 +453,20 @@ impl Queues {
 
     /// The head of `key`'s queue is acknowledged (delivered or dead-lettered): it leaves the
     /// queue, and a delivered version's phase becomes the next one's `previous_phase`.
-    pub fn settle(&mut self, key: &JobKey, replay: bool, phase: Phase) {
+    /// Returns when the settled event was queued (`None` if the job is no longer known).
+    pub fn settle(&mut self, key: &JobKey, replay: bool, phase: Phase) -> Option<Instant> {
+        let mut queued_at = None;
         if let Some(job) = self.job_mut(key) {
             job.in_flight = false;
             // An idle job keeps no queue buffer ([`Waiting`] drops it once empty).
+            queued_at = job.queue.front().map(|item| item.queued_at);
             job.queue.pop_front();
             if !replay {
                 job.delivered_phase = Some(phase);
             }
         }
         self.pending = self.pending.saturating_sub(1);
+        queued_at
     }
 
     /// Jobs of the listed stream that the lane knows, were not listed and are not deleted:

@@ -76,6 +76,16 @@ impl LoadError {
         matches!(self, LoadError::Unavailable { .. })
     }
 
+    /// Every [`kind`](LoadError::kind), for metrics that show each at 0 from the start.
+    pub const KINDS: [&'static str; 6] = [
+        "compile",
+        "wrong_world",
+        "init_refused",
+        "grant",
+        "limits",
+        "unavailable",
+    ];
+
     /// A short stable name of the variant, for metric labels.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -42,6 +42,9 @@ pub struct ClusterHealth {
     /// cluster, so they do not make it degraded; checked again with backoff, and watched as
     /// soon as the resource appears.
     pub kinds_not_installed: Vec<String>,
+    /// The configured kinds watched on this cluster (their names), so that metrics can show
+    /// every (cluster, kind) series from the start, at 0 before its first event.
+    pub kinds: Vec<String>,
     #[serde(skip)]
     stream_state: Vec<StreamState>,
 }
@@ -67,8 +70,9 @@ fn now() -> String {
 }
 
 impl HealthBoard {
-    /// A cluster (re)starts: connecting, with `streams` streams to come.
-    pub fn connecting(&self, cluster: &str, streams: usize) {
+    /// A cluster (re)starts: connecting, with `streams` streams to come, of the configured
+    /// `kinds`.
+    pub fn connecting(&self, cluster: &str, streams: usize, kinds: Vec<String>) {
         let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
         // A counter, so it survives the cluster's restarts.
         let old = map.get(cluster);
@@ -87,6 +91,7 @@ impl HealthBoard {
                 unreadable_objects,
                 last_unreadable,
                 kinds_not_installed: Vec::new(),
+                kinds,
                 stream_state: vec![StreamState::Waiting; streams],
             },
         );
@@ -189,7 +194,7 @@ mod tests {
     #[test]
     fn states_follow_stream_progress() {
         let b = HealthBoard::default();
-        b.connecting("a", 2);
+        b.connecting("a", 2, vec!["batch-job".into()]);
         assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Connecting));
         b.stream("a", 0, Progress::Synced);
         assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Connecting));
@@ -211,7 +216,7 @@ mod tests {
     #[test]
     fn a_kind_not_installed_is_listed_not_degraded() {
         let b = HealthBoard::default();
-        b.connecting("a", 3);
+        b.connecting("a", 3, vec!["batch-job".into()]);
         b.stream("a", 0, Progress::Synced);
         b.stream("a", 1, Progress::NotInstalled("trainjob".into()));
         b.stream("a", 2, Progress::NotInstalled("trainjob".into()));

@@ -75,7 +75,9 @@ pub fn spawn(
 ) -> SupervisorHandle {
     let cancel = parent.child_token();
     let targets = targets(&source.name, main, passive);
-    health.connecting(&source.name, targets.len());
+    let mut kinds: Vec<String> = targets.iter().map(|t| t.kind.name.clone()).collect();
+    kinds.dedup();
+    health.connecting(&source.name, targets.len(), kinds);
     let task = tokio::spawn(supervise(
         source.name.clone(),
         source.kubeconfig.clone(),

@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics;
 use super::status::StatusSources;
+use super::{exposition, metrics};
 
 struct Shared {
     sources: StatusSources,
@@ -54,14 +54,17 @@ pub async fn serve(
     Ok(bound)
 }
 
-async fn metrics_page(State(shared): State<Arc<Shared>>) -> Response {
+/// OpenMetrics for a scraper that asks for it, the classic text format otherwise (see
+/// [`exposition`]).
+async fn metrics_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     match metrics::render(&shared.registry) {
+        Ok(text) if exposition::wants_openmetrics(accept) => {
+            ([(header::CONTENT_TYPE, exposition::OPENMETRICS)], text).into_response()
+        }
         Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
+            [(header::CONTENT_TYPE, exposition::CLASSIC)],
+            exposition::classic(&text),
         )
             .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
@@ -71,7 +74,15 @@ async fn metrics_page(State(shared): State<Arc<Shared>>) -> Response {
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     let status = shared.sources.snapshot();
     if status.ready {
-        (StatusCode::OK, "ready\n").into_response()
+        // Plugins without a version do not make the replica unready; they are said here, under
+        // the answer, so a probe's log shows them.
+        let mut text = String::from("ready\n");
+        for line in status.plugins_not_serving() {
+            text.push_str("warning: ");
+            text.push_str(&line);
+            text.push('\n');
+        }
+        (StatusCode::OK, text).into_response()
     } else {
         let mut text = status.not_ready_reasons().join("\n");
         text.push('\n');

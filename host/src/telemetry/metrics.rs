@@ -5,6 +5,8 @@
 //! event path pays nothing for metrics. Names follow Prometheus conventions: a `jobrelay_`
 //! prefix, `_total` on counters, base units.
 
+use std::collections::BTreeMap;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -16,9 +18,12 @@ use super::process::ProcessStats;
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
 use crate::plugin_set::PluginStatus;
+use jobrelay_capabilities::log::LEVELS;
+use jobrelay_capabilities::refusals::Limit;
 use jobrelay_coordination::Role;
 use jobrelay_lanes::event_counts::Counts;
 use jobrelay_lanes::lane::LaneStats;
+use jobrelay_runtime::LoadError;
 
 /// Reads the daemon's counters on every scrape.
 pub struct DaemonCollector {
@@ -85,6 +90,32 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
+/// One plugin's histogram: `(plugin, sum, count, cumulative buckets)`.
+type HistogramRow<'a> = (&'a String, f64, u64, &'a [(f64, u64)]);
+
+/// One histogram family, a histogram per plugin: `(plugin, sum, count, cumulative buckets)`.
+fn histograms(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    per_plugin: Vec<HistogramRow<'_>>,
+) -> Result<(), std::fmt::Error> {
+    if per_plugin.is_empty() {
+        return Ok(());
+    }
+    let mut metric = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (plugin, sum, count, buckets) in per_plugin {
+        let labels: Labels = vec![("plugin", plugin.clone())];
+        metric.encode_family(&labels)?.encode_histogram::<Labels>(
+            sum,
+            count,
+            &with_inf(buckets, count),
+            None,
+        )?;
+    }
+    Ok(())
+}
+
 /// Every plugin that has a lane, with its lane's counters.
 fn lanes(status: &Status) -> impl Iterator<Item = (&String, &LaneStats)> {
     status
@@ -119,20 +150,51 @@ fn gauge(value: u64) -> ConstGauge<i64> {
     ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
-/// A per-plugin, per-cluster, per-kind counter from the lanes.
+/// Every (cluster, configured kind) the clusters watch, with `counts` found for it, and the
+/// pairs `counts` has beyond those (a cluster let go, a kind no longer configured): each
+/// series is there from the start, at 0 until its first event, so `rate()` and `increase()`
+/// see the first one.
+fn with_watched_kinds<'a>(
+    status: &'a Status,
+    counts: &'a [(String, String, Counts)],
+    wanted: impl Fn(&str) -> bool,
+) -> BTreeMap<(&'a str, &'a str), Counts> {
+    let mut all: BTreeMap<(&str, &str), Counts> = status
+        .clusters
+        .iter()
+        .flat_map(|(cluster, health)| {
+            health
+                .kinds
+                .iter()
+                .filter(|kind| wanted(kind))
+                .map(move |kind| ((cluster.as_str(), kind.as_str()), Counts::default()))
+        })
+        .collect();
+    for (cluster, kind, n) in counts {
+        all.insert((cluster, kind), *n);
+    }
+    all
+}
+
+/// A per-plugin, per-cluster, per-kind counter from the lanes, at 0 for every (cluster, kind)
+/// the plugin takes and has had no event of yet.
 fn by_job_kind(status: &Status, read: impl Fn(&Counts) -> u64) -> Vec<(Labels, ConstCounter<u64>)> {
     lanes(status)
         .flat_map(|(name, lane)| {
-            lane.by_job_kind.iter().map(|(cluster, kind, counts)| {
-                (
-                    vec![
-                        ("plugin", name.clone()),
-                        ("cluster", cluster.clone()),
-                        ("kind", kind.clone()),
-                    ],
-                    ConstCounter::new(read(counts)),
-                )
-            })
+            let wanted = |kind: &str| lane.kinds.is_empty() || lane.kinds.iter().any(|k| k == kind);
+            with_watched_kinds(status, &lane.by_job_kind, wanted)
+                .into_iter()
+                .map(|((cluster, kind), counts)| {
+                    (
+                        vec![
+                            ("plugin", name.clone()),
+                            ("cluster", cluster.to_string()),
+                            ("kind", kind.to_string()),
+                        ],
+                        ConstCounter::new(read(&counts)),
+                    )
+                })
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -247,16 +309,27 @@ impl Collector for DaemonCollector {
             finalizer_failures,
         )?;
 
-        let observed: Vec<(Labels, ConstCounter<u64>)> = status
+        let observed_counts: Vec<(String, String, Counts)> = status
             .observed
             .iter()
             .map(|o| {
-                (
-                    vec![("cluster", o.cluster.clone()), ("kind", o.kind.clone())],
-                    ConstCounter::new(o.events),
-                )
+                let counts = Counts {
+                    observed: o.events,
+                    ..Counts::default()
+                };
+                (o.cluster.clone(), o.kind.clone(), counts)
             })
             .collect();
+        let observed: Vec<(Labels, ConstCounter<u64>)> =
+            with_watched_kinds(&status, &observed_counts, |_| true)
+                .into_iter()
+                .map(|((cluster, kind), counts)| {
+                    (
+                        vec![("cluster", cluster.to_string()), ("kind", kind.to_string())],
+                        ConstCounter::new(counts.observed),
+                    )
+                })
+                .collect();
         family(
             e,
             "jobrelay_events_observed",
@@ -338,25 +411,49 @@ impl Collector for DaemonCollector {
             MetricType::Counter,
             failures,
         )?;
-        let with_lanes: Vec<(&String, &LaneStats)> = lanes(&status).collect();
-        if !with_lanes.is_empty() {
-            let mut metric = e.encode_descriptor(
-                "jobrelay_plugin_call_duration_seconds",
-                "Wall-clock time of plugin calls (fresh instance or kept one, init and handle)",
-                None,
-                MetricType::Histogram,
-            )?;
-            for (name, lane) in with_lanes {
-                let labels: Labels = vec![("plugin", name.clone())];
-                let calls = &lane.calls;
-                metric.encode_family(&labels)?.encode_histogram::<Labels>(
-                    calls.sum_seconds,
-                    calls.count,
-                    &with_inf(&calls.buckets, calls.count),
-                    None,
-                )?;
-            }
-        }
+        histograms(
+            e,
+            "jobrelay_plugin_call_duration_seconds",
+            "Wall-clock time of plugin calls (fresh instance or kept one, init and handle)",
+            lanes(&status)
+                .map(|(name, lane)| {
+                    let c = &lane.calls;
+                    (name, c.sum_seconds, c.count, c.buckets.as_slice())
+                })
+                .collect(),
+        )?;
+        histograms(
+            e,
+            "jobrelay_event_delivery_seconds",
+            "Time from a job version's arrival in the plugin's lane to its acknowledgement \
+             stored, for events the plugin handled",
+            lanes(&status)
+                .map(|(name, lane)| {
+                    let d = &lane.delivery;
+                    (name, d.sum_seconds, d.count, d.buckets.as_slice())
+                })
+                .collect(),
+        )?;
+        let timeouts = per_plugin(&status, |p| {
+            Some(ConstGauge::new(p.lane.as_ref()?.timeout_seconds?))
+        });
+        family(
+            e,
+            "jobrelay_plugin_timeout_seconds",
+            "The serving version's time limit per call (timeout_ms), to compare call times with",
+            MetricType::Gauge,
+            timeouts,
+        )?;
+        let up = per_plugin(&status, |p| {
+            Some(ConstGauge::new(i64::from(p.serving.is_some())))
+        });
+        family(
+            e,
+            "jobrelay_plugin_up",
+            "1 while a version of the plugin serves events; 0 while none does (its events wait)",
+            MetricType::Gauge,
+            up,
+        )?;
 
         let oldest = per_plugin(&status, |p| {
             Some(ConstGauge::new(p.lane.as_ref()?.oldest_pending_seconds))
@@ -415,10 +512,10 @@ impl Collector for DaemonCollector {
             .plugins
             .iter()
             .flat_map(|(name, p)| {
-                p.load_failures.iter().map(move |(reason, n)| {
+                LoadError::KINDS.iter().chain(&["lane"]).map(move |reason| {
                     (
                         vec![("plugin", name.clone()), ("reason", reason.to_string())],
-                        ConstCounter::new(*n),
+                        ConstCounter::new(p.load_failures.get(reason).copied().unwrap_or(0)),
                     )
                 })
             })
@@ -456,9 +553,11 @@ impl Collector for DaemonCollector {
             .plugins
             .iter()
             .flat_map(|(name, p)| {
-                p.refusals.iter().map(move |(limit, n)| {
+                Limit::ALL.iter().map(move |limit| {
+                    let limit = limit.as_str();
                     let labels = vec![("plugin", name.clone()), ("limit", limit.to_string())];
-                    (labels, ConstCounter::new(*n))
+                    let n = p.refusals.get(limit).copied().unwrap_or(0);
+                    (labels, ConstCounter::new(n))
                 })
             })
             .collect();
@@ -474,9 +573,10 @@ impl Collector for DaemonCollector {
             .plugins
             .iter()
             .flat_map(|(name, p)| {
-                p.log_lines.iter().map(move |(level, n)| {
+                LEVELS.iter().map(move |level| {
                     let labels = vec![("plugin", name.clone()), ("level", level.to_string())];
-                    (labels, ConstCounter::new(*n))
+                    let n = p.log_lines.get(level).copied().unwrap_or(0);
+                    (labels, ConstCounter::new(n))
                 })
             })
             .collect();
@@ -500,7 +600,8 @@ impl Collector for DaemonCollector {
         family(
             e,
             "jobrelay_ready",
-            "1 while every plugin serves, the state store answers and the Lease is not lost",
+            "1 while the state store answers and the Lease is not lost (plugins and clusters are \
+             not readiness: see jobrelay_plugin_up and jobrelay_cluster_health)",
             MetricType::Gauge,
             ready,
         )?;
@@ -515,11 +616,16 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             store_up,
         )?;
-        let stored: Vec<(Labels, ConstGauge<i64>)> = status
-            .state_store
-            .dead_letters
-            .iter()
-            .map(|(plugin, n)| (vec![("plugin", plugin.clone())], gauge(*n)))
+        // Every plugin loaded here, at 0 without dead letters, and any plugin the store holds
+        // letters of (a plugin removed, or loaded by another replica).
+        let mut backlog: BTreeMap<&str, u64> =
+            status.plugins.keys().map(|p| (p.as_str(), 0)).collect();
+        for (plugin, n) in &status.state_store.dead_letters {
+            backlog.insert(plugin, *n);
+        }
+        let stored: Vec<(Labels, ConstGauge<i64>)> = backlog
+            .into_iter()
+            .map(|(plugin, n)| (vec![("plugin", plugin.to_string())], gauge(n)))
             .collect();
         family(
             e,

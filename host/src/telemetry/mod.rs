@@ -1,6 +1,7 @@
 //! Telemetry: logs, Prometheus metrics, the status endpoint and page, all read from the counters the
 //! clusters and lanes keep anyway.
 
+pub mod exposition;
 pub mod http;
 pub mod logging;
 pub mod metrics;

@@ -94,6 +94,28 @@ fn role_badge(role: &Role) -> String {
     }
 }
 
+/// What needs attention, first on the page: a ready badge alone said nothing of 318 dead
+/// letters and a cluster down.
+fn attention(html: &mut String, status: &Status) {
+    if status.attention.is_empty() {
+        let _ = write!(
+            html,
+            "<section id=\"attention\"><h2>Needs attention</h2>{} <span class=\"muted\">nothing: every cluster synced, every plugin serving, no dead letters</span></section>",
+            badge("ok", "all clear")
+        );
+        return;
+    }
+    let _ = write!(
+        html,
+        "<section id=\"attention\"><h2>Needs attention</h2>{}<ul>",
+        badge("bad", &format!("{} problem(s)", status.attention.len()))
+    );
+    for line in &status.attention {
+        let _ = write!(html, "<li class=\"err\">{}</li>", escape(line));
+    }
+    html.push_str("</ul></section>");
+}
+
 /// The whole page.
 pub fn render(status: &Status) -> String {
     let mut html = String::with_capacity(8 * 1024);
@@ -113,6 +135,7 @@ pub fn render(status: &Status) -> String {
         status.plugins.len(),
     );
 
+    attention(&mut html, status);
     html.push_str("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>health</th><th class=\"num\">streams</th><th>since</th><th>last error</th></tr>");
     for (name, cluster) in &status.clusters {
         let _ = write!(

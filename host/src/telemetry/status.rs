@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use super::store_check::{StoreHealth, StoreStatus};
-use crate::clusters::health::{ClusterHealth, HealthBoard};
+use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
 use crate::plugin_set::{PluginSet, PluginStatus};
 use jobrelay_coordination::Role;
 use jobrelay_lanes::dispatcher::Routes;
@@ -33,11 +33,17 @@ pub struct StatusSources {
 /// The daemon at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// Ready: this replica can do its part — every plugin serves a version, the state store
-    /// answers, and the replica has not lost its Lease. Remote clusters are not part of it:
-    /// one cluster down, or lacking a kind's resource, must not take every replica out of
-    /// service; their health is in `clusters`, the metrics and the alerts.
+    /// Ready: this replica can do its part — the state store answers and the replica has not
+    /// lost its Lease. Neither remote clusters nor plugins are part of it: a cluster down, or
+    /// a plugin that cannot load (the same config on every replica), would take every replica
+    /// out of service at once and help nothing; they are in `attention`, the metrics and the
+    /// alerts.
     pub ready: bool,
+    /// What needs an operator's eye, one line each, most serious first (empty: nothing):
+    /// the state store down, the Lease lost, plugins without a serving version or whose last
+    /// load failed, clusters not synced, dead letters stored, config files refused, sections
+    /// waiting for a restart. The status page shows it at the top.
+    pub attention: Vec<String>,
     /// Single replica, leader, follower (with the leader's identity), or lost.
     pub coordination: Role,
     pub clusters: BTreeMap<String, ClusterHealth>,
@@ -77,8 +83,9 @@ impl StatusSources {
             .clone();
         let coordination = self.role.borrow().clone();
         let state_store = self.store.snapshot();
-        Status {
-            ready: is_ready(&plugins, &state_store, &coordination),
+        let mut status = Status {
+            ready: is_ready(&state_store, &coordination),
+            attention: Vec::new(),
             coordination,
             clusters,
             plugins,
@@ -100,13 +107,15 @@ impl StatusSources {
                     events: counts.observed,
                 })
                 .collect(),
-        }
+        };
+        status.attention = status.needs_attention();
+        status
     }
 }
 
 /// Whether this replica can do its part (see [`Status::ready`]).
-fn is_ready(plugins: &BTreeMap<String, PluginStatus>, store: &StoreStatus, role: &Role) -> bool {
-    plugins.values().all(|p| p.serving.is_some()) && store.reachable && !matches!(role, Role::Lost)
+fn is_ready(store: &StoreStatus, role: &Role) -> bool {
+    store.reachable && !matches!(role, Role::Lost)
 }
 
 impl Status {
@@ -122,38 +131,95 @@ impl Status {
         if matches!(self.coordination, Role::Lost) {
             reasons.push("coordination: this replica lost its Lease".to_string());
         }
+        reasons
+    }
+
+    /// Plugins without a serving version: not readiness (see [`Status::ready`]), but said on
+    /// `/readyz` under its answer, and in [`Status::attention`].
+    pub fn plugins_not_serving(&self) -> Vec<String> {
+        let mut lines = Vec::new();
         for (name, plugin) in &self.plugins {
             match (&plugin.serving, &plugin.waiting) {
-                (None, Some(waiting)) => reasons.push(format!(
+                (None, Some(waiting)) => lines.push(format!(
                     "plugin {name}: no version serving yet; its events wait in its lane while \
                      the load is retried (attempt {}: {})",
                     waiting.attempts, waiting.error
                 )),
-                (None, None) => reasons.push(format!("plugin {name}: no version serving")),
+                (None, None) => lines.push(format!(
+                    "plugin {name}: no version serving; its events wait in its lane until a \
+                     version loads ({})",
+                    plugin
+                        .last_reload
+                        .as_ref()
+                        .and_then(|r| r.error.as_deref())
+                        .unwrap_or("no load finished yet")
+                )),
                 _ => {}
             }
         }
-        reasons
+        lines
+    }
+
+    /// See [`Status::attention`].
+    fn needs_attention(&self) -> Vec<String> {
+        let mut lines = self.not_ready_reasons();
+        lines.extend(self.plugins_not_serving());
+        for (name, plugin) in &self.plugins {
+            if let (Some(_), Some(reload)) = (&plugin.serving, &plugin.last_reload)
+                && !reload.ok
+            {
+                lines.push(format!(
+                    "plugin {name}: the last load failed, the previous version serves ({})",
+                    reload.error.as_deref().unwrap_or("no reason given")
+                ));
+            }
+        }
+        for (name, cluster) in &self.clusters {
+            if cluster.state != HealthState::Synced {
+                lines.push(format!(
+                    "cluster {name}: {} since {}{}",
+                    format!("{:?}", cluster.state).to_lowercase(),
+                    cluster.since,
+                    cluster
+                        .last_error
+                        .as_deref()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                ));
+            }
+            if !cluster.kinds_not_installed.is_empty() {
+                lines.push(format!(
+                    "cluster {name}: does not serve {} (not installed)",
+                    cluster.kinds_not_installed.join(", ")
+                ));
+            }
+        }
+        let stored: u64 = self.state_store.dead_letters.values().sum();
+        if stored > 0 {
+            lines.push(format!(
+                "{stored} dead letter(s) stored (jobrelay dead-letters list)"
+            ));
+        }
+        for (path, why) in &self.problems {
+            lines.push(format!(
+                "config file {} refused, its last good version stays: {why}",
+                path.display()
+            ));
+        }
+        if !self.restart_pending.is_empty() {
+            lines.push(format!(
+                "main file sections edited that take effect at the next restart: {}",
+                self.restart_pending.join(", ")
+            ));
+        }
+        lines
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn plugins(serving: &[Option<&str>]) -> BTreeMap<String, PluginStatus> {
-        serving
-            .iter()
-            .enumerate()
-            .map(|(i, version)| {
-                let status = PluginStatus {
-                    serving: version.map(str::to_string),
-                    ..PluginStatus::default()
-                };
-                (format!("p{i}"), status)
-            })
-            .collect()
-    }
+    use crate::plugin_set::ReloadOutcome;
 
     fn store(reachable: bool) -> StoreStatus {
         StoreStatus {
@@ -164,18 +230,67 @@ mod tests {
     }
 
     #[test]
-    fn ready_is_plugins_serving_a_store_that_answers_and_a_lease_not_lost() {
-        let serving = plugins(&[Some("v1"), Some("v2")]);
-        assert!(is_ready(&serving, &store(true), &Role::Single));
-        assert!(is_ready(&BTreeMap::new(), &store(true), &Role::Leader));
-        let follower = Role::Follower { holder: None };
-        assert!(is_ready(&serving, &store(true), &follower));
-        assert!(!is_ready(
-            &plugins(&[Some("v1"), None]),
-            &store(true),
-            &Role::Single
-        ));
-        assert!(!is_ready(&serving, &store(false), &Role::Single));
-        assert!(!is_ready(&serving, &store(true), &Role::Lost));
+    fn ready_is_a_store_that_answers_and_a_lease_not_lost() {
+        assert!(is_ready(&store(true), &Role::Single));
+        assert!(is_ready(&store(true), &Role::Leader));
+        assert!(is_ready(&store(true), &Role::Follower { holder: None }));
+        assert!(!is_ready(&store(false), &Role::Single));
+        assert!(!is_ready(&store(true), &Role::Lost));
+    }
+
+    fn status() -> Status {
+        Status {
+            ready: true,
+            attention: Vec::new(),
+            coordination: Role::Single,
+            clusters: BTreeMap::new(),
+            plugins: BTreeMap::new(),
+            state_store: store(true),
+            problems: BTreeMap::new(),
+            restart_pending: Vec::new(),
+            recent_events: Vec::new(),
+            observed: Vec::new(),
+        }
+    }
+
+    /// A plugin that cannot load is not readiness, but it heads what needs attention, with
+    /// the stored dead letters and a cluster down.
+    #[test]
+    fn what_needs_attention_names_each_problem() {
+        let mut s = status();
+        assert!(s.needs_attention().is_empty(), "a healthy daemon: nothing");
+        s.plugins.insert(
+            "broken".into(),
+            PluginStatus {
+                last_reload: Some(ReloadOutcome {
+                    version: "1".into(),
+                    ok: false,
+                    error: Some("cannot compile".into()),
+                    load_ms: 1.0,
+                    at: String::new(),
+                }),
+                ..PluginStatus::default()
+            },
+        );
+        s.state_store.dead_letters.insert("log".into(), 318);
+        let board = HealthBoard::default();
+        board.connecting("east", 1, vec!["batch-job".into()]);
+        board.failed("east", "connection refused".into());
+        s.clusters = board.snapshot();
+        s.problems
+            .insert(PathBuf::from("plugins/x.yaml"), "bad YAML".into());
+        let lines = s.needs_attention();
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert!(
+            lines[0].contains("plugin broken") && lines[0].contains("cannot compile"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[1].starts_with("cluster east: error since") && lines[1].contains("refused"),
+            "{lines:#?}"
+        );
+        assert!(lines[2].starts_with("318 dead letter(s)"), "{lines:#?}");
+        assert!(lines[3].contains("plugins/x.yaml"), "{lines:#?}");
+        assert!(s.not_ready_reasons().is_empty(), "still ready");
     }
 }

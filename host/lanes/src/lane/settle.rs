@@ -14,9 +14,7 @@ use crate::event_counts::Count;
 
 pub(super) async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
-    inner
-        .by_job_kind
-        .add(&event.cluster, &event.kind, Count::DeadLettered);
+    inner.by_job_kind.add(event, Count::DeadLettered);
     if let Some(book) = &inner.book {
         book.lane_dead_lettered(&inner.name, &event.job_key());
     }
@@ -43,9 +41,7 @@ pub(super) async fn acknowledge(
 ) {
     if matches!(outcome, Outcome::Delivered) {
         inner.delivered.fetch_add(1, Ordering::SeqCst);
-        inner
-            .by_job_kind
-            .add(&event.cluster, &event.kind, Count::Delivered);
+        inner.by_job_kind.add(&event, Count::Delivered);
     }
     let phase = event.phase;
     if !replay {
@@ -60,10 +56,16 @@ pub(super) async fn acknowledge(
                 "cannot store the cursor; the event may be delivered again after a restart");
         }
     }
-    inner
+    let queued_at = inner
         .queues
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .settle(key, replay, phase);
+    // Observed to acknowledged: from the moment the lane received the version (the watch
+    // hands it over at once) to its cursor stored. Replays of dead letters are not counted:
+    // their wait is the operator's, not the pipeline's.
+    if let (Outcome::Delivered, false, Some(at)) = (outcome, replay, queued_at) {
+        inner.delivery.record(at.elapsed());
+    }
     inner.settled.notify_waiters();
 }

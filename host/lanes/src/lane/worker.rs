@@ -116,9 +116,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             return Some(Outcome::DeadLettered);
         };
         inner.retried.fetch_add(1, Ordering::SeqCst);
-        inner
-            .by_job_kind
-            .add(&event.cluster, &event.kind, Count::Retried);
+        inner.by_job_kind.add(event, Count::Retried);
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
