@@ -146,7 +146,7 @@ impl Status {
                     waiting.attempts, waiting.error
                 )),
                 (None, None) => lines.push(format!(
-                    "plugin {name}: no version serving; its events wait in its lane until a \
+                    "plugin {name}: no version serving; nothing is delivered to it until a \
                      version loads ({})",
                     plugin
                         .last_reload
