@@ -75,6 +75,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "layers"
 tests/layers.sh
 
+step "alerts"
+# The chart's alert rules, rendered by real Helm, under promtool check and unit tests.
+tests/alerts/run.sh
+
 step "tests"
 # The plugins' own logic (cards, SQL text, settings) is plain Rust, tested natively.
 (cd plugins && cargo test --locked --no-fail-fast)

@@ -11,10 +11,12 @@ use jobrelay_runtime::CallError;
 
 /// Upper bounds of the duration buckets, in seconds: from a fast wasm call up to the longest
 /// time limit a manifest may set (an hour), so a call's duration lands in a bound whatever its
-/// plugin's `timeout_ms`.
-pub const BUCKETS: [f64; 16] = [
-    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 60.0, 300.0,
-    900.0, 3600.0,
+/// plugin's `timeout_ms`. Dense between 1 s and 30 s, where the usual time limits are: with
+/// bounds 1, 5, 30 a p99 estimate of calls all near 1.5 s read 4.96 s, 99% of a 5 s limit,
+/// and the near-timeout alert fired on calls taking a third of it.
+pub const BUCKETS: [f64; 26] = [
+    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 2.5, 4.0, 5.0,
+    8.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 3600.0,
 ];
 
 /// The failure kinds counted: every `CallError::kind`.
