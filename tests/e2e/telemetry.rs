@@ -485,6 +485,30 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     let status: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(status["coordination"]["role"], "sharded", "{status}");
     assert_eq!(status["coordination"]["owned"][0], "alpha", "{status}");
+
+    // A second shard joins: one of the two holds alpha, and the other reports it at 0, so a
+    // cluster held by nobody would read 0 everywhere rather than have no series.
+    let (_setup_t, other) = coordinated(&sim, "sharded", "t", &prefix).await;
+    let other_addr = other.telemetry_addr().expect("telemetry");
+    let started = std::time::Instant::now();
+    loop {
+        let (_, a) = http_get(addr, "/metrics").await;
+        let (_, b) = http_get(other_addr, "/metrics").await;
+        let owned = |page: &str| sample(page, "jobrelay_shard_owned{cluster=\"alpha\"}");
+        let members = |page: &str| sample(page, "jobrelay_shard_members");
+        let both_see_two = members(&a) == Some(2.0) && members(&b) == Some(2.0);
+        let mut held: Vec<Option<f64>> = vec![owned(&a), owned(&b)];
+        held.sort_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
+        if both_see_two && held == [Some(0.0), Some(1.0)] {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "one shard holds alpha and the other reports it at 0:\n{a}\n{b}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    other.shutdown(Duration::from_secs(5)).await;
     shard.shutdown(Duration::from_secs(5)).await;
     drop_state_tables(&prefix).await;
 }

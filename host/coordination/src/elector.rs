@@ -27,10 +27,13 @@ pub enum Role {
     Follower { holder: Option<String> },
     /// Holds the Lease and delivers.
     Leader,
-    /// Sharding: delivers the clusters whose Leases it holds; `members` are the live replicas.
+    /// Sharding: delivers the clusters whose Leases it holds; `members` are the live replicas;
+    /// `clusters` every cluster configured (held here or not), so each replica can report the
+    /// ones it does not hold and a cluster nobody holds is visible.
     Sharded {
         owned: Vec<String>,
         members: Vec<String>,
+        clusters: Vec<String>,
     },
     /// Was leader and could not renew in time: must stop delivering.
     Lost,

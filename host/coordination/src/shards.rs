@@ -57,6 +57,7 @@ impl Sharding {
         let (role_tx, role) = watch::channel(Role::Sharded {
             owned: Vec::new(),
             members: Vec::new(),
+            clusters: clusters.borrow().iter().cloned().collect(),
         });
         let (commands, received) = mpsc::channel(16);
         let task = tokio::spawn(coordinate(setup, clusters, role_tx, commands, cancel));
@@ -218,6 +219,7 @@ async fn coordinate(
             let next = Role::Sharded {
                 owned: held.keys().cloned().collect(),
                 members: alive.clone(),
+                clusters: names.iter().cloned().collect(),
             };
             let changed = *r != next;
             *r = next;

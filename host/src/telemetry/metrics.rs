@@ -650,15 +650,29 @@ impl Collector for DaemonCollector {
             Labels::new(),
             ConstGauge::new(i64::from(status.coordination.delivers())),
         )];
-        if let Role::Sharded { owned, members } = &status.coordination {
-            let owned = owned
+        if let Role::Sharded {
+            owned,
+            members,
+            clusters,
+        } = &status.coordination
+        {
+            // Every configured cluster, 1 where held here: a cluster no replica holds reads 0
+            // on every replica instead of having no series at all.
+            let owned = clusters
                 .iter()
-                .map(|c| (vec![("cluster", c.clone())], gauge(1)))
+                .chain(owned.iter().filter(|c| !clusters.contains(c)))
+                .map(|c| {
+                    (
+                        vec![("cluster", c.clone())],
+                        gauge(u64::from(owned.contains(c))),
+                    )
+                })
                 .collect();
             family(
                 e,
                 "jobrelay_shard_owned",
-                "1 for each cluster whose Lease this replica holds and delivers (sharding)",
+                "1 for each cluster whose Lease this replica holds and delivers, 0 for every other \
+                 configured cluster (sharding)",
                 MetricType::Gauge,
                 owned,
             )?;

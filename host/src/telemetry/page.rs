@@ -80,7 +80,7 @@ fn role_badge(role: &Role) -> String {
             badge("warn", "follower"),
             escape(holder.as_deref().unwrap_or("none yet"))
         ),
-        Role::Sharded { owned, members } => format!(
+        Role::Sharded { owned, members, .. } => format!(
             "{}<span class=\"muted\">delivers {} of the clusters · {} replicas</span> ",
             badge("ok", "shard"),
             if owned.is_empty() {
