@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 
+use super::credentials::CredentialExpiry;
 use jobrelay_watch::watcher::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,6 +46,11 @@ pub struct ClusterHealth {
     /// The configured kinds watched on this cluster (their names), so that metrics can show
     /// every (cluster, kind) series from the start, at 0 before its first event.
     pub kinds: Vec<String>,
+    /// When the credentials of the cluster's kubeconfig expire: the token's `exp` (a JWT's) and
+    /// the client certificate's notAfter, whichever are there (none for an opaque token, a
+    /// service-account token without `exp`, or exec authentication). Read whenever the
+    /// kubeconfig is (re)loaded.
+    pub credentials_expire: Vec<CredentialExpiry>,
     #[serde(skip)]
     stream_state: Vec<StreamState>,
 }
@@ -79,6 +85,10 @@ impl HealthBoard {
         let finalizer_add_failures = old.map_or(0, |h| h.finalizer_add_failures);
         let unreadable_objects = old.map_or(0, |h| h.unreadable_objects);
         let last_unreadable = old.and_then(|h| h.last_unreadable.clone());
+        // Kept until the restarting cluster sets them again, so no reader sees them vanish.
+        let credentials_expire = old
+            .map(|h| h.credentials_expire.clone())
+            .unwrap_or_default();
         map.insert(
             cluster.to_string(),
             ClusterHealth {
@@ -92,9 +102,18 @@ impl HealthBoard {
                 last_unreadable,
                 kinds_not_installed: Vec::new(),
                 kinds,
+                credentials_expire,
                 stream_state: vec![StreamState::Waiting; streams],
             },
         );
+    }
+
+    /// The expiries of the credentials of the cluster's kubeconfig, as just loaded.
+    pub fn credentials(&self, cluster: &str, expire: Vec<CredentialExpiry>) {
+        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = map.get_mut(cluster) {
+            h.credentials_expire = expire;
+        }
     }
 
     /// The cluster failed before any stream could start (e.g. its client could not be built).
@@ -232,5 +251,35 @@ mod tests {
         let h = b.get("a").expect("present");
         assert_eq!(h.state, HealthState::Synced);
         assert!(h.kinds_not_installed.is_empty());
+    }
+
+    /// The credentials' expiries stay through a restart of the cluster until set again, and a
+    /// new kubeconfig's replace the old ones.
+    #[test]
+    fn credential_expiries_are_replaced_on_reload() {
+        use crate::clusters::credentials::{Credential, CredentialExpiry};
+        let token = |unix: i64| CredentialExpiry {
+            credential: Credential::Token,
+            expires_at: String::new(),
+            expires_unix: unix,
+        };
+        let b = HealthBoard::default();
+        b.credentials("a", vec![token(1)]);
+        assert!(
+            b.get("a").is_none(),
+            "no entry is made for an unknown cluster"
+        );
+        b.connecting("a", 1, vec!["batch-job".into()]);
+        assert!(b.get("a").expect("present").credentials_expire.is_empty());
+        b.credentials("a", vec![token(1)]);
+        b.stream("a", 0, Progress::Synced);
+        b.connecting("a", 1, vec!["batch-job".into()]);
+        assert_eq!(b.get("a").expect("present").credentials_expire, [token(1)]);
+        b.credentials("a", vec![token(2)]);
+        let json = serde_json::to_value(b.get("a").expect("present")).expect("JSON");
+        assert_eq!(json["credentials_expire"][0]["expires_unix"], 2);
+        assert_eq!(json["credentials_expire"][0]["credential"], "token");
+        b.credentials("a", Vec::new());
+        assert!(b.get("a").expect("present").credentials_expire.is_empty());
     }
 }

@@ -16,6 +16,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::credentials::{self, CredentialExpiry};
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
 use crate::config::main_file::MainConfig;
@@ -78,6 +79,10 @@ pub fn spawn(
     let mut kinds: Vec<String> = targets.iter().map(|t| t.kind.name.clone()).collect();
     kinds.dedup();
     health.connecting(&source.name, targets.len(), kinds);
+    health.credentials(
+        &source.name,
+        read_credentials(&source.name, &source.kubeconfig),
+    );
     let task = tokio::spawn(supervise(
         source.name.clone(),
         source.kubeconfig.clone(),
@@ -92,6 +97,31 @@ pub fn spawn(
         cancel,
         task,
     }
+}
+
+/// When the kubeconfig's credentials expire; says in the log (never the credential itself)
+/// which expire within a week or have expired, and which could not be read.
+fn read_credentials(cluster: &str, kubeconfig: &Kubeconfig) -> Vec<CredentialExpiry> {
+    let read = credentials::expiries(kubeconfig);
+    for problem in &read.problems {
+        tracing::warn!(cluster = %cluster, error = %problem, "cannot tell when a credential of the kubeconfig expires");
+    }
+    let now = chrono::Utc::now().timestamp();
+    for expiry in read.found.iter().filter(|e| e.due_soon(now)) {
+        let what = if expiry.expires_unix <= now {
+            "has expired"
+        } else {
+            "expires within 7 days"
+        };
+        tracing::warn!(
+            cluster = %cluster,
+            credential = %expiry.credential,
+            expires_at = %expiry.expires_at,
+            "the cluster's {} {what}: replace its kubeconfig",
+            expiry.credential
+        );
+    }
+    read.found
 }
 
 /// The streams of one cluster: every kind, in every configured namespace (or all).
