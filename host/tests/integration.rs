@@ -5,6 +5,7 @@ mod common;
 
 mod cli;
 mod config_folder;
+mod credential_expiry;
 mod documented_commands;
 mod failover;
 mod fault_soak;
