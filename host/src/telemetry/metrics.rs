@@ -274,6 +274,27 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             not_installed,
         )?;
+        let expiries: Vec<(Labels, ConstGauge<i64>)> = status
+            .clusters
+            .iter()
+            .flat_map(|(name, c)| {
+                c.credentials_expire.iter().map(move |e| {
+                    let labels = vec![
+                        ("cluster", name.clone()),
+                        ("credential", e.credential.as_str().to_string()),
+                    ];
+                    (labels, ConstGauge::new(e.expires_unix))
+                })
+            })
+            .collect();
+        family(
+            e,
+            "jobrelay_cluster_credential_expiry_timestamp_seconds",
+            "When the cluster's kubeconfig token (a JWT's exp) or client certificate (notAfter) \
+             expires, Unix seconds",
+            MetricType::Gauge,
+            expiries,
+        )?;
         let finalizer_failures: Vec<(Labels, ConstCounter<u64>)> = status
             .clusters
             .iter()
