@@ -471,6 +471,97 @@ async fn a_clusters_dir_apart_from_the_config_folder_is_read_and_followed() {
     );
 }
 
+/// `plugin_manifests_dir` names a folder apart from the config folder — a ConfigMap of
+/// manifests mounted whole, as the chart mounts it: its manifests are read at start, and a
+/// manifest added by the kubelet's swap of `..data` (what `helm upgrade` with a new plugin
+/// does) is noticed by the folder watch and added, the others untouched. The folder is read
+/// once at start: an edit naming another folder is pending until a restart, and the config
+/// folder itself is refused (its main file would be a manifest).
+#[tokio::test]
+async fn a_manifests_folder_mounted_whole_is_read_and_followed() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mount = tempfile::tempdir().expect("configmap mount");
+    let wasm = root.path().join("wasm");
+    fs::create_dir_all(&wasm).expect("wasm folder");
+    for name in ["a", "b"] {
+        fs::write(wasm.join(format!("{name}.wasm")), name).expect("component");
+    }
+    let main = root.path().join("jobrelay.yaml");
+    fs::write(
+        &main,
+        format!(
+            "plugin_dir: wasm\nplugin_manifests_dir: {}\n",
+            mount.path().display()
+        ),
+    )
+    .expect("main file");
+    // A manifest in the default folder is not read once another is named.
+    fs::create_dir_all(root.path().join("plugins")).expect("plugins");
+    fs::write(root.path().join("plugins/stray.yaml"), "wasm: a.wasm\n").expect("stray");
+    kubelet_write(
+        mount.path(),
+        "..2026_11_27_00_00_00.000000001",
+        &[("a.yaml", "wasm: a.wasm\n")],
+    );
+    let (mut state, first) = ConfigState::load(root.path()).expect("loads");
+    let names = |changes: &[Change<jobrelay::config::sources::PluginSource>]| {
+        changes
+            .iter()
+            .map(|c| match c {
+                Change::Added(p) => format!("added {}", p.spec.name),
+                Change::Changed(p) => format!("changed {}", p.spec.name),
+                Change::Removed(n) => format!("removed {n}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&first.plugins), ["added a"]);
+    assert_eq!(
+        state.plugins()["a"].manifest_path,
+        mount.path().join("a.yaml")
+    );
+    assert!(
+        state
+            .watched_dirs()
+            .iter()
+            .any(|d| d.path == mount.path() && d.recursive),
+        "{:?}",
+        state.watched_dirs()
+    );
+
+    let mut watch = FolderWatch::new(
+        Duration::from_millis(50),
+        Duration::from_secs(3600),
+        Vec::new(),
+    )
+    .expect("watcher");
+    watch.ensure_watched(&state.watched_dirs());
+    kubelet_write(
+        mount.path(),
+        "..2026_11_27_00_01_00.000000002",
+        &[("a.yaml", "wasm: a.wasm\n"), ("b.yaml", "wasm: b.wasm\n")],
+    );
+    assert_eq!(next_trigger(&mut watch).await, Trigger::FileEvent);
+    let update = state.refresh();
+    assert_eq!(names(&update.plugins), ["added b"]);
+    assert!(state.problems().is_empty(), "{:?}", state.problems());
+
+    // Read once at start: another folder named later is pending, and the mount stays in use.
+    fs::write(&main, "plugin_dir: wasm\nplugin_manifests_dir: elsewhere\n").expect("edit");
+    let update = state.refresh();
+    assert!(update.plugins.is_empty(), "{:?}", names(&update.plugins));
+    assert_eq!(state.restart_pending(), ["plugin_manifests_dir"]);
+    assert_eq!(state.plugins().len(), 2);
+
+    let other = tempfile::tempdir().expect("tempdir");
+    fs::write(
+        other.path().join("jobrelay.yaml"),
+        "plugin_manifests_dir: .\n",
+    )
+    .expect("main file");
+    let (_, why) = ConfigState::load(other.path()).expect_err("the config folder itself");
+    assert!(why.to_string().contains("plugin_manifests_dir"), "{why}");
+}
+
 /// The daemon's own writes inside the config folder (its state file, with the `-wal` file
 /// every acknowledgement appends to) are not config changes: they raise no re-read, while a
 /// manifest written beside them still does.

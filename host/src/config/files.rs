@@ -201,10 +201,19 @@ pub struct FolderScan {
     pub failed: Vec<(PathBuf, String)>,
 }
 
-/// Read the whole folder: the main file, the plugins' manifests and, when `clusters_dir` is
-/// given, the clusters' kubeconfigs (at start the main file names that folder, so it is read
-/// first and the clusters added with [`add_clusters`]).
-pub fn scan(root: &Path, clusters_dir: Option<&Path>) -> FolderScan {
+/// The folders of a config besides its main file, as the main file names them.
+#[derive(Debug, Clone, Copy)]
+pub struct Folders<'a> {
+    /// The clusters' kubeconfigs (`clusters_dir`).
+    pub clusters: &'a Path,
+    /// The plugins' manifests (`plugin_manifests_dir`).
+    pub manifests: &'a Path,
+}
+
+/// Read the whole folder: the main file and, when `folders` is given, the plugins' manifests
+/// and the clusters' kubeconfigs (at start the main file names those folders, so it is read
+/// first and the rest added with [`add_manifests`] and [`add_clusters`]).
+pub fn scan(root: &Path, folders: Option<Folders<'_>>) -> FolderScan {
     let mut scan = FolderScan::default();
     let main = root.join(MAIN_FILE);
     // Any entry counts, a link to nowhere or a loop included: reading it then fails, which
@@ -214,27 +223,29 @@ pub fn scan(root: &Path, clusters_dir: Option<&Path>) -> FolderScan {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => scan.failed.push((main.clone(), e.to_string())),
     }
-    let mut listed = |dir: PathBuf| match visible_files(&dir) {
-        Ok(files) => files,
-        Err(e) => {
-            scan.failed.push((dir, e));
-            Vec::new()
-        }
-    };
-    let plugins = listed(root.join("plugins"));
-    for path in plugins {
-        let is_yaml = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        );
-        if is_yaml {
-            add_by_stem(&mut scan.manifests, &mut scan.conflicts, path);
-        }
-    }
-    if let Some(dir) = clusters_dir {
-        add_clusters(&mut scan, dir);
+    if let Some(folders) = folders {
+        add_manifests(&mut scan, folders.manifests);
+        add_clusters(&mut scan, folders.clusters);
     }
     scan
+}
+
+/// Reads the plugins' manifests in `dir` (files ending in `.yaml` or `.yml`) into `scan`.
+pub fn add_manifests(scan: &mut FolderScan, dir: &Path) {
+    match visible_files(dir) {
+        Ok(files) => {
+            for path in files {
+                let is_yaml = matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml")
+                );
+                if is_yaml {
+                    add_by_stem(&mut scan.manifests, &mut scan.conflicts, path);
+                }
+            }
+        }
+        Err(e) => scan.failed.push((dir.to_path_buf(), e)),
+    }
 }
 
 /// Reads the clusters' kubeconfigs in `dir` into `scan`.

@@ -23,6 +23,10 @@ pub const MAIN_FILE: &str = "jobrelay.yaml";
 /// The clusters' folder inside the config folder, unless `clusters_dir` says otherwise.
 pub const CLUSTERS_DIR: &str = "clusters";
 
+/// The plugins' manifests folder inside the config folder, unless `plugin_manifests_dir` says
+/// otherwise.
+pub const PLUGIN_MANIFESTS_DIR: &str = "plugins";
+
 /// The main file as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +50,13 @@ pub struct MainFile {
     /// ConfigMap, so a key added to it is a new cluster without touching anything else.
     #[serde(default)]
     pub clusters_dir: Option<PathBuf>,
+    /// Folder of the plugins' manifests, one `NAME.yaml` per plugin. Relative to the config
+    /// folder; defaults to its `plugins/`. Watched like the rest; read once at start: moving it
+    /// needs a restart. Lets a ConfigMap of manifests be mounted whole at a path of its own (a
+    /// ConfigMap cannot hold a sub-folder), so a plugin added to it is loaded live and the
+    /// pod's spec never names one plugin.
+    #[serde(default)]
+    pub plugin_manifests_dir: Option<PathBuf>,
     /// The WebAssembly engine. Read once at start: changing it needs a restart.
     #[serde(default)]
     pub runtime: RuntimeSettings,
@@ -237,6 +248,8 @@ pub struct MainConfig {
     pub plugin_dir: PathBuf,
     /// Absolute.
     pub clusters_dir: PathBuf,
+    /// Absolute.
+    pub plugin_manifests_dir: PathBuf,
     pub runtime: RuntimeSettings,
     /// Where the state lives: the SQLite file (absolute) or the MySQL database.
     pub state: StateBackend,
@@ -265,6 +278,10 @@ impl MainConfig {
             ("telemetry", self.telemetry != new.telemetry),
             ("oci", self.oci != new.oci),
             ("clusters_dir", self.clusters_dir != new.clusters_dir),
+            (
+                "plugin_manifests_dir",
+                self.plugin_manifests_dir != new.plugin_manifests_dir,
+            ),
         ]
         .into_iter()
         .filter_map(|(section, changed)| changed.then_some(section))
@@ -464,6 +481,19 @@ impl MainFile {
             Some(p) => root.join(p),
             None => root.join(CLUSTERS_DIR),
         };
+        let plugin_manifests_dir = match self.plugin_manifests_dir {
+            Some(p) if p.is_absolute() => p,
+            Some(p) => root.join(p),
+            None => root.join(PLUGIN_MANIFESTS_DIR),
+        };
+        // The config folder itself would make the main file a manifest named `jobrelay`.
+        if plugin_manifests_dir.components().eq(root.components()) {
+            return Err(ConfigError::Invalid(
+                "plugin_manifests_dir: must be a folder of its own, not the config folder \
+                 (the main file would be read as a manifest)"
+                    .into(),
+            ));
+        }
         let mut runtime = self.runtime;
         runtime.cache_dir = runtime.cache_dir.map(|p| root.join(p));
         Ok(MainConfig {
@@ -472,6 +502,7 @@ impl MainFile {
             plugin_defaults: self.plugin_defaults,
             plugin_dir,
             clusters_dir,
+            plugin_manifests_dir,
             runtime,
             state,
             finalizers: self.finalizers,

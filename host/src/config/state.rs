@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ConfigError;
-use super::files::{ComponentFiles, FolderScan, add_clusters, scan};
+use super::files::{ComponentFiles, FolderScan, Folders, add_clusters, add_manifests, scan};
 use super::folder_watch::WatchedDir;
 use super::main_file::{MAIN_FILE, MainConfig};
 use super::sources::{ClusterSource, PluginSource};
@@ -45,6 +45,9 @@ pub struct ConfigState {
     root: PathBuf,
     /// Where the clusters' kubeconfigs are read from: the main file's `clusters_dir` at start.
     clusters_dir: PathBuf,
+    /// Where the plugins' manifests are read from: the main file's `plugin_manifests_dir` at
+    /// start.
+    manifests_dir: PathBuf,
     main: Arc<MainConfig>,
     /// The main file the daemon started with: sections it reads once are compared with it.
     started: Arc<MainConfig>,
@@ -94,6 +97,7 @@ impl ConfigState {
                 (main, Some(content.sha256.clone()))
             }
         };
+        add_manifests(&mut folder, &main.plugin_manifests_dir);
         add_clusters(&mut folder, &main.clusters_dir);
         if let Some((path, why)) = folder.failed.first() {
             return Err((
@@ -102,9 +106,11 @@ impl ConfigState {
             ));
         }
         let clusters_dir = main.clusters_dir.clone();
+        let manifests_dir = main.plugin_manifests_dir.clone();
         let main = Arc::new(main);
         let mut state = ConfigState {
             clusters_dir,
+            manifests_dir,
             root,
             started: main.clone(),
             restart_pending: Vec::new(),
@@ -121,7 +127,13 @@ impl ConfigState {
 
     /// Re-read the folder and return what changed.
     pub fn refresh(&mut self) -> Update {
-        let folder = scan(&self.root, Some(&self.clusters_dir));
+        let folder = scan(
+            &self.root,
+            Some(Folders {
+                clusters: &self.clusters_dir,
+                manifests: &self.manifests_dir,
+            }),
+        );
         self.apply(folder)
     }
 
@@ -153,12 +165,16 @@ impl ConfigState {
         &self.problems
     }
 
-    /// Folders whose changes matter: the config folder, the plugin and cluster folders when
-    /// they lie outside it, and — only their own entries — the folders of components named by
-    /// an absolute `wasm:` path outside all of those.
+    /// Folders whose changes matter: the config folder, the plugin, manifest and cluster
+    /// folders when they lie outside it, and — only their own entries — the folders of
+    /// components named by an absolute `wasm:` path outside all of those.
     pub fn watched_dirs(&self) -> Vec<WatchedDir> {
         let mut dirs = vec![WatchedDir::tree(&self.root)];
-        for dir in [&self.main.plugin_dir, &self.clusters_dir] {
+        for dir in [
+            &self.main.plugin_dir,
+            &self.manifests_dir,
+            &self.clusters_dir,
+        ] {
             if !dir.starts_with(&self.root) {
                 dirs.push(WatchedDir::tree(dir));
             }
