@@ -43,7 +43,8 @@ fn folder(sim: &SimCluster) -> tempfile::TempDir {
     write(
         &root.join("jobrelay.yaml"),
         &format!(
-            "plugin_dir: {}\nkinds: [{{name: volcano-job}}, {{name: batch-job}}]\n",
+            "plugin_dir: {}\nkinds: [{{name: volcano-job}}, {{name: batch-job}}]\n\
+             state: {{path: state/jobrelay.db}}\n",
             repo().join("target/plugins").display()
         ),
     );
@@ -69,6 +70,16 @@ async fn check_passes_on_a_good_folder() {
         "{report}"
     );
     assert!(report.contains("ok    plugin   log: version"), "{report}");
+    // The state file is not there yet: its folder can be made, and the check makes nothing.
+    let state = dir.path().join("state/jobrelay.db");
+    assert!(
+        report.contains(&format!(
+            "ok    state    the SQLite file {}: not there yet, made at first start",
+            state.display()
+        )),
+        "{report}"
+    );
+    assert!(!state.exists(), "the check made the state file");
     assert!(report.contains("all checks passed"), "{report}");
 }
 
@@ -760,5 +771,164 @@ async fn dead_letters_in_a_pipeline_and_ids_that_do_not_exist() {
         text(&drop).contains("1 of the 1 ids do not exist"),
         "{}",
         text(&drop)
+    );
+}
+
+/// A config folder with nothing but a main file.
+fn main_only(main: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(&dir.path().join("jobrelay.yaml"), main);
+    dir
+}
+
+/// `check` tries a MySQL state store as the daemon opens it (tables made if missing) and says
+/// how many dead letters it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tries_a_reachable_mysql_state_store() {
+    let url = crate::common::mysql_url();
+    let prefix = crate::common::unique_prefix("check");
+    let dir = main_only(&format!(
+        "state: {{url: \"{url}\", table_prefix: {prefix}}}\n"
+    ));
+    let out = jobrelay(&["check", "--config", &dir.path().to_string_lossy()]).await;
+    let report = text(&out);
+    let dropped = crate::state_store::drop_tables(&url, &prefix).await;
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("ok    state    the MySQL database")
+            && report.contains(&format!("(tables {prefix}*) (0 dead letters stored)")),
+        "{report}"
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+    dropped.expect("the test's tables are dropped");
+}
+
+/// A state store that cannot be reached is a problem of the check (exit 1) that names the
+/// store, and never shows the password of its URL, written out or behind a secret reference;
+/// a reference to a variable that is not set names the variable.
+#[tokio::test]
+async fn check_fails_on_a_state_store_it_cannot_open() {
+    let secret_file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        secret_file.path(),
+        "mysql://relay:file-s3cret-pw@127.0.0.1:9/jobrelay\n",
+    )
+    .expect("write the secret");
+    for (state, shown) in [
+        (
+            "{url: \"mysql://relay:s3cret-pw@127.0.0.1:9/jobrelay\"}".to_string(),
+            "FAIL  state    the MySQL database mysql://relay@127.0.0.1:9/jobrelay (tables jobrelay_*): "
+                .to_string(),
+        ),
+        (
+            format!("{{url: \"file:{}\"}}", secret_file.path().display()),
+            format!(
+                "FAIL  state    the MySQL database file:{} (tables jobrelay_*): ",
+                secret_file.path().display()
+            ),
+        ),
+        (
+            "{url: \"env:JOBRELAY_TEST_NO_SUCH_STATE_URL\"}".to_string(),
+            "FAIL  state    the MySQL database env:JOBRELAY_TEST_NO_SUCH_STATE_URL (tables \
+             jobrelay_*): "
+                .to_string(),
+        ),
+    ] {
+        let dir = main_only(&format!("state: {state}\n"));
+        let out = jobrelay(&[
+            "check",
+            "--config",
+            &dir.path().to_string_lossy(),
+            "--cluster-timeout",
+            "20",
+        ])
+        .await;
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{state}: {report}");
+        assert!(report.contains(&shown), "{state}: {report}");
+        assert!(report.contains("1 problem(s) found"), "{state}: {report}");
+        assert!(
+            !report.contains("s3cret-pw"),
+            "{state}: a password is shown: {report}"
+        );
+    }
+    // What is wrong is said: the closed port, the variable that is not set.
+    let dir = main_only("state: {url: \"env:JOBRELAY_TEST_NO_SUCH_STATE_URL\"}\n");
+    let report = text(&jobrelay(&["check", "--config", &dir.path().to_string_lossy()]).await);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("FAIL  state"))
+        .unwrap_or_default();
+    assert!(
+        line.matches("JOBRELAY_TEST_NO_SUCH_STATE_URL").count() >= 2,
+        "the error itself names the variable: {report}"
+    );
+    let dir = main_only("state: {url: \"mysql://relay:s3cret-pw@127.0.0.1:9/jobrelay\"}\n");
+    let report = text(&jobrelay(&["check", "--config", &dir.path().to_string_lossy()]).await);
+    assert!(
+        report.to_lowercase().contains("refused"),
+        "the connection's error is said: {report}"
+    );
+}
+
+/// An SQLite state file that exists is opened, beside the running daemon that uses it, and its
+/// dead letters counted; the daemon and the file are none the worse. A state file whose folder
+/// cannot be made fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_counts_the_dead_letters_of_an_sqlite_state_file() {
+    let dir = main_only("state: {path: state/jobrelay.db}\n");
+    let config = dir.path();
+    let path = config.join("state/jobrelay.db");
+    let backend = jobrelay_state::StateBackend::Sqlite(path.clone());
+    let store = jobrelay_state::open_store(&backend).await.expect("store");
+    for n in 0..2 {
+        let event = crate::common::event(
+            &format!("u-{n}"),
+            "1",
+            jobrelay_contract::event::Phase::Failed,
+            None,
+            "2026-11-26T10:00:00Z",
+        );
+        store
+            .add_dead_letter("notify", &event, "webhook said 500", 3)
+            .await
+            .expect("a dead letter");
+    }
+    store.close().await;
+
+    let daemon = jobrelay::daemon::Daemon::start(config)
+        .await
+        .expect("the daemon starts on the file");
+    let out = jobrelay(&["check", "--config", &config.to_string_lossy()]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains(&format!(
+            "ok    state    the SQLite file {} (2 dead letters stored)",
+            path.display()
+        )),
+        "{report}"
+    );
+    // The daemon kept its file: stopped, it leaves it answering, with its letters.
+    daemon.shutdown(std::time::Duration::from_secs(5)).await;
+    let store = jobrelay_state::open_store(&backend).await.expect("reopens");
+    store.check().await.expect("the file answers");
+    let counts = store.dead_letter_counts().await.expect("counts");
+    assert_eq!(counts.get("notify"), Some(&2));
+    store.close().await;
+
+    // A file in the way of the state file's folder.
+    let dir = main_only("state: {path: in-the-way/state.db}\n");
+    write(&dir.path().join("in-the-way"), "a file, not a folder\n");
+    let out = jobrelay(&["check", "--config", &dir.path().to_string_lossy()]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains(&format!(
+            "FAIL  state    the SQLite file {}: {} is not a folder",
+            dir.path().join("in-the-way/state.db").display(),
+            dir.path().join("in-the-way").display()
+        )),
+        "{report}"
     );
 }

@@ -3,7 +3,11 @@
 //! Every config file is validated, every plugin compiled and initialised with its config (with
 //! `--no-init`, compiled and linked only: no plugin code runs), and
 //! every cluster asked for its version and for one item of each watched kind (which proves the
-//! credentials may list it). The report names each file; the exit code is 1 on any problem.
+//! credentials may list it). The state store is tried as the daemon opens it: a MySQL database
+//! is connected to (its tables made if missing) and asked how many dead letters it holds; an
+//! SQLite file that exists likewise (beside a running daemon, as `jobrelay dead-letters` does);
+//! one that does not is not made, only its folder is proven creatable and writable. The report
+//! names each file; the exit code is 1 on any problem.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,6 +21,7 @@ use crate::config::main_file::MainConfig;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
 use jobrelay_runtime::Runtime;
+use jobrelay_state::{StateBackend, open_store};
 
 /// Runs the checks; `run_init` runs each plugin's load-time `init` as the daemon would.
 pub async fn check(
@@ -42,6 +47,15 @@ pub async fn check(
     for (path, why) in state.problems() {
         failures += 1;
         println!("FAIL  file     {}: {why}", path.display());
+    }
+    // Its Display names the file, or the database without its password; the resolved URL of a
+    // secret reference is never printed.
+    match check_state(&main.state, cluster_timeout).await {
+        Ok(report) => println!("ok    state    {}{report}", main.state),
+        Err(e) => {
+            failures += 1;
+            println!("FAIL  state    {}: {e}", main.state);
+        }
     }
 
     // Plugins load with the real SQL connections and archive (their load-time `init` may set
@@ -164,4 +178,81 @@ async fn probe_cluster(
         version.git_version,
         listed.join(", ")
     ))
+}
+
+/// Tries the state store within `within`: the text after its name when it works (how many
+/// dead letters it holds), the problem otherwise.
+async fn check_state(backend: &StateBackend, within: Duration) -> Result<String, String> {
+    if let StateBackend::Sqlite(path) = backend {
+        let exists = match path.try_exists() {
+            Ok(found) => found,
+            // A file where one of its folders should be: the folder check below says which.
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => false,
+            Err(e) => return Err(format!("cannot look for it: {e}")),
+        };
+        // Not made here: an empty file in a copy of the folder, or one the daemon would then
+        // find, is no business of a check.
+        if !exists {
+            return writable_folder(path)
+                .map(|()| ": not there yet, made at first start".to_string());
+        }
+    }
+    let tried = tokio::time::timeout(within, async {
+        let store = open_store(backend).await.map_err(|e| e.to_string())?;
+        let answer = async {
+            store.check().await.map_err(|e| e.to_string())?;
+            let counts = store
+                .dead_letter_counts()
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<u64, String>(counts.values().sum())
+        }
+        .await;
+        // Its connections released: an SQLite file's log is folded back only when no other
+        // process (a running daemon) still has the file open.
+        store.close().await;
+        answer
+    })
+    .await;
+    match tried {
+        Ok(Ok(1)) => Ok(" (1 dead letter stored)".to_string()),
+        Ok(Ok(n)) => Ok(format!(" ({n} dead letters stored)")),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no answer within {} s", within.as_secs())),
+    }
+}
+
+/// Whether the state file `path` can be made: its folder is there and writable, or the nearest
+/// folder above it is, so the daemon can make the rest.
+fn writable_folder(path: &Path) -> Result<(), String> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut dir = parent;
+    loop {
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => return Err(format!("{} is not a folder", dir.display())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                match dir.parent() {
+                    Some(up) if !up.as_os_str().is_empty() => dir = up,
+                    _ => return Err(format!("no folder of {} exists", parent.display())),
+                }
+            }
+            Err(e) => return Err(format!("cannot look at {}: {e}", dir.display())),
+        }
+    }
+    // Written for real (a temporary file, removed at once): permissions, a read-only mount
+    // and a full disk all say so here.
+    tempfile::Builder::new()
+        .prefix(".jobrelay-check-")
+        .tempfile_in(dir)
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    Ok(())
 }
