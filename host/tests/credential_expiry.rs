@@ -54,9 +54,14 @@ fn write_atomic(path: &Path, text: &str) {
 }
 
 async fn status(addr: std::net::SocketAddr) -> Value {
+    serde_json::from_str(&get(addr, "/status").await).expect("status is JSON")
+}
+
+/// The body of `GET path`, which must answer 200.
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
     socket
-        .write_all(b"GET /status HTTP/1.0\r\nhost: localhost\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.0\r\nhost: localhost\r\n\r\n").as_bytes())
         .await
         .expect("request");
     let mut response = String::new();
@@ -69,7 +74,7 @@ async fn status(addr: std::net::SocketAddr) -> Value {
         head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
         "{head}"
     );
-    serde_json::from_str(body).expect("status is JSON")
+    body.to_string()
 }
 
 fn unix(rfc3339: &str) -> i64 {
@@ -185,6 +190,17 @@ async fn status_shows_when_credentials_expire_and_follows_a_rotated_kubeconfig()
             "the rotated kubeconfig's dates never showed: {now:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The same dates as a metric, for the alerts (Unix seconds).
+    let metrics = get(addr, "/metrics").await;
+    for line in [
+        "jobrelay_cluster_credential_expiry_timestamp_seconds{cluster=\"east\",credential=\"token\"} 2000000000",
+        &format!(
+            "jobrelay_cluster_credential_expiry_timestamp_seconds{{cluster=\"east\",credential=\"client_certificate\"}} {}",
+            unix("2034-07-08T00:00:00Z")
+        ),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
 
     // An opaque token and no certificate: nothing to say, and the old dates are gone.

@@ -39,8 +39,8 @@ pub enum Command {
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
     },
-    /// Validate every config file, compile every plugin and try every cluster; exit 1 on any
-    /// problem. Loading a plugin runs its load-time `init` against what it is granted, as the
+    /// Validate every config file, try the state store, compile every plugin and try every
+    /// cluster; exit 1 on any problem. Loading a plugin runs its load-time `init` against what it is granted, as the
     /// daemon would: a plugin may create its tables there (see `--no-init`).
     Check {
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
