@@ -1,0 +1,63 @@
+{{- define "remote.labels" -}}
+app.kubernetes.io/name: jobrelay-remote
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{- define "remote.serviceAccountName" -}}
+{{ .Values.serviceAccount.name | default .Release.Name }}
+{{- end }}
+
+{{/*
+The built-in job kinds by name: their API group and resource (as host/watch/src/kinds.rs has
+them; tests/e2e/chart.rs checks the two agree).
+*/}}
+{{- define "remote.builtinKinds" -}}
+batch-job: {group: batch, plural: jobs}
+volcano-job: {group: batch.volcano.sh, plural: jobs}
+pytorch-job: {group: kubeflow.org, plural: pytorchjobs}
+mpi-job: {group: kubeflow.org, plural: mpijobs}
+mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
+{{- end }}
+
+{{/*
+What jobrelay calls on a watched cluster: list and watch each kind's resource, get and patch
+those it holds with its finalizer, and with podLogs list pods and get their logs. The same
+rules the jobrelay chart gives it on its home cluster.
+*/}}
+{{- define "remote.rules" -}}
+{{- $builtins := include "remote.builtinKinds" . | fromYaml }}
+{{- $resources := dict }}
+{{- range $i, $kind := .Values.kinds }}
+{{- $group := "" }}
+{{- $plural := "" }}
+{{- if hasKey $kind "group" }}
+{{- $group = $kind.group }}
+{{- $plural = required (printf "kinds[%d] (%s): a custom kind needs `plural`" $i $kind.name) $kind.plural }}
+{{- else if hasKey $builtins $kind.name }}
+{{- $builtin := get $builtins $kind.name }}
+{{- $group = $builtin.group }}
+{{- $plural = $builtin.plural }}
+{{- else }}
+{{- fail (printf "kinds[%d]: `%s` is not a built-in kind (%s); a custom kind gives group and plural" $i $kind.name (keys $builtins | sortAlpha | join ", ")) }}
+{{- end }}
+{{- $key := printf "%s/%s" $group $plural }}
+{{- $_ := set $resources $key (or (get $resources $key | default false) ($kind.finalizer | default false)) }}
+{{- end }}
+{{- range $key := keys $resources | sortAlpha }}
+{{- $parts := splitList "/" $key }}
+- apiGroups: [{{ index $parts 0 | quote }}]
+  resources: [{{ index $parts 1 }}]
+  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}]
+{{- end }}
+{{- if .Values.podLogs }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+{{- end }}
+{{- end }}
