@@ -1,268 +1,213 @@
-//! The Helm chart in `deploy/helm/jobrelay`, rendered without Helm (which cannot be installed
-//! here): the templates are Go templates, rendered with `gtmpl` plus the Helm and Sprig
-//! functions they use (`toYaml`, `indent`, `nindent`, `quote`, `hasKey`, and `include` of the
-//! named templates in `_helpers.tpl`), then parsed as Kubernetes objects and checked.
+//! The Helm charts in `deploy/helm/`, rendered and linted by real Helm (`helm template`,
+//! `helm lint`, `helm dependency build`), run as a process: `helm` on the PATH, or the binary
+//! `JOBRELAY_TEST_HELM` names (tests/tools/install.sh installs Helm v3). Values are given as a
+//! JSON values file over the chart's own `values.yaml`, so Helm merges them and checks them
+//! against `values.schema.json` as it does for an install. The rendered objects are parsed and
+//! checked.
 //!
 //! The ClusterRole is checked against what the daemon really calls: a daemon runs against the
 //! simulator through job lifecycles (finalizer held and released, pod logs read by
 //! log-archive), every request the simulator saw is mapped to (API group, resource, verb), and
-//! that set must be exactly what the chart grants. The daemon runs with leader election, so
-//! its Lease requests are checked against the chart's namespaced Role the same way.
+//! that set must be exactly what the chart grants; a second run limited to one namespace is
+//! held to the Role the chart then makes there. The daemon runs with leader election and
+//! sharding (their state on the test MariaDB, as those modes require), so its Lease requests
+//! are checked against the chart's namespaced Role the same way.
+//!
+//! Point 1 of issue 27 is checked twice: the chart rendered with one plugin and with two gives
+//! a byte-identical Deployment (only the plugins' ConfigMap differs), and a daemon running on
+//! the rendered ConfigMaps, written as the kubelet writes a mounted volume, loads the added
+//! plugin live from the new ConfigMap without repeating anything the first plugin delivered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
-use gtmpl::{Context, FuncError, Template, Value as Tv};
 use jobrelay::config::main_file::MainConfig;
 use jobrelay::config::manifest::PluginManifest;
+use jobrelay::config::sources::ClusterSource;
 use jobrelay::daemon::Daemon;
 use jobrelay_coordination::Mode;
 use jobrelay_e2e::*;
 use jobrelay_state::StateBackend;
-use jobrelay_testkit::{Flavor, Gvr, JobDriver};
+use jobrelay_testkit::configmap::kubelet_write;
+use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
+use jobrelay_watch::kinds::JobKind;
 use serde_json::{Value, json};
 
 fn chart_dir() -> PathBuf {
     repo_root().join("deploy/helm/jobrelay")
 }
 
-fn to_template_value(v: &Value) -> Tv {
-    match v {
-        Value::Null => Tv::Nil,
-        Value::Bool(b) => Tv::from(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => Tv::from(i),
-            (None, Some(f)) => Tv::from(f),
-            _ => Tv::Nil,
-        },
-        Value::String(s) => Tv::from(s.clone()),
-        Value::Array(a) => Tv::Array(a.iter().map(to_template_value).collect()),
-        Value::Object(o) => Tv::Object(
-            o.iter()
-                .map(|(k, v)| (k.clone(), to_template_value(v)))
-                .collect(),
-        ),
+fn remote_chart_dir() -> PathBuf {
+    repo_root().join("deploy/helm/jobrelay-remote")
+}
+
+/// The Helm binary: `JOBRELAY_TEST_HELM`, else `helm` on the PATH. Missing is a failure, not
+/// a skip: the chart is only tested through it.
+fn helm_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("JOBRELAY_TEST_HELM") {
+        return PathBuf::from(path);
     }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("helm"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no `helm` on the PATH and JOBRELAY_TEST_HELM is not set: the chart tests run \
+                 real Helm v3; tests/tools/install.sh installs it"
+            )
+        })
 }
 
-fn from_template_value(v: &Tv) -> Value {
-    match v {
-        Tv::NoValue | Tv::Nil | Tv::Function(_) => Value::Null,
-        Tv::Bool(b) => json!(b),
-        Tv::String(s) => json!(s),
-        Tv::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => json!(i),
-            (None, Some(f)) => json!(f),
-            _ => Value::Null,
-        },
-        Tv::Array(a) => Value::Array(a.iter().map(from_template_value).collect()),
-        Tv::Object(o) | Tv::Map(o) => Value::Object(
-            o.iter()
-                .map(|(k, v)| (k.clone(), from_template_value(v)))
-                .collect(),
-        ),
-    }
+/// Helm's own folders (cache, config, data) for this test process, apart from the user's.
+fn helm_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| tempfile::tempdir().expect("helm home"))
+        .path()
 }
 
-/// Helm's `toYaml`: the value as YAML, without the trailing newline.
-fn to_yaml(args: &[Tv]) -> Result<Tv, FuncError> {
-    let value = args
-        .first()
-        .ok_or(FuncError::ExactlyXArgs("toYaml".into(), 1))?;
-    let text = serde_yaml_ng::to_string(&from_template_value(value))
-        .map_err(|e| FuncError::Generic(e.to_string()))?;
-    Ok(Tv::from(text.trim_end_matches('\n').to_string()))
-}
-
-/// Helm's `indent N text`: every line prefixed with N spaces.
-fn indent(args: &[Tv]) -> Result<Tv, FuncError> {
-    let (Some(Tv::Number(n)), Some(Tv::String(text))) = (args.first(), args.get(1)) else {
-        return Err(FuncError::Generic(
-            "indent takes a number and a string".into(),
-        ));
-    };
-    let pad = " ".repeat(n.as_u64().unwrap_or(0) as usize);
-    let lines: Vec<String> = text.lines().map(|l| format!("{pad}{l}")).collect();
-    Ok(Tv::from(lines.join("\n")))
-}
-
-/// Helm's `nindent N text`: a newline, then `indent N text`.
-fn nindent(args: &[Tv]) -> Result<Tv, FuncError> {
-    let Tv::String(indented) = indent(args)? else {
-        return Err(FuncError::Generic("indent returned no text".into()));
-    };
-    Ok(Tv::from(format!("\n{indented}")))
-}
-
-/// The named templates of `templates/_helpers.tpl`: `{{- define "NAME" -}} … {{- end }}`,
-/// each body trimmed as those markers trim it. A body may use `include` but no block of its
-/// own (`if`, `range`), whose `end` this reader would take for the define's.
-fn helpers() -> &'static BTreeMap<String, String> {
-    static HELPERS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
-    HELPERS.get_or_init(|| {
-        let text = std::fs::read_to_string(chart_dir().join("templates/_helpers.tpl"))
-            .expect("_helpers.tpl");
-        let mut named = BTreeMap::new();
-        for part in text.split("{{- define \"").skip(1) {
-            let (name, rest) = part.split_once('"').expect("a define's name");
-            let body = rest
-                .split_once("-}}")
-                .expect("a define's opening")
-                .1
-                .split_once("{{- end }}")
-                .expect("a define's end")
-                .0;
-            assert!(
-                !body.contains("{{- if") && !body.contains("{{ if") && !body.contains("range"),
-                "{name}: blocks inside a define are not supported by this renderer"
-            );
-            named.insert(name.to_string(), body.trim().to_string());
-        }
-        named
-    })
-}
-
-/// Helm's `include NAME CONTEXT`: a named template of `_helpers.tpl`, rendered.
-fn include(args: &[Tv]) -> Result<Tv, FuncError> {
-    let (Some(Tv::String(name)), Some(context)) = (args.first(), args.get(1)) else {
-        return Err(FuncError::Generic(
-            "include takes a name and a context".into(),
-        ));
-    };
-    let body = helpers()
-        .get(name)
-        .ok_or_else(|| FuncError::Generic(format!("no template named {name:?}")))?;
-    let mut template = template_engine();
-    template
-        .parse(body)
-        .map_err(|e| FuncError::Generic(format!("{name}: {e}")))?;
-    let text = template
-        .render(&Context::from(context.clone()))
-        .map_err(|e| FuncError::Generic(format!("{name}: {e}")))?;
-    Ok(Tv::from(text))
-}
-
-/// A template engine with the Helm and Sprig functions the chart uses.
-fn template_engine() -> Template {
-    let mut template = Template::default();
-    template.add_func("toYaml", to_yaml);
-    template.add_func("indent", indent);
-    template.add_func("nindent", nindent);
-    template.add_func("quote", quote);
-    template.add_func("hasKey", has_key);
-    template.add_func("include", include);
-    template
-}
-
-/// Helm's `quote`: a double-quoted string.
-fn quote(args: &[Tv]) -> Result<Tv, FuncError> {
-    let value = args.first().map(from_template_value).unwrap_or(Value::Null);
-    let text = match value {
-        Value::String(s) => s,
-        other => other.to_string(),
-    };
-    Ok(Tv::from(serde_json::to_string(&text).unwrap_or_default()))
-}
-
-/// Sprig's `hasKey MAP KEY`, as Helm has it: whether the map has the key.
-fn has_key(args: &[Tv]) -> Result<Tv, FuncError> {
-    let (Some(Tv::Map(map) | Tv::Object(map)), Some(Tv::String(key))) = (args.first(), args.get(1))
-    else {
-        return Err(FuncError::Generic("hasKey takes a map and a string".into()));
-    };
-    Ok(Tv::from(map.contains_key(key)))
-}
-
-/// What the templates see: `overrides` merged over the chart's `values.yaml`, and the release.
-fn context(overrides: Value) -> Value {
-    let defaults: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
-    )
-    .expect("values.yaml parses");
-    let mut values = defaults;
-    merge(&mut values, overrides);
-    // Helm refuses values its schema refuses before rendering anything; so does every render
-    // here.
-    if let Err(problems) = schema_problems(&values) {
-        panic!("values.schema.json refuses these values:\n{problems}");
-    }
-    let chart: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
-    )
-    .expect("Chart.yaml parses");
-    json!({
-        "Values": values,
-        "Release": {"Name": "jobrelay", "Namespace": "platform", "Service": "Helm"},
-        "Chart": {
-            "Name": chart["name"],
-            "Version": chart["version"],
-            "AppVersion": chart["appVersion"],
-        },
-    })
-}
-
-/// The chart's values schema's verdict on `values`: every problem, one a line, with its path.
-fn schema_problems(values: &Value) -> Result<(), String> {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
-    )
-    .expect("values.schema.json is JSON");
-    let validator = jsonschema::draft7::new(&schema).expect("a valid draft-07 schema");
-    let problems: Vec<String> = validator
-        .iter_errors(values)
-        .map(|e| format!("{}: {e}", e.instance_path()))
-        .collect();
-    if problems.is_empty() {
-        Ok(())
+/// Runs `helm ARGS`: its stdout when it succeeds, else its stderr.
+fn helm(args: &[&str]) -> Result<String, String> {
+    let home = helm_home();
+    let out = Command::new(helm_binary())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm_binary().display()));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(problems.join("\n"))
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        ))
     }
 }
 
-/// One template file rendered as text.
-fn render_file(file: &Path, context: &Value) -> String {
-    let name = file.display();
-    let text = std::fs::read_to_string(file).expect("template");
-    let mut template = template_engine();
-    template
-        .parse(text)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    template
-        .render(&Context::from(to_template_value(context)))
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+/// `helm template jobrelay CHART --namespace platform` with `overrides` as a values file over
+/// the chart's `values.yaml` (JSON is YAML; `null` removes a default, as in any values file).
+fn helm_template(chart: &Path, overrides: &Value, extra: &[&str]) -> Result<String, String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let values = dir.path().join("values.json");
+    std::fs::write(&values, overrides.to_string()).expect("values file");
+    let chart = chart.to_string_lossy();
+    let values = values.to_string_lossy();
+    let mut args = vec![
+        "template",
+        "jobrelay",
+        chart.as_ref(),
+        "--namespace",
+        "platform",
+        "--values",
+        values.as_ref(),
+    ];
+    args.extend_from_slice(extra);
+    helm(&args)
 }
 
-/// Renders every manifest template with `overrides` merged over the chart's `values.yaml`;
-/// returns the objects, each with the file it came from.
+/// The manifests of `helm template` output: (template file, the document's text, the object).
+fn manifests(output: &str) -> Vec<(String, String, Value)> {
+    let mut docs = Vec::new();
+    let mut file = String::new();
+    let mut text = String::new();
+    let mut flush = |file: &str, text: &mut String| {
+        let value: Value = serde_yaml_ng::from_str(text)
+            .unwrap_or_else(|e| panic!("{file} renders to invalid YAML: {e}\n{text}"));
+        if !value.is_null() {
+            docs.push((file.to_string(), std::mem::take(text), value));
+        }
+        text.clear();
+    };
+    for line in output.lines() {
+        if line == "---" {
+            flush(&file, &mut text);
+        } else if let Some(source) = line.strip_prefix("# Source: ") {
+            file = source
+                .split_once("/templates/")
+                .map(|(_, f)| f.to_string())
+                .unwrap_or_else(|| source.to_string());
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    flush(&file, &mut text);
+    docs
+}
+
+/// Renders the jobrelay chart with `overrides`; the objects, each with the file it came from.
 fn render(overrides: Value) -> Vec<(String, Value)> {
-    let context = context(overrides);
-    let mut objects = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("templates"))
-        .expect("templates")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    for file in files {
-        let name = file
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        if name == "NOTES.txt" || name.starts_with('_') {
-            continue; // printed after install, or named templates only: not manifests
-        }
-        let out = render_file(&file, &context);
-        for doc in serde_yaml_ng::Deserializer::from_str(&out) {
-            let value: Value = serde::Deserialize::deserialize(doc)
-                .unwrap_or_else(|e| panic!("{name} renders to invalid YAML: {e}\n{out}"));
-            if !value.is_null() {
-                objects.push((name.clone(), value));
-            }
-        }
+    let output = helm_template(&chart_dir(), &overrides, &[])
+        .unwrap_or_else(|e| panic!("helm template refuses {overrides}:\n{e}"));
+    manifests(&output)
+        .into_iter()
+        .map(|(file, _, value)| (file, value))
+        .collect()
+}
+
+/// The text of each rendered manifest, by kind and name.
+fn render_texts(overrides: Value) -> BTreeMap<String, String> {
+    let output = helm_template(&chart_dir(), &overrides, &[])
+        .unwrap_or_else(|e| panic!("helm template refuses {overrides}:\n{e}"));
+    manifests(&output)
+        .into_iter()
+        .map(|(_, text, value)| {
+            let key = format!(
+                "{}/{}",
+                value["kind"].as_str().unwrap_or_default(),
+                value["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            (key, text)
+        })
+        .collect()
+}
+
+/// Helm's refusal of `overrides` (the schema's, or a template's `fail`).
+fn refused(overrides: Value) -> String {
+    match helm_template(&chart_dir(), &overrides, &[]) {
+        Ok(out) => panic!("helm template renders {overrides}, which it must refuse:\n{out}"),
+        Err(why) => why,
     }
+}
+
+fn object<'a>(objects: &'a [(String, Value)], kind: &str) -> &'a Value {
     objects
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+fn named<'a>(objects: &'a [(String, Value)], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+/// The main file the chart renders, as the daemon reads it.
+fn main_file(objects: &[(String, Value)]) -> MainConfig {
+    let text = named(objects, "ConfigMap", "jobrelay-config")["data"]["jobrelay.yaml"]
+        .as_str()
+        .expect("main file");
+    MainConfig::parse(text, Path::new("/etc/jobrelay"))
+        .unwrap_or_else(|e| panic!("the daemon refuses the rendered main file: {e}\n{text}"))
+}
+
+/// Values for leader or sharded mode, which need a shared state store.
+fn coordinated(mode: &str) -> Value {
+    json!({
+        "coordination": {"mode": mode},
+        "stateUrl": "env:JOBRELAY_STATE_URL",
+        "envFromSecrets": ["jobrelay-state"],
+    })
 }
 
 fn merge(base: &mut Value, over: Value) {
@@ -276,12 +221,85 @@ fn merge(base: &mut Value, over: Value) {
     }
 }
 
-fn object<'a>(objects: &'a [(String, Value)], kind: &str) -> &'a Value {
-    objects
-        .iter()
-        .map(|(_, o)| o)
-        .find(|o| o["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} rendered"))
+fn with(mut base: Value, over: Value) -> Value {
+    merge(&mut base, over);
+    base
+}
+
+/// (group, resource) → verbs of a role's rules.
+fn granted(role: &Value) -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut granted: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in rule["apiGroups"].as_array().expect("groups") {
+            for resource in rule["resources"].as_array().expect("resources") {
+                let verbs = rule["verbs"]
+                    .as_array()
+                    .expect("verbs")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string));
+                granted
+                    .entry((
+                        group.as_str().unwrap_or_default().to_string(),
+                        resource.as_str().unwrap_or_default().to_string(),
+                    ))
+                    .or_default()
+                    .extend(verbs);
+            }
+        }
+    }
+    granted
+}
+
+/// The shared test MariaDB (`JOBRELAY_TEST_MYSQL_URL` overrides it).
+fn test_mysql_url() -> String {
+    std::env::var("JOBRELAY_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
+}
+
+/// A table prefix of this process and `tag` alone.
+fn unique_prefix(tag: &str) -> String {
+    format!("t{}_chart_{tag}_", std::process::id())
+}
+
+/// Points `setup`'s main file at the test MariaDB under `prefix` (leader and sharded mode
+/// refuse a SQLite file), after dropping what an earlier run left there. Fails when MariaDB
+/// does not answer.
+async fn share_state(setup: &Setup, prefix: &str) {
+    drop_state_tables(prefix).await;
+    let path = setup.path("jobrelay.yaml");
+    let main = std::fs::read_to_string(&path).expect("main file");
+    let shared = format!(
+        "state: {{url: \"{}\", table_prefix: {prefix}}}",
+        test_mysql_url()
+    );
+    let main = main.replace("state: {path: state/jobrelay.db}", &shared);
+    assert!(
+        main.contains(prefix),
+        "the main file names the shared store"
+    );
+    write_atomic(&path, main.as_bytes());
+}
+
+/// Drops the state store's tables under `prefix`; fails when MariaDB does not answer.
+async fn drop_state_tables(prefix: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(&test_mysql_url())
+        .await
+        .expect("the test MariaDB answers (tests/run.sh starts it; JOBRELAY_TEST_MYSQL_URL)");
+    for table in [
+        "schema_version",
+        "cursors",
+        "dead_letters",
+        "plugin_kv",
+        "plugin_installs",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP TABLE IF EXISTS {prefix}{table}"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("drop a test table");
+    }
 }
 
 #[test]
@@ -300,11 +318,12 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         "Deployment",
         "Service",
         "PodDisruptionBudget",
+        "PersistentVolumeClaim",
     ] {
         assert!(kinds.contains(kind), "{kind} missing: {kinds:?}");
     }
     // No rights on the cluster it runs in unless that cluster is watched.
-    for kind in ["ClusterRole", "ClusterRoleBinding"] {
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
         assert!(
             !kinds.contains(kind),
             "{kind} without a home cluster: {kinds:?}"
@@ -315,6 +334,11 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 10001);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(
         container["securityContext"]["allowPrivilegeEscalation"],
@@ -324,8 +348,17 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         container["securityContext"]["capabilities"]["drop"],
         json!(["ALL"])
     );
+    assert_eq!(container["image"], "ghcr.io/example/jobrelay:0.1.0");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // Every plugin compiles before /healthz answers: the start has its own budget, far past
+    // liveness's 60 s.
+    let startup = &container["startupProbe"];
+    assert_eq!(startup["httpGet"]["path"], "/healthz");
+    let budget = startup["periodSeconds"].as_u64().expect("period")
+        * startup["failureThreshold"].as_u64().expect("threshold");
+    assert!(budget >= 600, "{startup}");
+    assert_eq!(container["resources"]["requests"]["memory"], "256Mi");
     assert_eq!(
         container["envFrom"][0]["secretRef"]["name"],
         "jobrelay-secrets"
@@ -339,65 +372,66 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
         .collect();
     assert_eq!(
         writable,
-        BTreeSet::from(["/tmp", "/var/lib/jobrelay", "/var/lib/jobrelay/archive"]),
+        BTreeSet::from(["/tmp", "/var/lib/jobrelay"]),
         "with a read-only root, exactly these paths are writable"
     );
-    let sources = &pod["volumes"][0]["projected"]["sources"];
-    let paths: BTreeSet<&str> = sources
-        .as_array()
-        .expect("sources")
-        .iter()
-        .flat_map(|s| {
-            s.as_object()
-                .and_then(|o| o.values().next())
-                .and_then(|v| v["items"].as_array())
-                .into_iter()
-                .flatten()
-                .filter_map(|i| i["path"].as_str())
-        })
-        .collect();
-    for path in [
-        "jobrelay.yaml",
-        "plugins/mysql-sync.yaml",
-        "plugins/log-archive.yaml",
-    ] {
+    // The config, the plugins' manifests and the clusters' Secret are each mounted whole: no
+    // key of theirs is named in the pod's spec, so adding one never replaces the pod.
+    let volumes = pod["volumes"].as_array().expect("volumes");
+    let volume = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} volume: {volumes:?}"))
+    };
+    assert_eq!(volume("config")["configMap"]["name"], "jobrelay-config");
+    assert_eq!(volume("plugins")["configMap"]["name"], "jobrelay-plugins");
+    assert_eq!(
+        volume("clusters")["secret"]["secretName"],
+        "jobrelay-clusters"
+    );
+    for name in ["config", "plugins", "clusters"] {
+        let text = volume(name).to_string();
+        assert!(!text.contains("items"), "{name}: {text}");
+    }
+    let deployment_text = deployment.to_string();
+    for plugin in ["mysql-sync", "log-archive"] {
         assert!(
-            paths.contains(path),
-            "{path} not in the config folder: {paths:?}"
+            !deployment_text.contains(plugin),
+            "the pod's spec names {plugin}"
         );
     }
-    // The clusters' Secret is mounted whole, so a key added to it is a new cluster.
-    let clusters = pod["volumes"]
-        .as_array()
-        .expect("volumes")
-        .iter()
-        .find(|v| v["name"] == "clusters")
-        .expect("the clusters volume");
-    assert_eq!(clusters["secret"]["secretName"], "jobrelay-clusters");
-    assert!(clusters["secret"]["items"].is_null(), "{clusters}");
     let mounts = container["volumeMounts"].as_array().expect("mounts");
-    assert!(
-        mounts
-            .iter()
-            .any(|m| m["name"] == "clusters" && m["mountPath"] == "/etc/jobrelay-clusters"),
-        "{mounts:?}"
-    );
+    for (name, path) in [
+        ("config", "/etc/jobrelay"),
+        ("plugins", "/etc/jobrelay-plugins"),
+        ("clusters", "/etc/jobrelay-clusters"),
+    ] {
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["name"] == name && m["mountPath"] == path && m["readOnly"] == true),
+            "{name} at {path}: {mounts:?}"
+        );
+    }
 
-    // The config the chart writes is one jobrelay accepts.
-    let data = &object(&objects, "ConfigMap")["data"];
-    let main = MainConfig::parse(
-        data["jobrelay.yaml"].as_str().expect("main file"),
-        Path::new("/etc/jobrelay"),
-    )
-    .expect("the rendered main file is valid");
+    // The config the chart writes is one jobrelay accepts, and reads the mounts.
+    let main = main_file(&objects);
     assert_eq!(main.telemetry.listen.map(|a| a.port()), Some(9464));
     assert_eq!(main.clusters_dir, Path::new("/etc/jobrelay-clusters"));
+    assert_eq!(
+        main.plugin_manifests_dir,
+        Path::new("/etc/jobrelay-plugins")
+    );
     assert_eq!(
         main.state,
         StateBackend::Sqlite(Path::new("/var/lib/jobrelay/state/jobrelay.db").to_path_buf())
     );
+    let manifests = &named(&objects, "ConfigMap", "jobrelay-plugins")["data"];
+    let keys: Vec<&String> = manifests.as_object().expect("data").keys().collect();
+    assert_eq!(keys, ["log-archive.yaml", "mysql-sync.yaml"]);
     for name in ["mysql-sync", "log-archive"] {
-        let text = data[format!("plugin-{name}.yaml").as_str()]
+        let text = manifests[format!("{name}.yaml").as_str()]
             .as_str()
             .unwrap_or_else(|| panic!("{name} manifest"));
         let manifest: PluginManifest =
@@ -406,6 +440,337 @@ fn the_chart_renders_a_locked_down_deployment_of_a_valid_config() {
     }
     let service = object(&objects, "Service");
     assert_eq!(service["spec"]["ports"][0]["port"], 9464);
+}
+
+/// A plugin added, changed or removed through the values changes the plugins' ConfigMap and
+/// nothing of the pod: the Deployment renders byte for byte the same, so `helm upgrade` starts
+/// no new pod (the daemon reloads from the swapped files; see the next test).
+#[test]
+fn a_plugin_added_by_helm_upgrade_changes_only_the_plugins_configmap() {
+    let base = json!({"clusters": {"secretName": "c"}, "homeCluster": {"name": "home"}});
+    let one = render_texts(with(
+        base.clone(),
+        json!({"plugins": {"log-archive": null}}),
+    ));
+    let two = render_texts(base.clone());
+    let changed_manifest = render_texts(with(
+        base.clone(),
+        json!({"plugins": {"mysql-sync": {"timeout_ms": 9000}}}),
+    ));
+    assert_eq!(
+        one["Deployment/jobrelay"], two["Deployment/jobrelay"],
+        "adding a plugin changed the pod"
+    );
+    assert_eq!(
+        two["Deployment/jobrelay"], changed_manifest["Deployment/jobrelay"],
+        "changing a plugin changed the pod"
+    );
+    assert_eq!(
+        one["ConfigMap/jobrelay-config"],
+        two["ConfigMap/jobrelay-config"]
+    );
+    assert_ne!(
+        one["ConfigMap/jobrelay-plugins"],
+        two["ConfigMap/jobrelay-plugins"]
+    );
+    assert!(two["ConfigMap/jobrelay-plugins"].contains("log-archive.yaml: |"));
+    assert!(!one["ConfigMap/jobrelay-plugins"].contains("log-archive"));
+    assert_ne!(
+        two["ConfigMap/jobrelay-plugins"],
+        changed_manifest["ConfigMap/jobrelay-plugins"]
+    );
+    // log-archive reads pod logs: its arrival grants them on the home cluster, in the role,
+    // not in the pod.
+    assert!(!one["ClusterRole/jobrelay-platform-jobrelay"].contains("pods/log"));
+    assert!(two["ClusterRole/jobrelay-platform-jobrelay"].contains("pods/log"));
+    // No plugins at all is an empty ConfigMap, still mounted.
+    let none = render(json!({"plugins": {"log-archive": null, "mysql-sync": null}}));
+    assert_eq!(
+        named(&none, "ConfigMap", "jobrelay-plugins")["data"],
+        json!({})
+    );
+}
+
+/// `helm upgrade` with a new plugin, as the pod sees it: the daemon runs on the chart's
+/// rendered ConfigMaps, each written into its own folder as the kubelet writes a mounted
+/// volume; the next render (one plugin more) changes only the plugins' ConfigMap, and the
+/// kubelet's swap of that folder makes the running daemon load the new plugin, which
+/// delivers the job's current state, while the first plugin goes on without a reload and
+/// without repeating an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_added_to_the_mounted_configmap_is_loaded_by_the_running_daemon() {
+    init_logs();
+    let sim = SimCluster::start("east").await.expect("sim");
+    let work = tempfile::tempdir().expect("tempdir");
+    let dir = |name: &str| {
+        let path = work.path().join(name);
+        std::fs::create_dir_all(&path).expect("folder");
+        path
+    };
+    let (etc, manifests, clusters, var, wasm, out) = (
+        work.path().join("etc"),
+        work.path().join("etc-plugins"),
+        dir("clusters"),
+        dir("var"),
+        dir("wasm"),
+        dir("out"),
+    );
+    std::fs::copy(built_wasm("event-log"), wasm.join("event-log.wasm")).expect("component");
+    std::fs::write(clusters.join("east.yaml"), sim.kubeconfig_yaml()).expect("kubeconfig");
+    let log_plugin = |file: &str| {
+        json!({
+            "wasm": "event-log.wasm",
+            "grants": {"filesystem": [{"host": out.display().to_string(), "guest": "/data", "writable": true}]},
+            "config": {"file": file},
+        })
+    };
+    let values = |plugins: Value| {
+        json!({
+            "config": {
+                "kinds": [{"name": "batch-job"}],
+                "plugin_dir": wasm.display().to_string(),
+                "plugin_manifests_dir": manifests.display().to_string(),
+                "clusters_dir": clusters.display().to_string(),
+                "state": {"path": var.join("state.db").display().to_string()},
+                "runtime": {"cache_dir": var.join("cache").display().to_string()},
+                "archive": {"local": var.join("archive").display().to_string()},
+                "telemetry": {"listen": "127.0.0.1:0"},
+                "rescan_seconds": 3600,
+                "debounce_ms": 50,
+            },
+            "plugins": plugins,
+        })
+    };
+    let first = values(
+        json!({"log-archive": null, "mysql-sync": null, "first": log_plugin("first.jsonl")}),
+    );
+    let second = values(json!({
+        "log-archive": null, "mysql-sync": null,
+        "first": log_plugin("first.jsonl"), "second": log_plugin("second.jsonl"),
+    }));
+    // What the kubelet would write into each mounted folder.
+    let publish = |objects: &[(String, Value)], stamp: &str| {
+        for (name, folder) in [("jobrelay-config", &etc), ("jobrelay-plugins", &manifests)] {
+            let data = named(objects, "ConfigMap", name)["data"]
+                .as_object()
+                .expect("data")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().expect("text").to_string()))
+                .collect::<Vec<_>>();
+            let files: Vec<(&str, &str)> =
+                data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            kubelet_write(folder, stamp, &files).expect("kubelet-style write");
+        }
+    };
+    let v1 = render(first.clone());
+    publish(&v1, "..2026_11_27_00_00_00.000000001");
+    let daemon = Daemon::start(&etc).await.expect("daemon");
+    wait_synced(&daemon, "east").await;
+    let first_version = wait_plugin_serving(&daemon, "first").await;
+    let mut job = JobDriver::create(&sim, Flavor::Batch, "ml", "train").expect("job");
+    job.running().expect("running");
+    let read = |file: &str| read_lines(&out.join(file));
+    wait_for("the first plugin's running event", || {
+        read("first.jsonl")
+            .iter()
+            .any(|e| e["phase"] == "running")
+            .then_some(())
+    })
+    .await;
+
+    let v2 = render(second.clone());
+    let deployment = |objects: &[(String, Value)]| object(objects, "Deployment").clone();
+    assert_eq!(deployment(&v1), deployment(&v2), "the pod did not change");
+    publish(&v2, "..2026_11_27_00_05_00.000000002");
+    wait_plugin_serving(&daemon, "second").await;
+    wait_for(
+        "the second plugin's first delivery (the job's current state)",
+        || {
+            read("second.jsonl")
+                .iter()
+                .any(|e| e["phase"] == "running")
+                .then_some(())
+        },
+    )
+    .await;
+    job.succeeded().expect("succeeded");
+    for file in ["first.jsonl", "second.jsonl"] {
+        wait_for(&format!("{file}: the job succeeded"), || {
+            read(file)
+                .iter()
+                .any(|e| e["phase"] == "succeeded")
+                .then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        daemon.plugins()["first"].serving.as_deref(),
+        Some(first_version.as_str()),
+        "the first plugin was not reloaded"
+    );
+    assert_unique_ids(&read("first.jsonl"), "the first plugin repeats nothing");
+    assert!(daemon.problems().is_empty(), "{:?}", daemon.problems());
+    daemon.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The state is kept by default: a claim the chart makes, so a new pod starts from the cursors
+/// the old one left (and the compile cache, the embedded databases, the local archive). A
+/// state volume that dies with the pod is refused unless acknowledged, and one claim is never
+/// shared by several replicas.
+#[test]
+fn the_state_outlives_the_pod_unless_its_loss_is_acknowledged() {
+    let default = render(json!({}));
+    let claim = object(&default, "PersistentVolumeClaim");
+    assert_eq!(claim["metadata"]["name"], "jobrelay-state");
+    assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    assert_eq!(
+        claim["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let volumes = &object(&default, "Deployment")["spec"]["template"]["spec"]["volumes"];
+    let state = volumes
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "state")
+        .expect("state volume");
+    assert_eq!(
+        state["persistentVolumeClaim"]["claimName"],
+        "jobrelay-state"
+    );
+    assert!(state["emptyDir"].is_null(), "{state}");
+    let main = main_file(&default);
+    assert_eq!(
+        main.runtime.cache_dir.as_deref(),
+        Some(Path::new("/var/lib/jobrelay/cache"))
+    );
+    assert_eq!(
+        main.archive,
+        jobrelay_capabilities::archive::ArchiveLocation::Local("/var/lib/jobrelay/archive".into()),
+        "the local archive is a folder of the state volume"
+    );
+    // One replica with a claim rolls by Recreate in every mode: a ReadWriteOnce claim mounts
+    // on one node at a time.
+    let leader = render(coordinated("leader"));
+    assert_eq!(
+        object(&leader, "Deployment")["spec"]["strategy"]["type"],
+        "Recreate"
+    );
+
+    let sized = render(
+        json!({"persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"}}),
+    );
+    let claim = object(&sized, "PersistentVolumeClaim");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi");
+    assert_eq!(claim["spec"]["storageClassName"], "fast");
+
+    for (values, setting) in [
+        (
+            json!({"persistence": {"enabled": false}}),
+            "acknowledgeEphemeralState",
+        ),
+        (
+            json!({"persistence": {"enabled": false}, "stateVolume": {"emptyDir": {}}}),
+            "acknowledgeEphemeralState",
+        ),
+        (
+            with(coordinated("leader"), json!({"replicas": 2})),
+            "persistence.enabled",
+        ),
+        (
+            with(
+                coordinated("sharded"),
+                json!({"replicas": 3, "persistence": {"enabled": false},
+                       "stateVolume": {"persistentVolumeClaim": {"claimName": "shared"}}}),
+            ),
+            "stateVolume",
+        ),
+        (json!({"replicas": 2}), "coordination.mode"),
+    ] {
+        let why = refused(values.clone());
+        assert!(why.contains(setting), "{values}: {why}");
+    }
+    let why = refused(json!({"persistence": {"enabled": false}}));
+    assert!(why.contains("cursors"), "says what is lost: {why}");
+
+    // Acknowledged: an emptyDir, no claim.
+    let ephemeral =
+        render(json!({"persistence": {"enabled": false}, "acknowledgeEphemeralState": true}));
+    assert!(
+        ephemeral
+            .iter()
+            .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
+    );
+    let volumes = &object(&ephemeral, "Deployment")["spec"]["template"]["spec"]["volumes"];
+    let state = volumes
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "state")
+        .expect("state volume");
+    assert_eq!(state["emptyDir"], json!({}));
+    // Your own claim, one replica: no acknowledgement needed.
+    let own = render(json!({"persistence": {"enabled": false},
+        "stateVolume": {"persistentVolumeClaim": {"claimName": "mine"}}}));
+    assert!(
+        own.iter()
+            .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
+    );
+    // Several replicas: each pod's own volume, the cursors in the shared store.
+    let replicas = render(with(
+        coordinated("sharded"),
+        json!({"replicas": 3, "persistence": {"enabled": false}, "acknowledgeEphemeralState": true}),
+    ));
+    assert_eq!(object(&replicas, "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(
+        object(&replicas, "Deployment")["spec"]["strategy"]["type"],
+        "RollingUpdate"
+    );
+    // A separate archive volume, when given.
+    let archive =
+        render(json!({"archiveVolume": {"persistentVolumeClaim": {"claimName": "logs"}}}));
+    let pod = &object(&archive, "Deployment")["spec"]["template"]["spec"];
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == "archive" && m["mountPath"] == "/var/lib/jobrelay/archive")
+    );
+}
+
+/// Replicas that share the work must share the state store: leader or sharded mode without
+/// one is refused by the chart (as by `jobrelay check` and the daemon), naming the setting —
+/// also when `config.state` names a SQLite file.
+#[test]
+fn coordination_without_a_shared_state_store_is_refused() {
+    for mode in ["leader", "sharded"] {
+        for values in [
+            json!({"coordination": {"mode": mode}}),
+            json!({"coordination": {"mode": mode}, "stateUrl": "env:X",
+                   "config": {"state": {"path": "/var/lib/jobrelay/state.db"}}}),
+        ] {
+            let why = refused(values.clone());
+            assert!(
+                why.contains("coordination.mode") && why.contains("stateUrl"),
+                "{values}: {why}"
+            );
+            assert!(why.contains(mode), "{why}");
+        }
+        // With the store given either way, it renders, and the daemon takes the main file.
+        for values in [
+            coordinated(mode),
+            json!({"coordination": {"mode": mode},
+                   "config": {"state": {"url": "env:JOBRELAY_STATE_URL"}}}),
+        ] {
+            let main = main_file(&render(values));
+            assert!(
+                matches!(main.state, StateBackend::MySql { .. }),
+                "{:?}",
+                main.state
+            );
+        }
+    }
 }
 
 /// `(apiGroup, resource[/subresource], verb)` of one request the simulator saw.
@@ -443,16 +808,17 @@ fn access(method: &str, uri: &str) -> Option<(String, String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     init_logs();
-    let sim = jobrelay_testkit::SimCluster::start("east")
-        .await
-        .expect("sim");
-    // The simulator is the home cluster too; the release namespace is `platform`.
+    let sim = SimCluster::start("east").await.expect("sim");
+    // The simulator is the home cluster too; the release namespace is `platform`. Leader
+    // election needs the shared store: the test MariaDB.
     let setup = Setup::new(
         "kinds: [{name: volcano-job, finalizer: true}, {name: pytorch-job}, {name: batch-job}, {name: mpi-job}]\n\
          coordination: {mode: leader, kubeconfig: clusters/east.yaml, namespace: platform, \
          lease_name: jobrelay, lease_duration_seconds: 3, renew_deadline_seconds: 2, \
          retry_period_seconds: 1}\n",
     );
+    let prefix = unique_prefix("rbac");
+    share_state(&setup, &prefix).await;
     setup.install_wasm("log-archive", "log-archive.wasm");
     setup.write_manifest(
         "log-archive",
@@ -489,41 +855,26 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     // Renewals, then the release at shutdown.
     tokio::time::sleep(Duration::from_secs(2)).await;
     daemon.shutdown(Duration::from_secs(5)).await;
+    drop_state_tables(&prefix).await;
 
     let requests = sim.recent_requests();
     let (lease_requests, cluster_requests): (Vec<_>, Vec<_>) =
         requests.iter().partition(|r| r.uri.contains("/leases"));
     check_lease_role("leader", &lease_requests);
-    let sharded = sharded_lease_calls(&sim).await;
+    let sharded = sharded_lease_calls().await;
     check_lease_role("sharded", &sharded.iter().collect::<Vec<_>>());
     let used: BTreeSet<(String, String, String)> = cluster_requests
         .iter()
         .filter_map(|r| access(&r.method, &r.uri))
         .collect();
+    // The chart's defaults: the same four kinds (Volcano's held by the finalizer) and
+    // log-archive, granted pod logs.
     let role = render(json!({"homeCluster": {"name": "home"}}))
         .into_iter()
         .map(|(_, o)| o)
         .find(|o| o["kind"] == "ClusterRole")
         .expect("ClusterRole");
-    let mut granted: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    for rule in role["rules"].as_array().expect("rules") {
-        for group in rule["apiGroups"].as_array().expect("groups") {
-            for resource in rule["resources"].as_array().expect("resources") {
-                let verbs = rule["verbs"]
-                    .as_array()
-                    .expect("verbs")
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_string));
-                granted
-                    .entry((
-                        group.as_str().unwrap_or_default().to_string(),
-                        resource.as_str().unwrap_or_default().to_string(),
-                    ))
-                    .or_default()
-                    .extend(verbs);
-            }
-        }
-    }
+    let granted = granted(&role);
     for (group, resource, verb) in &used {
         let allowed = granted
             .get(&(group.clone(), resource.clone()))
@@ -560,10 +911,85 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
     }
 }
 
+/// With `config.watch.namespaces`, the rights on the home cluster are a Role in each of those
+/// namespaces, not a ClusterRole; a daemon watching one namespace makes every call inside it,
+/// and exactly the calls that Role grants (no plugin reads pod logs here, so pods are not
+/// granted either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limited_to_namespaces_the_rights_are_a_role_in_each() {
+    init_logs();
+    let sim = SimCluster::start("south").await.expect("sim");
+    let setup = Setup::new("kinds: [{name: batch-job}]\nwatch: {namespaces: [ml]}\n");
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest("event-log.wasm", "log", "events.jsonl", ""),
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    wait_synced(&daemon, "south").await;
+    let mut seen = JobDriver::create(&sim, Flavor::Batch, "ml", "seen").expect("job");
+    seen.running().expect("running");
+    seen.succeeded().expect("succeeded");
+    let mut other = JobDriver::create(&sim, Flavor::Batch, "research", "unseen").expect("job");
+    other.running().expect("running");
+    wait_for("the ml job delivered", || {
+        setup
+            .lines("log/events.jsonl")
+            .iter()
+            .any(|e| e["phase"] == "succeeded")
+            .then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+    let mut used = BTreeSet::new();
+    for r in sim.recent_requests() {
+        let Some(call) = access(&r.method, &r.uri) else {
+            continue;
+        };
+        assert!(
+            r.uri.contains("/namespaces/ml/"),
+            "a call outside the watched namespace: {} {}",
+            r.method,
+            r.uri
+        );
+        used.insert(call);
+    }
+
+    let objects = render(json!({
+        "homeCluster": {"name": "home"},
+        "config": {"kinds": [{"name": "batch-job"}], "watch": {"namespaces": ["ml"]}},
+        "plugins": {"log-archive": null, "mysql-sync": null,
+                    "log": {"wasm": "event-log.wasm"}},
+    }));
+    assert!(
+        objects
+            .iter()
+            .all(|(_, o)| o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding")
+    );
+    let role = named(&objects, "Role", "jobrelay-platform-jobrelay");
+    assert_eq!(role["metadata"]["namespace"], "ml");
+    let binding = named(&objects, "RoleBinding", "jobrelay-platform-jobrelay");
+    assert_eq!(binding["metadata"]["namespace"], "ml");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["subjects"][0]["name"], "jobrelay");
+    assert_eq!(binding["subjects"][0]["namespace"], "platform");
+    let mut granted_calls = BTreeSet::new();
+    for ((group, resource), verbs) in granted(role) {
+        for verb in verbs {
+            granted_calls.insert((group.clone(), resource.clone(), verb));
+        }
+    }
+    assert_eq!(
+        granted_calls, used,
+        "the Role grants exactly what the daemon calls"
+    );
+}
+
 /// Every Lease request went to the release namespace with a verb (and, where the rule names
 /// one, an object) the Role of `mode` grants; and every grant was used.
 fn check_lease_role(mode: &str, requests: &[&jobrelay_testkit::RequestRecord]) {
-    let objects = render(json!({"coordination": {"mode": mode}}));
+    let objects = render(coordinated(mode));
     let role = object(&objects, "Role");
     assert_eq!(role["metadata"]["namespace"], "platform");
     // (verb, object name), `None` for a rule that names no object.
@@ -618,31 +1044,107 @@ fn check_lease_role(mode: &str, requests: &[&jobrelay_testkit::RequestRecord]) {
     );
 }
 
-/// A sharded daemon against the simulator, its Leases on a home cluster of their own: the
-/// Lease calls it makes, from its first take to its clean stop.
-async fn sharded_lease_calls(
-    sim: &jobrelay_testkit::SimCluster,
-) -> Vec<jobrelay_testkit::RequestRecord> {
-    let home = jobrelay_testkit::SimCluster::start("home")
-        .await
-        .expect("home");
+/// A sharded daemon against the simulator, its Leases on a home cluster of their own and its
+/// state on the test MariaDB: the Lease calls it makes, from its first take to its clean stop.
+async fn sharded_lease_calls() -> Vec<jobrelay_testkit::RequestRecord> {
+    let sim = SimCluster::start("east").await.expect("sim");
+    let home = SimCluster::start("home").await.expect("home");
     let setup = Setup::new(
         "kinds: [{name: batch-job}]\n\
          coordination: {mode: sharded, kubeconfig: home.kubeconfig, namespace: platform, \
          lease_name: jobrelay, lease_duration_seconds: 3, renew_deadline_seconds: 2, \
          retry_period_seconds: 1}\n",
     );
+    let prefix = unique_prefix("shard");
+    share_state(&setup, &prefix).await;
     std::fs::write(setup.path("home.kubeconfig"), home.kubeconfig_yaml()).expect("kubeconfig");
-    setup.add_cluster(sim);
+    setup.add_cluster(&sim);
     let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
     wait_synced(&daemon, "east").await;
     // A few renewals, then the clean stop (Leases released, the member Lease deleted).
     tokio::time::sleep(Duration::from_secs(3)).await;
     daemon.shutdown(Duration::from_secs(5)).await;
+    drop_state_tables(&prefix).await;
     home.recent_requests()
         .into_iter()
         .filter(|r| r.uri.contains("/leases"))
         .collect()
+}
+
+/// The job resources come from the configured kinds: a built-in's group and resource as the
+/// daemon's own table has them, a custom kind's group and plural; get and patch only where
+/// `finalizer: true`; nothing for a kind whose `clusters:` does not match the home cluster;
+/// pods and their logs only when a plugin is granted pod_logs.
+#[test]
+fn the_home_rules_follow_the_configured_kinds_and_plugins() {
+    for name in JobKind::BUILTINS {
+        let kind = JobKind::builtin(name).expect("built-in");
+        let objects = render(json!({
+            "homeCluster": {"name": "home"},
+            "config": {"kinds": [{"name": name, "finalizer": true}]},
+            "plugins": {"log-archive": null},
+        }));
+        let granted = granted(object(&objects, "ClusterRole"));
+        let expected = BTreeMap::from([(
+            (kind.group.clone(), kind.plural.clone()),
+            BTreeSet::from(["list", "watch", "get", "patch"].map(String::from)),
+        )]);
+        assert_eq!(granted, expected, "{name}");
+    }
+    let objects = render(json!({
+        "homeCluster": {"name": "home"},
+        "config": {"kinds": [
+            {"name": "batch-job", "clusters": ["gpu-*"]},
+            {"name": "volcano-job", "clusters": ["ho*", "lab"]},
+            {"name": "trainjob", "group": "example.com", "version": "v1", "kind": "TrainJob",
+             "plural": "trainjobs", "finalizer": true,
+             "normalizer": {"field": {"path": "/status/phase", "phases": {"Done": "succeeded"}}}},
+        ]},
+        "plugins": {"log-archive": null},
+    }));
+    main_file(&objects);
+    let granted_rules = granted(object(&objects, "ClusterRole"));
+    let set = |verbs: &[&str]| verbs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        granted_rules,
+        BTreeMap::from([
+            (
+                ("batch.volcano.sh".to_string(), "jobs".to_string()),
+                set(&["list", "watch"])
+            ),
+            (
+                ("example.com".to_string(), "trainjobs".to_string()),
+                set(&["list", "watch", "get", "patch"])
+            ),
+        ])
+    );
+    // A plugin granted pod_logs adds pods (list) and pods/log (get), and only then.
+    let with_logs = render(json!({"homeCluster": {"name": "home"},
+        "plugins": {"log-archive": null, "mysql-sync": null,
+                    "tail": {"wasm": "tail.wasm", "grants": {"pod_logs": {"max_bytes_per_container": 1024}}}}}));
+    let rules = granted(object(&with_logs, "ClusterRole"));
+    assert_eq!(rules[&(String::new(), "pods".to_string())], set(&["list"]));
+    assert_eq!(
+        rules[&(String::new(), "pods/log".to_string())],
+        set(&["get"])
+    );
+    let without = render(json!({"homeCluster": {"name": "home"},
+        "plugins": {"log-archive": null}}));
+    let rules = granted(object(&without, "ClusterRole"));
+    assert!(
+        rules.keys().all(|(group, _)| !group.is_empty()),
+        "no core resources without pod_logs: {rules:?}"
+    );
+    // A name that is no built-in, without group and plural, is refused naming it.
+    let why = refused(json!({"homeCluster": {"name": "home"},
+        "config": {"kinds": [{"name": "tf-job"}]}}));
+    assert!(
+        why.contains("config.kinds[0]") && why.contains("tf-job"),
+        "{why}"
+    );
+    // The old hand-kept list is gone: the schema refuses it.
+    let why = refused(json!({"rbac": {"jobResources": []}}));
+    assert!(why.contains("jobResources"), "{why}");
 }
 
 #[test]
@@ -654,26 +1156,21 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
             .all(|(_, o)| o["kind"] != "Role" && o["kind"] != "RoleBinding"),
         "no Lease access without leader election"
     );
-    let main = MainConfig::parse(
-        object(&default, "ConfigMap")["data"]["jobrelay.yaml"]
-            .as_str()
-            .expect("main file"),
-        Path::new("/etc/jobrelay"),
-    )
-    .expect("valid");
-    assert_eq!(main.coordination.mode, Mode::Single);
+    assert_eq!(main_file(&default).coordination.mode, Mode::Single);
     assert_eq!(
         object(&default, "Deployment")["spec"]["strategy"]["type"],
         "Recreate"
     );
 
-    let objects = render(json!({
-        "replicas": 2,
-        "coordination": {"mode": "leader"},
-        "stateUrl": "env:JOBRELAY_STATE_URL",
-        "envFromSecrets": ["jobrelay-state"],
-        "homeCluster": {"name": "home"},
-    }));
+    let objects = render(with(
+        coordinated("leader"),
+        json!({
+            "replicas": 2,
+            "persistence": {"enabled": false},
+            "acknowledgeEphemeralState": true,
+            "homeCluster": {"name": "home"},
+        }),
+    ));
     let deployment = object(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
@@ -690,7 +1187,7 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
             .unwrap_or_else(|| panic!("{name} not set"));
         assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
     }
-    let binding = object(&objects, "RoleBinding");
+    let binding = named(&objects, "RoleBinding", "jobrelay-lease");
     assert_eq!(binding["roleRef"]["name"], "jobrelay-lease");
     assert_eq!(binding["subjects"][0]["name"], "jobrelay");
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
@@ -700,30 +1197,22 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
         object(&objects, "ClusterRole")["rules"],
         object(&watched_home, "ClusterRole")["rules"]
     );
-    let main = MainConfig::parse(
-        object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
-            .as_str()
-            .expect("main file"),
-        Path::new("/etc/jobrelay"),
-    )
-    .expect("the rendered main file with leader election is valid");
+    let main = main_file(&objects);
     assert_eq!(main.coordination.mode, Mode::Leader);
     assert_eq!(main.coordination.lease_name, "jobrelay");
     assert_eq!(main.coordination.kubeconfig, None, "in-cluster credentials");
     assert_eq!(main.coordination.lease_duration_seconds, 15);
 
-    let sharded = render(json!({
-        "replicas": 3,
-        "coordination": {"mode": "sharded"},
-        "homeCluster": {"name": "home"},
-    }));
-    let main = MainConfig::parse(
-        object(&sharded, "ConfigMap")["data"]["jobrelay.yaml"]
-            .as_str()
-            .expect("main file"),
-        Path::new("/etc/jobrelay"),
-    )
-    .expect("the rendered main file with sharding is valid");
+    let sharded = render(with(
+        coordinated("sharded"),
+        json!({
+            "replicas": 3,
+            "persistence": {"enabled": false},
+            "acknowledgeEphemeralState": true,
+            "homeCluster": {"name": "home"},
+        }),
+    ));
+    let main = main_file(&sharded);
     assert_eq!(main.coordination.mode, Mode::Sharded);
     let home = main.home_cluster.expect("the home cluster is watched");
     assert_eq!(home.name, "home");
@@ -739,7 +1228,8 @@ fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_ti
 }
 
 /// Every key the chart sets itself can be set from `config` instead, without a second copy of
-/// the key in the main file (which the daemon refuses): an S3 archive, a state URL, telemetry.
+/// the key in the main file (which the daemon refuses): an S3 archive, a state URL, telemetry,
+/// the manifests' folder.
 #[test]
 fn config_keys_the_chart_sets_can_be_set_from_values() {
     let objects = render(json!({
@@ -747,20 +1237,26 @@ fn config_keys_the_chart_sets_can_be_set_from_values() {
             "archive": {"s3": {"bucket": "job-logs", "region": "eu-west-1"}},
             "state": {"url": "env:JOBRELAY_STATE_URL", "table_prefix": "relay_"},
             "telemetry": {"listen": "0.0.0.0:9464"},
+            "plugin_manifests_dir": "/etc/jobrelay-plugins",
         },
         "stateUrl": "env:IGNORED_WHEN_CONFIG_SETS_STATE",
     }));
-    let text = object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
+    let text = named(&objects, "ConfigMap", "jobrelay-config")["data"]["jobrelay.yaml"]
         .as_str()
         .expect("main file")
         .to_string();
-    for key in ["archive:", "state:", "telemetry:", "plugin_dir:"] {
+    for key in [
+        "archive:",
+        "state:",
+        "telemetry:",
+        "plugin_dir:",
+        "plugin_manifests_dir:",
+    ] {
         let times = text.lines().filter(|l| l.starts_with(key)).count();
         assert_eq!(times, 1, "`{key}` {times} times in:\n{text}");
     }
     assert!(!text.contains("IGNORED_WHEN_CONFIG_SETS_STATE"), "{text}");
-    let main = MainConfig::parse(&text, std::path::Path::new("/etc/jobrelay"))
-        .unwrap_or_else(|e| panic!("the daemon refuses the rendered main file: {e}\n{text}"));
+    let main = main_file(&objects);
     assert!(
         matches!(
             main.archive,
@@ -783,13 +1279,10 @@ fn cluster_rights_only_for_a_watched_home_cluster_under_a_name_that_cannot_colli
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["subjects"][0]["name"], "jobrelay");
 
-    let none = render(json!({
-        "rbac": {"create": false},
-        "homeCluster": {"name": "home"},
-        "coordination": {"mode": "leader"},
-        "replicas": 2,
-        "stateUrl": "env:JOBRELAY_STATE_URL",
-    }));
+    let none = render(with(
+        coordinated("leader"),
+        json!({"rbac": {"create": false}, "homeCluster": {"name": "home"}}),
+    ));
     let kinds: BTreeSet<&str> = none
         .iter()
         .filter_map(|(_, o)| o["kind"].as_str())
@@ -851,7 +1344,11 @@ fn scheduling_identity_and_monitoring_knobs_reach_the_objects() {
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|w| w.starts_with("jobrelay_"))
             .collect();
-        assert!(!metrics.is_empty(), "{expr}");
+        // Each reads jobrelay's metrics, or `up`, Prometheus's own series of a scrape target.
+        let reads_up = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == "up");
+        assert!(!metrics.is_empty() || reads_up, "{expr}");
         for metric in metrics {
             assert!(
                 documented.contains(&format!("`{metric}`")),
@@ -876,70 +1373,134 @@ fn scheduling_identity_and_monitoring_knobs_reach_the_objects() {
     );
 }
 
-/// The state volume can be a claim the chart makes, and the compile cache lives on it by
-/// default, so a restarted pod neither loses its cursors nor compiles its plugins again.
+/// The knobs of issue 27, point 6, reach the pod: extra environment, volumes and mounts (after
+/// the chart's own), an existing service account instead of the chart's, security contexts
+/// merged over the hardened defaults, an image pinned by digest, and the start's budget.
 #[test]
-fn the_state_and_the_compile_cache_can_outlive_the_pod() {
-    let objects = render(
-        json!({"persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"}}),
-    );
-    let claim = object(&objects, "PersistentVolumeClaim");
-    assert_eq!(claim["metadata"]["name"], "jobrelay-state");
-    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "20Gi");
-    assert_eq!(claim["spec"]["storageClassName"], "fast");
+fn extra_environment_volumes_identity_and_image_knobs_reach_the_pod() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let objects = render(json!({
+        "homeCluster": {"name": "home"},
+        "image": {"digest": digest},
+        "extraEnv": [
+            {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ],
+        "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": true}],
+        "serviceAccount": {"create": false, "name": "platform-jobrelay"},
+        "podSecurityContext": {"fsGroupChangePolicy": "OnRootMismatch"},
+        "securityContext": {"runAsUser": 20002},
+        "startupProbe": {"periodSeconds": 5, "failureThreshold": 240},
+    }));
+    let pod = &object(&objects, "Deployment")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
     assert_eq!(
-        claim["metadata"]["annotations"]["helm.sh/resource-policy"],
-        "keep"
+        container["image"],
+        format!("ghcr.io/example/jobrelay@{digest}")
     );
-    let volumes = &object(&objects, "Deployment")["spec"]["template"]["spec"]["volumes"];
-    let state = volumes
+    let env: Vec<&str> = container["env"]
         .as_array()
-        .expect("volumes")
+        .expect("env")
         .iter()
-        .find(|v| v["name"] == "state")
-        .expect("state volume");
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "HTTPS_PROXY", "TOKEN"]);
     assert_eq!(
-        state["persistentVolumeClaim"]["claimName"],
-        "jobrelay-state"
+        container["env"][3]["valueFrom"]["secretKeyRef"]["name"],
+        "s"
     );
-    assert!(state["emptyDir"].is_null(), "{state}");
-
-    let main = MainConfig::parse(
-        object(&objects, "ConfigMap")["data"]["jobrelay.yaml"]
-            .as_str()
-            .expect("main file"),
-        Path::new("/etc/jobrelay"),
-    )
-    .expect("valid");
-    assert_eq!(
-        main.runtime.cache_dir.as_deref(),
-        Some(Path::new("/var/lib/jobrelay/cache"))
-    );
-    // Without persistence: no claim, the state volume as given.
-    let default = render(json!({}));
     assert!(
-        default
+        pod["volumes"]
+            .as_array()
+            .expect("volumes")
             .iter()
-            .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
+            .any(|v| v["name"] == "ca" && v["configMap"]["name"] == "corporate-ca")
     );
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == "ca" && m["mountPath"] == "/etc/ssl/corporate")
+    );
+    // An existing service account: none made, and every binding names it.
+    assert_eq!(pod["serviceAccountName"], "platform-jobrelay");
+    assert!(objects.iter().all(|(_, o)| o["kind"] != "ServiceAccount"));
+    assert_eq!(
+        object(&objects, "ClusterRoleBinding")["subjects"][0]["name"],
+        "platform-jobrelay"
+    );
+    // Overrides merge over the hardened defaults instead of replacing them.
+    assert_eq!(
+        pod["securityContext"]["fsGroupChangePolicy"],
+        "OnRootMismatch"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["runAsUser"], 20002);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    assert_eq!(container["startupProbe"]["periodSeconds"], 5);
+    assert_eq!(container["startupProbe"]["failureThreshold"], 240);
+    // A service account of its own name, made by the chart.
+    let renamed = render(json!({"serviceAccount": {"name": "relay"}}));
+    assert_eq!(
+        object(&renamed, "ServiceAccount")["metadata"]["name"],
+        "relay"
+    );
+    // A digest must be one.
+    let why = refused(json!({"image": {"digest": "latest"}}));
+    assert!(why.contains("image.digest"), "{why}");
 }
 
 /// After install Helm prints NOTES.txt: how to reach the status page and how to add a cluster,
-/// with this release's names.
+/// with this release's names. `helm template` leaves NOTES.txt out, so it is rendered here as
+/// a template of a copy of the chart.
 #[test]
 fn the_notes_say_how_to_reach_the_status_and_add_a_cluster() {
-    let notes_file = chart_dir().join("templates/NOTES.txt");
-    let notes = render_file(
-        &notes_file,
-        &context(json!({"clusters": {"secretName": "jobrelay-clusters"}})),
+    let notes = |overrides: Value| render_notes(&chart_dir(), &overrides);
+    let with_clusters = notes(json!({"clusters": {"secretName": "jobrelay-clusters"}}));
+    assert!(
+        with_clusters.contains("port-forward svc/jobrelay-metrics 9464"),
+        "{with_clusters}"
     );
     assert!(
-        notes.contains("port-forward svc/jobrelay-metrics 9464"),
-        "{notes}"
+        with_clusters.contains("Secret jobrelay-clusters"),
+        "{with_clusters}"
     );
-    assert!(notes.contains("Secret jobrelay-clusters"), "{notes}");
-    let without = render_file(&notes_file, &context(json!({})));
+    let without = notes(json!({}));
     assert!(without.contains("set clusters.secretName"), "{without}");
+}
+
+/// NOTES.txt of `chart` rendered with `overrides`: a copy of the chart with the notes as the
+/// body of a named template, printed as a JSON string in a manifest of its own.
+fn render_notes(chart: &Path, overrides: &Value) -> String {
+    let copy = tempfile::tempdir().expect("tempdir");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(chart)
+        .arg(copy.path().join("chart"))
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let chart = copy.path().join("chart");
+    let notes = std::fs::read_to_string(chart.join("templates/NOTES.txt")).expect("NOTES.txt");
+    std::fs::write(
+        chart.join("templates/zz-notes.yaml"),
+        format!("{{{{- define \"test.notes\" }}}}{notes}{{{{ end }}}}\nnotes: {{{{ include \"test.notes\" . | toJson }}}}\n"),
+    )
+    .expect("notes template");
+    let out = helm_template(
+        &chart,
+        overrides,
+        &["--show-only", "templates/zz-notes.yaml"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let doc: Value = serde_yaml_ng::from_str(&out).expect("notes manifest");
+    doc["notes"].as_str().expect("notes").to_string()
 }
 
 /// The NetworkPolicy lets in only the metrics port (from the peers given) and keeps egress
@@ -971,36 +1532,45 @@ fn the_network_policy_admits_only_the_metrics_port() {
 
 /// Every manifest the chart renders, under the values a production install sets, decodes as
 /// its typed Kubernetes object, and loses no key doing so: a misspelt or misplaced key (which
-/// the API server would drop or refuse) fails here, since no Helm binary can run in this
-/// test (none is installable from the package registries) to lint against the schemas. The
-/// Prometheus Operator's objects, which k8s-openapi does not know, are held to the fields
-/// their CRDs define for what the chart writes.
+/// the API server would drop or refuse) fails here (Helm itself checks only that the output is
+/// YAML). The Prometheus Operator's objects, which k8s-openapi does not know, are held to the
+/// fields their CRDs define for what the chart writes.
 #[test]
 fn every_rendered_manifest_is_a_valid_kubernetes_object() {
     use k8s_openapi::api::{apps, core, networking, policy, rbac};
-    let full = json!({
+    let knobs = json!({
         "clusters": {"secretName": "jobrelay-clusters"},
         "envFromSecrets": ["jobrelay-secrets"],
-        "replicas": 2,
-        "coordination": {"mode": "leader"},
         "homeCluster": {"name": "home"},
         "config": {"archive": {"s3": {"bucket": "logs", "region": "eu-west-1"}}},
-        "persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"},
         "nodeSelector": {"pool": "system"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform", "effect": "NoSchedule"}],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
         "priorityClassName": "platform-critical",
         "podAnnotations": {"example.com/owner": "platform"},
         "imagePullSecrets": ["registry-credentials"],
+        "image": {"digest": format!("sha256:{}", "0".repeat(64))},
         "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/jobrelay"}},
+        "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+        "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": true}],
         "networkPolicy": {"enabled": true},
         "metrics": {
             "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
             "prometheusRule": {"enabled": true},
         },
     });
+    let one = with(
+        with(knobs.clone(), coordinated("leader")),
+        json!({"persistence": {"enabled": true, "size": "20Gi", "storageClassName": "fast"}}),
+    );
+    let several = with(
+        with(knobs, coordinated("sharded")),
+        json!({"replicas": 3, "persistence": {"enabled": false}, "acknowledgeEphemeralState": true,
+               "config": {"watch": {"namespaces": ["ml", "research"]}}}),
+    );
     let mut seen = BTreeSet::new();
-    for overrides in [json!({"clusters": {"secretName": "c"}}), full] {
+    for overrides in [json!({"clusters": {"secretName": "c"}}), one, several] {
         for (file, object) in render(overrides) {
             let kind = object["kind"].as_str().unwrap_or_default().to_string();
             let round_trip = match kind.as_str() {
@@ -1035,6 +1605,7 @@ fn every_rendered_manifest_is_a_valid_kubernetes_object() {
         "Deployment",
         "ClusterRole",
         "Role",
+        "RoleBinding",
         "PersistentVolumeClaim",
         "NetworkPolicy",
         "ServiceMonitor",
@@ -1166,17 +1737,12 @@ fn operator_object(kind: &str, object: &Value) {
     }
 }
 
-/// The values schema describes every value the templates read and refuses what Helm should
-/// refuse before rendering: unknown keys (a typo would otherwise be ignored), values of the
-/// wrong type, a coordination mode that does not exist.
+/// The values schema describes every value the templates read and makes Helm refuse, before
+/// rendering, unknown keys (a typo would otherwise be ignored), values of the wrong type, a
+/// coordination mode that does not exist; each refusal names the value. `global`, which
+/// wrapper charts pass to every subchart, is allowed.
 #[test]
 fn the_values_schema_refuses_typos_and_wrong_types() {
-    let defaults: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
-    )
-    .expect("values.yaml parses");
-    schema_problems(&defaults).expect("values.yaml itself passes");
-
     // Every top-level value a template reads is a property of the schema.
     let schema: Value = serde_json::from_str(
         &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
@@ -1201,39 +1767,402 @@ fn the_values_schema_refuses_typos_and_wrong_types() {
         }
     }
 
-    for (bad, path) in [
-        (json!({"replica": 2}), ""),
-        (json!({"replicas": "two"}), "/replicas"),
+    for (bad, named_in_error) in [
+        (json!({"replica": 2}), "replica"),
+        (json!({"replicas": "two"}), "replicas"),
         (
             json!({"coordination": {"mode": "leaders"}}),
-            "/coordination/mode",
+            "coordination.mode",
         ),
-        (json!({"persistence": {"enabeld": true}}), "/persistence"),
+        (json!({"persistence": {"enabeld": true}}), "enabeld"),
         (
             json!({"metrics": {"serviceMonitor": {"interval": "often"}}}),
-            "/metrics/serviceMonitor/interval",
+            "metrics.serviceMonitor.interval",
         ),
         (
             json!({"plugins": {"Bad Name": {"wasm": "x.wasm"}}}),
-            "/plugins",
+            "plugins",
         ),
         (
             json!({"plugins": {"p": {"delivery": "transitions"}}}),
-            "/plugins/p",
+            "plugins.p",
         ),
         (
             json!({"imagePullSecrets": [{"name": "x"}]}),
-            "/imagePullSecrets/0",
+            "imagePullSecrets.0",
         ),
+        (
+            json!({"startupProbe": {"periodSeconds": 0}}),
+            "startupProbe.periodSeconds",
+        ),
+        (json!({"extraEnv": [{"value": "x"}]}), "extraEnv.0"),
     ] {
-        let mut values = defaults.clone();
-        merge(&mut values, bad.clone());
-        let problems = schema_problems(&values).expect_err(&format!("{bad} must be refused"));
+        let why = refused(bad.clone());
         assert!(
-            problems.lines().any(|l| l.starts_with(&format!("{path}:"))),
-            "{bad}: the problem should be at {path:?}: {problems}"
+            why.contains("values don't meet the specifications of the schema"),
+            "{bad}: refused by the schema, not later: {why}"
+        );
+        assert!(
+            why.contains(named_in_error),
+            "{bad}: should name {named_in_error}: {why}"
         );
     }
+    let objects =
+        render(json!({"global": {"imageRegistry": "registry.example.com", "anything": {"x": 1}}}));
+    assert!(objects.iter().any(|(_, o)| o["kind"] == "Deployment"));
+}
+
+/// `helm lint --strict` of the chart, with its defaults and with the production-like values in
+/// `ci/production-values.yaml`, which also render to a main file and manifests the daemon
+/// accepts.
+#[test]
+fn helm_lint_and_template_pass_with_the_production_values() {
+    let chart = chart_dir();
+    let chart_arg = chart.to_string_lossy();
+    let production = chart.join("ci/production-values.yaml");
+    let production_arg = production.to_string_lossy();
+    helm(&["lint", "--strict", &chart_arg]).unwrap_or_else(|e| panic!("helm lint: {e}"));
+    helm(&["lint", "--strict", &chart_arg, "--values", &production_arg])
+        .unwrap_or_else(|e| panic!("helm lint with the production values: {e}"));
+    let out = helm(&[
+        "template",
+        "jobrelay",
+        &chart_arg,
+        "--namespace",
+        "platform",
+        "--values",
+        &production_arg,
+    ])
+    .unwrap_or_else(|e| panic!("helm template with the production values: {e}"));
+    let objects: Vec<(String, Value)> = manifests(&out)
+        .into_iter()
+        .map(|(file, _, value)| (file, value))
+        .collect();
+    let main = main_file(&objects);
+    assert_ne!(
+        main.coordination.mode,
+        Mode::Single,
+        "production runs replicas"
+    );
+    assert!(matches!(main.state, StateBackend::MySql { .. }));
+    let manifests = named(&objects, "ConfigMap", "jobrelay-plugins")["data"]
+        .as_object()
+        .expect("data")
+        .clone();
+    assert!(!manifests.is_empty());
+    for (file, text) in manifests {
+        let manifest: PluginManifest = serde_yaml_ng::from_str(text.as_str().expect("text"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        for connection in &manifest.grants.sql {
+            assert!(
+                main.sql.connections.contains_key(connection),
+                "{file} is granted `{connection}`, which the main file does not define"
+            );
+        }
+    }
+    let deployment = object(&objects, "Deployment");
+    assert!(deployment["spec"]["replicas"].as_u64() > Some(1));
+    assert!(objects.iter().any(|(_, o)| o["kind"] == "PrometheusRule"));
+}
+
+/// A wrapper chart that depends on jobrelay (and jobrelay-remote) as subcharts and passes
+/// `global:` values, as Argo CD and Flux set-ups do: `helm dependency build` (a file://
+/// dependency, offline), `helm lint` and `helm template` all pass. A subchart whose schema
+/// refuses unknown keys refuses `global` unless it lists it (helm/helm#10392).
+#[test]
+fn a_wrapper_chart_with_global_values_renders_jobrelay_as_a_subchart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = dir.path().join("platform-jobrelay");
+    std::fs::create_dir_all(&wrapper).expect("wrapper");
+    std::fs::write(
+        wrapper.join("Chart.yaml"),
+        format!(
+            "apiVersion: v2\nname: platform-jobrelay\nversion: 1.0.0\ndependencies:\n  \
+             - name: jobrelay\n    version: 0.1.0\n    repository: file://{}\n  \
+             - name: jobrelay-remote\n    version: 0.1.0\n    repository: file://{}\n",
+            chart_dir().display(),
+            remote_chart_dir().display()
+        ),
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        wrapper.join("values.yaml"),
+        "global:\n  environment: production\n  imageRegistry: registry.example.com\n\
+         jobrelay:\n  clusters: {secretName: jobrelay-clusters}\n  homeCluster: {name: home}\n\
+         jobrelay-remote:\n  tokens: [\"2026-11\"]\n",
+    )
+    .expect("values.yaml");
+    let wrapper_arg = wrapper.to_string_lossy();
+    helm(&["dependency", "build", &wrapper_arg])
+        .unwrap_or_else(|e| panic!("helm dependency build: {e}"));
+    helm(&["lint", "--strict", &wrapper_arg]).unwrap_or_else(|e| panic!("helm lint: {e}"));
+    let out = helm(&["template", "argo", &wrapper_arg, "--namespace", "platform"])
+        .unwrap_or_else(|e| panic!("helm template of the wrapper: {e}"));
+    let objects: Vec<(String, Value)> = manifests(&out)
+        .into_iter()
+        .map(|(file, _, value)| (file, value))
+        .collect();
+    let deployment = named(&objects, "Deployment", "argo");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "argo"
+    );
+    assert!(
+        objects.iter().any(|(_, o)| o["kind"] == "ClusterRole"
+            && o["metadata"]["name"] == "jobrelay-platform-argo")
+    );
+    named(&objects, "Secret", "argo-token-2026-11");
+
+    // Without `global` in its schema, the subchart refuses the wrapper's values.
+    let strict = dir.path().join("strict-jobrelay");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(chart_dir())
+        .arg(&strict)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let schema_path = strict.join("values.schema.json");
+    let mut schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("schema"))
+            .expect("schema");
+    schema["properties"]
+        .as_object_mut()
+        .expect("properties")
+        .remove("global");
+    std::fs::write(&schema_path, schema.to_string()).expect("schema");
+    let strict_wrapper = dir.path().join("strict-wrapper");
+    std::fs::create_dir_all(&strict_wrapper).expect("wrapper");
+    std::fs::write(
+        strict_wrapper.join("Chart.yaml"),
+        format!(
+            "apiVersion: v2\nname: strict-wrapper\nversion: 1.0.0\ndependencies:\n  \
+             - name: jobrelay\n    version: 0.1.0\n    repository: file://{}\n",
+            strict.display()
+        ),
+    )
+    .expect("Chart.yaml");
+    std::fs::write(
+        strict_wrapper.join("values.yaml"),
+        "global:\n  environment: production\n",
+    )
+    .expect("values.yaml");
+    let strict_arg = strict_wrapper.to_string_lossy();
+    helm(&["dependency", "build", &strict_arg]).unwrap_or_else(|e| panic!("{e}"));
+    let why = helm(&["template", "argo", &strict_arg, "--namespace", "platform"])
+        .expect_err("a schema without global refuses a wrapper's global values");
+    assert!(why.contains("global"), "{why}");
+}
+
+/// The remote clusters' kit (deploy/helm/jobrelay-remote): lints, and makes the
+/// ServiceAccount, exactly the rules the jobrelay chart gives the daemon on its home cluster
+/// for the same kinds and plugins (a ClusterRole, or a Role in each namespace), the binding,
+/// and a long-lived token Secret per entry of `tokens`, which is how the token is rotated.
+#[test]
+fn the_remote_kit_grants_what_the_daemon_calls_and_issues_rotatable_tokens() {
+    let remote = remote_chart_dir();
+    let remote_arg = remote.to_string_lossy();
+    helm(&["lint", "--strict", &remote_arg]).unwrap_or_else(|e| panic!("helm lint: {e}"));
+    let render_remote = |overrides: Value| -> Vec<(String, Value)> {
+        let out = helm_template(&remote, &overrides, &[])
+            .unwrap_or_else(|e| panic!("helm template refuses {overrides}:\n{e}"));
+        manifests(&out)
+            .into_iter()
+            .map(|(file, _, value)| (file, value))
+            .collect()
+    };
+    let objects = render_remote(json!({}));
+    let account = object(&objects, "ServiceAccount");
+    assert_eq!(account["metadata"]["name"], "jobrelay");
+    assert_eq!(account["metadata"]["namespace"], "platform");
+    // The same rules as the home cluster's under the jobrelay chart's defaults (the same
+    // four kinds, Volcano's held; log-archive reads pod logs), which the daemon test above
+    // holds to what the daemon calls.
+    let home = render(json!({"homeCluster": {"name": "home"}}));
+    assert_eq!(
+        granted(object(&objects, "ClusterRole")),
+        granted(object(&home, "ClusterRole"))
+    );
+    let binding = object(&objects, "ClusterRoleBinding");
+    assert_eq!(
+        binding["roleRef"]["name"],
+        object(&objects, "ClusterRole")["metadata"]["name"]
+    );
+    assert_eq!(binding["subjects"][0]["name"], "jobrelay");
+    assert_eq!(binding["subjects"][0]["namespace"], "platform");
+    let token = named(&objects, "Secret", "jobrelay-token-1");
+    assert_eq!(token["type"], "kubernetes.io/service-account-token");
+    assert_eq!(
+        token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "jobrelay"
+    );
+    // The same for other kinds, without pod logs, limited to namespaces.
+    let kinds = json!([
+        {"name": "batch-job"},
+        {"name": "trainjob", "group": "example.com", "version": "v1", "kind": "TrainJob",
+         "plural": "trainjobs", "finalizer": true,
+         "normalizer": {"field": {"path": "/status/phase", "phases": {"Done": "succeeded"}}}},
+    ]);
+    let limited = render_remote(json!({
+        "kinds": kinds, "namespaces": ["ml", "research"], "podLogs": false,
+        "tokens": ["1", "2"],
+    }));
+    let home = render(json!({
+        "homeCluster": {"name": "home"},
+        "config": {"kinds": kinds, "watch": {"namespaces": ["ml", "research"]}},
+        "plugins": {"log-archive": null},
+    }));
+    assert!(limited.iter().all(|(_, o)| o["kind"] != "ClusterRole"));
+    for namespace in ["ml", "research"] {
+        let in_ns = |objects: &[(String, Value)], kind: &str| {
+            objects
+                .iter()
+                .map(|(_, o)| o.clone())
+                .find(|o| o["kind"] == kind && o["metadata"]["namespace"] == namespace)
+                .unwrap_or_else(|| panic!("no {kind} in {namespace}"))
+        };
+        assert_eq!(
+            granted(&in_ns(&limited, "Role")),
+            granted(&in_ns(&home, "Role")),
+            "{namespace}"
+        );
+        assert_eq!(in_ns(&limited, "RoleBinding")["roleRef"]["kind"], "Role");
+    }
+    // Rotation: a second token beside the first, then the first removed.
+    for name in ["jobrelay-token-1", "jobrelay-token-2"] {
+        named(&limited, "Secret", name);
+    }
+    let rotated = render_remote(json!({"tokens": ["2"]}));
+    let secrets: Vec<&Value> = rotated
+        .iter()
+        .map(|(_, o)| &o["metadata"]["name"])
+        .filter(|n| n.as_str().is_some_and(|n| n.contains("token")))
+        .collect();
+    assert_eq!(secrets, [&json!("jobrelay-token-2")]);
+    // The notes name the newest token's Secret in their commands.
+    let notes = render_notes(&remote, &json!({"tokens": ["1", "2"]}));
+    assert!(notes.contains("get secret jobrelay-token-2"), "{notes}");
+    let why = match helm_template(&remote, &json!({"kinds": [{"name": "tf-job"}]}), &[]) {
+        Ok(out) => panic!("an unknown kind renders: {out}"),
+        Err(why) => why,
+    };
+    assert!(why.contains("tf-job"), "{why}");
+}
+
+/// docs/remote-clusters.md's script that builds a cluster's kubeconfig from the token Secret,
+/// run as written by bash, with a `kubectl` that answers as a cluster would: the kubeconfig it
+/// writes is one jobrelay accepts, with the token and the CA from the Secret.
+#[test]
+fn the_documented_kubeconfig_script_writes_a_kubeconfig_jobrelay_accepts() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/remote-clusters.md")).expect("doc");
+    let script = doc
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("\n```").map(|(code, _)| code))
+        .find(|code| code.contains("<<EOF"))
+        .expect("a script block writing the kubeconfig")
+        .to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    // The Secret's `data` is base64, as kubectl prints it; the server from the kubeconfig.
+    let ca_pem = TEST_CA;
+    let ca_b64 = base64_encode(ca_pem.as_bytes());
+    let token_b64 = base64_encode(b"eyJhbGciOiJSUzI1NiJ9.e30.sig");
+    std::fs::write(
+        bin.join("kubectl"),
+        format!(
+            "#!/bin/sh\ncase \"$*\" in\n  \
+             *'get secret jobrelay-token-1 -o jsonpath={{.data.token}}'*) printf %s '{token_b64}' ;;\n  \
+             *'get secret jobrelay-token-1 -o jsonpath={{.data.ca\\.crt}}'*) printf %s '{ca_b64}' ;;\n  \
+             *'config view --minify -o jsonpath={{.clusters[0].cluster.server}}'*) printf %s 'https://10.1.2.3:6443' ;;\n  \
+             *) echo \"unexpected kubectl $*\" >&2; exit 1 ;;\nesac\n"
+        ),
+    )
+    .expect("kubectl");
+    let status = Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("kubectl"))
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "the documented script fails: {}\n{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "kubeconfig"))
+        .expect("the script writes NAME.kubeconfig");
+    let file = jobrelay::config::files::read(&written);
+    let name = written
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("name")
+        .to_string();
+    let source = ClusterSource::parse(&name, &file)
+        .unwrap_or_else(|e| panic!("jobrelay refuses the kubeconfig: {e}"));
+    let kubeconfig = &source.kubeconfig;
+    let cluster = kubeconfig.clusters[0].cluster.as_ref().expect("cluster");
+    assert_eq!(cluster.server.as_deref(), Some("https://10.1.2.3:6443"));
+    assert_eq!(
+        cluster.certificate_authority_data.as_deref(),
+        Some(ca_b64.as_str())
+    );
+    let text: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&written).expect("kubeconfig"))
+            .expect("YAML");
+    assert_eq!(
+        text["users"][0]["user"]["token"],
+        "eyJhbGciOiJSUzI1NiJ9.e30.sig"
+    );
+}
+
+/// A self-signed CA certificate (no key kept), for a kubeconfig's certificate-authority-data.
+const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\n\
+MIIBgTCCASegAwIBAgIUEuJ0m0KsDRux6wR1TvF9Ty5V1JEwCgYIKoZIzj0EAwIw\n\
+FTETMBEGA1UEAwwKa3ViZXJuZXRlczAgFw0yNjExMjcwMjAxMzdaGA8yMTI2MTEw\n\
+MzAyMDEzN1owFTETMBEGA1UEAwwKa3ViZXJuZXRlczBZMBMGByqGSM49AgEGCCqG\n\
+SM49AwEHA0IABP1qbkn6yzFmwZlpJdUgQWHBATrmDuwizyEvVq0pPNoh4oOmnYu9\n\
+/uU1qbsjcnC8aU8YGJSINWU8dBRXYYNxqGejUzBRMB0GA1UdDgQWBBSU8cPb1CPf\n\
+aIHHVrO5cZbKMIXUCzAfBgNVHSMEGDAWgBSU8cPb1CPfaIHHVrO5cZbKMIXUCzAP\n\
+BgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIQDqhb+OyE0PDA/q72n5\n\
+JNeJt8Ibg8kXvmvFdf6CrBv5ygIgOrbKMsIlenbKnKblZYUt+kHw1B8exHLH1xsW\n\
+xnQ9xWQ=\n\
+-----END CERTIFICATE-----\n\
+";
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// Every object carries the recommended labels (name, instance, version, managed-by, chart)

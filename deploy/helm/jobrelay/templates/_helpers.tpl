@@ -17,3 +17,168 @@ selector cannot.
 app.kubernetes.io/name: jobrelay
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{/*
+The pods' service account: serviceAccount.name, else the release's name.
+*/}}
+{{- define "jobrelay.serviceAccountName" -}}
+{{ .Values.serviceAccount.name | default .Release.Name }}
+{{- end }}
+
+{{/*
+The image: repository@digest when image.digest is set (the tag is then not used), else
+repository:tag.
+*/}}
+{{- define "jobrelay.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The built-in job kinds by name: their API group and resource (as host/watch/src/kinds.rs has
+them; tests/e2e/chart.rs checks the two agree).
+*/}}
+{{- define "jobrelay.builtinKinds" -}}
+batch-job: {group: batch, plural: jobs}
+volcano-job: {group: batch.volcano.sh, plural: jobs}
+pytorch-job: {group: kubeflow.org, plural: pytorchjobs}
+mpi-job: {group: kubeflow.org, plural: mpijobs}
+mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
+{{- end }}
+
+{{/*
+The rules jobrelay needs on the cluster it runs in, from the main file's kinds (config.kinds,
+or the four kinds watched when it lists none): list and watch each kind's resource, plus get
+and patch where the kind has `finalizer: true`; a kind whose `clusters:` does not match
+homeCluster.name is not watched there and gets nothing. Pods (list) and their logs (get) only
+when a plugin's manifest grants `pod_logs`. Nothing else.
+*/}}
+{{- define "jobrelay.homeRules" -}}
+{{- $builtins := include "jobrelay.builtinKinds" . | fromYaml }}
+{{- $kinds := .Values.config.kinds | default (list (dict "name" "batch-job") (dict "name" "volcano-job") (dict "name" "pytorch-job") (dict "name" "mpi-job")) }}
+{{- $home := .Values.homeCluster.name }}
+{{- $resources := dict }}
+{{- range $i, $kind := $kinds }}
+{{- $watched := true }}
+{{- if $kind.clusters }}
+{{- $watched = false }}
+{{- range $kind.clusters }}
+{{- if regexMatch (printf "^%s$" (regexQuoteMeta . | replace "\\*" ".*")) $home }}
+{{- $watched = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $watched }}
+{{- $group := "" }}
+{{- $plural := "" }}
+{{- if hasKey $kind "group" }}
+{{- $group = $kind.group }}
+{{- $plural = required (printf "config.kinds[%d] (%s): a custom kind needs `plural`" $i $kind.name) $kind.plural }}
+{{- else if hasKey $builtins $kind.name }}
+{{- $builtin := get $builtins $kind.name }}
+{{- $group = $builtin.group }}
+{{- $plural = $builtin.plural }}
+{{- else }}
+{{- fail (printf "config.kinds[%d]: `%s` is not a built-in kind (%s); a custom kind gives group, version, kind, plural and normalizer" $i $kind.name (keys $builtins | sortAlpha | join ", ")) }}
+{{- end }}
+{{- $key := printf "%s/%s" $group $plural }}
+{{- $held := or (get $resources $key | default false) ($kind.finalizer | default false) }}
+{{- $_ := set $resources $key $held }}
+{{- end }}
+{{- end }}
+{{- range $key := keys $resources | sortAlpha }}
+{{- $parts := splitList "/" $key }}
+- apiGroups: [{{ index $parts 0 | quote }}]
+  resources: [{{ index $parts 1 }}]
+  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}]
+{{- end }}
+{{- if eq (include "jobrelay.podLogs" .) "true" }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when some plugin's manifest grants pod_logs (its job's pods are then listed and their
+logs read), else "false".
+*/}}
+{{- define "jobrelay.podLogs" -}}
+{{- $podLogs := false }}
+{{- range $name, $manifest := .Values.plugins }}
+{{- if and (kindIs "map" $manifest) (kindIs "map" $manifest.grants) }}
+{{- if hasKey $manifest.grants "pod_logs" }}
+{{- $podLogs = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $podLogs }}
+{{- end }}
+
+{{/*
+"true" when the state volume lives and dies with the pod: no claim (persistence.enabled
+false) and stateVolume an emptyDir, a generic ephemeral volume, or empty (which Kubernetes
+makes an emptyDir).
+*/}}
+{{- define "jobrelay.ephemeralState" -}}
+{{- if .Values.persistence.enabled -}}
+false
+{{- else if or (not .Values.stateVolume) (hasKey .Values.stateVolume "emptyDir") (hasKey .Values.stateVolume "ephemeral") -}}
+true
+{{- else -}}
+false
+{{- end -}}
+{{- end }}
+
+{{/*
+Values that render but would not work, refused with the setting named (Helm's `fail`):
+  - leader or sharded mode without a state store the replicas share (stateUrl, or
+    config.state.url): each replica would keep its own cursors and a fail-over would deliver
+    everything again; the daemon refuses it too;
+  - more than one replica in single mode: each would deliver everything;
+  - more than one replica on one state claim: a ReadWriteOnce claim mounts on one node only,
+    and two daemons would share one SQLite folder;
+  - a state volume that dies with the pod, unless acknowledgeEphemeralState says so.
+*/}}
+{{- define "jobrelay.validate" -}}
+{{- $mode := .Values.coordination.mode }}
+{{- if and (hasKey .Values.config "coordination") (kindIs "map" .Values.config.coordination) }}
+{{- $mode = .Values.config.coordination.mode | default "single" }}
+{{- end }}
+{{- $shared := false }}
+{{- if hasKey .Values.config "state" }}
+{{- if and (kindIs "map" .Values.config.state) (hasKey .Values.config.state "url") }}
+{{- $shared = true }}
+{{- end }}
+{{- else if .Values.stateUrl }}
+{{- $shared = true }}
+{{- end }}
+{{- if and (ne $mode "single") (not $shared) }}
+{{- fail (printf "coordination.mode: `%s` needs a state store every replica shares: set stateUrl (e.g. env:JOBRELAY_STATE_URL, the URL of a MySQL/MariaDB database in a Secret listed in envFromSecrets); a SQLite file on the state volume is one replica's own" $mode) }}
+{{- end }}
+{{- $replicas := int .Values.replicas }}
+{{- if and (gt $replicas 1) (eq $mode "single") }}
+{{- fail (printf "replicas: %d replicas in coordination.mode `single` would each deliver every event; set coordination.mode to leader or sharded (with stateUrl), or replicas to 1" $replicas) }}
+{{- end }}
+{{- if gt $replicas 1 }}
+{{- if .Values.persistence.enabled }}
+{{- fail (printf "persistence.enabled: one ReadWriteOnce claim cannot serve %d replicas; set persistence.enabled=false and give each pod its own state volume (stateVolume, e.g. emptyDir with acknowledgeEphemeralState=true: the cursors are in stateUrl's database)" $replicas) }}
+{{- end }}
+{{- if hasKey .Values.stateVolume "persistentVolumeClaim" }}
+{{- fail (printf "stateVolume: one claim would be shared by %d replicas, each with its own SQLite databases on it; give each pod its own state volume (emptyDir with acknowledgeEphemeralState=true, or an ephemeral volume)" $replicas) }}
+{{- end }}
+{{- end }}
+{{- if and (eq (include "jobrelay.ephemeralState" .) "true") (not .Values.acknowledgeEphemeralState) }}
+{{- if $shared }}
+{{- fail "stateVolume: the state volume dies with the pod, and with it the plugins' embedded SQL databases, the compile cache and a local archive; set persistence.enabled=true (one replica), or acknowledgeEphemeralState=true to accept it" }}
+{{- else }}
+{{- fail "stateVolume: the state volume dies with the pod, and with it the cursors: every new pod would deliver the current state of every job again; set persistence.enabled=true, or acknowledgeEphemeralState=true to accept it" }}
+{{- end }}
+{{- end }}
+{{- end }}
