@@ -90,6 +90,14 @@ impl Retry {
             *self = Retry::default();
         }
     }
+
+    /// The watch ended with `410 Gone`: the API server answered (it compacted the version the
+    /// watch resumed from), so the schedules start again and the re-list goes at once. A
+    /// server that answers every watch with 410 costs a list per watch, as it would without
+    /// jobrelay's waits: each list is an answer too.
+    pub fn answered_gone(&mut self) {
+        *self = Retry::default();
+    }
 }
 
 /// Whether an item of kube's watcher shows the API answering: anything but the `Init` it
@@ -138,6 +146,17 @@ mod tests {
         // A failure in between starts the failure schedule, and the missing one again after.
         assert!(retry.after(Failure::Failed) <= FAILURE_MIN * 2);
         assert!(retry.after(Failure::NotServed) <= MISSING_MIN * 2);
+    }
+
+    #[test]
+    fn a_compacted_version_starts_the_schedules_again() {
+        let mut retry = Retry::default();
+        for _ in 0..8 {
+            retry.after(Failure::Failed);
+        }
+        assert!(retry.after(Failure::Failed) >= FAILURE_MAX);
+        retry.answered_gone();
+        assert!(retry.after(Failure::Failed) <= FAILURE_MIN * 2);
     }
 
     #[test]

@@ -442,6 +442,11 @@ pub async fn run(
         match &item {
             Ok(event) if retry::answers(event) => retry.answered(),
             Ok(_) => {}
+            // The resource version the watch resumed from was compacted away: the API server
+            // answered, and kube's watcher re-lists on the next poll. Not a failure to back
+            // off from: waiting here (up to a minute after earlier failures) left every change
+            // of the stream unseen meanwhile.
+            Err(e) if gone(e) => retry.answered_gone(),
             Err(e) => {
                 let failure = if not_served(e) {
                     Failure::NotServed
@@ -522,6 +527,12 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Whether the watch ended with `410 Gone`: its resource version is older than what the API
+/// server keeps (etcd compaction), so the stream must list again.
+fn gone(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchError(status) if status.code == 410)
 }
 
 /// Whether a stream failed because the cluster does not serve its resource at all: the list
