@@ -1878,7 +1878,7 @@ fn a_wrapper_chart_with_global_values_renders_jobrelay_as_a_subchart() {
         wrapper.join("Chart.yaml"),
         format!(
             "apiVersion: v2\nname: platform-jobrelay\nversion: 1.0.0\ndependencies:\n  \
-             - name: jobrelay\n    version: 0.1.0\n    repository: file://{}\n  \
+             - name: jobrelay\n    version: 0.2.0\n    repository: file://{}\n  \
              - name: jobrelay-remote\n    version: 0.1.0\n    repository: file://{}\n",
             chart_dir().display(),
             remote_chart_dir().display()
@@ -1937,7 +1937,7 @@ fn a_wrapper_chart_with_global_values_renders_jobrelay_as_a_subchart() {
         strict_wrapper.join("Chart.yaml"),
         format!(
             "apiVersion: v2\nname: strict-wrapper\nversion: 1.0.0\ndependencies:\n  \
-             - name: jobrelay\n    version: 0.1.0\n    repository: file://{}\n",
+             - name: jobrelay\n    version: 0.2.0\n    repository: file://{}\n",
             strict.display()
         ),
     )
