@@ -386,7 +386,7 @@ fn now_rfc3339() -> String {
 /// Errors never end the stream: kube's watcher re-lists on `410 Gone` and resumes from the
 /// last version otherwise; [`Retry`] spaces the attempts (0.8 s doubling to 30 s after
 /// failures, 2 s doubling to 3 minutes for a kind the cluster does not serve), starting again
-/// only once the API answers with data.
+/// once the API answers with data, or the stream ran 10 s past its last wait without failing.
 pub async fn run(
     client: Client,
     target: WatchTarget,
@@ -453,7 +453,7 @@ pub async fn run(
                 } else {
                     Failure::Failed
                 };
-                let wait = retry.after(failure);
+                let wait = retry.after(failure, std::time::Instant::now());
                 waited = wait;
                 resume_at = Some(tokio::time::Instant::now() + wait);
             }
