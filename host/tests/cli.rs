@@ -722,25 +722,7 @@ async fn dead_letters_in_a_pipeline_and_ids_that_do_not_exist() {
         &config.join("jobrelay.yaml"),
         "state: {path: state/jobrelay.db}\n",
     );
-    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
-        config.join("state/jobrelay.db"),
-    ))
-    .await
-    .expect("store");
-    for n in 0..3000 {
-        let event = crate::common::event(
-            &format!("u-{n}"),
-            "1",
-            jobrelay_contract::event::Phase::Failed,
-            None,
-            "2026-11-26T10:00:00Z",
-        );
-        store
-            .add_dead_letter("notify", &event, "webhook said 500", 3)
-            .await
-            .expect("a dead letter");
-    }
-    store.close().await;
+    store_dead_letters(&config.join("state/jobrelay.db"), 3000).await;
     let config_arg = config.display().to_string();
 
     // A reader that takes one line and goes: the rest of the table meets a closed pipe.
@@ -879,22 +861,7 @@ async fn check_counts_the_dead_letters_of_an_sqlite_state_file() {
     let dir = main_only("state: {path: state/jobrelay.db}\n");
     let config = dir.path();
     let path = config.join("state/jobrelay.db");
-    let backend = jobrelay_state::StateBackend::Sqlite(path.clone());
-    let store = jobrelay_state::open_store(&backend).await.expect("store");
-    for n in 0..2 {
-        let event = crate::common::event(
-            &format!("u-{n}"),
-            "1",
-            jobrelay_contract::event::Phase::Failed,
-            None,
-            "2026-11-26T10:00:00Z",
-        );
-        store
-            .add_dead_letter("notify", &event, "webhook said 500", 3)
-            .await
-            .expect("a dead letter");
-    }
-    store.close().await;
+    store_dead_letters(&path, 2).await;
 
     let daemon = jobrelay::daemon::Daemon::start(config)
         .await
@@ -911,7 +878,9 @@ async fn check_counts_the_dead_letters_of_an_sqlite_state_file() {
     );
     // The daemon kept its file: stopped, it leaves it answering, with its letters.
     daemon.shutdown(std::time::Duration::from_secs(5)).await;
-    let store = jobrelay_state::open_store(&backend).await.expect("reopens");
+    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(path.clone()))
+        .await
+        .expect("reopens");
     store.check().await.expect("the file answers");
     let counts = store.dead_letter_counts().await.expect("counts");
     assert_eq!(counts.get("notify"), Some(&2));
@@ -931,4 +900,24 @@ async fn check_counts_the_dead_letters_of_an_sqlite_state_file() {
         )),
         "{report}"
     );
+}
+
+/// `n` dead letters of the plugin `notify` in the SQLite state file at `path`.
+async fn store_dead_letters(path: &std::path::Path, n: usize) {
+    let backend = jobrelay_state::StateBackend::Sqlite(path.to_path_buf());
+    let store = jobrelay_state::open_store(&backend).await.expect("store");
+    for n in 0..n {
+        let event = crate::common::event(
+            &format!("u-{n}"),
+            "1",
+            jobrelay_contract::event::Phase::Failed,
+            None,
+            "2026-11-26T10:00:00Z",
+        );
+        store
+            .add_dead_letter("notify", &event, "webhook said 500", 3)
+            .await
+            .expect("a dead letter");
+    }
+    store.close().await;
 }

@@ -10,6 +10,7 @@ mod pipeline;
 mod python_plugin;
 mod reload;
 mod resilience;
+mod shared_state;
 mod status_page;
 mod telemetry;
 mod transition_identity;

@@ -35,6 +35,8 @@ use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
 use jobrelay_watch::kinds::JobKind;
 use serde_json::{Value, json};
 
+use crate::shared_state::{drop_state_tables, share_state};
+
 fn chart_dir() -> PathBuf {
     repo_root().join("deploy/helm/jobrelay")
 }
@@ -250,56 +252,9 @@ fn granted(role: &Value) -> BTreeMap<(String, String), BTreeSet<String>> {
     granted
 }
 
-/// The shared test MariaDB (`JOBRELAY_TEST_MYSQL_URL` overrides it).
-fn test_mysql_url() -> String {
-    std::env::var("JOBRELAY_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
-}
-
 /// A table prefix of this process and `tag` alone.
 fn unique_prefix(tag: &str) -> String {
     format!("t{}_chart_{tag}_", std::process::id())
-}
-
-/// Points `setup`'s main file at the test MariaDB under `prefix` (leader and sharded mode
-/// refuse a SQLite file), after dropping what an earlier run left there. Fails when MariaDB
-/// does not answer.
-async fn share_state(setup: &Setup, prefix: &str) {
-    drop_state_tables(prefix).await;
-    let path = setup.path("jobrelay.yaml");
-    let main = std::fs::read_to_string(&path).expect("main file");
-    let shared = format!(
-        "state: {{url: \"{}\", table_prefix: {prefix}}}",
-        test_mysql_url()
-    );
-    let main = main.replace("state: {path: state/jobrelay.db}", &shared);
-    assert!(
-        main.contains(prefix),
-        "the main file names the shared store"
-    );
-    write_atomic(&path, main.as_bytes());
-}
-
-/// Drops the state store's tables under `prefix`; fails when MariaDB does not answer.
-async fn drop_state_tables(prefix: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::MySqlConnection::connect(&test_mysql_url())
-        .await
-        .expect("the test MariaDB answers (tests/run.sh starts it; JOBRELAY_TEST_MYSQL_URL)");
-    for table in [
-        "schema_version",
-        "cursors",
-        "dead_letters",
-        "plugin_kv",
-        "plugin_installs",
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP TABLE IF EXISTS {prefix}{table}"
-        )))
-        .execute(&mut conn)
-        .await
-        .expect("drop a test table");
-    }
 }
 
 #[test]

@@ -8,6 +8,8 @@ use jobrelay_e2e::*;
 use jobrelay_testkit::{Flavor, JobDriver, PrivateMariaDb, ResourceKind, SimCluster};
 use serde_json::Value;
 
+use crate::shared_state::{drop_state_tables, point_at_shared_store};
+
 /// The sum of every sample line starting with `prefix` (a name and the first labels).
 fn sum(page: &str, prefix: &str) -> f64 {
     page.lines()
@@ -370,17 +372,7 @@ async fn coordinated(
          renew_deadline_seconds: 2, retry_period_seconds: 1}}\n",
         sim.name()
     ));
-    let main = std::fs::read_to_string(setup.path("jobrelay.yaml")).expect("main file");
-    let shared = format!(
-        "state: {{url: \"{}\", table_prefix: {prefix}}}",
-        test_mysql_url()
-    );
-    let main = main.replace("state: {path: state/jobrelay.db}", &shared);
-    assert!(
-        main.contains(prefix),
-        "the main file names the shared store"
-    );
-    write_atomic(&setup.path("jobrelay.yaml"), main.as_bytes());
+    point_at_shared_store(&setup, prefix);
     setup.install_wasm("event-log", "event-log.wasm");
     setup.write_manifest(
         "log",
@@ -511,34 +503,6 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     other.shutdown(Duration::from_secs(5)).await;
     shard.shutdown(Duration::from_secs(5)).await;
     drop_state_tables(&prefix).await;
-}
-
-/// The shared test MariaDB (`JOBRELAY_TEST_MYSQL_URL` overrides it).
-fn test_mysql_url() -> String {
-    std::env::var("JOBRELAY_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
-}
-
-/// Drops the state store's tables under `prefix`; fails when MariaDB does not answer.
-async fn drop_state_tables(prefix: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::MySqlConnection::connect(&test_mysql_url())
-        .await
-        .expect("the test MariaDB answers (tests/run.sh starts it)");
-    for table in [
-        "schema_version",
-        "cursors",
-        "dead_letters",
-        "plugin_kv",
-        "plugin_installs",
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP TABLE IF EXISTS {prefix}{table}"
-        )))
-        .execute(&mut conn)
-        .await
-        .expect("drop a test table");
-    }
 }
 
 /// Readiness follows the state store: with its database killed the replica cannot write
