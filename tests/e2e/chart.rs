@@ -582,13 +582,7 @@ fn the_state_outlives_the_pod_unless_its_loss_is_acknowledged() {
         claim["metadata"]["annotations"]["helm.sh/resource-policy"],
         "keep"
     );
-    let volumes = &object(&default, "Deployment")["spec"]["template"]["spec"]["volumes"];
-    let state = volumes
-        .as_array()
-        .expect("volumes")
-        .iter()
-        .find(|v| v["name"] == "state")
-        .expect("state volume");
+    let state = pod_volume(&default, "state");
     assert_eq!(
         state["persistentVolumeClaim"]["claimName"],
         "jobrelay-state"
@@ -656,13 +650,7 @@ fn the_state_outlives_the_pod_unless_its_loss_is_acknowledged() {
             .iter()
             .all(|(_, o)| o["kind"] != "PersistentVolumeClaim")
     );
-    let volumes = &object(&ephemeral, "Deployment")["spec"]["template"]["spec"]["volumes"];
-    let state = volumes
-        .as_array()
-        .expect("volumes")
-        .iter()
-        .find(|v| v["name"] == "state")
-        .expect("state volume");
+    let state = pod_volume(&ephemeral, "state");
     assert_eq!(state["emptyDir"], json!({}));
     // Your own claim, one replica: no acknowledgement needed.
     let own = render(json!({"persistence": {"enabled": false},
@@ -2172,4 +2160,14 @@ fn every_object_has_the_standard_labels_and_selectors_only_the_stable_ones() {
     }
     let pod = &object(&objects, "Deployment")["spec"]["template"]["metadata"]["labels"];
     assert_eq!(pod["app.kubernetes.io/managed-by"], "Helm");
+}
+
+/// The Deployment's pod volume `name` in `objects`.
+fn pod_volume<'a>(objects: &'a [(String, Value)], name: &str) -> &'a Value {
+    object(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name}"))
 }
