@@ -42,35 +42,43 @@ pub struct EventCounts {
 struct Book {
     /// Cluster → kind name → counts (nested, so a lookup by `&str` allocates nothing).
     counts: BTreeMap<String, BTreeMap<String, Counts>>,
-    /// API version → kind → the configured kind's name (nested, so a lookup by `&str`
-    /// allocates nothing).
-    names: HashMap<String, HashMap<String, String>>,
+    /// Cluster → the configured kinds' names by API version and kind. Per cluster: one object
+    /// kind may be configured twice under two names for different clusters (`clusters:`).
+    names: HashMap<String, Vec<KindName>>,
+}
+
+/// The configured kind an API version and kind belong to, on one cluster.
+#[derive(Debug)]
+struct KindName {
+    api_version: String,
+    kind: String,
+    name: String,
 }
 
 impl EventCounts {
     /// Counts one event of the configured kind `kind_name`, and remembers the name for later
-    /// counts of events of the same API version and kind.
+    /// counts of events of the same cluster, API version and kind.
     pub fn add_named(&self, event: &JobEvent, kind_name: &str, count: Count) {
-        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        book.learn(event, kind_name);
-        book.bump(&event.cluster, kind_name, count);
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let book = &mut *guard;
+        learn(&mut book.names, event, kind_name);
+        bump(&mut book.counts, &event.cluster, kind_name, count);
     }
 
-    /// Remembers which configured kind events of `event`'s API version and kind belong to.
+    /// Remembers which configured kind events of `event`'s cluster, API version and kind
+    /// belong to.
     pub fn learn(&self, event: &JobEvent, kind_name: &str) {
-        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        book.learn(event, kind_name);
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        learn(&mut guard.names, event, kind_name);
     }
 
     /// Counts one event under the configured kind learnt for it (its object kind when none
     /// was: an event replayed from a dead letter of a kind no longer configured).
     pub fn add(&self, event: &JobEvent, count: Count) {
-        let mut book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let name = book
-            .name_of(event)
-            .unwrap_or(event.kind.as_str())
-            .to_string();
-        book.bump(&event.cluster, &name, count);
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let book = &mut *guard;
+        let name = name_of(&book.names, event).unwrap_or(event.kind.as_str());
+        bump(&mut book.counts, &event.cluster, name, count);
     }
 
     /// `(cluster, kind name) → counts`.
@@ -87,43 +95,51 @@ impl EventCounts {
     }
 }
 
-impl Book {
-    fn name_of(&self, event: &JobEvent) -> Option<&str> {
-        self.names
-            .get(event.api_version.as_str())?
-            .get(event.kind.as_str())
-            .map(String::as_str)
-    }
+fn name_of<'a>(names: &'a HashMap<String, Vec<KindName>>, event: &JobEvent) -> Option<&'a str> {
+    names
+        .get(event.cluster.as_str())?
+        .iter()
+        .find(|k| k.api_version == event.api_version && k.kind == event.kind)
+        .map(|k| k.name.as_str())
+}
 
-    fn learn(&mut self, event: &JobEvent, kind_name: &str) {
-        if self.name_of(event) != Some(kind_name) {
-            self.names
-                .entry(event.api_version.clone())
-                .or_default()
-                .insert(event.kind.clone(), kind_name.to_string());
-        }
+fn learn(names: &mut HashMap<String, Vec<KindName>>, event: &JobEvent, kind_name: &str) {
+    if name_of(names, event) == Some(kind_name) {
+        return;
     }
+    let kinds = names.entry(event.cluster.clone()).or_default();
+    kinds.retain(|k| k.api_version != event.api_version || k.kind != event.kind);
+    kinds.push(KindName {
+        api_version: event.api_version.clone(),
+        kind: event.kind.clone(),
+        name: kind_name.to_string(),
+    });
+}
 
-    fn bump(&mut self, cluster: &str, kind_name: &str, count: Count) {
-        // Keys are made only for a (cluster, kind) not counted yet.
-        if !self.counts.contains_key(cluster) {
-            self.counts.insert(cluster.to_string(), BTreeMap::new());
-        }
-        let Some(kinds) = self.counts.get_mut(cluster) else {
-            return;
-        };
-        if !kinds.contains_key(kind_name) {
-            kinds.insert(kind_name.to_string(), Counts::default());
-        }
-        let Some(counts) = kinds.get_mut(kind_name) else {
-            return;
-        };
-        match count {
-            Count::Observed => counts.observed += 1,
-            Count::Delivered => counts.delivered += 1,
-            Count::Retried => counts.retried += 1,
-            Count::DeadLettered => counts.dead_lettered += 1,
-        }
+fn bump(
+    counts: &mut BTreeMap<String, BTreeMap<String, Counts>>,
+    cluster: &str,
+    kind_name: &str,
+    count: Count,
+) {
+    // Keys are made only for a (cluster, kind) not counted yet.
+    if !counts.contains_key(cluster) {
+        counts.insert(cluster.to_string(), BTreeMap::new());
+    }
+    let Some(kinds) = counts.get_mut(cluster) else {
+        return;
+    };
+    if !kinds.contains_key(kind_name) {
+        kinds.insert(kind_name.to_string(), Counts::default());
+    }
+    let Some(counts) = kinds.get_mut(kind_name) else {
+        return;
+    };
+    match count {
+        Count::Observed => counts.observed += 1,
+        Count::Delivered => counts.delivered += 1,
+        Count::Retried => counts.retried += 1,
+        Count::DeadLettered => counts.dead_lettered += 1,
     }
 }
 
@@ -132,8 +148,12 @@ mod tests {
     use super::*;
 
     fn event(api_version: &str, kind: &str) -> JobEvent {
+        on("a", api_version, kind)
+    }
+
+    fn on(cluster: &str, api_version: &str, kind: &str) -> JobEvent {
         serde_json::from_value(serde_json::json!({
-            "id": "a/u/1", "cluster": "a", "api_version": api_version, "kind": kind,
+            "id": "a/u/1", "cluster": cluster, "api_version": api_version, "kind": kind,
             "namespace": "ml", "name": "n", "uid": "u", "resource_version": "1",
             "phase": "running", "raw_phase": "Running", "transition_time": "2026-01-01T00:00:00Z",
             "labels": {}, "annotations": {}, "object_json": "{}"
@@ -175,5 +195,30 @@ mod tests {
             "a kind never learnt keeps its object kind"
         );
         assert_eq!(of("Job"), None, "{snapshot:?}");
+    }
+
+    /// One CRD configured under two names for two clusters (`clusters:`): each cluster's
+    /// events count under its own name, however their pushes and settlements interleave.
+    #[test]
+    fn one_object_kind_configured_twice_for_two_clusters_keeps_both_names() {
+        let counts = EventCounts::default();
+        let east = on("east", "batch.volcano.sh/v1alpha1", "Job");
+        let west = on("west", "batch.volcano.sh/v1alpha1", "Job");
+        counts.learn(&east, "volcano-east");
+        counts.learn(&west, "volcano-west");
+        counts.add(&east, Count::Delivered);
+        counts.learn(&west, "volcano-west");
+        counts.add(&east, Count::Delivered);
+        counts.add(&west, Count::Delivered);
+        let snapshot = counts.snapshot();
+        let delivered = |cluster: &str, kind: &str| {
+            snapshot
+                .iter()
+                .find(|(c, k, _)| c == cluster && k == kind)
+                .map(|(_, _, n)| n.delivered)
+        };
+        assert_eq!(delivered("east", "volcano-east"), Some(2), "{snapshot:?}");
+        assert_eq!(delivered("west", "volcano-west"), Some(1), "{snapshot:?}");
+        assert_eq!(snapshot.len(), 2, "{snapshot:?}");
     }
 }
