@@ -104,21 +104,7 @@ async fn failing_streams_back_off_and_a_missing_kind_is_looked_for_rarely() {
 
     // The outage ends: the stream is watched again and delivers.
     down.set_outage(false);
-    let kubeconfig = Kubeconfig::from_yaml(&down.kubeconfig_yaml()).expect("kubeconfig");
-    let client = build_client(&kubeconfig).await.expect("client");
-    let (sink, mut events) = mpsc::channel(64);
-    let synced = Arc::new(AtomicUsize::new(0));
-    let seen = synced.clone();
-    let stream = tokio::spawn(watcher::run(
-        client,
-        target("down", volcano()),
-        sink,
-        move |p| {
-            if p == Progress::Synced {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }
-        },
-    ));
+    let (stream, mut events, synced) = watched(&down, target("down", volcano())).await;
     let mut job = JobDriver::create(&down, Flavor::Volcano, "ml", "back").expect("job");
     job.running().expect("running");
     let got = tokio::time::timeout(Duration::from_secs(30), events.recv())
@@ -141,21 +127,11 @@ async fn failing_streams_back_off_and_a_missing_kind_is_looked_for_rarely() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_watch_lists_again_at_once_whatever_failed_before() {
     let sim = SimCluster::start("compacting").await.expect("sim");
-    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
-    let client = build_client(&kubeconfig).await.expect("client");
-    let (sink, mut events) = mpsc::channel(256);
-    let synced = Arc::new(AtomicUsize::new(0));
-    let seen = synced.clone();
-    let stream = tokio::spawn(watcher::run(
-        client,
+    let (stream, mut events, synced) = watched(
+        &sim,
         target("compacting", JobKind::builtin("volcano-job").expect("kind")),
-        sink,
-        move |p| {
-            if p == Progress::Synced {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }
-        },
-    ));
+    )
+    .await;
     let started = std::time::Instant::now();
     while synced.load(Ordering::SeqCst) == 0 {
         assert!(started.elapsed() < Duration::from_secs(30), "never in sync");
@@ -220,4 +196,27 @@ async fn a_compacted_watch_lists_again_at_once_whatever_failed_before() {
         "a 410 is an answer, not a failure to wait after: {took:?}"
     );
     stream.abort();
+}
+
+/// A stream of `target` on `sim`, running: its task, what it observes, and how many times it
+/// said it is in sync.
+async fn watched(
+    sim: &SimCluster,
+    target: WatchTarget,
+) -> (
+    tokio::task::JoinHandle<()>,
+    mpsc::Receiver<watcher::Observation>,
+    Arc<AtomicUsize>,
+) {
+    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
+    let client = build_client(&kubeconfig).await.expect("client");
+    let (sink, events) = mpsc::channel(256);
+    let synced = Arc::new(AtomicUsize::new(0));
+    let seen = synced.clone();
+    let stream = tokio::spawn(watcher::run(client, target, sink, move |p| {
+        if p == Progress::Synced {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    (stream, events, synced)
 }
