@@ -6,6 +6,12 @@
 //! (throttled). The database is cut once with a SIGKILL of the daemon while it is down, so a
 //! restart meets a plugin whose load fails for a passing reason.
 //!
+//! A burst of 503s or of throttling is a number of requests *within a few seconds*, as a real
+//! server's brief trouble is: a count alone, met by a client that backs off (a quiet cluster
+//! sees little but the watches' retries and the finalizer adders'), outlives any real burst —
+//! bursts set again every few seconds then refuse every request for minutes, an outage the
+//! schedule never meant; the outages are a fault of their own.
+//!
 //! Then the outcome is checked against what the driver did (its ground truth):
 //! - every job's final state is in the event log (`every-version`), and the plugin's cursors
 //!   match the clusters: nothing is left in a lane;
@@ -385,7 +391,8 @@ async fn faults_kills_and_a_database_outage_lose_no_outcome() {
                 faults.compactions += 1;
             }
             3 | 4 => {
-                sim.fail_next(rng.range(3, 12) as usize, 503);
+                let window = Duration::from_millis(rng.range(1000, 4000));
+                sim.fail_burst(rng.range(3, 12) as usize, 503, window);
                 faults.error_bursts += 1;
             }
             5 if outage_ends[which].is_none() => {
@@ -407,7 +414,8 @@ async fn faults_kills_and_a_database_outage_lose_no_outcome() {
                 relay = Relay::start(&config, &format!("run {}", faults.kills + 1));
             }
             _ => {
-                feishu.throttle_next(TOKEN, rng.range(3, 10) as usize);
+                let window = Duration::from_millis(rng.range(1000, 5000));
+                feishu.throttle_burst(TOKEN, rng.range(3, 10) as usize, window);
                 faults.throttles += 1;
             }
         }

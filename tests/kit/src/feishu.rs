@@ -196,7 +196,22 @@ impl FeishuReceiver {
     /// The next `n` requests to `token` are answered with code [`CODE_FREQUENCY_LIMITED`]
     /// whatever they contain. No effect on an unknown token.
     pub fn throttle_next(&self, token: &str, n: usize) {
-        self.state.with_bot(token, |bot| bot.throttle_next = n);
+        self.state.with_bot(token, |bot| {
+            bot.throttle_next = n;
+            bot.throttle_until = None;
+        });
+    }
+
+    /// Like [`throttle_next`](Self::throttle_next), but only requests arriving within `window`
+    /// from now are throttled: a burst of throttling, as Feishu's per-second and per-minute
+    /// limits give, that ends by itself even when few requests come — a count alone, met by a
+    /// client that backs off, throttles it for as long as it takes to send `n` requests.
+    pub fn throttle_burst(&self, token: &str, n: usize, window: Duration) {
+        let until = Instant::now() + window;
+        self.state.with_bot(token, |bot| {
+            bot.throttle_next = n;
+            bot.throttle_until = Some(until);
+        });
     }
 
     /// The next `n` requests to `token` are answered with HTTP `http_status` (an invalid status
@@ -299,6 +314,8 @@ struct Bot {
     keyword: Option<String>,
     rate_limited: bool,
     throttle_next: usize,
+    /// When set, throttling ends then, whatever is left of `throttle_next`.
+    throttle_until: Option<Instant>,
     fail_next: usize,
     fail_status: u16,
     attempts: usize,
@@ -314,6 +331,7 @@ impl Bot {
             keyword,
             rate_limited: true,
             throttle_next: 0,
+            throttle_until: None,
             fail_next: 0,
             fail_status: 500,
             attempts: 0,
@@ -328,6 +346,10 @@ impl Bot {
         if self.fail_next > 0 {
             self.fail_next -= 1;
             return Answer::Plain(self.fail_status);
+        }
+        if self.throttle_until.is_some_and(|until| clock >= until) {
+            self.throttle_next = 0;
+            self.throttle_until = None;
         }
         if self.throttle_next > 0 {
             self.throttle_next -= 1;
@@ -730,6 +752,20 @@ mod tests {
         assert_eq!(code, CODE_SUCCESS);
         assert_eq!(feishu.messages("thr").len(), 1);
         assert_eq!(feishu.attempts("thr"), 3);
+    }
+
+    #[tokio::test]
+    async fn a_throttle_burst_ends_with_its_window_whatever_is_left() {
+        let feishu = FeishuReceiver::start().await.expect("receiver starts");
+        let url = feishu.add_bot("burst", None, None);
+        let client = client();
+        feishu.throttle_burst("burst", 10, Duration::from_millis(300));
+        let (_, code, _) = post(&client, &url, &text_message("hi")).await;
+        assert_eq!(code, CODE_FREQUENCY_LIMITED, "inside the window");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (_, code, _) = post(&client, &url, &text_message("hi")).await;
+        assert_eq!(code, CODE_SUCCESS, "9 throttles were left, but the window is over");
+        assert_eq!(feishu.messages("burst").len(), 1);
     }
 
     #[tokio::test]

@@ -11,7 +11,9 @@
 //!
 //! Compaction (`compact`) lives with the store, since it is a store operation.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -19,6 +21,8 @@ use tokio::sync::watch;
 pub(crate) struct Faults {
     fail_remaining: AtomicUsize,
     fail_code: AtomicU16,
+    /// When set, the injected failures left end then.
+    fail_until: Mutex<Option<Instant>>,
     outage: AtomicBool,
     writes_fail: AtomicBool,
     /// Bumped to cut every open watch stream.
@@ -32,6 +36,7 @@ impl Faults {
         Faults {
             fail_remaining: AtomicUsize::new(0),
             fail_code: AtomicU16::new(500),
+            fail_until: Mutex::new(None),
             outage: AtomicBool::new(false),
             writes_fail: AtomicBool::new(false),
             drop_epoch: watch::channel(0).0,
@@ -41,12 +46,34 @@ impl Faults {
 
     /// Makes the next `n` requests fail with `code`.
     pub(crate) fn fail_next(&self, n: usize, code: u16) {
+        self.set_failures(n, code, None);
+    }
+
+    /// Makes the next `n` requests fail with `code`, if they come within `window`.
+    pub(crate) fn fail_burst(&self, n: usize, code: u16, window: Duration) {
+        self.set_failures(n, code, Some(Instant::now() + window));
+    }
+
+    fn set_failures(&self, n: usize, code: u16, until: Option<Instant>) {
+        *self.fail_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
         self.fail_code.store(code, Ordering::SeqCst);
         self.fail_remaining.store(n, Ordering::SeqCst);
     }
 
     /// Consumes one injected failure, if any are left, and returns its status code.
     pub(crate) fn take_failure(&self) -> Option<u16> {
+        if self.fail_remaining.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let over = self
+            .fail_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| Instant::now() >= until);
+        if over {
+            self.fail_remaining.store(0, Ordering::SeqCst);
+            return None;
+        }
         self.fail_remaining
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .ok()
@@ -101,6 +128,18 @@ mod tests {
         assert_eq!(f.take_failure(), Some(503));
         assert_eq!(f.take_failure(), Some(503));
         assert_eq!(f.take_failure(), None);
+    }
+
+    #[test]
+    fn a_burst_ends_with_its_window_whatever_is_left() {
+        let f = Faults::new();
+        f.fail_burst(5, 503, Duration::from_millis(50));
+        assert_eq!(f.take_failure(), Some(503));
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(f.take_failure(), None, "four were left, but the window is over");
+        f.fail_next(1, 500);
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(f.take_failure(), Some(500), "a count alone does not expire");
     }
 
     #[test]

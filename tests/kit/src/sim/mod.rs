@@ -466,6 +466,14 @@ impl SimCluster {
         self.state().faults.fail_next(n, status_code);
     }
 
+    /// Like [`fail_next`](Self::fail_next), but only requests arriving within `window` fail: a
+    /// burst that ends by itself, as an API server's brief trouble does. A count alone, on a
+    /// quiet cluster whose client backs off, keeps failing for as long as the client takes to
+    /// send `n` requests — an outage of minutes rather than a burst.
+    pub fn fail_burst(&self, n: usize, status_code: u16, window: Duration) {
+        self.state().faults.fail_burst(n, status_code, window);
+    }
+
     /// While on, every write over HTTP (POST, PUT, PATCH, DELETE) gets 503; reads and watches
     /// go on. Changes made through this handle are not affected.
     pub fn fail_writes(&self, on: bool) {
