@@ -1,6 +1,6 @@
 //! Host capabilities: what a plugin can reach beyond its own memory.
 //!
-//! A capability is one file: a type implementing [`Capability`] (check and prepare the
+//! A capability is one module: a type implementing [`Capability`] (check and prepare the
 //! manifest's grant once per plugin version, set up one store's state from it on every call),
 //! that per-call state, the WIT interface's `Host` traits implemented on that state (or on a
 //! view of it), and an `add_to_linker` generic over the store's data type, which is handed a
@@ -10,7 +10,13 @@
 //! embedder's type. Host objects behind WIT resources stay in the capability's own bounded
 //! [`handles::Handles`]. Everything is refused unless granted.
 //!
-//! Adding a capability touches its file and, here, its `mod` line, a field in [`Grants`] (the
+//! A small capability is one file. A larger one is a file that ties it together (the grant,
+//! the per-call state, `add_to_linker`) and a folder of its parts, one concept a file, so a
+//! file's name says what it owns: `http/`, `sql/`, `archive/` and `pod_logs/` keep their
+//! settings, pools or stores, driver, tape format and `Host` traits (one file for each served
+//! WIT version) apart.
+//!
+//! Adding a capability touches its module and, here, its `mod` line, a field in [`Grants`] (the
 //! manifest's `grants:`), a field in [`CapabilityState`] and an entry in [`ALL`]; then one
 //! line in `runtime/linking.rs`. If it needs a process-wide resource (a pool, a store, a
 //! client), a field in [`Services`] too. A call that asks a service something passes through

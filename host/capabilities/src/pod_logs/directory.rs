@@ -1,0 +1,99 @@
+//! Where a call's job lives: the client of each watched cluster and the pod label of each job
+//! kind, kept up to date by the cluster manager, and the scope they give one event.
+//!
+//! Apart because it is process-wide and written from outside (clusters come and go while
+//! plugins run); a call only reads the scope of its own event from it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use jobrelay_contract::event::JobEvent;
+use jobrelay_watch::kinds::JobKind;
+
+/// The clients of the clusters being watched, and the pod label of each job kind. Kept up to
+/// date by the cluster manager as clusters come and go.
+#[derive(Clone, Default)]
+pub struct ClusterDirectory {
+    inner: Arc<RwLock<Directory>>,
+}
+
+#[derive(Default)]
+struct Directory {
+    clients: HashMap<String, kube::Client>,
+    /// (apiVersion, kind) → pod label.
+    pod_labels: HashMap<(String, String), String>,
+}
+
+impl std::fmt::Debug for ClusterDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterDirectory").finish_non_exhaustive()
+    }
+}
+
+impl ClusterDirectory {
+    /// Records the client of a cluster (replacing an older one).
+    pub fn set_client(&self, cluster: &str, client: kube::Client) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.clients.insert(cluster.to_string(), client);
+        }
+    }
+
+    /// Forgets a removed cluster.
+    pub fn remove_client(&self, cluster: &str) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.clients.remove(cluster);
+        }
+    }
+
+    /// Records the pod label of every kind that has one.
+    pub fn set_kinds(&self, kinds: &[JobKind]) {
+        if let Ok(mut directory) = self.inner.write() {
+            directory.pod_labels = kinds
+                .iter()
+                .filter_map(|kind| {
+                    let label = kind.pod_label.clone()?;
+                    Some(((kind.api_version(), kind.kind.clone()), label))
+                })
+                .collect();
+        }
+    }
+
+    /// The scope of a call handling `event`, or why there is none.
+    pub(super) fn scope(&self, event: &JobEvent) -> Result<JobScope, String> {
+        let directory = self
+            .inner
+            .read()
+            .map_err(|_| "the cluster directory is unavailable".to_string())?;
+        let client = directory
+            .clients
+            .get(&*event.cluster)
+            .cloned()
+            .ok_or_else(|| format!("cluster `{}` is not connected", event.cluster))?;
+        let label = directory
+            .pod_labels
+            .get(&(event.api_version.to_string(), event.kind.to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "kind {} {} has no `pod_label` in the main file, so its pods cannot be found",
+                    event.api_version, event.kind
+                )
+            })?;
+        Ok(JobScope {
+            client,
+            namespace: event.namespace.to_string(),
+            name: event.name.to_string(),
+            uid: event.uid.to_string(),
+            label,
+        })
+    }
+}
+
+/// Where the job of one call lives.
+pub(super) struct JobScope {
+    pub(super) client: kube::Client,
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) uid: String,
+    pub(super) label: String,
+}
