@@ -4,6 +4,8 @@
 //! still carries jobrelay's finalizer), the dispatcher records a hold naming every lane that
 //! wants the kind. Each lane reports when it has nothing queued or running for the job any more
 //! (its last event delivered or dead-lettered); when no lane is left, the finalizer is released.
+//! With `finalizers.dead_letter_blocks`, a lane that dead-lettered an event of the job keeps
+//! the hold until the sweep below.
 //!
 //! Deletion never hangs forever because of jobrelay: holds older than `max_hold_seconds` are
 //! released by [`FinalizerBook::sweep`], whatever the lanes say.

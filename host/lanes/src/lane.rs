@@ -6,9 +6,10 @@
 //!   event, so order is kept. Other jobs go on meanwhile.
 //! - **What is queued** is decided by the plugin's delivery mode ([`super::mode`]) against what
 //!   the lane accepted for the job, so a job's queue never holds more than its mode needs
-//!   (`latest`: one version; `terminal`: at most two). `every-version` and `transitions` need
-//!   every queued version, so their queues are bounded by `max_queued_per_job`: a version
-//!   beyond it goes to the dead-letter list (durable, replayable) rather than into memory.
+//!   (`latest`: the newest version, beside one in flight; `terminal`: at most two).
+//!   `every-version` and `transitions` need every queued version, so their queues are bounded
+//!   by `max_queued_per_job`: a version beyond it goes to the dead-letter list (durable,
+//!   replayable) rather than into memory.
 //! - **Durability**: after a call succeeds (or its event is dead-lettered) the job's cursor is
 //!   written to the state store before the job's next event starts. After a restart the lane
 //!   starts from those cursors, so versions already handled are skipped.

@@ -1,7 +1,31 @@
-//! Lanes: one queue per plugin, so a slow or failing plugin never delays another.
+//! Lanes: one per plugin, each with its own queues and workers, so a slow or failing plugin
+//! never delays another.
 //!
 //! Within a lane, events of one job are handled one at a time in the order they were observed;
-//! different jobs run concurrently up to the plugin's concurrency.
+//! different jobs run concurrently up to the plugin's concurrency. An event is acknowledged only
+//! once its cursor is durable in the state store, and a deletion held by jobrelay's finalizer
+//! is let go once every lane that wants the job is done with it.
+//!
+//! The modules, in the order an observed version goes through them:
+//!
+//! - [`dispatcher`]: takes the watchers' observations, in order, and offers each to the lanes
+//!   of the plugins that want its kind ([`Routes`](dispatcher::Routes)).
+//! - [`recent`]: the last few events the dispatcher saw, for the status page.
+//! - [`event_counts`]: events by cluster and configured kind: observed, delivered, retried,
+//!   dead-lettered.
+//! - [`lane`]: one plugin's lane: takes versions in (missed transitions first after a gap),
+//!   runs one worker per busy job, calls, retries, settles.
+//! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
+//!   rate limits, kinds, the bound on a job's queue.
+//! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
+//! - [`queue`]: the lane's per-job queues, as a state machine with no tasks and no I/O.
+//! - [`handler`]: what a lane calls for each event: a plugin version, or any
+//!   [`Handler`](handler::Handler).
+//! - [`call_stats`]: how the plugin's calls went: durations and failures by kind.
+//! - [`cursor_writer`]: group commit of the lane's cursor writes, so acknowledgements are made
+//!   durable in batches.
+//! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
+//!   released once none does, or the hold is too old.
 
 pub mod call_stats;
 pub mod cursor_writer;

@@ -1,7 +1,8 @@
 //! Delivery modes: which observed versions of a job a plugin receives.
 //!
-//! The decision is a pure function of what the lane already accepted for the job, so it can be
-//! tested exhaustively (property tests in `lanes/mode/tests.rs`) apart from queues and timing.
+//! The decision is a pure function of the version and of what the lane already accepted (or
+//! still holds queued) for the job, so it is property-tested on arbitrary sequences of versions
+//! (`mode/tests.rs`) apart from queues and timing.
 
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};

@@ -4,8 +4,8 @@
 //! the versions waiting, whether a worker holds the job — and answers each of the lane's
 //! questions in one step: offer a version (the mode decides, the bound sets the overflow
 //! aside), which event the job's worker calls next, settle the head once it is acknowledged,
-//! let go of a cluster. The lane (`lane.rs`) asks under one lock and does all that waits:
-//! calls, retries, cursor writes, dead letters.
+//! let go of a cluster. The lane ([`crate::lane`], its workers and settling) asks under one
+//! lock and does all that waits: calls, retries, cursor writes, dead letters.
 //!
 //! Kept apart so the rules that make delivery ordered and bounded — one worker per job, the
 //! head leaves the queue only when settled, a job's queue never holds more than its mode needs

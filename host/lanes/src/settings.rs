@@ -1,4 +1,5 @@
-//! A lane's delivery settings, as written in a plugin manifest: mode, retries, rate limits.
+//! A lane's delivery settings, as a plugin manifest gives them: mode, concurrency, retries,
+//! rate limits, the kinds taken and the bound on a job's queue.
 
 use std::num::NonZeroU32;
 use std::time::Duration;

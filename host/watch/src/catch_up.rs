@@ -7,16 +7,20 @@
 //! [`synthetic_events`] turns them into events flagged `synthetic`, to be delivered before the
 //! real event. Both are pure: no I/O, no clock. A job with nothing delivered yet is caught up
 //! from the start of its recorded history by [`recorded_transitions`] (module `first_sight`).
+//! The live path reads the same history for when the current stay began ([`recorded`]), which
+//! its transition key is made of (`crate::transition_key`), so a transition seen live and one
+//! rebuilt later get the same key.
 //!
 //! # How the history is read
 //!
 //! Each kind yields *recorded entries* `(phase, time)`; they are sorted by time (ties broken
 //! per kind, see below), entries after the current phase's own time are dropped (they cannot
 //! precede it; not done for `terminating`, whose time is the API server's deletion timestamp
-//! and may be behind the controller's clock), and consecutive entries with the same normalized phase are folded into the
-//! first one (when the phase was entered). From that history the catch-up keeps what lies
-//! strictly after `last_time`, minus a leading entry equal to `last_phase` (already delivered)
-//! and a trailing entry equal to the current phase (that one is the real event).
+//! and may be behind the controller's clock), and consecutive entries with the same
+//! normalized phase are folded into the first one (when the phase was entered). From that
+//! history the catch-up keeps what lies strictly after `last_time`, minus a leading entry
+//! equal to `last_phase` (already delivered) and a trailing entry equal to the current phase
+//! (that one is the real event).
 //!
 //! Timestamps in Kubernetes statuses have one-second resolution, so several transitions can
 //! share a time. Entries before `last_time` were delivered. Entries at exactly `last_time` were
@@ -38,9 +42,9 @@
 //! phase change (`syncJob`/`killJob`, and `initJobStatus` for the first `Pending`); the test
 //! kit's driver does the same. So a phase entered twice appears twice, in order, and
 //! Running → Restarting → Running → Failed is fully recoverable. Entries are mapped with the
-//! normalizer's own table ([`volcano_phase`]), so Completing/Terminating/Aborting fold into
-//! the running entry before them exactly as a live watch would see them. Ties are broken by
-//! array order (append order is chronological). Limits: newer Volcano releases drop
+//! normalizer's own table (`normalize::volcano_phase`), so Completing/Terminating/Aborting
+//! fold into the running entry before them exactly as a live watch would see them. Ties are
+//! broken by array order (append order is chronological). Limits: newer Volcano releases drop
 //! consecutive duplicates (harmless, we fold them anyway) and keep only the newest 32 entries
 //! (a gap longer than 32 phase changes loses its oldest part); entries carry no reason or
 //! message. Should a writer ever merge entries by phase (one per phase, newest time kept), an

@@ -1,9 +1,11 @@
 //! jobrelay's finalizer on job objects: adding it to watched jobs, and removing it.
 //!
-//! Both are JSON patches guarded by `test` operations, so they never race another writer: a
-//! patch against a changed object fails instead of clobbering it. Adding is retried on a timer
-//! of its own ([`keep_adding`]) until the finalizer is on or the job is being deleted: a job
-//! must not go unprotected because the few versions it had all met an API error.
+//! Both are JSON patches guarded by `test` operations, so neither clobbers another writer:
+//! adding tests the resourceVersion it was made for, and fails if the object changed since;
+//! removing tests the uid and the finalizer's place in the list. Adding is retried on a timer
+//! of its own ([`keep_adding`]) until the finalizer is on, or the job is gone or being
+//! deleted: a job must not go unprotected because the few versions it had all met an API
+//! error.
 
 use std::time::Duration;
 

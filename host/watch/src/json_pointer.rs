@@ -2,9 +2,10 @@
 //!
 //! `serde_json::Value::pointer` makes two new strings for every token of the pointer (it
 //! unescapes `~1` and `~0` whether or not they occur), and every version of every job goes
-//! through a few lookups (`/status/phase`, `/status/conditions`, a kind's field rule): a
-//! visible share of normalizing in a profile. [`at`] answers exactly what `Value::pointer`
-//! answers, unescaping only a token that holds a `~`.
+//! through a few lookups (`/metadata/deletionTimestamp`, `/status/conditions`,
+//! `/status/state/phase`, a kind's field rule): a visible share of normalizing in a profile.
+//! [`at`] answers exactly what `Value::pointer` answers, unescaping only a token that holds a
+//! `~`.
 
 use std::borrow::Cow;
 

@@ -5,8 +5,10 @@
 //! say) fails the whole page, every re-list fails the same way, and the kind is blind on that
 //! cluster for good. [`LenientObject`] takes each object as raw JSON first — which has no depth
 //! limit — and reads it on its own ([`JobObject`]); a bad one keeps the metadata that could be
-//! read (namespace, name, uid, resourceVersion) and the reason, so the stream can skip and
-//! report it by name and the rest of the kind keeps flowing.
+//! read (namespace, name, uid, resourceVersion), the reason and, when its metadata was read,
+//! its text, so the stream can report it by name and still deliver it, its status unreadable
+//! ([`JobObject::status_unreadable`]), or skip it when not even its uid and version are known;
+//! the rest of the kind keeps flowing.
 
 use std::borrow::Cow;
 

@@ -1,9 +1,35 @@
-//! Watching jobs: one watcher per (cluster, job kind, namespace), turning object versions into
-//! job events.
+//! Watching jobs: one stream per (cluster, job kind, namespace), turning every version of a
+//! job object into a job event.
 //!
 //! This layer knows Kubernetes and the job kinds, and speaks only the contract's vocabulary
-//! upward: a watcher sends [`jobrelay_contract::event::JobEvent`]s (inside observations) and
-//! knows nothing of lanes, plugins or state.
+//! upward: a stream sends [`JobEvent`](jobrelay_contract::event::JobEvent)s inside
+//! [`Observation`](tracker::Observation)s and knows nothing of lanes, plugins or state. The
+//! lanes call back into [`catch_up`] to rebuild what a job went through during a gap, and the
+//! host into [`finalizer`] to let a held job go.
+//!
+//! The modules, in the order a job's version goes through them:
+//!
+//! - [`kinds`]: the job kinds as configured: which resource to watch, on which clusters, and
+//!   which normalizer reads its status.
+//! - [`watcher`]: the task that runs one stream: kube's watcher for one
+//!   [`WatchTarget`](watcher::WatchTarget), its [`Progress`](watcher::Progress) for the
+//!   cluster's health, finalizer adders, the observations sent on.
+//! - [`retry`]: how long a failing stream waits before trying again (a pure state machine).
+//! - [`lenient`]: every listed or watched object read on its own, so one bad object cannot
+//!   blind a whole kind.
+//! - [`object`]: one job object as read: its metadata, the status view normalizers read, its
+//!   text as plugins get it.
+//! - [`tracker`]: the per-job state of one stream: drops versions seen again, builds each new
+//!   version's event and reports what a list found (a pure state machine).
+//! - [`normalize`]: a kind's own status turned into one phase, with the raw phase, reason,
+//!   message and time that decided it.
+//! - `json_pointer`: JSON pointer lookups that allocate nothing for plain tokens, for the
+//!   normalizers and the catch-up.
+//! - [`transition_key`]: the stay a version is in, and the transition key made of it.
+//! - [`catch_up`]: a status's recorded history: when the current stay began (for its key),
+//!   and the transitions missed in a gap, rebuilt as synthetic events.
+//! - [`finalizer`]: jobrelay's finalizer on job objects: added while a job lives, removed once
+//!   every plugin is done with its deletion.
 
 pub mod catch_up;
 pub mod finalizer;
@@ -13,5 +39,6 @@ pub mod lenient;
 pub mod normalize;
 pub mod object;
 pub mod retry;
+pub mod tracker;
 pub mod transition_key;
 pub mod watcher;

@@ -7,7 +7,8 @@
 //! text the API server sent is kept as it came, except for `metadata.managedFields` (server-side
 //! apply's bookkeeping, which only makes events larger), cut out by its position in the text;
 //! the spec is skipped without being decoded; the metadata is decoded straight from its text,
-//! and only the status becomes a tree.
+//! and only the status becomes a tree (the whole object does only for a kind whose field rule
+//! reads outside the status: [`JobObject::decode_whole`]).
 //!
 //! What that quick reading does not take — a key written twice, a key written with escapes, an
 //! object without `metadata`, `apiVersion` or `kind` as text — is read the whole-tree way, which

@@ -8,13 +8,14 @@
 //! acknowledgement lost to a kill) carries the same key both times.
 //!
 //! The only fact the live path and a rebuild share is the status, so the key is read from it
-//! first ([`catch_up::recorded`], the same code and history the catch-up uses): the stay the
-//! job was created in (`pending@created`), or the time the status records for entering the
-//! phase, numbered when the history holds that phase more than once at that same time
-//! (`running@…#2`). But statuses keep times in whole seconds, some keep one entry per
-//! condition type, and some phases have no recorded entry at all, so the status alone
-//! cannot tell every stay apart. A watcher therefore remembers, per job, the [`Stay`] its last
-//! version was in, and [`Stay::next`] decides the next one from both:
+//! first ([`catch_up::recorded`](crate::catch_up::recorded), the same code and history the
+//! catch-up uses): the stay the job was created in (`pending@created`), or the time the status
+//! records for entering the phase, numbered when the history holds that phase more than once at
+//! that same time (`running@…#2`). But statuses keep times in whole seconds, some keep one
+//! entry per condition type, and some phases have no recorded entry at all, so the status alone
+//! cannot tell every stay apart. A stream's [`Tracker`](crate::tracker::Tracker) therefore
+//! remembers, per job, the [`Stay`] its last version was in, and [`Stay::next`] decides the
+//! next one from both:
 //!
 //! - the same phase as before is the same stay, and keeps its key — even when the status only
 //!   now starts recording its entry — unless the status shows the phase entered anew since

@@ -10,7 +10,8 @@
 //! The exception is a job that already existed when the plugin was installed: it gets its
 //! current state only, or a newly installed notifier would send a card for every old job.
 //! [`created_after`] tells the two apart by the job's `metadata.creationTimestamp` against the
-//! install time the state store keeps. Both are pure: no I/O, no clock.
+//! install time the state store keeps. All three functions here ([`recorded_transitions`],
+//! [`first_sight_events`] and [`created_after`]) are pure: no I/O, no clock.
 
 use chrono::{DateTime, FixedOffset};
 use serde_json::Value;

@@ -1,0 +1,584 @@
+//! The per-job state of one watch stream, as a state machine with no tasks and no I/O: a
+//! watcher event in, the observations it means out.
+//!
+//! A [`Tracker`] keeps, per job, only the last resourceVersion seen, to drop versions seen
+//! again within the stream's life (re-lists, reconnects), and the stay that version was in, to
+//! key the next one ([`Stay`]). Every new version becomes a [`JobEvent`]: its status
+//! normalized, its transition key, its labels and annotations (without `kubectl apply`'s copy
+//! of the object) and its object's text as the API server sent it, `managedFields` left out
+//! (its `previous_phase` is left to each plugin's lane). Each (re-)list ends in an
+//! [`Observation::Listed`] naming every job listed, so that lanes can tell which jobs went
+//! away unseen. `readable` first reads each object the stream receives, for the tracker's
+//! kind: an object whose status cannot be read is still delivered, with phase `unknown`; one
+//! whose metadata cannot be read is skipped, and reported.
+//!
+//! The task that drives it (the stream, its retries, finalizer adders and health) is
+//! [`crate::watcher`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use compact_str::CompactString;
+use kube::core::ObjectMeta;
+use kube::runtime::watcher::Event;
+use serde_json::Value;
+
+use super::catch_up;
+use super::kinds::JobKind;
+use super::lenient::{self, LenientObject, Unreadable};
+use super::normalize::{Normalized, normalize};
+use super::object::JobObject;
+use super::transition_key::Stay;
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::uid::Uid;
+
+/// What a stream tells the lanes.
+// Versions are the common case and move through a channel once; boxing them would add an
+// allocation per event to save space in the rare `Listed`.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Observation {
+    /// One version of one job.
+    Version {
+        event: JobEvent,
+        kind: Arc<JobKind>,
+        /// Seen in a (re-)list: a gap may lie behind it.
+        from_list: bool,
+    },
+    /// A (re-)list finished: these are all the jobs of this cluster, kind and namespace.
+    Listed {
+        cluster: Arc<str>,
+        kind: Arc<JobKind>,
+        namespace: Option<String>,
+        uids: Arc<HashSet<Uid>>,
+    },
+}
+
+/// Turns watcher events into observations, remembering per job only the last version seen,
+/// to drop versions seen again within this stream's life (re-lists, reconnects), and the stay
+/// it was in, to key the next one ([`Stay`]). Whole objects are never retained; per-plugin
+/// state (what was delivered) lives in the lanes.
+#[derive(Debug)]
+pub struct Tracker {
+    cluster: Arc<str>,
+    kind: Arc<JobKind>,
+    namespace: Option<String>,
+    /// One record per tracked job (a canonical uid in 16 bytes; the version and the stay's
+    /// time inline up to 24 bytes each): no allocation of its own in the common case.
+    jobs: HashMap<Uid, Seen>,
+    /// Uids listed since the last `Init`; `None` outside a (re-)list.
+    listing: Option<HashSet<Uid>>,
+}
+
+/// What a tracker remembers of one job.
+#[derive(Debug)]
+struct Seen {
+    resource_version: CompactString,
+    stay: Stay,
+}
+
+impl Tracker {
+    pub fn new(cluster: Arc<str>, kind: Arc<JobKind>, namespace: Option<String>) -> Self {
+        Tracker {
+            cluster,
+            kind,
+            namespace,
+            jobs: HashMap::new(),
+            listing: None,
+        }
+    }
+
+    /// Notes, during a (re-)list, a job whose object could not be read: it exists, so lanes
+    /// must not take it as deleted, but it has no version to deliver.
+    pub fn listed_unreadable(&mut self, uid: &str) {
+        if let Some(listing) = self.listing.as_mut() {
+            listing.insert(Uid::new(uid));
+        }
+    }
+
+    /// Number of jobs currently tracked.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Feed one watcher event; returns what it means, in order.
+    pub fn observe(&mut self, event: Event<JobObject>) -> Vec<Observation> {
+        let (event, from_list) = match event {
+            Event::Init => {
+                self.listing = Some(HashSet::new());
+                return Vec::new();
+            }
+            Event::InitDone => return self.finish_listing().into_iter().collect(),
+            Event::InitApply(obj) => {
+                if let (Some(listing), Some(uid)) =
+                    (self.listing.as_mut(), obj.metadata.uid.as_deref())
+                {
+                    listing.insert(Uid::new(uid));
+                }
+                (self.apply(obj), true)
+            }
+            Event::Apply(obj) => (self.apply(obj), false),
+            Event::Delete(obj) => (self.delete(obj), false),
+        };
+        event
+            .map(|event| Observation::Version {
+                event,
+                kind: self.kind.clone(),
+                from_list,
+            })
+            .into_iter()
+            .collect()
+    }
+
+    fn apply(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.take()?;
+        let rv = obj.metadata.resource_version.take()?;
+        let key = Uid::new(&uid);
+        let previous = match self.jobs.get(&key) {
+            // The same version seen again (re-list, reconnect).
+            Some(seen) if seen.resource_version == rv => return None,
+            seen => seen.map(|s| &s.stay),
+        };
+        let (event, stay) = self.build(obj, uid, rv, None, previous);
+        let resource_version = CompactString::from(event.resource_version.as_str());
+        self.jobs.insert(
+            key,
+            Seen {
+                resource_version,
+                stay,
+            },
+        );
+        Some(event)
+    }
+
+    fn delete(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+        let uid = obj.metadata.uid.take()?;
+        let previous = self.jobs.remove(&Uid::new(&uid));
+        let mut rv = obj.metadata.resource_version.take().unwrap_or_default();
+        if previous.as_ref().map(|s| s.resource_version.as_str()) == Some(rv.as_str())
+            || rv.is_empty()
+        {
+            // Keep ids unique even if the server reused the last version for the deletion.
+            rv = format!("{rv}-deleted");
+        }
+        let (event, _) = self.build(obj, uid, rv, Some(Phase::Deleted), None);
+        Some(event)
+    }
+
+    /// After a (re-)list, forget jobs that were not listed and tell the lanes which jobs
+    /// exist: each lane reports the jobs it knows and that are gone as deleted (no DELETED
+    /// event will ever come for them).
+    fn finish_listing(&mut self) -> Option<Observation> {
+        let listed = self.listing.take()?;
+        self.jobs.retain(|uid, _| listed.contains(uid));
+        Some(Observation::Listed {
+            cluster: self.cluster.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            uids: Arc::new(listed),
+        })
+    }
+
+    /// The event for one version, and the stay it is in given the stay of the job's version
+    /// seen before (`previous`); `previous_phase` is filled in per plugin by its lane.
+    fn build(
+        &self,
+        mut obj: JobObject,
+        uid: String,
+        rv: String,
+        force: Option<Phase>,
+        previous: Option<&Stay>,
+    ) -> (JobEvent, Stay) {
+        // The status view, or the whole object for a field rule reading elsewhere (decoded
+        // when the object was read, see `readable`).
+        let tree = obj.view();
+        let n = match obj.unreadable() {
+            None => normalize(&self.kind.normalizer, tree),
+            Some(why) => Normalized {
+                phase: Phase::Unknown,
+                raw_phase: String::new(),
+                reason: Some("StatusUnreadable".into()),
+                message: Some(why.to_string()),
+                transition_time: None,
+            },
+        };
+        let phase = force.unwrap_or(n.phase);
+        let recorded = if phase == Phase::Deleted {
+            catch_up::Recorded::Unrecorded
+        } else {
+            catch_up::recorded(&self.kind.normalizer, tree, &n)
+        };
+        let stay = Stay::next(previous, phase, recorded, &rv);
+        let transition_key = stay.key(&self.cluster, &uid);
+        let transition_time = if phase == Phase::Deleted {
+            now_rfc3339()
+        } else {
+            n.transition_time.unwrap_or_else(now_rfc3339)
+        };
+        let metadata = std::mem::take(&mut obj.metadata);
+        let text = self.typed_text(obj);
+        let ObjectMeta {
+            namespace,
+            name,
+            generation,
+            labels,
+            annotations,
+            ..
+        } = metadata;
+        let mut annotations = annotations.unwrap_or_default();
+        annotations.remove(LAST_APPLIED);
+        let event = JobEvent {
+            id: JobEvent::make_id(&self.cluster, &uid, &rv),
+            transition_key,
+            cluster: self.cluster.to_string(),
+            api_version: self.kind.api_version(),
+            kind: self.kind.kind.clone(),
+            namespace: namespace.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+            uid,
+            resource_version: rv,
+            generation,
+            phase,
+            raw_phase: n.raw_phase,
+            reason: n.reason,
+            message: n.message,
+            previous_phase: None,
+            transition_time,
+            labels: labels.unwrap_or_default(),
+            annotations,
+            object_json: text,
+            synthetic: false,
+        };
+        (event, stay)
+    }
+
+    /// The object's text, with this stream's `apiVersion` and `kind` when it had none (as
+    /// text) of its own.
+    fn typed_text(&self, obj: JobObject) -> Arc<str> {
+        if obj.typed() {
+            return obj.into_text();
+        }
+        let mut whole = obj.whole().unwrap_or_default();
+        if let Some(map) = whole.as_object_mut() {
+            map.insert("apiVersion".into(), Value::String(self.kind.api_version()));
+            map.insert("kind".into(), Value::String(self.kind.kind.clone()));
+        }
+        Arc::from(whole.to_string())
+    }
+}
+
+/// The annotation `kubectl apply` keeps a whole copy of the object in: left out of events.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The event with its object read: `None` when nothing can be made of it. The second part is
+/// the report of an object that could not be read whole, to be logged and counted: with its
+/// metadata read, it is still delivered, its status unreadable (phase `unknown`, the text as
+/// sent); without, it is skipped, and a list notes it as existing.
+pub(crate) fn readable(
+    event: Event<LenientObject>,
+    tracker: &mut Tracker,
+) -> (Option<Event<JobObject>>, Option<String>) {
+    let whole = !tracker.kind.normalizer.reads_status_only();
+    #[expect(
+        clippy::result_large_err,
+        reason = "both sides hold an ObjectMeta; the result is taken apart at once, never kept"
+    )]
+    let read = |LenientObject(obj): LenientObject| -> Result<JobObject, Unreadable> {
+        let mut object = obj?;
+        if whole && let Err(e) = object.decode_whole() {
+            let metadata = std::mem::take(&mut object.metadata);
+            return Err(Unreadable {
+                metadata,
+                reason: e.to_string(),
+                text: Some(object.into_text()),
+            });
+        }
+        Ok(object)
+    };
+    let report = |bad: &Unreadable| format!("{}: {}", lenient::label(&bad.metadata), bad.reason);
+    // What can still be delivered of an object that could not be read whole.
+    let salvage = |bad: Unreadable| -> (Option<JobObject>, String) {
+        let report = report(&bad);
+        let known = bad.metadata.uid.is_some() && bad.metadata.resource_version.is_some();
+        let object = match bad.text {
+            Some(text) if known => {
+                Some(JobObject::status_unreadable(bad.metadata, text, bad.reason))
+            }
+            _ => None,
+        };
+        (object, report)
+    };
+    match event {
+        Event::Init => (Some(Event::Init), None),
+        Event::InitDone => (Some(Event::InitDone), None),
+        Event::InitApply(obj) => match read(obj) {
+            Ok(object) => (Some(Event::InitApply(object)), None),
+            Err(bad) => {
+                if let Some(uid) = &bad.metadata.uid {
+                    tracker.listed_unreadable(uid);
+                }
+                let (object, report) = salvage(bad);
+                (object.map(Event::InitApply), Some(report))
+            }
+        },
+        Event::Apply(obj) => match read(obj) {
+            Ok(object) => (Some(Event::Apply(object)), None),
+            Err(bad) => {
+                let (object, report) = salvage(bad);
+                (object.map(Event::Apply), Some(report))
+            }
+        },
+        // A deletion needs only the metadata.
+        Event::Delete(obj) => (
+            Some(Event::Delete(read(obj).unwrap_or_else(|bad| {
+                JobObject::from_metadata(bad.metadata)
+            }))),
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tracker() -> Tracker {
+        let kind = JobKind::builtin("volcano-job").expect("built-in");
+        Tracker::new(Arc::from("alpha"), Arc::new(kind), None)
+    }
+
+    fn job(uid: &str, rv: &str, phase: &str) -> JobObject {
+        JobObject::from_json(&json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": format!("job-{uid}"), "namespace": "ml", "uid": uid,
+                         "resourceVersion": rv, "generation": 1,
+                         "labels": {"team": "nlp"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "x"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "status": {"state": {"phase": phase, "lastTransitionTime": "2026-05-01T00:00:00Z"}}
+        }).to_string())
+        .expect("valid object")
+    }
+
+    fn versions(obs: Vec<Observation>) -> Vec<(JobEvent, bool)> {
+        obs.into_iter()
+            .filter_map(|o| match o {
+                Observation::Version {
+                    event, from_list, ..
+                } => Some((event, from_list)),
+                Observation::Listed { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_version_becomes_an_event() {
+        let mut t = tracker();
+        let a = versions(t.observe(Event::Apply(job("u1", "10", "Pending"))));
+        let b = versions(t.observe(Event::Apply(job("u1", "11", "Running"))));
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].0.id, "alpha/u1/10");
+        assert!(!a[0].1, "a watch event is not from a list");
+        let b = &b[0].0;
+        assert_eq!(b.phase, Phase::Running);
+        assert_eq!(b.labels.get("team").map(String::as_str), Some("nlp"));
+        assert!(
+            !b.annotations
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
+        assert!(!b.object_json.contains("managedFields"));
+        assert_eq!(b.generation, Some(1));
+        assert!(!b.synthetic);
+    }
+
+    #[test]
+    fn a_relist_drops_versions_already_seen_and_reports_what_exists() {
+        let mut t = tracker();
+        t.observe(Event::Apply(job("u1", "10", "Running")));
+        t.observe(Event::Apply(job("u2", "11", "Running")));
+        assert!(t.observe(Event::Init).is_empty());
+        assert!(
+            t.observe(Event::InitApply(job("u1", "10", "Running")))
+                .is_empty()
+        );
+        let newer = versions(t.observe(Event::InitApply(job("u1", "12", "Completed"))));
+        assert_eq!(newer.len(), 1);
+        assert_eq!(newer[0].0.phase, Phase::Succeeded);
+        assert!(newer[0].1, "seen in a list");
+        let done = t.observe(Event::InitDone);
+        match done.as_slice() {
+            [
+                Observation::Listed {
+                    cluster,
+                    namespace,
+                    uids,
+                    ..
+                },
+            ] => {
+                assert_eq!(&**cluster, "alpha");
+                assert_eq!(namespace, &None);
+                assert_eq!(uids.len(), 1);
+                assert!(uids.contains(&Uid::new("u1")));
+            }
+            other => panic!("expected one Listed, got {other:?}"),
+        }
+        assert_eq!(t.len(), 1, "u2 was not listed and is forgotten");
+    }
+
+    #[test]
+    fn delete_is_final_and_forgets_the_job() {
+        let mut t = tracker();
+        t.observe(Event::Apply(job("u1", "10", "Completed")));
+        let d = versions(t.observe(Event::Delete(job("u1", "13", "Completed"))));
+        assert_eq!(d[0].0.phase, Phase::Deleted);
+        assert_eq!(d[0].0.id, "alpha/u1/13");
+        assert!(t.is_empty());
+        t.observe(Event::Apply(job("u2", "20", "Running")));
+        let d = versions(t.observe(Event::Delete(job("u2", "20", "Running"))));
+        assert_eq!(d[0].0.resource_version, "20-deleted", "ids stay unique");
+    }
+
+    /// A field rule reading outside the status gets the whole object; one reading the status
+    /// gets the status view. Both see the phase.
+    #[test]
+    fn a_field_rule_reads_wherever_it_points() {
+        for (path, reason_path) in [
+            ("/spec/state", Some("/metadata/labels/why")),
+            ("/status/state", None),
+        ] {
+            let kind: JobKind = serde_yaml_ng::from_str(&format!(
+                "{{name: thing, group: x.io, version: v1, kind: Thing, plural: things, \
+                 normalizer: {{field: {{path: {path}, phases: {{Go: running}}, \
+                 reason_path: {}}}}}}}",
+                reason_path.unwrap_or("/status/why")
+            ))
+            .expect("a kind");
+            assert_eq!(kind.normalizer.reads_status_only(), reason_path.is_none());
+            let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
+            let object = LenientObject::from_json(
+                &json!({"apiVersion": "x.io/v1", "kind": "Thing",
+                    "metadata": {"name": "t", "uid": "u1", "resourceVersion": "1",
+                                 "labels": {"why": "because"}},
+                    "spec": {"state": "Go"}, "status": {"state": "Go", "why": "because"}})
+                .to_string(),
+            );
+            let event = readable(Event::Apply(object), &mut t).0.expect("readable");
+            let e = versions(t.observe(event));
+            assert_eq!(e[0].0.phase, Phase::Running, "{path}");
+            assert_eq!(e[0].0.reason.as_deref(), Some("because"), "{path}");
+        }
+    }
+
+    /// A spec too deep to decode as a tree is no matter to a kind whose normalizer reads the
+    /// status, but one whose field rule reads the spec cannot normalize it: the object is
+    /// reported by name as unreadable, never normalized from nothing, and still delivered — a
+    /// version of a job with phase `unknown` and its text as sent (a job dropped for its
+    /// shape would be lost to every plugin). Its deletion is delivered too.
+    #[test]
+    fn an_object_too_deep_for_its_rule_is_delivered_as_unknown() {
+        let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
+        let text = format!(
+            r#"{{"apiVersion":"x.io/v1","kind":"Thing","metadata":{{"name":"t","namespace":"ml","uid":"u1","resourceVersion":"1"}},"spec":{{"state":"Go","x":{deep}}}}}"#
+        );
+        for (path, readable_too) in [("/status/state", true), ("/spec/state", false)] {
+            let kind: JobKind = serde_yaml_ng::from_str(&format!(
+                "{{name: thing, group: x.io, version: v1, kind: Thing, plural: things, \
+                 normalizer: {{field: {{path: {path}, phases: {{Go: running}}}}}}}}"
+            ))
+            .expect("a kind");
+            let mut t = Tracker::new(Arc::from("alpha"), Arc::new(kind), None);
+            t.observe(Event::Init);
+            let (listed, report) =
+                readable(Event::InitApply(LenientObject::from_json(&text)), &mut t);
+            assert_eq!(report.is_none(), readable_too, "{path}: {report:?}");
+            if let Some(report) = &report {
+                assert!(report.starts_with("ml/t: recursion limit"), "{report}");
+            }
+            let e = versions(t.observe(listed.expect("delivered either way")));
+            if readable_too {
+                assert_eq!(e[0].0.phase, Phase::Pending, "{path}");
+            } else {
+                assert_eq!(e[0].0.phase, Phase::Unknown, "{path}");
+                assert_eq!(e[0].0.reason.as_deref(), Some("StatusUnreadable"));
+                assert_eq!(&*e[0].0.object_json, text.as_str(), "the text as sent");
+            }
+            match t.observe(Event::InitDone).as_slice() {
+                [Observation::Listed { uids, .. }] => assert_eq!(uids.len(), 1, "{path}"),
+                other => panic!("expected one Listed, got {other:?}"),
+            }
+            let deleted = readable(Event::Delete(LenientObject::from_json(&text)), &mut t)
+                .0
+                .expect("a deletion is always read");
+            let e = versions(t.observe(deleted));
+            assert_eq!(e[0].0.phase, Phase::Deleted, "{path}");
+        }
+    }
+
+    /// What a tracker keeps per job stays small: a tracker holds one for every job of its
+    /// stream, a million on a large fleet. No allocation of its own for typical uids,
+    /// versions and times (the stay's `recent` only when two stays share a second).
+    #[test]
+    fn a_tracked_job_is_a_small_record() {
+        let size = std::mem::size_of::<(Uid, Seen)>();
+        assert!(size <= 96, "{size} bytes");
+    }
+
+    /// An object whose metadata cannot be read at all has nothing to deliver: it is skipped
+    /// and reported.
+    #[test]
+    fn an_object_without_readable_metadata_is_skipped() {
+        let mut t = tracker();
+        let deep = format!("{}1{}", "[".repeat(1_000), "]".repeat(1_000));
+        let text = format!(r#"{{"apiVersion":"x.io/v1","kind":"Thing","metadata":{deep}}}"#);
+        let (event, report) = readable(Event::Apply(LenientObject::from_json(&text)), &mut t);
+        assert!(event.is_none());
+        assert!(report.is_some());
+    }
+
+    /// The event's object is the text the API server sent, without managedFields alone: keys
+    /// in their order, metadata the client types do not know kept.
+    #[test]
+    fn the_event_carries_the_object_as_sent() {
+        let mut t = tracker();
+        let text = r#"{"kind":"Job","apiVersion":"batch.volcano.sh/v1alpha1","metadata":{"uid":"u1","managedFields":[{"manager":"m"}],"resourceVersion":"5","name":"a","namespace":"ml","futureField":{"x":1}},"status":{"state":{"phase":"Running"}},"spec":{"z":1,"a":2}}"#;
+        let object = JobObject::from_json(text).expect("valid object");
+        let e = versions(t.observe(Event::Apply(object)));
+        assert_eq!(
+            &*e[0].0.object_json,
+            r#"{"kind":"Job","apiVersion":"batch.volcano.sh/v1alpha1","metadata":{"uid":"u1","resourceVersion":"5","name":"a","namespace":"ml","futureField":{"x":1}},"status":{"state":{"phase":"Running"}},"spec":{"z":1,"a":2}}"#
+        );
+        assert_eq!(e[0].0.phase, Phase::Running);
+    }
+
+    /// An object without `apiVersion` and `kind` gets the stream's.
+    #[test]
+    fn an_untyped_object_gets_the_streams_types() {
+        let mut t = tracker();
+        let text = r#"{"metadata":{"uid":"u1","resourceVersion":"5","name":"a"},"status":{}}"#;
+        let object = JobObject::from_json(text).expect("valid object");
+        let e = versions(t.observe(Event::Apply(object)));
+        let object: Value = serde_json::from_str(&e[0].0.object_json).expect("JSON");
+        assert_eq!(object["apiVersion"], "batch.volcano.sh/v1alpha1");
+        assert_eq!(object["kind"], "Job");
+    }
+
+    #[test]
+    fn objects_without_uid_or_version_are_skipped() {
+        let mut t = tracker();
+        let mut obj = job("u1", "10", "Running");
+        obj.metadata.uid = None;
+        assert!(t.observe(Event::Apply(obj)).is_empty());
+        let mut obj = job("u2", "10", "Running");
+        obj.metadata.resource_version = None;
+        assert!(t.observe(Event::Apply(obj)).is_empty());
+    }
+}
