@@ -14,21 +14,11 @@ use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
 
 pub const MIB: u64 = 1 << 20;
 
-/// The test MariaDB: `JOBRELAY_TEST_MYSQL_URL`, or root without a password on 127.0.0.1.
-/// Tests that use it fail when it is unreachable; `tests/run.sh` starts it.
-pub fn mysql_url() -> String {
-    std::env::var("JOBRELAY_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string())
-}
-
-/// A table-name prefix no other test (or earlier run) uses.
-pub fn unique_prefix(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("t{}_{tag}_{:x}", std::process::id(), nanos & 0xffff_ffff)
-}
+/// The test MariaDB (`mysql_url`, `unique_prefix`) and stores on both backends: one copy, in
+/// the state store's own tests.
+#[path = "../../state/tests/contract/support.rs"]
+pub mod store;
+pub use store::{mysql_url, unique_prefix};
 
 pub fn plugins_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,780 @@
+//! Every promise of the store traits, each run on both backends by `on_both_backends!`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use jobrelay_contract::event::Phase;
+use jobrelay_state::{Cursor, StoreError, open_store};
+
+use crate::support::{Backend, cursor, event, on_both_backends};
+
+on_both_backends! {
+    cursor_upsert_overwrites_and_plugins_are_isolated => contract_upsert_and_isolation("upsert");
+    batch_save_is_all_or_nothing => contract_batch_all_or_nothing("batch");
+    everything_survives_closing_and_reopening => contract_survives_reopen("reopen");
+    dead_letter_event_round_trips_exactly => contract_dead_letter_round_trip("roundtrip");
+    dead_letters_drop_by_seq_by_plugin_and_all => contract_drop_selection("drop");
+    replay_marks_and_take_removes_once => contract_replay_selection("replay");
+    two_takers_never_get_the_same_dead_letter => contract_two_takers("takers");
+    daemon_and_cli_share_the_store_without_lock_errors => contract_two_stores_share("share");
+    remembering_a_job_never_overwrites_a_delivered_cursor => contract_remember_job("remember");
+    plugin_kv_entries_are_per_plugin_and_expire => contract_kv_expiry("kv");
+    keys_compare_byte_for_byte => contract_exact_keys("keys");
+    a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
+    kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
+    damaged_rows_are_refused_naming_the_store_and_kept => contract_damaged_rows("damaged");
+    remembering_many_jobs_at_once_keeps_delivered_cursors => contract_remember_jobs("rememberx");
+}
+
+async fn contract_upsert_and_isolation(b: &Backend) {
+    let store = b.store().await;
+    assert!(store.cursors("a").await.expect("empty").is_empty());
+
+    store
+        .save_cursor(&cursor("a", "c1", "u1", "10", Phase::Pending))
+        .await
+        .expect("save");
+    store
+        .save_cursor(&cursor("b", "c1", "u1", "11", Phase::Running))
+        .await
+        .expect("save");
+    let newer = cursor("a", "c1", "u1", "12", Phase::Succeeded);
+    store.save_cursor(&newer).await.expect("overwrite");
+
+    assert_eq!(store.cursors("a").await.expect("load a"), vec![newer]);
+    let b_cursors = store.cursors("b").await.expect("load b");
+    assert_eq!(b_cursors.len(), 1);
+    assert_eq!(b_cursors[0].resource_version, "11");
+    assert_eq!(b_cursors[0].phase, Phase::Running);
+    assert!(store.cursors("c").await.expect("load c").is_empty());
+
+    // The same uid on another cluster is another job.
+    store
+        .save_cursor(&cursor("a", "c2", "u1", "5", Phase::Deleted))
+        .await
+        .expect("save");
+    let a = store.cursors("a").await.expect("load a");
+    assert_eq!(a.len(), 2);
+    assert!(a[1].deleted);
+
+    store.remove_cursor("a", "c1", "u1").await.expect("remove");
+    store
+        .remove_cursor("a", "c1", "nope")
+        .await
+        .expect("removing a missing cursor is fine");
+    let a = store.cursors("a").await.expect("load a");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].cluster, "c2");
+    assert_eq!(store.cursors("b").await.expect("load b").len(), 1);
+    store.close().await;
+}
+
+async fn contract_batch_all_or_nothing(b: &Backend) {
+    let store = b.store().await;
+    let batch: Vec<Cursor> = (0..50)
+        .map(|i| cursor("p", "c", &format!("u{i}"), &i.to_string(), Phase::Running))
+        .collect();
+    store.save_cursors(batch.clone()).await.expect("batch");
+    store
+        .save_cursors(Vec::new())
+        .await
+        .expect("an empty batch is a no-op");
+    assert_eq!(store.cursors("p").await.expect("load").len(), 50);
+
+    // Make one upsert near the end of a large batch fail (a trigger refuses it) and check that
+    // everything before it was rolled back with it, including what a backend wrote in
+    // earlier statements of the same transaction.
+    b.refuse_cursor_uid("poison").await;
+    let mut failing: Vec<Cursor> = (0..1200)
+        .map(|i| cursor("p", "c", &format!("u{i}"), "999", Phase::Failed))
+        .collect();
+    failing.insert(1100, cursor("p", "c", "poison", "1", Phase::Failed));
+    let err = store
+        .save_cursors(failing.clone())
+        .await
+        .expect_err("the poisoned row fails the batch");
+    assert!(err.to_string().contains(&b.location()), "{err}");
+    let after = store.cursors("p").await.expect("load");
+    assert_eq!(after.len(), 50);
+    assert!(
+        after.iter().all(|c| c.resource_version != "999"),
+        "a failed batch left some of its upserts behind"
+    );
+
+    // The failure leaves nothing half-open: the next batch is written in full.
+    let next: Vec<Cursor> = (0..60)
+        .map(|i| cursor("p", "c", &format!("u{i}"), "1000", Phase::Succeeded))
+        .collect();
+    store
+        .save_cursors(next.clone())
+        .await
+        .expect("the next batch");
+    let after = store.cursors("p").await.expect("load");
+    assert_eq!(after.len(), 60);
+    assert!(after.iter().all(|c| c.resource_version == "1000"));
+    store.close().await;
+}
+
+async fn contract_survives_reopen(b: &Backend) {
+    let ev = event("c", "u", "3", Phase::Failed);
+    {
+        let (store, kv) = b.open().await;
+        store
+            .save_cursors(vec![
+                cursor("p", "c", "u1", "1", Phase::Running),
+                cursor("p", "c", "u2", "2", Phase::Succeeded),
+            ])
+            .await
+            .expect("save");
+        store
+            .add_dead_letter("p", &ev, "boom", 5)
+            .await
+            .expect("dead letter");
+        kv.kv_set("p", "k", b"kept", None).await.expect("kv");
+        store.close().await;
+    }
+    let store = open_store(&b.state()).await.expect("reopen");
+    let cursors = store.cursors("p").await.expect("load");
+    assert_eq!(cursors.len(), 2);
+    assert_eq!(cursors[1].phase, Phase::Succeeded);
+    let letters = store.dead_letters(None).await.expect("list");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].event, ev);
+    assert_eq!(letters[0].attempts, 5);
+    store.close().await;
+    let (_, kv) = b.open().await;
+    assert_eq!(
+        kv.kv_get("p", "k").await.expect("get"),
+        Some(b"kept".to_vec())
+    );
+}
+
+async fn contract_dead_letter_round_trip(b: &Backend) {
+    let store = b.store().await;
+    let ev = event("c", "u", "42", Phase::Succeeded);
+    let seq = store
+        .add_dead_letter("p", &ev, "line one\nline two", 3)
+        .await
+        .expect("add");
+    let letters = store.dead_letters(Some("p")).await.expect("list");
+    assert_eq!(letters.len(), 1);
+    let l = &letters[0];
+    assert_eq!(l.seq, seq);
+    assert_eq!(l.plugin, "p");
+    assert_eq!(l.event, ev);
+    assert_eq!(&*l.event.object_json, &*ev.object_json);
+    assert!(l.event.synthetic);
+    assert_eq!(l.error, "line one\nline two");
+    assert_eq!(l.attempts, 3);
+    assert!(!l.replay_requested);
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(&l.at).is_ok(),
+        "at is RFC 3339: {}",
+        l.at
+    );
+    assert!(
+        store
+            .dead_letters(Some("q"))
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    store.close().await;
+}
+
+async fn contract_drop_selection(b: &Backend) {
+    let store = b.store().await;
+    let mut seqs = Vec::new();
+    for (plugin, uid) in [("a", "1"), ("a", "2"), ("b", "3"), ("b", "4"), ("c", "5")] {
+        let seq = store
+            .add_dead_letter(plugin, &event("c", uid, "1", Phase::Failed), "err", 1)
+            .await
+            .expect("add");
+        seqs.push(seq);
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs grow: {seqs:?}");
+    assert_eq!(store.dead_letters(None).await.expect("all").len(), 5);
+    assert_eq!(store.dead_letters(Some("b")).await.expect("b").len(), 2);
+
+    // Refusals: nothing selected, or ids and --all together.
+    for (plugin, ids, all) in [(None, &[][..], false), (None, &seqs[..1], true)] {
+        let err = store
+            .drop_dead_letters(plugin, ids, all)
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, StoreError::InvalidSelection(_)), "{err}");
+    }
+    assert_eq!(store.dead_letters(None).await.expect("all").len(), 5);
+
+    // By seq, restricted to a plugin: b's seq is not a's.
+    assert_eq!(
+        store
+            .drop_dead_letters(Some("a"), &[seqs[0], seqs[2]], false)
+            .await
+            .expect("drop"),
+        1
+    );
+    // By seq alone; an id given twice counts once.
+    assert_eq!(
+        store
+            .drop_dead_letters(None, &[seqs[2], 9999, seqs[2]], false)
+            .await
+            .expect("drop"),
+        1
+    );
+    // A whole plugin.
+    assert_eq!(
+        store
+            .drop_dead_letters(Some("b"), &[], false)
+            .await
+            .expect("drop"),
+        1
+    );
+    let left: Vec<i64> = store
+        .dead_letters(None)
+        .await
+        .expect("list")
+        .iter()
+        .map(|l| l.seq)
+        .collect();
+    assert_eq!(left, vec![seqs[1], seqs[4]]);
+    // Everything, explicitly.
+    assert_eq!(
+        store
+            .drop_dead_letters(None, &[], true)
+            .await
+            .expect("drop"),
+        2
+    );
+    assert!(store.dead_letters(None).await.expect("list").is_empty());
+
+    // Seqs are never reused after a drop, not even after a reopen.
+    store.close().await;
+    let store = b.store().await;
+    let next = store
+        .add_dead_letter("a", &event("c", "6", "1", Phase::Failed), "err", 1)
+        .await
+        .expect("add");
+    assert!(next > seqs[4], "{next} after {seqs:?}");
+    store.close().await;
+}
+
+async fn contract_replay_selection(b: &Backend) {
+    let store = b.store().await;
+    let mut seqs = Vec::new();
+    for (plugin, uid) in [("a", "1"), ("a", "2"), ("a", "3"), ("b", "4")] {
+        seqs.push(
+            store
+                .add_dead_letter(plugin, &event("c", uid, "1", Phase::Failed), "err", 2)
+                .await
+                .expect("add"),
+        );
+    }
+    assert!(
+        store
+            .take_replays("a", None)
+            .await
+            .expect("take")
+            .is_empty()
+    );
+    let err = store
+        .request_replay(None, &[], false)
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, StoreError::InvalidSelection(_)));
+
+    assert_eq!(
+        store
+            .request_replay(Some("a"), &[seqs[2], seqs[0], seqs[3]], false)
+            .await
+            .expect("mark"),
+        2
+    );
+    // Letters already marked count as selected.
+    assert_eq!(
+        store
+            .request_replay(Some("a"), &[seqs[0]], false)
+            .await
+            .expect("mark again"),
+        1
+    );
+    let listed = store.dead_letters(Some("a")).await.expect("list");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| l.replay_requested)
+            .collect::<Vec<_>>(),
+        vec![true, false, true]
+    );
+
+    let taken = store.take_replays("a", None).await.expect("take");
+    assert_eq!(
+        taken.iter().map(|l| l.seq).collect::<Vec<_>>(),
+        vec![seqs[0], seqs[2]]
+    );
+    assert_eq!(taken[0].event.uid, "1");
+    assert!(
+        store
+            .take_replays("a", None)
+            .await
+            .expect("take again")
+            .is_empty()
+    );
+    assert!(
+        store
+            .take_replays("b", None)
+            .await
+            .expect("b unmarked")
+            .is_empty()
+    );
+    assert_eq!(store.dead_letters(None).await.expect("list").len(), 2);
+
+    assert_eq!(store.request_replay(None, &[], true).await.expect("all"), 2);
+    assert_eq!(
+        store.take_replays("b", None).await.expect("take b").len(),
+        1
+    );
+    assert_eq!(
+        store.take_replays("a", None).await.expect("take a").len(),
+        1
+    );
+    assert!(store.dead_letters(None).await.expect("list").is_empty());
+    store.close().await;
+}
+
+async fn contract_two_takers(b: &Backend) {
+    const N: usize = 120;
+    let producer = b.store().await;
+    let takers = [b.store().await, b.store().await];
+
+    // Each taker loops until all N were taken by someone.
+    let taken = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for taker in takers {
+        let taken = taken.clone();
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while taken.load(Ordering::SeqCst) < N && tokio::time::Instant::now() < deadline {
+                let batch = taker.take_replays("p", None).await.expect("take");
+                taken.fetch_add(batch.len(), Ordering::SeqCst);
+                got.extend(batch.into_iter().map(|l| l.seq));
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            taker.close().await;
+            got
+        }));
+    }
+    for i in 0..N {
+        let seq = producer
+            .add_dead_letter(
+                "p",
+                &event("c", &i.to_string(), "1", Phase::Failed),
+                "err",
+                1,
+            )
+            .await
+            .expect("add");
+        producer
+            .request_replay(Some("p"), &[seq], false)
+            .await
+            .expect("mark");
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.expect("taker task"));
+    }
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "a dead letter was taken twice");
+    assert_eq!(unique.len(), N, "every dead letter is taken once");
+    producer.close().await;
+}
+
+async fn contract_two_stores_share(b: &Backend) {
+    // Opened at once, as a daemon and a CLI starting together on a new store would.
+    let state = b.state();
+    let (daemon, cli) = tokio::join!(open_store(&state), open_store(&state));
+    let daemon = daemon.expect("daemon opens");
+    let cli = cli.expect("cli opens");
+
+    let seqs: Vec<i64> = {
+        let mut v = Vec::new();
+        for i in 0..40 {
+            v.push(
+                daemon
+                    .add_dead_letter("p", &event("c", &i.to_string(), "1", Phase::Failed), "e", 1)
+                    .await
+                    .expect("add"),
+            );
+        }
+        v
+    };
+
+    let writer = {
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            for round in 0..150 {
+                let batch: Vec<Cursor> = (0..20)
+                    .map(|j| {
+                        cursor(
+                            "p",
+                            "c",
+                            &format!("u{j}"),
+                            &round.to_string(),
+                            Phase::Running,
+                        )
+                    })
+                    .collect();
+                daemon.save_cursors(batch.clone()).await?;
+                daemon
+                    .save_cursor(&cursor(
+                        "q",
+                        "c",
+                        "solo",
+                        &round.to_string(),
+                        Phase::Running,
+                    ))
+                    .await?;
+                if round % 10 == 0 {
+                    daemon.take_replays("p", None).await?;
+                }
+            }
+            Ok::<_, StoreError>(())
+        })
+    };
+    let operator = {
+        let cli = cli.clone();
+        tokio::spawn(async move {
+            for (i, seq) in seqs.iter().enumerate() {
+                cli.request_replay(Some("p"), &[*seq], false).await?;
+                cli.dead_letters(None).await?;
+                cli.cursors("p").await?;
+                if i % 5 == 0 {
+                    cli.request_replay(None, &[], true).await?;
+                }
+            }
+            Ok::<_, StoreError>(())
+        })
+    };
+    writer
+        .await
+        .expect("writer task")
+        .expect("the daemon's writes never fail");
+    operator
+        .await
+        .expect("operator task")
+        .expect("the CLI's writes never fail");
+
+    let cursors = cli.cursors("p").await.expect("load");
+    assert_eq!(cursors.len(), 20);
+    assert!(cursors.iter().all(|c| c.resource_version == "149"));
+    daemon.close().await;
+    cli.close().await;
+}
+
+async fn contract_remember_job(b: &Backend) {
+    let store = b.store().await;
+    // First sight: stored with an empty version ("nothing delivered").
+    store
+        .remember_job(&cursor("p", "c", "seen", "5", Phase::Running))
+        .await
+        .expect("remember");
+    // Delivered first, remembered late: the delivered cursor wins.
+    store
+        .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
+        .await
+        .expect("save");
+    store
+        .remember_job(&cursor("p", "c", "done", "3", Phase::Pending))
+        .await
+        .expect("remember");
+    // Remembered twice: still nothing delivered.
+    store
+        .remember_job(&cursor("p", "c", "seen", "6", Phase::Running))
+        .await
+        .expect("remember again");
+    let mut all = store.cursors("p").await.expect("cursors");
+    all.sort_by(|a, b| a.uid.cmp(&b.uid));
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        (all[0].uid.as_str(), all[0].resource_version.as_str()),
+        ("done", "9")
+    );
+    assert_eq!(all[0].phase, Phase::Succeeded);
+    assert_eq!(
+        (all[1].uid.as_str(), all[1].resource_version.as_str()),
+        ("seen", "")
+    );
+    store.close().await;
+}
+
+/// The first install time stays: a later open (a restart, another replica, the plugin removed
+/// and added back) reads it instead of recording its own.
+/// Rows changed by hand (an unknown phase, event JSON cut short) are
+/// refused with an error naming the store and the row kind, never read as something else; a
+/// damaged dead letter marked for replay is not taken, so it stays for an operator.
+async fn contract_damaged_rows(b: &Backend) {
+    let store = b.store().await;
+    store
+        .save_cursor(&cursor("p", "c", "u1", "5", Phase::Running))
+        .await
+        .expect("save");
+    let seq = store
+        .add_dead_letter("p", &event("c", "u2", "7", Phase::Failed), "err", 3)
+        .await
+        .expect("add");
+    assert_eq!(
+        store
+            .request_replay(Some("p"), &[], false)
+            .await
+            .expect("mark"),
+        1
+    );
+
+    assert_eq!(b.raw("UPDATE {p}cursors SET phase = 'Bogus'", &[]).await, 1);
+    let err = store.cursors("p").await.expect_err("an unknown phase");
+    let text = err.to_string();
+    assert!(
+        matches!(err, StoreError::Corrupt { what: "cursor", .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&b.location()) && text.contains("Bogus"),
+        "{text}"
+    );
+
+    assert_eq!(
+        b.raw("UPDATE {p}dead_letters SET event_json = '{\"id\": '", &[])
+            .await,
+        1
+    );
+    for err in [
+        store.dead_letters(Some("p")).await.expect_err("cut JSON"),
+        store.take_replays("p", None).await.expect_err("cut JSON"),
+    ] {
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    what: "dead letter",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&b.location()) && text.contains(&format!("seq {seq}")),
+            "{text}"
+        );
+    }
+    // Not taken: repaired, it is still there and still marked.
+    let json = serde_json::to_string(&event("c", "u2", "7", Phase::Failed)).expect("json");
+    b.raw(
+        "UPDATE {p}dead_letters SET event_json = ?, attempts = 99",
+        &[&json],
+    )
+    .await;
+    let taken = store.take_replays("p", None).await.expect("repaired");
+    assert_eq!(
+        taken
+            .iter()
+            .map(|l| (l.seq, l.attempts))
+            .collect::<Vec<_>>(),
+        vec![(seq, 99)]
+    );
+    store.close().await;
+}
+
+/// The batched form the cursor writer uses: one statement for many jobs, with the same rule
+/// as one at a time (a delivered cursor is never overwritten), across more jobs than one
+/// statement holds.
+async fn contract_remember_jobs(b: &Backend) {
+    let store = b.store().await;
+    store
+        .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
+        .await
+        .expect("save");
+    let mut seen: Vec<Cursor> = (0..700)
+        .map(|i| cursor("p", "c", &format!("u{i:03}"), "4", Phase::Running))
+        .collect();
+    seen.push(cursor("p", "c", "done", "3", Phase::Pending));
+    store.remember_jobs(&seen).await.expect("remember");
+    store.remember_jobs(&seen[..10]).await.expect("again");
+    let all = store.cursors("p").await.expect("cursors");
+    assert_eq!(all.len(), 701);
+    let done = all.iter().find(|c| c.uid == "done").expect("done");
+    assert_eq!(
+        (done.resource_version.as_str(), done.phase),
+        ("9", Phase::Succeeded)
+    );
+    assert!(
+        all.iter()
+            .filter(|c| c.uid != "done")
+            .all(|c| c.resource_version.is_empty() && c.phase == Phase::Running),
+        "remembered jobs have nothing delivered"
+    );
+    store.close().await;
+}
+
+async fn contract_install_time(b: &Backend) {
+    let first = "2026-01-02T03:04:05Z";
+    {
+        let store = b.store().await;
+        assert_eq!(store.installed("p", first).await.expect("install"), first);
+        assert_eq!(
+            store
+                .installed("p", "2026-06-01T00:00:00Z")
+                .await
+                .expect("again"),
+            first,
+            "a second call is not an install"
+        );
+        assert_eq!(
+            store
+                .installed("other", "2026-06-01T00:00:00Z")
+                .await
+                .expect("other"),
+            "2026-06-01T00:00:00Z",
+            "each plugin has its own"
+        );
+        store.close().await;
+    }
+    let store = open_store(&b.state()).await.expect("reopen");
+    assert_eq!(
+        store
+            .installed("p", "2027-01-01T00:00:00Z")
+            .await
+            .expect("after reopen"),
+        first
+    );
+    store.close().await;
+}
+
+async fn contract_kv_usage(b: &Backend) {
+    let (store, kv) = b.open().await;
+    assert_eq!(kv.kv_usage("a", "x").await.expect("usage"), (0, 0));
+    kv.kv_set("a", "k1", b"12345", None).await.expect("set");
+    kv.kv_set("a", "k22", b"1234567890", None)
+        .await
+        .expect("set");
+    kv.kv_set("a", "gone", b"xx", Some(0))
+        .await
+        .expect("set expired");
+    kv.kv_set("b", "k1", &[0u8; 100], None)
+        .await
+        .expect("set other plugin");
+    // k1: 2 + 5 bytes; k22: 3 + 10 bytes; the expired entry and plugin b do not count.
+    assert_eq!(kv.kv_usage("a", "x").await.expect("usage"), (2, 20));
+    assert_eq!(kv.kv_usage("a", "k22").await.expect("usage"), (1, 7));
+    assert_eq!(kv.kv_usage("b", "x").await.expect("usage"), (1, 102));
+    store.close().await;
+}
+
+async fn contract_kv_expiry(b: &Backend) {
+    let (store, kv) = b.open().await;
+    kv.kv_set("a", "k", b"one", None).await.expect("set");
+    kv.kv_set("b", "k", b"two", None).await.expect("set");
+    assert_eq!(
+        kv.kv_get("a", "k").await.expect("get"),
+        Some(b"one".to_vec())
+    );
+    assert_eq!(
+        kv.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec())
+    );
+    kv.kv_set("a", "k", b"three", None).await.expect("replace");
+    assert_eq!(
+        kv.kv_get("a", "k").await.expect("get"),
+        Some(b"three".to_vec())
+    );
+    assert!(kv.kv_delete("a", "k").await.expect("delete"));
+    assert!(!kv.kv_delete("a", "k").await.expect("delete again"));
+    assert_eq!(kv.kv_get("a", "k").await.expect("get"), None);
+    assert_eq!(
+        kv.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec()),
+        "untouched"
+    );
+
+    // Binary values come back byte for byte.
+    let binary: Vec<u8> = (0..=255).collect();
+    kv.kv_set("a", "bin", &binary, None).await.expect("set");
+    assert_eq!(kv.kv_get("a", "bin").await.expect("get"), Some(binary));
+
+    // An entry with a zero TTL is expired at once: invisible, not deletable, and swept by
+    // later writes.
+    kv.kv_set("a", "short", b"x", Some(0)).await.expect("set");
+    assert_eq!(kv.kv_get("a", "short").await.expect("get"), None);
+    assert!(
+        !kv.kv_delete("a", "short").await.expect("delete"),
+        "an expired entry is not there"
+    );
+    kv.kv_set("a", "other", b"y", Some(3600))
+        .await
+        .expect("set");
+    assert_eq!(
+        kv.kv_get("a", "other").await.expect("get"),
+        Some(b"y".to_vec())
+    );
+    // A TTL replaced by none: the entry stays.
+    kv.kv_set("a", "later", b"z", Some(0)).await.expect("set");
+    kv.kv_set("a", "later", b"z", None).await.expect("set");
+    assert_eq!(
+        kv.kv_get("a", "later").await.expect("get"),
+        Some(b"z".to_vec())
+    );
+    store.close().await;
+
+    // Entries survive a reopen.
+    let (store, kv) = b.open().await;
+    assert_eq!(
+        kv.kv_get("b", "k").await.expect("get"),
+        Some(b"two".to_vec())
+    );
+    assert_eq!(b.kv_rows("short").await, 0, "the expired entry was swept");
+    store.close().await;
+}
+
+async fn contract_exact_keys(b: &Backend) {
+    let (store, kv) = b.open().await;
+    // Keys that a case-insensitive or space-padding comparison would merge.
+    for (i, key) in ["k", "K", "k ", "ü", "u"].into_iter().enumerate() {
+        kv.kv_set("p", key, &[u8::try_from(i).expect("small")], None)
+            .await
+            .expect("set");
+    }
+    for (i, key) in ["k", "K", "k ", "ü", "u"].into_iter().enumerate() {
+        assert_eq!(
+            kv.kv_get("p", key).await.expect("get"),
+            Some(vec![u8::try_from(i).expect("small")]),
+            "key {key:?}"
+        );
+    }
+    assert_eq!(kv.kv_get("P", "k").await.expect("get"), None);
+    // A key at the kv capability's limit of 512 bytes.
+    let long = "x".repeat(512);
+    kv.kv_set("p", &long, b"long", None).await.expect("set");
+    assert_eq!(
+        kv.kv_get("p", &long).await.expect("get"),
+        Some(b"long".to_vec())
+    );
+
+    for uid in ["job", "Job", "job "] {
+        store
+            .save_cursor(&cursor("p", "c", uid, uid, Phase::Running))
+            .await
+            .expect("save");
+    }
+    let cursors = store.cursors("p").await.expect("load");
+    let mut versions: Vec<&str> = cursors
+        .iter()
+        .map(|c| c.resource_version.as_str())
+        .collect();
+    versions.sort_unstable();
+    assert_eq!(versions, vec!["Job", "job", "job "]);
+    assert!(store.cursors("P").await.expect("load").is_empty());
+    store.close().await;
+}
