@@ -18,9 +18,11 @@
 //!   dropped or handled twice by a reload, and calls in flight finish on their version.
 //!
 //! The rules of the queues are the pure state machine in [`super::queue`]; this file is the
-//! lane's face (open, push, list reports, reload, let go of a cluster) and its state; a worker's
-//! calls and retries are in `lane/worker.rs`, and what is recorded when an event is done with
-//! (cursor or dead letter) in `lane/settle.rs`.
+//! lane's face (open, push, list reports, reload, let go of a cluster) and its state. One
+//! event's way: [`Lane::push`] offers it to the queues, which start a worker for its job;
+//! the worker (`lane/worker.rs`) takes the job's head, calls the plugin with retries and
+//! returns the call's outcome; `lane/settle.rs` records that outcome — the dead letter if
+//! the call gave up, then the cursor — and pops the head, all in one place.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -41,7 +43,7 @@ use super::handler::Handler;
 use super::mode::Accepted;
 use super::queue::Queues;
 use super::settings::LaneSettings;
-use jobrelay_contract::event::{JobEvent, JobKey, Phase};
+use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
 use jobrelay_state::{Cursor, CursorStore};
 use jobrelay_watch::catch_up;
@@ -49,7 +51,7 @@ use jobrelay_watch::catch_up;
 pub use super::queue::Listed;
 use jobrelay_watch::kinds::JobKind;
 
-use self::settle::dead_letter;
+use self::settle::record_dead_letter;
 use self::worker::{NotLoaded, work};
 
 mod settle;
@@ -109,7 +111,7 @@ struct Inner {
     /// pass): events queue and wait, unacknowledged, and no call or retry is spent on them.
     serving: AtomicBool,
     /// Woken when a version is installed.
-    installed: Notify,
+    version_installed: Notify,
     settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
@@ -151,7 +153,7 @@ struct Inner {
     closing: Notify,
     /// Versions over a job's queue bound, waiting to be written as dead letters, in arrival
     /// order; `true` while a task is writing them (one at a time, so their order is kept).
-    parking: Mutex<(VecDeque<(JobEvent, usize)>, bool)>,
+    overflow: Mutex<(VecDeque<(JobEvent, usize)>, bool)>,
 }
 
 impl Inner {
@@ -219,14 +221,14 @@ impl Lane {
         let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
         let cursors = store.cursors(name).await?;
         let installed_at = install_time(name, &cursors, store.as_ref()).await?;
-        let queues = Queues::from_cursors(&cursors);
+        let queues = Queues::from_cursors(name, &cursors);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 plugin: ArcSwap::from_pointee(plugin),
                 serving: AtomicBool::new(serving),
-                installed: Notify::new(),
+                version_installed: Notify::new(),
                 limiters: ArcSwap::from_pointee(limiters(&settings)),
                 limits_changed: Notify::new(),
                 settings: ArcSwap::from_pointee(settings),
@@ -251,7 +253,7 @@ impl Lane {
                 delivery: Durations::default(),
                 settled: Notify::new(),
                 closing: Notify::new(),
-                parking: Mutex::new((VecDeque::new(), false)),
+                overflow: Mutex::new((VecDeque::new(), false)),
             }),
         })
     }
@@ -277,7 +279,7 @@ impl Lane {
     pub fn reconfigure(&self, plugin: Arc<dyn Handler>, settings: LaneSettings) {
         self.inner.plugin.store(Arc::new(plugin));
         if !self.inner.serving.swap(true, Ordering::SeqCst) {
-            self.inner.installed.notify_waiters();
+            self.inner.version_installed.notify_waiters();
         }
         let concurrency = settings.concurrency.max(1);
         // A new semaphore for a new limit: calls holding the old one finish normally.
@@ -313,26 +315,22 @@ impl Lane {
         let key = event.job_key();
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let mut offered = queues.offer(
-                event,
-                mode,
-                cap,
-                Instant::now(),
-                |accepted, event| {
-                    if catch_up {
-                        gap_events(accepted, event, &kind, installed_at)
-                    } else {
-                        Vec::new()
-                    }
-                },
-                |event| self.remember(event),
-            );
-            // Parked while the queues are locked, so a job's overflow keeps its order.
-            for event in std::mem::take(&mut offered.parked) {
-                self.park(event, cap);
+            let mut offered = queues.offer(event, mode, cap, Instant::now(), |accepted, event| {
+                if catch_up {
+                    gap_events(accepted, event, &kind, installed_at)
+                } else {
+                    Vec::new()
+                }
+            });
+            // Handed on while the queues are locked, so a job's overflow keeps its order.
+            for event in std::mem::take(&mut offered.overflow) {
+                self.overflow_to_dead_letters(event, cap);
             }
             offered
         };
+        if let Some(cursor) = offered.first_sight {
+            self.note_first_sight(cursor);
+        }
         self.inner
             .skipped
             .fetch_add(offered.skipped, Ordering::SeqCst);
@@ -350,21 +348,25 @@ impl Lane {
     /// plugin is down or far behind, and holding every version in memory would grow without
     /// limit. The version stays durable and replayable (`jobrelay dead-letters replay`), and a
     /// deletion held by the finalizer is released as for any dead letter.
-    fn park(&self, event: JobEvent, cap: usize) {
-        let mut parking = self.inner.parking.lock().unwrap_or_else(|p| p.into_inner());
-        parking.0.push_back((event, cap));
-        if parking.1 {
+    fn overflow_to_dead_letters(&self, event: JobEvent, cap: usize) {
+        let mut overflow = self
+            .inner
+            .overflow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        overflow.0.push_back((event, cap));
+        if overflow.1 {
             return; // the running writer takes it
         }
-        parking.1 = true;
+        overflow.1 = true;
         let inner = self.inner.clone();
         tokio::spawn(async move {
             loop {
                 let next = {
-                    let mut parking = inner.parking.lock().unwrap_or_else(|p| p.into_inner());
-                    let next = parking.0.pop_front();
+                    let mut overflow = inner.overflow.lock().unwrap_or_else(|p| p.into_inner());
+                    let next = overflow.0.pop_front();
                     if next.is_none() {
-                        parking.1 = false;
+                        overflow.1 = false;
                     }
                     next
                 };
@@ -373,21 +375,19 @@ impl Lane {
                     "lane overflow: {cap} versions of this job were already waiting (the \
                      plugin is down or too slow; max_queued_per_job)"
                 ));
-                dead_letter(&inner, &event, &error, 0).await;
+                record_dead_letter(&inner, &event, &error, 0).await;
             }
         });
     }
 
     /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]),
     /// with the cursor writer's next batch. Not waited for: losing it only weakens deletion
-    /// detection across a crash.
-    fn remember(&self, event: &JobEvent) {
-        if event.phase == Phase::Deleted {
+    /// detection across a crash. A job first seen deleted has nothing left to detect.
+    fn note_first_sight(&self, cursor: Cursor) {
+        if cursor.deleted {
             return;
         }
-        self.inner
-            .cursor_writer
-            .remember(Cursor::from_event(&self.inner.name, event));
+        self.inner.cursor_writer.remember(cursor);
     }
 
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and

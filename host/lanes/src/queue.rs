@@ -3,7 +3,7 @@
 //! [`Queues`] owns what a lane knows of each job — what the plugin's delivery mode accepted,
 //! the versions waiting, whether a worker holds the job — and answers each of the lane's
 //! questions in one step: offer a version (the mode decides, the bound sets the overflow
-//! aside), which event the job's worker calls next, settle the head once it is acknowledged,
+//! aside), which event the job's worker calls next, pop the head once its outcome is recorded,
 //! let go of a cluster. The lane ([`crate::lane`], its workers and settling) asks under one
 //! lock and does all that waits: calls, retries, cursor writes, dead letters.
 //!
@@ -204,12 +204,13 @@ impl JobState {
 /// What one offer did, for the lane to act on.
 #[derive(Debug, Default)]
 pub struct Offered {
-    /// The job was new to the lane (the lane notes it in the store).
-    pub new_job: bool,
+    /// The job was new to the lane: its first sight as a cursor that is not a delivery (the
+    /// lane notes it in the store, so a deletion while jobrelay is away is still found).
+    pub first_sight: Option<Cursor>,
     /// Versions the mode did not want, and versions a newer one replaced (`latest`).
     pub skipped: u64,
     /// Versions over the job's queue bound, in order: not queued; the lane dead-letters them.
-    pub parked: Vec<JobEvent>,
+    pub overflow: Vec<JobEvent>,
     /// The job was claimed for a new worker: the lane must start one.
     pub start: bool,
     /// The job has nothing waiting and nothing in flight.
@@ -220,7 +221,7 @@ pub struct Offered {
 #[derive(Debug)]
 pub enum Next {
     /// Call the plugin with this event: the head of the queue, handed over (not copied); its
-    /// place stays at the head until [`Queues::settle`], or [`Queues::release`] gives it back.
+    /// place stays at the head until [`Queues::pop_head`], or [`Queues::release`] gives it back.
     Call { event: Box<JobEvent>, replay: bool },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
@@ -240,6 +241,8 @@ pub struct Listed {
 /// Every job a lane knows, with its queue, by cluster and uid.
 #[derive(Debug, Default)]
 pub struct Queues {
+    /// The plugin the lane delivers to, named in the first-sight notes.
+    plugin: String,
     clusters: HashMap<Arc<str>, Jobs>,
     origins: HashSet<Arc<Origin>>,
     /// Events in all queues, the ones in flight included.
@@ -249,9 +252,12 @@ pub struct Queues {
 type Jobs = HashMap<Uid, JobState>;
 
 impl Queues {
-    /// The jobs a plugin's stored cursors describe, nothing queued.
-    pub fn from_cursors(cursors: &[Cursor]) -> Queues {
-        let mut queues = Queues::default();
+    /// The jobs `plugin`'s stored cursors describe, nothing queued.
+    pub fn from_cursors(plugin: &str, cursors: &[Cursor]) -> Queues {
+        let mut queues = Queues {
+            plugin: plugin.to_string(),
+            ..Queues::default()
+        };
         queues.reload(|_| true, cursors);
         queues
     }
@@ -316,8 +322,8 @@ impl Queues {
     /// Offers one observed version of a job. `before` returns the events to judge ahead of
     /// it — the transitions missed in a gap — from what was accepted for the job so far. The
     /// mode decides each; what it accepts is queued, unless `cap` versions already wait: those
-    /// are returned in [`Offered::parked`]. `first_sight` sees the event before it is queued
-    /// when the lane did not know the job.
+    /// are returned in [`Offered::overflow`]. A job the lane did not know comes back as
+    /// [`Offered::first_sight`].
     pub fn offer(
         &mut self,
         event: JobEvent,
@@ -325,7 +331,6 @@ impl Queues {
         cap: usize,
         now: Instant,
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
-        first_sight: impl FnOnce(&JobEvent),
     ) -> Offered {
         let mut offered = Offered::default();
         let (job, new_job) = Self::job_or_insert(
@@ -335,9 +340,8 @@ impl Queues {
             origin_of(&event),
             |o| JobState::for_event(&event, o),
         );
-        offered.new_job = new_job;
         if new_job {
-            first_sight(&event);
+            offered.first_sight = Some(Cursor::from_event(&self.plugin, &event));
         }
         let mut events = before(&job.accepted, &event);
         events.push(event);
@@ -363,7 +367,7 @@ impl Queues {
                 }
                 Decision::Append => {
                     if job.waiting() >= cap {
-                        offered.parked.push(event);
+                        offered.overflow.push(event);
                         continue;
                     }
                 }
@@ -410,7 +414,7 @@ impl Queues {
         };
         match job.queue.front_mut() {
             Some(item) if !closed => {
-                // The head is out only between this and its `settle` or `release`, and only
+                // The head is out only between this and its `pop_head` or `release`, and only
                 // the job's one worker asks: an empty head cannot be seen here. Were it seen,
                 // the job is left as it is, to whoever holds the event.
                 let Some(mut event) = item.event.take() else {
@@ -451,10 +455,11 @@ impl Queues {
         }
     }
 
-    /// The head of `key`'s queue is acknowledged (delivered or dead-lettered): it leaves the
-    /// queue, and a delivered version's phase becomes the next one's `previous_phase`.
-    /// Returns when the settled event was queued (`None` if the job is no longer known).
-    pub fn settle(&mut self, key: &JobKey, replay: bool, phase: Phase) -> Option<Instant> {
+    /// The outcome of the head of `key`'s queue is recorded (delivered or dead-lettered): it
+    /// leaves the queue, and a delivered version's phase becomes the next one's
+    /// `previous_phase`. Returns when the popped event was queued (`None` if the job is no
+    /// longer known).
+    pub fn pop_head(&mut self, key: &JobKey, replay: bool, phase: Phase) -> Option<Instant> {
         let mut queued_at = None;
         if let Some(job) = self.job_mut(key) {
             job.in_flight = false;

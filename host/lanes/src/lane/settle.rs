@@ -1,6 +1,7 @@
-//! Settling an event: what a lane records once a job's event is done with, before the job's
-//! next event starts — the cursor (durable first, so nothing acknowledged is lost to a crash)
-//! or the dead letter, the counters, and the queue's head popped.
+//! Settling a call's outcome: the one place that records what became of the event at the head
+//! of a job's queue before the job's next event starts — the dead letter if the call gave up,
+//! then the cursor (durable first, so nothing acknowledged is lost to a crash), the counters,
+//! and the head popped from the queue.
 
 use std::sync::atomic::Ordering;
 
@@ -9,10 +10,25 @@ use jobrelay_runtime::CallError;
 use jobrelay_state::Cursor;
 
 use super::Inner;
-use super::worker::Outcome;
 use crate::event_counts::Count;
 
-pub(super) async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallError, attempts: u32) {
+/// How a call for a queued event ended.
+pub(super) enum Outcome {
+    /// The plugin handled the event.
+    Delivered,
+    /// The plugin failed for good, or ran out of attempts: the event goes to the dead-letter
+    /// list with the last error.
+    GaveUp { error: CallError, attempts: u32 },
+}
+
+/// Records a dead letter: counted, logged, stored (replayable), and the finalizer hold on its
+/// job told. Also used for versions over a job's queue bound, which never reach a call.
+pub(super) async fn record_dead_letter(
+    inner: &Inner,
+    event: &JobEvent,
+    error: &CallError,
+    attempts: u32,
+) {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
     inner.by_job_kind.add(event, Count::DeadLettered);
     if let Some(book) = &inner.book {
@@ -30,19 +46,27 @@ pub(super) async fn dead_letter(inner: &Inner, event: &JobEvent, error: &CallErr
     }
 }
 
-/// Settle the event at the head of the job's queue: record it, persist the cursor, pop it.
-/// The event is used up: its fields move into the cursor.
-pub(super) async fn acknowledge(
+/// Settles the event at the head of the job's queue: the dead letter if the call gave up, the
+/// cursor (unless it is a replay), then the head popped. The event is used up: its fields
+/// move into the cursor.
+pub(super) async fn settle(
     inner: &Inner,
     key: &JobKey,
     event: JobEvent,
     replay: bool,
     outcome: Outcome,
 ) {
-    if matches!(outcome, Outcome::Delivered) {
-        inner.delivered.fetch_add(1, Ordering::SeqCst);
-        inner.by_job_kind.add(&event, Count::Delivered);
-    }
+    let delivered = match &outcome {
+        Outcome::Delivered => {
+            inner.delivered.fetch_add(1, Ordering::SeqCst);
+            inner.by_job_kind.add(&event, Count::Delivered);
+            true
+        }
+        Outcome::GaveUp { error, attempts } => {
+            record_dead_letter(inner, &event, error, *attempts).await;
+            false
+        }
+    };
     let phase = event.phase;
     if !replay {
         let (cursor, id) = Cursor::taking(&inner.name, event);
@@ -60,11 +84,11 @@ pub(super) async fn acknowledge(
         .queues
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .settle(key, replay, phase);
+        .pop_head(key, replay, phase);
     // Observed to acknowledged: from the moment the lane received the version (the watch
     // hands it over at once) to its cursor stored. Replays of dead letters are not counted:
     // their wait is the operator's, not the pipeline's.
-    if let (Outcome::Delivered, false, Some(at)) = (outcome, replay, queued_at) {
+    if let (true, false, Some(at)) = (delivered, replay, queued_at) {
         inner.delivery.record(at.elapsed());
     }
     inner.settled.notify_waiters();

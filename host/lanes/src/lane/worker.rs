@@ -1,6 +1,7 @@
 //! A lane's worker: drains one job's queue, calling the plugin for each event with retries,
-//! backoff and the plugin's rate limits, until the event is delivered or dead-lettered; then
-//! hands it to [`super::settle`] before taking the job's next event.
+//! backoff and the plugin's rate limits until the call succeeds or gives up; then hands the
+//! outcome to [`super::settle`], which records it, before taking the job's next event. The
+//! worker writes nothing to the store itself.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
 
 use super::Inner;
-use super::settle::{acknowledge, dead_letter};
+use super::settle::{Outcome, settle};
 use crate::event_counts::Count;
 use crate::handler::Handler;
 use crate::queue::Next;
@@ -32,21 +33,15 @@ pub(super) async fn work(inner: Arc<Inner>, key: JobKey) {
                 return;
             }
         };
-        let Some(outcome) = deliver(&inner, &event).await else {
+        let Some(outcome) = call(&inner, &event).await else {
             // The lane closed, or let go of the job's cluster, while retrying: the event stays
             // unacknowledged for the next start or the next owner.
             queues().release(&key, event);
             inner.settled.notify_waiters();
             return;
         };
-        acknowledge(&inner, &key, event, replay, outcome).await;
+        settle(&inner, &key, event, replay, outcome).await;
     }
-}
-
-/// How a queued event ended.
-pub(super) enum Outcome {
-    Delivered,
-    DeadLettered,
 }
 
 /// Waits until every rate limit of the lane lets one more call go: each call, retries
@@ -73,8 +68,8 @@ async fn rate_limited(inner: &Inner) {
 }
 
 /// Call the plugin until it succeeds, gives up or runs out of attempts. `None`: the lane
-/// closed before the event was settled.
-async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
+/// closed (or let go of the event's cluster) before the call ended.
+async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
     let settings = inner.settings.load_full();
     let mut delays = settings.retry.delays();
     let mut attempts = 0u32;
@@ -112,8 +107,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             None
         };
         let Some(delay) = delay else {
-            dead_letter(inner, event, &error, attempts).await;
-            return Some(Outcome::DeadLettered);
+            return Some(Outcome::GaveUp { error, attempts });
         };
         inner.retried.fetch_add(1, Ordering::SeqCst);
         inner.by_job_kind.add(event, Count::Retried);
@@ -143,7 +137,7 @@ async fn deliver(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
 /// event's cluster first, and the event stays unacknowledged.
 async fn until_serving(inner: &Inner, cluster: &str) -> bool {
     loop {
-        let installed = inner.installed.notified();
+        let installed = inner.version_installed.notified();
         let closing = inner.closing.notified();
         tokio::pin!(installed, closing);
         installed.as_mut().enable();

@@ -60,14 +60,9 @@ enum Op {
 
 /// Offers `event` in `every-version` mode with room for 10 and no gap to catch up.
 fn offer_plain(q: &mut Queues, event: JobEvent, now: Instant) -> Offered {
-    q.offer(
-        event,
-        DeliveryMode::EveryVersion,
-        10,
-        now,
-        |_, _| Vec::new(),
-        |_| {},
-    )
+    q.offer(event, DeliveryMode::EveryVersion, 10, now, |_, _| {
+        Vec::new()
+    })
 }
 
 fn phase() -> impl Strategy<Value = Phase> {
@@ -112,7 +107,7 @@ struct Model {
     /// Versions the mode accepted and the queue took, in order.
     queued: Vec<String>,
     /// Versions set aside over the bound.
-    parked: Vec<String>,
+    overflow: Vec<String>,
     /// Versions settled as delivered (not replays), with the `previous_phase` they carried,
     /// by epoch: letting go of the cluster forgets the job, and a new epoch starts.
     delivered: Vec<(u32, String, Option<Phase>, Phase)>,
@@ -151,32 +146,32 @@ impl Run {
                     }
                 };
                 let before = self.q.job(&key(job)).map(|j| j.accepted.clone());
-                let mut first_sight = None;
                 let offered = self.q.offer(
                     event.clone(),
                     self.mode,
                     self.cap,
                     Instant::now(),
                     |_, _| Vec::new(),
-                    |seen| first_sight = Some(seen.resource_version.clone()),
                 );
                 // The lane notes a job it did not know from this sight of the event.
                 prop_assert_eq!(
-                    first_sight,
-                    offered.new_job.then(|| event.resource_version.clone())
+                    offered
+                        .first_sight
+                        .as_ref()
+                        .map(|c| c.resource_version.clone()),
+                    before.is_none().then(|| event.resource_version.clone())
                 );
                 let after = &self.q.job(&key(job)).expect("an offered job").accepted;
                 let model = &mut self.jobs[job];
-                prop_assert_eq!(offered.new_job, before.is_none());
                 let accepted = before.as_ref() != Some(after)
                     && after.resource_version.as_deref() == Some(event.resource_version.as_str());
-                if offered.parked.is_empty() {
+                if offered.overflow.is_empty() {
                     if accepted {
                         model.queued.push(event.resource_version.clone());
                     }
                 } else {
                     prop_assert!(accepted, "only an accepted version is set aside");
-                    model.parked.push(event.resource_version.clone());
+                    model.overflow.push(event.resource_version.clone());
                 }
                 if offered.start {
                     prop_assert!(!model.worker, "a second worker for {:?}", key(job));
@@ -256,7 +251,7 @@ impl Run {
                     Some((true, event.resource_version.clone())),
                     "the event in flight left its place at the head before it was settled"
                 );
-                self.q.settle(&k, replay, event.phase);
+                self.q.pop_head(&k, replay, event.phase);
                 if !replay {
                     model.delivered.push((
                         model.epoch,
@@ -354,8 +349,8 @@ proptest! {
                 _ => {
                     let queued: Vec<&String> = model.queued.iter().collect();
                     prop_assert_eq!(&delivered, &queued, "job {}: queued versions lost", job);
-                    let parked: BTreeSet<&String> = model.parked.iter().collect();
-                    prop_assert!(done.is_disjoint(&parked), "job {job}: a parked version was delivered");
+                    let overflow: BTreeSet<&String> = model.overflow.iter().collect();
+                    prop_assert!(done.is_disjoint(&overflow), "job {job}: a version over the bound was delivered");
                 }
             }
         }
@@ -404,11 +399,11 @@ fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
         version.name = format!("train-{job}");
         let key = version.job_key();
         let offered = offer_plain(&mut q, version, now);
-        assert!(offered.new_job && offered.start);
+        assert!(offered.first_sight.is_some() && offered.start);
         let Next::Call { event, .. } = q.next(&key, false) else {
             panic!("the job's version is not called");
         };
-        q.settle(&key, false, event.phase);
+        q.pop_head(&key, false, event.phase);
         assert!(matches!(q.next(&key, false), Next::Idle));
         assert!(
             q.job(&key).expect("tracked").queue.0.is_none(),
@@ -458,7 +453,7 @@ fn the_last_deleted_job_of_a_namespace_takes_its_origin_with_it() {
     }
     let key = key(0);
     while let Next::Call { event, .. } = q.next(&key, false) {
-        q.settle(&key, false, event.phase);
+        q.pop_head(&key, false, event.phase);
     }
     assert_eq!(q.jobs(), 0, "the deleted job is forgotten");
     assert!(q.origins.is_empty(), "its namespace's origin stayed");
@@ -491,7 +486,7 @@ fn a_version_out_for_its_call_is_still_known() {
         panic!("the given-back version is not called again");
     };
     assert_eq!(called.resource_version, "1");
-    q.settle(&key, false, called.phase);
+    q.pop_head(&key, false, called.phase);
     let Next::Call { event: next, .. } = q.next(&key, false) else {
         panic!("the next version is not called");
     };
