@@ -10,8 +10,6 @@
 pub mod cli;
 pub mod clusters;
 pub mod config;
-pub mod control_loop;
 pub mod daemon;
 pub mod oci;
-pub mod plugin_set;
 pub mod telemetry;

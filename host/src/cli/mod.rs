@@ -1,20 +1,24 @@
-//! The command line: `run`, `check`, `demo`, `plugin new|run|test|push|sample-event`, `dead-letters`,
-//! `finalizers`.
+//! The command line: what `jobrelay` accepts ([`Cli`]), and how a command's outcome becomes
+//! the exit status ([`exit_code`]). `main.rs` parses it and hands each command to its module:
+//!
+//! - [`ops`] — the operator's commands on a deployment: `run`, `check`, `dead-letters`,
+//!   `finalizers`, `demo`;
+//! - [`plugin`] — the plugin author's tools: `plugin new|run|test|push|sample-event`.
 
-pub mod check;
-pub mod dead_letters;
-#[cfg(feature = "demo")]
-pub mod demo;
-pub mod finalizers;
-pub mod plugin_new;
-pub mod plugin_run;
-pub mod plugin_test;
-pub mod sample_event;
+pub mod ops;
+pub mod plugin;
+
+// The paths the integration tests and the e2e crate import (`jobrelay::cli::plugin_run::…`).
+pub use self::ops::{dead_letters, finalizers};
+pub use self::plugin::{new as plugin_new, run as plugin_run, test as plugin_test};
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use self::ops::finalizers::FinalizersCommand;
+use self::plugin::PluginCommand;
 use crate::telemetry::logging::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -95,76 +99,40 @@ pub enum Command {
         #[arg(long, short, global = true, env = "JOBRELAY_CONFIG")]
         config: Option<PathBuf>,
         #[command(subcommand)]
-        command: dead_letters::DeadLettersCommand,
+        command: ops::dead_letters::DeadLettersCommand,
     },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum FinalizersCommand {
-    /// Remove jobrelay's finalizer from every job of every cluster (for uninstalling).
-    Release {
-        #[arg(long, short, env = "JOBRELAY_CONFIG")]
-        config: PathBuf,
-        /// Seconds allowed per cluster.
-        #[arg(long, default_value_t = 120)]
-        cluster_timeout: u64,
-    },
+/// `jobrelay completions SHELL`: the completion script, from the same command definition.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut command, "jobrelay", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    /// Create a plugin project in Rust: sources, manifest, build script, sample events, a test
-    /// case and the SDK; `./build.sh` in it builds NAME.wasm.
-    New {
-        #[command(flatten)]
-        args: plugin_new::PluginNewArgs,
-    },
-    /// Call a plugin with job events, without any cluster: loaded once, then one call per
-    /// event, in order; exit 1 if any call failed or a replay went differently from its tape.
-    Run {
-        #[command(flatten)]
-        args: plugin_run::PluginRunArgs,
-        /// Print one JSON object per call (plugin, event, status, message, elapsed_ms,
-        /// load_ms, host_calls) instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Publish a component to an OCI registry as a Wasm artifact; prints the pinned reference
-    /// (`oci://REGISTRY/REPO:TAG@sha256:…`) to put in a manifest's `wasm:`. Credentials, if the
-    /// registry needs them: JOBRELAY_OCI_USERNAME and JOBRELAY_OCI_PASSWORD.
-    Push {
-        /// The component (.wasm).
-        wasm: PathBuf,
-        /// Where: `oci://REGISTRY/REPO:TAG`.
-        target: String,
-        /// Reach the registry over plain HTTP (a local registry), not HTTPS.
-        #[arg(long)]
-        plain_http: bool,
-    },
-    /// Run a plugin's recorded cases offline: each folder of DIR holds events.jsonl, the
-    /// tape.jsonl of its capability calls (from `plugin run --record`) and expect.yaml; exit 1
-    /// if any case ends otherwise or its calls differ from its tape.
-    Test {
-        #[command(flatten)]
-        args: plugin_test::PluginTestArgs,
-    },
-    /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
-    /// in the given phase, made by that kind's normalizer and the real watch tracker — to try
-    /// a plugin with `plugin run --event -`.
-    SampleEvent {
-        /// batch-job, volcano-job, pytorch-job, mpi-job or mpi-job-v1.
-        #[arg(long)]
-        kind: String,
-        /// pending, running, restarting, suspended, succeeded, failed, terminating or deleted.
-        #[arg(long)]
-        phase: String,
-        /// The cluster the event names.
-        #[arg(long, default_value = "example")]
-        cluster: String,
-        /// The phase the plugin saw before (a lane fills this in from its cursor).
-        #[arg(long)]
-        previous: Option<String>,
-    },
+/// Exit status 0 when everything `passed`, else 1 (a check or call failed; the command itself
+/// worked).
+pub(crate) fn passed(passed: bool) -> ExitCode {
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The exit status of a command's outcome. An error is printed, as a JSON log line under
+/// `--log-format json` (every line on stderr is JSON then, the fatal one too), and exits 2.
+pub fn exit_code(outcome: anyhow::Result<ExitCode>, log_format: LogFormat) -> ExitCode {
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            match log_format {
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "fatal"),
+                LogFormat::Human => eprintln!("error: {e:#}"),
+            }
+            ExitCode::from(2)
+        }
+    }
 }
 
 #[cfg(test)]

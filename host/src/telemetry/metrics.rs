@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 use super::process::ProcessStats;
 use super::status::{Status, StatusSources};
 use crate::clusters::health::HealthState;
-use crate::plugin_set::PluginStatus;
+use crate::daemon::plugin_set::PluginStatus;
 use jobrelay_capabilities::log::LEVELS;
 use jobrelay_capabilities::refusals::Limit;
 use jobrelay_coordination::Role;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::store_check::{StoreHealth, StoreStatus};
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
-use crate::plugin_set::{PluginSet, PluginStatus};
+use crate::daemon::plugin_set::{PluginSet, PluginStatus};
 use jobrelay_coordination::Role;
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::recent::RecentEvent;
@@ -219,7 +219,7 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin_set::ReloadOutcome;
+    use crate::daemon::plugin_set::ReloadOutcome;
 
     fn store(reachable: bool) -> StoreStatus {
         StoreStatus {

@@ -10,10 +10,13 @@
 //! when not: an operator usually copied the ids from a listing, and a script must notice).
 
 use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
 
+use crate::config::state::ConfigState;
 use jobrelay_state::{CursorStore, DeadLetter};
 
 /// Longest error text shown in the table; `--json` has the whole of it.
@@ -61,6 +64,37 @@ pub enum DeadLettersCommand {
 pub struct Done {
     pub text: String,
     pub missing: bool,
+}
+
+/// `jobrelay dead-letters …` as the binary runs it: opens the state store the config folder
+/// names, runs the subcommand and prints its text; exit status 1 when some given ids matched
+/// no dead letter.
+pub async fn command(
+    config: Option<&Path>,
+    command: &DeadLettersCommand,
+) -> anyhow::Result<ExitCode> {
+    let Some(config) = config else {
+        bail!("dead-letters needs the config folder: --config DIR (or JOBRELAY_CONFIG)");
+    };
+    let (state, _) = ConfigState::load(config)
+        .map_err(|(path, e)| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let store = jobrelay_state::open_store(&state.main().state).await?;
+    let out = run(store.as_ref(), command).await;
+    store.close().await;
+    let done = out?;
+    stdout(&done.text)?;
+    Ok(crate::cli::passed(!done.missing))
+}
+
+/// Writes `text` to standard output. A reader that went away (`jobrelay dead-letters list |
+/// head`) is not an error: what it wanted, it got.
+fn stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 /// Runs one subcommand on an opened store.

@@ -1,9 +1,16 @@
 //! The daemon: wires config → clusters → watchers → dispatcher → lanes → plugins, then hands
-//! them to the control loop ([`crate::control_loop`]), which keeps them in step with the config
+//! them to the control loop ([`control_loop`]), which keeps them in step with the config
 //! folder and this replica's role.
 //!
 //! Order matters at start: plugins are loaded before any cluster is watched, so the first
 //! list of every cluster reaches every plugin that exists at start.
+//!
+//! - this file — [`Daemon`]: starting it, what it reports, stopping it;
+//! - [`control_loop`] — the one task that changes what runs, one input at a time;
+//! - [`plugin_set`] — plugin versions loaded in the background, with retries, into lanes.
+
+pub mod control_loop;
+pub mod plugin_set;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,14 +22,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use self::control_loop::ControlLoop;
+use self::plugin_set::{PluginSet, PluginStatus};
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::FolderWatch;
 use crate::config::state::ConfigState;
-use crate::control_loop::{self, ControlLoop};
 use crate::oci::{OCI_CACHE_DIR, Registries};
-use crate::plugin_set::{PluginSet, PluginStatus};
 use crate::telemetry;
 use crate::telemetry::status::StatusSources;
 use crate::telemetry::store_check::{self, StoreHealth};

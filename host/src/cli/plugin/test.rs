@@ -18,12 +18,13 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::plugin_run::{PluginRunArgs, read_events, run_events};
+use super::run::{PluginRunArgs, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
 use jobrelay_runtime::CallError;
 
@@ -109,6 +110,14 @@ impl fmt::Display for SuiteResult {
             self.cases.len() - failed
         )
     }
+}
+
+/// `jobrelay plugin test` as the binary runs it: prints the suite; exit status 1 if a case
+/// failed.
+pub async fn command(args: &PluginTestArgs) -> anyhow::Result<ExitCode> {
+    let suite = plugin_test(args).await?;
+    println!("{suite}");
+    Ok(crate::cli::passed(suite.passed()))
 }
 
 /// Runs every case of `args.dir`. Errors: a folder that cannot be listed or holds no case.

@@ -6,6 +6,7 @@
 //! the event — the same id, transition key, labels and object JSON a daemon would produce.
 //! Only `previous_phase`, which each plugin's lane fills in, is set from `--previous`.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -24,6 +25,20 @@ fn phases() -> impl Iterator<Item = Phase> {
 }
 
 const TIME: &str = "2026-01-15T08:30:00Z";
+
+/// `jobrelay plugin sample-event` as the binary runs it: prints the event as pretty JSON.
+pub fn command(
+    kind: &str,
+    phase: &str,
+    cluster: &str,
+    previous: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let phase = parse_phase(phase)?;
+    let previous = previous.map(parse_phase).transpose()?;
+    let event = sample_event(kind, phase, cluster, previous)?;
+    println!("{}", serde_json::to_string_pretty(&event)?);
+    Ok(ExitCode::SUCCESS)
+}
 
 /// A phase by its name as events write it (`running`, `succeeded`, ...).
 pub fn parse_phase(text: &str) -> anyhow::Result<Phase> {

@@ -1,15 +1,41 @@
 //! `jobrelay finalizers release`: remove jobrelay's finalizer from every job of every cluster,
 //! for uninstalling (or freeing jobs held while jobrelay cannot run).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Subcommand;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 use crate::clusters::supervisor::build_client;
 use crate::config::state::ConfigState;
 use jobrelay_watch::finalizer;
+
+#[derive(Debug, Subcommand)]
+pub enum FinalizersCommand {
+    /// Remove jobrelay's finalizer from every job of every cluster (for uninstalling).
+    Release {
+        #[arg(long, short, env = "JOBRELAY_CONFIG")]
+        config: PathBuf,
+        /// Seconds allowed per cluster.
+        #[arg(long, default_value_t = 120)]
+        cluster_timeout: u64,
+    },
+}
+
+/// `jobrelay finalizers …` as the binary runs it: prints the report; exit status 1 if a
+/// cluster failed.
+pub async fn command(command: &FinalizersCommand) -> anyhow::Result<ExitCode> {
+    let FinalizersCommand::Release {
+        config,
+        cluster_timeout,
+    } = command;
+    let (report, ok) = release(config, Duration::from_secs(*cluster_timeout)).await?;
+    print!("{report}");
+    Ok(crate::cli::passed(ok))
+}
 
 /// Returns the report to print, and whether everything went well.
 pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(String, bool)> {

@@ -24,7 +24,7 @@ use jobrelay_runtime::Runtime;
 use jobrelay_state::{StateBackend, open_store};
 
 /// Runs the checks; `run_init` runs each plugin's load-time `init` as the daemon would.
-pub async fn check(
+pub async fn command(
     config_dir: &Path,
     cluster_timeout: Duration,
     run_init: bool,

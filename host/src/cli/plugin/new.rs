@@ -24,6 +24,7 @@
 //! project may depend on a registry version instead.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -62,57 +63,57 @@ pub enum Lang {
 const SDK_FILES: &[(&str, &str)] = &[
     (
         "README.md",
-        include_str!("../../../plugins/guest/README.md"),
+        include_str!("../../../../plugins/guest/README.md"),
     ),
     (
         "src/lib.rs",
-        include_str!("../../../plugins/guest/src/lib.rs"),
+        include_str!("../../../../plugins/guest/src/lib.rs"),
     ),
     (
         "src/archive.rs",
-        include_str!("../../../plugins/guest/src/archive.rs"),
+        include_str!("../../../../plugins/guest/src/archive.rs"),
     ),
     (
         "src/config.rs",
-        include_str!("../../../plugins/guest/src/config.rs"),
+        include_str!("../../../../plugins/guest/src/config.rs"),
     ),
     (
         "src/http.rs",
-        include_str!("../../../plugins/guest/src/http.rs"),
+        include_str!("../../../../plugins/guest/src/http.rs"),
     ),
     (
         "src/kv.rs",
-        include_str!("../../../plugins/guest/src/kv.rs"),
+        include_str!("../../../../plugins/guest/src/kv.rs"),
     ),
     (
         "src/log.rs",
-        include_str!("../../../plugins/guest/src/log.rs"),
+        include_str!("../../../../plugins/guest/src/log.rs"),
     ),
     (
         "src/pod_logs.rs",
-        include_str!("../../../plugins/guest/src/pod_logs.rs"),
+        include_str!("../../../../plugins/guest/src/pod_logs.rs"),
     ),
     (
         "src/sql.rs",
-        include_str!("../../../plugins/guest/src/sql.rs"),
+        include_str!("../../../../plugins/guest/src/sql.rs"),
     ),
-    ("wit/plugin.wit", include_str!("../../../wit/plugin.wit")),
+    ("wit/plugin.wit", include_str!("../../../../wit/plugin.wit")),
 ];
 
 /// The SDK crate's manifest outside the repository's workspace: the same dependencies, with
 /// their versions written out.
-const SDK_CARGO_TOML: &str = include_str!("plugin_new/sdk.Cargo.toml");
-const PROJECT_CARGO_TOML: &str = include_str!("plugin_new/Cargo.toml");
-const PROJECT_LIB_RS: &str = include_str!("plugin_new/lib.rs");
-const PROJECT_MANIFEST: &str = include_str!("plugin_new/manifest.yaml");
-const PROJECT_BUILD_SH: &str = include_str!("plugin_new/build.sh");
-const PROJECT_README: &str = include_str!("plugin_new/README.md");
+const SDK_CARGO_TOML: &str = include_str!("new/sdk.Cargo.toml");
+const PROJECT_CARGO_TOML: &str = include_str!("new/Cargo.toml");
+const PROJECT_LIB_RS: &str = include_str!("new/lib.rs");
+const PROJECT_MANIFEST: &str = include_str!("new/manifest.yaml");
+const PROJECT_BUILD_SH: &str = include_str!("new/build.sh");
+const PROJECT_README: &str = include_str!("new/README.md");
 const PROJECT_GITIGNORE: &str = "target/\n*.wasm\n";
-const PYTHON_APP: &str = include_str!("plugin_new/app.py");
-const PYTHON_BUILD_SH: &str = include_str!("plugin_new/build-python.sh");
-const PYTHON_README: &str = include_str!("plugin_new/README-python.md");
+const PYTHON_APP: &str = include_str!("new/app.py");
+const PYTHON_BUILD_SH: &str = include_str!("new/build-python.sh");
+const PYTHON_README: &str = include_str!("new/README-python.md");
 const PYTHON_GITIGNORE: &str = "*.wasm\n__pycache__/\nwit_world/\ncomponentize_py_*\n";
-const WIT: &str = include_str!("../../../wit/plugin.wit");
+const WIT: &str = include_str!("../../../../wit/plugin.wit");
 
 /// What `plugin new` made.
 #[derive(Debug, Clone)]
@@ -120,6 +121,20 @@ pub struct NewProject {
     pub dir: PathBuf,
     /// Every file written, relative to `dir`.
     pub files: Vec<PathBuf>,
+}
+
+/// `jobrelay plugin new` as the binary runs it: creates the project and prints the next steps.
+pub fn command(args: &PluginNewArgs) -> anyhow::Result<ExitCode> {
+    let project = plugin_new(args)?;
+    let dir = project.dir.display();
+    println!("created {dir} ({} files); next:", project.files.len());
+    println!("  cd {dir} && ./build.sh");
+    println!("  jobrelay plugin run {}.wasm --event events/", args.name);
+    println!(
+        "  jobrelay plugin test tests/cases --wasm {}.wasm",
+        args.name
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Creates the project. Errors: a bad name, a folder that exists and is not empty, files that

@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -234,6 +235,23 @@ impl fmt::Display for PluginRunOutcome {
         }
         Ok(())
     }
+}
+
+/// `jobrelay plugin run` as the binary runs it: prints the outcome as text, or as JSON lines
+/// with `json`; exit status 1 if a call failed or a replay diverged.
+pub async fn command(args: &PluginRunArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let outcome = plugin_run(args).await?;
+    if let (None, Some(found)) = (&args.manifest, &outcome.manifest) {
+        eprintln!("manifest: {} (found beside the component)", found.display());
+    }
+    if json {
+        for line in outcome.json_lines() {
+            println!("{line}");
+        }
+    } else {
+        println!("{outcome}");
+    }
+    Ok(crate::cli::passed(outcome.is_ok()))
 }
 
 /// Loads the plugin and calls it with each event, in order; writes the tape with `--record`.

@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -76,6 +77,25 @@ fn prepare_folder(dir: &Path) -> anyhow::Result<()> {
     )
     .with_context(|| format!("cannot write {}", dir.join(MARKER).display()))?;
     Ok(())
+}
+
+/// `jobrelay demo` as the binary runs it, from its command-line values: `plugins` defaults to
+/// [`default_plugins_dir`], and steps are at least 1 ms apart.
+pub async fn command(
+    dir: PathBuf,
+    plugins: Option<PathBuf>,
+    jobs: usize,
+    interval_ms: u64,
+    listen: SocketAddr,
+) -> anyhow::Result<ExitCode> {
+    let args = DemoArgs {
+        dir,
+        plugins: plugins.unwrap_or_else(default_plugins_dir),
+        jobs,
+        interval: Duration::from_millis(interval_ms.max(1)),
+        listen,
+    };
+    demo(&args).await.map(|()| ExitCode::SUCCESS)
 }
 
 /// Runs the demo; returns when the jobs are played (or on Ctrl-C).

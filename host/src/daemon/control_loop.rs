@@ -17,10 +17,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
+use super::plugin_set::PluginSet;
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::state::{Change, ConfigState, Update};
-use crate::plugin_set::PluginSet;
 use jobrelay_coordination::Role;
 use jobrelay_coordination::shards::ShardCommand;
 use jobrelay_lanes::dispatcher::Routes;

@@ -1,0 +1,14 @@
+//! The operator's commands: running the daemon and tending a deployment of it.
+//!
+//! - [`run`] — `run`: the daemon, until a stop signal or a lost Lease, with the exit status;
+//! - [`check`] — `check`: everything the daemon would refuse or fail on, found before it runs;
+//! - [`dead_letters`] — `dead-letters list|replay|drop`, beside a running daemon;
+//! - [`finalizers`] — `finalizers release`: jobrelay's finalizer removed from every job;
+//! - [`demo`] — `demo`: the whole product on a simulated cluster (the `demo` feature only).
+
+pub mod check;
+pub mod dead_letters;
+#[cfg(feature = "demo")]
+pub mod demo;
+pub mod finalizers;
+pub mod run;

@@ -1,0 +1,74 @@
+//! `jobrelay plugin …`: the plugin author's tools, for a workstation or a plugin's CI; none needs
+//! a running daemon.
+//!
+//! - [`new`] — `plugin new`: a ready plugin project (its templates in `new/`);
+//! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
+//! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
+//! - [`push`] — `plugin push`: a component published to an OCI registry;
+//! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
+
+pub mod new;
+pub mod push;
+pub mod run;
+pub mod sample_event;
+pub mod test;
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Create a plugin project in Rust: sources, manifest, build script, sample events, a test
+    /// case and the SDK; `./build.sh` in it builds NAME.wasm.
+    New {
+        #[command(flatten)]
+        args: new::PluginNewArgs,
+    },
+    /// Call a plugin with job events, without any cluster: loaded once, then one call per
+    /// event, in order; exit 1 if any call failed or a replay went differently from its tape.
+    Run {
+        #[command(flatten)]
+        args: run::PluginRunArgs,
+        /// Print one JSON object per call (plugin, event, status, message, elapsed_ms,
+        /// load_ms, host_calls) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a component to an OCI registry as a Wasm artifact; prints the pinned reference
+    /// (`oci://REGISTRY/REPO:TAG@sha256:…`) to put in a manifest's `wasm:`. Credentials, if the
+    /// registry needs them: JOBRELAY_OCI_USERNAME and JOBRELAY_OCI_PASSWORD.
+    Push {
+        /// The component (.wasm).
+        wasm: PathBuf,
+        /// Where: `oci://REGISTRY/REPO:TAG`.
+        target: String,
+        /// Reach the registry over plain HTTP (a local registry), not HTTPS.
+        #[arg(long)]
+        plain_http: bool,
+    },
+    /// Run a plugin's recorded cases offline: each folder of DIR holds events.jsonl, the
+    /// tape.jsonl of its capability calls (from `plugin run --record`) and expect.yaml; exit 1
+    /// if any case ends otherwise or its calls differ from its tape.
+    Test {
+        #[command(flatten)]
+        args: test::PluginTestArgs,
+    },
+    /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
+    /// in the given phase, made by that kind's normalizer and the real watch tracker — to try
+    /// a plugin with `plugin run --event -`.
+    SampleEvent {
+        /// batch-job, volcano-job, pytorch-job, mpi-job or mpi-job-v1.
+        #[arg(long)]
+        kind: String,
+        /// pending, running, restarting, suspended, succeeded, failed, terminating or deleted.
+        #[arg(long)]
+        phase: String,
+        /// The cluster the event names.
+        #[arg(long, default_value = "example")]
+        cluster: String,
+        /// The phase the plugin saw before (a lane fills this in from its cursor).
+        #[arg(long)]
+        previous: Option<String>,
+    },
+}
