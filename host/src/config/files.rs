@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::main_file::MAIN_FILE;
+use super::MAIN_FILE;
 
 /// One file as read: its bytes and their sha256, or why it could not be read.
 #[derive(Debug, Clone)]

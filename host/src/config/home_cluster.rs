@@ -6,39 +6,15 @@
 //! so the client re-reads it as Kubernetes rotates it, exactly as kube-rs's in-cluster config
 //! does.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kube::config::Kubeconfig;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::main_file::HomeCluster;
 use super::sources::{ClusterSource, validate_cluster_name};
-
-/// Where Kubernetes mounts the service account's token and CA.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// ```yaml
-/// home_cluster:
-///   name: home          # the cluster's name in events and metrics
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HomeCluster {
-    pub name: String,
-    /// The API server. Default: `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`,
-    /// which Kubernetes sets in every pod.
-    #[serde(default)]
-    pub server: Option<String>,
-    /// The folder with `token` and `ca.crt`.
-    #[serde(default = "default_dir")]
-    pub service_account_dir: PathBuf,
-}
-
-fn default_dir() -> PathBuf {
-    PathBuf::from(SERVICE_ACCOUNT_DIR)
-}
 
 impl HomeCluster {
     /// The home cluster as a cluster source. Errors name the field or file that is missing.

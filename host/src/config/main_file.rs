@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::oci::OciSettings;
 
-use super::home_cluster::HomeCluster;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_coordination::{CoordinationSettings, Mode};
@@ -15,17 +14,7 @@ use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 
-use super::ConfigError;
-
-/// Name of the main file inside the config folder.
-pub const MAIN_FILE: &str = "jobrelay.yaml";
-
-/// The clusters' folder inside the config folder, unless `clusters_dir` says otherwise.
-pub const CLUSTERS_DIR: &str = "clusters";
-
-/// The plugins' manifests folder inside the config folder, unless `plugin_manifests_dir` says
-/// otherwise.
-pub const PLUGIN_MANIFESTS_DIR: &str = "plugins";
+use super::{CLUSTERS_DIR, ConfigError, PLUGIN_MANIFESTS_DIR};
 
 /// The main file as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +161,33 @@ pub struct TelemetrySettings {
     /// Absent: no endpoint.
     #[serde(default)]
     pub listen: Option<std::net::SocketAddr>,
+}
+
+/// Where Kubernetes mounts the service account's token and CA.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The `home_cluster:` section: the cluster jobrelay runs in, watched with the pod's service
+/// account (made a cluster source in [`super::home_cluster`]).
+///
+/// ```yaml
+/// home_cluster:
+///   name: home          # the cluster's name in events and metrics
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HomeCluster {
+    pub name: String,
+    /// The API server. Default: `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`,
+    /// which Kubernetes sets in every pod.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// The folder with `token` and `ca.crt`.
+    #[serde(default = "default_service_account_dir")]
+    pub service_account_dir: PathBuf,
+}
+
+fn default_service_account_dir() -> PathBuf {
+    PathBuf::from(SERVICE_ACCOUNT_DIR)
 }
 
 /// Namespaces and labels to watch.

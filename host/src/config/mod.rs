@@ -7,6 +7,17 @@
 //!
 //! Every file is judged on its own: a file that fails to parse or validate is reported and the
 //! last good version of that file stays in force; nothing else is disturbed.
+//!
+//! The modules, each using only those above it (and this file's shared items):
+//! - [`files`] — reading the folder: every relevant file's bytes and hash, within bounds;
+//! - [`label_selector`] — a label selector's syntax, checked before any API server sees it;
+//! - [`manifest`] — a plugin manifest as written;
+//! - [`main_file`] — the main file as written and validated, each of its sections;
+//! - [`sources`] — validated sources: a cluster's kubeconfig, a plugin's resolved manifest;
+//! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
+//! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
+//! - [`state`] — the last good version of every file, and what each re-read changed;
+//! - `parse_properties` (tests only) — reading arbitrary and mutated files never panics.
 
 pub mod files;
 pub mod folder_watch;
@@ -18,6 +29,16 @@ pub mod manifest;
 mod parse_properties;
 pub mod sources;
 pub mod state;
+
+/// Name of the main file inside the config folder.
+pub const MAIN_FILE: &str = "jobrelay.yaml";
+
+/// The clusters' folder inside the config folder, unless `clusters_dir` says otherwise.
+pub const CLUSTERS_DIR: &str = "clusters";
+
+/// The plugins' manifests folder inside the config folder, unless `plugin_manifests_dir` says
+/// otherwise.
+pub const PLUGIN_MANIFESTS_DIR: &str = "plugins";
 
 /// Checks that a number lies in `min..=max`. Absurd values are refused rather than clamped:
 /// a concurrency of 10^12 or a debounce of 300 years is a typo, and taking it would quietly do

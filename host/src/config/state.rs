@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ConfigError;
 use super::files::{ComponentFiles, FolderScan, Folders, add_clusters, add_manifests, scan};
 use super::folder_watch::WatchedDir;
-use super::main_file::{MAIN_FILE, MainConfig};
+use super::main_file::MainConfig;
 use super::sources::{ClusterSource, PluginSource};
+use super::{ConfigError, MAIN_FILE};
 
 /// A change to one named item.
 #[derive(Debug, Clone)]

@@ -62,7 +62,7 @@ pub async fn command(
     // up tables), but without the state file, which belongs to the running daemon.
     // A connection or runtime setting the host cannot use is a problem of the main file like
     // any other: reported, with exit code 1, not an error of the command.
-    let main_path = config_dir.join(crate::config::main_file::MAIN_FILE);
+    let main_path = config_dir.join(crate::config::MAIN_FILE);
     let services = match jobrelay_capabilities::Services::open(
         &main.sql,
         &main.archive,
