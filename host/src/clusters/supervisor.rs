@@ -198,7 +198,7 @@ async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> C
             Ok(client) => return client,
             Err(e) => {
                 tracing::warn!(cluster = %name, error = %e, "cannot build cluster client; retrying");
-                health.failed(name, e);
+                health.failed(name, e.to_string());
                 let delay = delays.next().unwrap_or(Duration::from_secs(30));
                 tokio::time::sleep(delay).await;
             }
@@ -206,17 +206,26 @@ async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> C
     }
 }
 
+/// Why no client could be made for a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(kube::config::KubeconfigError),
+    #[error("client: {0}")]
+    Client(kube::Error),
+}
+
 /// A kube client from an in-memory kubeconfig.
-pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, String> {
+pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, ClientError> {
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
             .await
-            .map_err(|e| format!("kubeconfig: {e}"))?;
+            .map_err(ClientError::Kubeconfig)?;
     // The client's own retry of 429/503/504 (up to 15 times, honouring Retry-After) would hide
     // an unavailable API server from the cluster's health for minutes. The watcher already
     // retries every failed request with backoff, so each failure is retried and also seen.
     config.default_retry = false;
-    Client::try_from(config).map_err(|e| format!("client: {e}"))
+    Client::try_from(config).map_err(ClientError::Client)
 }
 
 #[cfg(test)]

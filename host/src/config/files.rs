@@ -17,7 +17,26 @@ use super::MAIN_FILE;
 #[derive(Debug, Clone)]
 pub struct FileRead {
     pub path: PathBuf,
-    pub content: Result<Content, String>,
+    pub content: Result<Content, FileError>,
+}
+
+/// Why a config file could not be read, or read as text.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FileError {
+    #[error("{0}")]
+    Io(Arc<std::io::Error>),
+    #[error("larger than {MAX_FILE_BYTES} bytes; a config file is at most that")]
+    TooLarge,
+    #[error("nested {depth} levels deep in `[` or `{{`; at most {MAX_FLOW_DEPTH} are read")]
+    TooDeep { depth: usize },
+    #[error("not UTF-8 text: {0}")]
+    NotUtf8(std::str::Utf8Error),
+}
+
+impl From<std::io::Error> for FileError {
+    fn from(e: std::io::Error) -> FileError {
+        FileError::Io(Arc::new(e))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -27,8 +46,8 @@ pub struct Content {
 }
 
 impl Content {
-    pub fn text(&self) -> Result<&str, String> {
-        std::str::from_utf8(&self.bytes).map_err(|e| format!("not UTF-8 text: {e}"))
+    pub fn text(&self) -> Result<&str, FileError> {
+        std::str::from_utf8(&self.bytes).map_err(FileError::NotUtf8)
     }
 }
 
@@ -50,9 +69,7 @@ pub fn read(path: &Path) -> FileRead {
     let content = read_bounded(path).and_then(|bytes| {
         let depth = flow_depth(&bytes);
         if depth > MAX_FLOW_DEPTH {
-            return Err(format!(
-                "nested {depth} levels deep in `[` or `{{`; at most {MAX_FLOW_DEPTH} are read"
-            ));
+            return Err(FileError::TooDeep { depth });
         }
         Ok(Content {
             sha256: sha256_hex(&bytes),
@@ -65,17 +82,13 @@ pub fn read(path: &Path) -> FileRead {
     }
 }
 
-fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+fn read_bounded(path: &Path) -> Result<Vec<u8>, FileError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let file = std::fs::File::open(path)?;
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "larger than {MAX_FILE_BYTES} bytes; a config file is at most that"
-        ));
+        return Err(FileError::TooLarge);
     }
     Ok(bytes)
 }
@@ -244,7 +257,7 @@ pub fn add_manifests(scan: &mut FolderScan, dir: &Path) {
                 }
             }
         }
-        Err(e) => scan.failed.push((dir.to_path_buf(), e)),
+        Err(e) => scan.failed.push((dir.to_path_buf(), e.to_string())),
     }
 }
 
@@ -256,7 +269,7 @@ pub fn add_clusters(scan: &mut FolderScan, dir: &Path) {
                 add_by_stem(&mut scan.clusters, &mut scan.conflicts, path);
             }
         }
-        Err(e) => scan.failed.push((dir.to_path_buf(), e)),
+        Err(e) => scan.failed.push((dir.to_path_buf(), e.to_string())),
     }
 }
 
@@ -288,15 +301,15 @@ fn add_by_stem(
 /// link whose target is not there yet (the kubelet can create links first), or a name that has
 /// become a folder, is kept, so reading it fails and keeps its last good version instead of
 /// looking like a removed file. Fails when the folder exists but cannot be listed in full.
-fn visible_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn visible_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e),
     };
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| e.to_string())?;
+        let entry = entry?;
         if !entry.file_name().to_string_lossy().starts_with('.') {
             files.push(entry.path());
         }
@@ -327,12 +340,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, vec![b'#'; (MAX_FILE_BYTES + 1) as usize]).expect("write");
-        let why = read(&big).content.expect_err("too big");
+        let why = read(&big).content.expect_err("too big").to_string();
         assert!(why.contains("larger than"), "{why}");
         let deep = dir.path().join("deep.yaml");
         let text = format!("kinds: {}{}", "[".repeat(100_000), "]".repeat(100_000));
         std::fs::write(&deep, text).expect("write");
-        let why = read(&deep).content.expect_err("too deep");
+        let why = read(&deep).content.expect_err("too deep").to_string();
         assert!(why.contains("nested 100000 levels"), "{why}");
         let fine = dir.path().join("fine.yaml");
         std::fs::write(&fine, "kinds: [{name: volcano-job}]\n").expect("write");

@@ -6,34 +6,44 @@
 //! so the client re-reads it as Kubernetes rotates it, exactly as kube-rs's in-cluster config
 //! does.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kube::config::Kubeconfig;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::ConfigError;
 use super::main_file::HomeCluster;
 use super::sources::{ClusterSource, validate_cluster_name};
 
+/// Why the home cluster cannot be watched; the message names the field or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeClusterError {
+    #[error("home_cluster.name: {0}")]
+    Name(ConfigError),
+    #[error(
+        "home_cluster: KUBERNETES_SERVICE_HOST is not set (not running in a pod?) and no \
+         `server` is given"
+    )]
+    NoServer,
+    #[error("home_cluster: no service account token at {} (is the token mounted?)", .0.display())]
+    NoToken(PathBuf),
+    #[error("home_cluster: {0}")]
+    Kubeconfig(kube::config::KubeconfigError),
+}
+
 impl HomeCluster {
     /// The home cluster as a cluster source. Errors name the field or file that is missing.
-    pub fn source(&self) -> Result<ClusterSource, String> {
-        validate_cluster_name(&self.name).map_err(|e| format!("home_cluster.name: {e}"))?;
+    pub fn source(&self) -> Result<ClusterSource, HomeClusterError> {
+        validate_cluster_name(&self.name).map_err(HomeClusterError::Name)?;
         let server = match &self.server {
             Some(server) => server.clone(),
-            None => server_from_env().ok_or_else(|| {
-                "home_cluster: KUBERNETES_SERVICE_HOST is not set (not running in a pod?) and \
-                 no `server` is given"
-                    .to_string()
-            })?,
+            None => server_from_env().ok_or(HomeClusterError::NoServer)?,
         };
         let token = self.service_account_dir.join("token");
         if !token.is_file() {
-            return Err(format!(
-                "home_cluster: no service account token at {} (is the token mounted?)",
-                token.display()
-            ));
+            return Err(HomeClusterError::NoToken(token));
         }
         let ca = self.service_account_dir.join("ca.crt");
         let mut cluster = json!({ "server": server });
@@ -52,7 +62,7 @@ impl HomeCluster {
             "current-context": self.name,
         })
         .to_string();
-        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| format!("home_cluster: {e}"))?;
+        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(HomeClusterError::Kubeconfig)?;
         Ok(ClusterSource {
             name: self.name.clone(),
             path: self.service_account_dir.clone(),
@@ -89,7 +99,7 @@ mod tests {
             server: Some("https://10.0.0.1:443".into()),
             service_account_dir: dir.path().to_path_buf(),
         };
-        let e = home.source().unwrap_err();
+        let e = home.source().unwrap_err().to_string();
         assert!(e.contains("no service account token at"), "{e}");
         std::fs::write(dir.path().join("token"), "t0k3n").expect("token");
         std::fs::write(dir.path().join("ca.crt"), "not read here").expect("ca");
@@ -115,6 +125,11 @@ mod tests {
             name: "Home!".into(),
             ..home
         };
-        assert!(bad.source().unwrap_err().starts_with("home_cluster.name"));
+        assert!(
+            bad.source()
+                .unwrap_err()
+                .to_string()
+                .starts_with("home_cluster.name")
+        );
     }
 }

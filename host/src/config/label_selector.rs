@@ -10,28 +10,84 @@
 //! `key notin (v, …)`. Keys are an optional DNS-subdomain prefix and `/`, then a name of at
 //! most 63 characters; values are at most 63 characters, possibly empty.
 
+/// Why a selector is refused: its shape, or which requirement is wrong and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("is empty; leave it out to select every job")]
+    Empty,
+    #[error("nested parentheses")]
+    NestedParentheses,
+    #[error("a `)` without its `(`")]
+    UnopenedParenthesis,
+    #[error("a `(` without its `)`")]
+    UnclosedParenthesis,
+    #[error("`{requirement}`: {why}")]
+    Requirement {
+        requirement: String,
+        why: RequirementError,
+    },
+}
+
+/// What is wrong with one requirement; the message names the key or value at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequirementError {
+    #[error("empty requirement (two commas in a row, or a trailing comma)")]
+    Empty,
+    #[error("`{op}` needs a list of values in parentheses")]
+    NoValueList { op: &'static str },
+    #[error("`{op}` needs at least one value")]
+    NoValue { op: &'static str },
+    #[error("expected `=`, `==`, `!=`, `in` or `notin` after the key, found `{rest}`")]
+    NoOperator { rest: String },
+    #[error(
+        "key prefix `{prefix}` is not a DNS subdomain (lowercase letters, digits, `-` and `.`, \
+         at most 253 characters)"
+    )]
+    KeyPrefix { prefix: String },
+    #[error("a key is missing")]
+    NoKey,
+    #[error("key `{key}`: {why}")]
+    Key { key: String, why: NameError },
+    #[error("value `{value}`: {why}")]
+    Value { value: String, why: NameError },
+}
+
+/// What is wrong with a key's name part or a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("longer than 63 characters")]
+    TooLong,
+    #[error(
+        "must be letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit"
+    )]
+    Characters,
+}
+
 /// Checks `selector`; the error says which requirement is wrong and why.
-pub fn check(selector: &str) -> Result<(), String> {
+pub fn check(selector: &str) -> Result<(), SelectorError> {
     if selector.trim().is_empty() {
-        return Err("is empty; leave it out to select every job".into());
+        return Err(SelectorError::Empty);
     }
     for requirement in split_requirements(selector)? {
-        check_requirement(requirement.trim())
-            .map_err(|why| format!("`{}`: {why}", requirement.trim()))?;
+        let requirement = requirement.trim();
+        check_requirement(requirement).map_err(|why| SelectorError::Requirement {
+            requirement: requirement.to_string(),
+            why,
+        })?;
     }
     Ok(())
 }
 
 /// Splits at commas outside parentheses.
-fn split_requirements(selector: &str) -> Result<Vec<&str>, String> {
+fn split_requirements(selector: &str) -> Result<Vec<&str>, SelectorError> {
     let mut parts = Vec::new();
     let (mut depth, mut start) = (0u32, 0usize);
     for (i, c) in selector.char_indices() {
         match c {
             '(' if depth == 0 => depth = 1,
-            '(' => return Err("nested parentheses".into()),
+            '(' => return Err(SelectorError::NestedParentheses),
             ')' if depth == 1 => depth = 0,
-            ')' => return Err("a `)` without its `(`".into()),
+            ')' => return Err(SelectorError::UnopenedParenthesis),
             ',' if depth == 0 => {
                 parts.push(&selector[start..i]);
                 start = i + 1;
@@ -40,15 +96,15 @@ fn split_requirements(selector: &str) -> Result<Vec<&str>, String> {
         }
     }
     if depth != 0 {
-        return Err("a `(` without its `)`".into());
+        return Err(SelectorError::UnclosedParenthesis);
     }
     parts.push(&selector[start..]);
     Ok(parts)
 }
 
-fn check_requirement(req: &str) -> Result<(), String> {
+fn check_requirement(req: &str) -> Result<(), RequirementError> {
     if req.is_empty() {
-        return Err("empty requirement (two commas in a row, or a trailing comma)".into());
+        return Err(RequirementError::Empty);
     }
     if let Some(key) = req.strip_prefix('!') {
         return check_key(key.trim());
@@ -74,19 +130,19 @@ fn check_requirement(req: &str) -> Result<(), String> {
             let inner = set
                 .strip_prefix('(')
                 .and_then(|s| s.strip_suffix(')'))
-                .ok_or_else(|| format!("`{op}` needs a list of values in parentheses"))?;
+                .ok_or(RequirementError::NoValueList { op })?;
             if inner.trim().is_empty() {
-                return Err(format!("`{op}` needs at least one value"));
+                return Err(RequirementError::NoValue { op });
             }
             return inner.split(',').try_for_each(|v| check_value(v.trim()));
         }
     }
-    Err(format!(
-        "expected `=`, `==`, `!=`, `in` or `notin` after the key, found `{rest}`"
-    ))
+    Err(RequirementError::NoOperator {
+        rest: rest.to_string(),
+    })
 }
 
-fn check_key(key: &str) -> Result<(), String> {
+fn check_key(key: &str) -> Result<(), RequirementError> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
@@ -104,31 +160,36 @@ fn check_key(key: &str) -> Result<(), String> {
                     && !label.ends_with('-')
             });
         if !ok {
-            return Err(format!(
-                "key prefix `{prefix}` is not a DNS subdomain (lowercase letters, digits, `-` \
-                 and `.`, at most 253 characters)"
-            ));
+            return Err(RequirementError::KeyPrefix {
+                prefix: prefix.to_string(),
+            });
         }
     }
     if name.is_empty() {
-        return Err("a key is missing".into());
+        return Err(RequirementError::NoKey);
     }
-    check_name(name).map_err(|why| format!("key `{key}`: {why}"))
+    check_name(name).map_err(|why| RequirementError::Key {
+        key: key.to_string(),
+        why,
+    })
 }
 
-fn check_value(value: &str) -> Result<(), String> {
+fn check_value(value: &str) -> Result<(), RequirementError> {
     if value.is_empty() {
         return Ok(());
     }
-    check_name(value).map_err(|why| format!("value `{value}`: {why}"))
+    check_name(value).map_err(|why| RequirementError::Value {
+        value: value.to_string(),
+        why,
+    })
 }
 
 /// A key's name part or a value: at most 63 characters, alphanumerics with `-`, `_` and `.`
 /// inside.
-fn check_name(s: &str) -> Result<(), String> {
+fn check_name(s: &str) -> Result<(), NameError> {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     if s.len() > 63 {
-        return Err("longer than 63 characters".into());
+        return Err(NameError::TooLong);
     }
     if !s
         .chars()
@@ -136,11 +197,7 @@ fn check_name(s: &str) -> Result<(), String> {
         || !edge(s.chars().next())
         || !edge(s.chars().last())
     {
-        return Err(
-            "must be letters, digits, `-`, `_` and `.`, starting and ending with a letter or \
-             digit"
-                .into(),
-        );
+        return Err(NameError::Characters);
     }
     Ok(())
 }
@@ -182,7 +239,7 @@ mod tests {
             ("-team=ml", "letters"),
             (&format!("k={}", "v".repeat(64)), "63"),
         ] {
-            let err = check(s).expect_err(s);
+            let err = check(s).expect_err(s).to_string();
             assert!(err.contains(needle), "{s}: {err}");
         }
     }

@@ -534,6 +534,26 @@ impl MainFile {
     }
 }
 
+/// Why a `kinds:` entry is refused; the message names the kind, and the field at fault.
+#[derive(Debug, thiserror::Error)]
+enum KindError {
+    #[error("`name` must not be empty")]
+    NoName,
+    #[error(
+        "`{name}` is not a built-in kind (built-in: {}); give group, version, kind, plural and \
+         normalizer",
+        JobKind::BUILTINS.join(", ")
+    )]
+    NotBuiltin { name: String },
+    #[error("`{name}`: `{field}` is missing or empty")]
+    Missing { name: String, field: &'static str },
+    #[error("`{name}`: missing `normalizer`")]
+    NoNormalizer { name: String },
+    /// The normalizer's own check (`jobrelay-watch`), in its words.
+    #[error("`{name}`: {why}")]
+    Normalizer { name: String, why: String },
+}
+
 impl KindEntry {
     fn named(name: &str) -> KindEntry {
         KindEntry {
@@ -550,14 +570,14 @@ impl KindEntry {
     }
 
     /// A name alone selects a built-in kind; anything else must be a complete definition.
-    fn resolve(self) -> Result<JobKind, String> {
+    fn resolve(self) -> Result<JobKind, KindError> {
         let is_bare = self.group.is_none()
             && self.version.is_none()
             && self.kind.is_none()
             && self.plural.is_none()
             && self.normalizer.is_none();
         if self.name.is_empty() {
-            return Err("`name` must not be empty".into());
+            return Err(KindError::NoName);
         }
         if is_bare {
             let (finalizer, clusters) = (self.finalizer, self.clusters);
@@ -567,18 +587,16 @@ impl KindEntry {
                     clusters,
                     ..k
                 })
-                .ok_or_else(|| {
-                    format!(
-                        "`{}` is not a built-in kind (built-in: {}); give group, version, kind, \
-                     plural and normalizer",
-                        self.name,
-                        JobKind::BUILTINS.join(", ")
-                    )
+                .ok_or_else(|| KindError::NotBuiltin {
+                    name: self.name.clone(),
                 });
         }
-        let need = |v: Option<String>, field: &str| {
+        let need = |v: Option<String>, field: &'static str| {
             v.filter(|s| !s.is_empty())
-                .ok_or_else(|| format!("`{}`: `{field}` is missing or empty", self.name))
+                .ok_or_else(|| KindError::Missing {
+                    name: self.name.clone(),
+                    field,
+                })
         };
         // Custom resources always have an API group; the core group (`/api/v1`) serves no
         // job kinds, and a kind placed there would be listed as missing on every cluster.
@@ -591,7 +609,9 @@ impl KindEntry {
             normalizer: self
                 .normalizer
                 .clone()
-                .ok_or_else(|| format!("`{}`: missing `normalizer`", self.name))?,
+                .ok_or_else(|| KindError::NoNormalizer {
+                    name: self.name.clone(),
+                })?,
             pod_label: self.pod_label.clone(),
             finalizer: self.finalizer,
             clusters: self.clusters,
@@ -599,7 +619,10 @@ impl KindEntry {
         };
         kind.normalizer
             .check()
-            .map_err(|why| format!("`{}`: {why}", kind.name))?;
+            .map_err(|why| KindError::Normalizer {
+                name: kind.name.clone(),
+                why: why.to_string(),
+            })?;
         Ok(kind)
     }
 }

@@ -49,8 +49,10 @@ impl ClusterSource {
         let content = file
             .content
             .as_ref()
-            .map_err(|e| ConfigError::Read(e.clone()))?;
-        let text = content.text().map_err(ConfigError::Parse)?;
+            .map_err(|e| ConfigError::Read(e.to_string()))?;
+        let text = content
+            .text()
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
         let mut kubeconfig =
             Kubeconfig::from_yaml(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         if kubeconfig.clusters.is_empty() {
@@ -145,8 +147,10 @@ impl PluginSource {
         let content = file
             .content
             .as_ref()
-            .map_err(|e| ConfigError::Read(e.clone()))?;
-        let text = content.text().map_err(ConfigError::Parse)?;
+            .map_err(|e| ConfigError::Read(e.to_string()))?;
+        let text = content
+            .text()
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
         let manifest: PluginManifest =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         for kind in &manifest.kinds {

@@ -88,10 +88,10 @@ impl ConfigState {
                 let content = file
                     .content
                     .as_ref()
-                    .map_err(|e| (file.path.clone(), ConfigError::Read(e.clone())))?;
+                    .map_err(|e| (file.path.clone(), ConfigError::Read(e.to_string())))?;
                 let text = content
                     .text()
-                    .map_err(|e| (file.path.clone(), ConfigError::Parse(e)))?;
+                    .map_err(|e| (file.path.clone(), ConfigError::Parse(e.to_string())))?;
                 let main =
                     MainConfig::parse_file(text, &root).map_err(|e| (file.path.clone(), e))?;
                 (main, Some(content.sha256.clone()))
@@ -228,11 +228,11 @@ impl ConfigState {
             // A removed main file means the defaults, like a missing one at start.
             None => MainConfig::parse("", &self.root).map(|m| (m, None)),
             Some(file) => match &file.content {
-                Err(e) => Err(ConfigError::Read(e.clone())),
+                Err(e) => Err(ConfigError::Read(e.to_string())),
                 Ok(c) if Some(&c.sha256) == self.main_sha256.as_ref() => return,
                 Ok(c) => c
                     .text()
-                    .map_err(ConfigError::Parse)
+                    .map_err(|e| ConfigError::Parse(e.to_string()))
                     .and_then(|t| MainConfig::parse_file(t, &self.root))
                     .map(|m| (m, Some(c.sha256.clone()))),
             },
@@ -295,7 +295,7 @@ impl ConfigState {
                 }
                 // The last good source (if any) keeps running.
                 Err(e) => {
-                    problems.insert(self.root.join(MAIN_FILE), e);
+                    problems.insert(self.root.join(MAIN_FILE), e.to_string());
                 }
             }
         }

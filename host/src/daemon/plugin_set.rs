@@ -70,6 +70,11 @@ pub struct WaitingLoad {
     pub next_attempt_at: String,
 }
 
+/// A plugin's lane could not be opened: its cursors could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the plugin's cursors: {0}")]
+struct CursorsUnreadable(jobrelay_state::StoreError);
+
 /// How one load attempt ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Attempt {
@@ -275,7 +280,7 @@ impl PluginSet {
         &self,
         source: &PluginSource,
         version: Option<Arc<PluginVersion>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CursorsUnreadable> {
         if let Some(lane) = self.routes.get(&source.spec.name) {
             if let Some(version) = version {
                 lane.reconfigure(version, source.lane.clone());
@@ -290,7 +295,7 @@ impl PluginSet {
             self.finalizers.clone(),
         )
         .await
-        .map_err(|e| format!("cannot read the plugin's cursors: {e}"))?;
+        .map_err(CursorsUnreadable)?;
         self.routes.insert(&source.spec.name, lane);
         Ok(())
     }
@@ -312,7 +317,7 @@ impl PluginSet {
             Ok(version) => self
                 .ensure_lane(source, Some(version))
                 .await
-                .map_err(|e| ("lane", e)),
+                .map_err(|e| ("lane", e.to_string())),
             Err(e) if e.is_passing() => {
                 return self.note_passing(source, e, attempt, load_ms, at).await;
             }

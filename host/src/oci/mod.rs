@@ -4,8 +4,8 @@
 pub mod reference;
 pub mod registry;
 
-pub use self::reference::OciRef;
-pub use self::registry::{FetchError, OciSettings, Registries};
+pub use self::reference::{OciRef, OciRefError};
+pub use self::registry::{CredentialError, FetchError, OciSettings, Registries};
 
 /// The folder of pulled components, inside the state's local folder.
 pub const OCI_CACHE_DIR: &str = "oci";

@@ -25,6 +25,32 @@ pub struct OciRef {
     pub digest_hex: String,
 }
 
+/// Why a reference is refused; the message quotes it whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OciRefError {
+    #[error("`{text}` does not start with {SCHEME}")]
+    NoScheme { text: String },
+    #[error("`{text}` has no @sha256:<digest>: a registry component must be pinned by its digest")]
+    NotPinned { text: String },
+    #[error("`{text}`: the digest must be 64 hex digits")]
+    BadDigest { text: String },
+    #[error("`{text}`: a push target has no digest (the push makes one)")]
+    TargetWithDigest { text: String },
+    #[error("`{text}` has no :tag")]
+    NoTag { text: String },
+    #[error("`{text}` names no repository (oci://REGISTRY/REPOSITORY)")]
+    NoRepository { text: String },
+    #[error("`{text}` names no registry or repository")]
+    EmptyName { text: String },
+    #[error(
+        "`{text}`: the repository `{repository}` must be lowercase letters, digits, `.`, `_`, `-` \
+         and `/`"
+    )]
+    BadRepository { text: String, repository: String },
+    #[error("`{text}`: `{tag}` is not a tag")]
+    BadTag { text: String, tag: String },
+}
+
 impl OciRef {
     /// Whether a manifest's `wasm:` names a registry rather than a file.
     pub fn is_oci(text: &str) -> bool {
@@ -32,15 +58,17 @@ impl OciRef {
     }
 
     /// Parses `oci://host[:port]/repo[/more]...[:tag]@sha256:<64 hex>`.
-    pub fn parse(text: &str) -> Result<OciRef, String> {
-        let rest = text
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| format!("`{text}` does not start with {SCHEME}"))?;
-        let (name, digest) = rest.split_once("@sha256:").ok_or_else(|| {
-            format!("`{text}` has no @sha256:<digest>: a registry component must be pinned by its digest")
-        })?;
+    pub fn parse(text: &str) -> Result<OciRef, OciRefError> {
+        let rest = without_scheme(text)?;
+        let (name, digest) = rest
+            .split_once("@sha256:")
+            .ok_or_else(|| OciRefError::NotPinned {
+                text: text.to_string(),
+            })?;
         if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("`{text}`: the digest must be 64 hex digits"));
+            return Err(OciRefError::BadDigest {
+                text: text.to_string(),
+            });
         }
         let (registry, repository, tag) = parse_name(text, name)?;
         Ok(OciRef {
@@ -53,18 +81,18 @@ impl OciRef {
 
     /// Parses where `plugin push` puts a component: `oci://host[:port]/repo:tag`, no digest
     /// (the push makes it). Returns registry, repository and tag.
-    pub fn parse_target(text: &str) -> Result<(String, String, String), String> {
-        let name = text
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| format!("`{text}` does not start with {SCHEME}"))?;
+    pub fn parse_target(text: &str) -> Result<(String, String, String), OciRefError> {
+        let name = without_scheme(text)?;
         if name.contains('@') {
-            return Err(format!(
-                "`{text}`: a push target has no digest (the push makes one)"
-            ));
+            return Err(OciRefError::TargetWithDigest {
+                text: text.to_string(),
+            });
         }
         match parse_name(text, name)? {
             (registry, repository, Some(tag)) => Ok((registry, repository, tag)),
-            (_, _, None) => Err(format!("`{text}` has no :tag")),
+            (_, _, None) => Err(OciRefError::NoTag {
+                text: text.to_string(),
+            }),
         }
     }
 
@@ -83,14 +111,26 @@ impl OciRef {
     }
 }
 
+/// `text` after its `oci://`.
+fn without_scheme(text: &str) -> Result<&str, OciRefError> {
+    text.strip_prefix(SCHEME)
+        .ok_or_else(|| OciRefError::NoScheme {
+            text: text.to_string(),
+        })
+}
+
 /// `host[:port]/repo[/more]...[:tag]` → registry, repository, tag; `text` is the whole
 /// reference, for messages.
-fn parse_name(text: &str, name: &str) -> Result<(String, String, Option<String>), String> {
+fn parse_name(text: &str, name: &str) -> Result<(String, String, Option<String>), OciRefError> {
     let (registry, path) = name
         .split_once('/')
-        .ok_or_else(|| format!("`{text}` names no repository (oci://REGISTRY/REPOSITORY)"))?;
+        .ok_or_else(|| OciRefError::NoRepository {
+            text: text.to_string(),
+        })?;
     if registry.is_empty() || path.is_empty() {
-        return Err(format!("`{text}` names no registry or repository"));
+        return Err(OciRefError::EmptyName {
+            text: text.to_string(),
+        });
     }
     // A tag is after the last `:` of the last path segment (a port is in the registry).
     let last = path.rsplit('/').next().unwrap_or(path);
@@ -108,9 +148,10 @@ fn parse_name(text: &str, name: &str) -> Result<(String, String, Option<String>)
             })
     });
     if !valid_repository {
-        return Err(format!(
-            "`{text}`: the repository `{repository}` must be lowercase letters, digits, `.`, `_`, `-` and `/`"
-        ));
+        return Err(OciRefError::BadRepository {
+            text: text.to_string(),
+            repository,
+        });
     }
     if let Some(tag) = &tag {
         let valid_tag = !tag.is_empty()
@@ -119,7 +160,10 @@ fn parse_name(text: &str, name: &str) -> Result<(String, String, Option<String>)
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         if !valid_tag {
-            return Err(format!("`{text}`: `{tag}` is not a tag"));
+            return Err(OciRefError::BadTag {
+                text: text.to_string(),
+                tag: tag.clone(),
+            });
         }
     }
     Ok((registry.to_string(), repository, tag))
@@ -174,17 +218,19 @@ mod tests {
             (format!("oci://r.io/a:b/c@sha256:{D}"), "lowercase"),
             (format!("https://r.io/a@sha256:{D}"), "oci://"),
         ] {
-            let error = OciRef::parse(&text).expect_err(&text);
+            let error = OciRef::parse(&text).expect_err(&text).to_string();
             assert!(error.contains(why), "{text}: {error}");
         }
         assert_eq!(
             OciRef::parse_target("oci://127.0.0.1:5000/plugins/x:v2"),
             Ok(("127.0.0.1:5000".into(), "plugins/x".into(), "v2".into()))
         );
-        assert!(OciRef::parse_target("oci://r.io/x").is_err_and(|e| e.contains(":tag")));
+        assert!(
+            OciRef::parse_target("oci://r.io/x").is_err_and(|e| e.to_string().contains(":tag"))
+        );
         assert!(
             OciRef::parse_target(&format!("oci://r.io/x:v1@sha256:{D}"))
-                .is_err_and(|e| e.contains("no digest"))
+                .is_err_and(|e| e.to_string().contains("no digest"))
         );
     }
 }

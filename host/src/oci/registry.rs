@@ -71,15 +71,27 @@ impl std::fmt::Debug for OciCredential {
     }
 }
 
+/// A registry credential whose secret cannot be resolved: the message names its key.
+#[derive(Debug, thiserror::Error)]
+#[error("oci.credentials.\"{registry}\".{key}: {why}")]
+pub struct CredentialError {
+    registry: String,
+    key: &'static str,
+    why: jobrelay_contract::secret::SecretError,
+}
+
 impl OciSettings {
     /// How to authenticate to `registry`; an error names the key whose secret is missing.
-    pub fn auth(&self, registry: &str) -> Result<RegistryAuth, String> {
+    pub fn auth(&self, registry: &str) -> Result<RegistryAuth, CredentialError> {
         let Some(credential) = self.credentials.get(registry) else {
             return Ok(RegistryAuth::Anonymous);
         };
-        let resolve = |key: &str, value: &str| {
-            jobrelay_contract::secret::resolve(value)
-                .map_err(|e| format!("oci.credentials.\"{registry}\".{key}: {e}"))
+        let resolve = |key: &'static str, value: &str| {
+            jobrelay_contract::secret::resolve(value).map_err(|why| CredentialError {
+                registry: registry.to_string(),
+                key,
+                why,
+            })
         };
         Ok(RegistryAuth::Basic(
             resolve("username", &credential.username)?,
@@ -178,7 +190,10 @@ impl Registries {
             return Ok(pulled);
         }
         let image = reference.by_digest();
-        let auth = self.settings.auth(&reference.registry).map_err(refused)?;
+        let auth = self
+            .settings
+            .auth(&reference.registry)
+            .map_err(|e| refused(e.to_string()))?;
         let (manifest_bytes, _) = self
             .client
             .pull_manifest_raw(&image, &auth, &[OCI_MANIFEST])
@@ -209,8 +224,8 @@ impl Registries {
                 reference.digest_hex
             )));
         }
-        let layer = wasm_layer(&manifest_bytes).map_err(refused)?;
-        let layer_hex = layer_hex(&layer).map_err(refused)?;
+        let layer = wasm_layer(&manifest_bytes).map_err(|e| refused(e.to_string()))?;
+        let layer_hex = layer_hex(&layer).map_err(|e| refused(e.to_string()))?;
         let mut bytes = Bounded::new(layer.size);
         self.client
             .pull_blob(&image, layer.digest.as_str(), &mut bytes)
@@ -329,37 +344,47 @@ fn is_unknown(error: &OciDistributionError) -> bool {
     }
 }
 
+/// Why a manifest does not give one Wasm layer this host pulls.
+#[derive(Debug, thiserror::Error)]
+enum LayerError {
+    #[error("the manifest is not an OCI image manifest: {0}")]
+    NotManifest(serde_json::Error),
+    #[error("the artifact must have exactly one layer of type {WASM_LAYER}, it has {count}")]
+    NotOneLayer { count: usize },
+    #[error("the component is {size} bytes, over the {MAX_COMPONENT_BYTES} this host pulls")]
+    TooLarge { size: u64 },
+    #[error("the layer's digest `{digest}` is not a sha256")]
+    NotSha256 { digest: String },
+}
+
 /// The one Wasm layer of a manifest, within the size bound.
-fn wasm_layer(manifest: &[u8]) -> Result<Descriptor, String> {
-    let manifest: Manifest = serde_json::from_slice(manifest)
-        .map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+fn wasm_layer(manifest: &[u8]) -> Result<Descriptor, LayerError> {
+    let manifest: Manifest = serde_json::from_slice(manifest).map_err(LayerError::NotManifest)?;
     let layers: Vec<&Descriptor> = manifest
         .layers
         .iter()
         .filter(|l| l.media_type == WASM_LAYER || l.media_type == WASM_LAYER_V1)
         .collect();
     let [layer] = layers[..] else {
-        return Err(format!(
-            "the artifact must have exactly one layer of type {WASM_LAYER}, it has {}",
-            layers.len()
-        ));
+        return Err(LayerError::NotOneLayer {
+            count: layers.len(),
+        });
     };
     if layer.size > MAX_COMPONENT_BYTES {
-        return Err(format!(
-            "the component is {} bytes, over the {MAX_COMPONENT_BYTES} this host pulls",
-            layer.size
-        ));
+        return Err(LayerError::TooLarge { size: layer.size });
     }
     Ok(layer.clone())
 }
 
-fn layer_hex(layer: &Descriptor) -> Result<String, String> {
+fn layer_hex(layer: &Descriptor) -> Result<String, LayerError> {
     layer
         .digest
         .strip_prefix("sha256:")
         .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(str::to_ascii_lowercase)
-        .ok_or_else(|| format!("the layer's digest `{}` is not a sha256", layer.digest))
+        .ok_or_else(|| LayerError::NotSha256 {
+            digest: layer.digest.clone(),
+        })
 }
 
 /// A buffer that takes at most the size the manifest declares, so a registry cannot make the
@@ -421,6 +446,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Pushes `wasm` to `registry/repository:tag` as a Wasm OCI artifact; returns the pinned
 /// reference to put in a manifest.
+///
+/// The error stays text: `host/tests/oci_registry.rs` reads it as a `String`, to check that a
+/// refused push never shows the password.
 pub async fn push(
     settings: &OciSettings,
     registry: &str,
@@ -434,7 +462,7 @@ pub async fn push(
         repository.to_string(),
         tag.to_string(),
     );
-    let auth = settings.auth(registry)?;
+    let auth = settings.auth(registry).map_err(|e| e.to_string())?;
     // Signs in (answering the registry's challenge) before the uploads, which do not.
     client
         .auth(&image, &auth, oci_client::RegistryOperation::Push)

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::anyhow;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 
@@ -154,12 +155,12 @@ pub async fn command(
 async fn probe_cluster(
     kubeconfig: &kube::config::Kubeconfig,
     main: &MainConfig,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     let client: Client = build_client(kubeconfig).await?;
     let version = client
         .apiserver_version()
         .await
-        .map_err(|e| format!("version: {e}"))?;
+        .map_err(|e| anyhow!("version: {e}"))?;
     let mut listed = Vec::new();
     for kind in &main.kinds {
         let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
@@ -170,7 +171,7 @@ async fn probe_cluster(
         };
         api.list(&ListParams::default().limit(1))
             .await
-            .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
+            .map_err(|e| anyhow!("cannot list {}: {e}", kind.name))?;
         listed.push(kind.name.as_str());
     }
     Ok(format!(
@@ -182,13 +183,13 @@ async fn probe_cluster(
 
 /// Tries the state store within `within`: the text after its name when it works (how many
 /// dead letters it holds), the problem otherwise.
-async fn check_state(backend: &StateBackend, within: Duration) -> Result<String, String> {
+async fn check_state(backend: &StateBackend, within: Duration) -> anyhow::Result<String> {
     if let StateBackend::Sqlite(path) = backend {
         let exists = match path.try_exists() {
             Ok(found) => found,
             // A file where one of its folders should be: the folder check below says which.
             Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => false,
-            Err(e) => return Err(format!("cannot look for it: {e}")),
+            Err(e) => return Err(anyhow!("cannot look for it: {e}")),
         };
         // Not made here: an empty file in a copy of the folder, or one the daemon would then
         // find, is no business of a check.
@@ -198,14 +199,11 @@ async fn check_state(backend: &StateBackend, within: Duration) -> Result<String,
         }
     }
     let tried = tokio::time::timeout(within, async {
-        let store = open_store(backend).await.map_err(|e| e.to_string())?;
+        let store = open_store(backend).await?;
         let answer = async {
-            store.check().await.map_err(|e| e.to_string())?;
-            let counts = store
-                .dead_letter_counts()
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<u64, String>(counts.values().sum())
+            store.check().await?;
+            let counts = store.dead_letter_counts().await?;
+            anyhow::Ok(counts.values().sum::<u64>())
         }
         .await;
         // Its connections released: an SQLite file's log is folded back only when no other
@@ -218,13 +216,13 @@ async fn check_state(backend: &StateBackend, within: Duration) -> Result<String,
         Ok(Ok(1)) => Ok(" (1 dead letter stored)".to_string()),
         Ok(Ok(n)) => Ok(format!(" ({n} dead letters stored)")),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!("no answer within {} s", within.as_secs())),
+        Err(_) => Err(anyhow!("no answer within {} s", within.as_secs())),
     }
 }
 
 /// Whether the state file `path` can be made: its folder is there and writable, or the nearest
 /// folder above it is, so the daemon can make the rest.
-fn writable_folder(path: &Path) -> Result<(), String> {
+fn writable_folder(path: &Path) -> anyhow::Result<()> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -233,7 +231,7 @@ fn writable_folder(path: &Path) -> Result<(), String> {
     loop {
         match std::fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => break,
-            Ok(_) => return Err(format!("{} is not a folder", dir.display())),
+            Ok(_) => return Err(anyhow!("{} is not a folder", dir.display())),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -242,10 +240,10 @@ fn writable_folder(path: &Path) -> Result<(), String> {
             {
                 match dir.parent() {
                     Some(up) if !up.as_os_str().is_empty() => dir = up,
-                    _ => return Err(format!("no folder of {} exists", parent.display())),
+                    _ => return Err(anyhow!("no folder of {} exists", parent.display())),
                 }
             }
-            Err(e) => return Err(format!("cannot look at {}: {e}", dir.display())),
+            Err(e) => return Err(anyhow!("cannot look at {}: {e}", dir.display())),
         }
     }
     // Written for real (a temporary file, removed at once): permissions, a read-only mount
@@ -253,6 +251,6 @@ fn writable_folder(path: &Path) -> Result<(), String> {
     tempfile::Builder::new()
         .prefix(".jobrelay-check-")
         .tempfile_in(dir)
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        .map_err(|e| anyhow!("cannot write in {}: {e}", dir.display()))?;
     Ok(())
 }

@@ -59,7 +59,7 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
                     let jobs = api
                         .list(&ListParams::default())
                         .await
-                        .map_err(|e| format!("cannot list {}: {e}", kind.name))?;
+                        .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", kind.name))?;
                     for job in jobs.items.iter().filter(|j| {
                         !finalizer::needs_finalizer_ignoring_deletion(&j.metadata, name)
                     }) {
@@ -70,15 +70,12 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
                         ) else {
                             continue;
                         };
-                        if finalizer::remove(client.clone(), kind, ns, job_name, uid, name)
-                            .await
-                            .map_err(|e| e.to_string())?
-                        {
+                        if finalizer::remove(client.clone(), kind, ns, job_name, uid, name).await? {
                             removed += 1;
                         }
                     }
                 }
-                Ok::<usize, String>(removed)
+                anyhow::Ok(removed)
             };
         match tokio::time::timeout(timeout, work).await {
             Ok(Ok(n)) => report.push_str(&format!(

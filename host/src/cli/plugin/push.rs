@@ -10,7 +10,7 @@ use crate::oci::{OciRef, OciSettings};
 /// Pushes the component and prints the pinned reference to put in a manifest's `wasm:`.
 /// Credentials come from JOBRELAY_OCI_USERNAME and JOBRELAY_OCI_PASSWORD.
 pub async fn command(wasm: &Path, target: &str, plain_http: bool) -> anyhow::Result<ExitCode> {
-    let (registry, repository, tag) = OciRef::parse_target(target).map_err(anyhow::Error::msg)?;
+    let (registry, repository, tag) = OciRef::parse_target(target)?;
     let bytes = std::fs::read(wasm)
         .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", wasm.display()))?;
     let mut settings = OciSettings {

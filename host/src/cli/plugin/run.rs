@@ -87,12 +87,12 @@ impl PluginRunArgs {
 }
 
 /// `NAME=URL`.
-fn parse_sql_arg(text: &str) -> Result<(String, String), String> {
+fn parse_sql_arg(text: &str) -> anyhow::Result<(String, String)> {
     match text.split_once('=') {
         Some((name, url)) if !name.is_empty() && !url.is_empty() => {
             Ok((name.to_string(), url.to_string()))
         }
-        _ => Err(format!("expected NAME=URL, got `{text}`")),
+        _ => bail!("expected NAME=URL, got `{text}`"),
     }
 }
 
