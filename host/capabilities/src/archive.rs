@@ -50,10 +50,10 @@ use jobrelay_bindings::v0_1::jobrelay::plugin::archive as older;
 
 use wit::Error as ArchiveError;
 
-pub use self::keys::{MAX_KEY_BYTES, check_key};
+pub use self::keys::{KeyError, MAX_KEY_BYTES, check_key};
 pub use self::quota::Quota;
 pub use self::settings::{ArchiveLocation, ArchiveSettings, S3Settings};
-pub use self::store::ArchiveStore;
+pub use self::store::{ArchiveStore, UsageError};
 pub use self::writes::ObjectWriter;
 
 /// Default cap of one object.
@@ -172,7 +172,7 @@ impl ArchiveAccess {
                 "archive writes are not granted to this plugin (grants.archive)".into(),
             )
         })?;
-        check_key(key).map_err(ArchiveError::InvalidKey)?;
+        check_key(key).map_err(|why| ArchiveError::InvalidKey(why.to_string()))?;
         let path = StorePath::parse(format!("{}/{key}", self.prefix))
             .map_err(|e| ArchiveError::InvalidKey(format!("key `{key}`: {e}")))?;
         Ok((store.store.clone(), path))
@@ -191,7 +191,7 @@ impl ArchiveAccess {
         let used = store
             .usage(&self.prefix)
             .await
-            .map_err(ArchiveError::Unavailable)?;
+            .map_err(|why| ArchiveError::Unavailable(why.to_string()))?;
         let quota = Quota {
             used,
             max: self.max_total_bytes,

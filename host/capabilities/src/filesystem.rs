@@ -97,20 +97,23 @@ impl Capability for Filesystem {
 }
 
 /// A guest path is absolute, normalised and not the root: `/data`, `/var/out`.
-fn check_guest_path(guest: &str) -> Result<(), String> {
+fn check_guest_path(guest: &str) -> Result<(), GrantProblem> {
     let path = Path::new(guest);
     let mut normal = 0;
     for part in path.components() {
         match part {
             Component::RootDir => {}
             Component::Normal(_) => normal += 1,
-            _ => return Err(format!("guest path `{guest}` must not contain `.` or `..`")),
+            _ => {
+                return Err(format!("guest path `{guest}` must not contain `.` or `..`").into());
+            }
         }
     }
     if !guest.starts_with('/') || normal == 0 {
         return Err(format!(
             "guest path `{guest}` must be an absolute path below `/`, e.g. `/data`"
-        ));
+        )
+        .into());
     }
     Ok(())
 }

@@ -63,7 +63,7 @@ use wasmtime_wasi_http::{
     Error, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
 };
 
-use self::allow::{AllowList, Host, Scheme, Target};
+use self::allow::{AllowList, Host, PatternError, Scheme, Target};
 use self::body::CappedBody;
 use super::refusals::{Limit, Refusals};
 use super::tape::CallTape;
@@ -187,17 +187,37 @@ struct Limits {
     max_response_bytes: u64,
 }
 
+/// Why an HTTP grant cannot be used as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum RulesError {
+    #[error(transparent)]
+    Allow(#[from] PatternError),
+    /// A time limit that is zero or above [`MAX_TIMEOUT`].
+    #[error("{field} must be from 1 to {max} ms, got {value}", max = MAX_TIMEOUT.as_millis())]
+    Timeout { field: &'static str, value: u64 },
+    /// `max_concurrent_requests` zero or above [`MAX_CONCURRENT_REQUESTS`].
+    #[error(
+        "max_concurrent_requests must be from 1 to {max}, got {0}",
+        max = MAX_CONCURRENT_REQUESTS
+    )]
+    Concurrency(u32),
+}
+
+/// A grant's problem is the grant's error, as the load reports it.
+impl From<RulesError> for GrantProblem {
+    fn from(error: RulesError) -> GrantProblem {
+        GrantProblem::Invalid(error.to_string())
+    }
+}
+
 impl Rules {
-    fn from_grant(grant: &HttpGrant) -> Result<Rules, String> {
+    fn from_grant(grant: &HttpGrant) -> Result<Rules, RulesError> {
         let allow = AllowList::parse(&grant.allow)?;
-        let millis = |field: &str, value: Option<u64>, default: u64| {
+        let millis = |field: &'static str, value: Option<u64>, default: u64| {
             let value = value.unwrap_or(default);
             let limit = Duration::from_millis(value);
             if value == 0 || limit > MAX_TIMEOUT {
-                return Err(format!(
-                    "{field} must be from 1 to {} ms, got {value}",
-                    MAX_TIMEOUT.as_millis()
-                ));
+                return Err(RulesError::Timeout { field, value });
             }
             Ok(limit)
         };
@@ -217,10 +237,7 @@ impl Rules {
             .max_concurrent_requests
             .unwrap_or(DEFAULT_MAX_CONCURRENT_REQUESTS);
         if max_concurrent_requests == 0 || max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
-            return Err(format!(
-                "max_concurrent_requests must be from 1 to {MAX_CONCURRENT_REQUESTS}, got \
-                 {max_concurrent_requests}"
-            ));
+            return Err(RulesError::Concurrency(max_concurrent_requests));
         }
         Ok(Rules {
             allow,
@@ -557,14 +574,19 @@ mod tests {
     fn bad_limits_and_patterns_fail_the_grant() {
         let mut zero = grant(&[]);
         zero.timeout_ms = Some(0);
-        let error = Rules::from_grant(&zero).expect_err("zero timeout");
+        let error = Rules::from_grant(&zero)
+            .expect_err("zero timeout")
+            .to_string();
         assert!(error.contains("timeout_ms"), "{error}");
         let mut huge = grant(&[]);
         huge.connect_timeout_ms = Some(u64::MAX);
-        let error = Rules::from_grant(&huge).expect_err("huge timeout");
+        let error = Rules::from_grant(&huge)
+            .expect_err("huge timeout")
+            .to_string();
         assert!(error.contains("connect_timeout_ms"), "{error}");
         let error = Rules::from_grant(&grant(&["https://ok.example.com", "https://x/y"]))
-            .expect_err("a path");
+            .expect_err("a path")
+            .to_string();
         assert!(error.contains("`https://x/y`"), "{error}");
     }
 

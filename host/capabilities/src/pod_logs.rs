@@ -33,7 +33,7 @@ use super::{CallScope, Capability, GrantProblem, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::pod_logs as wit;
 use jobrelay_bindings::v0_1::jobrelay::plugin::pod_logs as older;
 
-use self::directory::JobScope;
+use self::directory::{JobScope, NoScope};
 use self::pods::list_pods;
 use wit::{Error as LogError, Pod as WitPod};
 
@@ -59,7 +59,7 @@ impl Capability for PodLogs {
         };
         let scope = match call.event {
             Some(event) => call.services.clusters.scope(event),
-            None => Err("there is no job in scope outside `handle`".to_string()),
+            None => Err(NoScope::OutsideHandle),
         };
         setup.state.pod_logs = PodLogAccess {
             granted: true,
@@ -87,7 +87,7 @@ pub struct PodLogsGrant {
 pub struct PodLogAccess {
     granted: bool,
     max_bytes: u64,
-    scope: Result<JobScope, String>,
+    scope: Result<JobScope, NoScope>,
     /// The job's pods, listed on first use and kept for the call.
     pods: Option<Vec<WitPod>>,
     /// The logs the call has open.
@@ -111,7 +111,7 @@ impl Default for PodLogAccess {
         PodLogAccess {
             granted: false,
             max_bytes: DEFAULT_MAX_BYTES,
-            scope: Err("pod logs are not granted to this plugin (grants.pod_logs)".into()),
+            scope: Err(NoScope::NotGranted),
             pods: None,
             logs: Handles::new(MAX_OPEN_LOGS),
             tape: None,
@@ -122,13 +122,11 @@ impl Default for PodLogAccess {
 impl PodLogAccess {
     fn scope(&self) -> Result<&JobScope, LogError> {
         if !self.granted {
-            return Err(LogError::Denied(
-                "pod logs are not granted to this plugin (grants.pod_logs)".into(),
-            ));
+            return Err(LogError::Denied(NoScope::NotGranted.to_string()));
         }
         self.scope
             .as_ref()
-            .map_err(|why| LogError::Denied(why.clone()))
+            .map_err(|why| LogError::Denied(why.to_string()))
     }
 
     async fn pods(&mut self) -> Result<&[WitPod], LogError> {

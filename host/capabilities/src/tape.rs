@@ -84,6 +84,43 @@ pub enum TapeError {
     },
 }
 
+/// Why a value on a tape cannot be read back as the answer it stands for. A replay keeps it
+/// as a [`Divergence`], never a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The value has another shape; the text says which one was expected.
+    #[error("expected {0}")]
+    Expected(&'static str),
+    /// An object lacks a field.
+    #[error("field `{0}` is missing")]
+    MissingField(String),
+    /// `{"base64": ...}` whose text is not Base64.
+    #[error("bad base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+    /// A variant whose message is not a string.
+    #[error("the message of `{0}` is not a string")]
+    MessageNotText(String),
+    /// A variant the interface does not have; `of` names the interface's error, as in
+    /// "an sql error".
+    #[error("`{case}` is not {of}")]
+    UnknownCase { case: String, of: &'static str },
+    /// JSON that is no SQL value.
+    #[error("{0} is not a value")]
+    NotAValue(String),
+    /// `{"float": ...}` whose text is not a number.
+    #[error("`float` must be a number written as a string")]
+    BadFloat,
+    /// An HTTP header that is not a `[name, value]` pair.
+    #[error("a header is [name, value]")]
+    BadHeader,
+    /// An HTTP status outside `u16`.
+    #[error("status {0}")]
+    BadStatus(u64),
+    /// A whole number too large for its field.
+    #[error("`{0}` is too large")]
+    TooLarge(&'static str),
+}
+
 /// A tape as a file holds it: the instant the plugin's clock reads, and the calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TapeFile {
@@ -388,7 +425,7 @@ pub async fn through<A: Answer>(
 /// A value as it is written on a tape, and read back.
 pub trait Taped: Sized {
     fn to_tape(&self) -> Value;
-    fn from_tape(value: &Value) -> Result<Self, String>;
+    fn from_tape(value: &Value) -> Result<Self, DecodeError>;
 }
 
 /// An answer a call can give when its replay diverged: the interface's own error, so the
@@ -411,11 +448,11 @@ impl<T: Taped, E: Taped> Taped for Result<T, E> {
         }
     }
 
-    fn from_tape(value: &Value) -> Result<Self, String> {
+    fn from_tape(value: &Value) -> Result<Self, DecodeError> {
         match (value.get("ok"), value.get("err")) {
             (Some(ok), None) => T::from_tape(ok).map(Ok),
             (None, Some(err)) => E::from_tape(err).map(Err),
-            _ => Err("expected {\"ok\": ...} or {\"err\": ...}".into()),
+            _ => Err(DecodeError::Expected("{\"ok\": ...} or {\"err\": ...}")),
         }
     }
 }
@@ -438,10 +475,10 @@ impl Taped for () {
         Value::Null
     }
 
-    fn from_tape(value: &Value) -> Result<(), String> {
+    fn from_tape(value: &Value) -> Result<(), DecodeError> {
         match value {
             Value::Null => Ok(()),
-            _ => Err("expected null".into()),
+            _ => Err(DecodeError::Expected("null")),
         }
     }
 }
@@ -451,10 +488,10 @@ impl Taped for bool {
         Value::Bool(*self)
     }
 
-    fn from_tape(value: &Value) -> Result<bool, String> {
+    fn from_tape(value: &Value) -> Result<bool, DecodeError> {
         value
             .as_bool()
-            .ok_or_else(|| "expected true or false".into())
+            .ok_or(DecodeError::Expected("true or false"))
     }
 }
 
@@ -470,10 +507,10 @@ impl Taped for u64 {
         json!(self)
     }
 
-    fn from_tape(value: &Value) -> Result<u64, String> {
+    fn from_tape(value: &Value) -> Result<u64, DecodeError> {
         value
             .as_u64()
-            .ok_or_else(|| "expected a whole number".into())
+            .ok_or(DecodeError::Expected("a whole number"))
     }
 }
 
@@ -482,11 +519,11 @@ impl Taped for String {
         Value::String(self.clone())
     }
 
-    fn from_tape(value: &Value) -> Result<String, String> {
+    fn from_tape(value: &Value) -> Result<String, DecodeError> {
         value
             .as_str()
             .map(str::to_string)
-            .ok_or_else(|| "expected a string".into())
+            .ok_or(DecodeError::Expected("a string"))
     }
 }
 
@@ -497,7 +534,7 @@ impl Taped for Vec<u8> {
         bytes_to_tape(self)
     }
 
-    fn from_tape(value: &Value) -> Result<Vec<u8>, String> {
+    fn from_tape(value: &Value) -> Result<Vec<u8>, DecodeError> {
         bytes_from_tape(value)
     }
 }
@@ -507,7 +544,7 @@ impl Taped for Vec<u64> {
         json!(self)
     }
 
-    fn from_tape(value: &Value) -> Result<Vec<u64>, String> {
+    fn from_tape(value: &Value) -> Result<Vec<u64>, DecodeError> {
         list_from_tape(value, u64::from_tape)
     }
 }
@@ -518,7 +555,7 @@ impl<T: Taped> Taped for Option<T> {
         self.as_ref().map_or(Value::Null, Taped::to_tape)
     }
 
-    fn from_tape(value: &Value) -> Result<Option<T>, String> {
+    fn from_tape(value: &Value) -> Result<Option<T>, DecodeError> {
         match value {
             Value::Null => Ok(None),
             value => T::from_tape(value).map(Some),
@@ -540,26 +577,26 @@ pub fn base64_to_tape(bytes: &[u8]) -> Value {
 }
 
 /// Bytes read from a tape.
-pub fn bytes_from_tape(value: &Value) -> Result<Vec<u8>, String> {
+pub fn bytes_from_tape(value: &Value) -> Result<Vec<u8>, DecodeError> {
     if let Some(text) = value.get("text").and_then(Value::as_str) {
         return Ok(text.as_bytes().to_vec());
     }
     if let Some(encoded) = value.get("base64").and_then(Value::as_str) {
-        return BASE64
-            .decode(encoded)
-            .map_err(|e| format!("bad base64: {e}"));
+        return Ok(BASE64.decode(encoded)?);
     }
-    Err("expected {\"text\": ...} or {\"base64\": ...}".into())
+    Err(DecodeError::Expected(
+        "{\"text\": ...} or {\"base64\": ...}",
+    ))
 }
 
 /// A JSON list read item by item.
 pub fn list_from_tape<T>(
     value: &Value,
-    item: impl Fn(&Value) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
+    item: impl Fn(&Value) -> Result<T, DecodeError>,
+) -> Result<Vec<T>, DecodeError> {
     value
         .as_array()
-        .ok_or_else(|| "expected a list".to_string())?
+        .ok_or(DecodeError::Expected("a list"))?
         .iter()
         .map(item)
         .collect()
@@ -571,26 +608,26 @@ pub fn case_to_tape(case: &str, message: &str) -> Value {
 }
 
 /// The case and message of a variant written by [`case_to_tape`].
-pub fn case_from_tape(value: &Value) -> Result<(&str, &str), String> {
+pub fn case_from_tape(value: &Value) -> Result<(&str, &str), DecodeError> {
     let object = value
         .as_object()
         .filter(|o| o.len() == 1)
-        .ok_or_else(|| "expected {\"case\": \"message\"}".to_string())?;
+        .ok_or(DecodeError::Expected("{\"case\": \"message\"}"))?;
     let (case, message) = object
         .iter()
         .next()
-        .ok_or_else(|| "expected one case".to_string())?;
+        .ok_or(DecodeError::Expected("one case"))?;
     let message = message
         .as_str()
-        .ok_or_else(|| format!("the message of `{case}` is not a string"))?;
+        .ok_or_else(|| DecodeError::MessageNotText(case.clone()))?;
     Ok((case.as_str(), message))
 }
 
 /// A field of a JSON object.
-pub fn field<'a>(value: &'a Value, name: &str) -> Result<&'a Value, String> {
+pub fn field<'a>(value: &'a Value, name: &str) -> Result<&'a Value, DecodeError> {
     value
         .get(name)
-        .ok_or_else(|| format!("field `{name}` is missing"))
+        .ok_or_else(|| DecodeError::MissingField(name.to_string()))
 }
 
 #[cfg(test)]

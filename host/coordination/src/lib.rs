@@ -22,4 +22,4 @@ pub mod shards;
 pub use self::coordinator::Coordinator;
 pub use self::elector::{Election, Role};
 pub use self::home::HomeError;
-pub use self::settings::{CoordinationSettings, Mode};
+pub use self::settings::{CoordinationSettings, Mode, SettingsError};

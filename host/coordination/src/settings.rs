@@ -88,6 +88,30 @@ impl Default for CoordinationSettings {
     }
 }
 
+/// A `coordination:` field the host cannot use; the text names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error(
+        "coordination.lease_name: `{0}` is not a valid object name (lowercase letters, \
+         digits, '-' and '.', at most 253 characters)"
+    )]
+    LeaseName(String),
+    #[error("coordination.namespace: `{0}` is not a valid namespace")]
+    Namespace(String),
+    #[error("coordination.identity: must not be empty")]
+    EmptyIdentity,
+    /// The three durations, in seconds, out of their order.
+    #[error(
+        "coordination: needs 0 < retry_period_seconds ({retry}) < \
+         renew_deadline_seconds ({deadline}) < lease_duration_seconds ({lease})"
+    )]
+    Timings {
+        retry: u32,
+        deadline: u32,
+        lease: u32,
+    },
+}
+
 /// The timings of an election, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
@@ -105,29 +129,29 @@ impl Timings {
 }
 
 impl CoordinationSettings {
+    /// [`CoordinationSettings::resolve`], its error as text: what the main file's checks
+    /// collect (`ConfigError::Invalid`).
+    pub fn validate(self, root: &Path) -> Result<CoordinationSettings, String> {
+        self.resolve(root).map_err(|e| e.to_string())
+    }
+
     /// Checks the section and resolves a relative kubeconfig against `root`. Errors name the
     /// field.
-    pub fn validate(mut self, root: &Path) -> Result<CoordinationSettings, String> {
+    pub fn resolve(mut self, root: &Path) -> Result<CoordinationSettings, SettingsError> {
         if !is_dns_label_like(&self.lease_name) {
-            return Err(format!(
-                "coordination.lease_name: `{}` is not a valid object name (lowercase letters, \
-                 digits, '-' and '.', at most 253 characters)",
-                self.lease_name
-            ));
+            return Err(SettingsError::LeaseName(self.lease_name));
         }
         if let Some(ns) = &self.namespace
             && !is_dns_label_like(ns)
         {
-            return Err(format!(
-                "coordination.namespace: `{ns}` is not a valid namespace"
-            ));
+            return Err(SettingsError::Namespace(ns.clone()));
         }
         if self
             .identity
             .as_deref()
             .is_some_and(|i| i.trim().is_empty())
         {
-            return Err("coordination.identity: must not be empty".into());
+            return Err(SettingsError::EmptyIdentity);
         }
         let (lease, deadline, retry) = (
             self.lease_duration_seconds,
@@ -135,10 +159,11 @@ impl CoordinationSettings {
             self.retry_period_seconds,
         );
         if retry == 0 || deadline <= retry || lease <= deadline {
-            return Err(format!(
-                "coordination: needs 0 < retry_period_seconds ({retry}) < \
-                 renew_deadline_seconds ({deadline}) < lease_duration_seconds ({lease})"
-            ));
+            return Err(SettingsError::Timings {
+                retry,
+                deadline,
+                lease,
+            });
         }
         self.kubeconfig = self
             .kubeconfig

@@ -74,17 +74,27 @@ pub struct RateLimitSpec {
     pub burst: Option<u32>,
 }
 
+/// A rate limit that cannot be applied as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RateLimitError {
+    #[error("rate_limits: burst must be at least 1")]
+    ZeroBurst,
+    #[error("rate_limits: rates must be at least 1")]
+    ZeroRate,
+    /// Both rates, or neither.
+    #[error("rate_limits: give exactly one of per_second or per_minute")]
+    NotOneRate,
+}
+
 impl RateLimitSpec {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RateLimitError> {
         if self.burst == Some(0) {
-            return Err("rate_limits: burst must be at least 1".into());
+            return Err(RateLimitError::ZeroBurst);
         }
         match (self.per_second, self.per_minute) {
-            (Some(0), None) | (None, Some(0)) => {
-                Err("rate_limits: rates must be at least 1".into())
-            }
+            (Some(0), None) | (None, Some(0)) => Err(RateLimitError::ZeroRate),
             (Some(_), None) | (None, Some(_)) => Ok(()),
-            _ => Err("rate_limits: give exactly one of per_second or per_minute".into()),
+            _ => Err(RateLimitError::NotOneRate),
         }
     }
 

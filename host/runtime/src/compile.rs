@@ -265,11 +265,15 @@ impl ComponentCache {
     }
 
     /// `Ok(None)`: no cache file. `Err`: a file that must not be trusted.
-    fn read_cache_file(&self, path: &Path, sha256: &str) -> Result<Option<Component>, String> {
+    fn read_cache_file(
+        &self,
+        path: &Path,
+        sha256: &str,
+    ) -> Result<Option<Component>, CacheFileError> {
         let bytes = match fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read: {e}")),
+            Err(e) => return Err(CacheFileError::Read(e)),
         };
         let payload = check_cache_file(&bytes, &wasm_key(sha256)?, &self.compat)?;
         // SAFETY: `Component::deserialize` requires bytes produced by `Component::serialize`
@@ -278,7 +282,7 @@ impl ComponentCache {
         // hash, and that the payload is intact (sha256). The folder is jobrelay's own; its
         // documentation requires that nobody else can write there.
         let component = unsafe { Component::deserialize(&self.engine, payload) }
-            .map_err(|e| format!("wasmtime refused the payload: {e:#}"))?;
+            .map_err(|e| CacheFileError::Refused(format!("{e:#}")))?;
         Ok(Some(component))
     }
 
@@ -287,8 +291,10 @@ impl ComponentCache {
         path: &Path,
         sha256: &str,
         component: &Component,
-    ) -> Result<(), String> {
-        let payload = component.serialize().map_err(|e| format!("{e:#}"))?;
+    ) -> Result<(), CacheFileError> {
+        let payload = component
+            .serialize()
+            .map_err(|e| CacheFileError::Serialize(format!("{e:#}")))?;
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&wasm_key(sha256)?);
@@ -296,8 +302,41 @@ impl ComponentCache {
         bytes.extend_from_slice(&Sha256::digest(&payload));
         bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         bytes.extend_from_slice(&payload);
-        write_atomically(path, &bytes).map_err(|e| e.to_string())
+        write_atomically(path, &bytes).map_err(CacheFileError::Write)
     }
+}
+
+/// Why a cache file is not used (it is then deleted and the bytes compiled again), or could
+/// not be written (the next start compiles again).
+#[derive(Debug, thiserror::Error)]
+enum CacheFileError {
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    /// The plugin's sha256 is not 64 hex digits.
+    #[error("`{0}` is not a hex sha256")]
+    NotHex(String),
+    #[error("`{0}` is not a 32-byte sha256")]
+    NotSha256(String),
+    #[error("shorter than its header")]
+    Short,
+    #[error("not a jobrelay cache file (or another format version)")]
+    NotCacheFile,
+    #[error("written for other wasm bytes")]
+    OtherWasm,
+    #[error("written by an engine with other settings")]
+    OtherEngine,
+    #[error("truncated")]
+    Truncated,
+    #[error("checksum mismatch")]
+    Checksum,
+    /// wasmtime would not deserialize the payload; its chain of causes, as text.
+    #[error("wasmtime refused the payload: {0}")]
+    Refused(String),
+    /// wasmtime could not serialize the component; its chain of causes, as text.
+    #[error("{0}")]
+    Serialize(String),
+    #[error("{0}")]
+    Write(std::io::Error),
 }
 
 /// Why no component could be had for a plugin's bytes.
@@ -336,10 +375,10 @@ fn prepare_image(component: &Component) {
     }
 }
 
-fn wasm_key(sha256: &str) -> Result<[u8; 32], String> {
-    let raw = hex::decode(sha256).map_err(|_| format!("`{sha256}` is not a hex sha256"))?;
+fn wasm_key(sha256: &str) -> Result<[u8; 32], CacheFileError> {
+    let raw = hex::decode(sha256).map_err(|_| CacheFileError::NotHex(sha256.to_string()))?;
     raw.try_into()
-        .map_err(|_| format!("`{sha256}` is not a 32-byte sha256"))
+        .map_err(|_| CacheFileError::NotSha256(sha256.to_string()))
 }
 
 /// The payload of a cache file, if its header matches the expected key and its checksum.
@@ -347,27 +386,27 @@ fn check_cache_file<'a>(
     bytes: &'a [u8],
     wasm_key: &[u8; 32],
     compat: &[u8; 32],
-) -> Result<&'a [u8], String> {
+) -> Result<&'a [u8], CacheFileError> {
     if bytes.len() < HEADER_LEN {
-        return Err("shorter than its header".into());
+        return Err(CacheFileError::Short);
     }
     let (header, payload) = bytes.split_at(HEADER_LEN);
     if &header[..8] != MAGIC {
-        return Err("not a jobrelay cache file (or another format version)".into());
+        return Err(CacheFileError::NotCacheFile);
     }
     if &header[8..40] != wasm_key {
-        return Err("written for other wasm bytes".into());
+        return Err(CacheFileError::OtherWasm);
     }
     if &header[40..72] != compat {
-        return Err("written by an engine with other settings".into());
+        return Err(CacheFileError::OtherEngine);
     }
     let mut len = [0u8; 8];
     len.copy_from_slice(&header[104..112]);
     if u64::from_le_bytes(len) != payload.len() as u64 {
-        return Err("truncated".into());
+        return Err(CacheFileError::Truncated);
     }
     if Sha256::digest(payload).as_slice() != &header[72..104] {
-        return Err("checksum mismatch".into());
+        return Err(CacheFileError::Checksum);
     }
     Ok(payload)
 }

@@ -33,7 +33,7 @@ pub use self::host_state::{HostState, MAX_STORE_RESOURCES};
 pub use self::plugin::PluginVersion;
 
 use self::compile::ComponentCache;
-use self::world::WorldPre;
+use self::world::{WorldError, WorldPre};
 use jobrelay_capabilities as capabilities;
 use jobrelay_capabilities::{Grants, MAX_TIMEOUT};
 
@@ -202,7 +202,7 @@ impl Runtime {
             .link(&component)
             .map_err(|reason| LoadError::WrongWorld {
                 plugin: name.clone(),
-                reason,
+                reason: reason.to_string(),
             })?;
 
         let loaded = Arc::new(PluginVersion {
@@ -265,7 +265,7 @@ impl Runtime {
     }
 
     /// Checks the component against the `plugin` world and pre-instantiates it.
-    fn link(&self, component: &Component) -> Result<WorldPre, String> {
+    fn link(&self, component: &Component) -> Result<WorldPre, WorldError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.inner.engine)
@@ -290,17 +290,13 @@ impl Runtime {
                 .map(|m| format!("`{m}`"))
                 .collect::<Vec<_>>()
                 .join(" and ");
-            return Err(format!(
-                "it does not export {missing} (it exports {found}); build it against \
-                 world `plugin` of {}",
-                world::SERVED[0]
-            ));
+            return Err(WorldError::MissingExports { missing, found });
         }
         let pre = self
             .inner
             .linker
             .instantiate_pre(component)
-            .map_err(|e| format!("it imports something this host does not provide: {e:#}"))?;
+            .map_err(|e| WorldError::Imports(format!("{e:#}")))?;
         WorldPre::new(pre)
     }
 }

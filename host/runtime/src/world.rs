@@ -16,6 +16,24 @@ use jobrelay_contract::event::JobEvent;
 /// The world packages this host serves, newest first.
 pub const SERVED: [&str; 2] = ["jobrelay:plugin@0.2.0", "jobrelay:plugin@0.1.0"];
 
+/// Why a component is not a plugin of a world this host serves. wasmtime's errors are kept as
+/// text with their whole chain of causes (they are not standard errors that could be sources).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WorldError {
+    /// It lacks `init` or `handle`: `missing` and `found` are the export names, as listed.
+    #[error(
+        "it does not export {missing} (it exports {found}); build it against world `plugin` \
+         of {served}",
+        served = SERVED[0]
+    )]
+    MissingExports { missing: String, found: String },
+    #[error("it imports something this host does not provide: {0}")]
+    Imports(String),
+    /// Its exports match no served world; the mismatch with the current one.
+    #[error("its exports have the wrong types for {served}: {0}", served = SERVED[0])]
+    WrongTypes(String),
+}
+
 /// A component pre-instantiated against the world it was built for.
 pub enum WorldPre {
     V0_2(bindings::PluginPre<HostState>),
@@ -31,15 +49,12 @@ pub enum WorldInstance {
 impl WorldPre {
     /// Finds the world whose exports the component has; the error is the current world's
     /// mismatch (what a plugin author should build against).
-    pub fn new(pre: InstancePre<HostState>) -> Result<WorldPre, String> {
+    pub fn new(pre: InstancePre<HostState>) -> Result<WorldPre, WorldError> {
         match bindings::PluginPre::new(pre.clone()) {
             Ok(current) => Ok(WorldPre::V0_2(current)),
             Err(current_error) => match v0_1::PluginPre::new(pre) {
                 Ok(older) => Ok(WorldPre::V0_1(older)),
-                Err(_) => Err(format!(
-                    "its exports have the wrong types for {}: {current_error:#}",
-                    SERVED[0]
-                )),
+                Err(_) => Err(WorldError::WrongTypes(format!("{current_error:#}"))),
             },
         }
     }

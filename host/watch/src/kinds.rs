@@ -146,7 +146,7 @@ impl NormalizerSpec {
     /// (starts with `/`, and `~` only in `~0` or `~1`, RFC 6901), and a conditions rule lists
     /// at least one condition with a type. A rule that fails this would read nothing from
     /// every job, silently; the error names the field, as `normalizer.field.time_path`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NormalizerError> {
         match self {
             NormalizerSpec::Field(rule) => {
                 let pointers = [
@@ -158,21 +158,22 @@ impl NormalizerSpec {
                 for (field, pointer) in pointers {
                     if let Some(pointer) = pointer {
                         pointer_problem(pointer).map_or(Ok(()), |why| {
-                            Err(format!("normalizer.field.{field} `{pointer}`: {why}"))
+                            Err(NormalizerError::Pointer {
+                                field,
+                                pointer: pointer.clone(),
+                                why,
+                            })
                         })?;
                     }
                 }
                 Ok(())
             }
-            NormalizerSpec::Conditions(rules) if rules.is_empty() => Err(
-                "normalizer.conditions: the list is empty; give at least one `{type, phase}`"
-                    .into(),
-            ),
+            NormalizerSpec::Conditions(rules) if rules.is_empty() => {
+                Err(NormalizerError::NoConditions)
+            }
             NormalizerSpec::Conditions(rules) => {
                 match rules.iter().position(|r| r.type_.is_empty()) {
-                    Some(i) => Err(format!(
-                        "normalizer.conditions[{i}].type: must not be empty"
-                    )),
+                    Some(i) => Err(NormalizerError::UntypedCondition(i)),
                     None => Ok(()),
                 }
             }
@@ -203,6 +204,23 @@ impl NormalizerSpec {
 }
 
 /// What is wrong with a JSON pointer (RFC 6901), if anything.
+/// A normalizer rule that would read nothing as written; the text names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NormalizerError {
+    /// A field rule's pointer that is no JSON pointer: which field, the pointer, and why.
+    #[error("normalizer.field.{field} `{pointer}`: {why}")]
+    Pointer {
+        field: &'static str,
+        pointer: String,
+        why: &'static str,
+    },
+    #[error("normalizer.conditions: the list is empty; give at least one `{{type, phase}}`")]
+    NoConditions,
+    /// The condition at this index has an empty `type`.
+    #[error("normalizer.conditions[{0}].type: must not be empty")]
+    UntypedCondition(usize),
+}
+
 fn pointer_problem(pointer: &str) -> Option<&'static str> {
     if !pointer.starts_with('/') {
         return Some("a JSON pointer starts with `/`");
@@ -283,7 +301,7 @@ mod pattern_tests {
         let bad = field("/status/phase", Some("/status/~2x")).check();
         assert!(
             bad.as_ref()
-                .is_err_and(|e| e.contains("normalizer.field.time_path")),
+                .is_err_and(|e| e.to_string().contains("normalizer.field.time_path")),
             "{bad:?}"
         );
         assert!(
@@ -295,7 +313,7 @@ mod pattern_tests {
         assert!(
             empty
                 .as_ref()
-                .is_err_and(|e| e.contains("normalizer.conditions")),
+                .is_err_and(|e| e.to_string().contains("normalizer.conditions")),
             "{empty:?}"
         );
         let untyped = NormalizerSpec::Conditions(vec![ConditionRule {

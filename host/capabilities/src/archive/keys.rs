@@ -7,30 +7,34 @@
 /// Longest key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
 
+/// A key a plugin may not write, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Empty, or longer than [`MAX_KEY_BYTES`]; the length.
+    #[error("a key must be 1 to {MAX_KEY_BYTES} bytes, got {0}")]
+    Length(usize),
+    #[error("key `{0}` is absolute; keys are relative to the plugin's prefix")]
+    Absolute(String),
+    #[error("key `{}` contains a backslash or a control character", .0.escape_debug())]
+    Character(String),
+    #[error("key `{0}` has an empty, `.` or `..` segment; it must stay under the prefix")]
+    Segment(String),
+}
+
 /// Checks a relative key: `a/b/c.log.gz`.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), KeyError> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "a key must be 1 to {MAX_KEY_BYTES} bytes, got {}",
-            key.len()
-        ));
+        return Err(KeyError::Length(key.len()));
     }
     if key.starts_with('/') {
-        return Err(format!(
-            "key `{key}` is absolute; keys are relative to the plugin's prefix"
-        ));
+        return Err(KeyError::Absolute(key.to_string()));
     }
     if key.contains('\\') || key.chars().any(char::is_control) {
-        return Err(format!(
-            "key `{}` contains a backslash or a control character",
-            key.escape_debug()
-        ));
+        return Err(KeyError::Character(key.to_string()));
     }
     for segment in key.split('/') {
         if segment.is_empty() || segment == "." || segment == ".." {
-            return Err(format!(
-                "key `{key}` has an empty, `.` or `..` segment; it must stay under the prefix"
-            ));
+            return Err(KeyError::Segment(key.to_string()));
         }
     }
     Ok(())

@@ -77,15 +77,21 @@ impl ArchiveStore {
     }
 
     /// The byte count of `prefix`, listed from the store the first time it is asked for.
-    pub async fn usage(&self, prefix: &str) -> Result<Arc<AtomicU64>, String> {
+    pub async fn usage(&self, prefix: &str) -> Result<Arc<AtomicU64>, UsageError> {
         if let Some(known) = self.known_usage(prefix) {
             return Ok(known);
         }
-        let path = StorePath::parse(prefix).map_err(|e| format!("prefix `{prefix}`: {e}"))?;
+        let path = StorePath::parse(prefix).map_err(|source| UsageError::Prefix {
+            prefix: prefix.to_string(),
+            source,
+        })?;
         let mut listed = self.store.list(Some(&path));
         let mut bytes = 0u64;
         while let Some(meta) = futures::StreamExt::next(&mut listed).await {
-            let meta = meta.map_err(|e| format!("listing `{prefix}`: {e}"))?;
+            let meta = meta.map_err(|source| UsageError::Listing {
+                prefix: prefix.to_string(),
+                source,
+            })?;
             bytes += meta.size;
         }
         let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
@@ -100,6 +106,23 @@ impl ArchiveStore {
         let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
         usage.get(prefix).cloned()
     }
+}
+
+/// Why the bytes under a prefix could not be counted.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// The prefix is no store path.
+    #[error("prefix `{prefix}`: {source}")]
+    Prefix {
+        prefix: String,
+        source: object_store::path::Error,
+    },
+    /// The store could not list the prefix.
+    #[error("listing `{prefix}`: {source}")]
+    Listing {
+        prefix: String,
+        source: object_store::Error,
+    },
 }
 
 /// The S3 client's settings: the environment's standard AWS settings first (`AWS_*`: keys and

@@ -3,7 +3,7 @@
 //!
 //! Apart from the interface so that the tape's format for the archive is in one place.
 
-use crate::tape::{self, FromDivergence, Taped};
+use crate::tape::{self, DecodeError, FromDivergence, Taped};
 use jobrelay_bindings::jobrelay::plugin::archive::Error as ArchiveError;
 
 /// `{"invalid-key": "..."}`, `{"too-large": "..."}` or `{"unavailable": "..."}`.
@@ -16,12 +16,15 @@ impl Taped for ArchiveError {
         }
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<ArchiveError, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<ArchiveError, DecodeError> {
         match tape::case_from_tape(value)? {
             ("invalid-key", m) => Ok(ArchiveError::InvalidKey(m.into())),
             ("too-large", m) => Ok(ArchiveError::TooLarge(m.into())),
             ("unavailable", m) => Ok(ArchiveError::Unavailable(m.into())),
-            (other, _) => Err(format!("`{other}` is not an archive error")),
+            (other, _) => Err(DecodeError::UnknownCase {
+                case: other.into(),
+                of: "an archive error",
+            }),
         }
     }
 }

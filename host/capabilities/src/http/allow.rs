@@ -71,15 +71,24 @@ pub struct Pattern {
     port: PortPattern,
 }
 
+/// An `allow` entry that is not a pattern: the entry, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "allow entry `{}`: {why} (expected scheme://host[:port], e.g. \
+     `https://api.example.com`, `https://*.example.com` or `http://10.0.0.5:*`)",
+    .entry.escape_debug()
+)]
+pub struct PatternError {
+    pub entry: String,
+    pub why: &'static str,
+}
+
 impl Pattern {
     /// Parses `scheme://host[:port]`. The error names the entry and says what is wrong.
-    pub fn parse(entry: &str) -> Result<Pattern, String> {
-        parse_pattern(entry).map_err(|why| {
-            format!(
-                "allow entry `{}`: {why} (expected scheme://host[:port], e.g. \
-                 `https://api.example.com`, `https://*.example.com` or `http://10.0.0.5:*`)",
-                entry.escape_debug()
-            )
+    pub fn parse(entry: &str) -> Result<Pattern, PatternError> {
+        parse_pattern(entry).map_err(|why| PatternError {
+            entry: entry.to_string(),
+            why,
         })
     }
 
@@ -227,7 +236,7 @@ pub struct AllowList {
 
 impl AllowList {
     /// Parses every entry; fails on the first bad one, naming it.
-    pub fn parse(entries: &[String]) -> Result<AllowList, String> {
+    pub fn parse(entries: &[String]) -> Result<AllowList, PatternError> {
         let patterns = entries
             .iter()
             .map(|entry| Pattern::parse(entry))
@@ -395,6 +404,7 @@ mod tests {
             match Pattern::parse(entry) {
                 Ok(pattern) => panic!("{entry} parsed as {pattern}"),
                 Err(message) => {
+                    let message = message.to_string();
                     assert!(message.contains(why), "{entry}: {message}");
                     assert!(
                         message.contains(&format!("`{}`", entry.escape_debug())),

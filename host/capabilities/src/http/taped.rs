@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use wasmtime_wasi_http::{Error, WasiBody};
 
 use super::Sent;
-use crate::tape::{self, CallTape, FromDivergence, Taped};
+use crate::tape::{self, CallTape, DecodeError, FromDivergence, Taped};
 
 /// The name of the call on a tape.
 pub const CALL: &str = "http.request";
@@ -52,7 +52,7 @@ impl Taped for Recorded {
         })
     }
 
-    fn from_tape(value: &Value) -> Result<Recorded, String> {
+    fn from_tape(value: &Value) -> Result<Recorded, DecodeError> {
         let status = u64::from_tape(tape::field(value, "status")?)?;
         let headers = match value.get("headers") {
             None => Vec::new(),
@@ -60,12 +60,12 @@ impl Taped for Recorded {
                 let pair = tape::list_from_tape(pair, String::from_tape)?;
                 match <[String; 2]>::try_from(pair) {
                     Ok([name, value]) => Ok((name, value)),
-                    Err(_) => Err("a header is [name, value]".to_string()),
+                    Err(_) => Err(DecodeError::BadHeader),
                 }
             })?,
         };
         Ok(Recorded {
-            status: u16::try_from(status).map_err(|_| format!("status {status}"))?,
+            status: u16::try_from(status).map_err(|_| DecodeError::BadStatus(status))?,
             headers,
             body: match value.get("body") {
                 None => Vec::new(),
@@ -83,7 +83,7 @@ impl Taped for Failed {
         json!({ "code": code(&self.0), "message": self.0.to_string() })
     }
 
-    fn from_tape(value: &Value) -> Result<Failed, String> {
+    fn from_tape(value: &Value) -> Result<Failed, DecodeError> {
         let code = String::from_tape(tape::field(value, "code")?)?;
         let message = value.get("message").and_then(Value::as_str).unwrap_or("");
         Ok(Failed(error(&code, message)))

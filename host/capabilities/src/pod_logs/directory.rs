@@ -59,25 +59,23 @@ impl ClusterDirectory {
     }
 
     /// The scope of a call handling `event`, or why there is none.
-    pub(super) fn scope(&self, event: &JobEvent) -> Result<JobScope, String> {
+    pub(super) fn scope(&self, event: &JobEvent) -> Result<JobScope, NoScope> {
         let directory = self
             .inner
             .read()
-            .map_err(|_| "the cluster directory is unavailable".to_string())?;
+            .map_err(|_| NoScope::DirectoryUnavailable)?;
         let client = directory
             .clients
             .get(&*event.cluster)
             .cloned()
-            .ok_or_else(|| format!("cluster `{}` is not connected", event.cluster))?;
+            .ok_or_else(|| NoScope::NotConnected(event.cluster.to_string()))?;
         let label = directory
             .pod_labels
             .get(&(event.api_version.to_string(), event.kind.to_string()))
             .cloned()
-            .ok_or_else(|| {
-                format!(
-                    "kind {} {} has no `pod_label` in the main file, so its pods cannot be found",
-                    event.api_version, event.kind
-                )
+            .ok_or_else(|| NoScope::NoPodLabel {
+                api_version: event.api_version.to_string(),
+                kind: event.kind.to_string(),
             })?;
         Ok(JobScope {
             client,
@@ -87,6 +85,24 @@ impl ClusterDirectory {
             label,
         })
     }
+}
+
+/// Why a call has no job whose pods it may read; the plugin is told as a denial.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum NoScope {
+    #[error("pod logs are not granted to this plugin (grants.pod_logs)")]
+    NotGranted,
+    /// A call outside `handle` (`init`) has no event, so no job.
+    #[error("there is no job in scope outside `handle`")]
+    OutsideHandle,
+    #[error("the cluster directory is unavailable")]
+    DirectoryUnavailable,
+    #[error("cluster `{0}` is not connected")]
+    NotConnected(String),
+    #[error(
+        "kind {api_version} {kind} has no `pod_label` in the main file, so its pods cannot be found"
+    )]
+    NoPodLabel { api_version: String, kind: String },
 }
 
 /// Where the job of one call lives.

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::tape::{self, FromDivergence, Taped};
+use crate::tape::{self, DecodeError, FromDivergence, Taped};
 use jobrelay_bindings::jobrelay::plugin::pod_logs::{Container, Error as LogError, Pod as WitPod};
 
 /// A pod on a tape: `{"name", "phase", "node", "containers": [{"name", "restart_count",
@@ -25,12 +25,12 @@ impl Taped for WitPod {
         })
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<WitPod, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<WitPod, DecodeError> {
         let container = |value: &serde_json::Value| {
             Ok(Container {
                 name: String::from_tape(tape::field(value, "name")?)?,
                 restart_count: u32::try_from(u64::from_tape(tape::field(value, "restart_count")?)?)
-                    .map_err(|_| "`restart_count` is too large".to_string())?,
+                    .map_err(|_| DecodeError::TooLarge("restart_count"))?,
                 init: bool::from_tape(tape::field(value, "init")?)?,
             })
         };
@@ -50,7 +50,7 @@ impl Taped for Vec<WitPod> {
         serde_json::Value::Array(self.iter().map(Taped::to_tape).collect())
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<Vec<WitPod>, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<Vec<WitPod>, DecodeError> {
         tape::list_from_tape(value, WitPod::from_tape)
     }
 }
@@ -65,12 +65,15 @@ impl Taped for LogError {
         }
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<LogError, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<LogError, DecodeError> {
         match tape::case_from_tape(value)? {
             ("denied", m) => Ok(LogError::Denied(m.into())),
             ("not-found", m) => Ok(LogError::NotFound(m.into())),
             ("unavailable", m) => Ok(LogError::Unavailable(m.into())),
-            (other, _) => Err(format!("`{other}` is not a pod-logs error")),
+            (other, _) => Err(DecodeError::UnknownCase {
+                case: other.into(),
+                of: "a pod-logs error",
+            }),
         }
     }
 }

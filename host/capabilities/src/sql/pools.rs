@@ -17,6 +17,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use super::settings::{SqlConnection, SqlSettings};
+use crate::GrantProblem;
 use crate::open_error::OpenError;
 use crate::sqlite_sandbox;
 use jobrelay_contract::secret;
@@ -126,14 +127,15 @@ impl Databases {
 
     /// The pool `plugin` uses for connection `name`: its own file for [`EMBEDDED`] (the folder
     /// is made when first needed), the shared pool for any other.
-    pub fn for_plugin(&self, name: &str, plugin: &str) -> Result<Option<Database>, String> {
+    pub fn for_plugin(&self, name: &str, plugin: &str) -> Result<Option<Database>, GrantProblem> {
         if let Some(database) = self.by_name.get(name) {
             return Ok(Some(database.clone()));
         }
         match &self.embedded {
             Some(files) if name == EMBEDDED => {
-                std::fs::create_dir_all(&files.dir)
-                    .map_err(|e| format!("cannot create {}: {e}", files.dir.display()))?;
+                std::fs::create_dir_all(&files.dir).map_err(|e| {
+                    GrantProblem::io(format!("cannot create {}", files.dir.display()), e)
+                })?;
                 Ok(Some(Database::Sqlite(files.pool(plugin))))
             }
             _ => Ok(None),

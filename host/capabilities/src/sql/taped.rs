@@ -6,7 +6,7 @@
 
 use serde_json::json;
 
-use crate::tape::{self, FromDivergence, Taped};
+use crate::tape::{self, DecodeError, FromDivergence, Taped};
 use jobrelay_bindings::jobrelay::plugin::sql::{
     Dialect, Error as SqlError, Rows, Statement, Value,
 };
@@ -20,11 +20,11 @@ impl Taped for Dialect {
         })
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<Dialect, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<Dialect, DecodeError> {
         match value.as_str() {
             Some("mysql") => Ok(Dialect::Mysql),
             Some("sqlite") => Ok(Dialect::Sqlite),
-            _ => Err("expected \"mysql\" or \"sqlite\"".into()),
+            _ => Err(DecodeError::Expected("\"mysql\" or \"sqlite\"")),
         }
     }
 }
@@ -36,7 +36,7 @@ impl Taped for Statement {
         json!({ "sql": self.sql, "params": params })
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<Statement, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<Statement, DecodeError> {
         Ok(Statement {
             sql: String::from_tape(tape::field(value, "sql")?)?,
             params: tape::list_from_tape(tape::field(value, "params")?, Value::from_tape)?,
@@ -58,7 +58,7 @@ impl Taped for Value {
         }
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<Value, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<Value, DecodeError> {
         use serde_json::Value as Json;
         match value {
             Json::Null => Ok(Value::Null),
@@ -66,17 +66,17 @@ impl Taped for Value {
             Json::Number(n) => n
                 .as_f64()
                 .map(Value::Float)
-                .ok_or_else(|| format!("{n} is not a value")),
+                .ok_or_else(|| DecodeError::NotAValue(n.to_string())),
             Json::String(text) => Ok(Value::Text(text.clone())),
             Json::Object(object) if object.contains_key("float") => object["float"]
                 .as_str()
                 .and_then(|f| f.parse().ok())
                 .map(Value::Float)
-                .ok_or_else(|| "`float` must be a number written as a string".to_string()),
+                .ok_or(DecodeError::BadFloat),
             Json::Object(object) if object.contains_key("base64") => {
                 tape::bytes_from_tape(value).map(Value::Blob)
             }
-            other => Err(format!("{other} is not a value")),
+            other => Err(DecodeError::NotAValue(other.to_string())),
         }
     }
 }
@@ -92,7 +92,7 @@ impl Taped for Rows {
         json!({ "columns": self.columns, "rows": rows })
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<Rows, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<Rows, DecodeError> {
         Ok(Rows {
             columns: tape::list_from_tape(tape::field(value, "columns")?, String::from_tape)?,
             rows: tape::list_from_tape(tape::field(value, "rows")?, |row| {
@@ -112,12 +112,15 @@ impl Taped for SqlError {
         }
     }
 
-    fn from_tape(value: &serde_json::Value) -> Result<SqlError, String> {
+    fn from_tape(value: &serde_json::Value) -> Result<SqlError, DecodeError> {
         match tape::case_from_tape(value)? {
             ("denied", m) => Ok(SqlError::Denied(m.into())),
             ("unavailable", m) => Ok(SqlError::Unavailable(m.into())),
             ("rejected", m) => Ok(SqlError::Rejected(m.into())),
-            (other, _) => Err(format!("`{other}` is not an sql error")),
+            (other, _) => Err(DecodeError::UnknownCase {
+                case: other.into(),
+                of: "an sql error",
+            }),
         }
     }
 }
