@@ -455,7 +455,10 @@ impl MainFile {
                 )));
             }
         }
-        let state = self.state.backend(root).map_err(ConfigError::Invalid)?;
+        let state = self
+            .state
+            .backend(root)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let archive = match (self.archive.local, self.archive.s3) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::Invalid(

@@ -97,31 +97,23 @@ impl StateSettings {
     /// `config_dir`. Refuses `path` together with `url`, `table_prefix` without `url`, an empty
     /// `url` or one that is neither a MySQL URL nor a secret reference, and a prefix that is not
     /// allowed; each message names the field. The URL's secret is not resolved here.
-    pub fn backend(&self, config_dir: &Path) -> Result<StateBackend, String> {
+    pub fn backend(&self, config_dir: &Path) -> Result<StateBackend, SettingsError> {
         match (&self.path, &self.url) {
-            (Some(_), Some(_)) => Err(
-                "state.path and state.url: give one, not both (`path` is an SQLite file for one \
-                 daemon, `url` a MySQL or MariaDB database that replicas share)"
-                    .into(),
-            ),
+            (Some(_), Some(_)) => Err(SettingsError::PathAndUrl),
             (None, Some(url)) => {
                 let url = url.trim();
                 if url.is_empty() {
-                    return Err("state.url: must not be empty".into());
+                    return Err(SettingsError::EmptyUrl);
                 }
                 let is_mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
                 if !is_mysql && !secret::is_reference(url) {
-                    return Err(
-                        "state.url: must be a mysql:// or mariadb:// URL, or an env:NAME \
-                         or file:/path secret reference to one"
-                            .into(),
-                    );
+                    return Err(SettingsError::NotMySqlUrl);
                 }
                 let table_prefix = self
                     .table_prefix
                     .clone()
                     .unwrap_or_else(|| DEFAULT_TABLE_PREFIX.to_string());
-                check_table_prefix(&table_prefix).map_err(|e| e.to_string())?;
+                check_table_prefix(&table_prefix).map_err(SettingsError::TablePrefix)?;
                 Ok(StateBackend::MySql {
                     url: url.to_string(),
                     table_prefix,
@@ -129,9 +121,7 @@ impl StateSettings {
             }
             (path, None) => {
                 if self.table_prefix.is_some() {
-                    return Err("state.table_prefix: only used with state.url (a MySQL or \
-                         MariaDB database); the SQLite file has no prefix"
-                        .into());
+                    return Err(SettingsError::PrefixWithoutUrl);
                 }
                 let path = path
                     .clone()
@@ -144,6 +134,31 @@ impl StateSettings {
             }
         }
     }
+}
+
+/// What is wrong with the `state:` section; each message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(
+        "state.path and state.url: give one, not both (`path` is an SQLite file for one \
+         daemon, `url` a MySQL or MariaDB database that replicas share)"
+    )]
+    PathAndUrl,
+    #[error("state.url: must not be empty")]
+    EmptyUrl,
+    #[error(
+        "state.url: must be a mysql:// or mariadb:// URL, or an env:NAME or file:/path secret \
+         reference to one"
+    )]
+    NotMySqlUrl,
+    #[error(
+        "state.table_prefix: only used with state.url (a MySQL or MariaDB database); the \
+         SQLite file has no prefix"
+    )]
+    PrefixWithoutUrl,
+    /// [`StoreError::BadTablePrefix`], which names the field itself.
+    #[error("{0}")]
+    TablePrefix(StoreError),
 }
 
 /// Where the durable state lives, after validation of the `state:` section.
@@ -246,7 +261,9 @@ mod tests {
 
     fn parse(yaml: &str) -> Result<StateBackend, String> {
         let settings: StateSettings = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
-        settings.backend(Path::new("/etc/jobrelay"))
+        settings
+            .backend(Path::new("/etc/jobrelay"))
+            .map_err(|e| e.to_string())
     }
 
     #[test]

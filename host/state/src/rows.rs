@@ -36,40 +36,72 @@ pub(super) const DEAD_LETTER_SHAPE: [Kind; 7] = [
     Kind::Bool,
 ];
 
+/// What is wrong with a stored row (the store reports it as
+/// [`StoreError::Corrupt`](super::StoreError::Corrupt), naming the store and the row's kind).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RowError {
+    /// A column holds another type than the row's shape says (`found` is the value as read).
+    #[error("expected {expected}, found {found}")]
+    Column {
+        expected: &'static str,
+        found: String,
+    },
+    /// The phase is not one jobrelay knows.
+    #[error("unknown phase {0:?}")]
+    UnknownPhase(String),
+    /// A dead letter's event JSON does not decode.
+    #[error("seq {seq}: event: {source}")]
+    Event {
+        seq: i64,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A dead letter's attempt count does not fit.
+    #[error("seq {seq}: attempts {attempts} out of range")]
+    Attempts { seq: i64, attempts: i64 },
+}
+
 /// The values of one row, taken in column order.
 struct Columns(std::vec::IntoIter<Value>);
 
 impl Columns {
-    fn text(&mut self) -> Result<String, String> {
+    fn text(&mut self) -> Result<String, RowError> {
         match self.0.next() {
             Some(Value::Text(v)) => Ok(v),
-            other => Err(format!("expected text, found {other:?}")),
+            other => Err(wrong("text", other)),
         }
     }
 
-    fn int(&mut self) -> Result<i64, String> {
+    fn int(&mut self) -> Result<i64, RowError> {
         match self.0.next() {
             Some(Value::Int(v)) => Ok(v),
-            other => Err(format!("expected an integer, found {other:?}")),
+            other => Err(wrong("an integer", other)),
         }
     }
 
-    fn bool(&mut self) -> Result<bool, String> {
+    fn bool(&mut self) -> Result<bool, RowError> {
         match self.0.next() {
             Some(Value::Bool(v)) => Ok(v),
-            other => Err(format!("expected a boolean, found {other:?}")),
+            other => Err(wrong("a boolean", other)),
         }
     }
 }
 
+fn wrong(expected: &'static str, found: Option<Value>) -> RowError {
+    RowError::Column {
+        expected,
+        found: format!("{found:?}"),
+    }
+}
+
 /// A cursor from the values of [`CURSOR_COLUMNS`]. The error says what is wrong with it.
-pub(super) fn cursor(values: Vec<Value>) -> Result<Cursor, String> {
+pub(super) fn cursor(values: Vec<Value>) -> Result<Cursor, RowError> {
     let mut c = Columns(values.into_iter());
     let (plugin, cluster, uid) = (c.text()?, c.text()?, c.text()?);
     let (api_version, kind, namespace, name) = (c.text()?, c.text()?, c.text()?, c.text()?);
     let resource_version = c.text()?;
     let phase_text = c.text()?;
-    let phase = parse_phase(&phase_text).ok_or_else(|| format!("unknown phase {phase_text:?}"))?;
+    let phase = parse_phase(&phase_text).ok_or(RowError::UnknownPhase(phase_text))?;
     Ok(Cursor {
         plugin,
         cluster,
@@ -87,16 +119,15 @@ pub(super) fn cursor(values: Vec<Value>) -> Result<Cursor, String> {
 
 /// A dead letter from the values of [`DEAD_LETTER_COLUMNS`]. The error says what is wrong
 /// with it.
-pub(super) fn dead_letter(values: Vec<Value>) -> Result<DeadLetter, String> {
+pub(super) fn dead_letter(values: Vec<Value>) -> Result<DeadLetter, RowError> {
     let mut c = Columns(values.into_iter());
     let seq = c.int()?;
     let plugin = c.text()?;
     let event: JobEvent =
-        serde_json::from_str(&c.text()?).map_err(|e| format!("seq {seq}: event: {e}"))?;
+        serde_json::from_str(&c.text()?).map_err(|source| RowError::Event { seq, source })?;
     let error = c.text()?;
     let attempts = c.int()?;
-    let attempts = u32::try_from(attempts)
-        .map_err(|_| format!("seq {seq}: attempts {attempts} out of range"))?;
+    let attempts = u32::try_from(attempts).map_err(|_| RowError::Attempts { seq, attempts })?;
     Ok(DeadLetter {
         seq,
         plugin,
