@@ -154,8 +154,8 @@ fn observe(tracker: &mut Tracker, text: &str, list: bool) -> Option<JobEvent> {
         events.extend(tracker.observe(Event::Apply(object)));
     }
     events.into_iter().find_map(|o| match o {
-        Observation::Version { event, .. } => Some(event),
-        Observation::Listed { .. } => None,
+        Observation::Version(observed) => Some(observed.event),
+        Observation::Listed(_) => None,
     })
 }
 

@@ -179,8 +179,8 @@ async fn a_compacted_watch_lists_again_at_once_whatever_failed_before() {
             .await
             .expect("the job after the compaction, within a minute")
             .expect("the stream runs");
-        if let watcher::Observation::Version { event, .. } = got
-            && event.name == "after-compaction"
+        if let watcher::Observation::Version(observed) = got
+            && observed.event.name == "after-compaction"
         {
             break;
         }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::{FinalizerBook, HeldJob};
-use super::lane::{Lane, Listed, Observed};
+use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
 use jobrelay_contract::event::Phase;
 use jobrelay_watch::finalizer::has_finalizer;
@@ -88,23 +88,16 @@ impl Routes {
     pub fn route(&self, observation: Observation) {
         let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
         match observation {
-            Observation::Version {
-                event,
-                kind,
-                from_list,
-            } => {
+            Observation::Version(observed) => {
+                let event = &observed.event;
                 tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name,
-                    from_list, "observed");
-                self.recent.record(&event);
-                self.observed.add_named(&event, &kind.name, Count::Observed);
+                    from_list = observed.from_list, "observed");
+                self.recent.record(event);
+                self.observed
+                    .add_named(event, &observed.kind.name, Count::Observed);
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }
-                let observed = Observed {
-                    event,
-                    kind,
-                    from_list,
-                };
                 let wanting: Vec<&Lane> = lanes
                     .values()
                     .filter(|l| l.wants(&observed.kind.name))
@@ -118,22 +111,11 @@ impl Routes {
                     last.push(observed);
                 }
             }
-            Observation::Listed {
-                cluster,
-                kind,
-                namespace,
-                uids,
-            } => {
+            Observation::Listed(listed) => {
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }
-                let listed = Listed {
-                    cluster: cluster.to_string(),
-                    namespace,
-                    uids,
-                    job_kind: kind.clone(),
-                };
-                for lane in lanes.values().filter(|l| l.wants(&kind.name)) {
+                for lane in lanes.values().filter(|l| l.wants(&listed.kind.name)) {
                     lane.listed(&listed);
                 }
             }

@@ -48,8 +48,9 @@ use jobrelay_runtime::CallError;
 use jobrelay_state::{Cursor, CursorStore};
 use jobrelay_watch::catch_up;
 
-pub use super::queue::Listed;
 use jobrelay_watch::kinds::JobKind;
+/// What a lane is offered: a stream's observations, as the watch made them.
+pub use jobrelay_watch::tracker::{Listed, Observed};
 
 use self::settle::record_dead_letter;
 use self::worker::{NotLoaded, work};
@@ -92,15 +93,6 @@ pub struct LaneStats {
     /// Time from a version's arrival in the lane to its acknowledgement stored, for the
     /// events the plugin handled (not dead letters, not replays).
     pub delivery: DurationSnapshot,
-}
-
-/// One observed version as the dispatcher hands it to lanes.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    pub event: JobEvent,
-    pub kind: Arc<JobKind>,
-    /// Seen in a (re-)list rather than a watch event: a gap may lie behind it.
-    pub from_list: bool,
 }
 
 struct Inner {
@@ -422,7 +414,7 @@ impl Lane {
             .unwrap_or_else(|p| p.into_inner())
             .gone(listed);
         for event in gone {
-            let kind = listed.job_kind.clone();
+            let kind = listed.kind.clone();
             self.push(Observed {
                 event,
                 kind,

@@ -23,7 +23,7 @@ use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
 use jobrelay_contract::uid::Uid;
 use jobrelay_state::Cursor;
-use jobrelay_watch::kinds::JobKind;
+use jobrelay_watch::tracker::Listed;
 
 /// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
 #[derive(Debug)]
@@ -227,15 +227,6 @@ pub enum Next {
     Idle,
     /// The job is no longer known (its cluster was let go): the worker ends.
     Forgotten,
-}
-
-/// The end of one (re-)list of one stream, for deletion-while-away detection.
-#[derive(Debug, Clone)]
-pub struct Listed {
-    pub cluster: String,
-    pub namespace: Option<String>,
-    pub uids: Arc<HashSet<Uid>>,
-    pub job_kind: Arc<JobKind>,
 }
 
 /// Every job a lane knows, with its queue, by cluster and uid.
@@ -477,14 +468,14 @@ impl Queues {
     /// Jobs of the listed stream that the lane knows, were not listed and are not deleted:
     /// their deletion events (a job deleted while jobrelay was away is still delivered).
     pub fn gone(&self, listed: &Listed) -> Vec<JobEvent> {
-        let Some(jobs) = self.clusters.get(listed.cluster.as_str()) else {
+        let Some(jobs) = self.clusters.get(&*listed.cluster) else {
             return Vec::new();
         };
-        let api_version = listed.job_kind.api_version();
+        let api_version = listed.kind.api_version();
         jobs.iter()
             .filter(|(uid, job)| {
                 *job.origin.api_version == api_version
-                    && *job.origin.kind == listed.job_kind.kind
+                    && *job.origin.kind == listed.kind.kind
                     && listed
                         .namespace
                         .as_deref()

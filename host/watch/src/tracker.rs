@@ -39,19 +39,30 @@ use jobrelay_contract::uid::Uid;
 #[derive(Debug, Clone)]
 pub enum Observation {
     /// One version of one job.
-    Version {
-        event: JobEvent,
-        kind: Arc<JobKind>,
-        /// Seen in a (re-)list: a gap may lie behind it.
-        from_list: bool,
-    },
-    /// A (re-)list finished: these are all the jobs of this cluster, kind and namespace.
-    Listed {
-        cluster: Arc<str>,
-        kind: Arc<JobKind>,
-        namespace: Option<String>,
-        uids: Arc<HashSet<Uid>>,
-    },
+    Version(Observed),
+    /// A (re-)list finished.
+    Listed(Listed),
+}
+
+/// One version of one job, as its stream saw it: what the lanes are offered, unchanged.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub event: JobEvent,
+    /// The configured kind the stream watches (its name, normalizer, finalizer setting).
+    pub kind: Arc<JobKind>,
+    /// Seen in a (re-)list rather than a watch event: a gap may lie behind it.
+    pub from_list: bool,
+}
+
+/// The end of one (re-)list: these are all the jobs of this cluster, kind and namespace. A
+/// lane reports the jobs it knows and that are not here as deleted.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub cluster: Arc<str>,
+    pub kind: Arc<JobKind>,
+    /// `None`: the stream watches every namespace.
+    pub namespace: Option<String>,
+    pub uids: Arc<HashSet<Uid>>,
 }
 
 /// Turns watcher events into observations, remembering per job only the last version seen,
@@ -125,10 +136,12 @@ impl Tracker {
             Event::Delete(obj) => (self.delete(obj), false),
         };
         event
-            .map(|event| Observation::Version {
-                event,
-                kind: self.kind.clone(),
-                from_list,
+            .map(|event| {
+                Observation::Version(Observed {
+                    event,
+                    kind: self.kind.clone(),
+                    from_list,
+                })
             })
             .into_iter()
             .collect()
@@ -175,12 +188,12 @@ impl Tracker {
     fn finish_listing(&mut self) -> Option<Observation> {
         let listed = self.listing.take()?;
         self.jobs.retain(|uid, _| listed.contains(uid));
-        Some(Observation::Listed {
+        Some(Observation::Listed(Listed {
             cluster: self.cluster.clone(),
             kind: self.kind.clone(),
             namespace: self.namespace.clone(),
             uids: Arc::new(listed),
-        })
+        }))
     }
 
     /// The event for one version, and the stay it is in given the stay of the job's version
@@ -372,10 +385,10 @@ mod tests {
     fn versions(obs: Vec<Observation>) -> Vec<(JobEvent, bool)> {
         obs.into_iter()
             .filter_map(|o| match o {
-                Observation::Version {
+                Observation::Version(Observed {
                     event, from_list, ..
-                } => Some((event, from_list)),
-                Observation::Listed { .. } => None,
+                }) => Some((event, from_list)),
+                Observation::Listed(_) => None,
             })
             .collect()
     }
@@ -417,12 +430,12 @@ mod tests {
         let done = t.observe(Event::InitDone);
         match done.as_slice() {
             [
-                Observation::Listed {
+                Observation::Listed(Listed {
                     cluster,
                     namespace,
                     uids,
                     ..
-                },
+                }),
             ] => {
                 assert_eq!(&**cluster, "alpha");
                 assert_eq!(namespace, &None);
@@ -512,7 +525,7 @@ mod tests {
                 assert_eq!(&*e[0].0.object_json, text.as_str(), "the text as sent");
             }
             match t.observe(Event::InitDone).as_slice() {
-                [Observation::Listed { uids, .. }] => assert_eq!(uids.len(), 1, "{path}"),
+                [Observation::Listed(Listed { uids, .. })] => assert_eq!(uids.len(), 1, "{path}"),
                 other => panic!("expected one Listed, got {other:?}"),
             }
             let deleted = readable(Event::Delete(LenientObject::from_json(&text)), &mut t)

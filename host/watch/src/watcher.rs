@@ -27,7 +27,7 @@ use super::lenient::LenientObject;
 use super::retry::{self, Failure, Retry};
 use super::tracker::readable;
 
-pub use super::tracker::{Observation, Tracker};
+pub use super::tracker::{Listed, Observation, Observed, Tracker};
 
 /// What one stream watches.
 #[derive(Debug, Clone)]

@@ -28,7 +28,7 @@ use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
 use jobrelay_watch::kinds::JobKind;
-use jobrelay_watch::watcher::Observation;
+use jobrelay_watch::watcher::{Observation, Observed};
 
 const JOBS: usize = 2_000;
 const VERSIONS: usize = 10;
@@ -133,7 +133,7 @@ fn event(kind: &JobKind, job: usize, v: usize, versions: usize, index: usize) ->
         _ => Phase::Running,
     };
     let object = object(&uid, &name, &rv, phase);
-    Observation::Version {
+    Observation::Version(Observed {
         event: JobEvent {
             id: JobEvent::make_id("bench", &uid, &rv),
             cluster: "bench".into(),
@@ -158,7 +158,7 @@ fn event(kind: &JobKind, job: usize, v: usize, versions: usize, index: usize) ->
         },
         kind: Arc::new(kind.clone()),
         from_list: false,
-    }
+    })
 }
 
 /// `jobs` x `versions` events, versions of a job in order, jobs interleaved.
@@ -401,7 +401,7 @@ async fn main() {
 
     let n = JOBS * VERSIONS;
     let size = match &events(&kind, 0, 1, 1)[0] {
-        Observation::Version { event, .. } => event.object_json.len(),
+        Observation::Version(observed) => observed.event.object_json.len(),
         _ => 0,
     };
     println!(

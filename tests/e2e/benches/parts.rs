@@ -173,8 +173,8 @@ fn events(kind: &Arc<JobKind>, lines: &[Vec<u8>]) -> Vec<JobEvent> {
     let mut out = Vec::with_capacity(lines.len());
     for line in lines {
         for observation in tracker.observe(Event::Apply(decode(line))) {
-            if let Observation::Version { event, .. } = observation {
-                out.push(event);
+            if let Observation::Version(observed) = observation {
+                out.push(observed.event);
             }
         }
     }

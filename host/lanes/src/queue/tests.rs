@@ -371,7 +371,7 @@ fn a_job_missing_from_its_list_gets_one_deletion() {
         cluster: "c0".into(),
         namespace: None,
         uids: Arc::new(uids.iter().map(|u| Uid::new(u)).collect()),
-        job_kind: Arc::new(kind.clone()),
+        kind: Arc::new(kind.clone()),
     };
     let gone = q.gone(&listed(&[]));
     assert_eq!(gone.len(), 1, "{gone:?}");
@@ -422,7 +422,7 @@ fn a_tracked_job_is_a_small_record_that_gives_back_its_fields() {
         cluster: "c0".into(),
         namespace: Some("ns".into()),
         uids: Arc::new(HashSet::from([Uid::new(uids[1])])),
-        job_kind: Arc::new(kind),
+        kind: Arc::new(kind),
     };
     let gone = q.gone(&listed);
     assert_eq!(gone.len(), 1, "{gone:?}");

@@ -96,8 +96,8 @@ pub fn sample_event(
     let mut event = observed
         .into_iter()
         .find_map(|o| match o {
-            Observation::Version { event, .. } => Some(event),
-            Observation::Listed { .. } => None,
+            Observation::Version(observed) => Some(observed.event),
+            Observation::Listed(_) => None,
         })
         .context("the watch tracker made no event of the sample")?;
     event.previous_phase = previous;
