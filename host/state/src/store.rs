@@ -1,5 +1,6 @@
-//! The store behind the lanes, as a trait so a server database can replace SQLite when
-//! replicas shard clusters between them (see DESIGN.md, "HA and scale-out").
+//! The store behind the lanes, as a trait so a server database (MySQL or MariaDB) can replace
+//! the SQLite file when replicas share state (see docs/delivery.md, "Clusters spread over
+//! replicas").
 
 use std::collections::BTreeMap;
 
@@ -125,10 +126,10 @@ pub trait PluginKv: Send + Sync {
         ttl_seconds: Option<u32>,
     ) -> Result<(), StoreError>;
 
-    /// Removes `key`; whether a live entry was there.
     /// What `plugin`'s live (unexpired) entries other than `except_key` take: their number,
     /// and their keys' and values' bytes. For the per-plugin quota checked before a write.
     async fn kv_usage(&self, plugin: &str, except_key: &str) -> Result<(u64, u64), StoreError>;
 
+    /// Removes `key`; whether a live entry was there.
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError>;
 }
