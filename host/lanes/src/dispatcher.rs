@@ -13,7 +13,7 @@ use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
 use jobrelay_contract::event::Phase;
 use jobrelay_watch::finalizer::has_finalizer;
-use jobrelay_watch::watcher::Observation;
+use jobrelay_watch::watcher::{Observation, Sink};
 
 /// The lanes by plugin name, and the finalizer holds they report to.
 #[derive(Clone)]
@@ -148,9 +148,24 @@ impl Routes {
     }
 }
 
-/// Run until every sender is gone.
-pub async fn run(routes: Routes, mut observations: mpsc::Receiver<Observation>) {
-    while let Some(observation) = observations.recv().await {
-        routes.route(observation);
+/// How many observations may wait for the dispatcher before the streams are held back.
+const BUFFER: usize = 1024;
+
+/// The way from every watch stream to the dispatcher: the streams (through the cluster
+/// supervisors that start them) get clones of the [`Sink`]; the daemon runs the [`Intake`].
+pub fn channel() -> (Sink, Intake) {
+    let (sink, observations) = mpsc::channel(BUFFER);
+    (sink, Intake(observations))
+}
+
+/// The dispatcher's end of [`channel`].
+pub struct Intake(mpsc::Receiver<Observation>);
+
+impl Intake {
+    /// Routes every observation, in arrival order, until every sink is gone.
+    pub async fn run(mut self, routes: Routes) {
+        while let Some(observation) = self.0.recv().await {
+            routes.route(observation);
+        }
     }
 }

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::finalizer::FinalizerService;
@@ -13,12 +12,12 @@ use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
-use jobrelay_watch::watcher::Observation;
+use jobrelay_watch::watcher::Sink;
 
 /// Owns one supervisor per cluster.
 pub struct ClusterManager {
     running: BTreeMap<String, SupervisorHandle>,
-    sink: mpsc::Sender<Observation>,
+    sink: Sink,
     health: HealthBoard,
     finalizers: Arc<FinalizerService>,
     directory: ClusterDirectory,
@@ -41,7 +40,7 @@ enum Scope {
 
 impl ClusterManager {
     pub fn new(
-        sink: mpsc::Sender<Observation>,
+        sink: Sink,
         health: HealthBoard,
         finalizers: Arc<FinalizerService>,
         directory: ClusterDirectory,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -22,7 +21,7 @@ use super::health::HealthBoard;
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
-use jobrelay_watch::watcher::Observation;
+use jobrelay_watch::watcher::Sink;
 use jobrelay_watch::watcher::{self, WatchTarget};
 
 /// A running supervisor.
@@ -69,7 +68,7 @@ pub fn spawn(
     source: &ClusterSource,
     main: &Arc<MainConfig>,
     passive: bool,
-    sink: mpsc::Sender<Observation>,
+    sink: Sink,
     health: HealthBoard,
     users: ClientUsers,
     parent: &CancellationToken,
@@ -153,7 +152,7 @@ async fn supervise(
     name: String,
     kubeconfig: Arc<Kubeconfig>,
     targets: Vec<WatchTarget>,
-    sink: mpsc::Sender<Observation>,
+    sink: Sink,
     health: HealthBoard,
     users: ClientUsers,
     cancel: CancellationToken,

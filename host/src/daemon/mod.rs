@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -40,9 +40,6 @@ use jobrelay_lanes::dispatcher::{self, Routes};
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_runtime::Runtime;
 use jobrelay_state::open_stores;
-
-/// How many observed events may wait for the dispatcher before watchers are held back.
-const EVENT_BUFFER: usize = 1024;
 
 /// A running daemon.
 pub struct Daemon {
@@ -101,7 +98,7 @@ impl Daemon {
             registries,
         );
         let health = HealthBoard::default();
-        let (sink, events) = mpsc::channel(EVENT_BUFFER);
+        let (sink, intake) = dispatcher::channel();
         let problems = Arc::new(RwLock::new(state.problems().clone()));
         let restart_pending = Arc::new(RwLock::new(Vec::new()));
 
@@ -138,7 +135,7 @@ impl Daemon {
         .context("cannot watch the config folder")?;
         folder.ensure_watched(&state.watched_dirs());
 
-        let dispatch = tokio::spawn(dispatcher::run(routes.clone(), events));
+        let dispatch = tokio::spawn(intake.run(routes.clone()));
         let control = ControlLoop {
             state,
             folder,

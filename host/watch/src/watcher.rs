@@ -29,6 +29,11 @@ use super::tracker::readable;
 
 pub use super::tracker::{Listed, Observation, Observed, Tracker};
 
+/// Where every stream sends its observations: the dispatcher (`jobrelay_lanes::dispatcher`)
+/// drains the other end, in one task, and offers each to the lanes. Bounded: a dispatcher
+/// that falls behind holds the streams back rather than letting observations pile up.
+pub type Sink = mpsc::Sender<Observation>;
+
 /// What one stream watches.
 #[derive(Debug, Clone)]
 pub struct WatchTarget {
@@ -144,7 +149,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 pub async fn run(
     client: Client,
     target: WatchTarget,
-    sink: mpsc::Sender<Observation>,
+    sink: Sink,
     progress: impl Fn(Progress) + Send,
 ) {
     let mut config = watcher::Config::default().timeout(target.timeout_seconds);
