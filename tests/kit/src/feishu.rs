@@ -764,7 +764,10 @@ mod tests {
         assert_eq!(code, CODE_FREQUENCY_LIMITED, "inside the window");
         tokio::time::sleep(Duration::from_millis(400)).await;
         let (_, code, _) = post(&client, &url, &text_message("hi")).await;
-        assert_eq!(code, CODE_SUCCESS, "9 throttles were left, but the window is over");
+        assert_eq!(
+            code, CODE_SUCCESS,
+            "9 throttles were left, but the window is over"
+        );
         assert_eq!(feishu.messages("burst").len(), 1);
     }
 

@@ -136,7 +136,11 @@ mod tests {
         f.fail_burst(5, 503, Duration::from_millis(50));
         assert_eq!(f.take_failure(), Some(503));
         std::thread::sleep(Duration::from_millis(80));
-        assert_eq!(f.take_failure(), None, "four were left, but the window is over");
+        assert_eq!(
+            f.take_failure(),
+            None,
+            "four were left, but the window is over"
+        );
         f.fail_next(1, 500);
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(f.take_failure(), Some(500), "a count alone does not expire");
