@@ -16,7 +16,7 @@ use jobrelay_lanes::lane::{Lane, Observed};
 use jobrelay_lanes::mode::DeliveryMode;
 use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::CallError;
-use jobrelay_state::{CursorStore, StateBackend, open_store};
+use jobrelay_state::{DeliveryStore, StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;
 use serde_json::json;
 
@@ -118,16 +118,16 @@ fn created(uid: &str, created: &DateTime<FixedOffset>) -> Observed {
     observed
 }
 
-async fn store(dir: &tempfile::TempDir) -> Arc<dyn CursorStore> {
+async fn store(dir: &tempfile::TempDir) -> Arc<dyn DeliveryStore> {
     open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
         .await
         .expect("store")
 }
 
 /// The install time the store holds for `plugin` (the lane recorded it on open).
-async fn install_time(store: &Arc<dyn CursorStore>, plugin: &str) -> DateTime<FixedOffset> {
+async fn install_time(store: &Arc<dyn DeliveryStore>, plugin: &str) -> DateTime<FixedOffset> {
     let stored = store
-        .installed(plugin, "2000-01-01T00:00:00Z")
+        .install_time(plugin, "2000-01-01T00:00:00Z")
         .await
         .expect("install time");
     DateTime::parse_from_rfc3339(&stored).expect("an RFC 3339 install time")
@@ -240,7 +240,7 @@ async fn a_restart_after_the_install_is_not_an_install() {
     let store = store(&dir).await;
     // Installed at the start of 2026 (the first open of the lane recorded it then).
     store
-        .installed("notify", "2026-01-01T00:00:00Z")
+        .install_time("notify", "2026-01-01T00:00:00Z")
         .await
         .expect("install");
     let plugin = Arc::new(Recorder::default());

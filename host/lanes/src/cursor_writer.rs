@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use jobrelay_state::{Cursor, CursorStore, StoreError};
+use jobrelay_state::{Cursor, DeliveryStore, StoreError};
 
 /// Why a cursor write did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -76,7 +76,7 @@ pub struct CursorWriter {
 
 impl CursorWriter {
     /// Starts the writer task for `store` on the current tokio runtime.
-    pub fn start(store: Arc<dyn CursorStore>) -> CursorWriter {
+    pub fn start(store: Arc<dyn DeliveryStore>) -> CursorWriter {
         let (queue, pending) = mpsc::unbounded_channel();
         tokio::spawn(write_batches(store, pending));
         CursorWriter { queue }
@@ -102,7 +102,7 @@ impl CursorWriter {
         answer.await.map_err(|_| WriteError::Unanswered)?
     }
 
-    /// Notes a job seen for the first time ([`CursorStore::remember_job`]) with the next
+    /// Notes a job seen for the first time ([`DeliveryStore::remember_job`]) with the next
     /// batch, without waiting: losing it only weakens deletion detection across a crash.
     pub fn remember(&self, cursor: Cursor) {
         if self.queue.send(Pending::Remember(cursor)).is_err() {
@@ -118,7 +118,10 @@ impl CursorWriter {
 /// acknowledgement), then the saves as one statement, then the removals, so a note never lands
 /// after the removal of its job. A batch holds at most one save or removal per job: a job's
 /// next event waits for its previous acknowledgement.
-async fn write_batches(store: Arc<dyn CursorStore>, mut pending: mpsc::UnboundedReceiver<Pending>) {
+async fn write_batches(
+    store: Arc<dyn DeliveryStore>,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut saves = Vec::new();
     let mut waiters = Vec::with_capacity(MAX_BATCH);
@@ -204,7 +207,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl CursorStore for Recording {
+    impl DeliveryStore for Recording {
         async fn cursors(&self, _: &str) -> Result<Vec<Cursor>, StoreError> {
             Ok(Vec::new())
         }
@@ -223,7 +226,7 @@ mod tests {
             );
             Ok(())
         }
-        async fn installed(&self, _: &str, now: &str) -> Result<String, StoreError> {
+        async fn install_time(&self, _: &str, now: &str) -> Result<String, StoreError> {
             Ok(now.to_string())
         }
         async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {

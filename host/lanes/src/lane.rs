@@ -45,7 +45,7 @@ use super::queue::Queues;
 use super::settings::LaneSettings;
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
-use jobrelay_state::{Cursor, CursorStore};
+use jobrelay_state::{Cursor, DeliveryStore};
 use jobrelay_watch::catch_up;
 
 use jobrelay_watch::kinds::JobKind;
@@ -113,7 +113,7 @@ struct Inner {
     limits_changed: Notify,
     /// Every job's queue; one lock, held only for a step of the queue state machine.
     queues: Mutex<Queues>,
-    store: Arc<dyn CursorStore>,
+    store: Arc<dyn DeliveryStore>,
     /// Acknowledgements' cursors, stored by group commit (see [`CursorWriter`]).
     cursor_writer: CursorWriter,
     /// When the plugin was first installed (from the state store): jobs created before it get
@@ -183,7 +183,7 @@ impl Lane {
         name: &str,
         plugin: Arc<dyn Handler>,
         settings: LaneSettings,
-        store: Arc<dyn CursorStore>,
+        store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
         Lane::open_with(name, Some(plugin), settings, store, book).await
@@ -195,7 +195,7 @@ impl Lane {
     pub async fn open_waiting(
         name: &str,
         settings: LaneSettings,
-        store: Arc<dyn CursorStore>,
+        store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
         Lane::open_with(name, None, settings, store, book).await
@@ -206,7 +206,7 @@ impl Lane {
         name: &str,
         plugin: Option<Arc<dyn Handler>>,
         settings: LaneSettings,
-        store: Arc<dyn CursorStore>,
+        store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
         let serving = plugin.is_some();
@@ -372,7 +372,7 @@ impl Lane {
         });
     }
 
-    /// Note a job seen for the first time in the store (see [`CursorStore::remember_job`]),
+    /// Note a job seen for the first time in the store (see [`DeliveryStore::remember_job`]),
     /// with the cursor writer's next batch. Not waited for: losing it only weakens deletion
     /// detection across a crash. A job first seen deleted has nothing left to detect.
     fn note_first_sight(&self, cursor: Cursor) {
@@ -594,14 +594,14 @@ const BEFORE_ANY_JOB: &str = "1970-01-01T00:00:00Z";
 async fn install_time(
     plugin: &str,
     cursors: &[Cursor],
-    store: &dyn CursorStore,
+    store: &dyn DeliveryStore,
 ) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, jobrelay_state::StoreError> {
     let now = if cursors.is_empty() {
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     } else {
         BEFORE_ANY_JOB.to_string()
     };
-    let stored = store.installed(plugin, &now).await?;
+    let stored = store.install_time(plugin, &now).await?;
     match chrono::DateTime::parse_from_rfc3339(&stored) {
         Ok(at) => Ok(Some(at)),
         Err(e) => {

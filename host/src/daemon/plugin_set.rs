@@ -27,7 +27,7 @@ use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_lanes::lane::{Lane, LaneStats};
 use jobrelay_runtime::{LoadError, PluginVersion, Runtime};
-use jobrelay_state::CursorStore;
+use jobrelay_state::DeliveryStore;
 
 /// What an operator sees of one plugin.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -124,7 +124,7 @@ struct Book {
 pub struct PluginSet {
     runtime: Runtime,
     routes: Routes,
-    store: Arc<dyn CursorStore>,
+    store: Arc<dyn DeliveryStore>,
     finalizers: Option<Arc<FinalizerBook>>,
     book: Arc<Mutex<Book>>,
     /// Ends the retries of waiting loads when the set closes.
@@ -171,7 +171,7 @@ impl PluginSet {
     pub fn new(
         runtime: Runtime,
         routes: Routes,
-        store: Arc<dyn CursorStore>,
+        store: Arc<dyn DeliveryStore>,
         finalizers: Option<Arc<FinalizerBook>>,
         registries: Registries,
     ) -> Self {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use jobrelay_state::CursorStore;
+use jobrelay_state::DeliveryStore;
 
 /// Time between two checks.
 pub const CHECK_EVERY: Duration = Duration::from_secs(10);
@@ -66,7 +66,7 @@ impl StoreHealth {
 /// Checks `store` now and then every [`CHECK_EVERY`] until `cancel`, keeping the result in
 /// `health`.
 pub fn spawn(
-    store: Arc<dyn CursorStore>,
+    store: Arc<dyn DeliveryStore>,
     health: StoreHealth,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
@@ -88,7 +88,7 @@ pub fn spawn(
 /// [`CHECK_TIMEOUT`]); only then are the dead letters counted, within a limit of their own, so
 /// that a slow count over a large backlog can never make the replica look unready. A count
 /// that fails or takes too long keeps the last known one.
-async fn check_once(store: &dyn CursorStore, health: &StoreHealth) -> StoreStatus {
+async fn check_once(store: &dyn DeliveryStore, health: &StoreHealth) -> StoreStatus {
     let last_counts = || health.snapshot().dead_letters;
     let error = match tokio::time::timeout(CHECK_TIMEOUT, store.check()).await {
         Ok(Ok(())) => None,
@@ -131,7 +131,7 @@ mod tests {
     struct SlowCount(SqliteStore);
 
     #[async_trait]
-    impl CursorStore for SlowCount {
+    impl DeliveryStore for SlowCount {
         async fn cursors(&self, p: &str) -> Result<Vec<Cursor>, StoreError> {
             self.0.cursors(p).await
         }
@@ -141,8 +141,8 @@ mod tests {
         async fn remember_job(&self, c: &Cursor) -> Result<(), StoreError> {
             self.0.remember_job(c).await
         }
-        async fn installed(&self, p: &str, now: &str) -> Result<String, StoreError> {
-            self.0.installed(p, now).await
+        async fn install_time(&self, p: &str, now: &str) -> Result<String, StoreError> {
+            self.0.install_time(p, now).await
         }
         async fn save_cursors(&self, c: Vec<Cursor>) -> Result<(), StoreError> {
             self.0.save_cursors(c).await

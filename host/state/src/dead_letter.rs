@@ -40,11 +40,11 @@ pub struct Selection<'a> {
 }
 
 impl<'a> Selection<'a> {
-    /// Validates the arguments of [`CursorStore::drop_dead_letters`] and
-    /// [`CursorStore::request_replay`].
+    /// Validates the arguments of [`DeliveryStore::drop_dead_letters`] and
+    /// [`DeliveryStore::request_replay`].
     ///
-    /// [`CursorStore::drop_dead_letters`]: super::CursorStore::drop_dead_letters
-    /// [`CursorStore::request_replay`]: super::CursorStore::request_replay
+    /// [`DeliveryStore::drop_dead_letters`]: super::DeliveryStore::drop_dead_letters
+    /// [`DeliveryStore::request_replay`]: super::DeliveryStore::request_replay
     pub fn new(plugin: Option<&'a str>, seqs: &'a [i64], all: bool) -> Result<Self, StoreError> {
         match (seqs.is_empty(), plugin, all) {
             (false, _, true) => Err(StoreError::InvalidSelection(

@@ -7,7 +7,7 @@
 //! requests: `jobrelay dead-letters replay` is a separate process that marks rows in the same
 //! file, and the running daemon takes them from there.
 //!
-//! The store is the [`CursorStore`] trait, with two backends: [`SqliteStore`], one SQLite file
+//! The store is the [`DeliveryStore`] trait, with two backends: [`SqliteStore`], one SQLite file
 //! (the default, for a single daemon), and [`MySqlStore`], tables in a MySQL or MariaDB
 //! database that several replicas share. See each one's docs for the durability it promises;
 //! the delivery guarantees are the same on both.
@@ -39,7 +39,7 @@ pub use self::mysql::{
 };
 pub use self::sql_store::{DEADLOCK_TRIES, SqlStore};
 pub use self::sqlite::{SCHEMA_VERSION, SqliteDialect, SqliteStore};
-pub use self::store::{CursorStore, PluginKv};
+pub use self::store::{DeliveryStore, PluginKv};
 
 /// Where the state file lives when the main file does not say.
 pub const DEFAULT_STATE_PATH: &str = "/var/lib/jobrelay/state.db";
@@ -226,7 +226,7 @@ fn shown_url(url: &str) -> String {
 /// Opens the backend `backend` names: the SQLite file (creating it and its folder if missing),
 /// or the MySQL database (resolving the URL's secret reference, creating missing tables).
 /// Fails if the database cannot be reached: the daemon needs its store at start.
-pub async fn open_store(backend: &StateBackend) -> Result<Arc<dyn CursorStore>, StoreError> {
+pub async fn open_store(backend: &StateBackend) -> Result<Arc<dyn DeliveryStore>, StoreError> {
     Ok(match backend {
         StateBackend::Sqlite(path) => Arc::new(SqliteStore::open(path).await?),
         StateBackend::MySql { url, table_prefix } => Arc::new(open_mysql(url, table_prefix).await?),
@@ -237,7 +237,7 @@ pub async fn open_store(backend: &StateBackend) -> Result<Arc<dyn CursorStore>, 
 /// key-value store.
 pub async fn open_stores(
     backend: &StateBackend,
-) -> Result<(Arc<dyn CursorStore>, Arc<dyn PluginKv>), StoreError> {
+) -> Result<(Arc<dyn DeliveryStore>, Arc<dyn PluginKv>), StoreError> {
     Ok(match backend {
         StateBackend::Sqlite(path) => {
             let store = Arc::new(SqliteStore::open(path).await?);

@@ -1,5 +1,5 @@
 //! The store, written once over a [`Dialect`]: every statement, transaction and retry of the
-//! [`CursorStore`] and [`PluginKv`] promises. The backends ([`sqlite`](super::sqlite),
+//! [`DeliveryStore`] and [`PluginKv`] promises. The backends ([`sqlite`](super::sqlite),
 //! [`mysql`](super::mysql)) only connect, create their schema and say how their SQL differs.
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
 use super::error::{Location, StoreError};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
 use super::sqlite_cursors::CursorThread;
-use super::store::{CursorStore, PluginKv};
+use super::store::{DeliveryStore, PluginKv};
 use jobrelay_contract::event::JobEvent;
 
 /// How many times a transaction the database rolled back as a deadlock victim is run.
@@ -482,7 +482,7 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 #[async_trait]
-impl<D: Dialect> CursorStore for SqlStore<D> {
+impl<D: Dialect> DeliveryStore for SqlStore<D> {
     async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError> {
         let statement = Statement::new(&self.sql.load_cursors).text(plugin);
         self.fetch(statement, &CURSOR_SHAPE, "load cursors", "cursor")
@@ -526,7 +526,7 @@ impl<D: Dialect> CursorStore for SqlStore<D> {
         Ok(())
     }
 
-    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
+    async fn install_time(&self, plugin: &str, now: &str) -> Result<String, StoreError> {
         let record = Statement::new(&self.sql.record_install)
             .text(plugin)
             .text(now);

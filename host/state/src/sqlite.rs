@@ -28,7 +28,7 @@ use super::dialect::{self, Conn, Dialect, Done, Kind, Statement, Value};
 use super::error::{Location, StoreError};
 use super::sql_store::SqlStore;
 use super::sqlite_cursors::CursorThread;
-use super::store::CursorStore;
+use super::store::DeliveryStore;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.

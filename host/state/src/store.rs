@@ -11,13 +11,15 @@ use super::dead_letter::DeadLetter;
 use super::error::StoreError;
 use jobrelay_contract::event::JobEvent;
 
-/// Durable cursors, dead letters and replay requests.
+/// What the lanes record of their deliveries, durably: per plugin, the cursors (what was
+/// delivered of each job, and jobs first seen), the install time, the dead letters and the
+/// operator's replay requests; and whether the store answers at all (readiness).
 ///
-/// Shared as `Arc<dyn CursorStore>` by every lane of the daemon; a CLI process opens the same
+/// Shared as `Arc<dyn DeliveryStore>` by every lane of the daemon; a CLI process opens the same
 /// store beside the running daemon, so every method must be safe against a second process
 /// using the store at the same time.
 #[async_trait]
-pub trait CursorStore: Send + Sync {
+pub trait DeliveryStore: Send + Sync {
     /// All cursors of one plugin (loaded once per lane at start; a lane keeps them in memory).
     async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError>;
 
@@ -30,7 +32,7 @@ pub trait CursorStore: Send + Sync {
     /// resourceVersion, meaning "nothing delivered".
     async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError>;
 
-    /// [`remember_job`](CursorStore::remember_job) for several jobs at once, in statements of
+    /// [`remember_job`](DeliveryStore::remember_job) for several jobs at once, in statements of
     /// up to 500 jobs. The default remembers them one by one.
     async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         for cursor in cursors {
@@ -43,7 +45,7 @@ pub trait CursorStore: Send + Sync {
     /// it and returns what is stored, so the first call's time stays for good. Kept when the
     /// plugin is removed, so adding it back is not a new install; shared by replicas, so the
     /// first one to open the plugin's lane sets it.
-    async fn installed(&self, plugin: &str, now: &str) -> Result<String, StoreError>;
+    async fn install_time(&self, plugin: &str, now: &str) -> Result<String, StoreError>;
 
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
     /// costs one disk sync instead of one per event. The batch is handed over, so a store that
@@ -77,7 +79,7 @@ pub trait CursorStore: Send + Sync {
     ) -> Result<u64, StoreError>;
 
     /// Marks dead letters for replay, with the selection rules of
-    /// [`drop_dead_letters`](CursorStore::drop_dead_letters). Returns how many were selected
+    /// [`drop_dead_letters`](DeliveryStore::drop_dead_letters). Returns how many were selected
     /// (including any already marked).
     async fn request_replay(
         &self,

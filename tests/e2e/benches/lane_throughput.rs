@@ -26,7 +26,7 @@ use jobrelay_lanes::lane::Lane;
 use jobrelay_lanes::mode::DeliveryMode;
 use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
-use jobrelay_state::{Cursor, CursorStore, DeadLetter, StateBackend, StoreError, open_store};
+use jobrelay_state::{Cursor, DeadLetter, DeliveryStore, StateBackend, StoreError, open_store};
 use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::watcher::{Observation, Observed};
 
@@ -253,7 +253,7 @@ async fn run(
 struct NullStore;
 
 #[async_trait::async_trait]
-impl CursorStore for NullStore {
+impl DeliveryStore for NullStore {
     async fn cursors(&self, _plugin: &str) -> Result<Vec<Cursor>, StoreError> {
         Ok(Vec::new())
     }
@@ -263,7 +263,7 @@ impl CursorStore for NullStore {
     async fn remember_job(&self, _cursor: &Cursor) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn installed(&self, _plugin: &str, now: &str) -> Result<String, StoreError> {
+    async fn install_time(&self, _plugin: &str, now: &str) -> Result<String, StoreError> {
         Ok(now.to_string())
     }
     async fn save_cursors(&self, _cursors: Vec<Cursor>) -> Result<(), StoreError> {

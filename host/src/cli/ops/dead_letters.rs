@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 
 use crate::config::state::ConfigState;
-use jobrelay_state::{CursorStore, DeadLetter};
+use jobrelay_state::{DeadLetter, DeliveryStore};
 
 /// Longest error text shown in the table; `--json` has the whole of it.
 const ERROR_WIDTH: usize = 100;
@@ -98,7 +98,7 @@ fn stdout(text: &str) -> std::io::Result<()> {
 }
 
 /// Runs one subcommand on an opened store.
-pub async fn run(store: &dyn CursorStore, command: &DeadLettersCommand) -> anyhow::Result<Done> {
+pub async fn run(store: &dyn DeliveryStore, command: &DeadLettersCommand) -> anyhow::Result<Done> {
     match command {
         DeadLettersCommand::List { plugin, json } => Ok(Done {
             text: list(store, plugin.as_deref(), *json).await?,
@@ -116,7 +116,7 @@ pub async fn run(store: &dyn CursorStore, command: &DeadLettersCommand) -> anyho
 /// The dead letters as a table (seq, plugin, event id, phase, attempts, time, replay marker,
 /// first line of the error), or as JSON lines with `json`.
 pub async fn list(
-    store: &dyn CursorStore,
+    store: &dyn DeliveryStore,
     plugin: Option<&str>,
     json: bool,
 ) -> anyhow::Result<String> {
@@ -142,7 +142,7 @@ pub async fn list(
 
 /// Marks dead letters for replay; refuses to guess when given neither ids nor `all`.
 pub async fn replay(
-    store: &dyn CursorStore,
+    store: &dyn DeliveryStore,
     plugin: Option<&str>,
     ids: &[i64],
     all: bool,
@@ -158,7 +158,7 @@ pub async fn replay(
 
 /// Deletes dead letters; refuses to guess when given neither ids nor `all`.
 pub async fn drop(
-    store: &dyn CursorStore,
+    store: &dyn DeliveryStore,
     plugin: Option<&str>,
     ids: &[i64],
     all: bool,

@@ -623,10 +623,13 @@ async fn contract_install_time(b: &Backend) {
     let first = "2026-01-02T03:04:05Z";
     {
         let store = b.store().await;
-        assert_eq!(store.installed("p", first).await.expect("install"), first);
+        assert_eq!(
+            store.install_time("p", first).await.expect("install"),
+            first
+        );
         assert_eq!(
             store
-                .installed("p", "2026-06-01T00:00:00Z")
+                .install_time("p", "2026-06-01T00:00:00Z")
                 .await
                 .expect("again"),
             first,
@@ -634,7 +637,7 @@ async fn contract_install_time(b: &Backend) {
         );
         assert_eq!(
             store
-                .installed("other", "2026-06-01T00:00:00Z")
+                .install_time("other", "2026-06-01T00:00:00Z")
                 .await
                 .expect("other"),
             "2026-06-01T00:00:00Z",
@@ -645,7 +648,7 @@ async fn contract_install_time(b: &Backend) {
     let store = open_store(&b.state()).await.expect("reopen");
     assert_eq!(
         store
-            .installed("p", "2027-01-01T00:00:00Z")
+            .install_time("p", "2027-01-01T00:00:00Z")
             .await
             .expect("after reopen"),
         first

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use jobrelay_contract::event::Phase;
 use jobrelay_state::{
-    CursorStore, MySqlStore, SCHEMA_VERSION, StateBackend, StoreError, open_store, open_stores,
+    DeliveryStore, MySqlStore, SCHEMA_VERSION, StateBackend, StoreError, open_store, open_stores,
     redacted_url,
 };
 use sqlx::{AssertSqlSafe, Connection};
@@ -74,7 +74,7 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
         .await
         .expect("the kv table exists again");
     store
-        .installed("p", "2026-01-01T00:00:00Z")
+        .install_time("p", "2026-01-01T00:00:00Z")
         .await
         .expect("the install table exists again");
     store.close().await;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jobrelay_contract::event::Phase;
-use jobrelay_state::{Cursor, CursorStore, PluginKv, SCHEMA_VERSION, SqliteStore, StoreError};
+use jobrelay_state::{Cursor, DeliveryStore, PluginKv, SCHEMA_VERSION, SqliteStore, StoreError};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
@@ -301,7 +301,7 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .await
         .expect("the kv table exists again");
     store
-        .installed("p", "2026-01-01T00:00:00Z")
+        .install_time("p", "2026-01-01T00:00:00Z")
         .await
         .expect("the install table exists again");
 }

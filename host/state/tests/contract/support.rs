@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_state::{
-    Cursor, CursorStore, PluginKv, SqliteStore, StateBackend, open_stores, redacted_url,
+    Cursor, DeliveryStore, PluginKv, SqliteStore, StateBackend, open_stores, redacted_url,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -132,7 +132,7 @@ impl Backend {
         }
     }
 
-    pub async fn open(&self) -> (Arc<dyn CursorStore>, Arc<dyn PluginKv>) {
+    pub async fn open(&self) -> (Arc<dyn DeliveryStore>, Arc<dyn PluginKv>) {
         open_stores(&self.state()).await.unwrap_or_else(|e| {
             panic!(
                 "open {} (for MySQL, is MariaDB running at JOBRELAY_TEST_MYSQL_URL?): {e}",
@@ -141,7 +141,7 @@ impl Backend {
         })
     }
 
-    pub async fn store(&self) -> Arc<dyn CursorStore> {
+    pub async fn store(&self) -> Arc<dyn DeliveryStore> {
         self.open().await.0
     }
 
