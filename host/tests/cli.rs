@@ -774,7 +774,7 @@ async fn check_tries_a_reachable_mysql_state_store() {
     ));
     let out = jobrelay(&["check", "--config", &dir.path().to_string_lossy()]).await;
     let report = text(&out);
-    let dropped = crate::state_store::drop_tables(&url, &prefix).await;
+    let dropped = crate::common::store::drop_tables(&url, &prefix).await;
     assert!(out.status.success(), "{report}");
     assert!(
         report.contains("ok    state    the MySQL database")

@@ -15,12 +15,12 @@ use jobrelay_testkit::SimCluster;
 
 use jobrelay_state::StateBackend;
 
+use crate::common::store::drop_tables;
 use crate::common::{mysql_url, unique_prefix};
 use crate::process::{
     CONCURRENCY, Relay, Rng, assert_cursors_current, config_folder, count_ids, cursors, drive,
     finals_delivered, plan_jobs, read_lines, soak_seed, str_of, wait_log,
 };
-use crate::state_store::drop_tables;
 
 const LEASE_SECONDS: u64 = 3;
 const RETRY_SECONDS: u64 = 1;

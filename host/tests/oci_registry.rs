@@ -142,7 +142,7 @@ async fn a_registry_with_credentials_is_reached_with_them_only() {
     let error = push(&anonymous, &registry.address, "plugins/noop", "v1", &wasm)
         .await
         .expect_err("anonymous push");
-    assert!(!error.contains("s3cret"), "{error}");
+    assert!(!error.to_string().contains("s3cret"), "{error}");
 
     // SAFETY: set once here; no other test reads this variable.
     unsafe { std::env::set_var("JOBRELAY_TEST_OCI_PASSWORD", "s3cret") };

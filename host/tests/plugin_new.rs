@@ -4,9 +4,9 @@
 
 use std::process::Command;
 
-use jobrelay::cli::plugin_new::{Lang, PluginNewArgs, plugin_new};
-use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
-use jobrelay::cli::plugin_test::{PluginTestArgs, plugin_test};
+use jobrelay::cli::plugin::new::{Lang, PluginNewArgs, plugin_new};
+use jobrelay::cli::plugin::run::{PluginRunArgs, plugin_run};
+use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_rust_project_builds_runs_and_passes_its_case() {

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::common::{event, plugins_dir};
-use jobrelay::cli::plugin_run::{PluginRunArgs, PluginRunOutcome, plugin_run};
+use jobrelay::cli::plugin::run::{PluginRunArgs, PluginRunOutcome, plugin_run};
 use jobrelay_contract::event::Phase;
 
 fn write(path: &Path, text: &str) {

@@ -7,7 +7,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::{event, plugins_dir};
-use jobrelay::cli::plugin_run::{PluginRunArgs, PluginRunOutcome, plugin_run};
+use jobrelay::cli::plugin::run::{PluginRunArgs, PluginRunOutcome, plugin_run};
 use jobrelay_capabilities::tape::{self, Entry};
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
@@ -329,7 +329,7 @@ async fn http_answers_come_from_the_tape() {
 /// is malformed fails with the reason, and the suite goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suite_of_recorded_cases_passes_and_each_kind_of_mismatch_fails() {
-    use jobrelay::cli::plugin_test::{PluginTestArgs, plugin_test};
+    use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = dir.path().join("mysql-sync.yaml");

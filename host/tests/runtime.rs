@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobrelay::cli::plugin_run::{PluginRunArgs, plugin_run};
+use jobrelay::cli::plugin::run::{PluginRunArgs, plugin_run};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::filesystem::DirGrant;
 use jobrelay_contract::event::{JobEvent, Phase};

@@ -20,12 +20,12 @@ use jobrelay_state::StateBackend;
 use jobrelay_testkit::{Gvr, SimCluster};
 use serde_json::Value;
 
+use crate::common::store::drop_tables;
 use crate::common::{mysql_url, unique_prefix};
 use crate::process::{
     CONCURRENCY, DEADLINE, Played, Relay, Rng, assert_cursors_current, count_ids, cursors, drive,
     missing_finals, plan_jobs, plugin_dir, poll, read_lines, soak_seed, str_of, write,
 };
-use crate::state_store::drop_tables;
 
 const CLUSTERS: usize = 6;
 const JOBS_PER_CLUSTER: usize = 5;

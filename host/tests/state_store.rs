@@ -7,12 +7,9 @@
 use crate::common::mysql_url;
 use crate::common::store::{Backend, event, on_both_backends};
 
-/// Drops a store's tables in the test MariaDB; for the tests that make their own.
-pub(crate) use crate::common::store::drop_tables;
-
 use std::path::{Path, PathBuf};
 
-use jobrelay::cli::dead_letters::{self, DeadLettersCommand};
+use jobrelay::cli::ops::dead_letters::{self, DeadLettersCommand};
 use jobrelay::config::main_file::MainConfig;
 use jobrelay_contract::event::Phase;
 use jobrelay_state::{MySqlStore, StateBackend, StoreError, open_store};

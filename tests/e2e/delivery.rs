@@ -224,7 +224,7 @@ async fn a_restart_delivers_exactly_what_changed_while_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
-    use jobrelay::cli::dead_letters::{DeadLettersCommand, run};
+    use jobrelay::cli::ops::dead_letters::{DeadLettersCommand, run};
     init_logs();
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = Setup::new("kinds: [{name: volcano-job}]\n");

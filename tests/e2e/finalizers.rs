@@ -143,7 +143,7 @@ async fn never_added_to_a_job_being_deleted_and_released_for_uninstall() {
     daemon.shutdown(Duration::from_secs(10)).await;
 
     let (report, ok) =
-        jobrelay::cli::finalizers::release(setup.config_dir(), Duration::from_secs(30))
+        jobrelay::cli::ops::finalizers::release(setup.config_dir(), Duration::from_secs(30))
             .await
             .expect("release runs");
     assert!(ok, "{report}");

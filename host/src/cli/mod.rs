@@ -8,10 +8,6 @@
 pub mod ops;
 pub mod plugin;
 
-// The paths the integration tests and the e2e crate import (`jobrelay::cli::plugin_run::…`).
-pub use self::ops::{dead_letters, finalizers};
-pub use self::plugin::{new as plugin_new, run as plugin_run, test as plugin_test};
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 

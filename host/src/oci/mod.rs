@@ -5,7 +5,7 @@ pub mod reference;
 pub mod registry;
 
 pub use self::reference::{OciRef, OciRefError};
-pub use self::registry::{CredentialError, FetchError, OciSettings, Registries};
+pub use self::registry::{CredentialError, FetchError, OciSettings, PushError, Registries};
 
 /// The folder of pulled components, inside the state's local folder.
 pub const OCI_CACHE_DIR: &str = "oci";

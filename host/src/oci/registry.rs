@@ -444,46 +444,70 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Why a push failed: the step that failed, and the registry's or the client's answer. No
+/// message shows a credential's secret.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The registry's credential cannot be resolved.
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    /// The registry refused the sign-in, or could not be reached.
+    #[error("signing in to {registry}: {error}")]
+    SignIn {
+        registry: String,
+        error: OciDistributionError,
+    },
+    /// The config or the manifest could not be encoded.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    #[error("pushing the component: {0}")]
+    Component(OciDistributionError),
+    #[error("pushing the config: {0}")]
+    Config(OciDistributionError),
+    #[error("pushing the manifest: {0}")]
+    Manifest(OciDistributionError),
+}
+
 /// Pushes `wasm` to `registry/repository:tag` as a Wasm OCI artifact; returns the pinned
 /// reference to put in a manifest.
-///
-/// The error stays text: `host/tests/oci_registry.rs` reads it as a `String`, to check that a
-/// refused push never shows the password.
 pub async fn push(
     settings: &OciSettings,
     registry: &str,
     repository: &str,
     tag: &str,
     wasm: &[u8],
-) -> Result<OciRef, String> {
+) -> Result<OciRef, PushError> {
     let client = Registries::new(settings, PathBuf::new()).client;
     let image = Reference::with_tag(
         registry.to_string(),
         repository.to_string(),
         tag.to_string(),
     );
-    let auth = settings.auth(registry).map_err(|e| e.to_string())?;
+    let auth = settings.auth(registry)?;
     // Signs in (answering the registry's challenge) before the uploads, which do not.
     client
         .auth(&image, &auth, oci_client::RegistryOperation::Push)
         .await
-        .map_err(|e| format!("signing in to {registry}: {e}"))?;
+        .map_err(|error| PushError::SignIn {
+            registry: registry.to_string(),
+            error,
+        })?;
     let layer_digest = format!("sha256:{}", hex::encode(Sha256::digest(wasm)));
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "wasm",
         "os": "wasip2",
         "layerDigests": [layer_digest],
     }))
-    .map_err(|e| e.to_string())?;
+    .map_err(PushError::Encode)?;
     let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
     client
         .push_blob(&image, wasm, &layer_digest)
         .await
-        .map_err(|e| format!("pushing the component: {e}"))?;
+        .map_err(PushError::Component)?;
     client
         .push_blob(&image, &config, &config_digest)
         .await
-        .map_err(|e| format!("pushing the config: {e}"))?;
+        .map_err(PushError::Config)?;
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -491,13 +515,13 @@ pub async fn push(
         "config": {"mediaType": WASM_CONFIG, "digest": config_digest, "size": config.len()},
         "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": wasm.len()}],
     }))
-    .map_err(|e| e.to_string())?;
+    .map_err(PushError::Encode)?;
     let manifest_hex = hex::encode(Sha256::digest(&manifest));
     let content_type = http::HeaderValue::from_static(OCI_MANIFEST);
     client
         .push_manifest_raw(&image, manifest, content_type)
         .await
-        .map_err(|e| format!("pushing the manifest: {e}"))?;
+        .map_err(PushError::Manifest)?;
     Ok(OciRef {
         registry: registry.to_string(),
         repository: repository.to_string(),
