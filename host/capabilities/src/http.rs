@@ -490,7 +490,7 @@ fn refused(plugin: &str, target: &dyn fmt::Display, reason: impl fmt::Display) {
     );
 }
 
-/// Links `wasi:http`'s outgoing handler (every request then passes the call's [`Policy`]).
+/// Links `wasi:http`'s outgoing handler (every request then passes the call's `Policy`).
 pub fn add_to_linker<T: WasiHttpView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)
 }

@@ -5,7 +5,7 @@
 //! change within its `leaseDurationSeconds` (this process's clock, as for the cluster Leases).
 //! A replica that stops cleanly deletes its member Lease, so the others rebalance at once; the
 //! Lease of one that died expires, and is deleted by the others once it has been quiet for
-//! [`FORGET_AFTER`] Lease durations, so replaced pods leave nothing behind.
+//! `FORGET_AFTER` Lease durations, so replaced pods leave nothing behind.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

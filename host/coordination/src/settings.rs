@@ -129,12 +129,6 @@ impl Timings {
 }
 
 impl CoordinationSettings {
-    /// [`CoordinationSettings::resolve`], its error as text: what the main file's checks
-    /// collect (`ConfigError::Invalid`).
-    pub fn validate(self, root: &Path) -> Result<CoordinationSettings, String> {
-        self.resolve(root).map_err(|e| e.to_string())
-    }
-
     /// Checks the section and resolves a relative kubeconfig against `root`. Errors name the
     /// field.
     pub fn resolve(mut self, root: &Path) -> Result<CoordinationSettings, SettingsError> {
@@ -196,7 +190,8 @@ mod tests {
 
     fn parse(text: &str) -> Result<CoordinationSettings, String> {
         let s: CoordinationSettings = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
-        s.validate(Path::new("/etc/jobrelay"))
+        s.resolve(Path::new("/etc/jobrelay"))
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! with its statements kept prepared) and then answers each worker. Under load the batches
 //! grow by themselves. Under a light, steady load (events one by one, a few hundred
 //! microseconds apart) every batch would be one cursor, each its own statement and its own
-//! hand-over to SQLite's thread and back: so a batch of fewer than [`LINGER_BELOW`] waits up
-//! to [`LINGER`] for company first (tokio's timer rounds it up to its 1 ms tick). At 5,000
+//! hand-over to SQLite's thread and back: so a batch of fewer than `LINGER_BELOW` waits up
+//! to `LINGER` for company first (tokio's timer rounds it up to its 1 ms tick). At 5,000
 //! events/s over 10 clusters that took about 13% of the daemon's CPU per event off and kept the
 //! latency tail under 20 ms (docs/BENCHMARKS.md); it delays an acknowledgement, never a call
 //! (the call has been made), so a job's next version waits at most that much longer.

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::mode::DeliveryMode;
 
-/// How failed calls are retried. Backoff is exponential with full jitter, per job: the job's
+/// How failed calls are retried. Backoff is exponential (doubling from `min_delay_ms` up to
+/// `max_delay_ms`), each wait plus a random part of up to as much again, per job: the job's
 /// later events wait behind the failing one, other jobs go on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,8 +2,9 @@
 //!
 //! The shape follows Kubewarden's policy server: one [`Runtime`] (one wasmtime `Engine`, one
 //! `Linker` with every host capability) for the process; per plugin version a compiled
-//! `Component` and an `InstancePre`, built by [`Runtime::load`]; per call a fresh `Store` with
-//! a deadline and a memory limit ([`PluginVersion::handle`]).
+//! `Component` and an `InstancePre`, built by [`Runtime::load`]; per call a `Store` with a
+//! deadline and a memory limit ([`PluginVersion::handle`]) — a fresh one by default, or a kept
+//! instance's own when the manifest's `instance_reuse` lets one serve several calls.
 //!
 //! Loading does all the checking up front, so a version that loads is one that can take
 //! events: the bytes compile, the component has the `plugin` world's exports and no imports

@@ -1,9 +1,13 @@
 //! One loaded plugin version, and how one call of it runs.
 //!
-//! A version is compiled and linked once (`InstancePre`); every call then gets a fresh store
-//! and instance, so a trap, a runaway loop or a memory bomb can only ever fail the call it
-//! happens in, and no state leaks from one event, or one plugin, to the next. The cost is an
-//! instantiation per call (tens of microseconds with the pooling allocator).
+//! A version is compiled and linked once (`InstancePre`). By default every call then gets a
+//! fresh store and instance, so a trap, a runaway loop or a memory bomb can only ever fail the
+//! call it happens in, and no state leaks from one event, or one plugin, to the next; the cost
+//! is an instantiation per call (tens of microseconds with the pooling allocator). A manifest's
+//! `instance_reuse: N` trades some of that isolation for speed: an instance that served a call
+//! successfully is kept (up to 16 per version, `MAX_IDLE`) for up to N calls of the same plugin version, and
+//! any failure retires it, since a trap or a timeout may have left it half-way through
+//! anything. State never crosses plugins or versions either way.
 //!
 //! A call is bounded three ways:
 //! - time: the store's epoch callback runs once per engine tick while wasm executes; past the
@@ -162,7 +166,8 @@ impl PluginVersion {
         &self.grants
     }
 
-    /// Handles one event on a fresh instance: `init(config)`, then `handle(event)`.
+    /// Handles one event: `init(config)` then `handle(event)` on a fresh instance, or
+    /// `handle(event)` on a kept one that has already run `init` (`instance_reuse` > 1).
     ///
     /// Never panics on anything the plugin does; every failure is a `CallError` for this call
     /// only.

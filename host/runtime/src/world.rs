@@ -1,8 +1,9 @@
 //! The plugin worlds this host serves, and which one a component was built for.
 //!
 //! A component targets one version of the `plugin` world: 0.2.0 (`wit/plugin.wit`, current)
-//! or 0.1.0 (`wit/0.1.0/plugin.wit`). Both export `init` and `handle`; they differ in the
-//! event record `handle` takes. The version is found by type-checking the component's exports
+//! or 0.1.0 (`wit/0.1.0/plugin.wit`). Both export `init` and `handle` and import the same
+//! capability interfaces; they differ only in the event record `handle` takes (0.2.0 added
+//! `transition-key`), so a 0.1.0 plugin gets the same event mapped down. The version is found by type-checking the component's exports
 //! against each world, newest first, so a plugin needs no declaration of its own; the rest of
 //! the runtime sees one [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
 

@@ -477,8 +477,8 @@ impl MainFile {
         };
         let coordination = self
             .coordination
-            .validate(root)
-            .map_err(ConfigError::Invalid)?;
+            .resolve(root)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         // Replicas that share the work must share what was delivered: with a SQLite file each
         // would keep its own cursors and dead letters, and a fail-over or a shard moving to
         // another replica would deliver the current state of every job again.

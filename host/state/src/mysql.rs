@@ -207,7 +207,7 @@ impl SqlStore<MySqlDialect> {
     ///
     /// Fails, with an error naming the server but never the password, when the prefix is not
     /// allowed, the URL is not a MySQL URL or names no database, the server does not answer
-    /// within [`CONNECT_TIMEOUT`] or refuses the login, the tables were written by a newer
+    /// within `CONNECT_TIMEOUT` or refuses the login, the tables were written by a newer
     /// jobrelay, or tables with these names belong to something else. After a successful open
     /// the pool reconnects by itself when the server goes away and comes back.
     pub async fn open(url: &str, table_prefix: &str) -> Result<MySqlStore, StoreError> {

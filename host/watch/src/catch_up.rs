@@ -132,7 +132,7 @@ pub struct MissedTransition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// The job has not left the stay it was created in (built-in kinds only, see
-    /// [`first_stay`]).
+    /// `first_stay`).
     Created,
     /// The status records the phase entered at `at` (its text as written); `n` numbers the
     /// entries of this phase at that same text in the history, from 1: a Volcano job that
@@ -189,7 +189,7 @@ pub fn missed_transitions(
 /// What `object`'s status records of the stay its current version is in.
 ///
 /// The stay the job was created in, for a built-in kind whose status shows it never left it
-/// ([`first_stay`]); else the last entry of its recorded history when that entry is of the
+/// (`first_stay`); else the last entry of its recorded history when that entry is of the
 /// current phase (exactly what a later catch-up reads for this transition, so a live event
 /// and its reconstruction get the same key) — unless that entry is the creation's own, which
 /// then tells of an earlier stay; else the normalizer's own recorded time (the deletion
