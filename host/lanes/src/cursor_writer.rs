@@ -22,6 +22,10 @@
 //! again). A job has at most one event being settled at a time, so a batch never holds two
 //! acknowledgements of one job, and per-job order is that of the queue. One queue for all of
 //! a lane's writes also orders a job's first-sight note before its removal.
+//!
+//! This is the only batching of a cursor write. The SQLite store's thread
+//! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
+//! one transaction, in the order the lanes' writers hand them over.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,12 @@
 //! backoff and the plugin's rate limits until the call succeeds or gives up; then hands the
 //! outcome to [`super::settle`], which records it, before taking the job's next event. The
 //! worker writes nothing to the store itself.
+//!
+//! A worker starts with its job's key, not an event, and takes each event from the queue
+//! ([`Queues::next`](crate::queue::Queues::next)) when it is ready for it: versions of the job
+//! arrive while it is busy, the mode may replace a waiting one (`latest`), and a lane closing
+//! or letting go of the cluster must leave the event queued. The queue is the hand-off; the
+//! event taken is the worker's own until it is settled or given back.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
