@@ -46,6 +46,8 @@ pub async fn drop_state_tables(prefix: &str) {
         "dead_letters",
         "plugin_kv",
         "plugin_installs",
+        "inbox_events",
+        "inbox",
     ] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP TABLE IF EXISTS {prefix}{table}"

@@ -188,7 +188,7 @@ mod tests {
 
     use async_trait::async_trait;
     use jobrelay_contract::event::{JobEvent, Phase};
-    use jobrelay_state::{DeadLetter, StoreError};
+    use jobrelay_state::{DeadLetter, Inbox, StoreError, WriteBatch};
 
     use super::*;
 
@@ -232,6 +232,12 @@ mod tests {
         }
         async fn install_time(&self, _: &str, now: &str) -> Result<String, StoreError> {
             Ok(now.to_string())
+        }
+        async fn write(&self, _: WriteBatch) -> Result<(), StoreError> {
+            unreachable!("the cursor writer does not write batches yet")
+        }
+        async fn inbox(&self, _: &str) -> Result<Inbox, StoreError> {
+            Ok(Inbox::default())
         }
         async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
             self.gate.acquire().await.map(|p| p.forget()).ok();

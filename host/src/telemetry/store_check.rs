@@ -123,7 +123,7 @@ mod tests {
 
     use async_trait::async_trait;
     use jobrelay_contract::event::JobEvent;
-    use jobrelay_state::{Cursor, DeadLetter, SqliteStore, StoreError};
+    use jobrelay_state::{Cursor, DeadLetter, Inbox, SqliteStore, StoreError, WriteBatch};
 
     use super::*;
 
@@ -146,6 +146,12 @@ mod tests {
         }
         async fn save_cursors(&self, c: Vec<Cursor>) -> Result<(), StoreError> {
             self.0.save_cursors(c).await
+        }
+        async fn write(&self, b: WriteBatch) -> Result<(), StoreError> {
+            self.0.write(b).await
+        }
+        async fn inbox(&self, p: &str) -> Result<Inbox, StoreError> {
+            self.0.inbox(p).await
         }
         async fn remove_cursor(&self, p: &str, c: &str, u: &str) -> Result<(), StoreError> {
             self.0.remove_cursor(p, c, u).await

@@ -16,6 +16,7 @@ mod cursor;
 mod dead_letter;
 mod dialect;
 mod error;
+mod inbox;
 mod mysql;
 mod rows;
 mod sql_store;
@@ -33,6 +34,7 @@ use jobrelay_contract::secret;
 pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};
 pub use self::error::{Location, StoreError};
+pub use self::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, Settled, Taken, WriteBatch};
 pub use self::mysql::{
     DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlDialect, MySqlStore, check_table_prefix,
     redacted_url,

@@ -118,8 +118,8 @@ pub fn redacted_url(url: &str) -> String {
 /// MySQL, so each statement is idempotent (`IF NOT EXISTS`) and an interrupted creation is
 /// finished by the next open. The versions are those of the SQLite file: version 1 has the
 /// cursors and dead letters, version 2 adds the plugins' key-value entries, version 3 the
-/// plugins' first install times.
-fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 3] {
+/// plugins' first install times, version 4 the inbox.
+fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 4] {
     let table_options =
         format!("ENGINE=InnoDB ROW_FORMAT=DYNAMIC DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
     // Key lengths: the primary keys stay below InnoDB's 3,072 bytes at 4 bytes a character.
@@ -187,7 +187,31 @@ fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 3] {
         ) {table_options}",
         t.plugin_installs
     )];
-    [v1, v2, v3]
+    // Event ids are `cluster/uid/version` (a rebuilt event's version a little longer): well
+    // under 255 characters, so the unique key and the marks' key fit InnoDB's limit.
+    let v4 = vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+                event_id VARCHAR(255) NOT NULL,
+                event_json LONGTEXT NOT NULL,
+                at BIGINT NOT NULL,
+                UNIQUE KEY by_event (event_id),
+                KEY by_age (at)
+            ) {table_options}",
+            t.inbox_events
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                plugin VARCHAR(255) NOT NULL,
+                event_id VARCHAR(255) NOT NULL,
+                PRIMARY KEY (plugin, event_id),
+                KEY by_event (event_id)
+            ) {table_options}",
+            t.inbox
+        ),
+    ];
+    [v1, v2, v3, v4]
 }
 
 /// The MySQL and MariaDB dialect; its value is the server (as shown) and the table prefix.

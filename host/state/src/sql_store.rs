@@ -12,6 +12,7 @@ use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
 use super::error::{Location, StoreError};
+use super::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, WriteBatch};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
 use super::sqlite_cursors::CursorThread;
 use super::store::{DeliveryStore, PluginKv};
@@ -37,6 +38,10 @@ pub struct Tables {
     pub dead_letters: String,
     pub plugin_kv: String,
     pub plugin_installs: String,
+    /// Events taken by lanes, once per event id.
+    pub inbox_events: String,
+    /// Per plugin, the events it took and has not settled.
+    pub inbox: String,
 }
 
 impl Tables {
@@ -48,6 +53,8 @@ impl Tables {
             dead_letters: format!("{prefix}dead_letters"),
             plugin_kv: format!("{prefix}plugin_kv"),
             plugin_installs: format!("{prefix}plugin_installs"),
+            inbox_events: format!("{prefix}inbox_events"),
+            inbox: format!("{prefix}inbox"),
         }
     }
 }
@@ -77,6 +84,67 @@ struct Statements {
     kv_usage: std::sync::Arc<str>,
     count_dead_letters: std::sync::Arc<str>,
     check: std::sync::Arc<str>,
+    inbox: InboxStatements,
+}
+
+/// The inbox's statements (see [`inbox`](super::inbox)); the SQLite cursor thread keeps them
+/// prepared beside the cursor writes.
+#[derive(Debug, Clone)]
+pub(super) struct InboxStatements {
+    /// Stores an event once: event id, JSON.
+    pub(super) take_event: std::sync::Arc<str>,
+    /// Marks an event as taken by a plugin: plugin, event id.
+    pub(super) take_mark: std::sync::Arc<str>,
+    /// Removes a plugin's mark: plugin, event id.
+    pub(super) settle_mark: std::sync::Arc<str>,
+    /// Removes a cursor: plugin, cluster, uid.
+    pub(super) remove_cursor: std::sync::Arc<str>,
+    /// Removes events without marks taken more than [`SWEEP_AFTER_SECONDS`] ago.
+    pub(super) sweep: std::sync::Arc<str>,
+    /// A plugin's marks with their events' JSON ('' when the event is missing), oldest first.
+    pub(super) load: std::sync::Arc<str>,
+}
+
+impl InboxStatements {
+    fn new<D: Dialect>(t: &Tables) -> InboxStatements {
+        let now = D::NOW;
+        InboxStatements {
+            take_event: D::insert_or_keep(
+                &t.inbox_events,
+                "event_id, event_json, at",
+                &["event_id"],
+                &format!("(?, ?, {now})"),
+            )
+            .into(),
+            take_mark: D::insert_or_keep(
+                &t.inbox,
+                "plugin, event_id",
+                &["plugin", "event_id"],
+                "(?, ?)",
+            )
+            .into(),
+            settle_mark: format!("DELETE FROM {} WHERE plugin = ? AND event_id = ?", t.inbox)
+                .into(),
+            remove_cursor: format!(
+                "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
+                t.cursors
+            )
+            .into(),
+            sweep: format!(
+                "DELETE FROM {events} WHERE at < {now} - {SWEEP_AFTER_SECONDS} AND NOT EXISTS \
+                 (SELECT 1 FROM {marks} WHERE {marks}.event_id = {events}.event_id)",
+                events = t.inbox_events,
+                marks = t.inbox,
+            )
+            .into(),
+            load: format!(
+                "SELECT m.event_id, COALESCE(e.event_json, '') FROM {} m LEFT JOIN {} e \
+                 ON e.event_id = m.event_id WHERE m.plugin = ? ORDER BY e.seq, m.event_id",
+                t.inbox, t.inbox_events
+            )
+            .into(),
+        }
+    }
 }
 
 impl Statements {
@@ -162,6 +230,7 @@ impl Statements {
                 t.dead_letters
             )),
             check: sql("SELECT 1".to_string()),
+            inbox: InboxStatements::new::<D>(t),
             tables,
         }
     }
@@ -265,10 +334,14 @@ impl<D: Dialect> SqlStore<D> {
     }
 
     /// The single-row statements that save one cursor and note one job (its version bound
-    /// empty), their parameters in [`CURSOR_COLUMNS`] order: what the SQLite cursor thread
-    /// keeps prepared.
-    pub(super) fn cursor_writes(&self) -> (&str, &str) {
-        (&self.sql.upsert_cursor, &self.sql.remember_cursor)
+    /// empty), their parameters in [`CURSOR_COLUMNS`] order, and the inbox's: what the SQLite
+    /// cursor thread keeps prepared.
+    pub(super) fn cursor_writes(&self) -> (&str, &str, &InboxStatements) {
+        (
+            &self.sql.upsert_cursor,
+            &self.sql.remember_cursor,
+            &self.sql.inbox,
+        )
     }
 
     /// Saves cursors and notes new jobs through `thread` from now on.
@@ -338,6 +411,69 @@ impl<D: Dialect> SqlStore<D> {
         rows.into_iter()
             .map(|r| rows::dead_letter(r).map_err(|e| self.corrupt("dead letter", e)))
             .collect()
+    }
+
+    /// [`DeliveryStore::write`] through the pool: one transaction, a statement per row (the
+    /// saves chunked into multi-row upserts).
+    async fn try_write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        const OPERATION: &str = "write a lane's batch";
+        let i = &self.sql.inbox;
+        let mut tx = self.begin_write("begin a lane's batch").await?;
+        let mut run = async |statement: Statement| {
+            D::execute(&mut *tx, &statement)
+                .await
+                .map(|_| ())
+                .map_err(self.failed(OPERATION))
+        };
+        for taken in &batch.taken {
+            run(Statement::new(&i.take_event)
+                .text(&taken.event_id)
+                .text(&taken.event_json))
+            .await?;
+            run(Statement::new(&i.take_mark)
+                .text(&taken.plugin)
+                .text(&taken.event_id))
+            .await?;
+        }
+        for cursor in &batch.remembered {
+            run(bind_cursor_version(
+                Statement::new(&self.sql.remember_cursor),
+                cursor,
+                "",
+            ))
+            .await?;
+        }
+        for chunk in batch.saved.chunks(CHUNK) {
+            let sql = D::upsert(
+                &self.sql.tables.cursors,
+                CURSOR_COLUMNS,
+                &CURSOR_KEY,
+                CURSOR_ROW,
+                chunk.len(),
+            );
+            let statement = Statement {
+                persistent: keep_prepared(chunk.len()),
+                ..Statement::once(sql)
+            };
+            run(chunk.iter().fold(statement, bind_cursor)).await?;
+        }
+        for cursor in &batch.removed {
+            run(Statement::new(&i.remove_cursor)
+                .text(&cursor.plugin)
+                .text(&cursor.cluster)
+                .text(&cursor.uid))
+            .await?;
+        }
+        for settled in &batch.settled {
+            run(Statement::new(&i.settle_mark)
+                .text(&settled.plugin)
+                .text(&settled.event_id))
+            .await?;
+        }
+        if !batch.settled.is_empty() {
+            run(Statement::new(&i.sweep)).await?;
+        }
+        tx.commit().await.map_err(self.failed(OPERATION))
     }
 
     async fn try_save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
@@ -559,6 +695,52 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             return thread.save(cursors).await;
         }
         retry_deadlocks!(self.try_save_cursors(&cursors).await)
+    }
+
+    async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(thread) = &self.cursor_thread {
+            return thread.write(batch).await;
+        }
+        retry_deadlocks!(self.try_write(&batch).await)
+    }
+
+    async fn inbox(&self, plugin: &str) -> Result<Inbox, StoreError> {
+        let statement = Statement::new(&self.sql.inbox.load).text(plugin);
+        let rows = self
+            .fetch(
+                statement,
+                &[Kind::Text, Kind::Text],
+                "read a plugin's inbox",
+                "inbox entry",
+            )
+            .await?;
+        let mut inbox = Inbox::default();
+        for row in rows {
+            let mut values = row.into_iter();
+            let (Some(Value::Text(event_id)), Some(Value::Text(json))) =
+                (values.next(), values.next())
+            else {
+                continue; // the shape was checked by `fetch`
+            };
+            if json.is_empty() {
+                inbox.damaged.push(Damaged {
+                    event_id,
+                    reason: "its event is missing from the inbox".to_string(),
+                });
+                continue;
+            }
+            match serde_json::from_str::<JobEvent>(&json) {
+                Ok(event) => inbox.events.push(event),
+                Err(e) => inbox.damaged.push(Damaged {
+                    event_id,
+                    reason: format!("its event does not decode: {e}"),
+                }),
+            }
+        }
+        Ok(inbox)
     }
 
     async fn remove_cursor(

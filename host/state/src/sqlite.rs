@@ -32,7 +32,7 @@ use super::store::DeliveryStore;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How long a statement waits for the other process's write lock before failing. Writes are
 /// short (a batch of cursor upserts), so a wait this long means something is wrong.
@@ -100,8 +100,26 @@ CREATE TABLE IF NOT EXISTS plugin_installs (
 );
 ";
 
+/// Version 4 adds the inbox (see `inbox`): each event a lane took, once (`at` is Unix seconds,
+/// for the sweep of events no plugin marks any more), and each plugin's marks.
+const SCHEMA_V4: &str = "
+CREATE TABLE IF NOT EXISTS inbox_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT NOT NULL UNIQUE,
+    event_json TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inbox_events_by_age ON inbox_events (at);
+CREATE TABLE IF NOT EXISTS inbox (
+    plugin TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (plugin, event_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS inbox_by_event ON inbox (event_id);
+";
+
 /// The schema scripts, version 1 first: a file at version N runs the scripts after the Nth.
-const SCHEMAS: [&str; 3] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const SCHEMAS: [&str; 4] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// The SQLite dialect; its value is the state file's path.
 #[derive(Debug, Clone)]
@@ -143,8 +161,8 @@ impl SqlStore<SqliteDialect> {
         }
         let location = Location::File(path.clone());
         let mut store = SqlStore::new(pool, SqliteDialect { path }, location, "");
-        let (save, remember) = store.cursor_writes();
-        match CursorThread::start(store.path(), save, remember) {
+        let (save, remember, inbox) = store.cursor_writes();
+        match CursorThread::start(store.path(), save, remember, inbox.clone()) {
             Ok(thread) => store.set_cursor_thread(thread),
             Err(e) => {
                 store.close().await;

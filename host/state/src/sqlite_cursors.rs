@@ -26,6 +26,8 @@ use tokio::sync::oneshot;
 
 use super::cursor::Cursor;
 use super::error::StoreError;
+use super::inbox::WriteBatch;
+use super::sql_store::InboxStatements;
 use super::sqlite::BUSY_TIMEOUT;
 
 /// What the thread is asked to write.
@@ -34,6 +36,8 @@ enum Write {
     Save(Vec<Cursor>),
     /// Jobs seen for the first time: inserted with an empty version unless already stored.
     Remember(Vec<Cursor>),
+    /// A lane's batch (see [`WriteBatch`]), in one transaction.
+    Batch(WriteBatch),
 }
 
 /// One request and where its answer goes.
@@ -61,6 +65,7 @@ impl CursorThread {
         path: &Path,
         save: &str,
         remember: &str,
+        inbox: InboxStatements,
     ) -> Result<CursorThread, StoreError> {
         let failed = |source| StoreError::CursorWrite {
             path: path.to_path_buf(),
@@ -71,11 +76,13 @@ impl CursorThread {
         let statements = Statements {
             save: save.to_string(),
             remember: remember.to_string(),
+            inbox,
         };
         // Prepared once here, so a file the statements cannot run on is refused at open
         // rather than at the first acknowledgement.
-        conn.prepare_cached(&statements.save).map_err(failed)?;
-        conn.prepare_cached(&statements.remember).map_err(failed)?;
+        for sql in statements.all() {
+            conn.prepare_cached(sql).map_err(failed)?;
+        }
         let (requests, queue) = mpsc::channel();
         let (end, ended) = oneshot::channel();
         std::thread::Builder::new()
@@ -111,6 +118,11 @@ impl CursorThread {
         self.run(Write::Save(cursors), "save cursors").await
     }
 
+    /// Carries out a lane's batch in one transaction, returning once it committed.
+    pub(crate) async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        self.run(Write::Batch(batch), "write a lane's batch").await
+    }
+
     /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.
     pub(crate) async fn remember(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         self.run(Write::Remember(cursors.to_vec()), "remember jobs")
@@ -144,10 +156,27 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The two statements the thread keeps prepared.
+/// The statements the thread keeps prepared.
 struct Statements {
     save: String,
     remember: String,
+    inbox: InboxStatements,
+}
+
+impl Statements {
+    /// Every statement but the load (a read, which the pool does).
+    fn all(&self) -> [&str; 7] {
+        let i = &self.inbox;
+        [
+            &self.save,
+            &self.remember,
+            &i.take_event,
+            &i.take_mark,
+            &i.settle_mark,
+            &i.remove_cursor,
+            &i.sweep,
+        ]
+    }
 }
 
 /// The connection, set up like the store's own (the file is already in WAL mode, which is
@@ -169,16 +198,15 @@ fn serve(mut conn: Connection, statements: &Statements, queue: mpsc::Receiver<Re
         let result = match &write {
             Write::Save(cursors) => write_all(&mut conn, &statements.save, cursors, true),
             Write::Remember(cursors) => write_all(&mut conn, &statements.remember, cursors, false),
+            Write::Batch(batch) => write_batch(&mut conn, statements, batch),
         };
         // The caller may have given up waiting (its task was dropped); nothing to do then.
         let _ = done.send(result);
     }
 }
 
-/// Runs `sql` once per cursor in one immediate transaction, binding the columns in table
-/// order as `sql_store`'s `bind_cursor_version` does; with `delivered` false the version is
-/// stored empty (seen, nothing delivered). Dropping the transaction on an error
-/// rolls it back, so a batch is written whole or not at all.
+/// Runs `sql` once per cursor in one immediate transaction (see [`bind_each`]). Dropping the
+/// transaction on an error rolls it back, so a batch is written whole or not at all.
 fn write_all(
     conn: &mut Connection,
     sql: &str,
@@ -186,28 +214,74 @@ fn write_all(
     delivered: bool,
 ) -> Result<(), rusqlite::Error> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    bind_each(&tx, sql, cursors, delivered)?;
+    tx.commit()
+}
+
+/// Runs `sql` once per cursor, binding the columns in table order as `sql_store`'s
+/// `bind_cursor_version` does; with `delivered` false the version is stored empty (seen,
+/// nothing delivered).
+fn bind_each(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    cursors: &[Cursor],
+    delivered: bool,
+) -> Result<(), rusqlite::Error> {
+    let mut statement = tx.prepare_cached(sql)?;
+    for c in cursors {
+        let version = if delivered {
+            c.resource_version.as_str()
+        } else {
+            ""
+        };
+        statement.execute(rusqlite::params![
+            c.plugin,
+            c.cluster,
+            c.uid,
+            c.api_version,
+            c.kind,
+            c.namespace,
+            c.name,
+            version,
+            c.phase.as_str(),
+            c.transition_time,
+            c.deleted,
+        ])?;
+    }
+    Ok(())
+}
+
+/// One lane's batch in one immediate transaction, in [`WriteBatch`]'s order; rolled back
+/// whole on an error.
+fn write_batch(
+    conn: &mut Connection,
+    statements: &Statements,
+    batch: &WriteBatch,
+) -> Result<(), rusqlite::Error> {
+    let i = &statements.inbox;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
-        let mut statement = tx.prepare_cached(sql)?;
-        for c in cursors {
-            let version = if delivered {
-                c.resource_version.as_str()
-            } else {
-                ""
-            };
-            statement.execute(rusqlite::params![
-                c.plugin,
-                c.cluster,
-                c.uid,
-                c.api_version,
-                c.kind,
-                c.namespace,
-                c.name,
-                version,
-                c.phase.as_str(),
-                c.transition_time,
-                c.deleted,
-            ])?;
+        let mut event = tx.prepare_cached(&i.take_event)?;
+        let mut mark = tx.prepare_cached(&i.take_mark)?;
+        for taken in &batch.taken {
+            event.execute(rusqlite::params![taken.event_id, taken.event_json])?;
+            mark.execute(rusqlite::params![taken.plugin, taken.event_id])?;
         }
+    }
+    bind_each(&tx, &statements.remember, &batch.remembered, false)?;
+    bind_each(&tx, &statements.save, &batch.saved, true)?;
+    {
+        let mut remove = tx.prepare_cached(&i.remove_cursor)?;
+        for c in &batch.removed {
+            remove.execute(rusqlite::params![c.plugin, c.cluster, c.uid])?;
+        }
+        let mut settle = tx.prepare_cached(&i.settle_mark)?;
+        for settled in &batch.settled {
+            settle.execute(rusqlite::params![settled.plugin, settled.event_id])?;
+        }
+    }
+    if !batch.settled.is_empty() {
+        tx.prepare_cached(&i.sweep)?.execute([])?;
     }
     tx.commit()
 }

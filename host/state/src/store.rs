@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use super::cursor::Cursor;
 use super::dead_letter::DeadLetter;
 use super::error::StoreError;
+use super::inbox::{Inbox, WriteBatch};
 use jobrelay_contract::event::JobEvent;
 
 /// What the lanes record of their deliveries, durably: per plugin, the cursors (what was
@@ -46,6 +47,15 @@ pub trait DeliveryStore: Send + Sync {
     /// plugin is removed, so adding it back is not a new install; shared by replicas, so the
     /// first one to open the plugin's lane sets it.
     async fn install_time(&self, plugin: &str, now: &str) -> Result<String, StoreError>;
+
+    /// Carries out one batch of a lane's writes in one transaction — the events it took, the
+    /// jobs it saw first, the cursors it saved and removed, and the inbox marks those settle
+    /// (see [`WriteBatch`]): all of it is stored or none.
+    async fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
+
+    /// `plugin`'s inbox: the events it took and has not settled, oldest first, and the marks
+    /// whose event could not be read (see [`Inbox`]).
+    async fn inbox(&self, plugin: &str) -> Result<Inbox, StoreError>;
 
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
     /// costs one disk sync instead of one per event. The batch is handed over, so a store that

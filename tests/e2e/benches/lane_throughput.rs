@@ -26,7 +26,9 @@ use jobrelay_lanes::lane::Lane;
 use jobrelay_lanes::mode::DeliveryMode;
 use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
-use jobrelay_state::{Cursor, DeadLetter, DeliveryStore, StateBackend, StoreError, open_store};
+use jobrelay_state::{
+    Cursor, DeadLetter, DeliveryStore, Inbox, StateBackend, StoreError, WriteBatch, open_store,
+};
 use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::watcher::{Observation, Observed};
 
@@ -268,6 +270,12 @@ impl DeliveryStore for NullStore {
     }
     async fn save_cursors(&self, _cursors: Vec<Cursor>) -> Result<(), StoreError> {
         Ok(())
+    }
+    async fn write(&self, _batch: WriteBatch) -> Result<(), StoreError> {
+        Ok(())
+    }
+    async fn inbox(&self, _plugin: &str) -> Result<Inbox, StoreError> {
+        Ok(Inbox::default())
     }
     async fn remove_cursor(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
         Ok(())

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jobrelay_contract::event::Phase;
-use jobrelay_state::{Cursor, StoreError, open_store};
+use jobrelay_state::{Cursor, Settled, StoreError, Taken, WriteBatch, open_store};
 
 use crate::support::{Backend, cursor, event, on_both_backends};
 
@@ -26,6 +26,9 @@ on_both_backends! {
     kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
     damaged_rows_are_refused_naming_the_store_and_kept => contract_damaged_rows("damaged");
     remembering_many_jobs_at_once_keeps_delivered_cursors => contract_remember_jobs("rememberx");
+    the_inbox_keeps_each_event_once_per_plugin_in_order => contract_inbox_order("inbox");
+    a_batch_settles_marks_with_its_cursors_or_not_at_all => contract_inbox_atomic("inboxtx");
+    damaged_inbox_rows_are_named_and_the_rest_flow => contract_inbox_damaged("inboxbad");
 }
 
 async fn contract_upsert_and_isolation(b: &Backend) {
@@ -779,5 +782,251 @@ async fn contract_exact_keys(b: &Backend) {
     versions.sort_unstable();
     assert_eq!(versions, vec!["Job", "job", "job "]);
     assert!(store.cursors("P").await.expect("load").is_empty());
+    store.close().await;
+}
+
+/// What `plugin` took of the event, as a batch would carry it.
+fn taken(plugin: &str, event: &jobrelay_contract::event::JobEvent) -> Taken {
+    Taken::of(plugin, event).expect("an event encodes")
+}
+
+fn settled(plugin: &str, event: &jobrelay_contract::event::JobEvent) -> Settled {
+    Settled {
+        plugin: plugin.to_string(),
+        event_id: event.id.clone(),
+    }
+}
+
+fn ids(events: &[jobrelay_contract::event::JobEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.id.as_str()).collect()
+}
+
+async fn contract_inbox_order(b: &Backend) {
+    let store = b.store().await;
+    let e1 = event("c", "u1", "10", Phase::Running);
+    let e2 = event("c", "u2", "11", Phase::Running);
+    let e3 = event("c", "u1", "12", Phase::Succeeded);
+    // Two plugins take e1 (two batches, as two lanes would); only `a` takes e2 and e3.
+    store
+        .write(WriteBatch {
+            taken: vec![taken("a", &e1), taken("a", &e2)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("a takes");
+    store
+        .write(WriteBatch {
+            taken: vec![taken("b", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("b takes");
+    store
+        .write(WriteBatch {
+            taken: vec![taken("a", &e3), taken("a", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("taking again changes nothing");
+    let a = store.inbox("a").await.expect("a's inbox");
+    assert_eq!(ids(&a.events), [&e1.id, &e2.id, &e3.id], "oldest first");
+    assert_eq!(a.events[2], e3, "an event comes back exactly");
+    assert!(a.damaged.is_empty());
+    assert_eq!(ids(&store.inbox("b").await.expect("b").events), [&e1.id]);
+    // Stored once however many plugins took it.
+    assert_eq!(
+        b.raw(
+            "UPDATE {p}inbox_events SET at = at + 1 WHERE event_id = ?",
+            &[&e1.id]
+        )
+        .await,
+        1
+    );
+
+    // `a` settles e1 with its cursor: b still has it; the cursor moved.
+    store
+        .write(WriteBatch {
+            saved: vec![cursor("a", "c", "u1", "10", Phase::Running)],
+            settled: vec![settled("a", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("settle");
+    assert_eq!(
+        ids(&store.inbox("a").await.expect("a").events),
+        [&e2.id, &e3.id]
+    );
+    assert_eq!(ids(&store.inbox("b").await.expect("b").events), [&e1.id]);
+    assert_eq!(
+        store.cursors("a").await.expect("cursors")[0].resource_version,
+        "10"
+    );
+
+    // Taken and settled in one batch: gone at its end.
+    let e4 = event("c", "u3", "13", Phase::Pending);
+    store
+        .write(WriteBatch {
+            taken: vec![taken("a", &e4)],
+            settled: vec![settled("a", &e4)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take and settle");
+    assert_eq!(store.inbox("a").await.expect("a").events.len(), 2);
+
+    // A removal settles too; what is left survives closing and reopening.
+    store
+        .write(WriteBatch {
+            removed: vec![cursor("a", "c", "u2", "11", Phase::Deleted)],
+            settled: vec![settled("a", &e2)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("remove");
+    store.close().await;
+    let store = b.store().await;
+    assert_eq!(ids(&store.inbox("a").await.expect("a").events), [&e3.id]);
+    assert_eq!(ids(&store.inbox("b").await.expect("b").events), [&e1.id]);
+
+    // An event no plugin marks any more is swept once it is old enough, not before.
+    store
+        .write(WriteBatch {
+            settled: vec![settled("b", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("b settles");
+    assert_eq!(
+        b.raw(
+            "UPDATE {p}inbox_events SET at = at + 1 WHERE event_id = ?",
+            &[&e1.id]
+        )
+        .await,
+        1,
+        "kept for a while after its last mark"
+    );
+    b.raw("UPDATE {p}inbox_events SET at = at - 100000", &[])
+        .await;
+    store
+        .write(WriteBatch {
+            settled: vec![settled("a", &e3)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("a settles");
+    assert_eq!(
+        b.raw("UPDATE {p}inbox_events SET at = at + 1", &[]).await,
+        0,
+        "old events without marks are swept"
+    );
+    store.close().await;
+}
+
+async fn contract_inbox_atomic(b: &Backend) {
+    let store = b.store().await;
+    let e1 = event("c", "u1", "10", Phase::Running);
+    let e2 = event("c", "u2", "11", Phase::Running);
+    store
+        .write(WriteBatch {
+            taken: vec![taken("p", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take");
+    b.refuse_cursor_uid("poison").await;
+    // One batch: a new event taken, e1 settled with its cursor, and a poisoned cursor.
+    let err = store
+        .write(WriteBatch {
+            taken: vec![taken("p", &e2)],
+            saved: vec![
+                cursor("p", "c", "u1", "10", Phase::Running),
+                cursor("p", "c", "poison", "1", Phase::Running),
+            ],
+            settled: vec![settled("p", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect_err("the poisoned cursor fails the batch");
+    assert!(err.to_string().contains(&b.location()), "{err}");
+    // Nothing of it stayed: e1 still marked, e2 not taken, no cursor.
+    assert_eq!(
+        ids(&store.inbox("p").await.expect("inbox").events),
+        [&e1.id]
+    );
+    assert!(store.cursors("p").await.expect("cursors").is_empty());
+    // The store goes on: the same batch without the poison is written whole.
+    store
+        .write(WriteBatch {
+            taken: vec![taken("p", &e2)],
+            saved: vec![cursor("p", "c", "u1", "10", Phase::Running)],
+            settled: vec![settled("p", &e1)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("the batch without the poison");
+    assert_eq!(
+        ids(&store.inbox("p").await.expect("inbox").events),
+        [&e2.id]
+    );
+    assert_eq!(store.cursors("p").await.expect("cursors").len(), 1);
+    store.close().await;
+}
+
+async fn contract_inbox_damaged(b: &Backend) {
+    let store = b.store().await;
+    let events: Vec<_> = (0..4)
+        .map(|i| {
+            event(
+                "c",
+                &format!("u{i}"),
+                &format!("{}", 20 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    store
+        .write(WriteBatch {
+            taken: events.iter().map(|e| taken("p", e)).collect(),
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take");
+    // One event cut short, one gone from under its mark.
+    assert_eq!(
+        b.raw(
+            "UPDATE {p}inbox_events SET event_json = '{\"id\": ' WHERE event_id = ?",
+            &[&events[1].id]
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        b.raw(
+            "DELETE FROM {p}inbox_events WHERE event_id = ?",
+            &[&events[2].id]
+        )
+        .await,
+        1
+    );
+    let inbox = store.inbox("p").await.expect("the rest is read");
+    assert_eq!(ids(&inbox.events), [&events[0].id, &events[3].id]);
+    let damaged: Vec<(&str, &str)> = inbox
+        .damaged
+        .iter()
+        .map(|d| (d.event_id.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(damaged.len(), 2, "{damaged:?}");
+    assert!(
+        damaged
+            .iter()
+            .any(|(id, why)| *id == events[1].id && why.contains("does not decode")),
+        "{damaged:?}"
+    );
+    assert!(
+        damaged
+            .iter()
+            .any(|(id, why)| *id == events[2].id && why.contains("missing")),
+        "{damaged:?}"
+    );
     store.close().await;
 }

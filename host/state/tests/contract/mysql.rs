@@ -61,6 +61,7 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
     let mut conn = b.mysql_connection().await;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE {prefix}plugin_kv; DROP TABLE {prefix}plugin_installs; \
+         DROP TABLE {prefix}inbox_events; DROP TABLE {prefix}inbox; \
          UPDATE {prefix}schema_version SET version = 1;"
     )))
     .execute(&mut conn)
@@ -77,6 +78,15 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
         .install_time("p", "2026-01-01T00:00:00Z")
         .await
         .expect("the install table exists again");
+    let e = crate::support::event("c", "u1", "6", Phase::Running);
+    store
+        .write(jobrelay_state::WriteBatch {
+            taken: vec![jobrelay_state::Taken::of("p", &e).expect("encodes")],
+            ..Default::default()
+        })
+        .await
+        .expect("the inbox tables exist again");
+    assert_eq!(store.inbox("p").await.expect("inbox").events, vec![e]);
     store.close().await;
 }
 

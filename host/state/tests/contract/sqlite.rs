@@ -287,7 +287,8 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .await
         .expect("raw connection");
     sqlx::raw_sql(
-        "DROP TABLE plugin_kv; DROP TABLE plugin_installs; UPDATE schema_version SET version = 1;",
+        "DROP TABLE plugin_kv; DROP TABLE plugin_installs; DROP TABLE inbox_events; \
+         DROP TABLE inbox; UPDATE schema_version SET version = 1;",
     )
     .execute(&mut conn)
     .await
@@ -304,4 +305,13 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .install_time("p", "2026-01-01T00:00:00Z")
         .await
         .expect("the install table exists again");
+    let e = crate::support::event("c", "u1", "6", Phase::Running);
+    store
+        .write(jobrelay_state::WriteBatch {
+            taken: vec![jobrelay_state::Taken::of("p", &e).expect("encodes")],
+            ..Default::default()
+        })
+        .await
+        .expect("the inbox tables exist again");
+    assert_eq!(store.inbox("p").await.expect("inbox").events, vec![e]);
 }

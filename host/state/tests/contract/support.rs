@@ -287,7 +287,7 @@ pub async fn drop_tables(url: &str, prefix: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE IF EXISTS {prefix}schema_version, {prefix}cursors, {prefix}dead_letters, \
-         {prefix}plugin_kv, {prefix}plugin_installs"
+         {prefix}plugin_kv, {prefix}plugin_installs, {prefix}inbox_events, {prefix}inbox"
     )))
     .execute(&mut conn)
     .await

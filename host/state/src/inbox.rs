@@ -1,0 +1,88 @@
+//! The inbox: events a lane has taken and not yet settled, kept in the store so that what the
+//! watch saw does not live only in memory.
+//!
+//! Each event is stored once (`inbox_events`, keyed by its id) however many plugins took it;
+//! each plugin that took it has a mark (`inbox`: plugin, event id). A lane's writes go to the
+//! store as one [`WriteBatch`] per transaction: the events it took, the jobs it saw first, the
+//! cursors it saved and removed, and the marks those cursors settle — so a cursor never moves
+//! past an event whose mark stays, and a mark never outlives its cursor by a crash. After a
+//! restart, or when a replica takes the plugin's delivery over, [`DeliveryStore::inbox`] gives
+//! the plugin's marked events back, oldest first.
+//!
+//! Events whose last mark is gone are swept a while later ([`SWEEP_AFTER_SECONDS`]), not in the
+//! transaction that removes the mark: another lane may be taking the same event at that moment
+//! (it stores the event again if it is gone, so nothing is lost either way), and a sweep that
+//! waits keeps the two from racing on a server database.
+//!
+//! [`DeliveryStore::inbox`]: super::DeliveryStore::inbox
+
+use super::cursor::Cursor;
+use jobrelay_contract::event::JobEvent;
+
+/// How old an event without marks must be before it is swept, in seconds.
+pub const SWEEP_AFTER_SECONDS: i64 = 600;
+
+/// One event a lane took: stored with a mark for the plugin until a cursor settles it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub plugin: String,
+    pub event_id: String,
+    /// The event as JSON (`JobEvent`'s serde form), written once per event id.
+    pub event_json: String,
+}
+
+impl Taken {
+    /// The event `plugin` took, as it is stored.
+    pub fn of(plugin: &str, event: &JobEvent) -> Result<Taken, serde_json::Error> {
+        Ok(Taken {
+            plugin: plugin.to_string(),
+            event_id: event.id.clone(),
+            event_json: serde_json::to_string(event)?,
+        })
+    }
+}
+
+/// A mark to remove: the plugin is done with the event (delivered or dead-lettered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub plugin: String,
+    pub event_id: String,
+}
+
+/// One batch of a lane's writes, carried out in one transaction in this order: the events
+/// taken, the jobs first seen (kept if a cursor is there), the cursors saved, the cursors
+/// removed, the marks settled. A mark taken and settled in one batch is gone at its end.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub taken: Vec<Taken>,
+    pub remembered: Vec<Cursor>,
+    pub saved: Vec<Cursor>,
+    pub removed: Vec<Cursor>,
+    pub settled: Vec<Settled>,
+}
+
+impl WriteBatch {
+    pub fn is_empty(&self) -> bool {
+        self.taken.is_empty()
+            && self.remembered.is_empty()
+            && self.saved.is_empty()
+            && self.removed.is_empty()
+            && self.settled.is_empty()
+    }
+}
+
+/// A plugin's inbox as read back: its marked events, oldest first, and the marks that could
+/// not be turned into an event (the row was damaged or its event is missing), named so the
+/// operator can find them; those are left in place and the rest flow.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Inbox {
+    pub events: Vec<JobEvent>,
+    pub damaged: Vec<Damaged>,
+}
+
+/// A mark whose event could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub event_id: String,
+    pub reason: String,
+}
