@@ -11,6 +11,7 @@ mod failover;
 mod fault_soak;
 mod feishu_notify;
 mod http_capability;
+mod inbox;
 mod lane_bound;
 mod lane_catch_up;
 mod lane_rate_limits;

@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use jobrelay_state::{Cursor, DeliveryStore, StoreError};
+use jobrelay_contract::event::JobEvent;
+use jobrelay_state::{Cursor, DeliveryStore, Settled, StoreError, Taken, WriteBatch};
 
 /// Why a cursor write did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -63,12 +64,21 @@ const LINGER: Duration = Duration::from_micros(500);
 
 /// What a lane's worker (or the lane itself) asks the writer to do.
 enum Pending {
-    /// An acknowledgement's cursor, answered once stored.
-    Save(Cursor, Answer),
+    /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
+    /// settles it. Nobody waits for it.
+    Take(JobEvent),
+    /// An acknowledgement's cursor, and the inbox mark it settles (none for a replayed dead
+    /// letter), answered once stored.
+    Save(Cursor, Option<String>, Answer),
     /// A job seen, nothing delivered yet; nobody waits for it.
     Remember(Cursor),
-    /// A deleted job's cursor to forget (its deletion was acknowledged), answered once done.
-    Remove(Cursor, Answer),
+    /// A deleted job's cursor to forget (its deletion was acknowledged), with the mark it
+    /// settles, answered once done.
+    Remove(Cursor, Option<String>, Answer),
+    /// An event the lane let go of without a call (a newer version replaced it): its mark.
+    Drop(String),
+    /// Answered once everything handed in before it is written.
+    Flush(oneshot::Sender<()>),
 }
 
 /// The handle a lane's workers save cursors through. Cheap to clone; the writer task ends
@@ -79,23 +89,27 @@ pub struct CursorWriter {
 }
 
 impl CursorWriter {
-    /// Starts the writer task for `store` on the current tokio runtime.
-    pub fn start(store: Arc<dyn DeliveryStore>) -> CursorWriter {
+    /// Starts the writer task for `plugin`'s lane on `store`, on the current tokio runtime.
+    pub fn start(plugin: &str, store: Arc<dyn DeliveryStore>) -> CursorWriter {
         let (queue, pending) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(store, pending));
+        tokio::spawn(write_batches(plugin.to_string(), store, pending));
         CursorWriter { queue }
     }
 
-    /// Stores `cursor`, returning once it is durable (or the write failed, with why).
-    pub async fn save(&self, cursor: Cursor) -> Result<(), WriteError> {
-        self.answered(|done| Pending::Save(cursor, done)).await
+    /// Stores `cursor` and settles the inbox mark `settles` (the event's id), returning once
+    /// both are durable (or the write failed, with why).
+    pub async fn save(&self, cursor: Cursor, settles: Option<String>) -> Result<(), WriteError> {
+        self.answered(|done| Pending::Save(cursor, settles, done))
+            .await
     }
 
-    /// Forgets the job of `cursor` (its deletion was acknowledged), returning once done. Through
-    /// the writer like every other cursor write of the lane, so a note of the job queued
-    /// earlier cannot land after the removal and bring the job back.
-    pub async fn remove(&self, cursor: Cursor) -> Result<(), WriteError> {
-        self.answered(|done| Pending::Remove(cursor, done)).await
+    /// Forgets the job of `cursor` (its deletion was acknowledged) and settles the mark
+    /// `settles`, returning once done. Through the writer like every other write of the lane,
+    /// so a note of the job queued earlier cannot land after the removal and bring the job
+    /// back.
+    pub async fn remove(&self, cursor: Cursor, settles: Option<String>) -> Result<(), WriteError> {
+        self.answered(|done| Pending::Remove(cursor, settles, done))
+            .await
     }
 
     async fn answered(&self, request: impl FnOnce(Answer) -> Pending) -> Result<(), WriteError> {
@@ -113,70 +127,106 @@ impl CursorWriter {
             tracing::debug!("the cursor writer has stopped; a newly seen job is not noted");
         }
     }
+
+    /// Takes `event` into the inbox with the next batch, without waiting. Handed in before the
+    /// event can be called (the lane holds its queue while it does), so the one queue of the
+    /// lane's writes puts the take before the save that settles it.
+    pub fn take(&self, event: JobEvent) {
+        if self.queue.send(Pending::Take(event)).is_err() {
+            tracing::debug!("the cursor writer has stopped; an event is held in memory only");
+        }
+    }
+
+    /// Settles the mark of an event the lane let go of without a call, with the next batch.
+    pub fn drop_mark(&self, event_id: String) {
+        if self.queue.send(Pending::Drop(event_id)).is_err() {
+            tracing::debug!("the cursor writer has stopped; a replaced event keeps its mark");
+        }
+    }
+
+    /// Returns once everything handed in before is written (or failed): for a lane that
+    /// closes, so what it took is in the inbox before the process ends.
+    pub async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.queue.send(Pending::Flush(done)).is_ok() {
+            let _ = flushed.await;
+        }
+    }
 }
 
 /// Takes the first waiting request, then every other one already waiting (up to
-/// [`MAX_BATCH`]; a batch of fewer than [`LINGER_BELOW`] waits [`LINGER`] for more), carries
-/// them out and answers each; until every handle is gone. In a batch,
-/// jobs only noted go first (an insert that keeps what is there, so it cannot undo an
-/// acknowledgement), then the saves as one statement, then the removals, so a note never lands
-/// after the removal of its job. A batch holds at most one save or removal per job: a job's
-/// next event waits for its previous acknowledgement.
+/// [`MAX_BATCH`]; a batch of fewer than [`LINGER_BELOW`] waits [`LINGER`] for more), writes
+/// them as one [`WriteBatch`] — one transaction: events taken, jobs noted, cursors saved and
+/// removed, marks settled, in that order, so a note never lands after the removal of its job
+/// and a take never after the save that settles it — and answers each; until every handle is
+/// gone. A batch holds at most one save or removal per job: a job's next event waits for its
+/// previous acknowledgement.
 async fn write_batches(
+    plugin: String,
     store: Arc<dyn DeliveryStore>,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut saves = Vec::new();
+    let mut requests = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::with_capacity(MAX_BATCH);
-    let mut remembered = Vec::new();
-    let mut removals = Vec::new();
-    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        if batch.len() < LINGER_BELOW {
+    let mut flushes = Vec::new();
+    while pending.recv_many(&mut requests, MAX_BATCH).await > 0 {
+        if requests.len() < LINGER_BELOW {
             // Ends early once the batch is full or every handle is gone.
             let _ = tokio::time::timeout(LINGER, async {
-                while batch.len() < MAX_BATCH {
-                    let room = MAX_BATCH - batch.len();
-                    if pending.recv_many(&mut batch, room).await == 0 {
+                while requests.len() < MAX_BATCH {
+                    let room = MAX_BATCH - requests.len();
+                    if pending.recv_many(&mut requests, room).await == 0 {
                         break;
                     }
                 }
             })
             .await;
         }
-        // The saves are handed to the store whole, so each batch gets a vector of its own.
-        saves.reserve(batch.len());
-        for request in batch.drain(..) {
+        let mut batch = WriteBatch::default();
+        let settle = |event_id: String| Settled {
+            plugin: plugin.clone(),
+            event_id,
+        };
+        for request in requests.drain(..) {
             match request {
-                Pending::Save(cursor, done) => {
-                    saves.push(cursor);
+                Pending::Take(event) => match Taken::of(&plugin, &event) {
+                    Ok(taken) => batch.taken.push(taken),
+                    Err(e) => tracing::error!(plugin = %plugin, event = %event.id, error = %e,
+                        "cannot encode an event for the inbox; it is held in memory only"),
+                },
+                Pending::Save(cursor, settles, done) => {
+                    batch.saved.push(cursor);
+                    batch.settled.extend(settles.map(settle));
                     waiters.push(done);
                 }
-                Pending::Remember(cursor) => remembered.push(cursor),
-                Pending::Remove(cursor, done) => removals.push((cursor, done)),
+                Pending::Remember(cursor) => batch.remembered.push(cursor),
+                Pending::Remove(cursor, settles, done) => {
+                    batch.removed.push(cursor);
+                    batch.settled.extend(settles.map(settle));
+                    waiters.push(done);
+                }
+                Pending::Drop(event_id) => batch.settled.push(settle(event_id)),
+                Pending::Flush(done) => flushes.push(done),
             }
         }
-        if !remembered.is_empty() {
-            if let Err(e) = store.remember_jobs(&remembered).await {
-                tracing::warn!(jobs = remembered.len(), error = %e, "cannot note newly seen jobs");
-            }
-            remembered.clear();
-        }
-        if !saves.is_empty() {
+        if !batch.is_empty() {
+            let (taken, noted) = (batch.taken.len(), batch.remembered.len());
             let result = store
-                .save_cursors(std::mem::take(&mut saves))
+                .write(batch)
                 .await
                 .map_err(|e| WriteError::Store(Arc::new(e)));
+            if let Err(e) = &result
+                && (taken > 0 || noted > 0)
+            {
+                tracing::warn!(plugin = %plugin, taken, noted, error = %e,
+                    "cannot write taken events and newly seen jobs; they are held in memory only");
+            }
             for waiter in waiters.drain(..) {
                 let _ = waiter.send(result.clone());
             }
         }
-        for (cursor, done) in removals.drain(..) {
-            let result = store
-                .remove_cursor(&cursor.plugin, &cursor.cluster, &cursor.uid)
-                .await
-                .map_err(|e| WriteError::Store(Arc::new(e)));
-            let _ = done.send(result);
+        for done in flushes.drain(..) {
+            let _ = done.send(());
         }
     }
 }
@@ -233,8 +283,52 @@ mod tests {
         async fn install_time(&self, _: &str, now: &str) -> Result<String, StoreError> {
             Ok(now.to_string())
         }
-        async fn write(&self, _: WriteBatch) -> Result<(), StoreError> {
-            unreachable!("the cursor writer does not write batches yet")
+        /// Records the batch's parts in its order, each as an entry of its own (takes, notes,
+        /// saves, each removal, settles); holds a batch with saves at the gate and fails it
+        /// when told to.
+        async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+            if !batch.saved.is_empty() {
+                self.gate.acquire().await.map(|p| p.forget()).ok();
+            }
+            let mut entries: Vec<Vec<String>> = Vec::new();
+            let mut part = |items: Vec<String>| {
+                if !items.is_empty() {
+                    entries.push(items);
+                }
+            };
+            part(
+                batch
+                    .taken
+                    .iter()
+                    .map(|t| format!("take {}", t.event_id))
+                    .collect(),
+            );
+            part(
+                batch
+                    .remembered
+                    .iter()
+                    .map(|c| format!("remember {}", c.uid))
+                    .collect(),
+            );
+            part(batch.saved.iter().map(|c| c.uid.clone()).collect());
+            for c in &batch.removed {
+                part(vec![format!("remove {}", c.uid)]);
+            }
+            part(
+                batch
+                    .settled
+                    .iter()
+                    .map(|s| format!("settle {}", s.event_id))
+                    .collect(),
+            );
+            self.batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(entries);
+            if self.fail.load(std::sync::atomic::Ordering::SeqCst) && !batch.saved.is_empty() {
+                return Err(StoreError::InvalidSelection("disk full".into()));
+            }
+            Ok(())
         }
         async fn inbox(&self, _: &str) -> Result<Inbox, StoreError> {
             Ok(Inbox::default())
@@ -303,7 +397,7 @@ mod tests {
     /// A save of `uid`'s cursor running on its own task, as a lane's worker would make it.
     fn saving(writer: &CursorWriter, uid: &str) -> tokio::task::JoinHandle<Result<(), String>> {
         let (writer, cursor) = (writer.clone(), cursor(uid));
-        tokio::spawn(async move { writer.save(cursor).await.map_err(|e| e.to_string()) })
+        tokio::spawn(async move { writer.save(cursor, None).await.map_err(|e| e.to_string()) })
     }
 
     /// Long enough for spawned saves to reach the writer's queue.
@@ -332,7 +426,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cursors_gather_behind_a_write_and_each_save_waits_for_its_own() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start(store.clone());
+        let writer = CursorWriter::start("p", store.clone());
         let first = saving(&writer, "a");
         settle().await;
         let rest: Vec<_> = ["b", "c", "d"].map(|uid| saving(&writer, uid)).into();
@@ -367,7 +461,7 @@ mod tests {
     async fn a_small_batch_waits_a_moment_for_company_and_no_longer() {
         let store = Arc::new(Recording::default());
         store.gate.add_permits(10);
-        let writer = CursorWriter::start(store.clone());
+        let writer = CursorWriter::start("p", store.clone());
         let first = saving(&writer, "a");
         // The writer has taken `a` and, without the linger, would be writing it alone.
         for _ in 0..10 {
@@ -397,7 +491,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn remembered_jobs_go_with_the_next_batch_before_its_saves() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start(store.clone());
+        let writer = CursorWriter::start("p", store.clone());
         let first = saving(&writer, "a");
         settle().await;
         writer.remember(cursor("new"));
@@ -419,13 +513,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_removal_is_never_overtaken_by_an_earlier_note() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start(store.clone());
+        let writer = CursorWriter::start("p", store.clone());
         let first = saving(&writer, "a");
         settle().await;
         writer.remember(cursor("gone"));
         let removed = tokio::spawn({
             let writer = writer.clone();
-            async move { writer.remove(cursor("gone")).await }
+            async move { writer.remove(cursor("gone"), None).await }
         });
         settle().await;
         store.gate.add_permits(1);
@@ -448,8 +542,48 @@ mod tests {
         let store = Arc::new(Recording::default());
         store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
         store.gate.add_permits(10);
-        let writer = CursorWriter::start(store.clone());
-        let err = writer.save(cursor("a")).await.expect_err("disk full");
+        let writer = CursorWriter::start("p", store.clone());
+        let err = writer.save(cursor("a"), None).await.expect_err("disk full");
         assert!(err.to_string().contains("disk full"), "{err}");
+    }
+
+    fn event(uid: &str, rv: &str) -> JobEvent {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("c/{uid}/{rv}"), "cluster": "c", "api_version": "batch/v1",
+            "kind": "Job", "namespace": "ns", "name": uid, "uid": uid, "resource_version": rv,
+            "phase": "running", "transition_time": "", "object_json": "{}"
+        }))
+        .expect("an event")
+    }
+
+    /// An event taken and then settled by its save: the take is written no later than the
+    /// save (the same batch here, takes first), and the mark goes with the cursor. A flush
+    /// returns once what was handed in before it is written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_take_is_written_no_later_than_the_save_that_settles_it() {
+        let store = Arc::new(Recording::default());
+        store.gate.add_permits(10);
+        let writer = CursorWriter::start("p", store.clone());
+        writer.take(event("u", "7"));
+        writer
+            .save(cursor("u"), Some("c/u/7".into()))
+            .await
+            .expect("saved");
+        writer.take(event("v", "8"));
+        writer.flush().await;
+        let batches = store
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(
+            batches,
+            vec![
+                vec!["take c/u/7".to_string()],
+                vec!["u".to_string()],
+                vec!["settle c/u/7".to_string()],
+                vec!["take c/v/8".to_string()],
+            ]
+        );
     }
 }

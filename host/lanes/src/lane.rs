@@ -95,6 +95,15 @@ pub struct LaneStats {
     pub delivery: DurationSnapshot,
 }
 
+/// Where an offered event comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Intake {
+    /// Seen by a watch (or made from what one saw): taken into the inbox when queued.
+    Observed,
+    /// Read back from the inbox: already there.
+    Resumed,
+}
+
 struct Inner {
     name: String,
     /// The handler the next call uses (double `Arc`: `ArcSwap` needs a sized pointee).
@@ -227,7 +236,7 @@ impl Lane {
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
                 queues: Mutex::new(queues),
-                cursor_writer: CursorWriter::start(store.clone()),
+                cursor_writer: CursorWriter::start(name, store.clone()),
                 store,
                 installed_at,
                 book,
@@ -300,23 +309,57 @@ impl Lane {
         }
         // The counts settled events go under are named after the configured kind.
         self.inner.by_job_kind.learn(&event, &kind.name);
+        let catch_up = from_list && self.inner.settings.load().mode.wants_catch_up();
+        let installed_at = self.inner.installed_at.as_ref();
+        self.offer(event, Intake::Observed, |accepted, event| {
+            if catch_up {
+                gap_events(accepted, event, &kind, installed_at)
+            } else {
+                Vec::new()
+            }
+        });
+    }
+
+    /// Offers events taken before and still in the store's inbox (a restart, or delivery taken
+    /// over from another replica), oldest first: the mode judges them again against what the
+    /// cursors say was delivered, which keeps exactly the ones not delivered; they are not
+    /// taken again.
+    fn resume(&self, events: Vec<JobEvent>) {
+        for event in events {
+            if self.inner.excludes(&event.cluster) {
+                continue;
+            }
+            self.offer(event, Intake::Resumed, |_, _| Vec::new());
+        }
+    }
+
+    /// Offers one event to the queues and acts on what they did: versions over the bound to
+    /// the dead-letter list, queued ones into the inbox (unless resumed from it), replaced ones
+    /// out of it, a job's first sight noted, a worker started.
+    fn offer(
+        &self,
+        event: JobEvent,
+        intake: Intake,
+        before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
+    ) {
         let settings = self.inner.settings.load();
         let (mode, cap) = (settings.mode, settings.max_queued_per_job);
-        let catch_up = from_list && mode.wants_catch_up();
-        let installed_at = self.inner.installed_at.as_ref();
         let key = event.job_key();
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let mut offered = queues.offer(event, mode, cap, Instant::now(), |accepted, event| {
-                if catch_up {
-                    gap_events(accepted, event, &kind, installed_at)
-                } else {
-                    Vec::new()
-                }
-            });
-            // Handed on while the queues are locked, so a job's overflow keeps its order.
+            let mut offered = queues.offer(event, mode, cap, Instant::now(), before);
+            // Handed on while the queues are locked: a job's overflow keeps its order, and an
+            // event is taken into the inbox before its worker can settle it.
             for event in std::mem::take(&mut offered.overflow) {
                 self.overflow_to_dead_letters(event, cap);
+            }
+            if intake == Intake::Observed {
+                for event in std::mem::take(&mut offered.taken) {
+                    self.inner.cursor_writer.take(event);
+                }
+            }
+            for id in std::mem::take(&mut offered.replaced) {
+                self.inner.cursor_writer.drop_mark(id);
             }
             offered
         };
@@ -471,9 +514,11 @@ impl Lane {
         }
     }
 
-    /// Forgets what the lane knows of every job that has no work in it and reads the
-    /// plugin's cursors again (of one cluster, or of all). For a replica that takes over
-    /// delivery: while it did not deliver, another replica moved the shared cursors on.
+    /// Forgets what the lane knows of every job that has no work in it, reads the plugin's
+    /// cursors again (of one cluster, or of all) and resumes the events still in its inbox.
+    /// For a replica that takes over delivery — while it did not deliver, another replica
+    /// moved the shared cursors on and left its undelivered events in the inbox — and for a
+    /// daemon that delivers from the start, once its lane is open.
     /// Taking a cluster back also accepts its versions again (see
     /// [`forget_cluster`](Lane::forget_cluster)).
     pub async fn reload(&self, cluster: Option<&str>) -> Result<(), jobrelay_state::StoreError> {
@@ -486,16 +531,24 @@ impl Lane {
                 .remove(cluster);
         }
         let cursors = self.inner.store.cursors(&self.inner.name).await?;
-        self.inner
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .reload(of, &cursors);
+        let inbox = read_inbox(&self.inner.name, self.inner.store.as_ref()).await?;
+        let resumed = {
+            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            queues.reload(of, &cursors);
+            // What the other replica took and did not deliver, for the jobs this lane has no
+            // work of its own for (a job it is delivering already has its versions queued).
+            inbox
+                .into_iter()
+                .filter(|e| of(&e.cluster) && !queues.has_work(&e.cluster, &e.uid))
+                .collect()
+        };
+        self.resume(resumed);
         Ok(())
     }
 
     /// Lets go of one cluster (sharding hands it to another replica): versions queued for its
-    /// jobs are dropped unacknowledged (the next owner delivers them from the shared cursors),
+    /// jobs are dropped unacknowledged (the next owner delivers them from the shared cursors
+    /// and inbox),
     /// calls in flight are waited for, and the cluster's jobs are forgotten.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.inner
@@ -520,10 +573,13 @@ impl Lane {
     }
 
     /// Stop starting calls and wait for the ones in flight. Queued events stay unacknowledged:
-    /// their cursors were not advanced, so a restart delivers them.
+    /// their cursors were not advanced and they are in the inbox, so a restart delivers them.
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner.closing.notify_waiters();
+        // What the lane took is in the inbox before anything waits on a call (the daemon's
+        // grace period may end the wait), so a process ending meanwhile loses none of it.
+        self.inner.cursor_writer.flush().await;
         self.inner.workers.close();
         self.inner.workers.wait().await;
         self.inner.settled.notify_waiters();
@@ -581,6 +637,27 @@ fn gap_events(
     let missed =
         catch_up::missed_transitions(&kind.normalizer, &object, last_phase, Some(last_time));
     catch_up::synthetic_events(event, last_phase, &missed)
+}
+
+/// `plugin`'s events in the store's inbox, oldest first. A mark whose event cannot be read is
+/// named in the log and left where it is (an operator may repair or delete it); the rest flow.
+async fn read_inbox(
+    plugin: &str,
+    store: &dyn DeliveryStore,
+) -> Result<Vec<JobEvent>, jobrelay_state::StoreError> {
+    let inbox = store.inbox(plugin).await?;
+    for damaged in &inbox.damaged {
+        tracing::error!(plugin, event = %damaged.event_id, reason = %damaged.reason,
+            "an inbox entry cannot be read; it is left in the store and not delivered");
+    }
+    if !inbox.events.is_empty() {
+        tracing::info!(
+            plugin,
+            events = inbox.events.len(),
+            "resuming the events taken and not delivered before"
+        );
+    }
+    Ok(inbox.events)
 }
 
 /// Stands for "installed before any job": the install time of a plugin that already had

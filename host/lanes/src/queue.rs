@@ -211,6 +211,11 @@ pub struct Offered {
     pub skipped: u64,
     /// Versions over the job's queue bound, in order: not queued; the lane dead-letters them.
     pub overflow: Vec<JobEvent>,
+    /// Copies of the versions queued, in order: the lane takes them into the store's inbox.
+    pub taken: Vec<JobEvent>,
+    /// Ids of queued versions a newer one replaced (`latest`): let go without a call, their
+    /// inbox marks go.
+    pub replaced: Vec<String>,
     /// The job was claimed for a new worker: the lane must start one.
     pub start: bool,
     /// The job has nothing waiting and nothing in flight.
@@ -351,7 +356,14 @@ impl Queues {
                     // Replays stay, and so does the head while its call runs: the worker
                     // settles it when the call ends.
                     let mut head = job.in_flight;
-                    job.queue.retain(|i| std::mem::take(&mut head) || i.replay);
+                    let replaced = &mut offered.replaced;
+                    job.queue.retain(|i| {
+                        let keep = std::mem::take(&mut head) || i.replay;
+                        if !keep && let Some(event) = &i.event {
+                            replaced.push(event.id.clone());
+                        }
+                        keep
+                    });
                     let dropped = (before - job.queue.len()) as u64;
                     self.pending -= dropped;
                     offered.skipped += dropped;
@@ -364,6 +376,7 @@ impl Queues {
                 }
             }
             self.pending += 1;
+            offered.taken.push(event.clone());
             job.queue.push_back(Item {
                 resource_version: CompactString::new(&event.resource_version),
                 event: Some(event),
@@ -507,6 +520,14 @@ impl Queues {
         self.pending -= dropped;
         self.prune_origins();
         dropped
+    }
+
+    /// Whether the job has anything queued or a worker holding it.
+    pub fn has_work(&self, cluster: &str, uid: &str) -> bool {
+        self.clusters
+            .get(cluster)
+            .and_then(|jobs| jobs.get(&Uid::new(uid)))
+            .is_some_and(|job| job.busy || !job.queue.is_empty())
     }
 
     /// Whether a worker still holds a job of `cluster`.

@@ -34,8 +34,8 @@ use crate::telemetry;
 use crate::telemetry::status::StatusSources;
 use crate::telemetry::store_check::{self, StoreHealth};
 use jobrelay_capabilities::Services;
-use jobrelay_coordination::Coordinator;
 use jobrelay_coordination::coordinator::BeforeLease;
+use jobrelay_coordination::{Coordinator, Mode};
 use jobrelay_lanes::dispatcher::{self, Routes};
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_runtime::Runtime;
@@ -96,6 +96,7 @@ impl Daemon {
             store,
             Some(book.clone()),
             registries,
+            main.coordination.mode == Mode::Single,
         );
         let health = HealthBoard::default();
         let (sink, intake) = dispatcher::channel();

@@ -131,6 +131,10 @@ pub struct PluginSet {
     stop: CancellationToken,
     /// Where registry components (`wasm: oci://…`) come from.
     registries: Registries,
+    /// A lane resumes its inbox as soon as it opens: this replica delivers every cluster from
+    /// the start (`single` mode). Otherwise the take-over does it (`reload`), for what the
+    /// replica then delivers.
+    resume_at_open: bool,
 }
 
 /// Why a version did not load: its component could not be fetched, or the runtime refused it.
@@ -174,6 +178,7 @@ impl PluginSet {
         store: Arc<dyn DeliveryStore>,
         finalizers: Option<Arc<FinalizerBook>>,
         registries: Registries,
+        resume_at_open: bool,
     ) -> Self {
         PluginSet {
             runtime,
@@ -183,6 +188,7 @@ impl PluginSet {
             book: Arc::default(),
             stop: CancellationToken::new(),
             registries,
+            resume_at_open,
         }
     }
 
@@ -296,6 +302,9 @@ impl PluginSet {
         )
         .await
         .map_err(CursorsUnreadable)?;
+        if self.resume_at_open {
+            lane.reload(None).await.map_err(CursorsUnreadable)?;
+        }
         self.routes.insert(&source.spec.name, lane);
         Ok(())
     }

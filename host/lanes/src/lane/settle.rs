@@ -1,7 +1,8 @@
 //! Settling a call's outcome: the one place that records what became of the event at the head
 //! of a job's queue before the job's next event starts — the dead letter if the call gave up,
-//! then the cursor (durable first, so nothing acknowledged is lost to a crash), the counters,
-//! and the head popped from the queue.
+//! then the cursor with the event's inbox mark removed in the same transaction (durable
+//! first, so nothing acknowledged is lost to a crash and nothing settled comes back), the
+//! counters, and the head popped from the queue.
 
 use std::sync::atomic::Ordering;
 
@@ -69,11 +70,13 @@ pub(super) async fn settle(
     };
     let phase = event.phase;
     if !replay {
+        // The event's inbox mark goes with its cursor, in one transaction.
         let (cursor, id) = Cursor::taking(&inner.name, event);
+        let settles = Some(id.clone());
         let saved = if cursor.deleted {
-            inner.cursor_writer.remove(cursor).await
+            inner.cursor_writer.remove(cursor, settles).await
         } else {
-            inner.cursor_writer.save(cursor).await
+            inner.cursor_writer.save(cursor, settles).await
         };
         if let Err(e) = saved {
             tracing::error!(plugin = %inner.name, event = %id, error = %e,
