@@ -23,10 +23,15 @@
 //! acknowledgements of one job, and per-job order is that of the queue. One queue for all of
 //! a lane's writes also orders a job's first-sight note before its removal.
 //!
+//! The writer also takes the lane's queued events into the store's inbox (see
+//! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
+//! that settles it, and not at all when that save arrives in the same round.
+//!
 //! This is the only batching of a cursor write. The SQLite store's thread
 //! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
 //! one transaction, in the order the lanes' writers hand them over.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,6 +159,40 @@ impl CursorWriter {
     }
 }
 
+/// The events taken in one round, by id. A take settled in the same round (the lane kept up)
+/// is never written, nor is its mark: only a lagging lane's events reach the inbox, and only
+/// they are encoded.
+#[derive(Default)]
+struct RoundTakes {
+    events: Vec<Option<JobEvent>>,
+    at: HashMap<String, usize>,
+}
+
+impl RoundTakes {
+    fn take(&mut self, event: JobEvent) {
+        self.at.insert(event.id.clone(), self.events.len());
+        self.events.push(Some(event));
+    }
+
+    /// The mark of `event_id` goes: cancelled if it was taken this round, else removed.
+    fn settle(&mut self, batch: &mut WriteBatch, plugin: &str, event_id: Option<String>) {
+        let Some(event_id) = event_id else { return };
+        match self.at.remove(&event_id) {
+            Some(i) => self.events[i] = None,
+            None => batch.settled.push(Settled {
+                plugin: plugin.to_string(),
+                event_id,
+            }),
+        }
+    }
+
+    /// The takes left standing, in order; empty afterwards.
+    fn drain(&mut self) -> impl Iterator<Item = JobEvent> + '_ {
+        self.at.clear();
+        self.events.drain(..).flatten()
+    }
+}
+
 /// Takes the first waiting request, then every other one already waiting (up to
 /// [`MAX_BATCH`]; a batch of fewer than [`LINGER_BELOW`] waits [`LINGER`] for more), writes
 /// them as one [`WriteBatch`] — one transaction: events taken, jobs noted, cursors saved and
@@ -169,6 +208,7 @@ async fn write_batches(
     let mut requests = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::with_capacity(MAX_BATCH);
     let mut flushes = Vec::new();
+    let mut takes = RoundTakes::default();
     while pending.recv_many(&mut requests, MAX_BATCH).await > 0 {
         if requests.len() < LINGER_BELOW {
             // Ends early once the batch is full or every handle is gone.
@@ -183,30 +223,29 @@ async fn write_batches(
             .await;
         }
         let mut batch = WriteBatch::default();
-        let settle = |event_id: String| Settled {
-            plugin: plugin.clone(),
-            event_id,
-        };
         for request in requests.drain(..) {
             match request {
-                Pending::Take(event) => match Taken::of(&plugin, &event) {
-                    Ok(taken) => batch.taken.push(taken),
-                    Err(e) => tracing::error!(plugin = %plugin, event = %event.id, error = %e,
-                        "cannot encode an event for the inbox; it is held in memory only"),
-                },
+                Pending::Take(event) => takes.take(event),
                 Pending::Save(cursor, settles, done) => {
                     batch.saved.push(cursor);
-                    batch.settled.extend(settles.map(settle));
+                    takes.settle(&mut batch, &plugin, settles);
                     waiters.push(done);
                 }
                 Pending::Remember(cursor) => batch.remembered.push(cursor),
                 Pending::Remove(cursor, settles, done) => {
                     batch.removed.push(cursor);
-                    batch.settled.extend(settles.map(settle));
+                    takes.settle(&mut batch, &plugin, settles);
                     waiters.push(done);
                 }
-                Pending::Drop(event_id) => batch.settled.push(settle(event_id)),
+                Pending::Drop(event_id) => takes.settle(&mut batch, &plugin, Some(event_id)),
                 Pending::Flush(done) => flushes.push(done),
+            }
+        }
+        for event in takes.drain() {
+            match Taken::of(&plugin, &event) {
+                Ok(taken) => batch.taken.push(taken),
+                Err(e) => tracing::error!(plugin = %plugin, event = %event.id, error = %e,
+                    "cannot encode an event for the inbox; it is held in memory only"),
             }
         }
         if !batch.is_empty() {
@@ -556,11 +595,11 @@ mod tests {
         .expect("an event")
     }
 
-    /// An event taken and then settled by its save: the take is written no later than the
-    /// save (the same batch here, takes first), and the mark goes with the cursor. A flush
-    /// returns once what was handed in before it is written.
+    /// A take settled in the same round (the lane kept up) is written neither as an event nor
+    /// as a mark; one settled in a later round is written first, and its mark goes with the
+    /// cursor. A flush returns once what was handed in before it is written.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_take_is_written_no_later_than_the_save_that_settles_it() {
+    async fn only_takes_still_waiting_at_the_end_of_a_round_reach_the_inbox() {
         let store = Arc::new(Recording::default());
         store.gate.add_permits(10);
         let writer = CursorWriter::start("p", store.clone());
@@ -571,6 +610,10 @@ mod tests {
             .expect("saved");
         writer.take(event("v", "8"));
         writer.flush().await;
+        writer
+            .save(cursor("v"), Some("c/v/8".into()))
+            .await
+            .expect("saved");
         let batches = store
             .batches
             .lock()
@@ -579,10 +622,10 @@ mod tests {
         assert_eq!(
             batches,
             vec![
-                vec!["take c/u/7".to_string()],
                 vec!["u".to_string()],
-                vec!["settle c/u/7".to_string()],
                 vec!["take c/v/8".to_string()],
+                vec!["v".to_string()],
+                vec!["settle c/v/8".to_string()],
             ]
         );
     }
