@@ -413,6 +413,22 @@ impl<D: Dialect> SqlStore<D> {
             .collect()
     }
 
+    /// One multi-row upsert of `cursors` (at most [`CHUNK`]), kept prepared when small.
+    fn upsert_cursors(&self, cursors: &[Cursor]) -> Statement {
+        let sql = D::upsert(
+            &self.sql.tables.cursors,
+            CURSOR_COLUMNS,
+            &CURSOR_KEY,
+            CURSOR_ROW,
+            cursors.len(),
+        );
+        let statement = Statement {
+            persistent: keep_prepared(cursors.len()),
+            ..Statement::once(sql)
+        };
+        cursors.iter().fold(statement, bind_cursor)
+    }
+
     /// [`DeliveryStore::write`] through the pool: one transaction, a statement per row (the
     /// saves chunked into multi-row upserts).
     async fn try_write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
@@ -444,18 +460,7 @@ impl<D: Dialect> SqlStore<D> {
             .await?;
         }
         for chunk in batch.saved.chunks(CHUNK) {
-            let sql = D::upsert(
-                &self.sql.tables.cursors,
-                CURSOR_COLUMNS,
-                &CURSOR_KEY,
-                CURSOR_ROW,
-                chunk.len(),
-            );
-            let statement = Statement {
-                persistent: keep_prepared(chunk.len()),
-                ..Statement::once(sql)
-            };
-            run(chunk.iter().fold(statement, bind_cursor)).await?;
+            run(self.upsert_cursors(chunk)).await?;
         }
         for cursor in &batch.removed {
             run(Statement::new(&i.remove_cursor)
@@ -481,31 +486,13 @@ impl<D: Dialect> SqlStore<D> {
         // around it, and saves the driver two round trips (on SQLite, two hand-overs to its
         // worker thread).
         if cursors.len() <= CHUNK {
-            let sql = D::upsert(
-                &self.sql.tables.cursors,
-                CURSOR_COLUMNS,
-                &CURSOR_KEY,
-                CURSOR_ROW,
-                cursors.len(),
-            );
-            let statement = Statement {
-                persistent: keep_prepared(cursors.len()),
-                ..Statement::once(sql)
-            };
-            let statement = cursors.iter().fold(statement, bind_cursor);
-            self.execute(statement, "save cursors").await?;
+            self.execute(self.upsert_cursors(cursors), "save cursors")
+                .await?;
             return Ok(());
         }
         let mut tx = self.begin_write("begin saving cursors").await?;
         for chunk in cursors.chunks(CHUNK) {
-            let sql = D::upsert(
-                &self.sql.tables.cursors,
-                CURSOR_COLUMNS,
-                &CURSOR_KEY,
-                CURSOR_ROW,
-                chunk.len(),
-            );
-            let statement = chunk.iter().fold(Statement::once(sql), bind_cursor);
+            let statement = self.upsert_cursors(chunk);
             D::execute(&mut *tx, &statement)
                 .await
                 .map_err(self.failed("save cursors"))?;

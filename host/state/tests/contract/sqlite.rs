@@ -305,13 +305,5 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .install_time("p", "2026-01-01T00:00:00Z")
         .await
         .expect("the install table exists again");
-    let e = crate::support::event("c", "u1", "6", Phase::Running);
-    store
-        .write(jobrelay_state::WriteBatch {
-            taken: vec![jobrelay_state::Taken::of("p", &e).expect("encodes")],
-            ..Default::default()
-        })
-        .await
-        .expect("the inbox tables exist again");
-    assert_eq!(store.inbox("p").await.expect("inbox").events, vec![e]);
+    crate::support::assert_inbox_works(&store).await;
 }

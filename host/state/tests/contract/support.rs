@@ -319,3 +319,16 @@ macro_rules! on_both_backends {
 }
 
 pub(crate) use on_both_backends;
+
+/// One event taken into `store`'s inbox comes back: the inbox tables exist (after a migration).
+pub async fn assert_inbox_works(store: &dyn DeliveryStore) {
+    let e = event("c", "u1", "6", Phase::Running);
+    store
+        .write(jobrelay_state::WriteBatch {
+            taken: vec![jobrelay_state::Taken::of("p", &e).expect("encodes")],
+            ..Default::default()
+        })
+        .await
+        .expect("the inbox tables exist again");
+    assert_eq!(store.inbox("p").await.expect("inbox").events, vec![e]);
+}
