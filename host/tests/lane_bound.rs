@@ -296,3 +296,52 @@ async fn latest_delivers_a_version_that_arrives_during_a_call() {
     assert_eq!(cursors[0].resource_version, "3");
     lane.close().await;
 }
+
+/// Events resumed from the inbox that the delivery mode does not queue again (the plugin
+/// moved from `every-version` to `terminal` across the restart) lose their marks, and the
+/// delivered one its mark with its cursor: nothing is left to come back at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_events_the_mode_no_longer_wants_leave_the_inbox() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let at = "2026-11-21T10:00:00Z";
+    let running = event("u-1", "5", Phase::Running, None, at);
+    let succeeded = event("u-1", "6", Phase::Succeeded, Some(Phase::Running), at);
+    store
+        .write(jobrelay_state::WriteBatch {
+            taken: [&running, &succeeded]
+                .iter()
+                .map(|e| jobrelay_state::Taken::of("half", e).expect("encodes"))
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("an earlier process took both");
+    let plugin = Arc::new(DownFor {
+        cluster: "west",
+        delivered: Default::default(),
+    });
+    let settings = LaneSettings {
+        mode: DeliveryMode::Terminal,
+        ..slow_retries(4, 100)
+    };
+    let lane = Lane::open("half", plugin.clone(), settings, store.clone(), None)
+        .await
+        .expect("lane");
+    lane.reload(None).await.expect("resume");
+    common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
+    lane.close().await;
+    let delivered = plugin
+        .delivered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    assert_eq!(delivered, [succeeded.id.as_str()]);
+    let left = store.inbox("half").await.expect("inbox");
+    assert!(
+        left.events.is_empty() && left.damaged.is_empty(),
+        "marks left behind: {left:?}"
+    );
+}

@@ -67,6 +67,9 @@ const LINGER_BELOW: usize = 8;
 /// How long a small batch waits for company.
 const LINGER: Duration = Duration::from_micros(500);
 
+/// How often a writer asks the store to sweep the inbox's unmarked events.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// What a lane's worker (or the lane itself) asks the writer to do.
 enum Pending {
     /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
@@ -209,6 +212,7 @@ async fn write_batches(
     let mut waiters = Vec::with_capacity(MAX_BATCH);
     let mut flushes = Vec::new();
     let mut takes = RoundTakes::default();
+    let mut swept = tokio::time::Instant::now();
     while pending.recv_many(&mut requests, MAX_BATCH).await > 0 {
         if requests.len() < LINGER_BELOW {
             // Ends early once the batch is full or every handle is gone.
@@ -240,6 +244,10 @@ async fn write_batches(
                 Pending::Drop(event_id) => takes.settle(&mut batch, &plugin, Some(event_id)),
                 Pending::Flush(done) => flushes.push(done),
             }
+        }
+        if !batch.settled.is_empty() && swept.elapsed() >= SWEEP_EVERY {
+            batch.sweep = true;
+            swept = tokio::time::Instant::now();
         }
         for event in takes.drain() {
             match Taken::of(&plugin, &event) {

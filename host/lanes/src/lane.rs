@@ -345,9 +345,18 @@ impl Lane {
         let settings = self.inner.settings.load();
         let (mode, cap) = (settings.mode, settings.max_queued_per_job);
         let key = event.job_key();
+        // A resumed event the mode does not queue again (a delivery mode changed since, say)
+        // has nothing left to wait for: its mark goes, or it would come back at every start.
+        let resumed_id = (intake == Intake::Resumed).then(|| event.id.clone());
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
             let mut offered = queues.offer(event, mode, cap, Instant::now(), before);
+            if let Some(id) = resumed_id
+                && !offered.taken.iter().any(|e| e.id == id)
+                && !offered.overflow.iter().any(|e| e.id == id)
+            {
+                self.inner.cursor_writer.drop_mark(id);
+            }
             // Handed on while the queues are locked: a job's overflow keeps its order, and an
             // event is taken into the inbox before its worker can settle it.
             for event in std::mem::take(&mut offered.overflow) {
@@ -410,7 +419,11 @@ impl Lane {
                     "lane overflow: {cap} versions of this job were already waiting (the \
                      plugin is down or too slow; max_queued_per_job)"
                 ));
-                record_dead_letter(&inner, &event, &error, 0).await;
+                // A resumed event's mark goes once its dead letter holds it (an observed
+                // one over the bound was never taken: removing no mark costs nothing).
+                if record_dead_letter(&inner, &event, &error, 0).await {
+                    inner.cursor_writer.drop_mark(event.id);
+                }
             }
         });
     }

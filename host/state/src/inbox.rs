@@ -59,6 +59,10 @@ pub struct WriteBatch {
     pub saved: Vec<Cursor>,
     pub removed: Vec<Cursor>,
     pub settled: Vec<Settled>,
+    /// Also sweep events without marks older than [`SWEEP_AFTER_SECONDS`]. The sweep reads
+    /// every event that old, marked or not, so a writer asks for it now and then, not with
+    /// every batch: a backlog older than the delay would be read again by each one.
+    pub sweep: bool,
 }
 
 impl WriteBatch {
@@ -68,6 +72,7 @@ impl WriteBatch {
             && self.saved.is_empty()
             && self.removed.is_empty()
             && self.settled.is_empty()
+            && !self.sweep
     }
 }
 

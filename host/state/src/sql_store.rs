@@ -475,7 +475,7 @@ impl<D: Dialect> SqlStore<D> {
                 .text(&settled.event_id))
             .await?;
         }
-        if !batch.settled.is_empty() {
+        if batch.sweep {
             run(Statement::new(&i.sweep)).await?;
         }
         tx.commit().await.map_err(self.failed(OPERATION))

@@ -280,7 +280,7 @@ fn write_batch(
             settle.execute(rusqlite::params![settled.plugin, settled.event_id])?;
         }
     }
-    if !batch.settled.is_empty() {
+    if batch.sweep {
         tx.prepare_cached(&i.sweep)?.execute([])?;
     }
     tx.commit()

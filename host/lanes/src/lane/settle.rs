@@ -24,12 +24,13 @@ pub(super) enum Outcome {
 
 /// Records a dead letter: counted, logged, stored (replayable), and the finalizer hold on its
 /// job told. Also used for versions over a job's queue bound, which never reach a call.
+/// Whether it was stored.
 pub(super) async fn record_dead_letter(
     inner: &Inner,
     event: &JobEvent,
     error: &CallError,
     attempts: u32,
-) {
+) -> bool {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
     inner.by_job_kind.add(event, Count::DeadLettered);
     if let Some(book) = &inner.book {
@@ -37,13 +38,17 @@ pub(super) async fn record_dead_letter(
     }
     tracing::error!(plugin = %inner.name, event = %event.id, attempts, error = %error,
         "event moved to the dead-letter list");
-    if let Err(e) = inner
+    match inner
         .store
         .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
         .await
     {
-        tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
-            "cannot record the dead letter; the event will be delivered again after a restart");
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
+                "cannot record the dead letter; the event will be delivered again after a restart");
+            false
+        }
     }
 }
 

@@ -892,6 +892,7 @@ async fn contract_inbox_order(b: &Backend) {
     store
         .write(WriteBatch {
             settled: vec![settled("b", &e1)],
+            sweep: true,
             ..WriteBatch::default()
         })
         .await
@@ -910,6 +911,7 @@ async fn contract_inbox_order(b: &Backend) {
     store
         .write(WriteBatch {
             settled: vec![settled("a", &e3)],
+            sweep: true,
             ..WriteBatch::default()
         })
         .await
