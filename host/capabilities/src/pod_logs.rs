@@ -124,9 +124,14 @@ impl PodLogAccess {
         if !self.granted {
             return Err(LogError::Denied(NoScope::NotGranted.to_string()));
         }
-        self.scope
-            .as_ref()
-            .map_err(|why| LogError::Denied(why.to_string()))
+        self.scope.as_ref().map_err(|why| match why {
+            // A cluster not connected yet (the daemon starting, a take-over, a restart of the
+            // cluster's supervisor) is a passing state: the plugin may try again.
+            NoScope::NotConnected(_) | NoScope::DirectoryUnavailable => {
+                LogError::Unavailable(why.to_string())
+            }
+            _ => LogError::Denied(why.to_string()),
+        })
     }
 
     async fn pods(&mut self) -> Result<&[WitPod], LogError> {
@@ -147,5 +152,44 @@ impl PodLogAccess {
                 "pod logs are not granted to this plugin (grants.pod_logs)".into(),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(scope: NoScope) -> PodLogAccess {
+        PodLogAccess {
+            granted: true,
+            scope: Err(scope),
+            ..PodLogAccess::default()
+        }
+    }
+
+    /// A cluster not connected yet is a passing state the plugin may retry; a job the plugin
+    /// may never read is a denial.
+    #[test]
+    fn a_cluster_not_connected_yet_is_unavailable_and_a_missing_grant_denied() {
+        let not_yet = access(NoScope::NotConnected("beta".into())).scope().err();
+        assert!(
+            matches!(&not_yet, Some(LogError::Unavailable(why)) if why.contains("beta")),
+            "{not_yet:?}"
+        );
+        let no_label = access(NoScope::NoPodLabel {
+            api_version: "v1".into(),
+            kind: "Job".into(),
+        })
+        .scope()
+        .err();
+        assert!(
+            matches!(no_label, Some(LogError::Denied(_))),
+            "{no_label:?}"
+        );
+        let ungranted = PodLogAccess::default().scope().err();
+        assert!(
+            matches!(ungranted, Some(LogError::Denied(_))),
+            "{ungranted:?}"
+        );
     }
 }

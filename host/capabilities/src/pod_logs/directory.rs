@@ -87,7 +87,8 @@ impl ClusterDirectory {
     }
 }
 
-/// Why a call has no job whose pods it may read; the plugin is told as a denial.
+/// Why a call has no job whose pods it may read; the plugin is told as a denial, or as
+/// unavailable while its cluster is not connected (see `PodLogAccess::scope`).
 #[derive(Debug, Clone, thiserror::Error)]
 pub(super) enum NoScope {
     #[error("pod logs are not granted to this plugin (grants.pod_logs)")]
