@@ -561,8 +561,7 @@ impl Lane {
 
     /// Lets go of one cluster (sharding hands it to another replica): versions queued for its
     /// jobs are dropped unacknowledged (the next owner delivers them from the shared cursors
-    /// and inbox),
-    /// calls in flight are waited for, and the cluster's jobs are forgotten.
+    /// and inbox), calls in flight are waited for, and the cluster's jobs are forgotten.
     pub async fn forget_cluster(&self, cluster: &str) {
         self.inner
             .excluded
