@@ -2,7 +2,8 @@
 //! watch saw does not live only in memory.
 //!
 //! Each event is stored once (`inbox_events`, keyed by its id) however many plugins took it;
-//! each plugin that took it has a mark (`inbox`: plugin, event id). A lane's writes go to the
+//! each plugin that took it has a mark (`inbox_marks`: plugin, event id, numbered in the order
+//! the plugin took its events, which is the order they come back in). A lane's writes go to the
 //! store as one [`WriteBatch`] per transaction: the events it took, the jobs it saw first, the
 //! cursors it saved and removed, and the marks those cursors settle — so a cursor never moves
 //! past an event whose mark stays, and a mark never outlives its cursor by a crash. After a
@@ -83,6 +84,22 @@ impl WriteBatch {
 pub struct Inbox {
     pub events: Vec<JobEvent>,
     pub damaged: Vec<Damaged>,
+    /// Where the next page starts (pass it as `after`); `None` once the end was read.
+    pub next: Option<i64>,
+}
+
+/// Events read back per page when a lane resumes its inbox: a backlog of any size is read
+/// a page at a time, and what the memory budget has no room for is let go again at once.
+pub const INBOX_PAGE: u32 = 1_000;
+
+/// One event of the inbox, read back by id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    Event(Box<JobEvent>),
+    /// The row is there but does not decode (damaged by hand, or by a bug): why.
+    Damaged(String),
+    /// No event is stored under that id.
+    Missing,
 }
 
 /// A mark whose event could not be read.

@@ -34,7 +34,9 @@ use jobrelay_contract::secret;
 pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};
 pub use self::error::{Location, StoreError};
-pub use self::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, Settled, Taken, WriteBatch};
+pub use self::inbox::{
+    Damaged, INBOX_PAGE, Inbox, SWEEP_AFTER_SECONDS, Settled, Stored, Taken, WriteBatch,
+};
 pub use self::mysql::{
     DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlDialect, MySqlStore, check_table_prefix,
     redacted_url,

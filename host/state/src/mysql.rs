@@ -118,8 +118,10 @@ pub fn redacted_url(url: &str) -> String {
 /// MySQL, so each statement is idempotent (`IF NOT EXISTS`) and an interrupted creation is
 /// finished by the next open. The versions are those of the SQLite file: version 1 has the
 /// cursors and dead letters, version 2 adds the plugins' key-value entries, version 3 the
-/// plugins' first install times, version 4 the inbox.
-fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 4] {
+/// plugins' first install times, version 4 the inbox, version 5 numbers the inbox's marks
+/// (see `sqlite.rs`): the old marks table is copied in its events' order and then dropped, so
+/// an interrupted migration runs again from version 4, whose table is made again if gone.
+fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 5] {
     let table_options =
         format!("ENGINE=InnoDB ROW_FORMAT=DYNAMIC DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
     // Key lengths: the primary keys stay below InnoDB's 3,072 bytes at 4 bytes a character.
@@ -208,10 +210,31 @@ fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 4] {
                 PRIMARY KEY (plugin, event_id),
                 KEY by_event (event_id)
             ) {table_options}",
-            t.inbox
+            t.inbox_v4
         ),
     ];
-    [v1, v2, v3, v4]
+    let v5 = vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+                plugin VARCHAR(255) NOT NULL,
+                event_id VARCHAR(255) NOT NULL,
+                UNIQUE KEY by_mark (plugin, event_id),
+                KEY by_event (event_id)
+            ) {table_options}",
+            t.inbox_marks
+        ),
+        format!(
+            "INSERT IGNORE INTO {marks} (plugin, event_id) SELECT m.plugin, m.event_id \
+             FROM {old} m LEFT JOIN {events} e ON e.event_id = m.event_id \
+             ORDER BY e.seq, m.event_id",
+            marks = t.inbox_marks,
+            old = t.inbox_v4,
+            events = t.inbox_events,
+        ),
+        format!("DROP TABLE IF EXISTS {}", t.inbox_v4),
+    ];
+    [v1, v2, v3, v4, v5]
 }
 
 /// The MySQL and MariaDB dialect; its value is the server (as shown) and the table prefix.

@@ -12,7 +12,7 @@ use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
 use super::error::{Location, StoreError};
-use super::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, WriteBatch};
+use super::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, Stored, WriteBatch};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
 use super::sqlite_cursors::CursorThread;
 use super::store::{DeliveryStore, PluginKv};
@@ -40,8 +40,10 @@ pub struct Tables {
     pub plugin_installs: String,
     /// Events taken by lanes, once per event id.
     pub inbox_events: String,
-    /// Per plugin, the events it took and has not settled.
-    pub inbox: String,
+    /// Per plugin, the events it took and has not settled, numbered in the order it took them.
+    pub inbox_marks: String,
+    /// The marks as version 4 kept them (no order of their own), for its migration.
+    pub inbox_v4: String,
 }
 
 impl Tables {
@@ -54,7 +56,8 @@ impl Tables {
             plugin_kv: format!("{prefix}plugin_kv"),
             plugin_installs: format!("{prefix}plugin_installs"),
             inbox_events: format!("{prefix}inbox_events"),
-            inbox: format!("{prefix}inbox"),
+            inbox_marks: format!("{prefix}inbox_marks"),
+            inbox_v4: format!("{prefix}inbox"),
         }
     }
 }
@@ -68,6 +71,8 @@ const CURSOR_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 struct Statements {
     tables: Tables,
     load_cursors: std::sync::Arc<str>,
+    /// A page of a plugin's cursors: plugin, after cluster (twice), after uid, limit.
+    load_cursors_page: std::sync::Arc<str>,
     upsert_cursor: std::sync::Arc<str>,
     remember_cursor: std::sync::Arc<str>,
     remove_cursor: std::sync::Arc<str>,
@@ -101,8 +106,13 @@ pub(super) struct InboxStatements {
     pub(super) remove_cursor: std::sync::Arc<str>,
     /// Removes events without marks taken more than [`SWEEP_AFTER_SECONDS`] ago.
     pub(super) sweep: std::sync::Arc<str>,
-    /// A plugin's marks with their events' JSON ('' when the event is missing), oldest first.
+    /// A page of a plugin's marks with their events, oldest first: plugin, after seq, limit →
+    /// seq, event id, JSON.
     pub(super) load: std::sync::Arc<str>,
+    /// A plugin's marks whose event is missing: plugin → event id.
+    pub(super) missing: std::sync::Arc<str>,
+    /// One event's JSON: event id.
+    pub(super) event: std::sync::Arc<str>,
 }
 
 impl InboxStatements {
@@ -117,14 +127,17 @@ impl InboxStatements {
             )
             .into(),
             take_mark: D::insert_or_keep(
-                &t.inbox,
+                &t.inbox_marks,
                 "plugin, event_id",
                 &["plugin", "event_id"],
                 "(?, ?)",
             )
             .into(),
-            settle_mark: format!("DELETE FROM {} WHERE plugin = ? AND event_id = ?", t.inbox)
-                .into(),
+            settle_mark: format!(
+                "DELETE FROM {} WHERE plugin = ? AND event_id = ?",
+                t.inbox_marks
+            )
+            .into(),
             remove_cursor: format!(
                 "DELETE FROM {} WHERE plugin = ? AND cluster = ? AND uid = ?",
                 t.cursors
@@ -134,13 +147,26 @@ impl InboxStatements {
                 "DELETE FROM {events} WHERE at < {now} - {SWEEP_AFTER_SECONDS} AND NOT EXISTS \
                  (SELECT 1 FROM {marks} WHERE {marks}.event_id = {events}.event_id)",
                 events = t.inbox_events,
-                marks = t.inbox,
+                marks = t.inbox_marks,
             )
             .into(),
             load: format!(
-                "SELECT m.event_id, COALESCE(e.event_json, '') FROM {} m LEFT JOIN {} e \
-                 ON e.event_id = m.event_id WHERE m.plugin = ? ORDER BY e.seq, m.event_id",
-                t.inbox, t.inbox_events
+                "SELECT m.seq, m.event_id, e.event_json FROM {} m JOIN {} e \
+                 ON e.event_id = m.event_id WHERE m.plugin = ? AND m.seq > ? \
+                 ORDER BY m.seq LIMIT ?",
+                t.inbox_marks, t.inbox_events
+            )
+            .into(),
+            missing: format!(
+                "SELECT m.event_id FROM {marks} m WHERE m.plugin = ? AND NOT EXISTS \
+                 (SELECT 1 FROM {events} e WHERE e.event_id = m.event_id) ORDER BY m.event_id",
+                marks = t.inbox_marks,
+                events = t.inbox_events,
+            )
+            .into(),
+            event: format!(
+                "SELECT event_json FROM {} WHERE event_id = ?",
+                t.inbox_events
             )
             .into(),
         }
@@ -154,6 +180,11 @@ impl Statements {
         let now = D::NOW;
         let live = format!("(expires_at IS NULL OR expires_at > {now})");
         Statements {
+            load_cursors_page: sql(format!(
+                "SELECT {CURSOR_COLUMNS} FROM {} WHERE plugin = ? AND (cluster > ? OR \
+                 (cluster = ? AND uid > ?)) ORDER BY cluster, uid LIMIT ?",
+                t.cursors
+            )),
             load_cursors: sql(format!(
                 "SELECT {CURSOR_COLUMNS} FROM {} WHERE plugin = ? ORDER BY cluster, uid",
                 t.cursors
@@ -615,6 +646,27 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             .collect()
     }
 
+    async fn cursors_page(
+        &self,
+        plugin: &str,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        // No cluster is named with the empty string, so ("", "") is before every cursor.
+        let (cluster, uid) = after.unwrap_or(("", ""));
+        let statement = Statement::new(&self.sql.load_cursors_page)
+            .text(plugin)
+            .text(cluster)
+            .text(cluster)
+            .text(uid)
+            .int(i64::from(limit));
+        self.fetch(statement, &CURSOR_SHAPE, "load cursors", "cursor")
+            .await?
+            .into_iter()
+            .map(|r| rows::cursor(r).map_err(|e| self.corrupt("cursor", e)))
+            .collect()
+    }
+
     async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError> {
         let statement = bind_cursor(Statement::new(&self.sql.upsert_cursor), cursor);
         retry_deadlocks!(self.execute(statement.clone(), "save a cursor").await)?;
@@ -694,31 +746,49 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         retry_deadlocks!(self.try_write(&batch).await)
     }
 
-    async fn inbox(&self, plugin: &str) -> Result<Inbox, StoreError> {
-        let statement = Statement::new(&self.sql.inbox.load).text(plugin);
+    async fn inbox_page(&self, plugin: &str, after: i64, limit: u32) -> Result<Inbox, StoreError> {
+        let statement = Statement::new(&self.sql.inbox.load)
+            .text(plugin)
+            .int(after)
+            .int(i64::from(limit));
         let rows = self
             .fetch(
                 statement,
-                &[Kind::Text, Kind::Text],
+                &[Kind::Int, Kind::Text, Kind::Text],
                 "read a plugin's inbox",
                 "inbox entry",
             )
             .await?;
         let mut inbox = Inbox::default();
+        if after == 0 {
+            let statement = Statement::new(&self.sql.inbox.missing).text(plugin);
+            let missing = self
+                .fetch(
+                    statement,
+                    &[Kind::Text],
+                    "read a plugin's inbox",
+                    "inbox entry",
+                )
+                .await?;
+            for row in missing {
+                if let Some(Value::Text(event_id)) = row.into_iter().next() {
+                    inbox.damaged.push(Damaged {
+                        event_id,
+                        reason: "its event is missing from the inbox".to_string(),
+                    });
+                }
+            }
+        }
+        let full = rows.len() >= limit as usize;
+        let mut last = after;
         for row in rows {
             let mut values = row.into_iter();
-            let (Some(Value::Text(event_id)), Some(Value::Text(json))) =
-                (values.next(), values.next())
+            let (Some(Value::Int(seq)), Some(Value::Text(event_id)), Some(Value::Text(json))) =
+                (values.next(), values.next(), values.next())
             else {
                 continue; // the shape was checked by `fetch`
             };
-            if json.is_empty() {
-                inbox.damaged.push(Damaged {
-                    event_id,
-                    reason: "its event is missing from the inbox".to_string(),
-                });
-                continue;
-            }
+            last = seq;
             match serde_json::from_str::<JobEvent>(&json) {
                 Ok(event) => inbox.events.push(event),
                 Err(e) => inbox.damaged.push(Damaged {
@@ -727,7 +797,28 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
                 }),
             }
         }
+        inbox.next = full.then_some(last);
         Ok(inbox)
+    }
+
+    async fn inbox_event(&self, event_id: &str) -> Result<Stored, StoreError> {
+        let statement = Statement::new(&self.sql.inbox.event).text(event_id);
+        let rows = self
+            .fetch(
+                statement,
+                &[Kind::Text],
+                "read an event of the inbox",
+                "inbox entry",
+            )
+            .await?;
+        let Some(Value::Text(json)) = rows.into_iter().next().and_then(|r| r.into_iter().next())
+        else {
+            return Ok(Stored::Missing);
+        };
+        Ok(match serde_json::from_str::<JobEvent>(&json) {
+            Ok(event) => Stored::Event(Box::new(event)),
+            Err(e) => Stored::Damaged(format!("its event does not decode: {e}")),
+        })
     }
 
     async fn remove_cursor(

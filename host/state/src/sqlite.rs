@@ -32,7 +32,7 @@ use super::store::DeliveryStore;
 
 /// The schema this build writes. A file with a higher version is refused; a lower one is
 /// migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// How long a statement waits for the other process's write lock before failing. Writes are
 /// short (a batch of cursor upserts), so a wait this long means something is wrong.
@@ -119,7 +119,26 @@ CREATE INDEX IF NOT EXISTS inbox_by_event ON inbox (event_id);
 ";
 
 /// The schema scripts, version 1 first: a file at version N runs the scripts after the Nth.
-const SCHEMAS: [&str; 4] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+/// Version 5 numbers the marks (`inbox_marks`, replacing `inbox`): a plugin's inbox is read
+/// back in the order the plugin took its events. The events' own order is not that: an event
+/// is stored by whichever plugin's lane wrote it first, and a lane that kept up writes only
+/// some of a job's versions, so a later version may be stored before an earlier one. Existing
+/// marks are numbered in their events' order.
+const SCHEMA_V5: &str = "
+CREATE TABLE IF NOT EXISTS inbox_marks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    plugin TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    UNIQUE (plugin, event_id)
+);
+CREATE INDEX IF NOT EXISTS inbox_marks_by_event ON inbox_marks (event_id);
+INSERT OR IGNORE INTO inbox_marks (plugin, event_id)
+    SELECT m.plugin, m.event_id FROM inbox m LEFT JOIN inbox_events e ON e.event_id = m.event_id
+    ORDER BY e.seq, m.event_id;
+DROP TABLE IF EXISTS inbox;
+";
+
+const SCHEMAS: [&str; 5] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// The SQLite dialect; its value is the state file's path.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::cursor::Cursor;
 use super::dead_letter::DeadLetter;
 use super::error::StoreError;
-use super::inbox::{Inbox, WriteBatch};
+use super::inbox::{INBOX_PAGE, Inbox, Stored, WriteBatch};
 use jobrelay_contract::event::JobEvent;
 
 /// What the lanes record of their deliveries, durably: per plugin, the cursors (what was
@@ -23,6 +23,29 @@ use jobrelay_contract::event::JobEvent;
 pub trait DeliveryStore: Send + Sync {
     /// All cursors of one plugin (loaded once per lane at start; a lane keeps them in memory).
     async fn cursors(&self, plugin: &str) -> Result<Vec<Cursor>, StoreError>;
+
+    /// Up to `limit` cursors of one plugin by (cluster, uid), byte order, from just after
+    /// `after` (`None`: from the start): a lane opening on a million jobs reads them a page at
+    /// a time instead of holding them all at once. The default reads them all and picks the
+    /// page (test stores).
+    async fn cursors_page(
+        &self,
+        plugin: &str,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        let mut all = self.cursors(plugin).await?;
+        all.sort_by(|a, b| (&a.cluster, &a.uid).cmp(&(&b.cluster, &b.uid)));
+        Ok(all
+            .into_iter()
+            .filter(|c| {
+                after.is_none_or(|(cluster, uid)| {
+                    (c.cluster.as_str(), c.uid.as_str()) > (cluster, uid)
+                })
+            })
+            .take(limit as usize)
+            .collect())
+    }
 
     /// Upsert by (plugin, cluster, uid).
     async fn save_cursor(&self, cursor: &Cursor) -> Result<(), StoreError>;
@@ -53,9 +76,31 @@ pub trait DeliveryStore: Send + Sync {
     /// (see [`WriteBatch`]): all of it is stored or none.
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
 
-    /// `plugin`'s inbox: the events it took and has not settled, oldest first, and the marks
-    /// whose event could not be read (see [`Inbox`]).
-    async fn inbox(&self, plugin: &str) -> Result<Inbox, StoreError>;
+    /// One page of `plugin`'s inbox: up to `limit` of the events it took and has not settled,
+    /// oldest first, from just after `after` (0: from the start), and the marks whose event
+    /// could not be read (see [`Inbox`]; marks whose event is missing are named with the first
+    /// page).
+    async fn inbox_page(&self, plugin: &str, after: i64, limit: u32) -> Result<Inbox, StoreError>;
+
+    /// `plugin`'s whole inbox, read page by page (tools and tests; a lane reads it a page at
+    /// a time).
+    async fn inbox(&self, plugin: &str) -> Result<Inbox, StoreError> {
+        let mut whole = Inbox::default();
+        let mut after = 0;
+        loop {
+            let page = self.inbox_page(plugin, after, INBOX_PAGE).await?;
+            whole.events.extend(page.events);
+            whole.damaged.extend(page.damaged);
+            match page.next {
+                Some(next) => after = next,
+                None => return Ok(whole),
+            }
+        }
+    }
+
+    /// The inbox's event `event_id`, for a lane that queued it as its place alone and reads
+    /// it back when its turn comes.
+    async fn inbox_event(&self, event_id: &str) -> Result<Stored, StoreError>;
 
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
     /// costs one disk sync instead of one per event. The batch is handed over, so a store that

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jobrelay_contract::event::Phase;
-use jobrelay_state::{Cursor, Settled, StoreError, Taken, WriteBatch, open_store};
+use jobrelay_state::{Cursor, Settled, StoreError, Stored, Taken, WriteBatch, open_store};
 
 use crate::support::{Backend, cursor, event, on_both_backends};
 
@@ -29,6 +29,10 @@ on_both_backends! {
     the_inbox_keeps_each_event_once_per_plugin_in_order => contract_inbox_order("inbox");
     a_batch_settles_marks_with_its_cursors_or_not_at_all => contract_inbox_atomic("inboxtx");
     damaged_inbox_rows_are_named_and_the_rest_flow => contract_inbox_damaged("inboxbad");
+    the_inbox_reads_in_pages_and_one_event_by_id => contract_inbox_pages("inboxpage");
+    cursors_read_in_pages_give_each_once_in_key_order => contract_cursor_pages("cursorpage");
+    a_plugins_inbox_keeps_the_order_it_took_events_in => contract_inbox_mark_order("inboxorder");
+    a_version_4_inbox_keeps_its_order_through_the_migration => contract_inbox_v4("inboxv4");
 }
 
 async fn contract_upsert_and_isolation(b: &Backend) {
@@ -1030,5 +1034,188 @@ async fn contract_inbox_damaged(b: &Backend) {
             .any(|(id, why)| *id == events[2].id && why.contains("missing")),
         "{damaged:?}"
     );
+    store.close().await;
+}
+
+async fn contract_inbox_pages(b: &Backend) {
+    let store = b.store().await;
+    let events: Vec<_> = (0..7)
+        .map(|i| {
+            event(
+                "c",
+                &format!("u{i}"),
+                &format!("{}", 30 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    // Another plugin's marks between `p`'s: a page holds only `p`'s, and still `limit` of them.
+    for (i, e) in events.iter().enumerate() {
+        let mut taken = vec![taken("p", e)];
+        if i % 2 == 0 {
+            let other = event(
+                "c",
+                &format!("q{i}"),
+                &format!("{}", 50 + i),
+                Phase::Running,
+            );
+            taken.push(self::taken("q", &other));
+        }
+        store
+            .write(WriteBatch {
+                taken,
+                ..WriteBatch::default()
+            })
+            .await
+            .expect("take");
+    }
+    let (mut after, mut read, mut pages) = (0, Vec::new(), 0);
+    loop {
+        let page = store.inbox_page("p", after, 3).await.expect("a page");
+        assert!(page.events.len() <= 3);
+        read.extend(page.events);
+        pages += 1;
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(ids(&read), ids(&events), "every event once, oldest first");
+    assert!((3..=4).contains(&pages), "{pages} pages of 3 for 7 events");
+
+    assert_eq!(
+        store.inbox_event(&events[4].id).await.expect("read back"),
+        Stored::Event(Box::new(events[4].clone()))
+    );
+    assert_eq!(
+        store.inbox_event("c/nobody/1").await.expect("read back"),
+        Stored::Missing
+    );
+    assert_eq!(
+        b.raw(
+            "UPDATE {p}inbox_events SET event_json = 'not json' WHERE event_id = ?",
+            &[&events[5].id]
+        )
+        .await,
+        1
+    );
+    assert!(
+        matches!(
+            store.inbox_event(&events[5].id).await.expect("read back"),
+            Stored::Damaged(why) if why.contains("does not decode")
+        ),
+        "a damaged row is refused with why"
+    );
+    store.close().await;
+}
+
+async fn contract_cursor_pages(b: &Backend) {
+    let store = b.store().await;
+    let mut expected = Vec::new();
+    for cluster in ["west", "east", "east-2"] {
+        for uid in ["u-3", "u-1", "U-2", "u-10"] {
+            let c = cursor("a", cluster, uid, "5", Phase::Running);
+            store.save_cursor(&c).await.expect("save");
+            expected.push((cluster.to_string(), uid.to_string()));
+            let other = cursor("b", cluster, uid, "5", Phase::Running);
+            store
+                .save_cursor(&other)
+                .await
+                .expect("save another plugin's");
+        }
+    }
+    expected.sort();
+    let mut read = Vec::new();
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let at = after.as_ref().map(|(c, u)| (c.as_str(), u.as_str()));
+        let page = store.cursors_page("a", at, 5).await.expect("a page");
+        assert!(page.len() <= 5);
+        assert!(page.iter().all(|c| c.plugin == "a"));
+        read.extend(page.iter().map(|c| (c.cluster.clone(), c.uid.clone())));
+        if page.len() < 5 {
+            break;
+        }
+        after = page.last().map(|c| (c.cluster.clone(), c.uid.clone()));
+    }
+    assert_eq!(
+        read, expected,
+        "each cursor once, in byte order of (cluster, uid)"
+    );
+    store.close().await;
+}
+
+/// Another plugin stored a job's later version first (its lane wrote only that one): this
+/// plugin's inbox still gives the job's versions back in the order it took them.
+async fn contract_inbox_mark_order(b: &Backend) {
+    let store = b.store().await;
+    let early = event("c", "u1", "10", Phase::Running);
+    let late = event("c", "u1", "11", Phase::Succeeded);
+    store
+        .write(WriteBatch {
+            taken: vec![taken("q", &late)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("q takes the later version");
+    store
+        .write(WriteBatch {
+            taken: vec![taken("p", &early), taken("p", &late)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("p takes both, in order");
+    assert_eq!(
+        ids(&store.inbox("p").await.expect("p").events),
+        [&early.id, &late.id]
+    );
+    let page = store.inbox_page("p", 0, 1).await.expect("a page of one");
+    assert_eq!(ids(&page.events), [&early.id]);
+    let next = page.next.expect("more");
+    let page = store.inbox_page("p", next, 1).await.expect("the next page");
+    assert_eq!(ids(&page.events), [&late.id]);
+    store.close().await;
+}
+
+/// A store written by version 4 (marks without an order of their own) is migrated with its
+/// marks in their events' order, and works on.
+async fn contract_inbox_v4(b: &Backend) {
+    let store = b.store().await;
+    let events: Vec<_> = (0..3)
+        .map(|i| {
+            event(
+                "c",
+                &format!("u{i}"),
+                &format!("{}", 40 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    store
+        .write(WriteBatch {
+            taken: events.iter().map(|e| taken("m", e)).collect(),
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take");
+    store.close().await;
+    for statement in [
+        "CREATE TABLE {p}inbox (plugin VARCHAR(255) NOT NULL, event_id VARCHAR(255) NOT NULL, \
+         PRIMARY KEY (plugin, event_id))",
+        // In key order, not the events' order: the migration must not take this order.
+        "INSERT INTO {p}inbox (plugin, event_id) SELECT plugin, event_id FROM {p}inbox_marks \
+         ORDER BY event_id DESC",
+        "DROP TABLE {p}inbox_marks",
+        "UPDATE {p}schema_version SET version = 4",
+    ] {
+        b.raw(statement, &[]).await;
+    }
+    let store = b.store().await;
+    assert_eq!(
+        ids(&store.inbox("m").await.expect("inbox").events),
+        ids(&events),
+        "the marks keep their events' order"
+    );
+    crate::support::assert_inbox_works(store.as_ref()).await;
     store.close().await;
 }

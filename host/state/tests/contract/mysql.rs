@@ -61,7 +61,7 @@ async fn mysql_a_version_1_database_is_migrated_and_keeps_its_cursors() {
     let mut conn = b.mysql_connection().await;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE {prefix}plugin_kv; DROP TABLE {prefix}plugin_installs; \
-         DROP TABLE {prefix}inbox_events; DROP TABLE {prefix}inbox; \
+         DROP TABLE {prefix}inbox_events; DROP TABLE {prefix}inbox_marks; \
          UPDATE {prefix}schema_version SET version = 1;"
     )))
     .execute(&mut conn)

@@ -288,7 +288,7 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .expect("raw connection");
     sqlx::raw_sql(
         "DROP TABLE plugin_kv; DROP TABLE plugin_installs; DROP TABLE inbox_events; \
-         DROP TABLE inbox; UPDATE schema_version SET version = 1;",
+         DROP TABLE inbox_marks; UPDATE schema_version SET version = 1;",
     )
     .execute(&mut conn)
     .await
