@@ -9,7 +9,6 @@ use base64::Engine as _;
 use jobrelay::daemon::Daemon;
 use jobrelay_testkit::{SimCluster, SimOptions};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -59,17 +58,9 @@ async fn status(addr: std::net::SocketAddr) -> Value {
 
 /// The body of `GET path`, which must answer 200.
 async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    socket
-        .write_all(format!("GET {path} HTTP/1.0\r\nhost: localhost\r\n\r\n").as_bytes())
+    let (head, body) = crate::process::http_get(addr, path)
         .await
-        .expect("request");
-    let mut response = String::new();
-    socket
-        .read_to_string(&mut response)
-        .await
-        .expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+        .expect("a response");
     assert!(
         head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
         "{head}"

@@ -17,6 +17,7 @@ mod lane_catch_up;
 mod lane_rate_limits;
 mod leader_election;
 mod log_archive;
+mod memory_budget;
 mod mysql_sync;
 mod oci_registry;
 mod plugin_new;

@@ -32,6 +32,7 @@ fn slow_retries(concurrency: usize, max_queued_per_job: usize) -> LaneSettings {
         rate_limits: Vec::new(),
         kinds: Vec::new(),
         max_queued_per_job,
+        max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
     }
 }
 
@@ -344,4 +345,160 @@ async fn resumed_events_the_mode_no_longer_wants_leave_the_inbox() {
         left.events.is_empty() && left.damaged.is_empty(),
         "marks left behind: {left:?}"
     );
+}
+
+/// The plugin's inbox is bounded too, all jobs together: past `max_inbox_events` waiting, a
+/// version goes to the dead-letter list as `inbox full`, in order, and the lane keeps the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_parks_what_comes_next_as_dead_letters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let settings = LaneSettings {
+        max_inbox_events: 6,
+        ..slow_retries(2, 100)
+    };
+    let down = Arc::new(DownFor {
+        cluster: "east",
+        delivered: Default::default(),
+    });
+    let lane = Lane::open("full", down, settings, store.clone(), None)
+        .await
+        .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    for job in 0..10 {
+        let at = "2026-11-21T10:00:00Z";
+        lane.push(Observed {
+            event: event(&format!("u-{job}"), "7", Phase::Running, None, at),
+            kind: kind.clone(),
+            from_list: false,
+        });
+    }
+    let parked = common_wait(|| async {
+        let letters = store.dead_letters(Some("full")).await.ok()?;
+        (letters.len() == 4).then_some(letters)
+    })
+    .await;
+    assert_eq!(lane.stats().pending, 6, "the inbox holds its bound");
+    let ids: Vec<&str> = parked.iter().map(|d| d.event.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["east/u-6/7", "east/u-7/7", "east/u-8/7", "east/u-9/7"]
+    );
+    assert!(
+        parked.iter().all(|d| d.error.contains("inbox full")),
+        "{:?}",
+        parked[0].error
+    );
+    lane.close().await;
+}
+
+/// A lane whose budget holds almost nothing: the versions it queues wait as their place, are
+/// read back from the inbox in their turn and delivered in order, and the budget is given back
+/// once they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_past_the_memory_budget_wait_in_the_inbox_and_come_back_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let budget = jobrelay_lanes::budget::MemoryBudget::new(4_096);
+    let plugin = Arc::new(Gate::default());
+    let lane = Lane::open_with(
+        "tight",
+        Some(plugin.clone() as Arc<dyn Handler>),
+        slow_retries(2, 1_000),
+        store.clone(),
+        None,
+        budget.clone(),
+    )
+    .await
+    .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    let mut expected = Vec::new();
+    for rv in 1..=40u32 {
+        for uid in ["u-1", "u-2"] {
+            let at = "2026-11-21T10:00:00Z";
+            lane.push(Observed {
+                event: event(uid, &rv.to_string(), Phase::Running, None, at),
+                kind: kind.clone(),
+                from_list: false,
+            });
+            expected.push(format!("east/{uid}/{rv}"));
+        }
+    }
+    let stats = lane.stats();
+    assert!(
+        stats.spilled >= 60,
+        "most of 80 versions wait in the inbox only: {} spilled",
+        stats.spilled
+    );
+    // The copies on their way to the inbox are charged until stored (the dispatcher, not
+    // used here, would wait meanwhile); then only the few kept whole are.
+    common_wait(|| async { (budget.held() <= budget.limit()).then_some(()) }).await;
+    plugin.open.add_permits(1_000);
+    common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
+    let delivered = plugin
+        .delivered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    for uid in ["u-1", "u-2"] {
+        let of = |ids: &[String]| -> Vec<String> {
+            ids.iter()
+                .filter(|id| id.contains(&format!("/{uid}/")))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            of(&delivered),
+            of(&expected),
+            "{uid}: every version, in order"
+        );
+    }
+    lane.close().await;
+    assert_eq!(
+        (budget.held(), budget.spilled()),
+        (0, 0),
+        "the budget given back"
+    );
+    assert!(store.inbox("tight").await.expect("inbox").events.is_empty());
+}
+
+/// A plugin whose calls wait for a permit each; records what it delivered.
+struct Gate {
+    open: tokio::sync::Semaphore,
+    delivered: std::sync::Mutex<Vec<String>>,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate {
+            open: tokio::sync::Semaphore::new(0),
+            delivered: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Handler for Gate {
+    fn name(&self) -> &str {
+        "tight"
+    }
+    fn version(&self) -> &str {
+        "0"
+    }
+    async fn handle(&self, event: &JobEvent) -> Result<(), CallError> {
+        self.open
+            .acquire()
+            .await
+            .map(|p| p.forget())
+            .map_err(|_| CallError::Retry("closed".into()))?;
+        self.delivered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.id.clone());
+        Ok(())
+    }
 }

@@ -32,6 +32,7 @@ fn transitions() -> LaneSettings {
         rate_limits: Vec::new(),
         kinds: Vec::new(),
         max_queued_per_job: 1_000,
+        max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
     }
 }
 

@@ -21,6 +21,28 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+/// The head and body of `GET path` from the daemon's telemetry endpoint at `addr`.
+pub(crate) async fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> std::io::Result<(String, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    socket
+        .write_all(format!("GET {path} HTTP/1.0\r\nhost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((head.to_string(), body.to_string()))
+}
+
+/// `/status` of the daemon listening at `addr`; `None` while it does not answer.
+pub(crate) async fn status(addr: std::net::SocketAddr) -> Option<Value> {
+    let (_, body) = http_get(addr, "/status").await.ok()?;
+    serde_json::from_str(&body).ok()
+}
+
 /// Deadline for anything the daemon should do "soon".
 pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
 /// The plugins' concurrency in these tests: at most this many calls are in flight at a kill.

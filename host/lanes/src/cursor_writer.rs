@@ -25,7 +25,10 @@
 //!
 //! The writer also takes the lane's queued events into the store's inbox (see
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
-//! that settles it, and not at all when that save arrives in the same round.
+//! that settles it, and not at all when that save arrives in the same round. A take is
+//! charged to the process-wide [`MemoryBudget`] until it is stored (or cancelled), and one
+//! whose batch failed is kept and written with the next: a lane may have queued the event as
+//! its place alone, so the writer's copy is the only one until the store has it.
 //!
 //! This is the only batching of a cursor write. The SQLite store's thread
 //! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
@@ -37,6 +40,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budget::{MemoryBudget, charge_of};
 use jobrelay_contract::event::JobEvent;
 use jobrelay_state::{Cursor, DeliveryStore, Settled, StoreError, Taken, WriteBatch};
 
@@ -73,8 +77,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// What a lane's worker (or the lane itself) asks the writer to do.
 enum Pending {
     /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
-    /// settles it. Nobody waits for it.
-    Take(JobEvent),
+    /// settles it; with the bytes it charges to the budget until stored. Nobody waits for it.
+    Take(JobEvent, u64),
     /// An acknowledgement's cursor, and the inbox mark it settles (none for a replayed dead
     /// letter), answered once stored.
     Save(Cursor, Option<String>, Answer),
@@ -85,8 +89,9 @@ enum Pending {
     Remove(Cursor, Option<String>, Answer),
     /// An event the lane let go of without a call (a newer version replaced it): its mark.
     Drop(String),
-    /// Answered once everything handed in before it is written.
-    Flush(oneshot::Sender<()>),
+    /// Answered once everything handed in before it was written or failed: `true` when no
+    /// take is left unstored.
+    Flush(oneshot::Sender<bool>),
 }
 
 /// The handle a lane's workers save cursors through. Cheap to clone; the writer task ends
@@ -94,14 +99,25 @@ enum Pending {
 #[derive(Clone)]
 pub struct CursorWriter {
     queue: mpsc::UnboundedSender<Pending>,
+    budget: Arc<MemoryBudget>,
 }
 
 impl CursorWriter {
-    /// Starts the writer task for `plugin`'s lane on `store`, on the current tokio runtime.
-    pub fn start(plugin: &str, store: Arc<dyn DeliveryStore>) -> CursorWriter {
+    /// Starts the writer task for `plugin`'s lane on `store`, on the current tokio runtime;
+    /// events on their way to the inbox are charged to `budget`.
+    pub fn start(
+        plugin: &str,
+        store: Arc<dyn DeliveryStore>,
+        budget: Arc<MemoryBudget>,
+    ) -> CursorWriter {
         let (queue, pending) = mpsc::unbounded_channel();
-        tokio::spawn(write_batches(plugin.to_string(), store, pending));
-        CursorWriter { queue }
+        tokio::spawn(write_batches(
+            plugin.to_string(),
+            store,
+            budget.clone(),
+            pending,
+        ));
+        CursorWriter { queue, budget }
     }
 
     /// Stores `cursor` and settles the inbox mark `settles` (the event's id), returning once
@@ -140,7 +156,10 @@ impl CursorWriter {
     /// event can be called (the lane holds its queue while it does), so the one queue of the
     /// lane's writes puts the take before the save that settles it.
     pub fn take(&self, event: JobEvent) {
-        if self.queue.send(Pending::Take(event)).is_err() {
+        let charge = charge_of(&event);
+        self.budget.hold(charge);
+        if self.queue.send(Pending::Take(event, charge)).is_err() {
+            self.budget.release(charge);
             tracing::debug!("the cursor writer has stopped; an event is held in memory only");
         }
     }
@@ -153,12 +172,14 @@ impl CursorWriter {
     }
 
     /// Returns once everything handed in before is written (or failed): for a lane that
-    /// closes, so what it took is in the inbox before the process ends.
-    pub async fn flush(&self) {
+    /// closes, so what it took is in the inbox before the process ends, and for a worker about
+    /// to read back an event it queued as its place alone. `true`: every take is stored.
+    pub async fn flush(&self) -> bool {
         let (done, flushed) = oneshot::channel();
-        if self.queue.send(Pending::Flush(done)).is_ok() {
-            let _ = flushed.await;
+        if self.queue.send(Pending::Flush(done)).is_err() {
+            return false;
         }
+        flushed.await.unwrap_or(false)
     }
 }
 
@@ -167,21 +188,33 @@ impl CursorWriter {
 /// they are encoded.
 #[derive(Default)]
 struct RoundTakes {
-    events: Vec<Option<JobEvent>>,
+    /// With the bytes each charges to the budget.
+    events: Vec<Option<(JobEvent, u64)>>,
     at: HashMap<String, usize>,
 }
 
 impl RoundTakes {
-    fn take(&mut self, event: JobEvent) {
+    fn take(&mut self, event: JobEvent, charge: u64) {
         self.at.insert(event.id.clone(), self.events.len());
-        self.events.push(Some(event));
+        self.events.push(Some((event, charge)));
     }
 
-    /// The mark of `event_id` goes: cancelled if it was taken this round, else removed.
-    fn settle(&mut self, batch: &mut WriteBatch, plugin: &str, event_id: Option<String>) {
+    /// The mark of `event_id` goes: cancelled if it was taken this round (its charge given
+    /// back), else removed.
+    fn settle(
+        &mut self,
+        batch: &mut WriteBatch,
+        plugin: &str,
+        event_id: Option<String>,
+        budget: &MemoryBudget,
+    ) {
         let Some(event_id) = event_id else { return };
         match self.at.remove(&event_id) {
-            Some(i) => self.events[i] = None,
+            Some(i) => {
+                if let Some((_, charge)) = self.events[i].take() {
+                    budget.release(charge);
+                }
+            }
             None => batch.settled.push(Settled {
                 plugin: plugin.to_string(),
                 event_id,
@@ -189,8 +222,12 @@ impl RoundTakes {
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
     /// The takes left standing, in order; empty afterwards.
-    fn drain(&mut self) -> impl Iterator<Item = JobEvent> + '_ {
+    fn drain(&mut self) -> impl Iterator<Item = (JobEvent, u64)> + '_ {
         self.at.clear();
         self.events.drain(..).flatten()
     }
@@ -206,6 +243,7 @@ impl RoundTakes {
 async fn write_batches(
     plugin: String,
     store: Arc<dyn DeliveryStore>,
+    budget: Arc<MemoryBudget>,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut requests = Vec::with_capacity(MAX_BATCH);
@@ -229,19 +267,21 @@ async fn write_batches(
         let mut batch = WriteBatch::default();
         for request in requests.drain(..) {
             match request {
-                Pending::Take(event) => takes.take(event),
+                Pending::Take(event, charge) => takes.take(event, charge),
                 Pending::Save(cursor, settles, done) => {
                     batch.saved.push(cursor);
-                    takes.settle(&mut batch, &plugin, settles);
+                    takes.settle(&mut batch, &plugin, settles, &budget);
                     waiters.push(done);
                 }
                 Pending::Remember(cursor) => batch.remembered.push(cursor),
                 Pending::Remove(cursor, settles, done) => {
                     batch.removed.push(cursor);
-                    takes.settle(&mut batch, &plugin, settles);
+                    takes.settle(&mut batch, &plugin, settles, &budget);
                     waiters.push(done);
                 }
-                Pending::Drop(event_id) => takes.settle(&mut batch, &plugin, Some(event_id)),
+                Pending::Drop(event_id) => {
+                    takes.settle(&mut batch, &plugin, Some(event_id), &budget)
+                }
                 Pending::Flush(done) => flushes.push(done),
             }
         }
@@ -249,11 +289,19 @@ async fn write_batches(
             batch.sweep = true;
             swept = tokio::time::Instant::now();
         }
-        for event in takes.drain() {
+        // Kept until the batch is stored: a take whose batch fails is written with the next.
+        let mut writing = Vec::new();
+        for (event, charge) in takes.drain() {
             match Taken::of(&plugin, &event) {
-                Ok(taken) => batch.taken.push(taken),
-                Err(e) => tracing::error!(plugin = %plugin, event = %event.id, error = %e,
-                    "cannot encode an event for the inbox; it is held in memory only"),
+                Ok(taken) => {
+                    batch.taken.push(taken);
+                    writing.push((event, charge));
+                }
+                Err(e) => {
+                    budget.release(charge);
+                    tracing::error!(plugin = %plugin, event = %event.id, error = %e,
+                        "cannot encode an event for the inbox; it is not kept")
+                }
             }
         }
         if !batch.is_empty() {
@@ -262,18 +310,29 @@ async fn write_batches(
                 .write(batch)
                 .await
                 .map_err(|e| WriteError::Store(Arc::new(e)));
-            if let Err(e) = &result
-                && (taken > 0 || noted > 0)
-            {
-                tracing::warn!(plugin = %plugin, taken, noted, error = %e,
-                    "cannot write taken events and newly seen jobs; they are held in memory only");
+            match &result {
+                Ok(()) => {
+                    for (_, charge) in writing {
+                        budget.release(charge);
+                    }
+                }
+                Err(e) => {
+                    if taken > 0 || noted > 0 {
+                        tracing::warn!(plugin = %plugin, taken, noted, error = %e,
+                            "cannot write taken events and newly seen jobs; the events are \
+                             written with the next batch");
+                    }
+                    for (event, charge) in writing {
+                        takes.take(event, charge);
+                    }
+                }
             }
             for waiter in waiters.drain(..) {
                 let _ = waiter.send(result.clone());
             }
         }
         for done in flushes.drain(..) {
-            let _ = done.send(());
+            let _ = done.send(takes.is_empty());
         }
     }
 }
@@ -377,8 +436,11 @@ mod tests {
             }
             Ok(())
         }
-        async fn inbox(&self, _: &str) -> Result<Inbox, StoreError> {
+        async fn inbox_page(&self, _: &str, _: i64, _: u32) -> Result<Inbox, StoreError> {
             Ok(Inbox::default())
+        }
+        async fn inbox_event(&self, _: &str) -> Result<jobrelay_state::Stored, StoreError> {
+            Ok(jobrelay_state::Stored::Missing)
         }
         async fn save_cursors(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
             self.gate.acquire().await.map(|p| p.forget()).ok();
@@ -473,7 +535,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cursors_gather_behind_a_write_and_each_save_waits_for_its_own() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         let first = saving(&writer, "a");
         settle().await;
         let rest: Vec<_> = ["b", "c", "d"].map(|uid| saving(&writer, uid)).into();
@@ -508,7 +570,7 @@ mod tests {
     async fn a_small_batch_waits_a_moment_for_company_and_no_longer() {
         let store = Arc::new(Recording::default());
         store.gate.add_permits(10);
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         let first = saving(&writer, "a");
         // The writer has taken `a` and, without the linger, would be writing it alone.
         for _ in 0..10 {
@@ -538,7 +600,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn remembered_jobs_go_with_the_next_batch_before_its_saves() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         let first = saving(&writer, "a");
         settle().await;
         writer.remember(cursor("new"));
@@ -560,7 +622,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_removal_is_never_overtaken_by_an_earlier_note() {
         let store = Arc::new(Recording::default());
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         let first = saving(&writer, "a");
         settle().await;
         writer.remember(cursor("gone"));
@@ -589,7 +651,7 @@ mod tests {
         let store = Arc::new(Recording::default());
         store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
         store.gate.add_permits(10);
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         let err = writer.save(cursor("a"), None).await.expect_err("disk full");
         assert!(err.to_string().contains("disk full"), "{err}");
     }
@@ -603,6 +665,39 @@ mod tests {
         .expect("an event")
     }
 
+    /// A take is charged to the budget until stored. One whose batch failed is not dropped
+    /// (the lane may hold it only as its place): it is written with the next batch, and its
+    /// charge is given back once it is stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_take_whose_batch_failed_is_written_with_the_next() {
+        let store = Arc::new(Recording::default());
+        store.gate.add_permits(10);
+        store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"));
+        assert!(budget.held() > 0, "a take is charged");
+        writer
+            .save(cursor("v"), None)
+            .await
+            .expect_err("the store fails");
+        assert!(budget.held() > 0, "a take not stored keeps its charge");
+        // This store fails only batches with saves: the flush's own round stores the take.
+        assert!(writer.flush().await, "every take is stored");
+        assert_eq!(budget.held(), 0, "a stored take gives its charge back");
+        let takes = store
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|b| b.iter().any(|e| e == "take c/u/7"))
+            .count();
+        assert_eq!(
+            takes, 2,
+            "written with the failed batch, then with the next"
+        );
+    }
+
     /// A take settled in the same round (the lane kept up) is written neither as an event nor
     /// as a mark; one settled in a later round is written first, and its mark goes with the
     /// cursor. A flush returns once what was handed in before it is written.
@@ -610,7 +705,7 @@ mod tests {
     async fn only_takes_still_waiting_at_the_end_of_a_round_reach_the_inbox() {
         let store = Arc::new(Recording::default());
         store.gate.add_permits(10);
-        let writer = CursorWriter::start("p", store.clone());
+        let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
         writer.take(event("u", "7"));
         writer
             .save(cursor("u"), Some("c/u/7".into()))

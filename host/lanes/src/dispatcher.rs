@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
+use super::budget::MemoryBudget;
 use super::event_counts::{Count, Counts, EventCounts};
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Observed};
@@ -25,6 +26,9 @@ pub struct Routes {
     /// Off while this replica follows a leader: observations are counted and shown, but no
     /// lane gets them.
     delivering: Arc<AtomicBool>,
+    /// What the lanes keep of events in memory, all together; the intake waits while it is
+    /// over its limit.
+    budget: Arc<MemoryBudget>,
 }
 
 impl Default for Routes {
@@ -36,6 +40,7 @@ impl Default for Routes {
             recent: RecentEvents::default(),
             observed: Arc::default(),
             delivering: Arc::new(AtomicBool::new(true)),
+            budget: MemoryBudget::unbounded(),
         }
     }
 }
@@ -47,6 +52,17 @@ impl Routes {
             finalizers: Some((book, name)),
             ..Routes::default()
         }
+    }
+
+    /// The same routes with `budget` as the bound on the events the lanes keep in memory
+    /// (lanes opened for them share it; see [`Routes::budget`]).
+    pub fn within(self, budget: Arc<MemoryBudget>) -> Routes {
+        Routes { budget, ..self }
+    }
+
+    /// The process-wide budget of events kept in memory.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 
     /// Whether observations reach the lanes.
@@ -162,9 +178,16 @@ pub fn channel() -> (Sink, Intake) {
 pub struct Intake(mpsc::Receiver<Observation>);
 
 impl Intake {
-    /// Routes every observation, in arrival order, until every sink is gone.
+    /// Routes every observation, in arrival order, until every sink is gone. While the events
+    /// the lanes hold are over the memory budget — copies on their way to the inbox that the
+    /// store has not taken yet — the next observation waits, and so, once the channel is full,
+    /// do the watch streams: they are read as fast as the inbox is written.
     pub async fn run(mut self, routes: Routes) {
-        while let Some(observation) = self.0.recv().await {
+        loop {
+            routes.budget.room().await;
+            let Some(observation) = self.0.recv().await else {
+                return;
+            };
             routes.route(observation);
         }
     }

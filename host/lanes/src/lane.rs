@@ -1,5 +1,6 @@
-//! One plugin's lane: per-job FIFO queues drained by one worker per busy job, under a
-//! semaphore that bounds how many jobs the plugin handles at once.
+//! One plugin's lane: per-job FIFO queues drained by a pool of workers (one per busy job, at
+//! most [`MAX_WORKERS`](crate::queue::MAX_WORKERS); jobs beyond wait their turn), under a
+//! semaphore that bounds how many calls the plugin handles at once.
 //!
 //! - **Order**: a job has at most one worker, which handles its events one at a time; a failing
 //!   event is retried (with backoff, under the plugin's rate limits) before the job's next
@@ -8,8 +9,11 @@
 //!   the lane accepted for the job, so a job's queue never holds more than its mode needs
 //!   (`latest`: the newest version, beside one in flight; `terminal`: at most two).
 //!   `every-version` and `transitions` need every queued version, so their queues are bounded
-//!   by `max_queued_per_job`: a version beyond it goes to the dead-letter list (durable,
-//!   replayable) rather than into memory.
+//!   by `max_queued_per_job`, and the lane by `max_inbox_events`: a version beyond either goes
+//!   to the dead-letter list (durable, replayable) rather than into memory and the inbox.
+//! - **Memory**: a queued version is kept whole only while the process-wide
+//!   [`MemoryBudget`](crate::budget::MemoryBudget) has room; otherwise its place alone is
+//!   queued and the worker reads it back from the inbox in its turn.
 //! - **Durability**: after a call succeeds (or its event is dead-lettered) the job's cursor is
 //!   written to the state store before the job's next event starts. After a restart the lane
 //!   starts from those cursors, so versions already handled are skipped.
@@ -35,13 +39,14 @@ use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
+use super::budget::MemoryBudget;
 use super::call_stats::{CallSnapshot, CallStats, DurationSnapshot, Durations};
 use super::cursor_writer::CursorWriter;
 use super::event_counts::{Counts, EventCounts};
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::Accepted;
-use super::queue::Queues;
+use super::queue::{Bound, Queues};
 use super::settings::LaneSettings;
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
@@ -71,8 +76,12 @@ pub struct LaneStats {
     pub failed_calls: u64,
     /// Observed versions the delivery mode did not want (duplicates included).
     pub skipped: u64,
-    /// Events waiting in the lane, in flight included.
+    /// Events waiting in the lane, in flight included: each is in the state store's inbox (a
+    /// replayed dead letter aside), so this is also the plugin's inbox depth.
     pub pending: u64,
+    /// Of those, events waiting only in the inbox (the memory budget had no room for them):
+    /// read back when their turn comes.
+    pub spilled: u64,
     /// Calls running now.
     pub in_flight: u64,
     /// Jobs the lane tracks.
@@ -154,7 +163,7 @@ struct Inner {
     closing: Notify,
     /// Versions over a job's queue bound, waiting to be written as dead letters, in arrival
     /// order; `true` while a task is writing them (one at a time, so their order is kept).
-    overflow: Mutex<(VecDeque<(JobEvent, usize)>, bool)>,
+    overflow: Mutex<(VecDeque<(JobEvent, Bound)>, bool)>,
 }
 
 impl Inner {
@@ -195,7 +204,15 @@ impl Lane {
         store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
-        Lane::open_with(name, Some(plugin), settings, store, book).await
+        Lane::open_with(
+            name,
+            Some(plugin),
+            settings,
+            store,
+            book,
+            MemoryBudget::unbounded(),
+        )
+        .await
     }
 
     /// A lane for a plugin that has no version yet: it takes and queues events like any lane
@@ -207,22 +224,36 @@ impl Lane {
         store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
-        Lane::open_with(name, None, settings, store, book).await
+        Lane::open_with(name, None, settings, store, book, MemoryBudget::unbounded()).await
     }
 
-    /// [`open`](Lane::open) with a handler, or [`open_waiting`](Lane::open_waiting) without.
+    /// [`open`](Lane::open) with a handler, or [`open_waiting`](Lane::open_waiting) without;
+    /// the events it keeps in memory count against `budget` (shared by every lane of the
+    /// process), and wait only in the store's inbox when it has no room.
     pub async fn open_with(
         name: &str,
         plugin: Option<Arc<dyn Handler>>,
         settings: LaneSettings,
         store: Arc<dyn DeliveryStore>,
         book: Option<Arc<FinalizerBook>>,
+        budget: Arc<MemoryBudget>,
     ) -> Result<Lane, jobrelay_state::StoreError> {
         let serving = plugin.is_some();
         let plugin = plugin.unwrap_or_else(|| Arc::new(NotLoaded(name.to_string())));
-        let cursors = store.cursors(name).await?;
-        let installed_at = install_time(name, &cursors, store.as_ref()).await?;
-        let queues = Queues::from_cursors(name, &cursors);
+        // A page at a time: a million cursors read whole would hold several times the memory
+        // the lane keeps of them.
+        let mut queues = Queues::within(budget.clone(), name, &[]);
+        let mut after: Option<(String, String)> = None;
+        loop {
+            let at = after.as_ref().map(|(c, u)| (c.as_str(), u.as_str()));
+            let page = store.cursors_page(name, at, CURSOR_PAGE).await?;
+            queues.add_cursors(|_| true, &page);
+            if page.len() < CURSOR_PAGE as usize {
+                break;
+            }
+            after = page.last().map(|c| (c.cluster.clone(), c.uid.clone()));
+        }
+        let installed_at = install_time(name, queues.jobs() > 0, store.as_ref()).await?;
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
@@ -236,7 +267,7 @@ impl Lane {
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
                 queues: Mutex::new(queues),
-                cursor_writer: CursorWriter::start(name, store.clone()),
+                cursor_writer: CursorWriter::start(name, store.clone(), budget),
                 store,
                 installed_at,
                 book,
@@ -320,19 +351,6 @@ impl Lane {
         });
     }
 
-    /// Offers events taken before and still in the store's inbox (a restart, or delivery taken
-    /// over from another replica), oldest first: the mode judges them again against what the
-    /// cursors say was delivered, which keeps exactly the ones not delivered; they are not
-    /// taken again.
-    fn resume(&self, events: Vec<JobEvent>) {
-        for event in events {
-            if self.inner.excludes(&event.cluster) {
-                continue;
-            }
-            self.offer(event, Intake::Resumed, |_, _| Vec::new());
-        }
-    }
-
     /// Offers one event to the queues and acts on what they did: versions over the bound to
     /// the dead-letter list, queued ones into the inbox (unless resumed from it), replaced ones
     /// out of it, a job's first sight noted, a worker started.
@@ -343,29 +361,32 @@ impl Lane {
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
     ) {
         let settings = self.inner.settings.load();
-        let (mode, cap) = (settings.mode, settings.max_queued_per_job);
+        let bounds = (
+            settings.mode,
+            settings.max_queued_per_job,
+            settings.max_inbox_events,
+        );
         let key = event.job_key();
         // A resumed event the mode does not queue again (a delivery mode changed since, say)
         // has nothing left to wait for: its mark goes, or it would come back at every start.
         let resumed_id = (intake == Intake::Resumed).then(|| event.id.clone());
+        let taking = intake == Intake::Observed;
         let offered = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
-            let mut offered = queues.offer(event, mode, cap, Instant::now(), before);
+            let mut offered = queues.offer(event, bounds, Instant::now(), taking, before);
             if let Some(id) = resumed_id
-                && !offered.taken.iter().any(|e| e.id == id)
-                && !offered.overflow.iter().any(|e| e.id == id)
+                && offered.queued == 0
+                && !offered.overflow.iter().any(|(e, _)| e.id == id)
             {
                 self.inner.cursor_writer.drop_mark(id);
             }
             // Handed on while the queues are locked: a job's overflow keeps its order, and an
             // event is taken into the inbox before its worker can settle it.
-            for event in std::mem::take(&mut offered.overflow) {
-                self.overflow_to_dead_letters(event, cap);
+            for (event, bound) in std::mem::take(&mut offered.overflow) {
+                self.overflow_to_dead_letters(event, bound);
             }
-            if intake == Intake::Observed {
-                for event in std::mem::take(&mut offered.taken) {
-                    self.inner.cursor_writer.take(event);
-                }
+            for event in std::mem::take(&mut offered.taken) {
+                self.inner.cursor_writer.take(event);
             }
             for id in std::mem::take(&mut offered.replaced) {
                 self.inner.cursor_writer.drop_mark(id);
@@ -392,13 +413,13 @@ impl Lane {
     /// plugin is down or far behind, and holding every version in memory would grow without
     /// limit. The version stays durable and replayable (`jobrelay dead-letters replay`), and a
     /// deletion held by the finalizer is released as for any dead letter.
-    fn overflow_to_dead_letters(&self, event: JobEvent, cap: usize) {
+    fn overflow_to_dead_letters(&self, event: JobEvent, bound: Bound) {
         let mut overflow = self
             .inner
             .overflow
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        overflow.0.push_back((event, cap));
+        overflow.0.push_back((event, bound));
         if overflow.1 {
             return; // the running writer takes it
         }
@@ -414,11 +435,17 @@ impl Lane {
                     }
                     next
                 };
-                let Some((event, cap)) = next else { break };
-                let error = CallError::Host(format!(
-                    "lane overflow: {cap} versions of this job were already waiting (the \
-                     plugin is down or too slow; max_queued_per_job)"
-                ));
+                let Some((event, bound)) = next else { break };
+                let error = CallError::Host(match bound {
+                    Bound::Job(cap) => format!(
+                        "lane overflow: {cap} versions of this job were already waiting (the \
+                         plugin is down or too slow; max_queued_per_job)"
+                    ),
+                    Bound::Inbox(bound) => format!(
+                        "inbox full: {bound} events of this plugin were already waiting (the \
+                         plugin is down or too slow; max_inbox_events)"
+                    ),
+                });
                 // A resumed event's mark goes once its dead letter holds it (an observed
                 // one over the bound was never taken: removing no mark costs nothing).
                 if record_dead_letter(&inner, &event, &error, 0).await {
@@ -487,9 +514,10 @@ impl Lane {
 
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;
-        let (jobs, oldest, pending) = {
+        let (jobs, oldest, pending, spilled) = {
             let queues = i.queues.lock().unwrap_or_else(|p| p.into_inner());
-            (queues.jobs() as u64, queues.oldest(), queues.pending())
+            let jobs = queues.jobs() as u64;
+            (jobs, queues.oldest(), queues.pending(), queues.spilled())
         };
         LaneStats {
             delivered: i.delivered.load(Ordering::SeqCst),
@@ -498,6 +526,7 @@ impl Lane {
             failed_calls: i.failed_calls.load(Ordering::SeqCst),
             skipped: i.skipped.load(Ordering::SeqCst),
             pending,
+            spilled,
             in_flight: i.in_flight.load(Ordering::SeqCst),
             jobs,
             calls: i.calls.snapshot(),
@@ -544,18 +573,56 @@ impl Lane {
                 .remove(cluster);
         }
         let cursors = self.inner.store.cursors(&self.inner.name).await?;
-        let inbox = read_inbox(&self.inner.name, self.inner.store.as_ref()).await?;
-        let resumed = {
+        // Jobs this lane has work of its own for keep it: their versions are queued already.
+        let busy = {
             let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
             queues.reload(of, &cursors);
-            // What the other replica took and did not deliver, for the jobs this lane has no
-            // work of its own for (a job it is delivering already has its versions queued).
-            inbox
-                .into_iter()
-                .filter(|e| of(&e.cluster) && !queues.has_work(&e.cluster, &e.uid))
-                .collect()
+            queues.jobs_with_work(of)
         };
-        self.resume(resumed);
+        drop(cursors);
+        self.resume_inbox_of(of, &busy).await
+    }
+
+    /// Resumes the events still in the plugin's inbox, on the cursors the lane opened with:
+    /// for a daemon that delivers from the start, once its lane is open (see
+    /// [`reload`](Lane::reload), which reads the cursors again first).
+    pub async fn resume_inbox(&self) -> Result<(), jobrelay_state::StoreError> {
+        self.resume_inbox_of(|_| true, &HashSet::new()).await
+    }
+
+    /// Offers the inbox's events of the clusters `of` selects, but for the jobs in `busy`.
+    async fn resume_inbox_of(
+        &self,
+        of: impl Fn(&str) -> bool,
+        busy: &HashSet<JobKey>,
+    ) -> Result<(), jobrelay_state::StoreError> {
+        // What was taken and not delivered (by an earlier process, or by the replica that
+        // delivered before), a page at a time, oldest first: the mode judges each again
+        // against what the cursors say was delivered, which keeps exactly the ones not
+        // delivered; they are not taken again, and what the memory budget has no room for
+        // waits where it is.
+        let (mut after, mut resumed) = (0, 0u64);
+        loop {
+            let page = read_inbox_page(&self.inner.name, self.inner.store.as_ref(), after).await?;
+            for event in page.events {
+                if !of(&event.cluster)
+                    || self.inner.excludes(&event.cluster)
+                    || (!busy.is_empty() && busy.contains(&event.job_key()))
+                {
+                    continue;
+                }
+                resumed += 1;
+                self.offer(event, Intake::Resumed, |_, _| Vec::new());
+            }
+            match page.next {
+                Some(next) => after = next,
+                None => break,
+            }
+        }
+        if resumed > 0 {
+            tracing::info!(plugin = %self.inner.name, events = resumed,
+                "resuming the events taken and not delivered before");
+        }
         Ok(())
     }
 
@@ -651,26 +718,26 @@ fn gap_events(
     catch_up::synthetic_events(event, last_phase, &missed)
 }
 
-/// `plugin`'s events in the store's inbox, oldest first. A mark whose event cannot be read is
-/// named in the log and left where it is (an operator may repair or delete it); the rest flow.
-async fn read_inbox(
+/// A page of `plugin`'s events in the store's inbox, oldest first, from just after `after`. A
+/// mark whose event cannot be read is named in the log and left where it is (an operator may
+/// repair or delete it); the rest flow.
+async fn read_inbox_page(
     plugin: &str,
     store: &dyn DeliveryStore,
-) -> Result<Vec<JobEvent>, jobrelay_state::StoreError> {
-    let inbox = store.inbox(plugin).await?;
-    for damaged in &inbox.damaged {
+    after: i64,
+) -> Result<jobrelay_state::Inbox, jobrelay_state::StoreError> {
+    let page = store
+        .inbox_page(plugin, after, jobrelay_state::INBOX_PAGE)
+        .await?;
+    for damaged in &page.damaged {
         tracing::error!(plugin, event = %damaged.event_id, reason = %damaged.reason,
             "an inbox entry cannot be read; it is left in the store and not delivered");
     }
-    if !inbox.events.is_empty() {
-        tracing::info!(
-            plugin,
-            events = inbox.events.len(),
-            "resuming the events taken and not delivered before"
-        );
-    }
-    Ok(inbox.events)
+    Ok(page)
 }
+
+/// Cursors read per page while a lane opens.
+const CURSOR_PAGE: u32 = 10_000;
 
 /// Stands for "installed before any job": the install time of a plugin that already had
 /// cursors when install times began to be kept.
@@ -682,10 +749,10 @@ const BEFORE_ANY_JOB: &str = "1970-01-01T00:00:00Z";
 /// logged and treated the same way.
 async fn install_time(
     plugin: &str,
-    cursors: &[Cursor],
+    has_cursors: bool,
     store: &dyn DeliveryStore,
 ) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, jobrelay_state::StoreError> {
-    let now = if cursors.is_empty() {
+    let now = if !has_cursors {
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     } else {
         BEFORE_ANY_JOB.to_string()

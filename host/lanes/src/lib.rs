@@ -14,11 +14,13 @@
 //! - [`event_counts`]: events by cluster and configured kind: observed, delivered, retried,
 //!   dead-lettered.
 //! - [`lane`]: one plugin's lane: takes versions in (missed transitions first after a gap),
-//!   runs one worker per busy job, calls, retries, settles.
+//!   runs a pool of workers, one per busy job, calls, retries, settles.
 //! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
 //!   rate limits, kinds, the bound on a job's queue.
 //! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
 //! - [`queue`]: the lane's per-job queues, as a state machine with no tasks and no I/O.
+//! - [`budget`]: the process-wide bound on the bytes of events the lanes keep in memory;
+//!   past it, queued events wait only in the store's inbox.
 //! - [`handler`]: what a lane calls for each event: a plugin version, or any
 //!   [`Handler`](handler::Handler).
 //! - [`call_stats`]: how the plugin's calls went: durations and failures by kind.
@@ -27,6 +29,7 @@
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
 
+pub mod budget;
 pub mod call_stats;
 pub mod cursor_writer;
 pub mod dispatcher;

@@ -7,9 +7,12 @@
 //! let go of a cluster. The lane ([`crate::lane`], its workers and settling) asks under one
 //! lock and does all that waits: calls, retries, cursor writes, dead letters.
 //!
-//! Kept apart so the rules that make delivery ordered and bounded — one worker per job, the
+//! Kept apart so the rules that make delivery ordered and bounded — one worker per job (from a
+//! pool of at most [`MAX_WORKERS`]), the
 //! head leaves the queue only when settled, a job's queue never holds more than its mode needs
-//! or `max_queued_per_job` — are property-tested alone (`queue/tests.rs`).
+//! or `max_queued_per_job`, an event is kept whole only while the process-wide
+//! [`MemoryBudget`] has room and otherwise waits as its place alone, read back from the inbox
+//! in its turn — are property-tested alone (`queue/tests.rs`).
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -18,6 +21,7 @@ use std::time::Instant;
 
 use compact_str::CompactString;
 
+use super::budget::{MemoryBudget, charge_of};
 use super::mode::{Accepted, Decision, DeliveryMode, is_end};
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
@@ -28,16 +32,42 @@ use jobrelay_watch::tracker::Listed;
 /// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
 #[derive(Debug)]
 struct Item {
-    /// `None` while the job's worker has it out for the call (the head only): the worker
-    /// owns the event it delivers, so no copy is made for the call, and gives it back with
-    /// [`Queues::release`] when the call is cut short.
-    event: Option<JobEvent>,
-    /// The event's resourceVersion, still known while the event is out: a version being
-    /// delivered counts as queued when the same version is observed again.
+    held: Held,
+    /// The event's resourceVersion, known whatever is held: a version being delivered or
+    /// waiting in the inbox counts as queued when the same version is observed again.
     resource_version: CompactString,
     replay: bool,
     /// When it was queued, for the age of the oldest pending event.
     queued_at: Instant,
+}
+
+/// Where a queued event is.
+#[derive(Debug)]
+enum Held {
+    /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`].
+    Here { event: Box<JobEvent>, charge: u64 },
+    /// Out with the job's worker for its call (the head only): the worker owns the event it
+    /// delivers, so no copy is made, and gives it back with [`Queues::release`] when the call
+    /// is cut short. `charge` is still held; `spilled` names an event the worker read back
+    /// from the inbox (nothing charged), which goes back to waiting there if given back.
+    Out {
+        charge: u64,
+        spilled: Option<Box<str>>,
+    },
+    /// Waiting only in the inbox (the budget had no room when it was queued): its id, to read
+    /// it back when its turn comes.
+    Spilled { id: Box<str> },
+}
+
+impl Held {
+    /// The id of the event, when it is known without the worker.
+    fn id(&self) -> Option<&str> {
+        match self {
+            Held::Here { event, .. } => Some(&event.id),
+            Held::Spilled { id } => Some(id),
+            Held::Out { .. } => None,
+        }
+    }
 }
 
 /// A job's queued events: no allocation at all while the job is idle, which nearly every
@@ -71,7 +101,11 @@ impl Waiting {
     }
 
     fn push_back(&mut self, item: Item) {
-        self.0.get_or_insert_default().push_back(item);
+        // Room for one at first: most jobs that wait hold one event, and a lane far behind
+        // holds a million of them (the default growth would make room for four).
+        self.0
+            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)))
+            .push_back(item);
     }
 
     /// Every change that can empty the queue drops its buffer with it.
@@ -94,8 +128,14 @@ impl Waiting {
         self.edit(|queue| queue.retain(keep));
     }
 
-    fn truncate(&mut self, len: usize) {
-        self.edit(|queue| queue.truncate(len));
+    /// Keeps the first `len` items; the rest are handed to `gone` on their way out.
+    fn truncate(&mut self, len: usize, mut gone: impl FnMut(&Item)) {
+        self.edit(|queue| {
+            for item in queue.range(len.min(queue.len())..) {
+                gone(item);
+            }
+            queue.truncate(len);
+        });
     }
 }
 
@@ -143,8 +183,11 @@ struct JobState {
     /// Phase of the last version delivered (the `previous_phase` of the next one).
     delivered_phase: Option<Phase>,
     queue: Waiting,
-    /// A worker holds the job: it alone takes the job's events, one at a time.
+    /// A worker holds the job, or it waits in the lane's ready queue for one: one worker
+    /// alone takes the job's events, one at a time.
     busy: bool,
+    /// Claimed, and waiting in the ready queue for a worker to be free.
+    ready: bool,
     /// The head of the queue is being called: it stays there until settled, and nothing
     /// else may take its place (a `latest` replacement keeps it).
     in_flight: bool,
@@ -160,6 +203,7 @@ impl JobState {
             delivered_phase: None,
             queue: Waiting::default(),
             busy: false,
+            ready: false,
             in_flight: false,
             origin,
             name: CompactString::new(&event.name),
@@ -179,6 +223,7 @@ impl JobState {
             delivered_phase: delivered.then_some(c.phase),
             queue: Waiting::default(),
             busy: false,
+            ready: false,
             in_flight: false,
             origin,
             name: CompactString::new(&c.name),
@@ -201,6 +246,15 @@ impl JobState {
     }
 }
 
+/// The bounds a lane's queues keep, and which one a version over them hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// `max_queued_per_job` versions of the job were already waiting.
+    Job(usize),
+    /// `max_inbox_events` events were already waiting in the lane (its inbox).
+    Inbox(u64),
+}
+
 /// What one offer did, for the lane to act on.
 #[derive(Debug, Default)]
 pub struct Offered {
@@ -209,9 +263,13 @@ pub struct Offered {
     pub first_sight: Option<Cursor>,
     /// Versions the mode did not want, and versions a newer one replaced (`latest`).
     pub skipped: u64,
-    /// Versions over the job's queue bound, in order: not queued; the lane dead-letters them.
-    pub overflow: Vec<JobEvent>,
-    /// Copies of the versions queued, in order: the lane takes them into the store's inbox.
+    /// Versions over a bound, in order, with the bound: not queued; the lane dead-letters
+    /// them.
+    pub overflow: Vec<(JobEvent, Bound)>,
+    /// How many versions were queued.
+    pub queued: usize,
+    /// The versions queued (copies of those kept whole), in order, when the offer was
+    /// `taking`: the lane takes them into the store's inbox.
     pub taken: Vec<JobEvent>,
     /// Ids of queued versions a newer one replaced (`latest`): let go without a call, their
     /// inbox marks go.
@@ -228,6 +286,10 @@ pub enum Next {
     /// Call the plugin with this event: the head of the queue, handed over (not copied); its
     /// place stays at the head until [`Queues::pop_head`], or [`Queues::release`] gives it back.
     Call { event: Box<JobEvent>, replay: bool },
+    /// The head waits only in the inbox: read it back by this id, hand it to
+    /// [`Queues::fetched`], then call the plugin with it as with [`Next::Call`]. Its place is
+    /// held as for a call meanwhile.
+    Fetch { id: Box<str> },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
     /// The job is no longer known (its cluster was let go): the worker ends.
@@ -241,17 +303,158 @@ pub struct Queues {
     plugin: String,
     clusters: HashMap<Arc<str>, Jobs>,
     origins: HashSet<Arc<Origin>>,
-    /// Events in all queues, the ones in flight included.
-    pending: u64,
+    ledger: Ledger,
+    workers: Workers,
 }
+
+/// The lane's workers: at most `max` ([`MAX_WORKERS`]) at once, each draining one job at a
+/// time; a job claimed while all are busy waits in `ready`, in the order it was claimed, and
+/// the next worker to finish its job takes it. A worker costs a task (about a kilobyte); a
+/// job waiting for one costs its key here, so a backlog over a million jobs does not hold a
+/// million tasks.
+#[derive(Debug)]
+struct Workers {
+    running: usize,
+    max: usize,
+    /// Claimed jobs waiting for a worker. A key whose job was forgotten or let go meanwhile
+    /// (no longer `ready`) is skipped.
+    ready: VecDeque<(Arc<str>, Uid)>,
+}
+
+impl Default for Workers {
+    fn default() -> Workers {
+        Workers {
+            running: 0,
+            max: MAX_WORKERS,
+            ready: VecDeque::new(),
+        }
+    }
+}
+
+impl Workers {
+    /// A worker for a job just claimed: `true` if one may start for it now; otherwise the job
+    /// waits for the next free one.
+    fn assign(&mut self, job: &mut JobState, cluster: Arc<str>, uid: Uid) -> bool {
+        if self.running < self.max {
+            self.running += 1;
+            return true;
+        }
+        job.ready = true;
+        self.ready.push_back((cluster, uid));
+        false
+    }
+}
+
+/// Most workers of one lane at once: calls are bounded by the plugin's concurrency, and the
+/// rest wait for a permit, a rate limit or a retry's backoff. This many lets that many jobs
+/// be in retry waits before the others' turns are delayed, at a kilobyte or so each.
+pub const MAX_WORKERS: usize = 1_024;
 
 type Jobs = HashMap<Uid, JobState>;
 
+/// What the queued items hold, counted as items come and go: the events pending, the bytes
+/// they charge to the process-wide budget, and how many wait only in the inbox. Given back to
+/// the budget when the lane's queues are dropped.
+#[derive(Debug, Default)]
+struct Ledger {
+    budget: Arc<MemoryBudget>,
+    /// Events in all queues, the ones in flight included.
+    pending: u64,
+    /// Of those, replays of dead letters (not in the inbox).
+    replays: u64,
+    /// Bytes charged by the events kept whole (or out for their call).
+    held: u64,
+    /// Events waiting only in the inbox.
+    spilled: u64,
+}
+
+impl Ledger {
+    /// Where a newly queued event is kept: whole while the budget has room, else only in the
+    /// inbox. With `taking`, the event (or a copy of it, when it is also kept) goes to
+    /// `taken`, for the lane to take into the inbox.
+    fn keep(&mut self, event: JobEvent, taking: bool, taken: &mut Vec<JobEvent>) -> Held {
+        self.pending += 1;
+        let charge = charge_of(&event);
+        if self.budget.try_hold(charge) {
+            self.held += charge;
+            if taking {
+                taken.push(event.clone());
+            }
+            Held::Here {
+                event: Box::new(event),
+                charge,
+            }
+        } else {
+            self.spill(1);
+            let id = event.id.as_str().into();
+            if taking {
+                taken.push(event);
+            }
+            Held::Spilled { id }
+        }
+    }
+
+    /// A replay of a dead letter is not in the inbox: it is kept whole, and not charged (see
+    /// [`budget`](crate::budget)).
+    fn keep_replay(&mut self, event: JobEvent) -> Held {
+        self.pending += 1;
+        self.replays += 1;
+        Held::Here {
+            event: Box::new(event),
+            charge: 0,
+        }
+    }
+
+    fn spill(&mut self, n: u64) {
+        self.spilled += n;
+        self.budget.count_spilled(true, n);
+    }
+
+    fn unspill(&mut self) {
+        self.spilled = self.spilled.saturating_sub(1);
+        self.budget.count_spilled(false, 1);
+    }
+
+    fn release(&mut self, charge: u64) {
+        self.held = self.held.saturating_sub(charge);
+        self.budget.release(charge);
+    }
+
+    /// An item leaves its queue.
+    fn gone(&mut self, item: &Item) {
+        self.pending = self.pending.saturating_sub(1);
+        if item.replay {
+            self.replays = self.replays.saturating_sub(1);
+        }
+        match &item.held {
+            Held::Here { charge, .. } | Held::Out { charge, .. } => self.release(*charge),
+            Held::Spilled { .. } => self.unspill(),
+        }
+    }
+}
+
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.budget.release(self.held);
+        self.budget.count_spilled(false, self.spilled);
+    }
+}
+
 impl Queues {
-    /// The jobs `plugin`'s stored cursors describe, nothing queued.
+    /// The jobs `plugin`'s stored cursors describe, nothing queued, with no memory budget.
     pub fn from_cursors(plugin: &str, cursors: &[Cursor]) -> Queues {
+        Queues::within(MemoryBudget::unbounded(), plugin, cursors)
+    }
+
+    /// [`from_cursors`](Queues::from_cursors), keeping events whole only while `budget` has
+    /// room.
+    pub fn within(budget: Arc<MemoryBudget>, plugin: &str, cursors: &[Cursor]) -> Queues {
         let mut queues = Queues {
             plugin: plugin.to_string(),
+            ledger: Ledger {
+                budget,
+                ..Ledger::default()
+            },
             ..Queues::default()
         };
         queues.reload(|_| true, cursors);
@@ -260,7 +463,17 @@ impl Queues {
 
     /// Events waiting or in flight.
     pub fn pending(&self) -> u64 {
-        self.pending
+        self.ledger.pending
+    }
+
+    /// Events waiting only in the inbox.
+    pub fn spilled(&self) -> u64 {
+        self.ledger.spilled
+    }
+
+    /// Bytes of the events kept whole, charged to the budget.
+    pub fn held_bytes(&self) -> u64 {
+        self.ledger.held
     }
 
     /// Jobs known.
@@ -293,19 +506,24 @@ impl Queues {
         (cluster, uid): (&str, &str),
         origin: [&str; 3],
         make: impl FnOnce(Arc<Origin>) -> JobState,
-    ) -> (&'a mut JobState, bool) {
-        if !clusters.contains_key(cluster) {
-            clusters.insert(Arc::from(cluster), Jobs::default());
-        }
+    ) -> (&'a mut JobState, bool, Arc<str>) {
+        let name = match clusters.get_key_value(cluster) {
+            Some((name, _)) => name.clone(),
+            None => {
+                let name: Arc<str> = Arc::from(cluster);
+                clusters.insert(name.clone(), Jobs::default());
+                name
+            }
+        };
         let jobs = clusters
             .get_mut(cluster)
             .expect("the cluster's map was just made");
         match jobs.entry(Uid::new(uid)) {
-            Entry::Occupied(job) => (job.into_mut(), false),
+            Entry::Occupied(job) => (job.into_mut(), false, name),
             Entry::Vacant(slot) => {
                 let [api_version, kind, namespace] = origin;
                 let origin = intern(origins, api_version, kind, namespace);
-                (slot.insert(make(origin)), true)
+                (slot.insert(make(origin)), true, name)
             }
         }
     }
@@ -317,19 +535,21 @@ impl Queues {
 
     /// Offers one observed version of a job. `before` returns the events to judge ahead of
     /// it — the transitions missed in a gap — from what was accepted for the job so far. The
-    /// mode decides each; what it accepts is queued, unless `cap` versions already wait: those
-    /// are returned in [`Offered::overflow`]. A job the lane did not know comes back as
-    /// [`Offered::first_sight`].
+    /// mode decides each; what it accepts is queued, unless `cap` versions of the job already
+    /// wait, or `inbox` events of the lane: those are returned in [`Offered::overflow`]. A job the lane did not know comes back as
+    /// [`Offered::first_sight`]. With `taking`, the versions queued are returned in
+    /// [`Offered::taken`] for the inbox (an event read back from the inbox is there already).
     pub fn offer(
         &mut self,
         event: JobEvent,
-        mode: DeliveryMode,
-        cap: usize,
+        (mode, cap, inbox): (DeliveryMode, usize, u64),
         now: Instant,
+        taking: bool,
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
     ) -> Offered {
         let mut offered = Offered::default();
-        let (job, new_job) = Self::job_or_insert(
+        let uid = Uid::new(&event.uid);
+        let (job, new_job, cluster) = Self::job_or_insert(
             &mut self.clusters,
             &mut self.origins,
             (&event.cluster, &event.uid),
@@ -352,39 +572,44 @@ impl Queues {
                     continue;
                 }
                 Decision::Replace => {
-                    let before = job.queue.len();
                     // Replays stay, and so does the head while its call runs: the worker
                     // settles it when the call ends.
                     let mut head = job.in_flight;
-                    let replaced = &mut offered.replaced;
+                    let (replaced, ledger) = (&mut offered.replaced, &mut self.ledger);
                     job.queue.retain(|i| {
                         let keep = std::mem::take(&mut head) || i.replay;
-                        if !keep && let Some(event) = &i.event {
-                            replaced.push(event.id.clone());
+                        if !keep {
+                            if let Some(id) = i.held.id() {
+                                replaced.push(id.to_string());
+                            }
+                            ledger.gone(i);
+                            offered.skipped += 1;
                         }
                         keep
                     });
-                    let dropped = (before - job.queue.len()) as u64;
-                    self.pending -= dropped;
-                    offered.skipped += dropped;
                 }
                 Decision::Append => {
                     if job.waiting() >= cap {
-                        offered.overflow.push(event);
+                        offered.overflow.push((event, Bound::Job(cap)));
                         continue;
                     }
                 }
             }
-            self.pending += 1;
-            offered.taken.push(event.clone());
+            // After a replacement made its room, if it could. Replays are not in the inbox.
+            if self.ledger.pending.saturating_sub(self.ledger.replays) >= inbox {
+                offered.overflow.push((event, Bound::Inbox(inbox)));
+                continue;
+            }
+            offered.queued += 1;
+            let resource_version = CompactString::new(&event.resource_version);
             job.queue.push_back(Item {
-                resource_version: CompactString::new(&event.resource_version),
-                event: Some(event),
+                held: self.ledger.keep(event, taking, &mut offered.taken),
+                resource_version,
                 replay: false,
                 queued_at: now,
             });
         }
-        offered.start = job.claim();
+        offered.start = job.claim() && self.workers.assign(job, cluster, uid);
         offered.idle = !job.busy && job.queue.is_empty();
         offered
     }
@@ -392,45 +617,98 @@ impl Queues {
     /// Queues a dead letter again, as the operator asked: past the mode and the bound, and
     /// without moving the job's cursor. `true`: the job was claimed for a new worker.
     pub fn offer_replay(&mut self, event: JobEvent, now: Instant) -> bool {
-        let (job, _) = Self::job_or_insert(
+        let uid = Uid::new(&event.uid);
+        let (job, _, cluster) = Self::job_or_insert(
             &mut self.clusters,
             &mut self.origins,
             (&event.cluster, &event.uid),
             origin_of(&event),
             |o| JobState::for_event(&event, o),
         );
-        self.pending += 1;
         job.queue.push_back(Item {
             resource_version: CompactString::new(&event.resource_version),
-            event: Some(event),
+            held: self.ledger.keep_replay(event),
             replay: true,
             queued_at: now,
         });
-        job.claim()
+        job.claim() && self.workers.assign(job, cluster, uid)
+    }
+
+    /// A worker is done with its job (idle, forgotten, or cut short): the next job waiting
+    /// for a worker, which it takes now, or `None` — nothing waits, or the lane closed — and
+    /// the worker ends.
+    pub fn next_job(&mut self, closed: bool) -> Option<JobKey> {
+        while !closed && let Some((cluster, uid)) = self.workers.ready.pop_front() {
+            let Some(job) = self
+                .clusters
+                .get_mut(&cluster)
+                .and_then(|jobs| jobs.get_mut(&uid))
+            else {
+                continue;
+            };
+            if job.ready {
+                job.ready = false;
+                return Some(JobKey {
+                    cluster: cluster.to_string(),
+                    uid: uid.to_string(),
+                });
+            }
+        }
+        self.workers.running = self.workers.running.saturating_sub(1);
+        None
+    }
+
+    /// Workers running now (for the tests' checks).
+    #[cfg(test)]
+    fn workers_running(&self) -> usize {
+        self.workers.running
+    }
+
+    /// At most `max` workers at once (the tests' small pools).
+    #[cfg(test)]
+    fn limit_workers(&mut self, max: usize) {
+        self.workers.max = max;
     }
 
     /// The next step of the worker holding `key`. A `Call` hands the head's event to the
     /// worker and keeps its place at the head until it is settled or given back;
     /// [`Idle`](Next::Idle) frees the job (and forgets a deleted one).
     pub fn next(&mut self, key: &JobKey, closed: bool) -> Next {
-        let Some(job) = self.job_mut(key) else {
+        let Some(job) = self
+            .clusters
+            .get_mut(key.cluster.as_str())
+            .and_then(|jobs| jobs.get_mut(&Uid::new(&key.uid)))
+        else {
             return Next::Forgotten;
         };
         match job.queue.front_mut() {
             Some(item) if !closed => {
-                // The head is out only between this and its `pop_head` or `release`, and only
-                // the job's one worker asks: an empty head cannot be seen here. Were it seen,
-                // the job is left as it is, to whoever holds the event.
-                let Some(mut event) = item.event.take() else {
-                    return Next::Forgotten;
-                };
-                job.in_flight = true;
-                if !item.replay {
-                    event.previous_phase = job.delivered_phase;
-                }
-                Next::Call {
-                    event: Box::new(event),
-                    replay: item.replay,
+                let out = |charge, spilled| Held::Out { charge, spilled };
+                match std::mem::replace(&mut item.held, out(0, None)) {
+                    Held::Here { mut event, charge } => {
+                        item.held = out(charge, None);
+                        job.in_flight = true;
+                        if !item.replay {
+                            event.previous_phase = job.delivered_phase;
+                        }
+                        Next::Call {
+                            event,
+                            replay: item.replay,
+                        }
+                    }
+                    Held::Spilled { id } => {
+                        item.held = out(0, Some(id.clone()));
+                        job.in_flight = true;
+                        self.ledger.unspill();
+                        Next::Fetch { id }
+                    }
+                    // The head is out only between this and its `pop_head` or `release`, and
+                    // only the job's one worker asks: an event out cannot be seen here. Were
+                    // it seen, the job is left as it is, to whoever holds the event.
+                    held @ Held::Out { .. } => {
+                        item.held = held;
+                        Next::Forgotten
+                    }
                 }
             }
             _ => {
@@ -444,18 +722,53 @@ impl Queues {
         }
     }
 
+    /// The head of `key`'s queue, read back from the inbox after a [`Next::Fetch`], is about
+    /// to be called: it takes the `previous_phase` a call of it carries. `false`: the job is
+    /// no longer known (its cluster was let go), and the worker ends.
+    pub fn fetched(&mut self, key: &JobKey, event: &mut JobEvent) -> bool {
+        let Some(job) = self.job_mut(key) else {
+            return false;
+        };
+        event.previous_phase = job.delivered_phase;
+        true
+    }
+
     /// The call for the head of `key`'s queue was cut short (the lane closed or let the
-    /// cluster go): the worker gives the event back, it stays queued, unacknowledged, and the
-    /// job is free.
-    pub fn release(&mut self, key: &JobKey, event: JobEvent) {
-        if let Some(job) = self.job_mut(key) {
-            job.busy = false;
-            job.in_flight = false;
-            if let Some(head) = job.queue.front_mut()
-                && head.event.is_none()
-            {
-                head.event = Some(event);
+    /// cluster go), or its read-back from the inbox (`event` `None`): the worker gives the
+    /// event back, it stays queued — whole, or in the inbox if it waited there —
+    /// unacknowledged, and the job is free.
+    pub fn release(&mut self, key: &JobKey, event: Option<JobEvent>) {
+        let Some(job) = self
+            .clusters
+            .get_mut(key.cluster.as_str())
+            .and_then(|jobs| jobs.get_mut(&Uid::new(&key.uid)))
+        else {
+            return;
+        };
+        job.busy = false;
+        job.in_flight = false;
+        let Some(head) = job.queue.front_mut() else {
+            return;
+        };
+        match (&mut head.held, event) {
+            (
+                Held::Out {
+                    spilled: Some(id), ..
+                },
+                _,
+            ) => {
+                head.held = Held::Spilled {
+                    id: std::mem::take(id),
+                };
+                self.ledger.spill(1);
             }
+            (Held::Out { charge, .. }, Some(event)) => {
+                head.held = Held::Here {
+                    event: Box::new(event),
+                    charge: *charge,
+                };
+            }
+            _ => {}
         }
     }
 
@@ -464,17 +777,20 @@ impl Queues {
     /// `previous_phase`. Returns when the popped event was queued (`None` if the job is no
     /// longer known).
     pub fn pop_head(&mut self, key: &JobKey, replay: bool, phase: Phase) -> Option<Instant> {
-        let mut queued_at = None;
-        if let Some(job) = self.job_mut(key) {
-            job.in_flight = false;
-            // An idle job keeps no queue buffer ([`Waiting`] drops it once empty).
-            queued_at = job.queue.front().map(|item| item.queued_at);
-            job.queue.pop_front();
-            if !replay {
-                job.delivered_phase = Some(phase);
-            }
+        let job = self
+            .clusters
+            .get_mut(key.cluster.as_str())
+            .and_then(|jobs| jobs.get_mut(&Uid::new(&key.uid)))?;
+        job.in_flight = false;
+        let queued_at = job.queue.front().map(|item| item.queued_at);
+        if let Some(head) = job.queue.front() {
+            self.ledger.gone(head);
         }
-        self.pending = self.pending.saturating_sub(1);
+        // An idle job keeps no queue buffer ([`Waiting`] drops it once empty).
+        job.queue.pop_front();
+        if !replay {
+            job.delivered_phase = Some(phase);
+        }
         queued_at
     }
 
@@ -501,23 +817,28 @@ impl Queues {
     }
 
     /// First step of letting go of `cluster`: what waits for its jobs is dropped, except the
-    /// head of a held job (the call in flight, settled by its worker), and its idle jobs are
-    /// forgotten. Returns how many events were dropped.
+    /// head of a job a worker holds (the call in flight, settled by its worker), and its other
+    /// jobs are forgotten. Returns how many events were dropped.
     pub fn drop_waiting(&mut self, cluster: &str) -> u64 {
         let Some(jobs) = self.clusters.get_mut(cluster) else {
             return 0;
         };
         let mut dropped = 0u64;
+        let ledger = &mut self.ledger;
         jobs.retain(|_, job| {
-            let keep = usize::from(job.busy).min(job.queue.len());
-            dropped += (job.queue.len() - keep) as u64;
-            job.queue.truncate(keep);
-            job.busy
+            // A job waiting for a worker has none to settle anything: it goes like an idle
+            // one (its key in the ready queue is skipped).
+            let held = job.busy && !job.ready;
+            let keep = usize::from(held).min(job.queue.len());
+            job.queue.truncate(keep, |item| {
+                ledger.gone(item);
+                dropped += 1;
+            });
+            held
         });
         if jobs.is_empty() {
             self.clusters.remove(cluster);
         }
-        self.pending -= dropped;
         self.prune_origins();
         dropped
     }
@@ -528,6 +849,23 @@ impl Queues {
             .get(cluster)
             .and_then(|jobs| jobs.get(&Uid::new(uid)))
             .is_some_and(|job| job.busy || !job.queue.is_empty())
+    }
+
+    /// The jobs of the clusters `of` selects that have anything queued or a worker holding
+    /// them.
+    pub fn jobs_with_work(&self, of: impl Fn(&str) -> bool) -> HashSet<JobKey> {
+        self.clusters
+            .iter()
+            .filter(|(cluster, _)| of(cluster))
+            .flat_map(|(cluster, jobs)| {
+                jobs.iter()
+                    .filter(|(_, job)| job.busy || !job.queue.is_empty())
+                    .map(move |(uid, _)| JobKey {
+                        cluster: cluster.to_string(),
+                        uid: uid.to_string(),
+                    })
+            })
+            .collect()
     }
 
     /// Whether a worker still holds a job of `cluster`.
@@ -541,7 +879,9 @@ impl Queues {
     /// queued for them (a call cut short keeps its item).
     pub fn forget(&mut self, cluster: &str) {
         if let Some(jobs) = self.clusters.remove(cluster) {
-            self.pending -= jobs.values().map(|job| job.queue.len() as u64).sum::<u64>();
+            for item in jobs.values().flat_map(|job| job.queue.iter()) {
+                self.ledger.gone(item);
+            }
         }
         self.prune_origins();
     }
@@ -554,6 +894,12 @@ impl Queues {
                 jobs.retain(|_, job| job.busy || !job.queue.is_empty());
             }
         }
+        self.add_cursors(of, cursors);
+    }
+
+    /// Jobs from stored cursors (of the clusters `of` selects), for the ones the lane does
+    /// not know: a page of them at a time while a lane opens.
+    pub fn add_cursors(&mut self, of: impl Fn(&str) -> bool, cursors: &[Cursor]) {
         for cursor in cursors.iter().filter(|c| of(&c.cluster)) {
             let origin = [&*cursor.api_version, &cursor.kind, &cursor.namespace];
             Self::job_or_insert(

@@ -124,11 +124,19 @@ pub struct LaneSettings {
     pub kinds: Vec<String>,
     /// Most versions of one job queued at once (see `PluginManifest::max_queued_per_job`).
     pub max_queued_per_job: usize,
+    /// Most events waiting in the lane at once — the plugin's inbox (see
+    /// `PluginManifest::max_inbox_events`).
+    pub max_inbox_events: u64,
 }
 
 /// Default of `max_queued_per_job`: far above what a healthy plugin ever has queued for one
 /// job, low enough that a plugin down for hours cannot hold a busy job's whole history.
 pub const DEFAULT_MAX_QUEUED_PER_JOB: usize = 1_000;
+
+/// Default of `max_inbox_events`: a plugin down for a day on a busy fleet fits; each waiting
+/// event costs a row on disk and, once the memory budget is spent, about 200 bytes of memory
+/// for its place.
+pub const DEFAULT_MAX_INBOX_EVENTS: u64 = 1_000_000;
 
 #[cfg(test)]
 mod tests {

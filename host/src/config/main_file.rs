@@ -80,6 +80,15 @@ pub struct MainFile {
     /// Milliseconds of quiet after a file event before the folder is re-read.
     #[serde(default = "default_debounce")]
     pub debounce_ms: u64,
+    /// MiB of job events the lanes keep in memory, all plugins together. Past it, queued
+    /// events wait only in the state store's inbox and are read back in their turn, and the
+    /// watch streams are read only as fast as the inbox is written. Read once at start.
+    #[serde(default = "default_event_memory")]
+    pub event_memory_mb: u64,
+}
+
+fn default_event_memory() -> u64 {
+    jobrelay_lanes::budget::DEFAULT_EVENT_MEMORY_BYTES / (1024 * 1024)
 }
 
 fn default_rescan() -> u64 {
@@ -279,6 +288,8 @@ pub struct MainConfig {
     pub oci: OciSettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
+    /// Bytes.
+    pub event_memory_bytes: u64,
 }
 
 impl MainConfig {
@@ -293,6 +304,10 @@ impl MainConfig {
             ("archive", self.archive != new.archive),
             ("telemetry", self.telemetry != new.telemetry),
             ("oci", self.oci != new.oci),
+            (
+                "event_memory_mb",
+                self.event_memory_bytes != new.event_memory_bytes,
+            ),
             ("clusters_dir", self.clusters_dir != new.clusters_dir),
             (
                 "plugin_manifests_dir",
@@ -391,6 +406,12 @@ impl MainFile {
             bounds::RESCAN_SECONDS,
         )?;
         in_range("debounce_ms", self.debounce_ms, 0, bounds::DEBOUNCE_MS)?;
+        in_range(
+            "event_memory_mb",
+            self.event_memory_mb,
+            1,
+            bounds::EVENT_MEMORY_MB,
+        )?;
         in_range(
             "watch.timeout_seconds",
             self.watch.timeout_seconds,
@@ -533,6 +554,7 @@ impl MainFile {
             oci: self.oci,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,
+            event_memory_bytes: self.event_memory_mb * 1024 * 1024,
         })
     }
 }

@@ -48,6 +48,11 @@ pub struct PluginManifest {
     /// reported) instead of growing memory without limit.
     #[serde(default)]
     pub max_queued_per_job: Option<usize>,
+    /// Most events waiting in the plugin's lane at once, all jobs together — its inbox in the
+    /// state store (default 1,000,000). An event beyond it is moved to the dead-letter list
+    /// (`inbox full`: durable, replayable, counted) rather than stored without limit.
+    #[serde(default)]
+    pub max_inbox_events: Option<u64>,
     /// How failed calls are retried before the event is dead-lettered.
     #[serde(default)]
     pub retry: RetryPolicy,

@@ -72,6 +72,8 @@ pub(crate) mod bounds {
     pub const ATTEMPTS: u32 = 1000;
     /// Versions queued per job.
     pub const QUEUED_PER_JOB: usize = 1_000_000;
+    /// Events waiting in one plugin's lane (its inbox).
+    pub const INBOX_EVENTS: u64 = 100_000_000;
     /// Events one kept instance may handle.
     pub const INSTANCE_REUSE: u32 = 1_000_000;
     /// Seconds between re-scans of the folder (one day).
@@ -80,6 +82,8 @@ pub(crate) mod bounds {
     pub const DEBOUNCE_MS: u64 = 60_000;
     /// A watch request's server-side timeout, in seconds (one hour).
     pub const WATCH_TIMEOUT_SECONDS: u32 = 3600;
+    /// MiB of events the lanes keep in memory (64 GiB).
+    pub const EVENT_MEMORY_MB: u64 = 65_536;
     /// Connections of one SQL pool.
     pub const SQL_CONNECTIONS: u32 = 1000;
 }

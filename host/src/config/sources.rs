@@ -179,6 +179,9 @@ impl PluginSource {
         if let Some(v) = manifest.max_queued_per_job {
             in_range("max_queued_per_job", v, 2, bounds::QUEUED_PER_JOB)?;
         }
+        if let Some(v) = manifest.max_inbox_events {
+            in_range("max_inbox_events", v, 1, bounds::INBOX_EVENTS)?;
+        }
         if let Some(v) = manifest.instance_reuse {
             in_range("instance_reuse", v, 1, bounds::INSTANCE_REUSE)?;
         }
@@ -204,6 +207,9 @@ impl PluginSource {
         let max_queued_per_job = manifest
             .max_queued_per_job
             .unwrap_or(jobrelay_lanes::settings::DEFAULT_MAX_QUEUED_PER_JOB);
+        let max_inbox_events = manifest
+            .max_inbox_events
+            .unwrap_or(jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS);
         let instance_reuse = manifest.instance_reuse.unwrap_or(1);
         for (i, limit) in manifest.rate_limits.iter().enumerate() {
             limit
@@ -250,7 +256,7 @@ impl PluginSource {
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
             "grants": grants, "delivery": manifest.delivery, "retry": manifest.retry,
             "rate_limits": manifest.rate_limits, "instance_reuse": instance_reuse,
-            "max_queued_per_job": max_queued_per_job,
+            "max_queued_per_job": max_queued_per_job, "max_inbox_events": max_inbox_events,
         });
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
@@ -275,6 +281,7 @@ impl PluginSource {
                 rate_limits: manifest.rate_limits,
                 kinds: manifest.kinds,
                 max_queued_per_job,
+                max_inbox_events,
             },
         })
     }

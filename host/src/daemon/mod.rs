@@ -36,6 +36,7 @@ use crate::telemetry::store_check::{self, StoreHealth};
 use jobrelay_capabilities::Services;
 use jobrelay_coordination::coordinator::BeforeLease;
 use jobrelay_coordination::{Coordinator, Mode};
+use jobrelay_lanes::budget::MemoryBudget;
 use jobrelay_lanes::dispatcher::{self, Routes};
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_runtime::Runtime;
@@ -88,7 +89,8 @@ impl Daemon {
             releaser.clone(),
             main.finalizers.dead_letter_blocks,
         ));
-        let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone());
+        let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone())
+            .within(MemoryBudget::new(main.event_memory_bytes));
         let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
         let plugins = PluginSet::new(
             runtime,

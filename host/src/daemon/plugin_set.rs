@@ -299,11 +299,12 @@ impl PluginSet {
             source.lane.clone(),
             self.store.clone(),
             self.finalizers.clone(),
+            self.routes.budget().clone(),
         )
         .await
         .map_err(CursorsUnreadable)?;
         if self.resume_at_open {
-            lane.reload(None).await.map_err(CursorsUnreadable)?;
+            lane.resume_inbox().await.map_err(CursorsUnreadable)?;
         }
         self.routes.insert(&source.spec.name, lane);
         Ok(())

@@ -396,9 +396,18 @@ impl Collector for DaemonCollector {
         family(
             e,
             "jobrelay_lane_pending_events",
-            "Events waiting in the plugin's lane, calls in flight included",
+            "Events waiting in the plugin's lane, calls in flight included: its inbox depth \
+             (each is held in the state store's inbox)",
             MetricType::Gauge,
             lane_gauge(&status, |l| l.pending),
+        )?;
+        family(
+            e,
+            "jobrelay_lane_spilled_events",
+            "Of the plugin's pending events, those waiting only in the inbox (the event memory \
+             budget had no room): read back in their turn",
+            MetricType::Gauge,
+            lane_gauge(&status, |l| l.spilled),
         )?;
         family(
             e,
@@ -616,6 +625,23 @@ impl Collector for DaemonCollector {
             "Config files refused (their last good version stays in force)",
             MetricType::Gauge,
             problems,
+        )?;
+        let memory = &status.event_memory;
+        family(
+            e,
+            "jobrelay_event_memory_bytes",
+            "Bytes of job events the lanes keep in memory, all plugins (whole queued events and \
+             copies not yet stored in the inbox)",
+            MetricType::Gauge,
+            vec![(Labels::new(), gauge(memory.held_bytes))],
+        )?;
+        family(
+            e,
+            "jobrelay_event_memory_limit_bytes",
+            "The event memory budget (event_memory_mb): past it, queued events wait only in the \
+             inbox and the watch is read as fast as the inbox is written",
+            MetricType::Gauge,
+            vec![(Labels::new(), gauge(memory.limit_bytes))],
         )?;
         let ready = vec![(Labels::new(), ConstGauge::new(i64::from(status.ready)))];
         family(

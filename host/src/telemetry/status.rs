@@ -61,6 +61,18 @@ pub struct Status {
     pub recent_events: Vec<RecentEvent>,
     /// Events observed per (cluster, kind).
     pub observed: Vec<ObservedCount>,
+    /// What the lanes keep of events in memory, against `event_memory_mb`.
+    pub event_memory: EventMemory,
+}
+
+/// The process-wide memory budget of events (see `jobrelay_lanes::budget`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EventMemory {
+    /// Bytes of events the lanes keep whole, and of copies not yet stored in the inbox.
+    pub held_bytes: u64,
+    pub limit_bytes: u64,
+    /// Events that wait only in the inbox, all plugins.
+    pub spilled_events: u64,
 }
 
 /// Events the watchers observed for one cluster and job kind.
@@ -107,6 +119,14 @@ impl StatusSources {
                     events: counts.observed,
                 })
                 .collect(),
+            event_memory: {
+                let budget = self.routes.budget();
+                EventMemory {
+                    held_bytes: budget.held(),
+                    limit_bytes: budget.limit(),
+                    spilled_events: budget.spilled(),
+                }
+            },
         };
         status.attention = status.needs_attention();
         status
@@ -250,6 +270,7 @@ mod tests {
             restart_pending: Vec::new(),
             recent_events: Vec::new(),
             observed: Vec::new(),
+            event_memory: EventMemory::default(),
         }
     }
 

@@ -123,7 +123,7 @@ mod tests {
 
     use async_trait::async_trait;
     use jobrelay_contract::event::JobEvent;
-    use jobrelay_state::{Cursor, DeadLetter, Inbox, SqliteStore, StoreError, WriteBatch};
+    use jobrelay_state::{Cursor, DeadLetter, Inbox, SqliteStore, StoreError, Stored, WriteBatch};
 
     use super::*;
 
@@ -150,8 +150,19 @@ mod tests {
         async fn write(&self, b: WriteBatch) -> Result<(), StoreError> {
             self.0.write(b).await
         }
-        async fn inbox(&self, p: &str) -> Result<Inbox, StoreError> {
-            self.0.inbox(p).await
+        async fn cursors_page(
+            &self,
+            p: &str,
+            a: Option<(&str, &str)>,
+            l: u32,
+        ) -> Result<Vec<Cursor>, StoreError> {
+            self.0.cursors_page(p, a, l).await
+        }
+        async fn inbox_page(&self, p: &str, a: i64, l: u32) -> Result<Inbox, StoreError> {
+            self.0.inbox_page(p, a, l).await
+        }
+        async fn inbox_event(&self, id: &str) -> Result<Stored, StoreError> {
+            self.0.inbox_event(id).await
         }
         async fn remove_cursor(&self, p: &str, c: &str, u: &str) -> Result<(), StoreError> {
             self.0.remove_cursor(p, c, u).await

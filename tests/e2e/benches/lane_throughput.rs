@@ -27,7 +27,8 @@ use jobrelay_lanes::mode::DeliveryMode;
 use jobrelay_lanes::settings::{LaneSettings, RetryPolicy};
 use jobrelay_runtime::{CallError, PluginSpec, Runtime, RuntimeSettings};
 use jobrelay_state::{
-    Cursor, DeadLetter, DeliveryStore, Inbox, StateBackend, StoreError, WriteBatch, open_store,
+    Cursor, DeadLetter, DeliveryStore, Inbox, StateBackend, StoreError, Stored, WriteBatch,
+    open_store,
 };
 use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::watcher::{Observation, Observed};
@@ -182,6 +183,7 @@ fn settings() -> LaneSettings {
         rate_limits: Vec::new(),
         kinds: Vec::new(),
         max_queued_per_job: usize::MAX,
+        max_inbox_events: u64::MAX,
     }
 }
 
@@ -274,8 +276,11 @@ impl DeliveryStore for NullStore {
     async fn write(&self, _batch: WriteBatch) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn inbox(&self, _plugin: &str) -> Result<Inbox, StoreError> {
+    async fn inbox_page(&self, _: &str, _: i64, _: u32) -> Result<Inbox, StoreError> {
         Ok(Inbox::default())
+    }
+    async fn inbox_event(&self, _: &str) -> Result<Stored, StoreError> {
+        Ok(Stored::Missing)
     }
     async fn remove_cursor(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
         Ok(())

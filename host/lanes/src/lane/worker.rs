@@ -7,14 +7,16 @@
 //! ([`Queues::next`](crate::queue::Queues::next)) when it is ready for it: versions of the job
 //! arrive while it is busy, the mode may replace a waiting one (`latest`), and a lane closing
 //! or letting go of the cluster must leave the event queued. The queue is the hand-off; the
-//! event taken is the worker's own until it is settled or given back.
+//! event taken is the worker's own until it is settled or given back. An event queued as its
+//! place alone (the memory budget had no room) is read back from the store's inbox first.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use jobrelay_contract::event::{JobEvent, JobKey};
+use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_runtime::CallError;
+use jobrelay_state::Stored;
 
 use super::Inner;
 use super::settle::{Outcome, settle};
@@ -22,44 +24,158 @@ use crate::event_counts::Count;
 use crate::handler::Handler;
 use crate::queue::Next;
 
-/// Drain one job's queue, one event at a time.
-pub(super) async fn work(inner: Arc<Inner>, key: JobKey) {
+/// One of the lane's workers: drains the job it was started for, then each job that waits
+/// for a worker (see [`Queues::next_job`](crate::queue::Queues::next_job)), until none does.
+pub(super) async fn work(inner: Arc<Inner>, mut key: JobKey) {
+    loop {
+        drain(&inner, &key).await;
+        let closed = inner.closed.load(Ordering::SeqCst);
+        let next = inner
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_job(closed);
+        match next {
+            Some(next) => key = next,
+            None => return,
+        }
+    }
+}
+
+/// Drains one job's queue, one event at a time, until it is idle, forgotten, or its work is
+/// cut short (the lane closed or let go of its cluster).
+async fn drain(inner: &Arc<Inner>, key: &JobKey) {
     let queues = || inner.queues.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         let closed = inner.closed.load(Ordering::SeqCst);
-        let next = queues().next(&key, closed);
+        let next = queues().next(key, closed);
         let (event, replay) = match next {
             Next::Call { event, replay } => (*event, replay),
+            Next::Fetch { id } => match read_back(inner, key, &id).await {
+                ReadBack::Event(mut event) => {
+                    if !queues().fetched(key, &mut event) {
+                        return;
+                    }
+                    (*event, false)
+                }
+                ReadBack::Refused(reason) => {
+                    // Named, and left in the store for the operator; the job goes on.
+                    tracing::error!(plugin = %inner.name, event = %id, reason = %reason,
+                        "an inbox entry cannot be read; it is left in the store and not delivered");
+                    queues().pop_head(key, true, Phase::Unknown);
+                    inner.settled.notify_waiters();
+                    continue;
+                }
+                ReadBack::Stopped => {
+                    queues().release(key, None);
+                    inner.settled.notify_waiters();
+                    return;
+                }
+            },
             Next::Forgotten => return,
             Next::Idle => {
                 if let Some(book) = &inner.book {
-                    book.lane_done(&inner.name, &key);
+                    book.lane_done(&inner.name, key);
                 }
                 inner.settled.notify_waiters();
                 return;
             }
         };
-        let Some(outcome) = call(&inner, &event).await else {
+        let Some(outcome) = call(inner, &event).await else {
             // The lane closed, or let go of the job's cluster, while retrying: the event stays
             // unacknowledged for the next start or the next owner.
-            queues().release(&key, event);
+            queues().release(key, Some(event));
             inner.settled.notify_waiters();
             return;
         };
-        settle(&inner, &key, event, replay, outcome).await;
+        settle(inner, key, event, replay, outcome).await;
+    }
+}
+
+/// What reading a queued event back from the inbox gave.
+enum ReadBack {
+    Event(Box<JobEvent>),
+    /// The entry is damaged, or missing though every take was stored: why.
+    Refused(String),
+    /// The lane closed, or let go of the job's cluster, first.
+    Stopped,
+}
+
+/// Reads back the event `id`, which the job's queue holds as its place alone. It may not be
+/// stored yet — the lane's writer may not have reached it, or its batch failed and waits to
+/// be written again — so the writer is flushed first when it is not found; a store that does
+/// not answer is asked again, with backoff, until it does or the lane stops.
+async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
+    use backon::BackoffBuilder;
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(50))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .without_max_times()
+        .build();
+    let mut all_stored = false;
+    loop {
+        if inner.stops(&key.cluster) {
+            return ReadBack::Stopped;
+        }
+        match inner.store.inbox_event(id).await {
+            Ok(Stored::Event(event)) => return ReadBack::Event(event),
+            Ok(Stored::Damaged(reason)) => return ReadBack::Refused(reason),
+            Ok(Stored::Missing) if all_stored => {
+                return ReadBack::Refused("its event is missing from the inbox".into());
+            }
+            Ok(Stored::Missing) => {
+                all_stored = inner.cursor_writer.flush().await;
+                if all_stored {
+                    continue;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %inner.name, event = %id, error = %e,
+                    "cannot read a queued event back from the inbox; trying again");
+            }
+        }
+        let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
+        if !wait_unless_stopped(inner, &key.cluster, delay).await {
+            return ReadBack::Stopped;
+        }
+    }
+}
+
+/// Waits `delay`, cut short when the lane closes or lets go of `cluster`: `false` then.
+/// Registered for the close signal before the flags are checked, so a close in between still
+/// cuts the wait short; a signal for another cluster leaving only wakes it to check again.
+async fn wait_unless_stopped(inner: &Inner, cluster: &str, delay: std::time::Duration) -> bool {
+    let until = tokio::time::Instant::now() + delay;
+    loop {
+        let closing = inner.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        if inner.stops(cluster) {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return true,
+            _ = closing => {}
+        }
     }
 }
 
 /// Waits until every rate limit of the lane lets one more call go: each call, retries
 /// included, takes one token of each. A reload that changes the limits ends the wait at once
 /// and starts it again under the new ones, so a limit removed or raised applies to the calls
-/// already waiting, not only to the events queued after them.
-async fn rate_limited(inner: &Inner) {
+/// already waiting, not only to the events queued after them. `false`: the lane closed, or
+/// let go of `cluster`, first (a SIGTERM does not wait out a backlog's tokens).
+async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
     loop {
         let changed = inner.limits_changed.notified();
-        tokio::pin!(changed);
-        // Registered before the limits are read: a change between the two is not missed.
+        let closing = inner.closing.notified();
+        tokio::pin!(changed, closing);
+        // Registered before the limits and flags are read: a change between is not missed.
         changed.as_mut().enable();
+        closing.as_mut().enable();
+        if inner.stops(cluster) {
+            return false;
+        }
         let limiters = inner.limiters.load_full();
         let ready = async {
             for limiter in limiters.iter() {
@@ -67,8 +183,9 @@ async fn rate_limited(inner: &Inner) {
             }
         };
         tokio::select! {
-            () = ready => return,
+            () = ready => return true,
             () = &mut changed => {}
+            () = &mut closing => {}
         }
     }
 }
@@ -83,7 +200,9 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         return None;
     }
     loop {
-        rate_limited(inner).await;
+        if !rate_limited(inner, &event.cluster).await {
+            return None;
+        }
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
         if inner.stops(&event.cluster) {
@@ -120,21 +239,8 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
-        // Register for the close signal before checking the flags, so a close that happens
-        // in between still cuts the wait short. A signal for another cluster leaving only
-        // wakes this wait to check again.
-        let until = tokio::time::Instant::now() + delay;
-        loop {
-            let closing = inner.closing.notified();
-            tokio::pin!(closing);
-            closing.as_mut().enable();
-            if inner.stops(&event.cluster) {
-                return None;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                _ = closing => {}
-            }
+        if !wait_unless_stopped(inner, &event.cluster, delay).await {
+            return None;
         }
     }
 }

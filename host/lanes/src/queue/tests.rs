@@ -1,7 +1,9 @@
 //! The queue state machine under arbitrary interleavings of offers, replays, worker steps,
-//! cut-short calls and clusters let go, checked against a model of the lane's workers.
+//! cut-short calls and clusters let go, checked against a model of the lane's workers — with
+//! a memory budget that keeps none, a few or all of the events whole, the rest read back from
+//! a model of the inbox.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
@@ -60,9 +62,13 @@ enum Op {
 
 /// Offers `event` in `every-version` mode with room for 10 and no gap to catch up.
 fn offer_plain(q: &mut Queues, event: JobEvent, now: Instant) -> Offered {
-    q.offer(event, DeliveryMode::EveryVersion, 10, now, |_, _| {
-        Vec::new()
-    })
+    q.offer(
+        event,
+        (DeliveryMode::EveryVersion, 10, u64::MAX),
+        now,
+        true,
+        |_, _| Vec::new(),
+    )
 }
 
 fn phase() -> impl Strategy<Value = Phase> {
@@ -98,8 +104,10 @@ fn mode() -> impl Strategy<Value = DeliveryMode> {
 /// One job as the model sees it.
 #[derive(Debug, Default)]
 struct Model {
-    /// A worker was started for the job and has not ended.
+    /// A worker holds the job (started for it, or taken it from the ready queue).
     worker: bool,
+    /// Claimed while every worker was busy: waiting for one.
+    ready: bool,
     /// The event that worker is calling the plugin with.
     in_flight: Option<(JobEvent, bool)>,
     /// The last version offered, to offer again.
@@ -122,16 +130,40 @@ struct Run {
     mode: DeliveryMode,
     cap: usize,
     next_rv: u64,
+    max_workers: usize,
+    /// The lane's bound on events waiting (its inbox).
+    inbox_cap: u64,
+    budget: Arc<MemoryBudget>,
+    /// Every event the queues handed over for the inbox, by id.
+    inbox: BTreeMap<String, JobEvent>,
 }
 
 impl Run {
-    fn new(mode: DeliveryMode, cap: usize) -> Run {
+    /// `room`: how many events the budget keeps whole (`None`: no limit).
+    fn new(
+        mode: DeliveryMode,
+        cap: usize,
+        (inbox_cap, max_workers): (u64, usize),
+        room: Option<u64>,
+    ) -> Run {
+        let budget = match room {
+            Some(events) => {
+                MemoryBudget::new(2 * events * charge_of(&event(0, "100", Phase::Running)))
+            }
+            None => MemoryBudget::unbounded(),
+        };
+        let mut q = Queues::within(budget.clone(), "p", &[]);
+        q.limit_workers(max_workers);
         Run {
-            q: Queues::default(),
+            q,
+            max_workers,
             jobs: (0..JOBS).map(|_| Model::default()).collect(),
             mode,
             cap,
             next_rv: 1,
+            inbox_cap,
+            budget,
+            inbox: BTreeMap::new(),
         }
     }
 
@@ -148,11 +180,19 @@ impl Run {
                 let before = self.q.job(&key(job)).map(|j| j.accepted.clone());
                 let offered = self.q.offer(
                     event.clone(),
-                    self.mode,
-                    self.cap,
+                    (self.mode, self.cap, self.inbox_cap),
                     Instant::now(),
+                    true,
                     |_, _| Vec::new(),
                 );
+                prop_assert_eq!(
+                    offered.taken.len(),
+                    offered.queued,
+                    "every version queued is taken"
+                );
+                for taken in &offered.taken {
+                    self.inbox.insert(taken.id.clone(), taken.clone());
+                }
                 // The lane notes a job it did not know from this sight of the event.
                 prop_assert_eq!(
                     offered
@@ -173,25 +213,24 @@ impl Run {
                     prop_assert!(accepted, "only an accepted version is set aside");
                     model.overflow.push(event.resource_version.clone());
                 }
-                if offered.start {
-                    prop_assert!(!model.worker, "a second worker for {:?}", key(job));
-                    model.worker = true;
-                }
                 model.last = Some(event);
+                self.claimed(job, offered.start)?;
             }
             Op::Replay { job } => {
                 self.next_rv += 1;
                 let replay = event(job, &format!("r{}", self.next_rv), Phase::Failed);
-                if self.q.offer_replay(replay, Instant::now()) {
-                    prop_assert!(!self.jobs[job].worker, "a second worker");
-                    self.jobs[job].worker = true;
-                }
+                let start = self.q.offer_replay(replay, Instant::now());
+                self.claimed(job, start)?;
             }
             Op::Step { job, cut } => self.step(job, cut)?,
             Op::LetGo { cluster } => {
                 let name = format!("c{cluster}");
                 self.q.drop_waiting(&name);
                 for job in (0..JOBS).filter(|j| key(*j).cluster == name) {
+                    // A job waiting for a worker had none: it is let go like an idle one.
+                    if std::mem::take(&mut self.jobs[job].ready) {
+                        prop_assert!(self.q.job(&key(job)).is_none(), "{}: kept", key(job));
+                    }
                     // The call in flight ends on its own; a worker that had not called yet
                     // finds the cluster gone and is cut short.
                     if self.jobs[job].in_flight.is_some() {
@@ -199,10 +238,12 @@ impl Run {
                     }
                     if self.jobs[job].worker {
                         match self.q.next(&key(job), false) {
-                            Next::Call { event, .. } => self.q.release(&key(job), *event),
+                            Next::Call { event, .. } => self.q.release(&key(job), Some(*event)),
+                            Next::Fetch { .. } => self.q.release(&key(job), None),
                             Next::Idle | Next::Forgotten => {}
                         }
                         self.jobs[job].worker = false;
+                        self.worker_done()?;
                     }
                     self.jobs[job].disturbed = true;
                     self.jobs[job].epoch += 1;
@@ -215,6 +256,42 @@ impl Run {
         self.check()
     }
 
+    /// After an offer: a worker started for the job (`start`), or the job waits for one, or
+    /// nothing changed.
+    fn claimed(&mut self, job: usize, start: bool) -> Result<(), TestCaseError> {
+        let ready = self.q.job(&key(job)).is_some_and(|j| j.ready);
+        let model = &mut self.jobs[job];
+        if start {
+            prop_assert!(
+                !model.worker && !model.ready,
+                "a second worker for {:?}",
+                key(job)
+            );
+            prop_assert!(!ready);
+            model.worker = true;
+        } else if ready && !model.ready {
+            prop_assert!(
+                !model.worker,
+                "{:?} waits for a worker while it has one",
+                key(job)
+            );
+            model.ready = true;
+        }
+        Ok(())
+    }
+
+    /// A worker is done with its job: it takes the next one waiting, if any.
+    fn worker_done(&mut self) -> Result<(), TestCaseError> {
+        if let Some(next) = self.q.next_job(false) {
+            let index = (0..JOBS).find(|j| key(*j) == next).expect("a modelled job");
+            let model = &mut self.jobs[index];
+            prop_assert!(model.ready && !model.worker, "{} was not waiting", next);
+            model.ready = false;
+            model.worker = true;
+        }
+        Ok(())
+    }
+
     fn step(&mut self, job: usize, cut: bool) -> Result<(), TestCaseError> {
         let k = key(job);
         let model = &mut self.jobs[job];
@@ -224,6 +301,13 @@ impl Run {
         match model.in_flight.take() {
             None => match self.q.next(&k, false) {
                 Next::Call { event, replay } => model.in_flight = Some((*event, replay)),
+                Next::Fetch { id } => {
+                    let mut event = self.inbox.get(&*id).cloned().ok_or_else(|| {
+                        TestCaseError::fail(format!("{id} was never handed over for the inbox"))
+                    })?;
+                    prop_assert!(self.q.fetched(&k, &mut event), "{}: the job is known", k);
+                    model.in_flight = Some((event, false));
+                }
                 Next::Idle | Next::Forgotten => {
                     model.worker = false;
                     if self.q.job(&k).is_none() {
@@ -233,19 +317,22 @@ impl Run {
                         model.epoch += 1;
                         model.last = None;
                     }
+                    self.worker_done()?;
                 }
             },
             Some((event, _)) if cut => {
-                self.q.release(&k, event);
+                self.q.release(&k, Some(event));
                 model.worker = false;
                 model.disturbed = true;
+                self.worker_done()?;
             }
             Some((event, replay)) => {
-                let head = self
-                    .q
-                    .job(&k)
-                    .and_then(|j| j.queue.front())
-                    .map(|i| (i.event.is_none(), i.resource_version.to_string()));
+                let head = self.q.job(&k).and_then(|j| j.queue.front()).map(|i| {
+                    (
+                        matches!(i.held, Held::Out { .. }),
+                        i.resource_version.to_string(),
+                    )
+                });
                 prop_assert_eq!(
                     head,
                     Some((true, event.resource_version.clone())),
@@ -269,6 +356,48 @@ impl Run {
     fn check(&self) -> Result<(), TestCaseError> {
         let queued: u64 = self.q.each().map(|(_, j)| j.queue.len() as u64).sum();
         prop_assert_eq!(self.q.pending(), queued, "pending is what the queues hold");
+        let observed = self
+            .q
+            .each()
+            .flat_map(|(_, j)| j.queue.iter())
+            .filter(|i| !i.replay)
+            .count();
+        prop_assert!(
+            observed as u64 <= self.inbox_cap,
+            "{observed} waiting over the inbox bound {}",
+            self.inbox_cap
+        );
+        let items = || self.q.each().flat_map(|(_, j)| j.queue.iter());
+        let spilled = items()
+            .filter(|i| matches!(i.held, Held::Spilled { .. }))
+            .count() as u64;
+        prop_assert_eq!(
+            self.q.spilled(),
+            spilled,
+            "spilled is what waits in the inbox"
+        );
+        prop_assert_eq!(self.budget.spilled(), spilled);
+        let charged: u64 = items()
+            .map(|i| match &i.held {
+                Held::Here { charge, .. } | Held::Out { charge, .. } => *charge,
+                Held::Spilled { .. } => 0,
+            })
+            .sum();
+        prop_assert_eq!(
+            self.q.held_bytes(),
+            charged,
+            "held is what the kept events charge"
+        );
+        prop_assert_eq!(
+            self.budget.held(),
+            charged,
+            "the budget holds what the queues charge"
+        );
+        prop_assert!(
+            charged <= self.budget.limit() / 2,
+            "{charged} bytes kept whole over half the limit of {}",
+            self.budget.limit()
+        );
         for (k, job) in self.q.each() {
             let waiting = job.waiting();
             let bound = match self.mode {
@@ -284,21 +413,32 @@ impl Run {
                 self.mode
             );
             let index = (0..JOBS).find(|j| key(*j) == k).expect("a modelled job");
-            prop_assert_eq!(job.busy, self.jobs[index].worker, "{}: busy", k);
+            let model = &self.jobs[index];
+            prop_assert_eq!(job.busy, model.worker || model.ready, "{}: busy", k);
+            prop_assert_eq!(job.ready, model.ready, "{}: waiting for a worker", k);
         }
+        let workers = self.jobs.iter().filter(|m| m.worker).count();
+        prop_assert_eq!(self.q.workers_running(), workers, "workers running");
+        prop_assert!(
+            workers <= self.max_workers,
+            "{workers} workers over {}",
+            self.max_workers
+        );
         Ok(())
     }
 
-    /// Every worker runs to its end.
+    /// Every worker runs to its end, taking the jobs that wait for one on its way.
     fn drain(&mut self) -> Result<(), TestCaseError> {
-        for job in 0..JOBS {
-            let mut steps = 0;
-            while self.jobs[job].worker {
-                self.step(job, false)?;
-                steps += 1;
-                prop_assert!(steps < 10_000, "a worker never ends");
-            }
+        let mut steps = 0;
+        while let Some(job) = (0..JOBS).find(|j| self.jobs[*j].worker) {
+            self.step(job, false)?;
+            steps += 1;
+            prop_assert!(steps < 10_000, "a worker never ends");
         }
+        prop_assert!(
+            self.jobs.iter().all(|m| !m.ready),
+            "a job still waits for a worker"
+        );
         self.check()
     }
 }
@@ -314,14 +454,23 @@ proptest! {
     fn queues_deliver_in_order_once_and_lose_nothing(
         mode in mode(),
         cap in 1usize..4,
+        inbox_cap in prop_oneof![Just(u64::MAX), 2u64..6],
+        max_workers in prop_oneof![Just(MAX_WORKERS), 1usize..3],
+        room in prop_oneof![Just(None), (0u64..4).prop_map(Some)],
         ops in prop::collection::vec(op(), 0..120),
     ) {
-        let mut run = Run::new(mode, cap);
+        let mut run = Run::new(mode, cap, (inbox_cap, max_workers), room);
         for op in &ops {
             run.apply(op)?;
         }
         run.drain()?;
         prop_assert_eq!(run.q.pending(), run.q.each().map(|(_, j)| j.queue.len() as u64).sum::<u64>());
+        // A lane's queues dropped give back all they held.
+        let budget = run.budget.clone();
+        let jobs = std::mem::take(&mut run.jobs);
+        drop(std::mem::take(&mut run.q));
+        prop_assert_eq!((budget.held(), budget.spilled()), (0, 0), "the budget kept a dropped lane's share");
+        run.jobs = jobs;
         for (job, model) in run.jobs.iter().enumerate() {
             let delivered: Vec<&String> = model.delivered.iter().map(|(_, rv, _, _)| rv).collect();
             for pair in model.delivered.windows(2) {
@@ -481,7 +630,7 @@ fn a_version_out_for_its_call_is_still_known() {
     );
     assert_eq!(q.pending(), 2);
 
-    q.release(&key, *out);
+    q.release(&key, Some(*out));
     let Next::Call { event: called, .. } = q.next(&key, false) else {
         panic!("the given-back version is not called again");
     };

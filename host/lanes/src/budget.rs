@@ -1,0 +1,214 @@
+//! The process-wide bound on the events the lanes hold in memory.
+//!
+//! Every event a lane accepts is taken into the store's inbox, so memory is only a cache of
+//! it. [`MemoryBudget`] counts the bytes of the events the lanes hold — queued versions whole,
+//! and the copies on their way to the inbox that no writer has stored yet — against one limit
+//! for the whole process:
+//!
+//! - While the total is under half the limit, a queued version is kept whole in its job's
+//!   queue, ready for its call.
+//! - Past that, a version is queued as its place alone (its id): the event itself waits only
+//!   in the inbox, and the job's worker reads it back when its turn comes. A lane far behind
+//!   thus holds a couple of hundred bytes per waiting event, whatever the backlog; order is
+//!   kept, since the place is in the queue like any other.
+//! - The copies on their way to the inbox cannot be dropped before they are stored: they have
+//!   the other half. While they push the total past the limit the dispatcher takes no new
+//!   observation ([`MemoryBudget::room`]), so the watch streams wait for the writers (the
+//!   disk) — not for any plugin: a slow plugin's versions are spilled and cost it nothing
+//!   else. The half kept for them lets the writers batch many at once even when the queues
+//!   have spent theirs, so the watch is not held to one write per observation.
+//!
+//! A replayed dead letter is not charged: it is not in the inbox and cannot be spilled, and
+//! charging it would let an operator's replay of a down plugin's letters stop the watch.
+//!
+//! The charge is an estimate of an event's size ([`charge_of`]): the object's JSON, its labels
+//! and annotations and its strings, plus the struct. Each lane's copy is charged in full,
+//! though the object's text is shared between lanes, so the count is an upper bound.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+use jobrelay_contract::event::JobEvent;
+
+/// The default limit: a small share of the chart's 1 GiB, enough for tens of thousands of
+/// typical job events in flight at once.
+pub const DEFAULT_EVENT_MEMORY_BYTES: u64 = 128 * 1024 * 1024;
+
+/// The bytes of events held in memory by every lane of the process, against one limit.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: u64,
+    held: AtomicU64,
+    /// Versions queued as their place alone (waiting only in the inbox), all lanes.
+    spilled: AtomicU64,
+    /// Woken when the total falls to the limit or below.
+    room: Notify,
+}
+
+impl Default for MemoryBudget {
+    /// No limit (see [`MemoryBudget::unbounded`]).
+    fn default() -> MemoryBudget {
+        MemoryBudget {
+            limit: u64::MAX,
+            held: AtomicU64::new(0),
+            spilled: AtomicU64::new(0),
+            room: Notify::new(),
+        }
+    }
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget {
+            limit,
+            ..MemoryBudget::default()
+        })
+    }
+
+    /// No limit: everything is kept in memory (tests of other things, tools).
+    pub fn unbounded() -> Arc<MemoryBudget> {
+        Arc::default()
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Versions queued as their place alone, waiting only in the inbox.
+    pub fn spilled(&self) -> u64 {
+        self.spilled.load(Ordering::SeqCst)
+    }
+
+    /// Holds `bytes` for an event kept whole if the total stays within half the limit (the
+    /// queues' share); `false` (nothing held) otherwise.
+    pub fn try_hold(&self, bytes: u64) -> bool {
+        let share = self.limit / 2;
+        self.held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                let total = held.saturating_add(bytes);
+                (total <= share).then_some(total)
+            })
+            .is_ok()
+    }
+
+    /// Holds `bytes` whatever the total: a copy that must stay until it is stored.
+    pub fn hold(&self, bytes: u64) {
+        self.held.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    /// Gives `bytes` back.
+    pub fn release(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let before = self
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                Some(held.saturating_sub(bytes))
+            })
+            .unwrap_or(0);
+        if before.saturating_sub(bytes) <= self.limit {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// One more (or, with `false`, one fewer) version waiting only in the inbox.
+    pub(crate) fn count_spilled(&self, more: bool, n: u64) {
+        if more {
+            self.spilled.fetch_add(n, Ordering::SeqCst);
+        } else {
+            let _ = self
+                .spilled
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                    Some(s.saturating_sub(n))
+                });
+        }
+    }
+
+    /// Returns once the total is within the limit: the dispatcher waits here before it takes
+    /// the next observation.
+    pub async fn room(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.held() <= self.limit {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What holding `event` in memory costs, estimated: its heap parts and the struct itself.
+pub fn charge_of(event: &JobEvent) -> u64 {
+    let strings = event.id.len()
+        + event.transition_key.len()
+        + event.cluster.len()
+        + event.api_version.len()
+        + event.kind.len()
+        + event.namespace.len()
+        + event.name.len()
+        + event.uid.len()
+        + event.resource_version.len()
+        + event.raw_phase.len()
+        + event.transition_time.len()
+        + event.reason.as_ref().map_or(0, String::len)
+        + event.message.as_ref().map_or(0, String::len);
+    // A map entry costs its two strings and about a node's share besides.
+    let maps: usize = event
+        .labels
+        .iter()
+        .chain(event.annotations.iter())
+        .map(|(k, v)| k.len() + v.len() + 64)
+        .sum();
+    (std::mem::size_of::<JobEvent>() + strings + maps + event.object_json.len()) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_within_the_limit_and_forces_past_it() {
+        let budget = MemoryBudget::new(200);
+        assert!(budget.try_hold(60));
+        assert!(!budget.try_hold(41), "past the queues' half");
+        assert!(budget.try_hold(40));
+        budget.hold(150);
+        assert_eq!(budget.held(), 250);
+        budget.release(250);
+        assert_eq!(budget.held(), 0);
+        budget.release(10);
+        assert_eq!(budget.held(), 0, "never below zero");
+    }
+
+    #[tokio::test]
+    async fn room_waits_until_the_total_is_within_the_limit() {
+        let budget = MemoryBudget::new(100);
+        budget.hold(150);
+        let waiting = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.room().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(
+            !waiting.is_finished(),
+            "over the limit: the dispatcher waits"
+        );
+        budget.release(50);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("room once within the limit")
+            .expect("task");
+    }
+}
