@@ -70,7 +70,9 @@ fn config_folder(root: &Path, sims: &[SimCluster], db_url: &str, webhook: &str) 
     write(
         &root.join("jobrelay.yaml"),
         &format!(
+            // A budget of 1 MiB: bursts spill events to the inbox, read back under the faults.
             "plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\ndebounce_ms: 100\nrescan_seconds: 2\n\
+             event_memory_mb: 1\n\
              kinds:\n  - {{name: volcano-job, finalizer: true}}\n  - {{name: pytorch-job, finalizer: true}}\n  \
              - {{name: mpi-job, finalizer: true}}\n  - {{name: batch-job, finalizer: true}}\n\
              sql:\n  connections:\n    main: {{url: \"{db_url}\", max_connections: 4, acquire_timeout_ms: 1000}}\n\

@@ -5,7 +5,7 @@
 //!
 //! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
 //! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
-//! `--memory-object full|small`, `--only stream|memory|latency`, `--rate N`, `--seconds N`, `--clusters N`,
+//! `--memory-object full|small`, `--backlog-rate N`, `--only stream|memory|backlog|latency`, `--rate N`, `--seconds N`, `--clusters N`,
 //! `--plugin stamp|noop`, `--perf FILE` to record a profile of the daemon over each run).
 //!
 //! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
@@ -21,6 +21,7 @@
 //!   delivered them, and 30 s later. Per tracked job = growth / jobs: everything the process
 //!   keeps for them (watcher, lane, SQLite page cache and connection memory for their cursors,
 //!   and what the allocator holds after the transient events were freed).
+//! - **backlog**: see [`backlog`].
 //! - **latency**: see [`latency`].
 
 use std::path::PathBuf;
@@ -43,6 +44,8 @@ struct Options {
     /// does (about 18 KB per full job as JSON trees), which is what a million-job run needs.
     memory_object: String,
     rate: usize,
+    /// Calls per second the noop plugin is held to in the backlog run.
+    backlog_rate: usize,
     seconds: usize,
     clusters: usize,
     /// `stamp` (latency and CPU) or `noop` (CPU only: the plugin does nothing).
@@ -73,6 +76,7 @@ fn options() -> Options {
         memory_jobs: number("--memory-jobs", 100_000),
         memory_object: value("--memory-object").unwrap_or_else(|| "full".to_string()),
         rate: number("--rate", 5_000),
+        backlog_rate: number("--backlog-rate", 500),
         seconds: number("--seconds", 10),
         clusters: number("--clusters", 10),
         plugin: value("--plugin").unwrap_or_else(|| "stamp".to_string()),
@@ -209,15 +213,7 @@ impl Running {
             );
         }
         let log = std::fs::File::create(root.join("daemon.log")).expect("log file");
-        let child = tokio::process::Command::new(daemon_binary())
-            .args(["run", "--config"])
-            .arg(root)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the daemon");
+        let child = spawn_daemon(root, log);
         let pid = child.id().expect("pid");
         let running = Running {
             child,
@@ -235,6 +231,23 @@ impl Running {
             })
             .await;
         running
+    }
+
+    /// SIGKILLs the daemon and starts a new one on the same folder and state, with plugin
+    /// `name`'s manifest replaced by `manifest`; returns once the new one answers `/status`.
+    async fn kill_and_restart(&mut self, name: &str, manifest: &str) {
+        let _ = self.child.kill().await;
+        let root = self.dir().join("config");
+        write_atomic(
+            &root.join(format!("plugins/{name}.yaml")),
+            manifest.as_bytes(),
+        );
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join("daemon.log"))
+            .expect("log file");
+        self.child = spawn_daemon(&root, log);
+        self.pid = self.child.id().expect("pid");
     }
 
     /// The daemon's folder (config, state, and what a manifest's `{dir}` stands for).
@@ -281,6 +294,18 @@ impl Running {
             let _ = self.child.kill().await;
         }
     }
+}
+
+fn spawn_daemon(root: &std::path::Path, log: std::fs::File) -> tokio::process::Child {
+    tokio::process::Command::new(daemon_binary())
+        .args(["run", "--config"])
+        .arg(root)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the daemon")
 }
 
 fn lane(status: &Value, field: &str) -> u64 {
@@ -599,6 +624,84 @@ async fn memory(options: &Options) {
     sim.shutdown().await;
 }
 
+/// Backlog and restart: `--memory-jobs` jobs (small objects) are created as fast as the
+/// simulator takes them — no pacing — while the noop plugin is held to `--backlog-rate` calls a
+/// second, so most of their events wait: past the event memory budget (the default 128 MiB),
+/// only in the inbox. Once the lane tracks every job, the daemon's peak RSS (`VmHWM`) is read
+/// and it is SIGKILLed with its backlog; a new process starts on the same state with the rate
+/// limit lifted, and the bench reads its time to ready and synced, its time until the backlog
+/// is delivered, and its own peak RSS.
+async fn backlog(options: &Options) {
+    let jobs = options.memory_jobs;
+    let rate = options.backlog_rate;
+    // Every change stays in the simulator's history: a watch behind it re-lists, and the bench
+    // is about the daemon's backlog, not about re-lists.
+    let history = SimOptions {
+        history_limit: jobs + 10_000,
+        ..SimOptions::default()
+    };
+    let sim = SimCluster::start_with("alpha", history)
+        .await
+        .expect("simulator");
+    let limited = format!(
+        "wasm: noop.wasm\ndelivery: every-version\nrate_limits: [{{per_second: {rate}}}]\n"
+    );
+    let mut daemon = Running::start_with(&[&sim], "noop", &limited).await;
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    let ready_rss = rss_bytes(daemon.pid);
+    let gvr = Gvr::VOLCANO_JOB;
+    let started = Instant::now();
+    for i in 0..jobs {
+        sim.create(&gvr, small_volcano_job(i)).expect("create");
+    }
+    let created = started.elapsed();
+    let status = daemon
+        .wait("tracking every job", Duration::from_secs(3600), |s| {
+            lane(s, "jobs") >= jobs as u64
+        })
+        .await;
+    let tracked = started.elapsed();
+    let (pending, spilled) = (lane(&status, "pending"), lane(&status, "spilled"));
+    println!(
+        "backlog {jobs} jobs created in {:.1} s, tracked in {:.1} s, plugin held to {rate}/s: \
+         {pending} events waiting ({spilled} only in the inbox), {:.1} MiB of events held; \
+         RSS {:.1} MiB once ready, {:.1} MiB now, peak {:.1} MiB",
+        created.as_secs_f64(),
+        tracked.as_secs_f64(),
+        mib(status["event_memory"]["held_bytes"].as_u64().unwrap_or(0)),
+        mib(ready_rss),
+        mib(rss_bytes(daemon.pid)),
+        mib(status_bytes(daemon.pid, "VmHWM")),
+    );
+    let unlimited = "wasm: noop.wasm\ndelivery: every-version\n";
+    let killed = Instant::now();
+    daemon.kill_and_restart("noop", unlimited).await;
+    daemon
+        .wait("ready and synced again", Duration::from_secs(3600), |s| {
+            s["ready"] == true && s["clusters"]["alpha"]["state"] == "synced"
+        })
+        .await;
+    let ready = killed.elapsed();
+    let status = daemon
+        .wait("caught up", Duration::from_secs(7200), |s| {
+            lane(s, "jobs") >= jobs as u64 && lane(s, "pending") == 0
+        })
+        .await;
+    let caught_up = killed.elapsed();
+    println!(
+        "restart SIGKILLed with {pending} events undelivered, {jobs} jobs tracked: ready and \
+         synced in {:.1} s, backlog delivered in {:.1} s ({} delivered by the new process); \
+         RSS now {:.1} MiB, peak {:.1} MiB",
+        ready.as_secs_f64(),
+        caught_up.as_secs_f64(),
+        lane(&status, "delivered"),
+        mib(rss_bytes(daemon.pid)),
+        mib(status_bytes(daemon.pid, "VmHWM")),
+    );
+    daemon.stop().await;
+    sim.shutdown().await;
+}
+
 fn main() {
     let options = options();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -614,6 +717,9 @@ fn main() {
         }
         if only.is_none_or(|o| o == "memory") {
             memory(&options).await;
+        }
+        if only == Some("backlog") {
+            backlog(&options).await;
         }
         if only.is_none_or(|o| o == "latency") {
             latency(&options).await;
