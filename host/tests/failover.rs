@@ -24,12 +24,12 @@ use crate::process::{
 
 const LEASE_SECONDS: u64 = 3;
 const RETRY_SECONDS: u64 = 1;
-const TOOK: &str = "took the Lease";
-const WAITING: &str = "leader election: watching as a follower";
+pub(crate) const TOOK: &str = "took the Lease";
+pub(crate) const WAITING: &str = "leader election: watching as a follower";
 
 /// Adds leader election to the main file, with the state store on the test MariaDB under
 /// `prefix`; the simulated cluster is also the home cluster.
-fn elect(config: &Path, sim: &SimCluster, prefix: &str) {
+pub(crate) fn elect(config: &Path, sim: &SimCluster, prefix: &str) {
     std::fs::write(config.join("home.kubeconfig"), sim.kubeconfig_yaml()).expect("kubeconfig");
     let main = config.join("jobrelay.yaml");
     let text = std::fs::read_to_string(&main).expect("main file");

@@ -18,18 +18,28 @@ use std::time::{Duration, Instant};
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 use serde_json::Value;
 
-use crate::process::{CONCURRENCY, DEADLINE, Relay, plugin_dir, read_lines, status, str_of, write};
+use crate::common::store::drop_tables;
+use crate::common::{mysql_url, unique_prefix};
+use crate::failover::{TOOK, WAITING, elect};
+use crate::process::{
+    CONCURRENCY, DEADLINE, Relay, plugin_dir, read_lines, status, str_of, wait_log, write,
+};
 
 const JOBS: usize = 3_400;
 const BUDGET_MB: u64 = 1;
 
-fn config_folder(root: &Path, sim: &SimCluster, listen: std::net::SocketAddr) {
+/// The main file with the 1 MiB budget (and the telemetry endpoint at `listen`), the
+/// simulated cluster, and the two plugins, `slow` held to 20 calls a second.
+fn config_folder(root: &Path, sim: &SimCluster, listen: Option<std::net::SocketAddr>) {
+    let telemetry = listen
+        .map(|at| format!("telemetry: {{listen: \"{at}\"}}\n"))
+        .unwrap_or_default();
     write(
         &root.join("jobrelay.yaml"),
         &format!(
             "plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\ndebounce_ms: 100\n\
-             rescan_seconds: 2\nevent_memory_mb: {BUDGET_MB}\n\
-             telemetry: {{listen: \"{listen}\"}}\nkinds:\n  - {{name: volcano-job}}\n",
+             rescan_seconds: 2\nevent_memory_mb: {BUDGET_MB}\n{telemetry}\
+             kinds:\n  - {{name: volcano-job}}\n",
             plugin_dir().display()
         ),
     );
@@ -67,6 +77,63 @@ fn versions(config: &Path, plugin: &str) -> BTreeMap<String, Vec<String>> {
     by_job
 }
 
+/// `jobs` Volcano jobs, each created, running and succeeded.
+fn create_jobs(sim: &SimCluster, jobs: usize) -> Vec<JobDriver> {
+    let mut drivers = Vec::new();
+    for i in 0..jobs {
+        // No pods: the simulator's garbage collection of a deleted job's pods scans every
+        // object, and thousands of them would make the deletes take minutes.
+        let mut driver = JobDriver::builder(Flavor::Volcano, "ml", &format!("train-{i}"))
+            .without_pods()
+            .create(sim)
+            .expect("create a job");
+        driver.running().expect("running");
+        drivers.push(driver);
+    }
+    for driver in &mut drivers {
+        driver.succeeded().expect("succeeded");
+    }
+    drivers
+}
+
+/// What `witness` logged, once it has every job's end and nothing new for a second (and, with
+/// the daemon's telemetry address, once its lane is drained).
+async fn witnessed(
+    config: &Path,
+    jobs: usize,
+    relay: &Relay,
+    listen: Option<std::net::SocketAddr>,
+) -> BTreeMap<String, Vec<String>> {
+    let started = Instant::now();
+    loop {
+        let witness = versions(config, "witness");
+        let ended = witness.values().filter(|v| v.len() >= 3).count();
+        let drained = match listen {
+            Some(listen) => status(listen)
+                .await
+                .is_some_and(|s| number(&s, "/plugins/witness/lane/pending") == 0),
+            None => true,
+        };
+        if ended == jobs && drained {
+            // Settled once a second passes with nothing new (a job's end is not always its
+            // last version).
+            let count: usize = witness.values().map(Vec::len).sum();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = versions(config, "witness");
+            if now.values().map(Vec::len).sum::<usize>() == count {
+                return now;
+            }
+            continue;
+        }
+        assert!(
+            started.elapsed() < DEADLINE * 3,
+            "witness logged the end of {ended} of {jobs} jobs\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn logged(config: &Path, plugin: &str) -> usize {
     versions(config, plugin).values().map(Vec::len).sum()
 }
@@ -87,7 +154,7 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().to_path_buf();
     let listen = free_listen();
-    config_folder(&config, &sim, listen);
+    config_folder(&config, &sim, Some(listen));
 
     let mut relay = Relay::start(&config, "before the kill");
     let started = Instant::now();
@@ -116,36 +183,8 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
             (held, spilled, limit)
         }
     });
-    let mut drivers = Vec::new();
-    for i in 0..JOBS {
-        // No pods: the simulator's garbage collection of a deleted job's pods scans every
-        // object, and 7,000 of them would make the deletes take minutes.
-        let mut driver = JobDriver::builder(Flavor::Volcano, "ml", &format!("train-{i}"))
-            .without_pods()
-            .create(&sim)
-            .expect("create a job");
-        driver.running().expect("running");
-        drivers.push(driver);
-    }
-    for driver in &mut drivers {
-        driver.succeeded().expect("succeeded");
-    }
-    let seen = loop {
-        let witness = versions(&config, "witness");
-        let ended = witness.values().filter(|v| v.len() >= 3).count();
-        let drained = status(listen)
-            .await
-            .is_some_and(|s| number(&s, "/plugins/witness/lane/pending") == 0);
-        if ended == JOBS && drained {
-            break versions(&config, "witness");
-        }
-        assert!(
-            started.elapsed() < DEADLINE * 3,
-            "witness logged the end of {ended} of {JOBS} jobs\n{}",
-            relay.tail()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let mut drivers = create_jobs(&sim, JOBS);
+    let seen = witnessed(&config, JOBS, &relay, Some(listen)).await;
     let total: usize = seen.values().map(Vec::len).sum();
     let before = logged(&config, "slow");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -175,9 +214,23 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
     plugin(&config, "slow", "");
 
     let relay = Relay::start(&config, "after the kill");
+    let repeated = every_version_in_order(&config, &seen, &relay, before).await;
+    println!("after the restart: every version delivered, {repeated} repeated");
+}
+
+/// Waits until `slow` has logged every version `witness` saw (`seen`), then checks that each
+/// job's versions came in the witness's order, a version repeated by the kill only right after
+/// itself; returns how many were repeated (at most the calls in flight at the kill).
+async fn every_version_in_order(
+    config: &Path,
+    seen: &BTreeMap<String, Vec<String>>,
+    relay: &Relay,
+    before: usize,
+) -> usize {
+    let total: usize = seen.values().map(Vec::len).sum();
     let deadline = Instant::now() + DEADLINE * 4;
     loop {
-        let got = versions(&config, "slow");
+        let got = versions(config, "slow");
         let missing: usize = seen
             .iter()
             .map(|(uid, versions)| {
@@ -196,21 +249,64 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = versions(&config, "slow");
+    let got = versions(config, "slow");
     let mut repeated = 0;
     for (uid, versions) in &got {
-        // In each job's order: a version repeated by the kill comes right after itself.
         let mut distinct = versions.clone();
         distinct.dedup();
         repeated += versions.len() - distinct.len();
         assert_eq!(
-            distinct, seen[uid],
+            &distinct, &seen[uid],
             "job {uid}: the slow plugin's versions are not the witness's, in order"
         );
     }
-    println!("after the restart: every version delivered, {repeated} repeated");
     assert!(
         repeated <= CONCURRENCY,
         "{repeated} versions repeated: more than the calls in flight at the kill"
     );
+    repeated
+}
+
+/// The same backlog through a leader take-over: two replicas elect through a Lease, the
+/// state on MariaDB; the leader is SIGKILLed with thousands of versions waiting in its slow
+/// lane (most only in the inbox), every job is deleted, and the follower that takes the Lease
+/// over delivers every version from the shared inbox, in each job's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_in_the_inbox_survives_a_leader_take_over_on_mariadb() {
+    const JOBS: usize = 1_200;
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().to_path_buf();
+    config_folder(&config, &sim, None);
+    let prefix = format!("{}_", unique_prefix("budgetfail"));
+    elect(&config, &sim, &prefix);
+
+    let a = Relay::start(&config, "replica a");
+    wait_log(&a, TOOK).await;
+    let b = Relay::start(&config, "replica b");
+    wait_log(&b, WAITING).await;
+    let mut drivers = create_jobs(&sim, JOBS);
+    let seen = witnessed(&config, JOBS, &a, None).await;
+    let before = logged(&config, "slow");
+    let total: usize = seen.values().map(Vec::len).sum();
+    assert!(
+        before < total / 2,
+        "slow was meant to be far behind at the kill: {before} of {total}"
+    );
+    let mut a = a;
+    a.sigkill().await;
+    for driver in &mut drivers {
+        driver.delete().expect("delete while no replica leads");
+    }
+    plugin(&config, "slow", "");
+    wait_log(&b, TOOK).await;
+    let repeated = every_version_in_order(&config, &seen, &b, before).await;
+    println!(
+        "take-over: {total} versions, {before} delivered by the killed leader, every version \
+         delivered by the new one, {repeated} repeated"
+    );
+    drop(b);
+    drop_tables(&mysql_url(), &prefix)
+        .await
+        .expect("drop the test's tables");
 }
