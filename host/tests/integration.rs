@@ -6,6 +6,7 @@ mod common;
 mod cli;
 mod config_folder;
 mod credential_expiry;
+mod disk_full;
 mod documented_commands;
 mod failover;
 mod fault_soak;

@@ -36,9 +36,12 @@ use jobrelay_contract::event::JobEvent;
 /// typical job events in flight at once.
 pub const DEFAULT_EVENT_MEMORY_BYTES: u64 = 128 * 1024 * 1024;
 
-/// The bytes of events held in memory by every lane of the process, against one limit.
+/// The bytes of events held in memory by every lane of the process, against one limit; and,
+/// beside it, how the lanes' writes to the store go (the writers that spend and give back the
+/// budget are the ones that see them fail).
 #[derive(Debug)]
 pub struct MemoryBudget {
+    writes: crate::store_writes::StoreWrites,
     limit: u64,
     held: AtomicU64,
     /// Versions queued as their place alone (waiting only in the inbox), all lanes.
@@ -51,6 +54,7 @@ impl Default for MemoryBudget {
     /// No limit (see [`MemoryBudget::unbounded`]).
     fn default() -> MemoryBudget {
         MemoryBudget {
+            writes: Default::default(),
             limit: u64::MAX,
             held: AtomicU64::new(0),
             spilled: AtomicU64::new(0),
@@ -71,6 +75,11 @@ impl MemoryBudget {
     /// No limit: everything is kept in memory (tests of other things, tools).
     pub fn unbounded() -> Arc<MemoryBudget> {
         Arc::default()
+    }
+
+    /// How the lanes' writes to the store go.
+    pub fn writes(&self) -> &crate::store_writes::StoreWrites {
+        &self.writes
     }
 
     /// The limit, in bytes.

@@ -312,11 +312,13 @@ async fn write_batches(
                 .map_err(|e| WriteError::Store(Arc::new(e)));
             match &result {
                 Ok(()) => {
+                    budget.writes().succeeded();
                     for (_, charge) in writing {
                         budget.release(charge);
                     }
                 }
                 Err(e) => {
+                    budget.writes().failed(&e.to_string());
                     if taken > 0 || noted > 0 {
                         tracing::warn!(plugin = %plugin, taken, noted, error = %e,
                             "cannot write taken events and newly seen jobs; the events are \

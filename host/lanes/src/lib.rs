@@ -26,6 +26,7 @@
 //! - [`call_stats`]: how the plugin's calls went: durations and failures by kind.
 //! - [`cursor_writer`]: group commit of the lane's cursor writes, so acknowledgements are made
 //!   durable in batches.
+//! - [`store_writes`]: whether the lanes' writes reach the store (readiness).
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
 
@@ -41,3 +42,4 @@ pub mod mode;
 pub mod queue;
 pub mod recent;
 pub mod settings;
+pub mod store_writes;

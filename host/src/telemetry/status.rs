@@ -33,8 +33,8 @@ pub struct StatusSources {
 /// The daemon at one moment.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// Ready: this replica can do its part — the state store answers and the replica has not
-    /// lost its Lease. Neither remote clusters nor plugins are part of it: a cluster down, or
+    /// Ready: this replica can do its part — the state store answers and takes the lanes'
+    /// writes, and the replica has not lost its Lease. Neither remote clusters nor plugins are part of it: a cluster down, or
     /// a plugin that cannot load (the same config on every replica), would take every replica
     /// out of service at once and help nothing; they are in `attention`, the metrics and the
     /// alerts.
@@ -94,7 +94,12 @@ impl StatusSources {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let coordination = self.role.borrow().clone();
-        let state_store = self.store.snapshot();
+        let mut state_store = self.store.snapshot();
+        state_store.writes_failing = self.routes.budget().writes().failing().map(|f| {
+            let since = chrono::DateTime::<chrono::Utc>::from(f.since)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            format!("since {since}: {}", f.error)
+        });
         let mut status = Status {
             ready: is_ready(&state_store, &coordination),
             attention: Vec::new(),
@@ -135,7 +140,7 @@ impl StatusSources {
 
 /// Whether this replica can do its part (see [`Status::ready`]).
 fn is_ready(store: &StoreStatus, role: &Role) -> bool {
-    store.reachable && !matches!(role, Role::Lost)
+    store.reachable && store.writes_failing.is_none() && !matches!(role, Role::Lost)
 }
 
 impl Status {
@@ -146,6 +151,11 @@ impl Status {
             reasons.push(format!(
                 "state store: does not answer ({})",
                 self.state_store.error.as_deref().unwrap_or("no answer")
+            ));
+        }
+        if let Some(failing) = &self.state_store.writes_failing {
+            reasons.push(format!(
+                "state store: answers but refuses the lanes' writes {failing}"
             ));
         }
         if matches!(self.coordination, Role::Lost) {
@@ -246,12 +256,21 @@ mod tests {
             reachable,
             error: (!reachable).then(|| "connection refused".to_string()),
             dead_letters: Default::default(),
+            writes_failing: None,
         }
     }
 
     #[test]
     fn ready_is_a_store_that_answers_and_a_lease_not_lost() {
         assert!(is_ready(&store(true), &Role::Single));
+        let full = StoreStatus {
+            writes_failing: Some("since 2026-11-27T08:00:00Z: database or disk is full".into()),
+            ..store(true)
+        };
+        assert!(
+            !is_ready(&full, &Role::Single),
+            "a store that refuses writes"
+        );
         assert!(is_ready(&store(true), &Role::Leader));
         assert!(is_ready(&store(true), &Role::Follower { holder: None }));
         assert!(!is_ready(&store(false), &Role::Single));

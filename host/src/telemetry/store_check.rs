@@ -30,6 +30,10 @@ pub struct StoreStatus {
     /// backlog waiting for an operator, whichever process or replica stored it. Empty until
     /// the first check.
     pub dead_letters: BTreeMap<String, u64>,
+    /// While the lanes' latest write to the store failed (a full disk answers checks and
+    /// refuses batches): why, and since when (RFC 3339). Filled in by the status snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writes_failing: Option<String>,
 }
 
 impl Default for StoreStatus {
@@ -38,6 +42,7 @@ impl Default for StoreStatus {
             reachable: true,
             error: None,
             dead_letters: BTreeMap::new(),
+            writes_failing: None,
         }
     }
 }
@@ -100,6 +105,7 @@ async fn check_once(store: &dyn DeliveryStore, health: &StoreHealth) -> StoreSta
             reachable: false,
             error: Some(error),
             dead_letters: last_counts(),
+            writes_failing: None,
         };
     }
     let dead_letters = match tokio::time::timeout(CHECK_TIMEOUT, store.dead_letter_counts()).await {
@@ -114,6 +120,7 @@ async fn check_once(store: &dyn DeliveryStore, health: &StoreHealth) -> StoreSta
         reachable: true,
         error: None,
         dead_letters,
+        writes_failing: None,
     }
 }
 

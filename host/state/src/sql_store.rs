@@ -260,7 +260,9 @@ impl Statements {
                 D::integer("COUNT(*)"),
                 t.dead_letters
             )),
-            check: sql("SELECT 1".to_string()),
+            // A write that changes nothing: a store that answers but cannot write (its disk
+            // full, the database read-only) is not ready either.
+            check: sql(format!("UPDATE {} SET version = version", t.schema_version)),
             inbox: InboxStatements::new::<D>(t),
             tables,
         }
