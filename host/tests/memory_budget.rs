@@ -314,3 +314,74 @@ async fn a_backlog_in_the_inbox_survives_a_leader_take_over_on_mariadb() {
         .await
         .expect("drop the test's tables");
 }
+
+/// Rows of the inbox damaged by hand while the daemon is down — one event's JSON cut short,
+/// another event's row deleted from under its mark — are refused by name when the next
+/// process resumes the inbox, and every other waiting version flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_inbox_rows_are_refused_by_name_and_the_rest_flow() {
+    const JOBS: usize = 300;
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().to_path_buf();
+    config_folder(&config, &sim, None);
+    let mut relay = Relay::start(&config, "before the damage");
+    wait_log(&relay, "plugin version serving").await;
+    let mut drivers = create_jobs(&sim, JOBS);
+    let mut seen = witnessed(&config, JOBS, &relay, None).await;
+    let before = logged(&config, "slow");
+    relay.sigkill().await;
+    for driver in &mut drivers {
+        driver.delete().expect("delete while the daemon is down");
+    }
+
+    // The last two events the slow plugin took and had not settled.
+    let db = config.join("state/jobrelay.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&db);
+    let mut conn = sqlx::ConnectOptions::connect(&options)
+        .await
+        .expect("open the state file");
+    let damaged: Vec<String> = sqlx::query_scalar(
+        "SELECT event_id FROM inbox_marks WHERE plugin = 'slow' ORDER BY seq DESC LIMIT 2",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the slow plugin's marks");
+    assert_eq!(damaged.len(), 2, "the slow plugin had a backlog");
+    sqlx::query("UPDATE inbox_events SET event_json = '{\"id\": ' WHERE event_id = ?")
+        .bind(&damaged[0])
+        .execute(&mut conn)
+        .await
+        .expect("cut one event short");
+    sqlx::query("DELETE FROM inbox_events WHERE event_id = ?")
+        .bind(&damaged[1])
+        .execute(&mut conn)
+        .await
+        .expect("delete another");
+    drop(conn);
+    // Neither is expected any more: an id is `cluster/uid/version`.
+    for id in &damaged {
+        let mut parts = id.rsplitn(2, '/');
+        let (version, job) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let uid = job.rsplit('/').next().unwrap_or("");
+        if let Some(versions) = seen.get_mut(uid) {
+            versions.retain(|v| v != version);
+        }
+    }
+    plugin(&config, "slow", "");
+
+    let relay = Relay::start(&config, "after the damage");
+    let repeated = every_version_in_order(&config, &seen, &relay, before).await;
+    let log = relay.log();
+    for id in &damaged {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("an inbox entry cannot be read") && l.contains(id.as_str())),
+            "{id} is not named as refused\n{}",
+            relay.tail()
+        );
+    }
+    println!(
+        "two damaged rows refused by name, every other version delivered, {repeated} repeated"
+    );
+}
