@@ -502,3 +502,84 @@ impl Handler for Gate {
         Ok(())
     }
 }
+
+/// A call that gave up is settled only once its dead letter is stored: while the store
+/// refuses the letter (its table gone here), the job's cursor stays where it was and the event
+/// waits in the lane; once the store takes it, the letter is there and the cursor moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_the_store_refuses_holds_the_job_until_it_is_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = open_store(&StateBackend::Sqlite(path.clone()))
+        .await
+        .expect("store");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+    let mut conn = sqlx::ConnectOptions::connect(&options)
+        .await
+        .expect("raw connection");
+    let ddl: String =
+        sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = 'dead_letters'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("the table's definition");
+    sqlx::query("DROP TABLE dead_letters")
+        .execute(&mut conn)
+        .await
+        .expect("drop the dead letters");
+    let settings = LaneSettings {
+        retry: RetryPolicy {
+            max_attempts: 1,
+            min_delay_ms: 1,
+            max_delay_ms: 1,
+        },
+        ..slow_retries(2, 100)
+    };
+    let plugin = Arc::new(GivesUp);
+    let lane = Lane::open("refusing", plugin, settings, store.clone(), None)
+        .await
+        .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    let at = "2026-11-21T10:00:00Z";
+    lane.push(Observed {
+        event: event("u-1", "7", Phase::Failed, None, at),
+        kind,
+        from_list: false,
+    });
+    common_wait(|| async { (lane.stats().dead_lettered >= 1).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(lane.stats().pending, 1, "the event waits for its letter");
+    assert!(
+        store
+            .cursors("refusing")
+            .await
+            .expect("cursors")
+            .iter()
+            .all(|c| c.resource_version != "7"),
+        "the cursor moved past an event that is neither delivered nor a stored letter"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(ddl))
+        .execute(&mut conn)
+        .await
+        .expect("the table back");
+    common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
+    let letters = store.dead_letters(Some("refusing")).await.expect("letters");
+    assert_eq!(letters.len(), 1, "the letter is stored");
+    assert_eq!(letters[0].event.id, "east/u-1/7");
+    lane.close().await;
+}
+
+/// A plugin that refuses every event for good.
+struct GivesUp;
+
+#[async_trait::async_trait]
+impl Handler for GivesUp {
+    fn name(&self) -> &str {
+        "refusing"
+    }
+    fn version(&self) -> &str {
+        "0"
+    }
+    async fn handle(&self, _event: &JobEvent) -> Result<(), CallError> {
+        Err(CallError::GiveUp("not this one".into()))
+    }
+}

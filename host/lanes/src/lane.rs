@@ -450,6 +450,10 @@ impl Lane {
                 // one over the bound was never taken: removing no mark costs nothing).
                 if record_dead_letter(&inner, &event, &error, 0).await {
                     inner.cursor_writer.drop_mark(event.id);
+                } else {
+                    tracing::warn!(plugin = %inner.name, event = %event.id,
+                        "the version stays in the inbox (if it was taken) and is offered again \
+                         at the next start");
                 }
             }
         });

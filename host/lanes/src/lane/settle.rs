@@ -46,7 +46,7 @@ pub(super) async fn record_dead_letter(
         Ok(_) => true,
         Err(e) => {
             tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
-                "cannot record the dead letter; the event will be delivered again after a restart");
+                "cannot record the dead letter");
             false
         }
     }
@@ -54,14 +54,16 @@ pub(super) async fn record_dead_letter(
 
 /// Settles the event at the head of the job's queue: the dead letter if the call gave up, the
 /// cursor (unless it is a replay), then the head popped. The event is used up: its fields
-/// move into the cursor.
+/// move into the cursor. `false`: the dead letter could not be stored before the lane
+/// closed or let go of the job's cluster; the event was given back, unacknowledged (it is in
+/// the inbox), and the worker must let the job go.
 pub(super) async fn settle(
     inner: &Inner,
     key: &JobKey,
     event: JobEvent,
     replay: bool,
     outcome: Outcome,
-) {
+) -> bool {
     let delivered = match &outcome {
         Outcome::Delivered => {
             inner.delivered.fetch_add(1, Ordering::SeqCst);
@@ -69,7 +71,19 @@ pub(super) async fn settle(
             true
         }
         Outcome::GaveUp { error, attempts } => {
-            record_dead_letter(inner, &event, error, *attempts).await;
+            // The cursor must not move past an event that is neither delivered nor stored
+            // as a dead letter: the store is asked again until it takes the letter.
+            if !record_dead_letter(inner, &event, error, *attempts).await
+                && !dead_letter_stored_later(inner, &event, error, *attempts).await
+            {
+                inner
+                    .queues
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .release(key, Some(event));
+                inner.settled.notify_waiters();
+                return false;
+            }
             false
         }
     };
@@ -100,4 +114,42 @@ pub(super) async fn settle(
         inner.delivery.record(at.elapsed());
     }
     inner.settled.notify_waiters();
+    true
+}
+
+/// Stores the dead letter whose first write failed, trying again with backoff (0.5 s doubling
+/// to 30 s) until the store takes it; `false` if the lane closes, or lets go of the event's
+/// cluster, first.
+async fn dead_letter_stored_later(
+    inner: &Inner,
+    event: &JobEvent,
+    error: &CallError,
+    attempts: u32,
+) -> bool {
+    use backon::BackoffBuilder;
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(500))
+        .with_max_delay(std::time::Duration::from_secs(30))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        let delay = delays.next().unwrap_or(std::time::Duration::from_secs(30));
+        if !super::worker::wait_unless_stopped(inner, &event.cluster, delay).await {
+            return false;
+        }
+        match inner
+            .store
+            .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(plugin = %inner.name, event = %event.id,
+                    "the dead letter is stored now");
+                return true;
+            }
+            Err(e) => tracing::warn!(plugin = %inner.name, event = %event.id, error = %e,
+                "still cannot record the dead letter; trying again"),
+        }
+    }
 }

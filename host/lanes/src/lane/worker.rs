@@ -88,7 +88,9 @@ async fn drain(inner: &Arc<Inner>, key: &JobKey) {
             inner.settled.notify_waiters();
             return;
         };
-        settle(inner, key, event, replay, outcome).await;
+        if !settle(inner, key, event, replay, outcome).await {
+            return;
+        }
     }
 }
 
@@ -144,7 +146,11 @@ async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
 /// Waits `delay`, cut short when the lane closes or lets go of `cluster`: `false` then.
 /// Registered for the close signal before the flags are checked, so a close in between still
 /// cuts the wait short; a signal for another cluster leaving only wakes it to check again.
-async fn wait_unless_stopped(inner: &Inner, cluster: &str, delay: std::time::Duration) -> bool {
+pub(super) async fn wait_unless_stopped(
+    inner: &Inner,
+    cluster: &str,
+    delay: std::time::Duration,
+) -> bool {
     let until = tokio::time::Instant::now() + delay;
     loop {
         let closing = inner.closing.notified();
