@@ -82,6 +82,9 @@ pub struct LaneStats {
     /// Of those, events waiting only in the inbox (the memory budget had no room for them):
     /// read back when their turn comes.
     pub spilled: u64,
+    /// Events read back from the inbox for their call since the lane opened (each one that
+    /// waited there only).
+    pub read_back: u64,
     /// Calls running now.
     pub in_flight: u64,
     /// Jobs the lane tracks.
@@ -150,6 +153,8 @@ struct Inner {
     dead_lettered: AtomicU64,
     failed_calls: AtomicU64,
     skipped: AtomicU64,
+    /// Events read back from the inbox for their call.
+    read_back: AtomicU64,
     in_flight: AtomicU64,
     /// Durations and failure kinds of the plugin's calls.
     calls: CallStats,
@@ -279,6 +284,7 @@ impl Lane {
                 dead_lettered: AtomicU64::new(0),
                 failed_calls: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
+                read_back: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 calls: CallStats::default(),
                 by_job_kind: EventCounts::default(),
@@ -531,6 +537,7 @@ impl Lane {
             skipped: i.skipped.load(Ordering::SeqCst),
             pending,
             spilled,
+            read_back: i.read_back.load(Ordering::SeqCst),
             in_flight: i.in_flight.load(Ordering::SeqCst),
             jobs,
             calls: i.calls.snapshot(),

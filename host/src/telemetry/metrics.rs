@@ -403,6 +403,14 @@ impl Collector for DaemonCollector {
         )?;
         family(
             e,
+            "jobrelay_inbox_read_back",
+            "Events the plugin's lane read back from the inbox for their call (they had waited \
+             there only)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.read_back),
+        )?;
+        family(
+            e,
             "jobrelay_lane_spilled_events",
             "Of the plugin's pending events, those waiting only in the inbox (the event memory \
              budget had no room): read back in their turn",

@@ -53,6 +53,7 @@ async fn drain(inner: &Arc<Inner>, key: &JobKey) {
             Next::Call { event, replay } => (*event, replay),
             Next::Fetch { id } => match read_back(inner, key, &id).await {
                 ReadBack::Event(mut event) => {
+                    inner.read_back.fetch_add(1, Ordering::SeqCst);
                     if !queues().fetched(key, &mut event) {
                         return;
                     }
