@@ -5,8 +5,8 @@
 //! and the copies on their way to the inbox that no writer has stored yet — against one limit
 //! for the whole process:
 //!
-//! - While the total is under half the limit, a queued version is kept whole in its job's
-//!   queue, ready for its call.
+//! - While the events kept whole take less than half the limit, a queued version is kept whole
+//!   in its job's queue, ready for its call.
 //! - Past that, a version is queued as its place alone (its id): the event itself waits only
 //!   in the inbox, and the job's worker reads it back when its turn comes. A lane far behind
 //!   thus holds a couple of hundred bytes per waiting event, whatever the backlog; order is
@@ -43,7 +43,10 @@ pub const DEFAULT_EVENT_MEMORY_BYTES: u64 = 128 * 1024 * 1024;
 pub struct MemoryBudget {
     writes: crate::store_writes::StoreWrites,
     limit: u64,
+    /// Everything held: the events kept whole and the copies not yet stored.
     held: AtomicU64,
+    /// Of that, the events kept whole in the queues (at most half the limit).
+    kept: AtomicU64,
     /// Versions queued as their place alone (waiting only in the inbox), all lanes.
     spilled: AtomicU64,
     /// Woken when the total falls to the limit or below.
@@ -57,6 +60,7 @@ impl Default for MemoryBudget {
             writes: Default::default(),
             limit: u64::MAX,
             held: AtomicU64::new(0),
+            kept: AtomicU64::new(0),
             spilled: AtomicU64::new(0),
             room: Notify::new(),
         }
@@ -97,16 +101,32 @@ impl MemoryBudget {
         self.spilled.load(Ordering::SeqCst)
     }
 
-    /// Holds `bytes` for an event kept whole if the total stays within half the limit (the
-    /// queues' share); `false` (nothing held) otherwise.
+    /// Holds `bytes` for an event kept whole if the events kept stay within half the limit
+    /// (the queues' share, whatever the copies on their way to the inbox hold); `false`
+    /// (nothing held) otherwise. Given back with [`release_kept`](MemoryBudget::release_kept).
     pub fn try_hold(&self, bytes: u64) -> bool {
         let share = self.limit / 2;
-        self.held
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
-                let total = held.saturating_add(bytes);
+        let kept = self
+            .kept
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |kept| {
+                let total = kept.saturating_add(bytes);
                 (total <= share).then_some(total)
             })
-            .is_ok()
+            .is_ok();
+        if kept {
+            self.held.fetch_add(bytes, Ordering::SeqCst);
+        }
+        kept
+    }
+
+    /// Gives back `bytes` of an event that was kept whole.
+    pub fn release_kept(&self, bytes: u64) {
+        let _ = self
+            .kept
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |kept| {
+                Some(kept.saturating_sub(bytes))
+            });
+        self.release(bytes);
     }
 
     /// Holds `bytes` whatever the total: a copy that must stay until it is stored.
@@ -190,12 +210,16 @@ mod tests {
     #[test]
     fn holds_within_the_limit_and_forces_past_it() {
         let budget = MemoryBudget::new(200);
-        assert!(budget.try_hold(60));
+        budget.hold(150);
+        assert!(
+            budget.try_hold(60),
+            "the copies do not take the queues' half"
+        );
         assert!(!budget.try_hold(41), "past the queues' half");
         assert!(budget.try_hold(40));
-        budget.hold(150);
         assert_eq!(budget.held(), 250);
-        budget.release(250);
+        budget.release(150);
+        budget.release_kept(100);
         assert_eq!(budget.held(), 0);
         budget.release(10);
         assert_eq!(budget.held(), 0, "never below zero");

@@ -417,7 +417,7 @@ impl Ledger {
 
     fn release(&mut self, charge: u64) {
         self.held = self.held.saturating_sub(charge);
-        self.budget.release(charge);
+        self.budget.release_kept(charge);
     }
 
     /// An item leaves its queue.
@@ -435,7 +435,7 @@ impl Ledger {
 
 impl Drop for Ledger {
     fn drop(&mut self) {
-        self.budget.release(self.held);
+        self.budget.release_kept(self.held);
         self.budget.count_spilled(false, self.spilled);
     }
 }
