@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budget::{MemoryBudget, charge_of};
+use crate::budget::MemoryBudget;
 use jobrelay_contract::event::JobEvent;
 use jobrelay_state::{Cursor, DeliveryStore, Settled, StoreError, Taken, WriteBatch};
 
@@ -70,6 +70,11 @@ const LINGER_BELOW: usize = 8;
 
 /// How long a small batch waits for company.
 const LINGER: Duration = Duration::from_micros(500);
+
+/// How soon takes kept from a failed batch are written again when nothing else comes, doubling
+/// up to [`RETRY_MOST`] while the store keeps refusing them.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MOST: Duration = Duration::from_secs(30);
 
 /// How often a writer asks the store to sweep the inbox's unmarked events.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
@@ -154,9 +159,10 @@ impl CursorWriter {
 
     /// Takes `event` into the inbox with the next batch, without waiting. Handed in before the
     /// event can be called (the lane holds its queue while it does), so the one queue of the
-    /// lane's writes puts the take before the save that settles it.
-    pub fn take(&self, event: JobEvent) {
-        let charge = charge_of(&event);
+    /// lane's writes puts the take before the save that settles it. `charge` is what holding
+    /// the event costs ([`charge_of`](crate::budget::charge_of)), held on the budget until it
+    /// is stored; the lane's queue reckoned it already.
+    pub fn take(&self, event: JobEvent, charge: u64) {
         self.budget.hold(charge);
         if self.queue.send(Pending::Take(event, charge)).is_err() {
             self.budget.release(charge);
@@ -251,7 +257,25 @@ async fn write_batches(
     let mut flushes = Vec::new();
     let mut takes = RoundTakes::default();
     let mut swept = tokio::time::Instant::now();
-    while pending.recv_many(&mut requests, MAX_BATCH).await > 0 {
+    let mut retry = RETRY_FIRST;
+    loop {
+        // Takes kept from a failed batch are written again after a while even if nothing
+        // else comes: they may be the only copy of a spilled event, and until they are stored
+        // a kill loses them.
+        let received = if takes.is_empty() {
+            pending.recv_many(&mut requests, MAX_BATCH).await
+        } else {
+            match tokio::time::timeout(retry, pending.recv_many(&mut requests, MAX_BATCH)).await {
+                Ok(received) => received,
+                Err(_) => {
+                    retry = (retry * 2).min(RETRY_MOST);
+                    usize::MAX // a round of the kept takes alone
+                }
+            }
+        };
+        if received == 0 {
+            break;
+        }
         if requests.len() < LINGER_BELOW {
             // Ends early once the batch is full or every handle is gone.
             let _ = tokio::time::timeout(LINGER, async {
@@ -312,6 +336,7 @@ async fn write_batches(
                 .map_err(|e| WriteError::Store(Arc::new(e)));
             match &result {
                 Ok(()) => {
+                    retry = RETRY_FIRST;
                     budget.writes().succeeded();
                     for (_, charge) in writing {
                         budget.release(charge);
@@ -337,6 +362,16 @@ async fn write_batches(
             let _ = done.send(takes.is_empty());
         }
     }
+    // Every handle is gone (the lane was dropped): what could not be stored is let go.
+    let mut lost = 0;
+    for (_, charge) in takes.drain() {
+        budget.release(charge);
+        lost += 1;
+    }
+    if lost > 0 {
+        tracing::warn!(plugin = %plugin, events = lost,
+            "the lane is gone with events its writer could not store in the inbox");
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +391,8 @@ mod tests {
         batches: Mutex<Vec<Vec<String>>>,
         gate: tokio::sync::Semaphore,
         fail: std::sync::atomic::AtomicBool,
+        /// Fails every batch, saves or not (a full disk).
+        fail_all: std::sync::atomic::AtomicBool,
     }
 
     impl Default for Recording {
@@ -364,6 +401,7 @@ mod tests {
                 batches: Mutex::default(),
                 gate: tokio::sync::Semaphore::new(0),
                 fail: std::sync::atomic::AtomicBool::new(false),
+                fail_all: std::sync::atomic::AtomicBool::new(false),
             }
         }
     }
@@ -433,6 +471,9 @@ mod tests {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .extend(entries);
+            if self.fail_all.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StoreError::InvalidSelection("disk full".into()));
+            }
             if self.fail.load(std::sync::atomic::Ordering::SeqCst) && !batch.saved.is_empty() {
                 return Err(StoreError::InvalidSelection("disk full".into()));
             }
@@ -677,7 +718,7 @@ mod tests {
         store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
         let budget = MemoryBudget::new(1 << 20);
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
-        writer.take(event("u", "7"));
+        writer.take(event("u", "7"), 1_000);
         assert!(budget.held() > 0, "a take is charged");
         writer
             .save(cursor("v"), None)
@@ -700,6 +741,51 @@ mod tests {
         );
     }
 
+    /// Takes kept from a failed batch are written again on their own, with nothing else
+    /// coming: a quiet lane's only copy of an event does not wait for the next event to be
+    /// stored. The lanes' write health follows (failing, then not).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kept_takes_are_written_again_without_a_new_request() {
+        let store = Arc::new(Recording::default());
+        store
+            .fail_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"), 1_000);
+        let attempts = |store: &Recording| {
+            store
+                .batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|b| b.iter().any(|e| e == "take c/u/7"))
+                .count()
+        };
+        let started = std::time::Instant::now();
+        while attempts(&store) < 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "never tried again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            budget.writes().failing().is_some(),
+            "the failure is reported"
+        );
+        assert_eq!(budget.held(), 1_000, "kept, and still charged");
+        store
+            .fail_all
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        while budget.held() > 0 {
+            assert!(started.elapsed() < Duration::from_secs(20), "never stored");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(budget.writes().failing().is_none(), "writes succeed again");
+        drop(writer);
+    }
+
     /// A take settled in the same round (the lane kept up) is written neither as an event nor
     /// as a mark; one settled in a later round is written first, and its mark goes with the
     /// cursor. A flush returns once what was handed in before it is written.
@@ -708,12 +794,12 @@ mod tests {
         let store = Arc::new(Recording::default());
         store.gate.add_permits(10);
         let writer = CursorWriter::start("p", store.clone(), MemoryBudget::unbounded());
-        writer.take(event("u", "7"));
+        writer.take(event("u", "7"), 1_000);
         writer
             .save(cursor("u"), Some("c/u/7".into()))
             .await
             .expect("saved");
-        writer.take(event("v", "8"));
+        writer.take(event("v", "8"), 1_000);
         writer.flush().await;
         writer
             .save(cursor("v"), Some("c/v/8".into()))

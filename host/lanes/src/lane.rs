@@ -391,8 +391,8 @@ impl Lane {
             for (event, bound) in std::mem::take(&mut offered.overflow) {
                 self.overflow_to_dead_letters(event, bound);
             }
-            for event in std::mem::take(&mut offered.taken) {
-                self.inner.cursor_writer.take(event);
+            for (event, charge) in std::mem::take(&mut offered.taken) {
+                self.inner.cursor_writer.take(event, charge);
             }
             for id in std::mem::take(&mut offered.replaced) {
                 self.inner.cursor_writer.drop_mark(id);

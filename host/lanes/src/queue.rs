@@ -268,9 +268,10 @@ pub struct Offered {
     pub overflow: Vec<(JobEvent, Bound)>,
     /// How many versions were queued.
     pub queued: usize,
-    /// The versions queued (copies of those kept whole), in order, when the offer was
-    /// `taking`: the lane takes them into the store's inbox.
-    pub taken: Vec<JobEvent>,
+    /// The versions queued (copies of those kept whole), in order, with what each costs in
+    /// memory ([`charge_of`]), when the offer was `taking`: the lane takes them into the
+    /// store's inbox.
+    pub taken: Vec<(JobEvent, u64)>,
     /// Ids of queued versions a newer one replaced (`latest`): let go without a call, their
     /// inbox marks go.
     pub replaced: Vec<String>,
@@ -371,14 +372,14 @@ struct Ledger {
 impl Ledger {
     /// Where a newly queued event is kept: whole while the budget has room, else only in the
     /// inbox. With `taking`, the event (or a copy of it, when it is also kept) goes to
-    /// `taken`, for the lane to take into the inbox.
-    fn keep(&mut self, event: JobEvent, taking: bool, taken: &mut Vec<JobEvent>) -> Held {
+    /// `taken` with its charge, for the lane to take into the inbox.
+    fn keep(&mut self, event: JobEvent, taking: bool, taken: &mut Vec<(JobEvent, u64)>) -> Held {
         self.pending += 1;
         let charge = charge_of(&event);
         if self.budget.try_hold(charge) {
             self.held += charge;
             if taking {
-                taken.push(event.clone());
+                taken.push((event.clone(), charge));
             }
             Held::Here {
                 event: Box::new(event),
@@ -388,7 +389,7 @@ impl Ledger {
             self.spill(1);
             let id = event.id.as_str().into();
             if taking {
-                taken.push(event);
+                taken.push((event, charge));
             }
             Held::Spilled { id }
         }
@@ -441,13 +442,8 @@ impl Drop for Ledger {
 }
 
 impl Queues {
-    /// The jobs `plugin`'s stored cursors describe, nothing queued, with no memory budget.
-    pub fn from_cursors(plugin: &str, cursors: &[Cursor]) -> Queues {
-        Queues::within(MemoryBudget::unbounded(), plugin, cursors)
-    }
-
-    /// [`from_cursors`](Queues::from_cursors), keeping events whole only while `budget` has
-    /// room.
+    /// The jobs `plugin`'s stored cursors describe, nothing queued, keeping events whole only
+    /// while `budget` has room.
     pub fn within(budget: Arc<MemoryBudget>, plugin: &str, cursors: &[Cursor]) -> Queues {
         let mut queues = Queues {
             plugin: plugin.to_string(),
@@ -471,8 +467,9 @@ impl Queues {
         self.ledger.spilled
     }
 
-    /// Bytes of the events kept whole, charged to the budget.
-    pub fn held_bytes(&self) -> u64 {
+    /// Bytes of the events kept whole, charged to the budget (for the tests' checks).
+    #[cfg(test)]
+    fn held_bytes(&self) -> u64 {
         self.ledger.held
     }
 
@@ -841,14 +838,6 @@ impl Queues {
         }
         self.prune_origins();
         dropped
-    }
-
-    /// Whether the job has anything queued or a worker holding it.
-    pub fn has_work(&self, cluster: &str, uid: &str) -> bool {
-        self.clusters
-            .get(cluster)
-            .and_then(|jobs| jobs.get(&Uid::new(uid)))
-            .is_some_and(|job| job.busy || !job.queue.is_empty())
     }
 
     /// The jobs of the clusters `of` selects that have anything queued or a worker holding

@@ -157,10 +157,10 @@ pub trait DeliveryStore: Send + Sync {
     /// an operator has to look at, across restarts and replicas.
     async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError>;
 
-    /// Whether the store answers and takes writes now: one statement through the pool that
-    /// writes without changing anything (the schema version set to itself), so a full disk or
-    /// a read-only database fails it. The daemon's readiness follows it, since a replica whose
-    /// acknowledgements and inbox cannot be written cannot do its part.
+    /// Whether the store answers now: one trivial statement through the pool. The daemon's
+    /// readiness follows it, since a replica whose acknowledgements cannot be written cannot
+    /// do its part. (A store that answers but refuses writes — a full disk still takes a
+    /// small write — is seen by the lanes' writers instead: `jobrelay_lanes::store_writes`.)
     async fn check(&self) -> Result<(), StoreError>;
 
     /// Releases the store's connections at shutdown. Everything acknowledged is already

@@ -190,7 +190,8 @@ impl Run {
                     offered.queued,
                     "every version queued is taken"
                 );
-                for taken in &offered.taken {
+                for (taken, charge) in &offered.taken {
+                    prop_assert_eq!(*charge, charge_of(taken));
                     self.inbox.insert(taken.id.clone(), taken.clone());
                 }
                 // The lane notes a job it did not know from this sight of the event.
