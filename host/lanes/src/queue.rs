@@ -351,6 +351,9 @@ impl Workers {
 /// be in retry waits before the others' turns are delayed, at a kilobyte or so each.
 pub const MAX_WORKERS: usize = 1_024;
 
+/// Room the ready queue keeps once it is empty.
+const READY_ROOM_KEPT: usize = 1_024;
+
 type Jobs = HashMap<Uid, JobState>;
 
 /// What the queued items hold, counted as items come and go: the events pending, the bytes
@@ -650,6 +653,11 @@ impl Queues {
                     uid: uid.to_string(),
                 });
             }
+        }
+        // The ready queue of a backlog over a million jobs had room for all of them; a lane
+        // that caught up does not keep it.
+        if self.workers.ready.capacity() > READY_ROOM_KEPT {
+            self.workers.ready.shrink_to(READY_ROOM_KEPT);
         }
         self.workers.running = self.workers.running.saturating_sub(1);
         None
