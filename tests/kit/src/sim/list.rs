@@ -84,34 +84,42 @@ pub(crate) fn list(store: &StoreInner, gvr: &Gvr, query: &ListQuery) -> Result<L
         }
         None => (query.exact_rv.unwrap_or(store.rv), None),
     };
-    let view = store
-        .snapshot(gvr, query.namespace.as_deref(), snapshot_rv)
-        .map_err(|horizon| {
-            if query.continue_token.is_some() {
-                SimError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                )
-            } else {
-                SimError::expired(format!("too old resource version: {snapshot_rv} ({horizon})"))
-            }
-        })?;
-
-    let mut matching = view
-        .into_iter()
-        .filter(|(k, _)| after.as_ref().is_none_or(|a| k > a))
-        .filter(|(_, o)| query.labels.matches(o) && query.fields.matches(o));
-
-    let mut items = Vec::new();
-    let mut last_key = None;
-    let limit = query.limit.filter(|l| *l > 0);
-    for (k, o) in matching.by_ref() {
-        items.push(o);
-        if limit.is_some_and(|l| items.len() >= l) {
-            last_key = Some(k);
-            break;
+    let expired = |horizon| {
+        if query.continue_token.is_some() {
+            SimError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            )
+        } else {
+            SimError::expired(format!(
+                "too old resource version: {snapshot_rv} ({horizon})"
+            ))
         }
-    }
-    let rest = matching.count();
+    };
+    let namespace = query.namespace.as_deref();
+    let after = after
+        .as_ref()
+        .map(|(ns, name)| (ns.as_str(), name.as_str()));
+    // A page of a snapshot nothing has changed since is read from the objects in place: a
+    // page costs its own length, not the whole resource's (a 100,000-job list would otherwise
+    // copy every key for each of its 200 pages).
+    let (items, last_key, rest) = if store
+        .unchanged_since(gvr, namespace, snapshot_rv)
+        .map_err(expired)?
+    {
+        let objects = store
+            .scan_after(gvr, namespace, after)
+            .map(|(k, o)| ((k.namespace.as_str(), k.name.as_str()), o));
+        page(objects, query)
+    } else {
+        let view = store
+            .snapshot(gvr, namespace, snapshot_rv)
+            .map_err(expired)?;
+        let objects = view
+            .iter()
+            .map(|((ns, name), o)| ((ns.as_str(), name.as_str()), o))
+            .filter(|(k, _)| after.is_none_or(|a| *k > a));
+        page(objects, query)
+    };
     let (continue_token, remaining) = match last_key {
         Some((ns, name)) if rest > 0 => {
             // Like the apiserver, only report a count when no selector makes it expensive.
@@ -126,6 +134,27 @@ pub(crate) fn list(store: &StoreInner, gvr: &Gvr, query: &ListQuery) -> Result<L
         continue_token,
         remaining,
     })
+}
+
+/// The matching objects of `objects` (in key order) up to the query's limit, the key of the
+/// last one when the limit cut the page, and how many matching objects are left after it.
+#[allow(clippy::type_complexity)]
+fn page<'a>(
+    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Arc<Value>)>,
+    query: &ListQuery,
+) -> (Vec<Arc<Value>>, Option<(String, String)>, usize) {
+    let mut matching = objects.filter(|(_, o)| query.labels.matches(o) && query.fields.matches(o));
+    let mut items = Vec::new();
+    let mut last_key = None;
+    let limit = query.limit.filter(|l| *l > 0);
+    for ((ns, name), o) in matching.by_ref() {
+        items.push(o.clone());
+        if limit.is_some_and(|l| items.len() >= l) {
+            last_key = Some((ns.to_string(), name.to_string()));
+            break;
+        }
+    }
+    (items, last_key, matching.count())
 }
 
 #[cfg(test)]
@@ -229,6 +258,61 @@ mod tests {
                 .code,
             400
         );
+    }
+
+    /// Pages of a quiet store (read in place) and of one written to meanwhile (rebuilt from
+    /// the history) list the same objects, each once, in key order, all or one namespace.
+    #[test]
+    fn pages_read_in_place_match_pages_rebuilt_from_history() {
+        let names = |store: &Store, namespace: Option<&str>, write_between: bool| {
+            let mut query = ListQuery {
+                namespace: namespace.map(str::to_string),
+                limit: Some(2),
+                ..Default::default()
+            };
+            let mut names = Vec::new();
+            loop {
+                let page = store.read(|s| list(s, &Gvr::BATCH_JOB, &query)).unwrap();
+                names.extend(page.items.iter().map(|o| {
+                    let meta = &o["metadata"];
+                    format!("{}/{}", meta["namespace"], meta["name"])
+                }));
+                if write_between {
+                    let kind = ResourceKind::new("batch", "v1", "Job", "jobs", true);
+                    let name = format!("late-{}", names.len());
+                    store.write(|s| {
+                        create(
+                            s,
+                            &kind,
+                            "a",
+                            json!({ "metadata": { "name": name } }),
+                            CreateOptions::default(),
+                        )
+                        .unwrap()
+                    });
+                }
+                query.continue_token = page.continue_token;
+                if query.continue_token.is_none() {
+                    return names;
+                }
+            }
+        };
+        for namespace in [None, Some("a"), Some("b")] {
+            let quiet = names(&seeded(9), namespace, false);
+            let busy = names(&seeded(9), namespace, true);
+            assert_eq!(quiet, busy, "namespace {namespace:?}");
+            let expected = if namespace.is_none() {
+                9
+            } else if namespace == Some("a") {
+                5
+            } else {
+                4
+            };
+            assert_eq!(quiet.len(), expected, "{quiet:?}");
+            let mut sorted = quiet.clone();
+            sorted.sort();
+            assert_eq!(quiet, sorted, "key order");
+        }
     }
 
     #[test]

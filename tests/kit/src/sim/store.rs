@@ -176,6 +176,46 @@ impl StoreInner {
         Ok(self.history.range(start..).cloned().collect())
     }
 
+    /// Whether no object of one resource (optionally one namespace) changed after `rv`: the
+    /// current objects are then the snapshot at `rv`, and a list page can be read from them
+    /// in place. `Err(horizon)` when `rv` is older than the history.
+    pub(crate) fn unchanged_since(
+        &self,
+        gvr: &Gvr,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<bool, u64> {
+        if rv >= self.rv {
+            return Ok(true);
+        }
+        if rv < self.horizon {
+            return Err(self.horizon);
+        }
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        Ok(!self
+            .history
+            .range(start..)
+            .any(|c| &c.key.gvr == gvr && namespace.is_none_or(|ns| c.key.namespace == ns)))
+    }
+
+    /// Current objects of one resource (optionally one namespace) after the key `after`, in
+    /// key order.
+    pub(crate) fn scan_after<'a>(
+        &'a self,
+        gvr: &'a Gvr,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Arc<Value>)> + 'a {
+        use std::ops::Bound;
+        let start = match after {
+            Some((ns, name)) => Bound::Excluded(ObjKey::new(gvr, ns, name)),
+            None => Bound::Included(ObjKey::new(gvr, namespace.unwrap_or_default(), "")),
+        };
+        self.objects
+            .range((start, Bound::Unbounded))
+            .take_while(move |(k, _)| &k.gvr == gvr && namespace.is_none_or(|ns| k.namespace == ns))
+    }
+
     /// Objects of one resource (optionally one namespace) as they were at `rv`, sorted by
     /// namespace and name. `Err(horizon)` when `rv` is older than the history.
     pub(crate) fn snapshot(
