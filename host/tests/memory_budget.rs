@@ -176,15 +176,18 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
         let stop = stop.clone();
         async move {
             let (mut held, mut spilled, mut limit) = (0u64, 0u64, 0u64);
+            let (mut unstored, mut ahead) = (0u64, 0u64);
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Some(s) = status(listen).await {
                     held = held.max(number(&s, "/event_memory/held_bytes"));
                     spilled = spilled.max(number(&s, "/event_memory/spilled_events"));
                     limit = number(&s, "/event_memory/limit_bytes");
+                    unstored = unstored.max(number(&s, "/event_memory/unstored_bytes"));
+                    ahead = number(&s, "/event_memory/write_ahead_bytes");
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            (held, spilled, limit)
+            (held, spilled, limit, (unstored, ahead))
         }
     });
     let mut drivers = create_jobs(&sim, JOBS);
@@ -192,12 +195,19 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
     let total: usize = seen.values().map(Vec::len).sum();
     let before = logged(&config, "slow");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (held, spilled, limit) = sampler.await.expect("sampler");
+    let (held, spilled, limit, (unstored, ahead)) = sampler.await.expect("sampler");
     println!(
-        "{total} versions read; at most {held} bytes held (limit {limit}), {spilled} spilled; \
-         slow had {before} when killed"
+        "{total} versions read; at most {held} bytes held (limit {limit}), {unstored} not yet \
+         in the inbox (write-ahead {ahead}), {spilled} spilled; slow had {before} when killed"
     );
     assert_eq!(limit, BUDGET_MB << 20, "the budget is the configured one");
+    assert_eq!(ahead, 256 << 10, "a 1 MiB budget writes 256 KiB ahead");
+    // What a kill could take along: accepted, not yet stored. Past the write-ahead by at
+    // most what one observation adds before the dispatcher waits again.
+    assert!(
+        unstored <= ahead + (64 << 10),
+        "{unstored} bytes of accepted events waited to be stored, write-ahead {ahead}"
+    );
     assert!(
         spilled >= 1_000,
         "the slow lane's backlog was meant to wait in the inbox, but at most {spilled} did"

@@ -11,12 +11,15 @@
 //!   in the inbox, and the job's worker reads it back when its turn comes. A lane far behind
 //!   thus holds a couple of hundred bytes per waiting event, whatever the backlog; order is
 //!   kept, since the place is in the queue like any other.
-//! - The copies on their way to the inbox cannot be dropped before they are stored: they have
-//!   the other half. While they push the total past the limit the dispatcher takes no new
-//!   observation ([`MemoryBudget::room`]), so the watch streams wait for the writers (the
-//!   disk) — not for any plugin: a slow plugin's versions are spilled and cost it nothing
-//!   else. The half kept for them lets the writers batch many at once even when the queues
-//!   have spent theirs, so the watch is not held to one write per observation.
+//! - The copies on their way to the inbox cannot be dropped before they are stored. While they
+//!   pass [`MemoryBudget::write_ahead`] — a sixteenth of the limit, between 256 KiB and 4 MiB
+//!   — or push the total past the limit, the dispatcher takes no new observation
+//!   ([`MemoryBudget::room`]), so the watch streams wait for the writers (the disk), not for
+//!   any plugin: a slow plugin's versions are spilled and cost it nothing else. The bound on
+//!   what is written ahead is also the bound on what a kill can take with it: an event
+//!   accepted and not yet in the inbox lives only in memory, and a job deleted before the
+//!   restart would leave nothing to rebuild it from. It is several of a writer's batches, so
+//!   the watch is not held to one write per observation.
 //!
 //! A replayed dead letter is not charged: it is not in the inbox and cannot be spilled, and
 //! charging it would let an operator's replay of a down plugin's letters stop the watch.
@@ -47,6 +50,8 @@ pub struct MemoryBudget {
     held: AtomicU64,
     /// Of that, the events kept whole in the queues (at most half the limit).
     kept: AtomicU64,
+    /// Of that, the copies on their way to the inbox, not stored yet.
+    unstored: AtomicU64,
     /// Versions queued as their place alone (waiting only in the inbox), all lanes.
     spilled: AtomicU64,
     /// Woken when the total falls to the limit or below.
@@ -61,6 +66,7 @@ impl Default for MemoryBudget {
             limit: u64::MAX,
             held: AtomicU64::new(0),
             kept: AtomicU64::new(0),
+            unstored: AtomicU64::new(0),
             spilled: AtomicU64::new(0),
             room: Notify::new(),
         }
@@ -129,23 +135,60 @@ impl MemoryBudget {
         self.release(bytes);
     }
 
-    /// Holds `bytes` whatever the total: a copy that must stay until it is stored.
-    pub fn hold(&self, bytes: u64) {
+    /// Holds `bytes` for an event kept whole whatever the total: one that cannot wait as its
+    /// place alone. Given back with [`release_kept`](MemoryBudget::release_kept).
+    pub fn keep(&self, bytes: u64) {
+        self.kept.fetch_add(bytes, Ordering::SeqCst);
         self.held.fetch_add(bytes, Ordering::SeqCst);
     }
 
+    /// Holds `bytes` whatever the total: a copy on its way to the inbox, which must stay until
+    /// it is stored. Given back with [`stored`](MemoryBudget::stored).
+    pub fn hold(&self, bytes: u64) {
+        self.unstored.fetch_add(bytes, Ordering::SeqCst);
+        self.held.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    /// Gives back `bytes` of a copy held with [`hold`](MemoryBudget::hold): stored, or let go.
+    pub fn stored(&self, bytes: u64) {
+        let _ = self
+            .unstored
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |unstored| {
+                Some(unstored.saturating_sub(bytes))
+            });
+        self.release(bytes);
+    }
+
+    /// The most bytes of copies on their way to the inbox before the dispatcher waits for the
+    /// writers: a sixteenth of the limit, at least 256 KiB and at most 4 MiB (a few thousand
+    /// typical events, several writer batches), and never more than half the limit.
+    pub fn write_ahead(&self) -> u64 {
+        (self.limit / 16)
+            .clamp(256 * 1024, 4 * 1024 * 1024)
+            .min(self.limit / 2)
+    }
+
+    /// Bytes of copies on their way to the inbox.
+    pub fn unstored(&self) -> u64 {
+        self.unstored.load(Ordering::SeqCst)
+    }
+
+    /// Whether the dispatcher may take the next observation.
+    fn has_room(&self) -> bool {
+        self.held() <= self.limit && self.unstored() <= self.write_ahead()
+    }
+
     /// Gives `bytes` back.
-    pub fn release(&self, bytes: u64) {
+    fn release(&self, bytes: u64) {
         if bytes == 0 {
             return;
         }
-        let before = self
+        let _ = self
             .held
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
                 Some(held.saturating_sub(bytes))
-            })
-            .unwrap_or(0);
-        if before.saturating_sub(bytes) <= self.limit {
+            });
+        if self.has_room() {
             self.room.notify_waiters();
         }
     }
@@ -163,14 +206,15 @@ impl MemoryBudget {
         }
     }
 
-    /// Returns once the total is within the limit: the dispatcher waits here before it takes
-    /// the next observation.
+    /// Returns once the total is within the limit and the copies on their way to the inbox
+    /// within [`write_ahead`](MemoryBudget::write_ahead): the dispatcher waits here before it
+    /// takes the next observation.
     pub async fn room(&self) {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.held() <= self.limit {
+            if self.has_room() {
                 return;
             }
             notified.await;
@@ -207,6 +251,8 @@ pub fn charge_of(event: &JobEvent) -> u64 {
 mod tests {
     use super::*;
 
+    const MIB: u64 = 1024 * 1024;
+
     #[test]
     fn holds_within_the_limit_and_forces_past_it() {
         let budget = MemoryBudget::new(200);
@@ -218,30 +264,71 @@ mod tests {
         assert!(!budget.try_hold(41), "past the queues' half");
         assert!(budget.try_hold(40));
         assert_eq!(budget.held(), 250);
-        budget.release(150);
+        budget.stored(150);
         budget.release_kept(100);
-        assert_eq!(budget.held(), 0);
-        budget.release(10);
-        assert_eq!(budget.held(), 0, "never below zero");
+        assert_eq!((budget.held(), budget.unstored()), (0, 0));
+        budget.stored(10);
+        assert_eq!(
+            (budget.held(), budget.unstored()),
+            (0, 0),
+            "never below zero"
+        );
     }
 
-    #[tokio::test]
-    async fn room_waits_until_the_total_is_within_the_limit() {
-        let budget = MemoryBudget::new(100);
-        budget.hold(150);
+    #[test]
+    fn what_is_written_ahead_is_a_small_share_of_the_limit() {
+        let ahead = |limit| MemoryBudget::new(limit).write_ahead();
+        assert_eq!(ahead(128 * MIB), 4 * MIB, "the default: at most 4 MiB");
+        assert_eq!(ahead(32 * MIB), 2 * MIB);
+        assert_eq!(ahead(MIB), 256 * 1024, "at least 256 KiB");
+        assert_eq!(ahead(100), 50, "never more than half the limit");
+    }
+
+    async fn waits(budget: &Arc<MemoryBudget>) -> tokio::task::JoinHandle<()> {
         let waiting = tokio::spawn({
             let budget = budget.clone();
             async move { budget.room().await }
         });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        waiting
+    }
+
+    async fn finishes(waiting: tokio::task::JoinHandle<()>) {
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("room")
+            .expect("task");
+    }
+
+    /// Copies not yet stored are bounded apart from the total: however much room the limit
+    /// has, the dispatcher waits while more than the write-ahead is on its way to the inbox,
+    /// so no more than that lives only in memory.
+    #[tokio::test]
+    async fn room_waits_while_too_much_is_on_its_way_to_the_inbox() {
+        let budget = MemoryBudget::new(64 * MIB);
+        budget.hold(budget.write_ahead() + 1);
+        assert!(budget.held() < budget.limit() / 8, "far within the limit");
+        let waiting = waits(&budget).await;
+        assert!(
+            !waiting.is_finished(),
+            "too much unstored: the dispatcher waits"
+        );
+        budget.stored(1);
+        finishes(waiting).await;
+    }
+
+    /// Events kept whole past the queues' share (ones that cannot be spilled) push the total
+    /// over the limit: the dispatcher waits for them too.
+    #[tokio::test]
+    async fn room_waits_until_the_total_is_within_the_limit() {
+        let budget = MemoryBudget::new(100);
+        budget.keep(150);
+        let waiting = waits(&budget).await;
         assert!(
             !waiting.is_finished(),
             "over the limit: the dispatcher waits"
         );
-        budget.release(50);
-        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-            .await
-            .expect("room once within the limit")
-            .expect("task");
+        budget.release_kept(50);
+        finishes(waiting).await;
     }
 }

@@ -165,7 +165,7 @@ impl CursorWriter {
     pub fn take(&self, event: JobEvent, charge: u64) {
         self.budget.hold(charge);
         if self.queue.send(Pending::Take(event, charge)).is_err() {
-            self.budget.release(charge);
+            self.budget.stored(charge);
             tracing::debug!("the cursor writer has stopped; an event is held in memory only");
         }
     }
@@ -218,7 +218,7 @@ impl RoundTakes {
         match self.at.remove(&event_id) {
             Some(i) => {
                 if let Some((_, charge)) = self.events[i].take() {
-                    budget.release(charge);
+                    budget.stored(charge);
                 }
             }
             None => batch.settled.push(Settled {
@@ -322,7 +322,7 @@ async fn write_batches(
                     writing.push((event, charge));
                 }
                 Err(e) => {
-                    budget.release(charge);
+                    budget.stored(charge);
                     tracing::error!(plugin = %plugin, event = %event.id, error = %e,
                         "cannot encode an event for the inbox; it is not kept")
                 }
@@ -339,7 +339,7 @@ async fn write_batches(
                     retry = RETRY_FIRST;
                     budget.writes().succeeded();
                     for (_, charge) in writing {
-                        budget.release(charge);
+                        budget.stored(charge);
                     }
                 }
                 Err(e) => {
@@ -365,7 +365,7 @@ async fn write_batches(
     // Every handle is gone (the lane was dropped): what could not be stored is let go.
     let mut lost = 0;
     for (_, charge) in takes.drain() {
-        budget.release(charge);
+        budget.stored(charge);
         lost += 1;
     }
     if lost > 0 {

@@ -47,6 +47,7 @@ use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::Accepted;
 use super::queue::{Bound, Queues};
+use super::read_back::ReadBacks;
 use super::settings::LaneSettings;
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
@@ -137,6 +138,8 @@ struct Inner {
     store: Arc<dyn DeliveryStore>,
     /// Acknowledgements' cursors, stored by group commit (see [`CursorWriter`]).
     cursor_writer: CursorWriter,
+    /// Reads of spilled events back from the inbox, gathered into batches.
+    read_backs: ReadBacks,
     /// When the plugin was first installed (from the state store): jobs created before it get
     /// their current state, not their history. `None`: the stored time does not parse, and
     /// every job gets its history (at least once wins over quiet).
@@ -273,6 +276,7 @@ impl Lane {
                 concurrency: AtomicUsize::new(concurrency),
                 queues: Mutex::new(queues),
                 cursor_writer: CursorWriter::start(name, store.clone(), budget),
+                read_backs: ReadBacks::start(store.clone()),
                 store,
                 installed_at,
                 book,

@@ -26,6 +26,8 @@
 //! - [`call_stats`]: how the plugin's calls went: durations and failures by kind.
 //! - [`cursor_writer`]: group commit of the lane's cursor writes, so acknowledgements are made
 //!   durable in batches.
+//! - [`read_back`]: the lane's reads of events waiting only in the inbox, gathered into
+//!   batches.
 //! - [`store_writes`]: whether the lanes' writes reach the store (readiness).
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
@@ -40,6 +42,7 @@ pub mod handler;
 pub mod lane;
 pub mod mode;
 pub mod queue;
+pub mod read_back;
 pub mod recent;
 pub mod settings;
 pub mod store_writes;

@@ -48,26 +48,25 @@ enum Held {
     Here { event: Box<JobEvent>, charge: u64 },
     /// Out with the job's worker for its call (the head only): the worker owns the event it
     /// delivers, so no copy is made, and gives it back with [`Queues::release`] when the call
-    /// is cut short. `charge` is still held; `spilled` names an event the worker read back
-    /// from the inbox (nothing charged), which goes back to waiting there if given back.
-    Out {
-        charge: u64,
-        spilled: Option<Box<str>>,
-    },
-    /// Waiting only in the inbox (the budget had no room when it was queued): its id, to read
-    /// it back when its turn comes.
-    Spilled { id: Box<str> },
+    /// is cut short. `charge` is still held; `spilled`: the worker read the event back from
+    /// the inbox (nothing charged), and it goes back to waiting there if given back.
+    Out { charge: u64, spilled: bool },
+    /// Waiting only in the inbox (the budget had no room when it was queued), to be read back
+    /// when its turn comes. Its id is not kept: it is the job's cluster and uid and the item's
+    /// resource version ([`JobEvent::make_id`]), and a lane far behind holds a million of
+    /// these.
+    Spilled,
 }
 
-impl Held {
-    /// The id of the event, when it is known without the worker.
-    fn id(&self) -> Option<&str> {
-        match self {
-            Held::Here { event, .. } => Some(&event.id),
-            Held::Spilled { id } => Some(id),
-            Held::Out { .. } => None,
-        }
-    }
+/// Whether `event`'s id is the one [`JobEvent::make_id`] gives its job and version, so that
+/// it can be queued as its place alone and its id made again to read it back. Every event the
+/// watch or catch-up makes is; one that is not is kept whole whatever the budget.
+fn id_is_derived(event: &JobEvent) -> bool {
+    let rest = event.id.strip_prefix(event.cluster.as_str());
+    let rest = rest.and_then(|r| r.strip_prefix('/'));
+    let rest = rest.and_then(|r| r.strip_prefix(event.uid.as_str()));
+    let rest = rest.and_then(|r| r.strip_prefix('/'));
+    rest == Some(event.resource_version.as_str())
 }
 
 /// A job's queued events: no allocation at all while the job is idle, which nearly every
@@ -290,7 +289,7 @@ pub enum Next {
     /// The head waits only in the inbox: read it back by this id, hand it to
     /// [`Queues::fetched`], then call the plugin with it as with [`Next::Call`]. Its place is
     /// held as for a call meanwhile.
-    Fetch { id: Box<str> },
+    Fetch { id: String },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
     /// The job is no longer known (its cluster was let go): the worker ends.
@@ -388,13 +387,22 @@ impl Ledger {
                 event: Box::new(event),
                 charge,
             }
-        } else {
+        } else if id_is_derived(&event) {
             self.spill(1);
-            let id = event.id.as_str().into();
             if taking {
                 taken.push((event, charge));
             }
-            Held::Spilled { id }
+            Held::Spilled
+        } else {
+            self.budget.keep(charge);
+            self.held += charge;
+            if taking {
+                taken.push((event.clone(), charge));
+            }
+            Held::Here {
+                event: Box::new(event),
+                charge,
+            }
         }
     }
 
@@ -432,7 +440,7 @@ impl Ledger {
         }
         match &item.held {
             Held::Here { charge, .. } | Held::Out { charge, .. } => self.release(*charge),
-            Held::Spilled { .. } => self.unspill(),
+            Held::Spilled => self.unspill(),
         }
     }
 }
@@ -579,8 +587,14 @@ impl Queues {
                     job.queue.retain(|i| {
                         let keep = std::mem::take(&mut head) || i.replay;
                         if !keep {
-                            if let Some(id) = i.held.id() {
-                                replaced.push(id.to_string());
+                            match &i.held {
+                                Held::Here { event, .. } => replaced.push(event.id.clone()),
+                                Held::Spilled => replaced.push(JobEvent::make_id(
+                                    &event.cluster,
+                                    &event.uid,
+                                    &i.resource_version,
+                                )),
+                                Held::Out { .. } => {}
                             }
                             ledger.gone(i);
                             offered.skipped += 1;
@@ -689,9 +703,9 @@ impl Queues {
         match job.queue.front_mut() {
             Some(item) if !closed => {
                 let out = |charge, spilled| Held::Out { charge, spilled };
-                match std::mem::replace(&mut item.held, out(0, None)) {
+                match std::mem::replace(&mut item.held, out(0, false)) {
                     Held::Here { mut event, charge } => {
-                        item.held = out(charge, None);
+                        item.held = out(charge, false);
                         job.in_flight = true;
                         if !item.replay {
                             event.previous_phase = job.delivered_phase;
@@ -701,11 +715,13 @@ impl Queues {
                             replay: item.replay,
                         }
                     }
-                    Held::Spilled { id } => {
-                        item.held = out(0, Some(id.clone()));
+                    Held::Spilled => {
+                        item.held = out(0, true);
                         job.in_flight = true;
                         self.ledger.unspill();
-                        Next::Fetch { id }
+                        Next::Fetch {
+                            id: JobEvent::make_id(&key.cluster, &key.uid, &item.resource_version),
+                        }
                     }
                     // The head is out only between this and its `pop_head` or `release`, and
                     // only the job's one worker asks: an event out cannot be seen here. Were
@@ -756,15 +772,8 @@ impl Queues {
             return;
         };
         match (&mut head.held, event) {
-            (
-                Held::Out {
-                    spilled: Some(id), ..
-                },
-                _,
-            ) => {
-                head.held = Held::Spilled {
-                    id: std::mem::take(id),
-                };
+            (Held::Out { spilled: true, .. }, _) => {
+                head.held = Held::Spilled;
                 self.ledger.spill(1);
             }
             (Held::Out { charge, .. }, Some(event)) => {

@@ -651,6 +651,14 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             vec![(Labels::new(), gauge(memory.limit_bytes))],
         )?;
+        family(
+            e,
+            "jobrelay_event_memory_unstored_bytes",
+            "Bytes of accepted job events on their way to the inbox, not stored yet: what lives \
+             only in memory (at most the write-ahead, event_memory_mb / 16 within 256 KiB..4 MiB)",
+            MetricType::Gauge,
+            vec![(Labels::new(), gauge(memory.unstored_bytes))],
+        )?;
         let ready = vec![(Labels::new(), ConstGauge::new(i64::from(status.ready)))];
         family(
             e,

@@ -71,6 +71,11 @@ pub struct EventMemory {
     /// Bytes of events the lanes keep whole, and of copies not yet stored in the inbox.
     pub held_bytes: u64,
     pub limit_bytes: u64,
+    /// Of `held_bytes`, the copies on their way to the inbox: accepted events that live only
+    /// in memory until stored, what a kill now would take with it.
+    pub unstored_bytes: u64,
+    /// The most `unstored_bytes` before the watch waits for the inbox's writers.
+    pub write_ahead_bytes: u64,
     /// Events that wait only in the inbox, all plugins.
     pub spilled_events: u64,
 }
@@ -129,6 +134,8 @@ impl StatusSources {
                 EventMemory {
                     held_bytes: budget.held(),
                     limit_bytes: budget.limit(),
+                    unstored_bytes: budget.unstored(),
+                    write_ahead_bytes: budget.write_ahead(),
                     spilled_events: budget.spilled(),
                 }
             },

@@ -92,6 +92,10 @@ pub struct Inbox {
 /// a page at a time, and what the memory budget has no room for is let go again at once.
 pub const INBOX_PAGE: u32 = 1_000;
 
+/// The most events read back by id in one query: a lane gathers the read-backs its workers
+/// ask for at once into batches of up to this many (a power of two).
+pub const READ_BACK_BATCH: usize = 256;
+
 /// One event of the inbox, read back by id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored {

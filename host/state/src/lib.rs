@@ -35,7 +35,8 @@ pub use self::cursor::Cursor;
 pub use self::dead_letter::{DeadLetter, Selection};
 pub use self::error::{Location, StoreError};
 pub use self::inbox::{
-    Damaged, INBOX_PAGE, Inbox, SWEEP_AFTER_SECONDS, Settled, Stored, Taken, WriteBatch,
+    Damaged, INBOX_PAGE, Inbox, READ_BACK_BATCH, SWEEP_AFTER_SECONDS, Settled, Stored, Taken,
+    WriteBatch,
 };
 pub use self::mysql::{
     DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlDialect, MySqlStore, check_table_prefix,

@@ -2,7 +2,7 @@
 //! [`DeliveryStore`] and [`PluginKv`] promises. The backends ([`sqlite`](super::sqlite),
 //! [`mysql`](super::mysql)) only connect, create their schema and say how their SQL differs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,7 +12,7 @@ use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::dialect::{Dialect, Kind, Statement, Value, placeholders};
 use super::error::{Location, StoreError};
-use super::inbox::{Damaged, Inbox, SWEEP_AFTER_SECONDS, Stored, WriteBatch};
+use super::inbox::{Damaged, Inbox, READ_BACK_BATCH, SWEEP_AFTER_SECONDS, Stored, WriteBatch};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
 use super::sqlite_cursors::CursorThread;
 use super::store::{DeliveryStore, PluginKv};
@@ -111,8 +111,9 @@ pub(super) struct InboxStatements {
     pub(super) load: std::sync::Arc<str>,
     /// A plugin's marks whose event is missing: plugin → event id.
     pub(super) missing: std::sync::Arc<str>,
-    /// One event's JSON: event id.
-    pub(super) event: std::sync::Arc<str>,
+    /// Events by id, `2^k` ids for entry `k` (the last id repeated to fill a batch): event
+    /// id → event id, JSON. A few fixed sizes keep every statement prepared.
+    pub(super) events: Vec<std::sync::Arc<str>>,
 }
 
 impl InboxStatements {
@@ -164,11 +165,16 @@ impl InboxStatements {
                 events = t.inbox_events,
             )
             .into(),
-            event: format!(
-                "SELECT event_json FROM {} WHERE event_id = ?",
-                t.inbox_events
-            )
-            .into(),
+            events: (0..=READ_BACK_BATCH.trailing_zeros())
+                .map(|k| {
+                    let ids = vec!["?"; 1 << k].join(", ");
+                    format!(
+                        "SELECT event_id, event_json FROM {} WHERE event_id IN ({ids})",
+                        t.inbox_events
+                    )
+                    .into()
+                })
+                .collect(),
         }
     }
 }
@@ -802,23 +808,44 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
     }
 
     async fn inbox_event(&self, event_id: &str) -> Result<Stored, StoreError> {
-        let statement = Statement::new(&self.sql.inbox.event).text(event_id);
-        let rows = self
-            .fetch(
-                statement,
-                &[Kind::Text],
-                "read an event of the inbox",
-                "inbox entry",
-            )
-            .await?;
-        let Some(Value::Text(json)) = rows.into_iter().next().and_then(|r| r.into_iter().next())
-        else {
-            return Ok(Stored::Missing);
-        };
-        Ok(match serde_json::from_str::<JobEvent>(&json) {
-            Ok(event) => Stored::Event(Box::new(event)),
-            Err(e) => Stored::Damaged(format!("its event does not decode: {e}")),
-        })
+        let mut found = self.inbox_events(&[event_id]).await?;
+        Ok(found.pop().unwrap_or(Stored::Missing))
+    }
+
+    async fn inbox_events(&self, ids: &[&str]) -> Result<Vec<Stored>, StoreError> {
+        let mut stored = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(READ_BACK_BATCH) {
+            // The smallest prepared size that holds the chunk; the last id fills the rest.
+            let k = chunk.len().next_power_of_two().trailing_zeros() as usize;
+            let mut statement = Statement::new(&self.sql.inbox.events[k]);
+            for i in 0..1usize << k {
+                statement = statement.text(chunk[i.min(chunk.len() - 1)]);
+            }
+            let rows = self
+                .fetch(
+                    statement,
+                    &[Kind::Text, Kind::Text],
+                    "read events of the inbox",
+                    "inbox entry",
+                )
+                .await?;
+            let mut json: HashMap<String, String> = HashMap::with_capacity(rows.len());
+            for row in rows {
+                if let [Value::Text(id), Value::Text(text)] = <[Value; 2]>::try_from(row)
+                    .map_err(|_| self.corrupt("inbox entry", "a row of the wrong shape"))?
+                {
+                    json.insert(id, text);
+                }
+            }
+            stored.extend(chunk.iter().map(|id| match json.get(*id) {
+                None => Stored::Missing,
+                Some(text) => match serde_json::from_str::<JobEvent>(text) {
+                    Ok(event) => Stored::Event(Box::new(event)),
+                    Err(e) => Stored::Damaged(format!("its event does not decode: {e}")),
+                },
+            }));
+        }
+        Ok(stored)
     }
 
     async fn remove_cursor(

@@ -102,6 +102,17 @@ pub trait DeliveryStore: Send + Sync {
     /// it back when its turn comes.
     async fn inbox_event(&self, event_id: &str) -> Result<Stored, StoreError>;
 
+    /// Several events of the inbox by id, answered in the order asked (an id may repeat):
+    /// a lane's read-backs gathered into few queries instead of one each. One at a time
+    /// unless the store knows better.
+    async fn inbox_events(&self, ids: &[&str]) -> Result<Vec<Stored>, StoreError> {
+        let mut stored = Vec::with_capacity(ids.len());
+        for id in ids {
+            stored.push(self.inbox_event(id).await?);
+        }
+        Ok(stored)
+    }
+
     /// Several upserts in one transaction: all are stored or none. Batching acks this way
     /// costs one disk sync instead of one per event. The batch is handed over, so a store that
     /// writes on a thread of its own takes it without a copy.

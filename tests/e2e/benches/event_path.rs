@@ -678,25 +678,54 @@ async fn backlog(options: &Options) {
     let unlimited = "wasm: noop.wasm\ndelivery: every-version\n";
     let killed = Instant::now();
     daemon.kill_and_restart("noop", unlimited).await;
-    daemon
-        .wait("ready and synced again", Duration::from_secs(3600), |s| {
-            s["ready"] == true && s["clusters"]["alpha"]["state"] == "synced"
-        })
-        .await;
-    let ready = killed.elapsed();
-    let status = daemon
-        .wait("caught up", Duration::from_secs(7200), |s| {
-            lane(s, "jobs") >= jobs as u64 && lane(s, "pending") == 0
-        })
-        .await;
+    // The restart's course, a line every 10 s: when it is ready against how far the backlog is.
+    let (mut ready, mut printed) = (None, Duration::ZERO);
+    let status = loop {
+        let Some(status) = daemon.status().await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let now = killed.elapsed();
+        if ready.is_none()
+            && status["ready"] == true
+            && status["clusters"]["alpha"]["state"] == "synced"
+        {
+            ready = Some(now);
+        }
+        if now >= printed + Duration::from_secs(5) {
+            printed = now;
+            println!(
+                "  {:>5.1} s: cluster {}, ready {}, {} jobs, {} waiting ({} only in the inbox), \
+                 {} delivered, {} read back, {:.1} MiB of events held, RSS {:.1} MiB",
+                now.as_secs_f64(),
+                status["clusters"]["alpha"]["state"],
+                status["ready"],
+                lane(&status, "jobs"),
+                lane(&status, "pending"),
+                lane(&status, "spilled"),
+                lane(&status, "delivered"),
+                lane(&status, "read_back"),
+                mib(status["event_memory"]["held_bytes"].as_u64().unwrap_or(0)),
+                mib(rss_bytes(daemon.pid)),
+            );
+        }
+        if ready.is_some() && lane(&status, "jobs") >= jobs as u64 && lane(&status, "pending") == 0
+        {
+            break status;
+        }
+        assert!(now < Duration::from_secs(7200), "not caught up within 2 h");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let ready = ready.unwrap_or_default();
     let caught_up = killed.elapsed();
     println!(
         "restart SIGKILLed with {pending} events undelivered, {jobs} jobs tracked: ready and \
-         synced in {:.1} s, backlog delivered in {:.1} s ({} delivered by the new process); \
-         RSS now {:.1} MiB, peak {:.1} MiB",
+         synced in {:.1} s, backlog delivered in {:.1} s ({} delivered by the new process, {} \
+         of them read back from the inbox); RSS now {:.1} MiB, peak {:.1} MiB",
         ready.as_secs_f64(),
         caught_up.as_secs_f64(),
         lane(&status, "delivered"),
+        lane(&status, "read_back"),
         mib(rss_bytes(daemon.pid)),
         mib(status_bytes(daemon.pid, "VmHWM")),
     );

@@ -120,7 +120,7 @@ async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
         if inner.stops(&key.cluster) {
             return ReadBack::Stopped;
         }
-        match inner.store.inbox_event(id).await {
+        match inner.read_backs.read(id).await {
             Ok(Stored::Event(event)) => return ReadBack::Event(event),
             Ok(Stored::Damaged(reason)) => return ReadBack::Refused(reason),
             Ok(Stored::Missing) if all_stored => {

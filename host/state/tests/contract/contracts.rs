@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jobrelay_contract::event::Phase;
-use jobrelay_state::{Cursor, Settled, StoreError, Stored, Taken, WriteBatch, open_store};
+use jobrelay_state::{
+    Cursor, READ_BACK_BATCH, Settled, StoreError, Stored, Taken, WriteBatch, open_store,
+};
 
 use crate::support::{Backend, cursor, event, on_both_backends};
 
@@ -29,7 +31,7 @@ on_both_backends! {
     the_inbox_keeps_each_event_once_per_plugin_in_order => contract_inbox_order("inbox");
     a_batch_settles_marks_with_its_cursors_or_not_at_all => contract_inbox_atomic("inboxtx");
     damaged_inbox_rows_are_named_and_the_rest_flow => contract_inbox_damaged("inboxbad");
-    the_inbox_reads_in_pages_and_one_event_by_id => contract_inbox_pages("inboxpage");
+    the_inbox_reads_in_pages_and_by_id_one_or_many => contract_inbox_pages("inboxpage");
     cursors_read_in_pages_give_each_once_in_key_order => contract_cursor_pages("cursorpage");
     a_plugins_inbox_keeps_the_order_it_took_events_in => contract_inbox_mark_order("inboxorder");
     a_version_4_inbox_keeps_its_order_through_the_migration => contract_inbox_v4("inboxv4");
@@ -1106,6 +1108,28 @@ async fn contract_inbox_pages(b: &Backend) {
         ),
         "a damaged row is refused with why"
     );
+
+    // Many at once: more than one query's worth, an id asked twice, missing and damaged
+    // ones among them; each answered in the order asked.
+    let mut asked: Vec<String> = Vec::new();
+    for i in 0..READ_BACK_BATCH + 45 {
+        asked.push(match i % 9 {
+            0 => format!("c/nobody/{i}"),
+            _ => events[i % events.len()].id.clone(),
+        });
+    }
+    let refs: Vec<&str> = asked.iter().map(String::as_str).collect();
+    let answers = store.inbox_events(&refs).await.expect("read back many");
+    assert_eq!(answers.len(), asked.len(), "an answer per id asked");
+    for (id, answer) in asked.iter().zip(&answers) {
+        let expected = events.iter().find(|e| &e.id == id);
+        match (expected, answer) {
+            (None, Stored::Missing) => {}
+            (Some(e), Stored::Damaged(_)) if e.id == events[5].id => {}
+            (Some(e), Stored::Event(got)) if **got == *e => {}
+            _ => panic!("{id} was answered {answer:?}"),
+        }
+    }
     store.close().await;
 }
 
