@@ -369,9 +369,7 @@ impl Run {
             self.inbox_cap
         );
         let items = || self.q.each().flat_map(|(_, j)| j.queue.iter());
-        let spilled = items()
-            .filter(|i| matches!(i.held, Held::Spilled))
-            .count() as u64;
+        let spilled = items().filter(|i| matches!(i.held, Held::Spilled)).count() as u64;
         prop_assert_eq!(
             self.q.spilled(),
             spilled,

@@ -137,13 +137,17 @@ pub(crate) fn list(store: &StoreInner, gvr: &Gvr, query: &ListQuery) -> Result<L
 }
 
 /// The matching objects of `objects` (in key order) up to the query's limit, the key of the
-/// last one when the limit cut the page, and how many matching objects are left after it.
+/// last one when the limit cut the page, and how many matching objects are left after it —
+/// counted only without selectors (the only case the count is reported); with them, 1 if any
+/// is left, so a page never matches the rest of the resource.
 #[allow(clippy::type_complexity)]
 fn page<'a>(
     objects: impl Iterator<Item = ((&'a str, &'a str), &'a Arc<Value>)>,
     query: &ListQuery,
 ) -> (Vec<Arc<Value>>, Option<(String, String)>, usize) {
-    let mut matching = objects.filter(|(_, o)| query.labels.matches(o) && query.fields.matches(o));
+    let selecting = !(query.labels.is_empty() && query.fields.is_empty());
+    let mut matching =
+        objects.filter(|(_, o)| !selecting || (query.labels.matches(o) && query.fields.matches(o)));
     let mut items = Vec::new();
     let mut last_key = None;
     let limit = query.limit.filter(|l| *l > 0);
@@ -154,7 +158,12 @@ fn page<'a>(
             break;
         }
     }
-    (items, last_key, matching.count())
+    let rest = if selecting {
+        usize::from(matching.next().is_some())
+    } else {
+        matching.count()
+    };
+    (items, last_key, rest)
 }
 
 #[cfg(test)]
