@@ -125,6 +125,14 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// The current time in Unix seconds by the database's clock.
     const NOW: &'static str;
 
+    /// Written after a table name in `FROM`: read the table by its primary key (for the
+    /// inbox's marks, `seq`), in order, and no secondary index. A page of a plugin's marks
+    /// (`plugin = ? AND seq > ? ORDER BY seq LIMIT ?`) must be a range of the key that stops
+    /// after the page: the planners preferred the `(plugin, event_id)` key, which reads every
+    /// mark of the plugin and sorts them for each page — a million-event inbox read back a
+    /// thousand at a time took hours.
+    const BY_PRIMARY_KEY: &'static str;
+
     /// `INSERT INTO table (columns) VALUES row, row, …` (`rows` times `row`) that, where a row's
     /// `key` exists, sets every other column to the new row's value instead. A key repeated
     /// within the statement ends with its last row.

@@ -309,6 +309,7 @@ impl Dialect for MySqlDialect {
     const LOCK_ROWS: &'static str = " FOR UPDATE";
     /// The server's clock, so that replicas whose clocks differ agree on what expired.
     const NOW: &'static str = "UNIX_TIMESTAMP()";
+    const BY_PRIMARY_KEY: &'static str = "FORCE INDEX (PRIMARY)";
 
     fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String {
         let values = vec![row; rows].join(", ");

@@ -152,10 +152,12 @@ impl InboxStatements {
             )
             .into(),
             load: format!(
-                "SELECT m.seq, m.event_id, e.event_json FROM {} m JOIN {} e \
+                "SELECT m.seq, m.event_id, e.event_json FROM {} m {} JOIN {} e \
                  ON e.event_id = m.event_id WHERE m.plugin = ? AND m.seq > ? \
                  ORDER BY m.seq LIMIT ?",
-                t.inbox_marks, t.inbox_events
+                t.inbox_marks,
+                D::BY_PRIMARY_KEY,
+                t.inbox_events
             )
             .into(),
             missing: format!(

@@ -207,6 +207,8 @@ impl Dialect for SqliteDialect {
     /// `BEGIN IMMEDIATE` holds the file's write lock: no other writer until the end.
     const LOCK_ROWS: &'static str = "";
     const NOW: &'static str = "unixepoch()";
+    /// The rowid (`seq`) is still used; no index is.
+    const BY_PRIMARY_KEY: &'static str = "NOT INDEXED";
 
     fn upsert(table: &str, columns: &str, key: &[&str], row: &str, rows: usize) -> String {
         let values = vec![row; rows].join(", ");
