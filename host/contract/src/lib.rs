@@ -10,3 +10,4 @@ pub mod secret;
 pub mod text;
 pub mod transition_key;
 pub mod uid;
+pub mod uid_map;

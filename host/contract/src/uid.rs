@@ -29,6 +29,19 @@ impl Uid {
     }
 }
 
+impl Uid {
+    /// A number from the uid's own bits, for [`UidMap`](crate::uid_map::UidMap) to pick a
+    /// table: a UUID's last byte is random; any other text is hashed.
+    pub(crate) fn spread(&self) -> usize {
+        match &self.0 {
+            Repr::Uuid(bytes) => usize::from(bytes[15]),
+            Repr::Text(text) => text.bytes().fold(0usize, |h, b| {
+                h.wrapping_mul(31).wrapping_add(usize::from(b))
+            }),
+        }
+    }
+}
+
 impl From<&str> for Uid {
     fn from(text: &str) -> Uid {
         Uid::new(text)

@@ -26,6 +26,7 @@ use super::mode::{Accepted, Decision, DeliveryMode, is_end};
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
 use jobrelay_contract::uid::Uid;
+use jobrelay_contract::uid_map::UidMap;
 use jobrelay_state::Cursor;
 use jobrelay_watch::tracker::Listed;
 
@@ -353,7 +354,7 @@ pub const MAX_WORKERS: usize = 1_024;
 /// Room the ready queue keeps once it is empty.
 const READY_ROOM_KEPT: usize = 1_024;
 
-type Jobs = HashMap<Uid, JobState>;
+type Jobs = UidMap<JobState>;
 
 /// What the queued items hold, counted as items come and go: the events pending, the bytes
 /// they charge to the process-wide budget, and how many wait only in the inbox. Given back to
@@ -486,14 +487,14 @@ impl Queues {
 
     /// Jobs known.
     pub fn jobs(&self) -> usize {
-        self.clusters.values().map(HashMap::len).sum()
+        self.clusters.values().map(UidMap::len).sum()
     }
 
     /// When the oldest event still waiting (or in flight) was queued.
     pub fn oldest(&self) -> Option<Instant> {
         self.clusters
             .values()
-            .flat_map(HashMap::values)
+            .flat_map(UidMap::values)
             .filter_map(|job| job.queue.front().map(|item| item.queued_at))
             .min()
     }

@@ -15,7 +15,7 @@
 //! The task that drives it (the stream, its retries, finalizer adders and health) is
 //! [`crate::watcher`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use compact_str::CompactString;
@@ -31,6 +31,7 @@ use super::object::JobObject;
 use super::transition_key::Stay;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::uid::Uid;
+use jobrelay_contract::uid_map::UidMap;
 
 /// What a stream tells the lanes.
 // Versions are the common case and move through a channel once; boxing them would add an
@@ -76,7 +77,7 @@ pub struct Tracker {
     namespace: Option<String>,
     /// One record per tracked job (a canonical uid in 16 bytes; the version and the stay's
     /// time inline up to 24 bytes each): no allocation of its own in the common case.
-    jobs: HashMap<Uid, Seen>,
+    jobs: UidMap<Seen>,
     /// Uids listed since the last `Init`; `None` outside a (re-)list.
     listing: Option<HashSet<Uid>>,
 }
@@ -94,7 +95,7 @@ impl Tracker {
             cluster,
             kind,
             namespace,
-            jobs: HashMap::new(),
+            jobs: UidMap::default(),
             listing: None,
         }
     }
