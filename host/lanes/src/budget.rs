@@ -127,11 +127,7 @@ impl MemoryBudget {
 
     /// Gives back `bytes` of an event that was kept whole.
     pub fn release_kept(&self, bytes: u64) {
-        let _ = self
-            .kept
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |kept| {
-                Some(kept.saturating_sub(bytes))
-            });
+        lower(&self.kept, bytes);
         self.release(bytes);
     }
 
@@ -151,11 +147,7 @@ impl MemoryBudget {
 
     /// Gives back `bytes` of a copy held with [`hold`](MemoryBudget::hold): stored, or let go.
     pub fn stored(&self, bytes: u64) {
-        let _ = self
-            .unstored
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |unstored| {
-                Some(unstored.saturating_sub(bytes))
-            });
+        lower(&self.unstored, bytes);
         self.release(bytes);
     }
 
@@ -183,11 +175,7 @@ impl MemoryBudget {
         if bytes == 0 {
             return;
         }
-        let _ = self
-            .held
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
-                Some(held.saturating_sub(bytes))
-            });
+        lower(&self.held, bytes);
         if self.has_room() {
             self.room.notify_waiters();
         }
@@ -198,11 +186,7 @@ impl MemoryBudget {
         if more {
             self.spilled.fetch_add(n, Ordering::SeqCst);
         } else {
-            let _ = self
-                .spilled
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-                    Some(s.saturating_sub(n))
-                });
+            lower(&self.spilled, n);
         }
     }
 
@@ -220,6 +204,13 @@ impl MemoryBudget {
             notified.await;
         }
     }
+}
+
+/// Lowers `counter` by `by`, never below zero.
+fn lower(counter: &AtomicU64, by: u64) {
+    let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+        Some(n.saturating_sub(by))
+    });
 }
 
 /// What holding `event` in memory costs, estimated: its heap parts and the struct itself.

@@ -379,31 +379,25 @@ impl Ledger {
     fn keep(&mut self, event: JobEvent, taking: bool, taken: &mut Vec<(JobEvent, u64)>) -> Held {
         self.pending += 1;
         let charge = charge_of(&event);
-        if self.budget.try_hold(charge) {
-            self.held += charge;
-            if taking {
-                taken.push((event.clone(), charge));
-            }
-            Held::Here {
-                event: Box::new(event),
-                charge,
-            }
-        } else if id_is_derived(&event) {
+        let room = self.budget.try_hold(charge);
+        if !room && id_is_derived(&event) {
             self.spill(1);
             if taking {
                 taken.push((event, charge));
             }
-            Held::Spilled
-        } else {
+            return Held::Spilled;
+        }
+        if !room {
+            // Its id could not be made again to read it back: kept whatever the budget.
             self.budget.keep(charge);
-            self.held += charge;
-            if taking {
-                taken.push((event.clone(), charge));
-            }
-            Held::Here {
-                event: Box::new(event),
-                charge,
-            }
+        }
+        self.held += charge;
+        if taking {
+            taken.push((event.clone(), charge));
+        }
+        Held::Here {
+            event: Box::new(event),
+            charge,
         }
     }
 
