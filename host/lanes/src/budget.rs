@@ -9,9 +9,8 @@
 //!   in its job's queue, ready for its call.
 //! - Past that, a version is queued as its place alone (its version; the id is made again
 //!   from it): the event waits only in the inbox, and the job's worker reads it back when its
-//!   turn comes. A lane far behind
-//!   thus holds a couple of hundred bytes per waiting event, whatever the backlog; order is
-//!   kept, since the place is in the queue like any other.
+//!   turn comes. A lane far behind thus holds a couple of hundred bytes per waiting event,
+//!   whatever the backlog; order is kept, since the place is in the queue like any other.
 //! - The copies on their way to the inbox cannot be dropped before they are stored. While they
 //!   pass [`MemoryBudget::write_ahead`] — a sixteenth of the limit, between 256 KiB and 4 MiB
 //!   — or push the total past the limit, the dispatcher takes no new observation
