@@ -25,12 +25,10 @@
 //!
 //! The writer also takes the lane's queued events into the store's inbox (see
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
-//! that settles it, and not at all when that save arrives before the take is due
-//! (`TAKE_DELAY` after it came, at once for a flush or when the takes waiting pass half the
-//! budget's write-ahead). A take is charged to the process-wide [`MemoryBudget`] until it is
-//! stored (or cancelled), and one whose batch failed is kept and written again: a lane may
-//! have queued the event as its place alone, so the writer's copy is the only one until the
-//! store has it.
+//! that settles it, and not at all when that save arrives in the same round. A take is
+//! charged to the process-wide [`MemoryBudget`] until it is stored (or cancelled), and one
+//! whose batch failed is kept and written with the next: a lane may have queued the event as
+//! its place alone, so the writer's copy is the only one until the store has it.
 //!
 //! This is the only batching of a cursor write. The SQLite store's thread
 //! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
@@ -41,7 +39,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
 use crate::budget::MemoryBudget;
 use jobrelay_contract::event::JobEvent;
@@ -74,14 +71,8 @@ const LINGER_BELOW: usize = 8;
 /// How long a small batch waits for company.
 const LINGER: Duration = Duration::from_micros(500);
 
-/// How long a take waits before it is written, unless a flush asks for it or the takes waiting
-/// pass half the budget's write-ahead: a lane that keeps up settles most events within this,
-/// and a take settled before it is written is never written at all — its row, its mark and
-/// the mark's removal saved. What a kill can take along stays bounded by the write-ahead.
-const TAKE_DELAY: Duration = Duration::from_millis(20);
-
-/// How soon takes kept from a failed batch are written again, doubling up to [`RETRY_MOST`]
-/// while the store keeps refusing them.
+/// How soon takes kept from a failed batch are written again when nothing else comes, doubling
+/// up to [`RETRY_MOST`] while the store keeps refusing them.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MOST: Duration = Duration::from_secs(30);
 
@@ -198,40 +189,20 @@ impl CursorWriter {
     }
 }
 
-/// The events taken and not written yet, by id, each with when it is due to be written. A
-/// take settled before that (the lane kept up) is never written, nor is its mark: only a
-/// lagging lane's events reach the inbox, and only they are encoded.
+/// The events taken in one round, by id. A take settled in the same round (the lane kept up)
+/// is never written, nor is its mark: only a lagging lane's events reach the inbox, and only
+/// they are encoded.
 #[derive(Default)]
 struct RoundTakes {
-    /// With the bytes each charges to the budget, and when it is due.
-    events: Vec<Option<(JobEvent, u64, Instant)>>,
+    /// With the bytes each charges to the budget.
+    events: Vec<Option<(JobEvent, u64)>>,
     at: HashMap<String, usize>,
 }
 
 impl RoundTakes {
-    fn take(&mut self, event: JobEvent, charge: u64, due: Instant) {
+    fn take(&mut self, event: JobEvent, charge: u64) {
         self.at.insert(event.id.clone(), self.events.len());
-        self.events.push(Some((event, charge, due)));
-    }
-
-    /// When the first take is due, if any waits.
-    fn next_due(&self) -> Option<Instant> {
-        self.events.iter().flatten().map(|(_, _, due)| *due).min()
-    }
-
-    /// The takes due by `now` (all of them with `all`), in order; the others stay.
-    fn due(&mut self, now: Instant, all: bool) -> Vec<(JobEvent, u64)> {
-        let mut due = Vec::new();
-        let waiting: Vec<_> = self.events.drain(..).flatten().collect();
-        self.at.clear();
-        for (event, charge, at) in waiting {
-            if all || at <= now {
-                due.push((event, charge));
-            } else {
-                self.take(event, charge, at);
-            }
-        }
-        due
+        self.events.push(Some((event, charge)));
     }
 
     /// The mark of `event_id` goes: cancelled if it was taken this round (its charge given
@@ -246,7 +217,7 @@ impl RoundTakes {
         let Some(event_id) = event_id else { return };
         match self.at.remove(&event_id) {
             Some(i) => {
-                if let Some((_, charge, _)) = self.events[i].take() {
+                if let Some((_, charge)) = self.events[i].take() {
                     budget.stored(charge);
                 }
             }
@@ -264,10 +235,7 @@ impl RoundTakes {
     /// The takes left standing, in order; empty afterwards.
     fn drain(&mut self) -> impl Iterator<Item = (JobEvent, u64)> + '_ {
         self.at.clear();
-        self.events
-            .drain(..)
-            .flatten()
-            .map(|(event, charge, _)| (event, charge))
+        self.events.drain(..).flatten()
     }
 }
 
@@ -291,15 +259,18 @@ async fn write_batches(
     let mut swept = tokio::time::Instant::now();
     let mut retry = RETRY_FIRST;
     loop {
-        // Takes are written when due even if nothing else comes: they may be the only copy
-        // of a spilled event, and until they are stored a kill loses them.
-        let received = match takes.next_due() {
-            None => pending.recv_many(&mut requests, MAX_BATCH).await,
-            Some(due) => {
-                let receive = pending.recv_many(&mut requests, MAX_BATCH);
-                tokio::time::timeout_at(due, receive)
-                    .await
-                    .unwrap_or(usize::MAX) // a round of the takes due alone
+        // Takes kept from a failed batch are written again after a while even if nothing
+        // else comes: they may be the only copy of a spilled event, and until they are stored
+        // a kill loses them.
+        let received = if takes.is_empty() {
+            pending.recv_many(&mut requests, MAX_BATCH).await
+        } else {
+            match tokio::time::timeout(retry, pending.recv_many(&mut requests, MAX_BATCH)).await {
+                Ok(received) => received,
+                Err(_) => {
+                    retry = (retry * 2).min(RETRY_MOST);
+                    usize::MAX // a round of the kept takes alone
+                }
             }
         };
         if received == 0 {
@@ -320,9 +291,7 @@ async fn write_batches(
         let mut batch = WriteBatch::default();
         for request in requests.drain(..) {
             match request {
-                Pending::Take(event, charge) => {
-                    takes.take(event, charge, Instant::now() + TAKE_DELAY)
-                }
+                Pending::Take(event, charge) => takes.take(event, charge),
                 Pending::Save(cursor, settles, done) => {
                     batch.saved.push(cursor);
                     takes.settle(&mut batch, &plugin, settles, &budget);
@@ -346,8 +315,7 @@ async fn write_batches(
         }
         // Kept until the batch is stored: a take whose batch fails is written with the next.
         let mut writing = Vec::new();
-        let all = !flushes.is_empty() || budget.unstored() > budget.write_ahead() / 2;
-        for (event, charge) in takes.due(Instant::now(), all) {
+        for (event, charge) in takes.drain() {
             match Taken::of(&plugin, &event) {
                 Ok(taken) => {
                     batch.taken.push(taken);
@@ -381,10 +349,8 @@ async fn write_batches(
                             "cannot write taken events and newly seen jobs; the events are \
                              written with the next batch");
                     }
-                    let again = Instant::now() + retry;
-                    retry = (retry * 2).min(RETRY_MOST);
                     for (event, charge) in writing {
-                        takes.take(event, charge, again);
+                        takes.take(event, charge);
                     }
                 }
             }
@@ -743,82 +709,36 @@ mod tests {
     }
 
     /// A take is charged to the budget until stored. One whose batch failed is not dropped
-    /// (the lane may hold it only as its place): it is written again, and its charge is given
-    /// back once it is stored.
+    /// (the lane may hold it only as its place): it is written with the next batch, and its
+    /// charge is given back once it is stored.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_take_whose_batch_failed_is_written_with_the_next() {
         let store = Arc::new(Recording::default());
-        store
-            .fail_all
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        store.gate.add_permits(10);
+        store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
         let budget = MemoryBudget::new(1 << 20);
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
         writer.take(event("u", "7"), 1_000);
         assert!(budget.held() > 0, "a take is charged");
-        let takes = |store: &Recording| {
-            store
-                .batches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .filter(|b| b.iter().any(|e| e == "take c/u/7"))
-                .count()
-        };
-        let started = std::time::Instant::now();
-        while takes(&store) == 0 {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "the take is never written"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        writer
+            .save(cursor("v"), None)
+            .await
+            .expect_err("the store fails");
         assert!(budget.held() > 0, "a take not stored keeps its charge");
-        store
-            .fail_all
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        // This store fails only batches with saves: the flush's own round stores the take.
         assert!(writer.flush().await, "every take is stored");
         assert_eq!(budget.held(), 0, "a stored take gives its charge back");
-        assert_eq!(
-            takes(&store),
-            2,
-            "written with the failed batch, then with the next"
-        );
-    }
-
-    /// A take waits a little before it is written: one whose event is settled meanwhile (the
-    /// plugin kept up) is never written, nor its mark; one still waiting when it is due is
-    /// written with nothing else coming.
-    #[tokio::test(start_paused = true)]
-    async fn a_take_settled_before_it_is_due_is_never_written() {
-        let store = Arc::new(Recording::default());
-        store.gate.add_permits(10);
-        let budget = MemoryBudget::new(1 << 20);
-        let writer = CursorWriter::start("p", store.clone(), budget.clone());
-        writer.take(event("u", "7"), 1_000);
-        writer.take(event("w", "8"), 1_000);
-        tokio::time::sleep(TAKE_DELAY / 4).await;
-        writer
-            .save(cursor("u"), Some("c/u/7".into()))
-            .await
-            .expect("saved");
-        tokio::time::sleep(TAKE_DELAY * 2).await;
-        let entries: Vec<String> = store
+        let takes = store
             .batches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .flatten()
-            .cloned()
-            .collect();
-        assert!(
-            !entries.iter().any(|e| e.contains("c/u/7")),
-            "the settled take or its mark was written: {entries:?}"
+            .filter(|b| b.iter().any(|e| e == "take c/u/7"))
+            .count();
+        assert_eq!(
+            takes, 2,
+            "written with the failed batch, then with the next"
         );
-        assert!(
-            entries.iter().any(|e| e == "take c/w/8"),
-            "the unsettled take was not written when due: {entries:?}"
-        );
-        assert_eq!(budget.held(), 0, "both charges given back");
     }
 
     /// Takes kept from a failed batch are written again on their own, with nothing else
