@@ -25,10 +25,12 @@
 //!
 //! The writer also takes the lane's queued events into the store's inbox (see
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
-//! that settles it, and not at all when that save arrives in the same round. A take is
-//! charged to the process-wide [`MemoryBudget`] until it is stored (or cancelled), and one
-//! whose batch failed is kept and written with the next: a lane may have queued the event as
-//! its place alone, so the writer's copy is the only one until the store has it.
+//! that settles it, and not at all when that save arrives before the take is due
+//! (`TAKE_DELAY` after it came, at once for a flush or when the takes waiting pass half the
+//! budget's write-ahead). A take is charged to the process-wide [`MemoryBudget`] until it is
+//! stored (or cancelled), and one whose batch failed is kept and written with the next round,
+//! ahead of later takes: a lane may have queued the event as its place alone, so the writer's
+//! copy is the only one until the store has it.
 //!
 //! This is the only batching of a cursor write. The SQLite store's thread
 //! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
@@ -39,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::budget::MemoryBudget;
 use jobrelay_contract::event::JobEvent;
@@ -71,8 +74,14 @@ const LINGER_BELOW: usize = 8;
 /// How long a small batch waits for company.
 const LINGER: Duration = Duration::from_micros(500);
 
-/// How soon takes kept from a failed batch are written again when nothing else comes, doubling
-/// up to [`RETRY_MOST`] while the store keeps refusing them.
+/// How long a take waits before it is written, unless a flush asks for it or the takes waiting
+/// pass half the budget's write-ahead: a lane that keeps up settles most events within this,
+/// and a take settled before it is written is never written at all — its row, its mark and
+/// the mark's removal saved. What a kill can take along stays bounded by the write-ahead.
+const TAKE_DELAY: Duration = Duration::from_millis(20);
+
+/// How soon takes kept from a failed batch are written again when nothing else comes (they go
+/// with any round before), doubling up to [`RETRY_MOST`] while the store keeps refusing them.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MOST: Duration = Duration::from_secs(30);
 
@@ -189,20 +198,53 @@ impl CursorWriter {
     }
 }
 
-/// The events taken in one round, by id. A take settled in the same round (the lane kept up)
-/// is never written, nor is its mark: only a lagging lane's events reach the inbox, and only
-/// they are encoded.
+/// The events taken and not written yet, by id, each with when it is due to be written. A
+/// take settled before that (the lane kept up) is never written, nor is its mark: only a
+/// lagging lane's events reach the inbox, and only they are encoded.
 #[derive(Default)]
 struct RoundTakes {
-    /// With the bytes each charges to the budget.
-    events: Vec<Option<(JobEvent, u64)>>,
+    /// With the bytes each charges to the budget, and when it is due.
+    events: Vec<Option<(JobEvent, u64, Instant)>>,
     at: HashMap<String, usize>,
 }
 
 impl RoundTakes {
-    fn take(&mut self, event: JobEvent, charge: u64) {
+    fn take(&mut self, event: JobEvent, charge: u64, due: Instant) {
         self.at.insert(event.id.clone(), self.events.len());
-        self.events.push(Some((event, charge)));
+        self.events.push(Some((event, charge, due)));
+    }
+
+    /// When the first take is due, if any waits.
+    fn next_due(&self) -> Option<Instant> {
+        self.events.iter().flatten().map(|(_, _, due)| *due).min()
+    }
+
+    /// The takes due by `now` (all of them with `all`), in order; the others stay.
+    fn due(&mut self, now: Instant, all: bool) -> Vec<(JobEvent, u64)> {
+        let mut due = Vec::new();
+        let waiting: Vec<_> = self.events.drain(..).flatten().collect();
+        self.at.clear();
+        for (event, charge, at) in waiting {
+            if all || at <= now {
+                due.push((event, charge));
+            } else {
+                self.take(event, charge, at);
+            }
+        }
+        due
+    }
+
+    /// Puts the takes of a failed batch back, due at once and ahead of those still waiting, so
+    /// they go with the next round in the order they came.
+    fn put_back(&mut self, failed: Vec<(JobEvent, u64)>, now: Instant) {
+        let waiting: Vec<_> = self.events.drain(..).flatten().collect();
+        self.at.clear();
+        for (event, charge) in failed {
+            self.take(event, charge, now);
+        }
+        for (event, charge, due) in waiting {
+            self.take(event, charge, due);
+        }
     }
 
     /// The mark of `event_id` goes: cancelled if it was taken this round (its charge given
@@ -217,7 +259,7 @@ impl RoundTakes {
         let Some(event_id) = event_id else { return };
         match self.at.remove(&event_id) {
             Some(i) => {
-                if let Some((_, charge)) = self.events[i].take() {
+                if let Some((_, charge, _)) = self.events[i].take() {
                     budget.stored(charge);
                 }
             }
@@ -235,7 +277,10 @@ impl RoundTakes {
     /// The takes left standing, in order; empty afterwards.
     fn drain(&mut self) -> impl Iterator<Item = (JobEvent, u64)> + '_ {
         self.at.clear();
-        self.events.drain(..).flatten()
+        self.events
+            .drain(..)
+            .flatten()
+            .map(|(event, charge, _)| (event, charge))
     }
 }
 
@@ -258,19 +303,23 @@ async fn write_batches(
     let mut takes = RoundTakes::default();
     let mut swept = tokio::time::Instant::now();
     let mut retry = RETRY_FIRST;
+    // Set while the store refuses batches: takes kept from a failed one go with any round
+    // that comes, but a round of their own waits until then.
+    let mut retry_at: Option<Instant> = None;
     loop {
-        // Takes kept from a failed batch are written again after a while even if nothing
-        // else comes: they may be the only copy of a spilled event, and until they are stored
-        // a kill loses them.
-        let received = if takes.is_empty() {
-            pending.recv_many(&mut requests, MAX_BATCH).await
-        } else {
-            match tokio::time::timeout(retry, pending.recv_many(&mut requests, MAX_BATCH)).await {
-                Ok(received) => received,
-                Err(_) => {
-                    retry = (retry * 2).min(RETRY_MOST);
-                    usize::MAX // a round of the kept takes alone
-                }
+        // Takes are written when due even if nothing else comes: they may be the only copy
+        // of a spilled event, and until they are stored a kill loses them.
+        let wake = takes.next_due().map(|due| match retry_at {
+            Some(at) => due.max(at),
+            None => due,
+        });
+        let received = match wake {
+            None => pending.recv_many(&mut requests, MAX_BATCH).await,
+            Some(wake) => {
+                let receive = pending.recv_many(&mut requests, MAX_BATCH);
+                tokio::time::timeout_at(wake, receive)
+                    .await
+                    .unwrap_or(usize::MAX) // a round of the takes due alone
             }
         };
         if received == 0 {
@@ -291,7 +340,9 @@ async fn write_batches(
         let mut batch = WriteBatch::default();
         for request in requests.drain(..) {
             match request {
-                Pending::Take(event, charge) => takes.take(event, charge),
+                Pending::Take(event, charge) => {
+                    takes.take(event, charge, Instant::now() + TAKE_DELAY)
+                }
                 Pending::Save(cursor, settles, done) => {
                     batch.saved.push(cursor);
                     takes.settle(&mut batch, &plugin, settles, &budget);
@@ -315,7 +366,8 @@ async fn write_batches(
         }
         // Kept until the batch is stored: a take whose batch fails is written with the next.
         let mut writing = Vec::new();
-        for (event, charge) in takes.drain() {
+        let all = !flushes.is_empty() || budget.unstored() > budget.write_ahead() / 2;
+        for (event, charge) in takes.due(Instant::now(), all) {
             match Taken::of(&plugin, &event) {
                 Ok(taken) => {
                     batch.taken.push(taken);
@@ -337,6 +389,7 @@ async fn write_batches(
             match &result {
                 Ok(()) => {
                     retry = RETRY_FIRST;
+                    retry_at = None;
                     budget.writes().succeeded();
                     for (_, charge) in writing {
                         budget.stored(charge);
@@ -349,9 +402,10 @@ async fn write_batches(
                             "cannot write taken events and newly seen jobs; the events are \
                              written with the next batch");
                     }
-                    for (event, charge) in writing {
-                        takes.take(event, charge);
-                    }
+                    let now = Instant::now();
+                    retry_at = Some(now + retry);
+                    retry = (retry * 2).min(RETRY_MOST);
+                    takes.put_back(writing, now);
                 }
             }
             for waiter in waiters.drain(..) {
@@ -709,36 +763,120 @@ mod tests {
     }
 
     /// A take is charged to the budget until stored. One whose batch failed is not dropped
-    /// (the lane may hold it only as its place): it is written with the next batch, and its
-    /// charge is given back once it is stored.
+    /// (the lane may hold it only as its place): it is written again, and its charge is given
+    /// back once it is stored.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_take_whose_batch_failed_is_written_with_the_next() {
         let store = Arc::new(Recording::default());
-        store.gate.add_permits(10);
-        store.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        store
+            .fail_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let budget = MemoryBudget::new(1 << 20);
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
         writer.take(event("u", "7"), 1_000);
         assert!(budget.held() > 0, "a take is charged");
-        writer
-            .save(cursor("v"), None)
-            .await
-            .expect_err("the store fails");
+        let takes = |store: &Recording| {
+            store
+                .batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|b| b.iter().any(|e| e == "take c/u/7"))
+                .count()
+        };
+        let started = std::time::Instant::now();
+        while takes(&store) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the take is never written"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert!(budget.held() > 0, "a take not stored keeps its charge");
-        // This store fails only batches with saves: the flush's own round stores the take.
+        store
+            .fail_all
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         assert!(writer.flush().await, "every take is stored");
         assert_eq!(budget.held(), 0, "a stored take gives its charge back");
-        let takes = store
+        assert_eq!(
+            takes(&store),
+            2,
+            "written with the failed batch, then with the next"
+        );
+    }
+
+    /// A take waits a little before it is written: one whose event is settled meanwhile (the
+    /// plugin kept up) is never written, nor its mark; one still waiting when it is due is
+    /// written with nothing else coming.
+    #[tokio::test(start_paused = true)]
+    async fn a_take_settled_before_it_is_due_is_never_written() {
+        let store = Arc::new(Recording::default());
+        store.gate.add_permits(10);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"), 1_000);
+        writer.take(event("w", "8"), 1_000);
+        tokio::time::sleep(TAKE_DELAY / 4).await;
+        writer
+            .save(cursor("u"), Some("c/u/7".into()))
+            .await
+            .expect("saved");
+        tokio::time::sleep(TAKE_DELAY * 2).await;
+        let entries: Vec<String> = store
             .batches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|b| b.iter().any(|e| e == "take c/u/7"))
-            .count();
-        assert_eq!(
-            takes, 2,
-            "written with the failed batch, then with the next"
+            .flatten()
+            .cloned()
+            .collect();
+        assert!(
+            !entries.iter().any(|e| e.contains("c/u/7")),
+            "the settled take or its mark was written: {entries:?}"
         );
+        assert!(
+            entries.iter().any(|e| e == "take c/w/8"),
+            "the unsettled take was not written when due: {entries:?}"
+        );
+        assert_eq!(budget.held(), 0, "both charges given back");
+    }
+
+    /// Takes kept from a failed batch do not wait for their retry time once the store takes
+    /// writes again: they go with the next round that comes, ahead of later takes, so a full
+    /// disk freed again stores them at once and in the order they came.
+    #[tokio::test(start_paused = true)]
+    async fn kept_takes_go_with_the_next_round_first() {
+        let store = Arc::new(Recording::default());
+        store.gate.add_permits(10);
+        store
+            .fail_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"), 1_000);
+        tokio::time::sleep(TAKE_DELAY * 2).await;
+        let written = |store: &Recording| {
+            store
+                .batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
+        assert_eq!(written(&store), vec![vec!["take c/u/7".to_string()]]);
+        store
+            .fail_all
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        writer.take(event("w", "8"), 1_000);
+        // Well before the retry time: only this round's arrival can carry the kept take.
+        writer.save(cursor("x"), None).await.expect("saved");
+        assert_eq!(
+            written(&store)[1..],
+            [vec!["take c/u/7".to_string()], vec!["x".to_string()]],
+            "the kept take went with the save's round; the new one is not due yet"
+        );
+        assert!(writer.flush().await, "every take is stored");
+        assert_eq!(written(&store)[3..], [vec!["take c/w/8".to_string()]]);
+        assert_eq!(budget.held(), 0, "both charges given back");
     }
 
     /// Takes kept from a failed batch are written again on their own, with nothing else
