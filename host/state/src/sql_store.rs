@@ -1057,9 +1057,159 @@ impl<D: Dialect> PluginKv for SqlStore<D> {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::{AssertSqlSafe, Row};
+
     use super::*;
     use crate::mysql::MySqlDialect;
     use crate::sqlite::SqliteDialect;
+    use crate::{MySqlStore, SqliteStore};
+
+    /// Events marked by two plugins, so that a planner has both keys of the marks to choose
+    /// from: the statements that insert them.
+    fn inbox_rows(t: &Tables) -> [String; 2] {
+        let events: Vec<String> = (0..400)
+            .map(|i| format!("('c/u{i}/1', '{{}}', 0)"))
+            .collect();
+        let marks: Vec<String> = (0..400)
+            .map(|i| format!("('p{}', 'c/u{i}/1')", i % 2))
+            .collect();
+        [
+            format!(
+                "INSERT INTO {} (event_id, event_json, at) VALUES {}",
+                t.inbox_events,
+                events.join(", ")
+            ),
+            format!(
+                "INSERT INTO {} (plugin, event_id) VALUES {}",
+                t.inbox_marks,
+                marks.join(", ")
+            ),
+        ]
+    }
+
+    /// The statement of an inbox page without the dialect's hint: what the planner would do
+    /// unled, to show that the plan tests below can fail.
+    fn unhinted<D: Dialect>(load: &str) -> String {
+        load.replace(&format!(" {} ", D::BY_PRIMARY_KEY), " ")
+    }
+
+    /// SQLite reads an inbox page as a range of the marks' key: no sort of the plugin's marks
+    /// (a "TEMP B-TREE"), whose cost grows with the whole inbox at every page.
+    #[tokio::test]
+    async fn sqlite_reads_an_inbox_page_as_a_range_of_the_marks_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("state.db"))
+            .await
+            .expect("open");
+        for rows in inbox_rows(&Tables::new("")) {
+            sqlx::query(AssertSqlSafe(rows))
+                .execute(&store.pool)
+                .await
+                .expect("rows");
+        }
+        let plan = |sql: String| {
+            let pool = store.pool.clone();
+            async move {
+                sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind("p0")
+                    .bind(10_i64)
+                    .bind(1000_i64)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("explain")
+                    .iter()
+                    .map(|row| row.get::<String, _>("detail"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        };
+        let load = store.sql.inbox.load.to_string();
+        let hinted = plan(load.clone()).await;
+        assert!(!hinted.contains("TEMP B-TREE"), "{hinted}");
+        // The marks drive the join, by a range of their key; each event found by its id.
+        assert!(
+            hinted.starts_with("SEARCH m USING INTEGER PRIMARY KEY (rowid>?)"),
+            "{hinted}"
+        );
+        let unled = plan(unhinted::<SqliteDialect>(&load)).await;
+        assert!(
+            unled.contains("TEMP B-TREE"),
+            "the unled plan sorts: {unled}"
+        );
+    }
+
+    /// MySQL and MariaDB read an inbox page by the marks' primary key, without a filesort.
+    /// Needs the test MariaDB (`JOBRELAY_TEST_MYSQL_URL`, or root on 127.0.0.1:3306/test).
+    #[tokio::test]
+    async fn mysql_reads_an_inbox_page_by_the_marks_primary_key() {
+        let url = std::env::var("JOBRELAY_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string());
+        let prefix = format!("plan{}_", std::process::id());
+        let store = MySqlStore::open(&url, &prefix)
+            .await
+            .unwrap_or_else(|e| panic!("open {url} (is MariaDB running?): {e}"));
+        let tables = Tables::new(&prefix);
+        for rows in inbox_rows(&tables) {
+            sqlx::query(AssertSqlSafe(rows))
+                .execute(&store.pool)
+                .await
+                .expect("rows");
+        }
+        for table in [&tables.inbox_marks, &tables.inbox_events] {
+            sqlx::query(AssertSqlSafe(format!("ANALYZE TABLE {table}")))
+                .execute(&store.pool)
+                .await
+                .expect("analyze");
+        }
+        let plan = |sql: String| {
+            let pool = store.pool.clone();
+            async move {
+                sqlx::query(AssertSqlSafe(format!("EXPLAIN {sql}")))
+                    .bind("p0")
+                    .bind(10_i64)
+                    .bind(1000_i64)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("explain")
+                    .iter()
+                    .map(|row| {
+                        let table = row.try_get::<String, _>("table").unwrap_or_default();
+                        let key = row.try_get::<Option<String>, _>("key").ok().flatten();
+                        let extra = row.try_get::<Option<String>, _>("Extra").ok().flatten();
+                        format!(
+                            "{table}: key={} extra={}",
+                            key.unwrap_or_default(),
+                            extra.unwrap_or_default()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        };
+        let load = store.sql.inbox.load.to_string();
+        let hinted = plan(load.clone()).await;
+        let unled = plan(unhinted::<MySqlDialect>(&load)).await;
+        for table in [
+            &tables.inbox_marks,
+            &tables.inbox_events,
+            &tables.inbox_v4,
+            &tables.cursors,
+            &tables.dead_letters,
+            &tables.plugin_kv,
+            &tables.plugin_installs,
+            &tables.schema_version,
+        ] {
+            sqlx::query(AssertSqlSafe(format!("DROP TABLE IF EXISTS {table}")))
+                .execute(&store.pool)
+                .await
+                .expect("drop");
+        }
+        // The marks drive the join (the first row), read by their key's range.
+        assert!(hinted.starts_with("m: key=PRIMARY "), "{hinted}");
+        assert!(!hinted.contains("filesort"), "{hinted}");
+        assert!(!hinted.contains("join buffer"), "{hinted}");
+        assert!(unled.contains("filesort"), "the unled plan sorts: {unled}");
+    }
 
     #[test]
     fn statements_name_only_prefixed_tables() {
