@@ -10,6 +10,7 @@ use crate::common::plugins_dir;
 use jobrelay::oci::registry::push;
 use jobrelay::oci::{OciRef, OciSettings, Registries};
 use jobrelay_testkit::LocalRegistry;
+use sha2::Digest;
 
 fn settings(registry: &LocalRegistry) -> OciSettings {
     OciSettings {
@@ -186,3 +187,107 @@ async fn a_registry_with_credentials_is_reached_with_them_only() {
 
 /// bcrypt of `s3cret`, for the registry's htpasswd file.
 const HASH_OF_S3CRET: &str = "$2b$12$TrRnm6mE53g8fojM8MYo8u.UDnrh2SXtHcAeLH2J8qesSUOu602sO";
+
+/// Each way an author gets a registry wrong, provoked: the error keeps its cause (the client's
+/// own message drops it) and says what to do. HTTPS to a plain-HTTP registry names
+/// `--plain-http` and `oci.plain_http`; a port nobody listens on says "Connection refused";
+/// the `.wasm` file's own sha256 used as the pin (the registry fails on it with a 500) points
+/// to `plugin digest`, whose answer — for the file and for the tag — is the pin a push gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_errors_keep_their_cause_and_say_what_to_do() {
+    let registry = LocalRegistry::start();
+    let file = plugins_dir().join("noop.wasm");
+    let wasm = std::fs::read(&file).expect("built component");
+
+    let tls = push(
+        &OciSettings::default(),
+        &registry.address,
+        "plugins/noop",
+        "v1",
+        &wasm,
+    )
+    .await
+    .expect_err("HTTPS to a plain-HTTP registry");
+    let text = tls.to_string();
+    assert!(text.contains("InvalidContentType"), "the cause: {text}");
+    assert!(
+        text.contains("--plain-http") && text.contains("oci.plain_http"),
+        "the hint: {text}"
+    );
+
+    let pinned = push(
+        &settings(&registry),
+        &registry.address,
+        "plugins/noop",
+        "v1",
+        &wasm,
+    )
+    .await
+    .expect("pushed");
+    let file_sha = hex::encode(sha2::Sha256::digest(&wasm));
+    assert_ne!(file_sha, pinned.digest_hex);
+    let by_file = OciRef {
+        digest_hex: file_sha.clone(),
+        ..pinned.clone()
+    };
+    let cache = tempfile::tempdir().expect("tempdir");
+    let registries = Registries::new(&settings(&registry), cache.path().join("oci"));
+    let text = registries
+        .fetch(&by_file)
+        .await
+        .expect_err("the file's digest is no manifest")
+        .to_string();
+    assert!(text.contains("jobrelay plugin digest"), "the hint: {text}");
+    assert!(text.contains("not the sha256 of the .wasm file"), "{text}");
+
+    // `plugin digest` names the pin push gave, for the file and for the tag.
+    let digest = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+            .arg("plugin")
+            .arg("digest")
+            .args(args)
+            .output()
+            .await
+            .expect("jobrelay runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let of_file = digest(vec![file.display().to_string()]).await;
+    assert_eq!(
+        of_file.lines().next(),
+        Some(pinned.digest().as_str()),
+        "{of_file}"
+    );
+    assert!(
+        of_file.contains(&file_sha),
+        "the file's own sha256 is shown apart: {of_file}"
+    );
+    let of_tag = digest(vec![
+        "--plain-http".into(),
+        format!("oci://{}/plugins/noop:v1", registry.address),
+    ])
+    .await;
+    assert_eq!(of_tag.trim(), pinned.to_string());
+
+    // Nobody listens: the refused connection is said.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let nobody = format!("127.0.0.1:{port}");
+    let down = OciRef {
+        registry: nobody.clone(),
+        ..pinned.clone()
+    };
+    let settings = OciSettings {
+        plain_http: vec![nobody],
+        ..OciSettings::default()
+    };
+    let text = Registries::new(&settings, cache.path().join("down"))
+        .fetch(&down)
+        .await
+        .expect_err("nobody listens")
+        .to_string();
+    assert!(text.contains("Connection refused"), "the cause: {text}");
+    assert!(text.contains("is the registry running"), "the hint: {text}");
+}

@@ -190,6 +190,8 @@ impl Registries {
             return Ok(pulled);
         }
         let image = reference.by_digest();
+        let plain_http = self.settings.plain_http.contains(&reference.registry);
+        let why = |e: &OciDistributionError| explain(e, &reference.registry, plain_http);
         let auth = self
             .settings
             .auth(&reference.registry)
@@ -206,10 +208,13 @@ impl Registries {
                     ))
                 } else if is_unknown(&e) {
                     refused(format!(
-                        "the registry has no manifest with the pinned digest ({e})"
+                        "the registry has no manifest with the pinned digest ({}){PIN_HINT}",
+                        why(&e)
                     ))
+                } else if is_server_error(&e) {
+                    unavailable(format!("{}{PIN_HINT}", why(&e)))
                 } else {
-                    unavailable(format!("{e}"))
+                    unavailable(why(&e))
                 }
             })?;
         if manifest_bytes.len() > MAX_MANIFEST_BYTES {
@@ -240,7 +245,7 @@ impl Registries {
                     "the registry sent more than the {} bytes the manifest gives the layer: {e}",
                     layer.size
                 )),
-                e => unavailable(format!("the layer {}: {e}", layer.digest)),
+                e => unavailable(format!("the layer {}: {}", layer.digest, why(&e))),
             })?;
         let bytes = bytes.bytes;
         let actual = hex::encode(Sha256::digest(&bytes));
@@ -326,6 +331,18 @@ impl Registries {
     fn layer_path(&self, hex: &str) -> PathBuf {
         self.cache.join(format!("sha256-{hex}.wasm"))
     }
+}
+
+/// Said when a registry has no manifest with the pinned digest, or fails to answer for it:
+/// the usual mistake is pinning the `.wasm` file's own sha256 (a blob of the artifact, which
+/// a registry may even fail on when asked for it as a manifest).
+const PIN_HINT: &str = " (hint: the pin is the digest of the artifact's manifest, which \
+    `jobrelay plugin push` prints and `jobrelay plugin digest` computes — not the sha256 of \
+    the .wasm file)";
+
+/// Whether the registry failed on the request (a 5xx answer).
+fn is_server_error(error: &OciDistributionError) -> bool {
+    matches!(error, OciDistributionError::ServerError { code, .. } if *code >= 500)
 }
 
 /// Whether the registry answered that what was asked for does not exist: a definite answer
@@ -444,28 +461,145 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Why a push failed: the step that failed, and the registry's or the client's answer. No
-/// message shows a credential's secret.
+/// Why a push failed: the step that failed, and the registry's or the client's answer with
+/// its cause and, where one is known, what to do ([`explain`]). No message shows a
+/// credential's secret.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
     /// The registry's credential cannot be resolved.
     #[error(transparent)]
     Credential(#[from] CredentialError),
     /// The registry refused the sign-in, or could not be reached.
-    #[error("signing in to {registry}: {error}")]
-    SignIn {
-        registry: String,
-        error: OciDistributionError,
-    },
+    #[error("signing in to {registry}: {why}")]
+    SignIn { registry: String, why: String },
     /// The config or the manifest could not be encoded.
     #[error("{0}")]
     Encode(serde_json::Error),
     #[error("pushing the component: {0}")]
-    Component(OciDistributionError),
+    Component(String),
     #[error("pushing the config: {0}")]
-    Config(OciDistributionError),
+    Config(String),
     #[error("pushing the manifest: {0}")]
-    Manifest(OciDistributionError),
+    Manifest(String),
+}
+
+/// The client's error with every cause beneath it (the client's own message drops them: a
+/// refused connection shows only as "error sending request"), and a hint where the cause
+/// says what to do: a TLS handshake with a registry that speaks plain HTTP, or a refused
+/// connection.
+pub fn explain(error: &OciDistributionError, registry: &str, plain_http: bool) -> String {
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(source) = next {
+        let said = source.to_string();
+        // Clients often repeat their source in their own message.
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = source.source();
+    }
+    let lower = text.to_ascii_lowercase();
+    let handshake = [
+        "tls",
+        "ssl",
+        "certificate",
+        "corrupt message",
+        "wrong version number",
+    ]
+    .iter()
+    .any(|word| lower.contains(word));
+    if !plain_http && handshake {
+        text.push_str(&format!(
+            " (hint: if {registry} speaks plain HTTP, not HTTPS, give the command \
+             `--plain-http`, or list it under `oci.plain_http` in jobrelay.yaml)"
+        ));
+    } else if lower.contains("connection refused") {
+        text.push_str(&format!(
+            " (hint: nothing listens at {registry}: is the registry running, and is the \
+             port right?)"
+        ));
+    }
+    text
+}
+
+/// Why a tag could not be resolved to its pin.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    #[error("reading the manifest of {reference}: {why}")]
+    Manifest { reference: String, why: String },
+}
+
+/// The pinned reference of what `registry/repository:tag` names now: the digest of the
+/// manifest's bytes as the registry serves them.
+pub async fn resolve_tag(
+    settings: &OciSettings,
+    registry: &str,
+    repository: &str,
+    tag: &str,
+) -> Result<OciRef, ResolveError> {
+    let client = Registries::new(settings, PathBuf::new()).client;
+    let plain_http = settings.plain_http.iter().any(|r| r == registry);
+    let image = Reference::with_tag(
+        registry.to_string(),
+        repository.to_string(),
+        tag.to_string(),
+    );
+    let auth = settings.auth(registry)?;
+    let (manifest, _) = client
+        .pull_manifest_raw(&image, &auth, &[OCI_MANIFEST])
+        .await
+        .map_err(|e| ResolveError::Manifest {
+            reference: format!("oci://{registry}/{repository}:{tag}"),
+            why: explain(&e, registry, plain_http),
+        })?;
+    Ok(OciRef {
+        registry: registry.to_string(),
+        repository: repository.to_string(),
+        tag: Some(tag.to_string()),
+        digest_hex: hex::encode(Sha256::digest(&manifest)),
+    })
+}
+
+/// The OCI artifact of a component as `push` writes it: the same bytes give the same
+/// manifest, so its digest — the pin — is known before (or without) a push.
+pub struct Artifact {
+    pub layer_digest: String,
+    pub config: Vec<u8>,
+    pub config_digest: String,
+    pub manifest: Vec<u8>,
+}
+
+impl Artifact {
+    pub fn of(wasm: &[u8]) -> Result<Artifact, serde_json::Error> {
+        let layer_digest = format!("sha256:{}", hex::encode(Sha256::digest(wasm)));
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [layer_digest],
+        }))?;
+        let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": WASM_CONFIG,
+            "config": {"mediaType": WASM_CONFIG, "digest": config_digest, "size": config.len()},
+            "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": wasm.len()}],
+        }))?;
+        Ok(Artifact {
+            layer_digest,
+            config,
+            config_digest,
+            manifest,
+        })
+    }
+
+    /// The manifest's sha256 (hex): what a reference pins.
+    pub fn manifest_hex(&self) -> String {
+        hex::encode(Sha256::digest(&self.manifest))
+    }
 }
 
 /// Pushes `wasm` to `registry/repository:tag` as a Wasm OCI artifact; returns the pinned
@@ -478,6 +612,8 @@ pub async fn push(
     wasm: &[u8],
 ) -> Result<OciRef, PushError> {
     let client = Registries::new(settings, PathBuf::new()).client;
+    let plain_http = settings.plain_http.iter().any(|r| r == registry);
+    let why = |e: OciDistributionError| explain(&e, registry, plain_http);
     let image = Reference::with_tag(
         registry.to_string(),
         repository.to_string(),
@@ -488,40 +624,26 @@ pub async fn push(
     client
         .auth(&image, &auth, oci_client::RegistryOperation::Push)
         .await
-        .map_err(|error| PushError::SignIn {
+        .map_err(|e| PushError::SignIn {
             registry: registry.to_string(),
-            error,
+            why: why(e),
         })?;
-    let layer_digest = format!("sha256:{}", hex::encode(Sha256::digest(wasm)));
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "wasm",
-        "os": "wasip2",
-        "layerDigests": [layer_digest],
-    }))
-    .map_err(PushError::Encode)?;
-    let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config)));
+    let artifact = Artifact::of(wasm).map_err(PushError::Encode)?;
     client
-        .push_blob(&image, wasm, &layer_digest)
+        .push_blob(&image, wasm, &artifact.layer_digest)
         .await
-        .map_err(PushError::Component)?;
+        .map_err(|e| PushError::Component(why(e)))?;
     client
-        .push_blob(&image, &config, &config_digest)
+        .push_blob(&image, &artifact.config, &artifact.config_digest)
         .await
-        .map_err(PushError::Config)?;
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": WASM_CONFIG,
-        "config": {"mediaType": WASM_CONFIG, "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": WASM_LAYER, "digest": layer_digest, "size": wasm.len()}],
-    }))
-    .map_err(PushError::Encode)?;
-    let manifest_hex = hex::encode(Sha256::digest(&manifest));
+        .map_err(|e| PushError::Config(why(e)))?;
+    let manifest_hex = artifact.manifest_hex();
+    let manifest = artifact.manifest;
     let content_type = http::HeaderValue::from_static(OCI_MANIFEST);
     client
         .push_manifest_raw(&image, manifest, content_type)
         .await
-        .map_err(PushError::Manifest)?;
+        .map_err(|e| PushError::Manifest(why(e)))?;
     Ok(OciRef {
         registry: registry.to_string(),
         repository: repository.to_string(),

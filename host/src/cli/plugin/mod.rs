@@ -5,8 +5,10 @@
 //! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
 //! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
+//! - [`digest`] — `plugin digest`: the pin of a component file or of a tag;
 //! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
 
+pub mod digest;
 pub mod new;
 pub mod push;
 pub mod run;
@@ -42,6 +44,17 @@ pub enum PluginCommand {
         /// The component (.wasm).
         wasm: PathBuf,
         /// Where: `oci://REGISTRY/REPO:TAG`.
+        target: String,
+        /// Reach the registry over plain HTTP (a local registry), not HTTPS.
+        #[arg(long)]
+        plain_http: bool,
+    },
+    /// Print a component's pin: the digest of its OCI artifact's manifest, which a manifest's
+    /// `wasm: oci://…@sha256:…` names. For a .wasm file, the pin `plugin push` of it gives
+    /// (and the file's own sha256, which is not one); for `oci://REGISTRY/REPO:TAG`, the pinned
+    /// reference of what the registry serves under the tag now.
+    Digest {
+        /// A component (.wasm) or `oci://REGISTRY/REPO:TAG`.
         target: String,
         /// Reach the registry over plain HTTP (a local registry), not HTTPS.
         #[arg(long)]

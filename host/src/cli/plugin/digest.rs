@@ -1,0 +1,36 @@
+//! `jobrelay plugin digest WASM|oci://REGISTRY/REPO:TAG [--plain-http]`: the pin of a
+//! component — the digest of its artifact's manifest, what a manifest's `wasm: oci://…@sha256:…`
+//! names. Not the `.wasm` file's own sha256, the usual mistake: for a file, both are printed.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use sha2::{Digest, Sha256};
+
+use super::push::command_line_settings;
+use crate::oci::OciRef;
+use crate::oci::registry::{Artifact, resolve_tag};
+
+/// Prints the pin: for a file, the digest `plugin push` of it gives (the artifact is made the
+/// same way from the same bytes), then the file's own sha256 for comparison; for a tag, the
+/// pinned reference of what the registry serves under it now.
+pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode> {
+    if target.starts_with("oci://") {
+        let (registry, repository, tag) = OciRef::parse_target(target)?;
+        let settings = command_line_settings(&registry, plain_http);
+        let pinned = resolve_tag(&settings, &registry, &repository, &tag).await?;
+        println!("{pinned}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = Path::new(target);
+    let bytes = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", path.display()))?;
+    let artifact = Artifact::of(&bytes)?;
+    println!("sha256:{}", artifact.manifest_hex());
+    println!(
+        "(the pin of `plugin push {}`; the file's own sha256 is {} — not a pin)",
+        path.display(),
+        hex::encode(Sha256::digest(&bytes))
+    );
+    Ok(ExitCode::SUCCESS)
+}
