@@ -303,6 +303,25 @@ async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
         "{report}"
     );
 
+    // A secret reference whose variable is not set: said as that, naming the manifest's key
+    // and the variable, with what to do — not as a refusal by init, which never ran.
+    let secret = dir.path().join("secret.yaml");
+    write(
+        &secret,
+        "wasm: ignored.wasm\nconfig:\n  file: env:JOBRELAY_TEST_UNSET_SECRET_VAR\n",
+    );
+    let s = secret.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &s]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{report}");
+    assert!(
+        report.contains("`config.file`")
+            && report.contains("`JOBRELAY_TEST_UNSET_SECRET_VAR` is not set")
+            && report.contains("set the variable in jobrelay's environment")
+            && !report.contains("init refused"),
+        "{report}"
+    );
+
     // A broken event file: exit 2, naming the file.
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"id\": 3}").expect("write");

@@ -38,6 +38,17 @@ pub enum LoadError {
     /// The plugin's `init` refused its configuration (or failed while checking it).
     #[error("plugin `{plugin}`: init refused the configuration: {reason}")]
     InitRefused { plugin: String, reason: String },
+    /// A config value is a secret reference (`env:NAME`, `file:/path`) that cannot be
+    /// resolved: `init` did not run. Names the key and the reference, never a value.
+    #[error(
+        "plugin `{plugin}`: the manifest's `config.{key}` cannot be resolved: {why} — {}",
+        secret_hint(why)
+    )]
+    Secret {
+        plugin: String,
+        key: String,
+        why: jobrelay_contract::secret::SecretError,
+    },
     /// A grant in the manifest cannot be honoured (a directory cannot be created, a guest path
     /// is invalid or used twice).
     #[error("plugin `{plugin}`: invalid grant: {source}")]
@@ -63,6 +74,7 @@ impl LoadError {
             LoadError::Compile { plugin, .. }
             | LoadError::WrongWorld { plugin, .. }
             | LoadError::InitRefused { plugin, .. }
+            | LoadError::Secret { plugin, .. }
             | LoadError::Grant { plugin, .. }
             | LoadError::Limits { plugin, .. }
             | LoadError::Unavailable { plugin, .. } => plugin,
@@ -77,10 +89,11 @@ impl LoadError {
     }
 
     /// Every [`kind`](LoadError::kind), for metrics that show each at 0 from the start.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         "compile",
         "wrong_world",
         "init_refused",
+        "secret",
         "grant",
         "limits",
         "unavailable",
@@ -92,10 +105,24 @@ impl LoadError {
             LoadError::Compile { .. } => "compile",
             LoadError::WrongWorld { .. } => "wrong_world",
             LoadError::InitRefused { .. } => "init_refused",
+            LoadError::Secret { .. } => "secret",
             LoadError::Grant { .. } => "grant",
             LoadError::Limits { .. } => "limits",
             LoadError::Unavailable { .. } => "unavailable",
         }
+    }
+}
+
+/// What to do about a secret reference that cannot be resolved.
+fn secret_hint(error: &jobrelay_contract::secret::SecretError) -> &'static str {
+    use jobrelay_contract::secret::SecretError;
+    match error {
+        SecretError::MissingEnv(_) => {
+            "set the variable in jobrelay's environment (in Kubernetes, a Secret mapped to an \
+             env var), or write the value or a file: reference in the manifest"
+        }
+        SecretError::File { .. } => "mount the file (a Secret volume) or fix the path",
+        SecretError::Empty(_) => "name the variable or the file after the prefix",
     }
 }
 

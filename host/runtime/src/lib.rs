@@ -345,9 +345,10 @@ fn resolve_secrets(
         .map(
             |(key, value)| match jobrelay_contract::secret::resolve(&value) {
                 Ok(resolved) => Ok((key, resolved)),
-                Err(e) => Err(LoadError::InitRefused {
+                Err(why) => Err(LoadError::Secret {
                     plugin: name.to_string(),
-                    reason: format!("config `{key}`: {e}"),
+                    key,
+                    why,
                 }),
             },
         )

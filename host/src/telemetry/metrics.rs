@@ -561,8 +561,8 @@ impl Collector for DaemonCollector {
         family(
             e,
             "jobrelay_plugin_load_failures",
-            "Failed load attempts by reason (compile, wrong_world, init_refused, grant, limits, \
-             unavailable, lane)",
+            "Failed load attempts by reason (compile, wrong_world, init_refused, secret, grant, \
+             limits, unavailable, lane)",
             MetricType::Counter,
             load_failures,
         )?;
