@@ -437,6 +437,19 @@ async fn refusals_are_logged_with_plugin_and_destination_but_no_path_or_query() 
         .filter(|line| line.contains("outbound HTTP request refused"))
         .collect();
     assert_eq!(refusals.len(), 2, "one line per refusal: {logs}");
+    // The plugin sees a bare error code: the log says which grant would allow the request,
+    // as a warning.
+    assert!(refusals.iter().all(|line| line.contains("WARN")), "{logs}");
+    assert!(
+        refusals[0].contains("grants.http.allow_private: true"),
+        "{}",
+        refusals[0]
+    );
+    assert!(
+        refusals[1].contains("add \"http://other.example:8080\" there"),
+        "{}",
+        refusals[1]
+    );
     assert!(refusals[0].contains("plugin=\"logged\""), "{}", refusals[0]);
     assert!(
         refusals[0].contains("destination=http://127.0.0.1:9"),
@@ -453,6 +466,21 @@ async fn refusals_are_logged_with_plugin_and_destination_but_no_path_or_query() 
         !logs.contains("SECRET"),
         "a path or query was logged: {logs}"
     );
+
+    // The same refusal again within the minute: a debug line, not another warning.
+    let result = plugin
+        .handle(&get(
+            "http://127.0.0.1:9/hook/SECRET-TOKEN?sign=SECRET-SIGN",
+        ))
+        .await;
+    assert_gave_up(result, &["DestinationIpProhibited"]);
+    let logs = captured.text();
+    let refusals: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("outbound HTTP request refused"))
+        .collect();
+    assert_eq!(refusals.len(), 3, "{logs}");
+    assert!(refusals[2].contains("DEBUG"), "{}", refusals[2]);
 }
 
 /// One call cannot hold more connections than `max_concurrent_requests`: a plugin starting 200

@@ -53,7 +53,7 @@ mod taped;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header::{CONTENT_LENGTH, HOST};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
@@ -286,11 +286,22 @@ impl Policy {
             Error::HttpRequestUriInvalid
         })?;
         let Some(rules) = &self.rules else {
-            refused(&self.plugin, &target, "the plugin has no grants.http");
+            refused(
+                &self.plugin,
+                &target,
+                format_args!(
+                    "the manifest has no grants.http; to allow it: \
+                     grants: {{http: {{allow: [\"{target}\"]}}}}"
+                ),
+            );
             return Err(Error::HttpRequestDenied);
         };
         if !rules.allow.allows(&target) {
-            refused(&self.plugin, &target, "not in grants.http.allow");
+            refused(
+                &self.plugin,
+                &target,
+                format_args!("not in grants.http.allow; to allow it, add \"{target}\" there"),
+            );
             return Err(Error::HttpRequestDenied);
         }
         Ok((target, rules.limits))
@@ -429,7 +440,8 @@ async fn checked_address(
                 plugin,
                 target,
                 format_args!(
-                    "it resolves to {} ({why}) and the grant does not set allow_private",
+                    "it resolves to {} ({why}) and the grant does not set allow_private; to \
+                     allow it (a destination you trust): grants.http.allow_private: true",
                     address.ip()
                 ),
             );
@@ -481,13 +493,45 @@ fn declared_length<B>(response: &Response<B>) -> Option<u64> {
 }
 
 /// Logs one refusal. `target` is `scheme://host:port` (or `-`): never a path, query or header.
+/// The plugin sees only an error code (`destination-IP-prohibited` says nothing of a grant), so
+/// the reason — which names the grant that would allow the request — is a warning, once a
+/// minute per plugin, destination and reason; the repeats are debug lines, so a plugin that
+/// keeps trying cannot flood the log.
 fn refused(plugin: &str, target: &dyn fmt::Display, reason: impl fmt::Display) {
-    tracing::debug!(
-        plugin,
-        destination = %target,
-        reason = %reason,
-        "outbound HTTP request refused"
-    );
+    let reason = reason.to_string();
+    if said_lately(format!("{plugin} {target} {reason}")) {
+        tracing::debug!(plugin, destination = %target, reason = %reason,
+            "outbound HTTP request refused");
+    } else {
+        tracing::warn!(plugin, destination = %target, reason = %reason,
+            "outbound HTTP request refused");
+    }
+}
+
+/// Whether `key` was warned about in the last minute; notes it if not. Holds at most
+/// [`SAID_AT_MOST`] keys (all forgotten when full), so destinations a plugin makes up cannot
+/// grow it.
+fn said_lately(key: String) -> bool {
+    const SAID_AT_MOST: usize = 256;
+    const AGAIN_AFTER: Duration = Duration::from_secs(60);
+    static SAID: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+        std::sync::OnceLock::new();
+    let mut said = SAID
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    if said
+        .get(&key)
+        .is_some_and(|at| now.duration_since(*at) < AGAIN_AFTER)
+    {
+        return true;
+    }
+    if said.len() >= SAID_AT_MOST {
+        said.clear();
+    }
+    said.insert(key, now);
+    false
 }
 
 /// Links `wasi:http`'s outgoing handler (every request then passes the call's `Policy`).
