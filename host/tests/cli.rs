@@ -940,3 +940,37 @@ async fn store_dead_letters(path: &std::path::Path, n: usize) {
     }
     store.close().await;
 }
+
+/// `plugin run` says that it compiles before it does (a Python component takes seconds, which
+/// passed in silence), and how long it took; a second run of the same component reads the
+/// compile cache and says nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_run_says_it_is_compiling_once() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let wasm = built("probe-debug").to_string_lossy().to_string();
+    let event = repo()
+        .join("plugins/example-event.json")
+        .to_string_lossy()
+        .to_string();
+    let run = || async {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+            .args(["plugin", "run", &wasm, "--event", &event])
+            .env_remove("RUST_LOG")
+            .env("XDG_CACHE_HOME", cache.path())
+            .output()
+            .await
+            .expect("jobrelay runs");
+        text(&out)
+    };
+    let first = run().await;
+    let compiling = first
+        .find("compiling a component")
+        .unwrap_or_else(|| panic!("not said: {first}"));
+    let compiled = first
+        .find(" compiled ")
+        .unwrap_or_else(|| panic!("not said: {first}"));
+    assert!(compiling < compiled, "{first}");
+    assert!(first.contains("megabytes="), "{first}");
+    let second = run().await;
+    assert!(!second.contains("compiling a component"), "{second}");
+}

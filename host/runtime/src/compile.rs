@@ -247,8 +247,18 @@ impl ComponentCache {
                 }
             }
         }
+        // Said before it starts: a large component (a Python one, a debug build) takes
+        // seconds, which would otherwise pass in silence.
+        tracing::info!(
+            sha256 = %sha256,
+            megabytes = format_args!("{:.1}", wasm.len() as f64 / (1 << 20) as f64),
+            "compiling a component (seconds for a large one; once, then cached)"
+        );
+        let started = std::time::Instant::now();
         let component = Component::new(&self.engine, wasm)
             .map_err(|e| CompileError::Refused(format!("{e:#}")))?;
+        tracing::info!(sha256 = %sha256, elapsed_ms = started.elapsed().as_millis() as u64,
+            "compiled");
         self.compiled.fetch_add(1, Ordering::Relaxed);
         prepare_image(&component);
         if let Some(path) = &path
