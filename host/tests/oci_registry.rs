@@ -291,3 +291,70 @@ async fn registry_errors_keep_their_cause_and_say_what_to_do() {
     assert!(text.contains("Connection refused"), "the cause: {text}");
     assert!(text.contains("is the registry running"), "the hint: {text}");
 }
+
+/// A new version whose registry is down while an older one serves: the daemon says that the
+/// serving version keeps delivering, not that events wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_pull_says_the_serving_version_goes_on() {
+    use crate::process::{Relay, config_folder, wait_log};
+    let mut registry = LocalRegistry::start();
+    let wasm = std::fs::read(plugins_dir().join("event-log.wasm")).expect("built component");
+    let v1 = push(
+        &settings(&registry),
+        &registry.address,
+        "plugins/event-log",
+        "v1",
+        &wasm,
+    )
+    .await
+    .expect("pushed");
+    let sim = jobrelay_testkit::SimCluster::start("alpha")
+        .await
+        .expect("simulator");
+    let manifest = |pin: &OciRef, file: &str| {
+        format!(
+            "wasm: {pin}\ndelivery: every-version\ngrants:\n  filesystem:\n    - {{host: out, \
+             guest: /data, writable: true}}\nconfig:\n  file: {file}\n"
+        )
+    };
+    let dir = config_folder(&sim, "log", &manifest(&v1, "a.jsonl"));
+    let main = dir.path().join("jobrelay.yaml");
+    let text = std::fs::read_to_string(&main).expect("main file");
+    std::fs::write(
+        &main,
+        format!("{text}oci: {{plain_http: [\"{}\"]}}\n", registry.address),
+    )
+    .expect("main file");
+    let relay = Relay::start(dir.path(), "stuck pull");
+    wait_log(&relay, "plugin version serving").await;
+
+    // Another component under another digest, never pulled, and the registry goes away.
+    let other = std::fs::read(plugins_dir().join("probe.wasm")).expect("built component");
+    let v2 = push(
+        &settings(&registry),
+        &registry.address,
+        "plugins/event-log",
+        "v2",
+        &other,
+    )
+    .await
+    .expect("pushed");
+    registry.stop();
+    std::fs::write(
+        dir.path().join("plugins/log.yaml"),
+        manifest(&v2, "b.jsonl"),
+    )
+    .expect("manifest");
+    wait_log(&relay, "reason that may pass").await;
+    let said: Vec<String> = relay
+        .log()
+        .lines()
+        .filter(|l| l.contains("reason that may pass"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        said.iter()
+            .all(|l| l.contains("the serving version keeps delivering") && !l.contains("wait")),
+        "{said:#?}"
+    );
+}

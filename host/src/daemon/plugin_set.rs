@@ -399,10 +399,17 @@ impl PluginSet {
             });
             return Attempt::Settled;
         }
-        tracing::warn!(plugin = %source.spec.name, version = %source.spec.version, attempt,
-            error = %error, serving = ?status.serving,
-            "plugin load failed for a reason that may pass; retrying with backoff (events wait \
-             in the plugin's lane meanwhile)");
+        // What happens meanwhile depends on whether an older version serves.
+        match &status.serving {
+            Some(serving) => tracing::warn!(plugin = %source.spec.name,
+                version = %source.spec.version, attempt, error = %error, serving = %serving,
+                "plugin load failed for a reason that may pass; retrying with backoff (the \
+                 serving version keeps delivering meanwhile)"),
+            None => tracing::warn!(plugin = %source.spec.name,
+                version = %source.spec.version, attempt, error = %error,
+                "plugin load failed for a reason that may pass; retrying with backoff (no \
+                 version serves: events wait in the plugin's lane meanwhile)"),
+        }
         let since = status
             .waiting
             .as_ref()
