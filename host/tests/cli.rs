@@ -974,3 +974,24 @@ async fn plugin_run_says_it_is_compiling_once() {
     let second = run().await;
     assert!(!second.contains("compiling a component"), "{second}");
 }
+
+/// A case's own `manifest.yaml` does not name the plugin "manifest": the component does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_yaml_leaves_the_plugin_named_by_its_component() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = dir.path().join("case/manifest.yaml");
+    write(
+        &manifest,
+        "wasm: ignored.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n",
+    );
+    let wasm = built("event-log").to_string_lossy().to_string();
+    let event = repo()
+        .join("plugins/example-event.json")
+        .to_string_lossy()
+        .to_string();
+    let m = manifest.to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &m]).await;
+    let report = text(&out);
+    assert!(report.contains("plugin event-log on event"), "{report}");
+    assert!(!report.contains("plugin manifest"), "{report}");
+}

@@ -296,7 +296,8 @@ async fn registry_errors_keep_their_cause_and_say_what_to_do() {
 /// serving version keeps delivering, not that events wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_pull_says_the_serving_version_goes_on() {
-    use crate::process::{Relay, config_folder, wait_log};
+    use crate::memory_budget::free_listen;
+    use crate::process::{Relay, config_folder, status, wait_log};
     let mut registry = LocalRegistry::start();
     let wasm = std::fs::read(plugins_dir().join("event-log.wasm")).expect("built component");
     let v1 = push(
@@ -318,15 +319,32 @@ async fn a_stuck_pull_says_the_serving_version_goes_on() {
         )
     };
     let dir = config_folder(&sim, "log", &manifest(&v1, "a.jsonl"));
+    let listen = free_listen();
     let main = dir.path().join("jobrelay.yaml");
     let text = std::fs::read_to_string(&main).expect("main file");
     std::fs::write(
         &main,
-        format!("{text}oci: {{plain_http: [\"{}\"]}}\n", registry.address),
+        format!(
+            "{text}oci: {{plain_http: [\"{}\"]}}\ntelemetry: {{listen: \"{listen}\"}}\n",
+            registry.address
+        ),
     )
     .expect("main file");
     let relay = Relay::start(dir.path(), "stuck pull");
     wait_log(&relay, "plugin version serving").await;
+    // The status names the component by its own sha256 (as for a file) and the pin apart.
+    let page = status(listen).await.expect("/status");
+    let log = &page["plugins"]["log"];
+    assert_eq!(
+        log["serving_wasm_sha256"].as_str(),
+        Some(hex::encode(sha2::Sha256::digest(&wasm)).as_str()),
+        "{log}"
+    );
+    assert_eq!(
+        log["serving_oci"].as_str(),
+        Some(v1.to_string().as_str()),
+        "{log}"
+    );
 
     // Another component under another digest, never pulled, and the registry goes away.
     let other = std::fs::read(plugins_dir().join("probe.wasm")).expect("built component");

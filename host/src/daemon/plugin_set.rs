@@ -34,7 +34,13 @@ use jobrelay_state::DeliveryStore;
 pub struct PluginStatus {
     /// The version serving events, if any loaded.
     pub serving: Option<String>,
+    /// The sha256 of the serving component's bytes (the `.wasm` file's, also when it came
+    /// from a registry).
     pub serving_wasm_sha256: Option<String>,
+    /// For a component from a registry: the pinned reference it was pulled by (whose digest
+    /// is the artifact manifest's, not the component's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serving_oci: Option<String>,
     /// The outcome of the last load attempt.
     pub last_reload: Option<ReloadOutcome>,
     /// Set while a load that failed for a reason that may pass is being retried.
@@ -325,10 +331,13 @@ impl PluginSet {
         }
         let at = now_rfc3339();
         let result = match result {
-            Ok(version) => self
-                .ensure_lane(source, Some(version))
-                .await
-                .map_err(|e| ("lane", e.to_string())),
+            Ok(version) => {
+                let sha256 = version.wasm_sha256().to_string();
+                self.ensure_lane(source, Some(version))
+                    .await
+                    .map(|()| sha256)
+                    .map_err(|e| ("lane", e.to_string()))
+            }
             Err(e) if e.is_passing() => {
                 return self.note_passing(source, e, attempt, load_ms, at).await;
             }
@@ -339,12 +348,13 @@ impl PluginSet {
         let status = book.status.entry(source.spec.name.clone()).or_default();
         status.waiting = None;
         match result {
-            Ok(()) => {
+            Ok(sha256) => {
                 tracing::info!(plugin = %source.spec.name, version = %source.spec.version,
                     wasm = %source.wasm_path.display(), delivery = ?source.lane.mode,
                     "plugin version serving");
                 status.serving = Some(source.spec.version.clone());
-                status.serving_wasm_sha256 = Some(source.spec.wasm_sha256.clone());
+                status.serving_wasm_sha256 = Some(sha256);
+                status.serving_oci = source.oci.as_ref().map(ToString::to_string);
                 status.last_reload = Some(ReloadOutcome {
                     version: source.spec.version,
                     ok: true,

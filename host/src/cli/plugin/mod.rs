@@ -21,8 +21,8 @@ use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
-    /// Create a plugin project in Rust: sources, manifest, build script, sample events, a test
-    /// case and the SDK; `./build.sh` in it builds NAME.wasm.
+    /// Create a plugin project, in Rust or (`--lang python`) in Python: sources, manifest, build
+    /// script, sample events, a test case and the SDK; `./build.sh` in it builds NAME.wasm.
     New {
         #[command(flatten)]
         args: new::PluginNewArgs,

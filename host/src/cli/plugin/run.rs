@@ -292,6 +292,10 @@ pub async fn run_events(
     let defaults = PluginDefaults::default();
     let manifest_path = args.manifest.clone().or_else(|| beside(&args.wasm));
     let (name, manifest) = match &manifest_path {
+        // A case's own `manifest.yaml` does not name the plugin: the component does.
+        Some(path) if path.file_stem().is_some_and(|s| s == "manifest") => {
+            (stem(&args.wasm), Some(read_manifest(path)?))
+        }
         Some(path) => (stem(path), Some(read_manifest(path)?)),
         None => (stem(&args.wasm), None),
     };
