@@ -442,3 +442,74 @@ async fn a_suite_of_recorded_cases_passes_and_each_kind_of_mismatch_fails() {
     assert!(report.contains("`fine` is not a status"), "{report}");
     assert!(report.contains("5 cases: 2 passed, 3 failed"), "{report}");
 }
+
+/// A replay that diverges on one field of a request's JSON body says that field — its path
+/// inside the body's document and both values — once, in a few lines: not the whole escaped
+/// body, and no follow-on divergences (the call after it, the calls the plugin no longer
+/// makes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_diverging_on_one_field_names_that_field_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
+    let failed = event(
+        "u-card",
+        "5",
+        Phase::Failed,
+        Some(Phase::Running),
+        "2026-11-26T05:00:00Z",
+    );
+    let events = dir.path().join("events.jsonl");
+    write_events(&events, &[failed.clone(), failed]);
+    let manifest = dir.path().join("feishu-notify.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "grants:\n  http:\n    allow: [\"http://127.0.0.1:{port}\"]\n    allow_private: \
+             true\n  kv: true\nconfig:\n  webhook: http://127.0.0.1:{port}/hook\n"
+        ),
+    )
+    .expect("manifest");
+    let tape_file = dir.path().join("tape.jsonl");
+    let args = |replay: Option<PathBuf>, record: Option<PathBuf>| PluginRunArgs {
+        manifest: Some(manifest.clone()),
+        replay,
+        record,
+        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
+    };
+    let recorded = run(args(None, Some(tape_file.clone()))).await;
+    assert!(recorded.is_ok(), "{recorded}");
+    server.abort();
+
+    // The recorded card says another word in its title than the plugin sends.
+    let mut edited = tape::read_file(&tape_file).expect("tape");
+    let post = edited
+        .entries
+        .iter_mut()
+        .find(|e| e.call == "http.request")
+        .expect("the card was posted");
+    let body = post.args["body"]["text"].as_str().expect("a text body");
+    let mut card: Value = serde_json::from_str(body).expect("a JSON card");
+    let title = card
+        .pointer_mut("/card/header/title/content")
+        .expect("a card title");
+    let sent = title.as_str().expect("a title").to_string();
+    *title = json!("a title the plugin does not send");
+    post.args["body"]["text"] = json!(card.to_string());
+    tape::write_file(&tape_file, &edited).expect("written");
+
+    let replayed = run(args(Some(tape_file), None)).await;
+    assert_eq!(replayed.status(), "diverged", "{replayed}");
+    assert_eq!(replayed.divergences.len(), 1, "{:?}", replayed.divergences);
+    let reason = &replayed.divergences[0].reason;
+    assert!(
+        reason.contains(".body.text (JSON).card.header.title.content: the tape has \"a title the plugin does not send\""),
+        "{reason}"
+    );
+    assert!(
+        reason.contains(&serde_json::to_string(&sent).expect("json")),
+        "{reason}"
+    );
+    assert_eq!(reason.lines().count(), 2, "{reason}");
+    let report = replayed.to_string();
+    assert_eq!(report.matches("the tape has").count(), 1, "{report}");
+}

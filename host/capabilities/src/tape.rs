@@ -14,6 +14,10 @@
 //! call, for the same event, with the same arguments (for HTTP: method and URL, see
 //! `http.rs`). Anything else is a [`Divergence`]: it is kept, the plugin gets an error answer
 //! for that call, and the run fails. A recorded call the plugin no longer makes is one too.
+//! Only the first divergence is reported: past it the plugin's path has left the tape's (it
+//! got an error answer), so every later call would differ too and hide the one that matters.
+//! Later calls get an error answer without a report. Arguments that differ are shown as the
+//! paths that differ (`diff`), JSON inside a body's text included.
 //!
 //! Checks that need no service — grants, key and size limits, the HTTP allow-list — run in
 //! both modes before the tape, so a replay still refuses what the manifest does not grant;
@@ -36,6 +40,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+mod diff;
 
 /// One call a plugin made and the answer it got.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,22 +299,24 @@ impl Tape {
     /// Ends a replay: every recorded call the plugin did not make is a divergence.
     pub fn finish(&self) {
         let mut state = self.lock();
+        if !state.divergences.is_empty() {
+            return; // the calls after the first divergence are not compared
+        }
         let made = state.made.len();
-        let missing: Vec<Divergence> = state
-            .tape
-            .iter()
-            .enumerate()
-            .skip(made)
-            .map(|(index, entry)| Divergence {
-                position: index + 1,
-                reason: format!(
-                    "the tape has {} {} {}, which the plugin did not make",
-                    entry.call,
-                    entry.args,
-                    for_event(entry.event.as_deref())
-                ),
-            })
-            .collect();
+        let left = state.tape.len().saturating_sub(made);
+        let missing = state.tape.get(made).map(|entry| Divergence {
+            position: made + 1,
+            reason: format!(
+                "the tape has {} {} {}, which the plugin did not make{}",
+                entry.call,
+                entry.args,
+                for_event(entry.event.as_deref()),
+                match left {
+                    0 | 1 => String::new(),
+                    n => format!(" (nor the {} calls after it)", n - 1),
+                }
+            ),
+        });
         state.divergences.extend(missing);
     }
 
@@ -353,19 +361,26 @@ impl CallTape {
         let event = self.event.as_deref().map(str::to_string);
         let expected = state.tape.get(position - 1).cloned();
         let outcome = match &expected {
+            _ if !state.divergences.is_empty() => Err(String::new()),
             None => Err(format!(
                 "the plugin called {call} {args} {}; the tape has no more calls",
                 for_event(event.as_deref())
             )),
-            Some(entry) if entry.call != call || entry.args != args || entry.event != event => {
+            Some(entry) if entry.call == call && entry.event == event && entry.args != args => {
+                let lines = diff::differences(&entry.args, &args);
                 Err(format!(
-                    "the plugin called {call} {args} {}; the tape has {} {} {}",
+                    "the plugin called {call} {}, as the tape does, with other arguments:\n    {}",
                     for_event(event.as_deref()),
-                    entry.call,
-                    entry.args,
-                    for_event(entry.event.as_deref())
+                    lines.join("\n    ")
                 ))
             }
+            Some(entry) if entry.call != call || entry.event != event => Err(format!(
+                "the plugin called {call} {args} {}; the tape has {} {} {}",
+                for_event(event.as_deref()),
+                entry.call,
+                entry.args,
+                for_event(entry.event.as_deref())
+            )),
             Some(entry) => A::from_tape(&entry.answer).map_err(|why| {
                 format!(
                     "the tape's answer to {call} cannot be read: {why}: {}",
@@ -374,11 +389,18 @@ impl CallTape {
             }),
         };
         let answer = outcome.unwrap_or_else(|reason| {
+            if reason.is_empty() {
+                let first = state.divergences.first().map_or(0, |d| d.position);
+                return A::diverged(format!("replay left the tape at call {first}"));
+            }
             state.divergences.push(Divergence {
                 position,
                 reason: reason.clone(),
             });
-            A::diverged(format!("replay diverged at call {position}: {reason}"))
+            // Short: the plugin may echo it into its own messages; the run reports the why.
+            A::diverged(format!(
+                "replay diverged at call {position} (the run's report says how)"
+            ))
         });
         state.made.push(Entry {
             event,
@@ -669,14 +691,32 @@ mod tests {
         // Another key than recorded: a divergence, answered with the interface's error.
         let diverged = answer(&call, "kv.get", "x");
         assert!(diverged.is_err_and(|e| e.contains("replay diverged at call 2")));
+        // Past the first divergence, calls are answered with an error and not compared: the
+        // tape's third call, never made, is not reported either.
+        let after = answer(&call, "kv.get", "c");
+        assert!(after.is_err_and(|e| e.contains("left the tape at call 2")));
         tape.finish();
         let divergences = tape.divergences();
-        assert_eq!(divergences.len(), 2, "{divergences:?}");
+        assert_eq!(divergences.len(), 1, "{divergences:?}");
         assert_eq!(divergences[0].position, 2);
-        assert!(divergences[0].reason.contains(r#"{"key":"b"}"#));
-        assert_eq!(divergences[1].position, 3);
-        assert!(divergences[1].reason.contains("did not make"));
-        assert_eq!(tape.made().len(), 2);
+        assert!(
+            divergences[0]
+                .reason
+                .contains(r#".key: the tape has "b", the plugin sent "x""#),
+            "{divergences:?}"
+        );
+        assert_eq!(tape.made().len(), 3);
+
+        // A plugin that makes fewer calls (and nothing else differs): the first call it did
+        // not make is reported.
+        let tape = Arc::new(Tape::player(TapeFile {
+            clock: Duration::ZERO,
+            entries: tape.made()[..1].to_vec(),
+        }));
+        tape.finish();
+        let divergences = tape.divergences();
+        assert_eq!(divergences.len(), 1, "{divergences:?}");
+        assert!(divergences[0].reason.contains("did not make"));
     }
 
     #[test]
