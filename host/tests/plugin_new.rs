@@ -71,6 +71,7 @@ async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
         dir,
         wasm: wasm.clone(),
         manifest: None,
+        update: false,
     };
     let result = plugin_test(&suite(dir.join("tests/cases")))
         .await

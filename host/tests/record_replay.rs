@@ -427,6 +427,7 @@ async fn a_suite_of_recorded_cases_passes_and_each_kind_of_mismatch_fails() {
         dir: suite,
         wasm: plugins_dir().join("mysql-sync.wasm"),
         manifest: Some(manifest),
+        update: false,
     })
     .await
     .expect("the suite runs");
@@ -512,4 +513,118 @@ async fn a_replay_diverging_on_one_field_names_that_field_once() {
     assert_eq!(reason.lines().count(), 2, "{reason}");
     let report = replayed.to_string();
     assert_eq!(report.matches("the tape has").count(), 1, "{report}");
+}
+
+/// `plugin test --update`: a card whose title changed on purpose, a recorded call the plugin
+/// no longer makes and an outcome that changed are written into the case (and said, one line
+/// each), after which the case passes as it is; a case whose plugin makes a call the tape has
+/// no answer for is not rewritten and says to record it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
+    use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
+    let failed = event(
+        "u-upd",
+        "5",
+        Phase::Failed,
+        Some(Phase::Running),
+        "2026-11-26T05:00:00Z",
+    );
+    let manifest = dir.path().join("feishu-notify.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "grants:\n  http:\n    allow: [\"http://127.0.0.1:{port}\"]\n    allow_private: \
+             true\n  kv: true\nconfig:\n  webhook: http://127.0.0.1:{port}/hook\n"
+        ),
+    )
+    .expect("manifest");
+    let events = dir.path().join("events.jsonl");
+    write_events(&events, std::slice::from_ref(&failed));
+    let tape_file = dir.path().join("tape.jsonl");
+    let recorded = run(PluginRunArgs {
+        manifest: Some(manifest.clone()),
+        record: Some(tape_file.clone()),
+        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
+    })
+    .await;
+    assert!(recorded.is_ok(), "{recorded}");
+    server.abort();
+    let written = tape::read_file(&tape_file).expect("tape");
+
+    // The case as it was before the plugin changed: another title, one more call, a retry.
+    let mut old = written.clone();
+    let post = old
+        .entries
+        .iter_mut()
+        .find(|e| e.call == "http.request")
+        .expect("a post");
+    let mut card: Value =
+        serde_json::from_str(post.args["body"]["text"].as_str().expect("text")).expect("card");
+    *card
+        .pointer_mut("/card/header/title/content")
+        .expect("a title") = json!("the old title");
+    post.args["body"]["text"] = json!(card.to_string());
+    let extra = old.entries.last().expect("a call").clone();
+    old.entries.push(extra);
+    let suite = dir.path().join("cases");
+    let case = |name: &str, tape: &tape::TapeFile| {
+        let folder = suite.join(name);
+        std::fs::create_dir_all(&folder).expect("case folder");
+        write_events(&folder.join("events.jsonl"), std::slice::from_ref(&failed));
+        tape::write_file(&folder.join("tape.jsonl"), tape).expect("tape");
+        std::fs::write(folder.join("expect.yaml"), "outcomes: [retry]\n").expect("expect");
+        folder
+    };
+    let changed = case("1-changed", &old);
+    // A first call the plugin does not make: no recorded answer for what it does make.
+    let mut other = written.clone();
+    other.entries[0].call = "kv.delete".into();
+    let unanswerable = case("2-other-call", &other);
+
+    let args = |update: bool| PluginTestArgs {
+        dir: suite.clone(),
+        wasm: plugins_dir().join("feishu-notify.wasm"),
+        manifest: Some(manifest.clone()),
+        update,
+    };
+    let result = plugin_test(&args(true)).await.expect("the suite runs");
+    let report = result.to_string();
+    let [first, second] = &result.cases[..] else {
+        panic!("two cases: {report}")
+    };
+    assert!(first.passed(), "{report}");
+    assert_eq!(first.updated.len(), 3, "{report}");
+    assert!(
+        first.updated[0].contains(".card.header.title.content: was \"the old title\", now"),
+        "{report}"
+    );
+    assert!(first.updated[1].contains("dropped"), "{report}");
+    assert!(
+        first.updated[2].contains("outcomes were [retry], now [ok]"),
+        "{report}"
+    );
+    assert!(report.contains("upd  1-changed"), "{report}");
+    assert_eq!(
+        tape::read_file(&changed.join("tape.jsonl"))
+            .expect("tape")
+            .entries,
+        written.entries,
+        "the rewritten tape is what the plugin does now"
+    );
+    assert!(!second.passed(), "{report}");
+    assert!(report.contains("record the case again"), "{report}");
+    assert_eq!(
+        tape::read_file(&unanswerable.join("tape.jsonl"))
+            .expect("tape")
+            .entries,
+        other.entries,
+        "a case that cannot be updated is left as it was"
+    );
+
+    std::fs::remove_dir_all(&unanswerable).expect("remove");
+    let again = plugin_test(&args(false)).await.expect("the suite runs");
+    assert!(again.passed(), "{again}");
 }

@@ -215,6 +215,9 @@ pub fn write_file(path: &Path, tape: &TapeFile) -> Result<(), TapeError> {
 #[derive(Debug)]
 pub struct Tape {
     replay: bool,
+    /// Replaying to rewrite the tape (`plugin test --update`): a call whose arguments differ
+    /// takes the recorded answer and is noted as a change, not a divergence.
+    update: bool,
     /// The instant the plugin's wall clock reads during the run.
     clock: Duration,
     state: Mutex<State>,
@@ -227,6 +230,8 @@ struct State {
     /// The calls made so far, with the answers given.
     made: Vec<Entry>,
     divergences: Vec<Divergence>,
+    /// While updating: what the new tape changes of the old, one line each.
+    changes: Vec<String>,
 }
 
 impl Tape {
@@ -237,6 +242,7 @@ impl Tape {
             .unwrap_or_default();
         Tape {
             replay: false,
+            update: false,
             clock: Duration::from_millis(u64::try_from(now.as_millis()).unwrap_or(0)),
             state: Mutex::default(),
         }
@@ -246,12 +252,33 @@ impl Tape {
     pub fn player(file: TapeFile) -> Tape {
         Tape {
             replay: true,
+            update: false,
             clock: file.clock,
             state: Mutex::new(State {
                 tape: file.entries,
                 ..State::default()
             }),
         }
+    }
+
+    /// A player that rewrites `file` as it goes: the same call for the same event with other
+    /// arguments is answered as recorded and kept with its new arguments (a [`change`]);
+    /// recorded calls the plugin no longer makes are dropped. Anything else — another call,
+    /// more calls than recorded — has no recorded answer and stays a divergence: only a new
+    /// recording can answer it.
+    ///
+    /// [`change`]: Tape::changes
+    pub fn updater(file: TapeFile) -> Tape {
+        Tape {
+            update: true,
+            ..Tape::player(file)
+        }
+    }
+
+    /// While updating: what the tape of the calls made ([`Tape::file`]) changes of the
+    /// recorded one, one line each (after [`Tape::finish`]).
+    pub fn changes(&self) -> Vec<String> {
+        self.lock().changes.clone()
     }
 
     /// The instant the plugin's wall clock reads, since the Unix epoch.
@@ -304,6 +331,18 @@ impl Tape {
         }
         let made = state.made.len();
         let left = state.tape.len().saturating_sub(made);
+        if self.update {
+            if left > 0 {
+                state.changes.push(format!(
+                    "{left} recorded call{} from call {} on dropped: the plugin no longer \
+                     makes {}",
+                    if left == 1 { "" } else { "s" },
+                    made + 1,
+                    if left == 1 { "it" } else { "them" }
+                ));
+            }
+            return;
+        }
         let missing = state.tape.get(made).map(|entry| Divergence {
             position: made + 1,
             reason: format!(
@@ -366,6 +405,27 @@ impl CallTape {
                 "the plugin called {call} {args} {}; the tape has no more calls",
                 for_event(event.as_deref())
             )),
+            Some(entry)
+                if self.tape.update
+                    && entry.call == call
+                    && entry.event == event
+                    && entry.args != args =>
+            {
+                let lines = diff::differences(&entry.args, &args);
+                state.changes.push(format!(
+                    "call {position} ({call}): {}",
+                    lines
+                        .join("; ")
+                        .replace("the tape has", "was")
+                        .replace("the plugin sent", "now")
+                ));
+                A::from_tape(&entry.answer).map_err(|why| {
+                    format!(
+                        "the tape's answer to {call} cannot be read: {why}: {}",
+                        entry.answer
+                    )
+                })
+            }
             Some(entry) if entry.call == call && entry.event == event && entry.args != args => {
                 let lines = diff::differences(&entry.args, &args);
                 Err(format!(

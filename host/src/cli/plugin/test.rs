@@ -24,7 +24,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::run::{PluginRunArgs, read_events, run_events};
+use super::run::{PluginRunArgs, PluginRunOutcome, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
 use jobrelay_runtime::CallError;
 
@@ -46,6 +46,12 @@ pub struct PluginTestArgs {
     /// component NAME.wasm, if it exists.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// Rewrite each case's tape and expect.yaml to what the plugin does now, and say what
+    /// changed: calls whose arguments changed keep their recorded answers, recorded calls it no
+    /// longer makes are dropped, outcomes are taken as they came. A call the tape has no answer
+    /// for (another call, one more) cannot be updated offline: record the case again.
+    #[arg(long)]
+    pub update: bool,
 }
 
 /// `expect.yaml`.
@@ -64,6 +70,8 @@ pub struct CaseResult {
     pub host_calls: usize,
     /// Empty when the case passed.
     pub failures: Vec<String>,
+    /// With `--update`: what was rewritten, one line each.
+    pub updated: Vec<String>,
 }
 
 impl CaseResult {
@@ -89,7 +97,12 @@ impl fmt::Display for SuiteResult {
     /// count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for case in &self.cases {
-            if case.passed() {
+            if case.passed() && !case.updated.is_empty() {
+                writeln!(f, "upd  {}", case.name)?;
+                for change in &case.updated {
+                    writeln!(f, "  {change}")?;
+                }
+            } else if case.passed() {
                 writeln!(
                     f,
                     "ok   {} ({} events, {} host calls)",
@@ -150,6 +163,7 @@ pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
                 events: 0,
                 host_calls: 0,
                 failures: vec![format!("{error:#}")],
+                updated: Vec::new(),
             },
         };
         cases.push(result);
@@ -189,7 +203,15 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         },
         ..PluginRunArgs::new(args.wasm.clone(), folder.join("events.jsonl"))
     };
-    let outcome = run_events(&run, &events, Arc::new(Tape::player(recorded))).await?;
+    let tape = Arc::new(if args.update {
+        Tape::updater(recorded)
+    } else {
+        Tape::player(recorded)
+    });
+    let outcome = run_events(&run, &events, tape.clone()).await?;
+    if args.update {
+        return update_case(folder, &tape, &outcome, &expect.outcomes);
+    }
 
     let mut failures = Vec::new();
     if expect.outcomes.len() != outcome.calls.len() {
@@ -226,5 +248,55 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         events: outcome.calls.len(),
         host_calls: outcome.tape().len(),
         failures,
+        updated: Vec::new(),
     })
+}
+
+/// `--update`: writes the case's tape and expect.yaml anew from the run, unless it diverged
+/// in a way only a new recording can answer; says what changed.
+fn update_case(
+    folder: &Path,
+    tape: &Tape,
+    outcome: &PluginRunOutcome,
+    expected: &[String],
+) -> anyhow::Result<CaseResult> {
+    let mut result = CaseResult {
+        name: String::new(),
+        events: outcome.calls.len(),
+        host_calls: outcome.tape().len(),
+        failures: Vec::new(),
+        updated: Vec::new(),
+    };
+    if let Some(divergence) = outcome.divergences.first() {
+        result.failures.push(format!(
+            "cannot update: diverged from the tape: {divergence} — the tape has no answer for \
+             that call; record the case again (plugin run --record)"
+        ));
+        return Ok(result);
+    }
+    let changes = tape.changes();
+    if !changes.is_empty() {
+        let file = folder.join("tape.jsonl");
+        tape::write_file(&file, &tape.file())
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        result
+            .updated
+            .extend(changes.into_iter().map(|c| format!("tape.jsonl: {c}")));
+    }
+    let now: Vec<&str> = outcome.calls.iter().map(|c| c.status()).collect();
+    if now != expected {
+        let file = folder.join("expect.yaml");
+        let text = format!(
+            "# One status per event: ok, {}.\noutcomes: [{}]\n",
+            CallError::KINDS.join(", "),
+            now.join(", ")
+        );
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+        result.updated.push(format!(
+            "expect.yaml: outcomes were [{}], now [{}]",
+            expected.join(", "),
+            now.join(", ")
+        ));
+    }
+    Ok(result)
 }
