@@ -628,3 +628,96 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     let again = plugin_test(&args(false)).await.expect("the suite runs");
     assert!(again.passed(), "{again}");
 }
+
+/// A case that asserts on its calls: with `tape: answers` the tape only answers (a changed
+/// title does not fail it), and `calls:` says what the case is about — a POST to the webhook
+/// whose JSON body is an interactive card, exactly once — which a wrong assertion fails,
+/// naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_asserts_on_its_calls_and_uses_the_tape_for_answers() {
+    use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
+    let failed = event(
+        "u-assert",
+        "5",
+        Phase::Failed,
+        Some(Phase::Running),
+        "2026-11-26T05:00:00Z",
+    );
+    let manifest = dir.path().join("feishu-notify.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "grants:\n  http:\n    allow: [\"http://127.0.0.1:{port}\"]\n    allow_private: \
+             true\n  kv: true\nconfig:\n  webhook: http://127.0.0.1:{port}/hook\n"
+        ),
+    )
+    .expect("manifest");
+    let events = dir.path().join("events.jsonl");
+    write_events(&events, std::slice::from_ref(&failed));
+    let tape_file = dir.path().join("tape.jsonl");
+    let recorded = run(PluginRunArgs {
+        manifest: Some(manifest.clone()),
+        record: Some(tape_file.clone()),
+        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
+    })
+    .await;
+    assert!(recorded.is_ok(), "{recorded}");
+    server.abort();
+    let mut tape_with_old_title = tape::read_file(&tape_file).expect("tape");
+    let post = tape_with_old_title
+        .entries
+        .iter_mut()
+        .find(|e| e.call == "http.request")
+        .expect("a post");
+    let mut card: Value =
+        serde_json::from_str(post.args["body"]["text"].as_str().expect("text")).expect("card");
+    *card
+        .pointer_mut("/card/header/title/content")
+        .expect("a title") = json!("the old title");
+    post.args["body"]["text"] = json!(card.to_string());
+
+    let suite = dir.path().join("cases");
+    let case = |name: &str, expect: &str| {
+        let folder = suite.join(name);
+        std::fs::create_dir_all(&folder).expect("case folder");
+        write_events(&folder.join("events.jsonl"), std::slice::from_ref(&failed));
+        tape::write_file(&folder.join("tape.jsonl"), &tape_with_old_title).expect("tape");
+        std::fs::write(folder.join("expect.yaml"), expect).expect("expect");
+    };
+    let posts = format!(
+        "calls:\n  - call: http.request\n    args: {{method: POST, url: \"http://127.0.0.1:{port}/*\"}}\n    json: {{msg_type: interactive}}\n    count: 1\n"
+    );
+    case(
+        "1-asserts",
+        &format!("outcomes: [ok]\ntape: answers\n{posts}"),
+    );
+    case("2-exact-tape", &format!("outcomes: [ok]\n{posts}"));
+    case(
+        "3-wrong-assertion",
+        "outcomes: [ok]\ntape: answers\ncalls:\n  - call: http.request\n    json: {msg_type: text}\n",
+    );
+    let result = plugin_test(&PluginTestArgs {
+        dir: suite,
+        wasm: plugins_dir().join("feishu-notify.wasm"),
+        manifest: Some(manifest),
+        update: false,
+    })
+    .await
+    .expect("the suite runs");
+    let report = result.to_string();
+    let passed: Vec<bool> = result.cases.iter().map(|c| c.passed()).collect();
+    assert_eq!(passed, [true, false, false], "{report}");
+    assert!(
+        report.contains(".card.header.title.content: the tape has \"the old title\""),
+        "the exact case diverges on the title: {report}"
+    );
+    assert!(
+        report.contains(
+            "calls[0]: expected at least one http.request call whose JSON body has {\"msg_type\":\"text\"}, found 0"
+        ),
+        "{report}"
+    );
+}

@@ -9,6 +9,7 @@
 //! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
 
 pub mod digest;
+pub mod expect_calls;
 pub mod new;
 pub mod push;
 pub mod run;

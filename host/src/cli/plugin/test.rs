@@ -7,7 +7,9 @@
 //! - `tape.jsonl` — the capability calls the plugin must make and the answers it gets, as
 //!   `plugin run --record` writes them; without it, the plugin must make none;
 //! - `expect.yaml` — `outcomes:`, one status per event (`ok`, `retry`, `give_up`, `trap`,
-//!   `timeout`, `memory_limit`, `init_refused`);
+//!   `timeout`, `memory_limit`, `init_refused`); optionally `calls:`, assertions on the calls
+//!   made (see `expect_calls`), and `tape: answers` to compare the tape's calls by name and
+//!   order only, not their arguments;
 //! - `manifest.yaml`, optional — the case's own manifest, else `--manifest`, else the one
 //!   beside the component.
 //!
@@ -24,6 +26,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use super::expect_calls::ExpectCall;
 use super::run::{PluginRunArgs, PluginRunOutcome, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
 use jobrelay_runtime::CallError;
@@ -60,6 +63,21 @@ pub struct PluginTestArgs {
 struct Expect {
     /// One status per event, in order.
     outcomes: Vec<String>,
+    /// What the tape is compared for: every call's arguments (`exact`, the default), or only
+    /// which calls are made in which order, the tape giving their answers (`answers`).
+    #[serde(default)]
+    tape: TapeUse,
+    /// Assertions on the calls made (see `expect_calls`).
+    #[serde(default)]
+    calls: Vec<ExpectCall>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum TapeUse {
+    #[default]
+    Exact,
+    Answers,
 }
 
 /// How one case went.
@@ -203,10 +221,10 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         },
         ..PluginRunArgs::new(args.wasm.clone(), folder.join("events.jsonl"))
     };
-    let tape = Arc::new(if args.update {
-        Tape::updater(recorded)
-    } else {
-        Tape::player(recorded)
+    let tape = Arc::new(match (args.update, expect.tape) {
+        (true, _) => Tape::updater(recorded),
+        (false, TapeUse::Answers) => Tape::answers_only(recorded),
+        (false, TapeUse::Exact) => Tape::player(recorded),
     });
     let outcome = run_events(&run, &events, tape.clone()).await?;
     if args.update {
@@ -242,6 +260,14 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
             .divergences
             .iter()
             .map(|d| format!("diverged from the tape: {d}")),
+    );
+    let made = outcome.tape();
+    failures.extend(
+        expect
+            .calls
+            .iter()
+            .enumerate()
+            .filter_map(|(index, assertion)| assertion.check(&made, index)),
     );
     Ok(CaseResult {
         name: String::new(),
@@ -285,11 +311,20 @@ fn update_case(
     }
     let now: Vec<&str> = outcome.calls.iter().map(|c| c.status()).collect();
     if now != expected {
+        // Only `outcomes` is rewritten; the file's other keys (`calls`, `tape`) stay.
         let file = folder.join("expect.yaml");
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let mut document: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(&text)
+            .with_context(|| format!("{}: not an expectation", file.display()))?;
+        document.insert(
+            "outcomes".into(),
+            serde_yaml_ng::Value::Sequence(now.iter().map(|s| (*s).into()).collect()),
+        );
         let text = format!(
-            "# One status per event: ok, {}.\noutcomes: [{}]\n",
+            "# One status per event: ok, {}.\n{}",
             CallError::KINDS.join(", "),
-            now.join(", ")
+            serde_yaml_ng::to_string(&document)?
         );
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
         result.updated.push(format!(
