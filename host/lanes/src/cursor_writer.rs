@@ -26,8 +26,8 @@
 //! The writer also takes the lane's queued events into the store's inbox (see
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
 //! that settles it, and not at all when that save arrives before the take is due
-//! (`TAKE_DELAY` after it came, at once for a flush or when the takes waiting pass half the
-//! budget's write-ahead). A take is charged to the process-wide [`MemoryBudget`] until it is
+//! (`TAKE_DELAY` after it came; at once for a flush, and for the oldest takes while those
+//! waiting pass half the budget's write-ahead). A take is charged to the process-wide [`MemoryBudget`] until it is
 //! stored (or cancelled), and one whose batch failed is kept and written with the next round,
 //! ahead of later takes: a lane may have queued the event as its place alone, so the writer's
 //! copy is the only one until the store has it.
@@ -74,8 +74,9 @@ const LINGER_BELOW: usize = 8;
 /// How long a small batch waits for company.
 const LINGER: Duration = Duration::from_micros(500);
 
-/// How long a take waits before it is written, unless a flush asks for it or the takes waiting
-/// pass half the budget's write-ahead: a lane that keeps up settles most events within this,
+/// How long a take waits before it is written, unless a flush asks for it or it is among the
+/// oldest takes past half the budget's write-ahead: a lane that keeps up settles most events
+/// within this,
 /// and a take settled before it is written is never written at all — its row, its mark and
 /// the mark's removal saved. What a kill can take along stays bounded by the write-ahead.
 const TAKE_DELAY: Duration = Duration::from_millis(20);
@@ -219,13 +220,16 @@ impl RoundTakes {
         self.events.iter().flatten().map(|(_, _, due)| *due).min()
     }
 
-    /// The takes due by `now` (all of them with `all`), in order; the others stay.
-    fn due(&mut self, now: Instant, all: bool) -> Vec<(JobEvent, u64)> {
+    /// The takes due by `now` (all of them with `all`), in order, and — oldest first — as many
+    /// more as charge `excess` bytes; the others stay.
+    fn due(&mut self, now: Instant, all: bool, excess: u64) -> Vec<(JobEvent, u64)> {
         let mut due = Vec::new();
+        let mut covered = 0;
         let waiting: Vec<_> = self.events.drain(..).flatten().collect();
         self.at.clear();
         for (event, charge, at) in waiting {
-            if all || at <= now {
+            if all || at <= now || covered < excess {
+                covered += charge;
                 due.push((event, charge));
             } else {
                 self.take(event, charge, at);
@@ -366,8 +370,10 @@ async fn write_batches(
         }
         // Kept until the batch is stored: a take whose batch fails is written with the next.
         let mut writing = Vec::new();
-        let all = !flushes.is_empty() || budget.unstored() > budget.write_ahead() / 2;
-        for (event, charge) in takes.due(Instant::now(), all) {
+        // Past half the write-ahead, the oldest takes go early, as many as bring it back: not
+        // all of them, since the youngest are the likeliest to be settled before they are due.
+        let excess = budget.unstored().saturating_sub(budget.write_ahead() / 2);
+        for (event, charge) in takes.due(Instant::now(), !flushes.is_empty(), excess) {
             match Taken::of(&plugin, &event) {
                 Ok(taken) => {
                     batch.taken.push(taken);
@@ -839,6 +845,36 @@ mod tests {
             "the unsettled take was not written when due: {entries:?}"
         );
         assert_eq!(budget.held(), 0, "both charges given back");
+    }
+
+    /// Past half the write-ahead, only the oldest takes go early — as many as bring the bytes
+    /// waiting back under it — and the younger ones still wait their delay (they are the
+    /// likeliest to be settled before it ends).
+    #[tokio::test(start_paused = true)]
+    async fn under_pressure_only_the_oldest_takes_go_early() {
+        let store = Arc::new(Recording::default());
+        let budget = MemoryBudget::new(1 << 20);
+        let half = budget.write_ahead() / 2;
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        // Three takes of 40% of half the write-ahead each: 120%, so one must go early.
+        for (uid, rv) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            writer.take(event(uid, rv), half * 2 / 5);
+        }
+        tokio::time::sleep(TAKE_DELAY / 4).await;
+        let written = |store: &Recording| {
+            store
+                .batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
+        assert_eq!(written(&store), vec![vec!["take c/a/1".to_string()]]);
+        tokio::time::sleep(TAKE_DELAY * 2).await;
+        assert_eq!(
+            written(&store)[1..],
+            [vec!["take c/b/2".to_string(), "take c/c/3".to_string()]],
+            "the others when due"
+        );
     }
 
     /// Takes kept from a failed batch do not wait for their retry time once the store takes
