@@ -37,6 +37,7 @@ async fn main() -> ExitCode {
             target,
             plain_http,
         }) => push::command(&wasm, &target, plain_http).await,
+        Command::Plugin(PluginCommand::Bench { args }) => cli::plugin::bench::command(&args).await,
         Command::Plugin(PluginCommand::Digest { target, plain_http }) => {
             cli::plugin::digest::command(&target, plain_http).await
         }

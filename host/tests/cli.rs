@@ -995,3 +995,48 @@ async fn a_manifest_yaml_leaves_the_plugin_named_by_its_component() {
     assert!(report.contains("plugin event-log on event"), "{report}");
     assert!(!report.contains("plugin manifest"), "{report}");
 }
+
+/// `plugin bench`: one line per mode (a fresh instance per call, instances reused), with
+/// calls per second, µs per call and the linear memory one call used; a plugin whose calls
+/// fail says how many and why the first did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_bench_measures_both_modes_and_says_why_calls_fail() {
+    let event = repo()
+        .join("plugins/example-event.json")
+        .to_string_lossy()
+        .to_string();
+    let noop = built("noop").to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "bench", &noop, "--event", &event, "--calls", "50"]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), 2, "{report}");
+    assert!(
+        lines[0].starts_with("fresh instance per call: 50 calls in ")
+            && lines[1].starts_with("instances reused (256): 50 calls in "),
+        "{report}"
+    );
+    for line in &lines {
+        assert!(line.contains(" calls/s; per call mean "), "{line}");
+        assert!(
+            line.contains("; 0 failed; linear memory high water "),
+            "{line}"
+        );
+        let megabytes: f64 = line
+            .rsplit(' ')
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a figure: {line}"));
+        assert!(megabytes > 0.0, "{line}");
+    }
+
+    // event-log without its filesystem grant fails every call.
+    let log = built("event-log").to_string_lossy().to_string();
+    let out = jobrelay(&["plugin", "bench", &log, "--event", &event, "--calls", "20"]).await;
+    let report = text(&out);
+    assert!(report.contains("; 20 failed;"), "{report}");
+    assert!(
+        report.contains("the first failed call: plugin asked to retry: cannot append"),
+        "{report}"
+    );
+}

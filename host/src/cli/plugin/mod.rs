@@ -4,10 +4,12 @@
 //! - [`new`] — `plugin new`: a ready plugin project (its templates in `new/`);
 //! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
 //! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
+//! - [`bench`] — `plugin bench`: calls per second, µs per call and memory, fresh and reused;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
 //! - [`digest`] — `plugin digest`: the pin of a component file or of a tag;
 //! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
 
+pub mod bench;
 pub mod digest;
 pub mod expect_calls;
 pub mod new;
@@ -49,6 +51,13 @@ pub enum PluginCommand {
         /// Reach the registry over plain HTTP (a local registry), not HTTPS.
         #[arg(long)]
         plain_http: bool,
+    },
+    /// Measure a plugin: calls per second, µs per call (mean, p50, p99) and the most linear
+    /// memory one call used, with a fresh instance per call and with instances reused 256
+    /// times. Its capability calls are real, as in `plugin run`.
+    Bench {
+        #[command(flatten)]
+        args: bench::PluginBenchArgs,
     },
     /// Print a component's pin: the digest of its OCI artifact's manifest, which a manifest's
     /// `wasm: oci://…@sha256:…` names. For a .wasm file, the pin `plugin push` of it gives

@@ -87,7 +87,7 @@ impl PluginRunArgs {
 }
 
 /// `NAME=URL`.
-fn parse_sql_arg(text: &str) -> anyhow::Result<(String, String)> {
+pub(super) fn parse_sql_arg(text: &str) -> anyhow::Result<(String, String)> {
     match text.split_once('=') {
         Some((name, url)) if !name.is_empty() && !url.is_empty() => {
             Ok((name.to_string(), url.to_string()))
@@ -284,6 +284,54 @@ pub async fn run_events(
     events: &[JobEvent],
     tape: Arc<Tape>,
 ) -> anyhow::Result<PluginRunOutcome> {
+    let loaded = load(args, events, Some(tape.clone()), None).await?;
+    let version = loaded.version.clone();
+    let load_calls = tape.made();
+    let mut calls = Vec::with_capacity(events.len());
+    for event in events {
+        let before = tape.made_count();
+        let started = Instant::now();
+        let result = version.handle(event).await;
+        let elapsed = started.elapsed();
+        calls.push(CallOutcome {
+            event_id: event.id.clone(),
+            result,
+            elapsed,
+            host_calls: tape.made_since(before),
+        });
+    }
+    tape.finish();
+    Ok(PluginRunOutcome {
+        plugin: loaded.name,
+        manifest: loaded.manifest,
+        load_elapsed: loaded.load_elapsed,
+        load_calls,
+        calls,
+        divergences: tape.divergences(),
+        clock: tape.clock(),
+    })
+}
+
+/// A plugin version loaded as `plugin run` loads it, with the scratch state it uses.
+pub(crate) struct Loaded {
+    pub name: String,
+    /// The manifest used, if any.
+    pub manifest: Option<PathBuf>,
+    pub version: Arc<jobrelay_runtime::PluginVersion>,
+    pub load_elapsed: Duration,
+    /// The temporary state folder (without `--state-dir`), removed when dropped.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// Loads the plugin of `args` with the capabilities `plugin run` gives it (`events` name the
+/// clusters `--kubeconfig` stands for), every capability call through `tape` if given;
+/// `instance_reuse`, if given, replaces the manifest's.
+pub(crate) async fn load(
+    args: &PluginRunArgs,
+    events: &[JobEvent],
+    tape: Option<Arc<Tape>>,
+    instance_reuse: Option<u32>,
+) -> anyhow::Result<Loaded> {
     let wasm: Arc<[u8]> = tokio::fs::read(&args.wasm)
         .await
         .with_context(|| format!("cannot read the component {}", args.wasm.display()))?
@@ -339,7 +387,7 @@ pub async fn run_events(
         (None, None) => bail!("no state folder"),
     };
     let mut connections = args.sql.clone();
-    if tape.is_replay() {
+    if tape.as_ref().is_some_and(|t| t.is_replay()) {
         // The tape answers every statement: a granted connection the command line does not
         // name gets a stand-in that is never opened.
         for granted in &spec.grants.sql {
@@ -353,39 +401,24 @@ pub async fn run_events(
     if let Some(kubeconfig) = &args.kubeconfig {
         services.clusters = cluster_for(kubeconfig, events).await?;
     }
-    services.tape = Some(tape.clone());
+    services.tape = tape;
     let settings = RuntimeSettings {
         cache_dir: compile_cache_dir(),
         ..RuntimeSettings::default()
     };
+    let mut spec = spec;
+    if let Some(reuse) = instance_reuse {
+        spec.instance_reuse = reuse;
+    }
     let runtime = Runtime::with_services(settings, services)?;
     let started = Instant::now();
     let version = runtime.load(spec).await?;
-    let load_elapsed = started.elapsed();
-    let load_calls = tape.made();
-
-    let mut calls = Vec::with_capacity(events.len());
-    for event in events {
-        let before = tape.made_count();
-        let started = Instant::now();
-        let result = version.handle(event).await;
-        let elapsed = started.elapsed();
-        calls.push(CallOutcome {
-            event_id: event.id.clone(),
-            result,
-            elapsed,
-            host_calls: tape.made_since(before),
-        });
-    }
-    tape.finish();
-    Ok(PluginRunOutcome {
-        plugin: name,
+    Ok(Loaded {
+        name,
         manifest: manifest_path,
-        load_elapsed,
-        load_calls,
-        calls,
-        divergences: tape.divergences(),
-        clock: tape.clock(),
+        version,
+        load_elapsed: started.elapsed(),
+        _scratch: scratch,
     })
 }
 
