@@ -38,6 +38,9 @@ async fn main() -> ExitCode {
             plain_http,
         }) => push::command(&wasm, &target, plain_http).await,
         Command::Plugin(PluginCommand::Bench { args }) => cli::plugin::bench::command(&args).await,
+        Command::Plugin(PluginCommand::Inspect { target, plain_http }) => {
+            cli::plugin::inspect::command(&target, plain_http).await
+        }
         Command::Plugin(PluginCommand::Digest { target, plain_http }) => {
             cli::plugin::digest::command(&target, plain_http).await
         }

@@ -269,6 +269,39 @@ async fn registry_errors_keep_their_cause_and_say_what_to_do() {
     .await;
     assert_eq!(of_tag.trim(), pinned.to_string());
 
+    // `plugin inspect` of the file and of the pinned reference: the same component, the same
+    // pin, the world it targets and what it imports.
+    let inspect = |target: String| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+            .args(["plugin", "inspect", "--plain-http", &target])
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("jobrelay runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, of_file) = inspect(file.display().to_string()).await;
+    assert_eq!(code, Some(0), "{of_file}");
+    let (code, of_ref) = inspect(pinned.to_string()).await;
+    assert_eq!(code, Some(0), "{of_ref}");
+    for text in [&of_file, &of_ref] {
+        assert!(text.contains(&format!("sha256: {file_sha}\n")), "{text}");
+        assert!(
+            text.contains(&format!("pin: {} (", pinned.digest())),
+            "{text}"
+        );
+        assert!(text.contains("\nworld: jobrelay:plugin@"), "{text}");
+        assert!(text.contains("\nexports: handle, init\n"), "{text}");
+        assert!(text.contains("\n  wasi:io/streams@"), "{text}");
+    }
+    let garbage = cache.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"not a component").expect("write");
+    let (code, _) = inspect(garbage.display().to_string()).await;
+    assert_eq!(code, Some(2), "bytes that are no component are an error");
+
     // Nobody listens: the refused connection is said.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

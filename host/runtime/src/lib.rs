@@ -62,6 +62,21 @@ pub struct PluginSpec {
     pub grants: Grants,
 }
 
+/// What [`Runtime::inspect`] found in a component.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// Of the component's bytes, hex.
+    pub sha256: String,
+    pub bytes: usize,
+    /// The names it imports (interfaces such as `wasi:http/outgoing-handler@0.2.x`), sorted.
+    pub imports: Vec<String>,
+    /// The names it exports, sorted.
+    pub exports: Vec<String>,
+    /// The world package it targets (`jobrelay:plugin@0.2.0`), or why it is no plugin of a
+    /// world this host serves.
+    pub world: Result<&'static str, world::WorldError>,
+}
+
 /// The plugin runtime. Cheap to clone; clones share the engine, linker and caches.
 #[derive(Clone)]
 pub struct Runtime {
@@ -266,6 +281,34 @@ impl Runtime {
     }
 
     /// Checks the component against the `plugin` world and pre-instantiates it.
+    /// What a component is, without loading it as a plugin (no grants, no `init`): its size
+    /// and sha256, what it imports and exports, and the plugin world it targets — or why it
+    /// is not a plugin this host can run. Compiles it (or takes it from the cache).
+    pub async fn inspect(&self, wasm: Arc<[u8]>) -> Result<Inspection, CompileError> {
+        let hashed = Arc::clone(&wasm);
+        let sha256 = tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
+            .await
+            .map_err(|e| CompileError::task("hashing", e))?;
+        let bytes = wasm.len();
+        let (component, _) = self.inner.cache.get(&sha256, wasm).await?;
+        let ty = component.component_type();
+        let names = |items: &mut dyn Iterator<Item = String>| {
+            let mut names: Vec<String> = items.collect();
+            names.sort();
+            names
+        };
+        let imports = names(&mut ty.imports(&self.inner.engine).map(|(n, _)| n.to_string()));
+        let exports = names(&mut ty.exports(&self.inner.engine).map(|(n, _)| n.to_string()));
+        let world = self.link(&component).map(|pre| pre.package());
+        Ok(Inspection {
+            sha256,
+            bytes,
+            imports,
+            exports,
+            world,
+        })
+    }
+
     fn link(&self, component: &Component) -> Result<WorldPre, WorldError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty

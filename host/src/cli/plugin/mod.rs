@@ -5,6 +5,7 @@
 //! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
 //! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
 //! - [`bench`] — `plugin bench`: calls per second, µs per call and memory, fresh and reused;
+//! - [`inspect`] — `plugin inspect`: a component's size, digests, world, imports and exports;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
 //! - [`digest`] — `plugin digest`: the pin of a component file or of a tag;
 //! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
@@ -12,6 +13,7 @@
 pub mod bench;
 pub mod digest;
 pub mod expect_calls;
+pub mod inspect;
 pub mod new;
 pub mod push;
 pub mod run;
@@ -58,6 +60,15 @@ pub enum PluginCommand {
     Bench {
         #[command(flatten)]
         args: bench::PluginBenchArgs,
+    },
+    /// Describe a component without running it: size, sha256 and pin, the plugin world it
+    /// targets (exit 1 if it is not a plugin this host runs), its exports and imports.
+    Inspect {
+        /// A component (.wasm) or a pinned `oci://REGISTRY/REPO:TAG@sha256:…`.
+        target: String,
+        /// Reach the registry over plain HTTP (a local registry), not HTTPS.
+        #[arg(long)]
+        plain_http: bool,
     },
     /// Print a component's pin: the digest of its OCI artifact's manifest, which a manifest's
     /// `wasm: oci://…@sha256:…` names. For a .wasm file, the pin `plugin push` of it gives
