@@ -58,7 +58,8 @@ async fn main() -> ExitCode {
             jobs,
             interval_ms,
             listen,
-        } => demo::command(dir, plugins, jobs, interval_ms, listen).await,
+            config,
+        } => demo::command(dir, plugins, jobs, interval_ms, listen, config).await,
         Command::Completions { shell } => cli::completions(shell),
         Command::DeadLetters { config, command } => {
             dead_letters::command(config.as_deref(), &command).await

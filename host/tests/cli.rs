@@ -1040,3 +1040,68 @@ async fn plugin_bench_measures_both_modes_and_says_why_calls_fail() {
         "{report}"
     );
 }
+
+/// `demo --config DIR` runs a user's own folder on simulated clusters, one per file of its
+/// clusters/ folder under the same name: its plugin gets the jobs of both, its files land in
+/// the demo folder, and the user's folder is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("mine");
+    write(
+        &source.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nkinds: [{{name: volcano-job}}, {{name: batch-job}}, {{name: \
+             pytorch-job}}, {{name: mpi-job}}]\nstate: {{url: \"env:NOT_USED_BY_THE_DEMO\"}}\n",
+            repo().join("target/plugins").display()
+        ),
+    );
+    write(
+        &source.join("plugins/log.yaml"),
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, \
+         writable: true}\nconfig:\n  file: events.jsonl\n",
+    );
+    write(
+        &source.join("clusters/east.yaml"),
+        "not read: the demo simulates it\n",
+    );
+    write(&source.join("clusters/west.yaml"), "not read either\n");
+    let before: Vec<_> = std::fs::read_dir(&source)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let folder = dir.path().join("demo");
+    let out = jobrelay(&[
+        "demo",
+        "--config",
+        &source.to_string_lossy(),
+        "--jobs",
+        "2",
+        "--interval-ms",
+        "100",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        &folder.to_string_lossy(),
+    ])
+    .await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("cluster:  east, simulated"), "{report}");
+    assert!(report.contains("cluster:  west, simulated"), "{report}");
+    assert!(report.contains("plugin log: "), "{report}");
+    let events = std::fs::read_to_string(folder.join("out/events.jsonl")).expect("events");
+    for cluster in ["east", "west"] {
+        assert!(
+            events.contains(&format!("\"cluster\":\"{cluster}\"")),
+            "no event of {cluster}: {events}"
+        );
+    }
+    let after: Vec<_> = std::fs::read_dir(&source)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(before, after, "the user's folder is untouched");
+}

@@ -74,6 +74,11 @@ pub enum Command {
         /// Address of the status and metrics endpoint.
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
+        /// Run this config folder (its main file, plugins and their files) against simulated
+        /// clusters instead of the shipped plugins: one cluster per file of its clusters/
+        /// folder, under the same name. It is copied into --dir; the original is not touched.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Plugin tools.
     #[command(subcommand)]

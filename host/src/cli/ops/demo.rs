@@ -6,6 +6,14 @@
 //! feishu-notify posting signed cards to a local Feishu receiver that prints them — and the
 //! telemetry endpoint shows status and metrics. Everything lives in one folder, printed at
 //! start, so the tables, archives and state can be looked at afterwards.
+//!
+//! With `--config DIR` the demo runs a user's own config folder instead of the shipped
+//! plugins: the folder is copied into the demo's (its clusters and state left behind), one
+//! simulated cluster is started per file of its `clusters/` folder, under that name, and the
+//! main file is adjusted to run here: `plugin_dir` made absolute (so the components are found
+//! where they are), the state in the demo folder, the telemetry endpoint on `--listen`, and no
+//! coordination or home cluster (one replica). Everything else — kinds, plugins, grants,
+//! config, SQL connections — is the user's.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -36,6 +44,8 @@ pub struct DemoArgs {
     pub interval: Duration,
     /// Address of the telemetry endpoint.
     pub listen: SocketAddr,
+    /// A user's config folder to run instead of the shipped plugins.
+    pub config: Option<PathBuf>,
 }
 
 /// Where `plugins/build.sh` puts the components, seen from the running binary
@@ -87,6 +97,7 @@ pub async fn command(
     jobs: usize,
     interval_ms: u64,
     listen: SocketAddr,
+    config: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     let args = DemoArgs {
         dir,
@@ -94,12 +105,179 @@ pub async fn command(
         jobs,
         interval: Duration::from_millis(interval_ms.max(1)),
         listen,
+        config,
     };
     demo(&args).await.map(|()| ExitCode::SUCCESS)
 }
 
+/// Runs a user's config folder on simulated clusters (`--config`); returns when the jobs are
+/// played (or on Ctrl-C).
+async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
+    let source = source
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", source.display()))?;
+    let main_file = source.join("jobrelay.yaml");
+    let text = std::fs::read_to_string(&main_file)
+        .with_context(|| format!("cannot read {}", main_file.display()))?;
+    let mut main: serde_yaml_ng::Mapping = if text.trim().is_empty() {
+        serde_yaml_ng::Mapping::new()
+    } else {
+        serde_yaml_ng::from_str(&text)
+            .with_context(|| format!("{}: not a main file", main_file.display()))?
+    };
+    let clusters_dir = main
+        .get("clusters_dir")
+        .and_then(|v| v.as_str())
+        .map_or_else(|| source.join("clusters"), |d| source.join(d));
+    let mut names: Vec<String> = std::fs::read_dir(&clusters_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    if names.is_empty() {
+        names.push("demo".to_string());
+    }
+    prepare_folder(&args.dir)?;
+    copy_folder(
+        &source,
+        &args.dir,
+        &[clusters_dir.clone(), source.join("state")],
+    )?;
+
+    // Runs here: components where they are, state and telemetry local, one replica.
+    let plugin_dir = main
+        .get("plugin_dir")
+        .and_then(|v| v.as_str())
+        .map_or_else(|| source.clone(), |d| source.join(d));
+    main.insert("plugin_dir".into(), plugin_dir.display().to_string().into());
+    if let Some(manifests) = main.get("plugin_manifests_dir").and_then(|v| v.as_str()) {
+        let absolute = source.join(manifests).display().to_string();
+        main.insert("plugin_manifests_dir".into(), absolute.into());
+    }
+    for key in ["clusters_dir", "coordination", "home_cluster"] {
+        main.remove(key);
+    }
+    main.insert(
+        "state".into(),
+        serde_yaml_ng::from_str("{path: state/jobrelay.db}")?,
+    );
+    main.insert(
+        "telemetry".into(),
+        serde_yaml_ng::from_str(&format!("{{listen: \"{}\"}}", args.listen))?,
+    );
+    let mut sims = Vec::new();
+    for name in &names {
+        let sim = SimCluster::start(name).await?;
+        let file = args.dir.join("clusters").join(format!("{name}.yaml"));
+        std::fs::create_dir_all(args.dir.join("clusters"))?;
+        std::fs::write(&file, sim.kubeconfig_yaml())
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        sims.push(sim);
+    }
+    let written = args.dir.join("jobrelay.yaml");
+    std::fs::write(&written, serde_yaml_ng::to_string(&main)?)
+        .with_context(|| format!("cannot write {}", written.display()))?;
+
+    let daemon = Daemon::start(&args.dir).await?;
+    println!("jobrelay demo of {}", source.display());
+    println!("  folder:   {}", args.dir.display());
+    for sim in &sims {
+        println!("  cluster:  {}, simulated, {}", sim.name(), sim.url());
+    }
+    if let Some(addr) = daemon.telemetry_addr() {
+        println!("  status:   http://{addr}/   (JSON: /status, metrics: /metrics)");
+    }
+    println!();
+    let mut scenarios: Vec<Scenario> = sims
+        .iter()
+        .map(|sim| Scenario::new(sim, "ml", args.jobs))
+        .collect();
+    let mut tick = tokio::time::interval(args.interval);
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stop => {
+                println!("stopping");
+                break;
+            }
+        }
+        for (sim, scenario) in sims.iter().zip(&mut scenarios) {
+            for line in scenario.tick()? {
+                println!("{}: {line}", sim.name());
+            }
+        }
+        if scenarios.iter().all(Scenario::done) {
+            settle_lanes(&daemon).await;
+            println!();
+            println!("summary");
+            for (name, plugin) in daemon.plugins() {
+                match plugin.lane {
+                    Some(lane) => println!(
+                        "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
+                        lane.delivered, lane.retried, lane.dead_lettered
+                    ),
+                    None => println!("  plugin {name}: not serving"),
+                }
+            }
+            break;
+        }
+    }
+    daemon.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+/// Copies `from` into `to`, leaving out the folders of `skip`.
+fn copy_folder(from: &Path, to: &Path, skip: &[PathBuf]) -> anyhow::Result<()> {
+    for entry in
+        std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?
+    {
+        let path = entry?.path();
+        if skip.iter().any(|s| s == &path) {
+            continue;
+        }
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        let target = to.join(name);
+        if path.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_folder(&path, &target, skip)?;
+        } else {
+            std::fs::copy(&path, &target)
+                .with_context(|| format!("cannot copy {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits (up to 30 s) until every lane is empty.
+async fn settle_lanes(daemon: &Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let busy = daemon
+            .plugins()
+            .values()
+            .any(|p| p.lane.as_ref().is_some_and(|l| l.pending > 0));
+        if !busy {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs the demo; returns when the jobs are played (or on Ctrl-C).
 pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
+    if let Some(source) = &args.config {
+        return demo_of(args, source).await;
+    }
     for plugin in PLUGINS {
         let path = args.plugins.join(format!("{plugin}.wasm"));
         if !path.exists() {
