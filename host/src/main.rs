@@ -37,6 +37,7 @@ async fn main() -> ExitCode {
             target,
             plain_http,
         }) => push::command(&wasm, &target, plain_http).await,
+        Command::Plugin(PluginCommand::Dev { args }) => cli::plugin::dev::command(&args).await,
         Command::Plugin(PluginCommand::Bench { args }) => cli::plugin::bench::command(&args).await,
         Command::Plugin(PluginCommand::Inspect { target, plain_http }) => {
             cli::plugin::inspect::command(&target, plain_http).await

@@ -89,3 +89,84 @@ async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
         .expect("the suite runs");
     assert!(!result.passed(), "{result}");
 }
+
+/// `plugin dev`: one round builds the new project and passes its samples and case; an edit of
+/// the case starts another round on its own, which fails naming the case; `--once` gives the
+/// round's status as its exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_dev_builds_runs_and_picks_up_an_edit() {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let parent = tempfile::tempdir().expect("tempdir");
+    let project = plugin_new(&PluginNewArgs {
+        name: "dev-loop".into(),
+        lang: Lang::Rust,
+        dir: parent.path().to_path_buf(),
+        sdk: None,
+    })
+    .expect("the project is made");
+    let dir = project.dir.clone();
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugin-new");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["plugin", "dev"])
+        .arg(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("plugin dev starts");
+    let output = Arc::new(Mutex::new(String::new()));
+    let sink = output.clone();
+    let stdout = child.stdout.take().expect("piped");
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut text = sink.lock().unwrap_or_else(|p| p.into_inner());
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    let text = || output.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let wait_for = |what: &'static str, from: usize| {
+        async move {
+            // The first build compiles the SDK: minutes on a cold, busy machine.
+            let started = Instant::now();
+            while !text()[from..].contains(what) {
+                assert!(
+                    started.elapsed() < Duration::from_secs(600),
+                    "never said {what:?}:\n{}",
+                    text()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_for("watching ", 0).await;
+    let first = text();
+    assert!(first.contains("── all passed"), "{first}");
+    assert!(first.contains("1 cases: 1 passed"), "{first}");
+
+    std::fs::write(
+        dir.join("tests/cases/first/expect.yaml"),
+        "outcomes: [retry, ok]\n",
+    )
+    .expect("edit the case");
+    let from = first.len();
+    wait_for("── FAILED", from).await;
+    assert!(text()[from..].contains("FAIL first"), "{}", text());
+    child.kill().await.expect("stop plugin dev");
+
+    let once = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+        .args(["plugin", "dev", "--once"])
+        .arg(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("plugin dev --once runs");
+    assert_eq!(once.status.code(), Some(1), "{once:?}");
+}

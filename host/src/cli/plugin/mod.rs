@@ -4,6 +4,7 @@
 //! - [`new`] — `plugin new`: a ready plugin project (its templates in `new/`);
 //! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
 //! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
+//! - [`dev`] — `plugin dev`: build, run the samples and cases, and again on every change;
 //! - [`bench`] — `plugin bench`: calls per second, µs per call and memory, fresh and reused;
 //! - [`inspect`] — `plugin inspect`: a component's size, digests, world, imports and exports;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
@@ -11,6 +12,7 @@
 //! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
 
 pub mod bench;
+pub mod dev;
 pub mod digest;
 pub mod expect_calls;
 pub mod inspect;
@@ -53,6 +55,13 @@ pub enum PluginCommand {
         /// Reach the registry over plain HTTP (a local registry), not HTTPS.
         #[arg(long)]
         plain_http: bool,
+    },
+    /// The edit → build → run loop of a plugin project: runs its build.sh, then the plugin on
+    /// its sample events (events/) and cases (tests/cases/), and again whenever a file of the
+    /// project changes. --once: one round, exit 1 if anything failed.
+    Dev {
+        #[command(flatten)]
+        args: dev::PluginDevArgs,
     },
     /// Measure a plugin: calls per second, µs per call (mean, p50, p99) and the most linear
     /// memory one call used, with a fresh instance per call and with instances reused 256
