@@ -24,6 +24,14 @@ async fn jobrelay(args: &[&str]) -> Output {
         .expect("jobrelay runs")
 }
 
+/// The example event the plugins' docs use, as a command-line argument.
+fn example_event() -> String {
+    repo()
+        .join("plugins/example-event.json")
+        .to_string_lossy()
+        .to_string()
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -256,10 +264,7 @@ async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
         "wasm: ignored.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\nconfig:\n  file: one.jsonl\n",
     );
     let wasm = built("event-log").to_string_lossy().to_string();
-    let event = repo()
-        .join("plugins/example-event.json")
-        .to_string_lossy()
-        .to_string();
+    let event = example_event();
     let m = manifest.to_string_lossy().to_string();
     let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &m]).await;
     let report = text(&out);
@@ -948,10 +953,7 @@ async fn store_dead_letters(path: &std::path::Path, n: usize) {
 async fn plugin_run_says_it_is_compiling_once() {
     let cache = tempfile::tempdir().expect("tempdir");
     let wasm = built("probe-debug").to_string_lossy().to_string();
-    let event = repo()
-        .join("plugins/example-event.json")
-        .to_string_lossy()
-        .to_string();
+    let event = example_event();
     let run = || async {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
             .args(["plugin", "run", &wasm, "--event", &event])
@@ -985,10 +987,7 @@ async fn a_manifest_yaml_leaves_the_plugin_named_by_its_component() {
         "wasm: ignored.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n",
     );
     let wasm = built("event-log").to_string_lossy().to_string();
-    let event = repo()
-        .join("plugins/example-event.json")
-        .to_string_lossy()
-        .to_string();
+    let event = example_event();
     let m = manifest.to_string_lossy().to_string();
     let out = jobrelay(&["plugin", "run", &wasm, "--event", &event, "--manifest", &m]).await;
     let report = text(&out);
@@ -1001,10 +1000,7 @@ async fn a_manifest_yaml_leaves_the_plugin_named_by_its_component() {
 /// fail says how many and why the first did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_bench_measures_both_modes_and_says_why_calls_fail() {
-    let event = repo()
-        .join("plugins/example-event.json")
-        .to_string_lossy()
-        .to_string();
+    let event = example_event();
     let noop = built("noop").to_string_lossy().to_string();
     let out = jobrelay(&["plugin", "bench", &noop, "--event", &event, "--calls", "50"]).await;
     let report = text(&out);

@@ -444,24 +444,30 @@ async fn a_suite_of_recorded_cases_passes_and_each_kind_of_mismatch_fails() {
     assert!(report.contains("5 cases: 2 passed, 3 failed"), "{report}");
 }
 
-/// A replay that diverges on one field of a request's JSON body says that field — its path
-/// inside the body's document and both values — once, in a few lines: not the whole escaped
-/// body, and no follow-on divergences (the call after it, the calls the plugin no longer
-/// makes).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_diverging_on_one_field_names_that_field_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// feishu-notify recorded against a local receiver that answers as Feishu does: the event
+/// (handled `copies` times), the manifest granting the receiver, and the tape written.
+struct FeishuRecording {
+    /// The receiver's port (it answered the recording; it is gone since).
+    port: u16,
+    event: JobEvent,
+    events: PathBuf,
+    manifest: PathBuf,
+    tape_file: PathBuf,
+    tape: tape::TapeFile,
+}
+
+async fn record_feishu(dir: &Path, uid: &str, copies: usize) -> FeishuRecording {
     let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
     let failed = event(
-        "u-card",
+        uid,
         "5",
         Phase::Failed,
         Some(Phase::Running),
         "2026-11-26T05:00:00Z",
     );
-    let events = dir.path().join("events.jsonl");
-    write_events(&events, &[failed.clone(), failed]);
-    let manifest = dir.path().join("feishu-notify.yaml");
+    let events = dir.join("events.jsonl");
+    write_events(&events, &vec![failed.clone(); copies]);
+    let manifest = dir.join("feishu-notify.yaml");
     std::fs::write(
         &manifest,
         format!(
@@ -470,35 +476,81 @@ async fn a_replay_diverging_on_one_field_names_that_field_once() {
         ),
     )
     .expect("manifest");
-    let tape_file = dir.path().join("tape.jsonl");
-    let args = |replay: Option<PathBuf>, record: Option<PathBuf>| PluginRunArgs {
-        manifest: Some(manifest.clone()),
-        replay,
-        record,
-        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
-    };
-    let recorded = run(args(None, Some(tape_file.clone()))).await;
+    let tape_file = dir.join("tape.jsonl");
+    let recorded = run(feishu_args(
+        &manifest,
+        &events,
+        None,
+        Some(tape_file.clone()),
+    ))
+    .await;
     assert!(recorded.is_ok(), "{recorded}");
     server.abort();
+    FeishuRecording {
+        port,
+        event: failed,
+        events,
+        manifest,
+        tape: tape::read_file(&tape_file).expect("tape"),
+        tape_file,
+    }
+}
 
-    // The recorded card says another word in its title than the plugin sends.
-    let mut edited = tape::read_file(&tape_file).expect("tape");
-    let post = edited
+fn feishu_args(
+    manifest: &Path,
+    events: &Path,
+    replay: Option<PathBuf>,
+    record: Option<PathBuf>,
+) -> PluginRunArgs {
+    PluginRunArgs {
+        manifest: Some(manifest.to_path_buf()),
+        replay,
+        record,
+        ..PluginRunArgs::new(
+            plugins_dir().join("feishu-notify.wasm"),
+            events.to_path_buf(),
+        )
+    }
+}
+
+/// `tape` with the posted card's title set to `title`; returns the title it had.
+fn retitled(tape: &mut tape::TapeFile, title: &str) -> String {
+    let post = tape
         .entries
         .iter_mut()
         .find(|e| e.call == "http.request")
         .expect("the card was posted");
     let body = post.args["body"]["text"].as_str().expect("a text body");
     let mut card: Value = serde_json::from_str(body).expect("a JSON card");
-    let title = card
+    let old = card
         .pointer_mut("/card/header/title/content")
         .expect("a card title");
-    let sent = title.as_str().expect("a title").to_string();
-    *title = json!("a title the plugin does not send");
+    let was = old.as_str().expect("a title").to_string();
+    *old = json!(title);
     post.args["body"]["text"] = json!(card.to_string());
-    tape::write_file(&tape_file, &edited).expect("written");
+    was
+}
 
-    let replayed = run(args(Some(tape_file), None)).await;
+/// A replay that diverges on one field of a request's JSON body says that field — its path
+/// inside the body's document and both values — once, in a few lines: not the whole escaped
+/// body, and no follow-on divergences (the call after it, the calls the plugin no longer
+/// makes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_diverging_on_one_field_names_that_field_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recording = record_feishu(dir.path(), "u-card", 2).await;
+    // The recorded card says another word in its title than the plugin sends.
+    let mut edited = recording.tape.clone();
+    let sent = retitled(&mut edited, "a title the plugin does not send");
+    tape::write_file(&recording.tape_file, &edited).expect("written");
+
+    let replayed = run(feishu_args(
+        &recording.manifest,
+        &recording.events,
+        Some(recording.tape_file.clone()),
+        None,
+    ))
+    .await;
     assert_eq!(replayed.status(), "diverged", "{replayed}");
     assert_eq!(replayed.divergences.len(), 1, "{:?}", replayed.divergences);
     let reason = &replayed.divergences[0].reason;
@@ -524,56 +576,21 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
-    let failed = event(
-        "u-upd",
-        "5",
-        Phase::Failed,
-        Some(Phase::Running),
-        "2026-11-26T05:00:00Z",
-    );
-    let manifest = dir.path().join("feishu-notify.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "grants:\n  http:\n    allow: [\"http://127.0.0.1:{port}\"]\n    allow_private: \
-             true\n  kv: true\nconfig:\n  webhook: http://127.0.0.1:{port}/hook\n"
-        ),
-    )
-    .expect("manifest");
-    let events = dir.path().join("events.jsonl");
-    write_events(&events, std::slice::from_ref(&failed));
-    let tape_file = dir.path().join("tape.jsonl");
-    let recorded = run(PluginRunArgs {
-        manifest: Some(manifest.clone()),
-        record: Some(tape_file.clone()),
-        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
-    })
-    .await;
-    assert!(recorded.is_ok(), "{recorded}");
-    server.abort();
-    let written = tape::read_file(&tape_file).expect("tape");
-
+    let recording = record_feishu(dir.path(), "u-upd", 1).await;
+    let written = recording.tape.clone();
     // The case as it was before the plugin changed: another title, one more call, a retry.
     let mut old = written.clone();
-    let post = old
-        .entries
-        .iter_mut()
-        .find(|e| e.call == "http.request")
-        .expect("a post");
-    let mut card: Value =
-        serde_json::from_str(post.args["body"]["text"].as_str().expect("text")).expect("card");
-    *card
-        .pointer_mut("/card/header/title/content")
-        .expect("a title") = json!("the old title");
-    post.args["body"]["text"] = json!(card.to_string());
+    retitled(&mut old, "the old title");
     let extra = old.entries.last().expect("a call").clone();
     old.entries.push(extra);
     let suite = dir.path().join("cases");
     let case = |name: &str, tape: &tape::TapeFile| {
         let folder = suite.join(name);
         std::fs::create_dir_all(&folder).expect("case folder");
-        write_events(&folder.join("events.jsonl"), std::slice::from_ref(&failed));
+        write_events(
+            &folder.join("events.jsonl"),
+            std::slice::from_ref(&recording.event),
+        );
         tape::write_file(&folder.join("tape.jsonl"), tape).expect("tape");
         std::fs::write(folder.join("expect.yaml"), "outcomes: [retry]\n").expect("expect");
         folder
@@ -587,7 +604,7 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     let args = |update: bool| PluginTestArgs {
         dir: suite.clone(),
         wasm: plugins_dir().join("feishu-notify.wasm"),
-        manifest: Some(manifest.clone()),
+        manifest: Some(recording.manifest.clone()),
         update,
     };
     let result = plugin_test(&args(true)).await.expect("the suite runs");
@@ -638,46 +655,12 @@ async fn a_case_asserts_on_its_calls_and_uses_the_tape_for_answers() {
     use jobrelay::cli::plugin::test::{PluginTestArgs, plugin_test};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let (port, server) = serve("200 OK", r#"{"code":0,"msg":"success"}"#).await;
-    let failed = event(
-        "u-assert",
-        "5",
-        Phase::Failed,
-        Some(Phase::Running),
-        "2026-11-26T05:00:00Z",
-    );
-    let manifest = dir.path().join("feishu-notify.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "grants:\n  http:\n    allow: [\"http://127.0.0.1:{port}\"]\n    allow_private: \
-             true\n  kv: true\nconfig:\n  webhook: http://127.0.0.1:{port}/hook\n"
-        ),
-    )
-    .expect("manifest");
-    let events = dir.path().join("events.jsonl");
-    write_events(&events, std::slice::from_ref(&failed));
-    let tape_file = dir.path().join("tape.jsonl");
-    let recorded = run(PluginRunArgs {
-        manifest: Some(manifest.clone()),
-        record: Some(tape_file.clone()),
-        ..PluginRunArgs::new(plugins_dir().join("feishu-notify.wasm"), events.clone())
-    })
-    .await;
-    assert!(recorded.is_ok(), "{recorded}");
-    server.abort();
-    let mut tape_with_old_title = tape::read_file(&tape_file).expect("tape");
-    let post = tape_with_old_title
-        .entries
-        .iter_mut()
-        .find(|e| e.call == "http.request")
-        .expect("a post");
-    let mut card: Value =
-        serde_json::from_str(post.args["body"]["text"].as_str().expect("text")).expect("card");
-    *card
-        .pointer_mut("/card/header/title/content")
-        .expect("a title") = json!("the old title");
-    post.args["body"]["text"] = json!(card.to_string());
+    let recording = record_feishu(dir.path(), "u-assert", 1).await;
+    let failed = recording.event.clone();
+    let manifest = recording.manifest.clone();
+    let port = recording.port;
+    let mut tape_with_old_title = recording.tape.clone();
+    retitled(&mut tape_with_old_title, "the old title");
 
     let suite = dir.path().join("cases");
     let case = |name: &str, expect: &str| {

@@ -7,6 +7,7 @@ use jobrelay::oci::registry::push;
 use jobrelay::oci::{OciRef, OciSettings};
 use jobrelay_e2e::*;
 use jobrelay_testkit::{Flavor, JobDriver, LocalRegistry, SimCluster};
+use sha2::Digest;
 
 async fn push_built(registry: &LocalRegistry, built: &str, tag: &str) -> OciRef {
     let settings = OciSettings {
@@ -59,7 +60,7 @@ async fn a_registry_component_is_pulled_served_and_reloaded_by_reference() {
     setup.write_manifest("log", &manifest(&v2.to_string()));
     wait_for("the version pinned by v2 serving", || {
         let status = daemon.plugins().get("log").cloned()?;
-        (status.serving_wasm_sha256.as_deref() == Some(v2.digest_hex.as_str())).then_some(())
+        (status.serving_oci.as_deref() == Some(v2.to_string().as_str())).then_some(())
     })
     .await;
 
@@ -79,9 +80,12 @@ async fn a_registry_component_is_pulled_served_and_reloaded_by_reference() {
         "{error}"
     );
     let status = daemon.plugins().get("log").cloned().expect("status");
+    assert_eq!(status.serving_oci.as_deref(), Some(v2.to_string().as_str()));
+    // The component's own sha256, as for a file.
+    let noop = std::fs::read(built_wasm("noop")).expect("built component");
     assert_eq!(
         status.serving_wasm_sha256.as_deref(),
-        Some(v2.digest_hex.as_str())
+        Some(hex::encode(sha2::Sha256::digest(&noop)).as_str())
     );
     assert!(
         status.waiting.is_none(),

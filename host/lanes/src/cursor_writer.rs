@@ -455,6 +455,24 @@ mod tests {
         fail_all: std::sync::atomic::AtomicBool,
     }
 
+    impl Recording {
+        /// The entries written so far, batch by batch.
+        fn written(&self) -> Vec<Vec<String>> {
+            self.batches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        }
+
+        /// How many written entries hold `entry`.
+        fn batches_with(&self, entry: &str) -> usize {
+            self.written()
+                .iter()
+                .filter(|b| b.iter().any(|e| e == entry))
+                .count()
+        }
+    }
+
     impl Default for Recording {
         fn default() -> Recording {
             Recording {
@@ -781,17 +799,8 @@ mod tests {
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
         writer.take(event("u", "7"), 1_000);
         assert!(budget.held() > 0, "a take is charged");
-        let takes = |store: &Recording| {
-            store
-                .batches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .filter(|b| b.iter().any(|e| e == "take c/u/7"))
-                .count()
-        };
         let started = std::time::Instant::now();
-        while takes(&store) == 0 {
+        while store.batches_with("take c/u/7") == 0 {
             assert!(
                 started.elapsed() < Duration::from_secs(5),
                 "the take is never written"
@@ -805,7 +814,7 @@ mod tests {
         assert!(writer.flush().await, "every take is stored");
         assert_eq!(budget.held(), 0, "a stored take gives its charge back");
         assert_eq!(
-            takes(&store),
+            store.batches_with("take c/u/7"),
             2,
             "written with the failed batch, then with the next"
         );
@@ -861,17 +870,10 @@ mod tests {
             writer.take(event(uid, rv), half * 2 / 5);
         }
         tokio::time::sleep(TAKE_DELAY / 4).await;
-        let written = |store: &Recording| {
-            store
-                .batches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        };
-        assert_eq!(written(&store), vec![vec!["take c/a/1".to_string()]]);
+        assert_eq!(store.written(), vec![vec!["take c/a/1".to_string()]]);
         tokio::time::sleep(TAKE_DELAY * 2).await;
         assert_eq!(
-            written(&store)[1..],
+            store.written()[1..],
             [vec!["take c/b/2".to_string(), "take c/c/3".to_string()]],
             "the others when due"
         );
@@ -891,14 +893,7 @@ mod tests {
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
         writer.take(event("u", "7"), 1_000);
         tokio::time::sleep(TAKE_DELAY * 2).await;
-        let written = |store: &Recording| {
-            store
-                .batches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        };
-        assert_eq!(written(&store), vec![vec!["take c/u/7".to_string()]]);
+        assert_eq!(store.written(), vec![vec!["take c/u/7".to_string()]]);
         store
             .fail_all
             .store(false, std::sync::atomic::Ordering::SeqCst);
@@ -906,12 +901,12 @@ mod tests {
         // Well before the retry time: only this round's arrival can carry the kept take.
         writer.save(cursor("x"), None).await.expect("saved");
         assert_eq!(
-            written(&store)[1..],
+            store.written()[1..],
             [vec!["take c/u/7".to_string()], vec!["x".to_string()]],
             "the kept take went with the save's round; the new one is not due yet"
         );
         assert!(writer.flush().await, "every take is stored");
-        assert_eq!(written(&store)[3..], [vec!["take c/w/8".to_string()]]);
+        assert_eq!(store.written()[3..], [vec!["take c/w/8".to_string()]]);
         assert_eq!(budget.held(), 0, "both charges given back");
     }
 
@@ -927,17 +922,8 @@ mod tests {
         let budget = MemoryBudget::new(1 << 20);
         let writer = CursorWriter::start("p", store.clone(), budget.clone());
         writer.take(event("u", "7"), 1_000);
-        let attempts = |store: &Recording| {
-            store
-                .batches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .filter(|b| b.iter().any(|e| e == "take c/u/7"))
-                .count()
-        };
         let started = std::time::Instant::now();
-        while attempts(&store) < 2 {
+        while store.batches_with("take c/u/7") < 2 {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "never tried again"

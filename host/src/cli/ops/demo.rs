@@ -198,7 +198,40 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
         .iter()
         .map(|sim| Scenario::new(sim, "ml", args.jobs))
         .collect();
-    let mut tick = tokio::time::interval(args.interval);
+    let played = play(args.interval, || {
+        for (sim, scenario) in sims.iter().zip(&mut scenarios) {
+            for line in scenario.tick()? {
+                println!("{}: {line}", sim.name());
+            }
+        }
+        Ok(scenarios.iter().all(Scenario::done))
+    })
+    .await?;
+    if played {
+        settle_lanes(&daemon, || {}).await;
+        println!();
+        println!("summary");
+        for (name, plugin) in daemon.plugins() {
+            match plugin.lane {
+                Some(lane) => println!(
+                    "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
+                    lane.delivered, lane.retried, lane.dead_lettered
+                ),
+                None => println!("  plugin {name}: not serving"),
+            }
+        }
+    }
+    daemon.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+/// Calls `step` every `interval` until it says the play is done (`true`), or Ctrl-C
+/// (`false`).
+async fn play(
+    interval: Duration,
+    mut step: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<bool> {
+    let mut tick = tokio::time::interval(interval);
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     loop {
@@ -206,32 +239,13 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
             _ = tick.tick() => {}
             _ = &mut stop => {
                 println!("stopping");
-                break;
+                return Ok(false);
             }
         }
-        for (sim, scenario) in sims.iter().zip(&mut scenarios) {
-            for line in scenario.tick()? {
-                println!("{}: {line}", sim.name());
-            }
-        }
-        if scenarios.iter().all(Scenario::done) {
-            settle_lanes(&daemon).await;
-            println!();
-            println!("summary");
-            for (name, plugin) in daemon.plugins() {
-                match plugin.lane {
-                    Some(lane) => println!(
-                        "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
-                        lane.delivered, lane.retried, lane.dead_lettered
-                    ),
-                    None => println!("  plugin {name}: not serving"),
-                }
-            }
-            break;
+        if step()? {
+            return Ok(true);
         }
     }
-    daemon.shutdown(Duration::from_secs(10)).await;
-    Ok(())
 }
 
 /// Copies `from` into `to`, leaving out the folders of `skip`.
@@ -258,14 +272,15 @@ fn copy_folder(from: &Path, to: &Path, skip: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits (up to 30 s) until every lane is empty.
-async fn settle_lanes(daemon: &Daemon) {
+/// Waits (up to 30 s) until every lane is empty, calling `meanwhile` at each look.
+async fn settle_lanes(daemon: &Daemon, mut meanwhile: impl FnMut()) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         let busy = daemon
             .plugins()
             .values()
             .any(|p| p.lane.as_ref().is_some_and(|l| l.pending > 0));
+        meanwhile();
         if !busy {
             return;
         }
@@ -315,27 +330,18 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
     println!();
 
     let mut scenario = Scenario::new(&sim, "ml", args.jobs);
-    let mut tick = tokio::time::interval(args.interval);
     let mut cards_shown = 0;
-    let stop = tokio::signal::ctrl_c();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = &mut stop => {
-                println!("stopping");
-                break;
-            }
-        }
+    let played = play(args.interval, || {
         for line in scenario.tick()? {
             println!("{line}");
         }
         cards_shown = print_cards(&feishu, cards_shown);
-        if scenario.done() {
-            settle(&daemon, &feishu, &mut cards_shown).await;
-            summary(&daemon, &args.dir, &feishu).await;
-            break;
-        }
+        Ok(scenario.done())
+    })
+    .await?;
+    if played {
+        settle(&daemon, &feishu, &mut cards_shown).await;
+        summary(&daemon, &args.dir, &feishu).await;
     }
     daemon.shutdown(Duration::from_secs(10)).await;
     Ok(())
@@ -405,18 +411,7 @@ fn print_cards(feishu: &FeishuReceiver, shown: usize) -> usize {
 
 /// Waits (up to 30 s) until every lane is empty, printing the last cards.
 async fn settle(daemon: &Daemon, feishu: &FeishuReceiver, shown: &mut usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let busy = daemon
-            .plugins()
-            .values()
-            .any(|p| p.lane.as_ref().is_some_and(|l| l.pending > 0));
-        *shown = print_cards(feishu, *shown);
-        if !busy {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    settle_lanes(daemon, || *shown = print_cards(feishu, *shown)).await;
 }
 
 async fn summary(daemon: &Daemon, dir: &Path, feishu: &FeishuReceiver) {
