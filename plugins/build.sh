@@ -4,6 +4,7 @@
 #   feishu-notify.wasm
 #   mysql-sync.wasm
 #   log-archive.wasm
+#   NAME.schema.json   the config schema of each of those four (plugins/NAME/config.schema.json)
 #   job-snapshot.wasm  the plugin written in Python (plugins/job-snapshot), by componentize-py
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
@@ -64,6 +65,10 @@ copy "$release/noop.wasm" noop.wasm
 copy "$release/intruder.wasm" intruder.wasm
 copy "$release/stamp.wasm" stamp.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
+# Each shipped plugin's config schema beside its component, where `check` looks for it.
+for name in event-log feishu-notify mysql-sync log-archive; do
+    copy "$repo/plugins/$name/config.schema.json" "$name.schema.json"
+done
 
 for name in event-log feishu-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder stamp probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"

@@ -1101,3 +1101,40 @@ async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
         .collect();
     assert_eq!(before, after, "the user's folder is untouched");
 }
+
+/// `check --no-init` refuses a manifest whose config breaks the plugin's declared schema
+/// (`event-log.schema.json` beside the component), naming each key, without running the
+/// plugin; a config that keeps to it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_no_init_refuses_a_config_that_breaks_the_plugins_schema() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = folder(&sim);
+    let manifest = dir.path().join("plugins/log.yaml");
+    write(
+        &manifest,
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n\
+         config:\n  file: nested/events.jsonl\n  fiel: typo.jsonl\n",
+    );
+    let config = dir.path().to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config, "--no-init"]).await;
+    let report = text(&out);
+    assert!(!out.status.success(), "{report}");
+    assert!(
+        report.contains("FAIL  plugin   log (") && report.contains("event-log.schema.json"),
+        "{report}"
+    );
+    assert!(report.contains("config.file: "), "{report}");
+    assert!(
+        report.contains("config: ") && report.contains("fiel"),
+        "{report}"
+    );
+
+    write(
+        &manifest,
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n\
+         config:\n  file: events.jsonl\n",
+    );
+    let out = jobrelay(&["check", "--config", &config, "--no-init"]).await;
+    let report = text(&out);
+    assert!(report.contains("ok    plugin   log: version"), "{report}");
+}

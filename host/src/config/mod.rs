@@ -12,6 +12,7 @@
 //! - [`files`] — reading the folder: every relevant file's bytes and hash, within bounds;
 //! - [`label_selector`] — a label selector's syntax, checked before any API server sees it;
 //! - [`manifest`] — a plugin manifest as written;
+//! - [`config_schema`] — a plugin's declared config schema, beside its component;
 //! - [`main_file`] — the main file as written and validated, each of its sections;
 //! - [`sources`] — validated sources: a cluster's kubeconfig, a plugin's resolved manifest;
 //! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
@@ -19,6 +20,7 @@
 //! - [`state`] — the last good version of every file, and what each re-read changed;
 //! - `parse_properties` (tests only) — reading arbitrary and mutated files never panics.
 
+pub mod config_schema;
 pub mod files;
 pub mod folder_watch;
 pub mod home_cluster;

@@ -18,6 +18,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 
 use crate::clusters::supervisor::build_client;
+use crate::config::config_schema::ConfigSchema;
 use crate::config::main_file::MainConfig;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
@@ -89,6 +90,33 @@ pub async fn command(
     };
     let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
     for (name, source) in state.plugins() {
+        // The config against the plugin's declared schema first: no plugin code runs for it.
+        match ConfigSchema::beside(&source.wasm_path) {
+            Ok(Some(schema)) => {
+                let problems = schema.check(&source.spec.config);
+                if !problems.is_empty() {
+                    failures += 1;
+                    println!(
+                        "FAIL  plugin   {name} ({}): the config breaks {}:",
+                        source.manifest_path.display(),
+                        schema.path.display()
+                    );
+                    for problem in problems {
+                        println!("        {problem}");
+                    }
+                    continue;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                failures += 1;
+                println!(
+                    "FAIL  plugin   {name} ({}): {e}",
+                    source.manifest_path.display()
+                );
+                continue;
+            }
+        }
         let started = Instant::now();
         let spec = match source.loadable(&registries).await {
             Ok(spec) => spec,

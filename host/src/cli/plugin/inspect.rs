@@ -11,6 +11,7 @@ use anyhow::Context;
 use jobrelay_runtime::{Inspection, Runtime, RuntimeSettings};
 
 use super::push::command_line_settings;
+use crate::config::config_schema::ConfigSchema;
 use crate::oci::OciRef;
 use crate::oci::registry::{Artifact, Registries};
 
@@ -36,6 +37,16 @@ pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode>
         .await
         .with_context(|| format!("{target}: not a component this host can compile"))?;
     print!("{}", describe(target, &pin, &inspection));
+    if !OciRef::is_oci(target) {
+        match ConfigSchema::beside(Path::new(target))? {
+            Some(schema) => print!(
+                "config schema: {}\n{}",
+                schema.path.display(),
+                schema.keys_table()
+            ),
+            None => println!("config schema: none declared (no .schema.json beside it)"),
+        }
+    }
     Ok(crate::cli::passed(inspection.world.is_ok()))
 }
 
