@@ -67,6 +67,16 @@ async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
         "the manifest beside the component is used"
     );
 
+    // The declared config keys, beside the component: the project's own config keeps to
+    // them, a typo does not.
+    let schema = jobrelay::config::config_schema::ConfigSchema::beside(&wasm)
+        .expect("a valid schema")
+        .expect("the project declares its config keys");
+    let phases =
+        |value: &str| std::collections::BTreeMap::from([("phases".to_string(), value.to_string())]);
+    assert!(schema.check(&phases("failed,restarting")).is_empty());
+    assert!(!schema.check(&phases("failed,runing")).is_empty());
+
     let suite = |dir: std::path::PathBuf| PluginTestArgs {
         dir,
         wasm: wasm.clone(),

@@ -8,6 +8,7 @@
 //! NAME/
 //!   Cargo.toml, src/lib.rs     a plugin that counts its jobs' failures in its key-value store
 //!   NAME.yaml                  its manifest: config, limits and the one grant it uses (kv)
+//!   NAME.schema.json           the config keys it takes, which `jobrelay check` holds manifests to
 //!   build.sh                   builds NAME.wasm beside the manifest
 //!   events/                    sample events of several kinds and phases, as the daemon makes them
 //!   tests/cases/first/         a recorded case for `plugin test` (events, tape, expected outcomes)
@@ -107,6 +108,9 @@ const PROJECT_CARGO_TOML: &str = include_str!("new/Cargo.toml");
 const PROJECT_LIB_RS: &str = include_str!("new/lib.rs");
 const PROJECT_MANIFEST: &str = include_str!("new/manifest.yaml");
 const PROJECT_BUILD_SH: &str = include_str!("new/build.sh");
+/// The config schema, beside the component (`check` reads it there): the same for both
+/// languages, whose templates take the same keys.
+const PROJECT_SCHEMA: &str = include_str!("new/config.schema.json");
 const PROJECT_README: &str = include_str!("new/README.md");
 const PROJECT_GITIGNORE: &str = "target/\n*.wasm\n";
 const PYTHON_APP: &str = include_str!("new/app.py");
@@ -172,8 +176,10 @@ pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
             .replace("{{sdk}}", &sdk_dependency)
     };
 
-    let mut files: Vec<(PathBuf, String)> =
-        vec![(format!("{name}.yaml").into(), fill(PROJECT_MANIFEST))];
+    let mut files: Vec<(PathBuf, String)> = vec![
+        (format!("{name}.yaml").into(), fill(PROJECT_MANIFEST)),
+        (format!("{name}.schema.json").into(), fill(PROJECT_SCHEMA)),
+    ];
     match args.lang {
         Lang::Rust => {
             files.extend([
