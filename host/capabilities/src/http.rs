@@ -496,10 +496,10 @@ fn declared_length<B>(response: &Response<B>) -> Option<u64> {
 /// The plugin sees only an error code (`destination-IP-prohibited` says nothing of a grant), so
 /// the reason — which names the grant that would allow the request — is a warning, once a
 /// minute per plugin, destination and reason; the repeats are debug lines, so a plugin that
-/// keeps trying cannot flood the log.
+/// keeps trying cannot flood the log (see [`said_lately`]).
 fn refused(plugin: &str, target: &dyn fmt::Display, reason: impl fmt::Display) {
     let reason = reason.to_string();
-    if said_lately(format!("{plugin} {target} {reason}")) {
+    if said_lately(plugin, format!("{plugin} {target} {reason}")) {
         tracing::debug!(plugin, destination = %target, reason = %reason,
             "outbound HTTP request refused");
     } else {
@@ -508,14 +508,18 @@ fn refused(plugin: &str, target: &dyn fmt::Display, reason: impl fmt::Display) {
     }
 }
 
-/// Whether `key` was warned about in the last minute; notes it if not. Holds at most
-/// [`SAID_AT_MOST`] keys (all forgotten when full), so destinations a plugin makes up cannot
-/// grow it.
-fn said_lately(key: String) -> bool {
+/// Whether a refusal of `plugin` (`key`: plugin, destination and reason) was warned about in
+/// the last minute, or the plugin has had its [`WARNINGS_PER_MINUTE`] already; notes it if
+/// not. Holds at most [`SAID_AT_MOST`] keys (all forgotten when full), so destinations a plugin
+/// makes up cannot grow it, and the per-plugin quota bounds the warnings of a plugin that
+/// makes up a new destination for every request.
+fn said_lately(plugin: &str, key: String) -> bool {
     const SAID_AT_MOST: usize = 256;
     const AGAIN_AFTER: Duration = Duration::from_secs(60);
+    type Quotas = governor::DefaultKeyedRateLimiter<String>;
     static SAID: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
         std::sync::OnceLock::new();
+    static QUOTAS: std::sync::OnceLock<Quotas> = std::sync::OnceLock::new();
     let mut said = SAID
         .get_or_init(Default::default)
         .lock()
@@ -527,12 +531,25 @@ fn said_lately(key: String) -> bool {
     {
         return true;
     }
+    let quotas = QUOTAS.get_or_init(|| {
+        governor::RateLimiter::keyed(governor::Quota::per_minute(WARNINGS_PER_MINUTE))
+    });
+    if quotas.check_key(&plugin.to_string()).is_err() {
+        return true;
+    }
     if said.len() >= SAID_AT_MOST {
         said.clear();
+        quotas.retain_recent();
     }
     said.insert(key, now);
     false
 }
+
+/// Most refusal warnings of one plugin per minute.
+const WARNINGS_PER_MINUTE: std::num::NonZeroU32 = match std::num::NonZeroU32::new(10) {
+    Some(n) => n,
+    None => unreachable!(),
+};
 
 /// Links `wasi:http`'s outgoing handler (every request then passes the call's `Policy`).
 pub fn add_to_linker<T: WasiHttpView>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
@@ -718,6 +735,21 @@ mod tests {
             address,
             "[2606:4700:4700::1111]:80".parse().expect("address")
         );
+    }
+
+    /// A refusal is a warning once a minute per plugin, destination and reason, and at most
+    /// ten a minute per plugin however many destinations it makes up; another plugin's are
+    /// counted apart.
+    #[test]
+    fn refusal_warnings_are_bounded_per_plugin() {
+        let warned = |plugin: &str, i: usize| !said_lately(plugin, format!("{plugin} d{i} r"));
+        let first: Vec<bool> = (0..12).map(|i| warned("bounded-a", i)).collect();
+        assert_eq!(first.iter().filter(|w| **w).count(), 10, "{first:?}");
+        assert!(
+            !warned("bounded-a", 0),
+            "a repeat within the minute is not warned"
+        );
+        assert!(warned("bounded-b", 0), "another plugin has its own quota");
     }
 
     #[tokio::test]
