@@ -484,8 +484,13 @@ impl Queues {
         self.clusters.values().map(UidMap::len).sum()
     }
 
-    /// When the oldest event still waiting (or in flight) was queued.
+    /// When the oldest event still waiting (or in flight) was queued. Walks the jobs with
+    /// the lane's lock held, so not at all when nothing is queued: a lane at rest tracking a
+    /// million jobs answers `/status` and `/metrics` without touching them.
     pub fn oldest(&self) -> Option<Instant> {
+        if self.pending() == 0 {
+            return None;
+        }
         self.clusters
             .values()
             .flat_map(UidMap::values)
