@@ -1061,7 +1061,9 @@ async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
         &source.join("clusters/east.yaml"),
         "not read: the demo simulates it\n",
     );
-    write(&source.join("clusters/west.yaml"), "not read either\n");
+    // A kubeconfig is any visible file of clusters/, named by its stem, as the daemon reads
+    // the folder.
+    write(&source.join("clusters/west"), "not read either\n");
     let before: Vec<_> = std::fs::read_dir(&source)
         .expect("list")
         .flatten()

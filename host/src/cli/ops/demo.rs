@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use jobrelay_testkit::{FeishuReceiver, Scenario, SimCluster};
 
+use crate::config::MAIN_FILE;
+use crate::config::files;
+use crate::config::main_file::MainConfig;
 use crate::daemon::Daemon;
 
 /// The plugins the demo runs.
@@ -116,30 +119,25 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
     let source = source
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", source.display()))?;
-    let main_file = source.join("jobrelay.yaml");
-    let text = std::fs::read_to_string(&main_file)
-        .with_context(|| format!("cannot read {}", main_file.display()))?;
+    // The folders as the daemon reads them (a missing main file means the defaults); the
+    // file is written again below with what must change to run here.
+    let main_file = source.join(MAIN_FILE);
+    let text = match std::fs::read_to_string(&main_file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", main_file.display())),
+    };
+    let settings = MainConfig::parse(&text, &source)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", main_file.display()))?;
     let mut main: serde_yaml_ng::Mapping = if text.trim().is_empty() {
         serde_yaml_ng::Mapping::new()
     } else {
         serde_yaml_ng::from_str(&text)
             .with_context(|| format!("{}: not a main file", main_file.display()))?
     };
-    let clusters_dir = main
-        .get("clusters_dir")
-        .and_then(|v| v.as_str())
-        .map_or_else(|| source.join("clusters"), |d| source.join(d));
-    let mut names: Vec<String> = std::fs::read_dir(&clusters_dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-                .filter_map(|p| Some(p.file_stem()?.to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+    let mut scan = files::FolderScan::default();
+    files::add_clusters(&mut scan, &settings.clusters_dir);
+    let mut names: Vec<String> = scan.clusters.into_keys().collect();
     if names.is_empty() {
         names.push("demo".to_string());
     }
@@ -147,17 +145,16 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
     copy_folder(
         &source,
         &args.dir,
-        &[clusters_dir.clone(), source.join("state")],
+        &[settings.clusters_dir.clone(), source.join("state")],
     )?;
 
     // Runs here: components where they are, state and telemetry local, one replica.
-    let plugin_dir = main
-        .get("plugin_dir")
-        .and_then(|v| v.as_str())
-        .map_or_else(|| source.clone(), |d| source.join(d));
-    main.insert("plugin_dir".into(), plugin_dir.display().to_string().into());
-    if let Some(manifests) = main.get("plugin_manifests_dir").and_then(|v| v.as_str()) {
-        let absolute = source.join(manifests).display().to_string();
+    main.insert(
+        "plugin_dir".into(),
+        settings.plugin_dir.display().to_string().into(),
+    );
+    if main.contains_key("plugin_manifests_dir") {
+        let absolute = settings.plugin_manifests_dir.display().to_string();
         main.insert("plugin_manifests_dir".into(), absolute.into());
     }
     for key in ["clusters_dir", "coordination", "home_cluster"] {
@@ -211,18 +208,23 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
         settle_lanes(&daemon, || {}).await;
         println!();
         println!("summary");
-        for (name, plugin) in daemon.plugins() {
-            match plugin.lane {
-                Some(lane) => println!(
-                    "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
-                    lane.delivered, lane.retried, lane.dead_lettered
-                ),
-                None => println!("  plugin {name}: not serving"),
-            }
-        }
+        print_lanes(&daemon);
     }
     daemon.shutdown(Duration::from_secs(10)).await;
     Ok(())
+}
+
+/// A line per plugin: what its lane delivered, retried and dead-lettered.
+fn print_lanes(daemon: &Daemon) {
+    for (name, plugin) in daemon.plugins() {
+        match plugin.lane {
+            Some(lane) => println!(
+                "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
+                lane.delivered, lane.retried, lane.dead_lettered
+            ),
+            None => println!("  plugin {name}: not serving"),
+        }
+    }
 }
 
 /// Calls `step` every `interval` until it says the play is done (`true`), or Ctrl-C
@@ -417,14 +419,7 @@ async fn settle(daemon: &Daemon, feishu: &FeishuReceiver, shown: &mut usize) {
 async fn summary(daemon: &Daemon, dir: &Path, feishu: &FeishuReceiver) {
     println!();
     println!("summary");
-    for (name, plugin) in daemon.plugins() {
-        if let Some(lane) = plugin.lane {
-            println!(
-                "  plugin {name}: {} delivered, {} retried, {} dead-lettered",
-                lane.delivered, lane.retried, lane.dead_lettered
-            );
-        }
-    }
+    print_lanes(daemon);
     let db = dir.join("state/embedded/mysql-sync.db");
     match sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display())).await {
         Ok(pool) => {
