@@ -156,7 +156,11 @@ async fn plugin_dev_builds_runs_and_picks_up_an_edit() {
         }
     };
     wait_for("watching ", 0).await;
+    // What a round writes (target/, the .wasm) does not start another: a loop of rounds
+    // would show here as a second build.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let first = text();
+    assert_eq!(first.matches("── building").count(), 1, "{first}");
     assert!(first.contains("── all passed"), "{first}");
     assert!(first.contains("1 cases: 1 passed"), "{first}");
 

@@ -188,13 +188,10 @@ impl Runtime {
         let grants = prepare_grants(&name, grants, self.inner.services.clone()).await?;
         let config = resolve_secrets(&name, config)?;
 
-        let hashed = Arc::clone(&wasm);
-        let actual_sha256 = tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
-            .await
-            .map_err(|e| LoadError::Compile {
-                plugin: name.clone(),
-                source: CompileError::task("hashing", e),
-            })?;
+        let actual_sha256 = hash(&wasm).await.map_err(|source| LoadError::Compile {
+            plugin: name.clone(),
+            source,
+        })?;
         if !wasm_sha256.is_empty() && !wasm_sha256.eq_ignore_ascii_case(&actual_sha256) {
             return Err(LoadError::Compile {
                 plugin: name,
@@ -280,15 +277,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// Checks the component against the `plugin` world and pre-instantiates it.
     /// What a component is, without loading it as a plugin (no grants, no `init`): its size
     /// and sha256, what it imports and exports, and the plugin world it targets — or why it
     /// is not a plugin this host can run. Compiles it (or takes it from the cache).
     pub async fn inspect(&self, wasm: Arc<[u8]>) -> Result<Inspection, CompileError> {
-        let hashed = Arc::clone(&wasm);
-        let sha256 = tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
-            .await
-            .map_err(|e| CompileError::task("hashing", e))?;
+        let sha256 = hash(&wasm).await?;
         let bytes = wasm.len();
         let (component, _) = self.inner.cache.get(&sha256, wasm).await?;
         let ty = component.component_type();
@@ -309,6 +302,7 @@ impl Runtime {
         })
     }
 
+    /// Checks the component against the `plugin` world and pre-instantiates it.
     fn link(&self, component: &Component) -> Result<WorldPre, WorldError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
@@ -375,6 +369,15 @@ async fn prepare_grants(
             },
         }),
     }
+}
+
+/// The sha256 of a component (hex), on the blocking pool: megabytes of a large component are
+/// not hashed on an async worker.
+async fn hash(wasm: &Arc<[u8]>) -> Result<String, CompileError> {
+    let hashed = Arc::clone(wasm);
+    tokio::task::spawn_blocking(move || compile::sha256_hex(&hashed))
+        .await
+        .map_err(|e| CompileError::task("hashing", e))
 }
 
 /// Replaces `env:NAME` and `file:/path` values of a plugin's config by what they point at.

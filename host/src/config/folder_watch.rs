@@ -200,7 +200,7 @@ fn debounce_timing(debounce: Duration) -> (Duration, Duration) {
 /// closing a file unchanged are not: jobrelay's own reads of the folder raise them, and taking
 /// them as changes made every re-read trigger the next one, keeping a core busy at rest.
 /// Closing a file that was open for writing is a change.
-fn changes_content(kind: &notify::EventKind) -> bool {
+pub(crate) fn changes_content(kind: &notify::EventKind) -> bool {
     use notify::event::{AccessKind, AccessMode};
     match kind {
         notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,

@@ -2,8 +2,9 @@
 //! `plugin new` makes it) in one terminal. A round runs the project's `build.sh`, then the
 //! plugin on its sample events (`events/`, as `plugin run`) and its cases (`tests/cases/`, as
 //! `plugin test`), and prints what each said; the next round starts when a file of the
-//! project changes (its build output, `target/` and the `.wasm`, excepted). `--once` runs one
-//! round and exits with its status, for a script or CI.
+//! project is written (its build output — `target/`, the `.wasm`, `Cargo.lock` — excepted;
+//! reading a file is no change). `--once` runs one round and exits with its status, for a
+//! script or CI.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 
 use super::run::{PluginRunArgs, plugin_run};
 use super::test::{PluginTestArgs, plugin_test};
+use crate::config::folder_watch::changes_content;
 
 /// Arguments of `plugin dev`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,8 +50,10 @@ pub async fn command(args: &PluginDevArgs) -> anyhow::Result<ExitCode> {
     let watched = dir.clone();
     let mut debouncer = new_debouncer(SETTLE, None, move |result: DebounceEventResult| {
         let Ok(events) = result else { return };
+        // A round opens and reads the project's files: only writes are changes.
         if events
             .iter()
+            .filter(|event| changes_content(&event.kind))
             .flat_map(|event| &event.paths)
             .any(|path| is_source(&watched, path))
         {
@@ -83,7 +87,10 @@ fn is_source(dir: &Path, path: &Path) -> bool {
         let c = c.as_os_str();
         c == "target" || c == "__pycache__" || c.to_string_lossy().starts_with('.')
     });
-    !generated && path.extension().is_none_or(|e| e != "wasm")
+    // Cargo writes the lock file at the first build.
+    !generated
+        && path.extension().is_none_or(|e| e != "wasm")
+        && path.file_name().is_none_or(|n| n != "Cargo.lock")
 }
 
 /// One round: build, sample events, cases; prints each. Whether all of it passed.

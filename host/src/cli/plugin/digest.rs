@@ -5,8 +5,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use sha2::{Digest, Sha256};
-
 use super::push::command_line_settings;
 use crate::oci::OciRef;
 use crate::oci::registry::{Artifact, resolve_tag};
@@ -15,7 +13,7 @@ use crate::oci::registry::{Artifact, resolve_tag};
 /// same way from the same bytes), then the file's own sha256 for comparison; for a tag, the
 /// pinned reference of what the registry serves under it now.
 pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode> {
-    if target.starts_with("oci://") {
+    if OciRef::is_oci(target) {
         let (registry, repository, tag) = OciRef::parse_target(target)?;
         let settings = command_line_settings(&registry, plain_http);
         let pinned = resolve_tag(&settings, &registry, &repository, &tag).await?;
@@ -27,10 +25,11 @@ pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode>
         .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", path.display()))?;
     let artifact = Artifact::of(&bytes)?;
     println!("sha256:{}", artifact.manifest_hex());
+    // The layer is the file itself: its digest is the file's own sha256.
     println!(
-        "(the pin of `plugin push {}`; the file's own sha256 is {} — not a pin)",
+        "(the pin of `plugin push {}`; the file's own {} is not a pin)",
         path.display(),
-        hex::encode(Sha256::digest(&bytes))
+        artifact.layer_digest
     );
     Ok(ExitCode::SUCCESS)
 }

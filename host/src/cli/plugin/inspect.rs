@@ -11,6 +11,7 @@ use anyhow::Context;
 use jobrelay_runtime::{Inspection, Runtime, RuntimeSettings};
 
 use super::push::command_line_settings;
+use super::run::compile_cache_dir;
 use crate::config::config_schema::ConfigSchema;
 use crate::oci::OciRef;
 use crate::oci::registry::{Artifact, Registries};
@@ -31,7 +32,11 @@ pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode>
         let pin = format!("sha256:{}", Artifact::of(&bytes)?.manifest_hex());
         (bytes.into(), pin)
     };
-    let runtime = Runtime::new(RuntimeSettings::default())?;
+    // The compile cache `plugin run` keeps: inspecting a component is compiling it once.
+    let runtime = Runtime::new(RuntimeSettings {
+        cache_dir: compile_cache_dir(),
+        ..RuntimeSettings::default()
+    })?;
     let inspection = runtime
         .inspect(wasm)
         .await

@@ -426,7 +426,7 @@ pub(crate) async fn load(
 /// unchanged plugin does not compile it again (a Python plugin takes seconds):
 /// `$XDG_CACHE_HOME/jobrelay/compiled`, else `$HOME/.cache/jobrelay/compiled`; none without
 /// either. Entries are keyed by the component's sha256 and the engine's settings.
-fn compile_cache_dir() -> Option<PathBuf> {
+pub(super) fn compile_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
