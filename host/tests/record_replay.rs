@@ -600,6 +600,13 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     let mut other = written.clone();
     other.entries[0].call = "kv.delete".into();
     let unanswerable = case("2-other-call", &other);
+    // An assertion the plugin breaks: rewriting the tape does not make the case pass.
+    let asserting = case("3-assertion", &written);
+    std::fs::write(
+        asserting.join("expect.yaml"),
+        "outcomes: [ok]\ncalls:\n  - {call: http.request, json: {msg_type: text}}\n",
+    )
+    .expect("expect");
 
     let args = |update: bool| PluginTestArgs {
         dir: suite.clone(),
@@ -609,9 +616,11 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     };
     let result = plugin_test(&args(true)).await.expect("the suite runs");
     let report = result.to_string();
-    let [first, second] = &result.cases[..] else {
-        panic!("two cases: {report}")
+    let [first, second, third] = &result.cases[..] else {
+        panic!("three cases: {report}")
     };
+    assert!(!third.passed(), "{report}");
+    assert!(third.failures[0].starts_with("calls[0]: "), "{report}");
     assert!(first.passed(), "{report}");
     assert_eq!(first.updated.len(), 3, "{report}");
     assert!(
@@ -642,6 +651,7 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
     );
 
     std::fs::remove_dir_all(&unanswerable).expect("remove");
+    std::fs::remove_dir_all(&asserting).expect("remove");
     let again = plugin_test(&args(false)).await.expect("the suite runs");
     assert!(again.passed(), "{again}");
 }

@@ -215,15 +215,24 @@ pub fn write_file(path: &Path, tape: &TapeFile) -> Result<(), TapeError> {
 #[derive(Debug)]
 pub struct Tape {
     replay: bool,
-    /// Replaying to rewrite the tape (`plugin test --update`): a call whose arguments differ
-    /// takes the recorded answer and is noted as a change, not a divergence.
-    update: bool,
-    /// Replaying for the answers only: a call whose arguments differ takes the recorded
-    /// answer, unremarked (a case that asserts on its calls instead).
-    answers_only: bool,
+    /// On replay, what a call with other arguments than the tape's (same call, same event)
+    /// is.
+    other_arguments: OtherArguments,
     /// The instant the plugin's wall clock reads during the run.
     clock: Duration,
     state: Mutex<State>,
+}
+
+/// What a replayed call whose arguments differ from the tape's is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OtherArguments {
+    /// A divergence (`plugin run --replay`, `plugin test`).
+    Diverge,
+    /// A change to the tape: answered as recorded, kept with its new arguments, noted
+    /// (`plugin test --update`).
+    Change,
+    /// Answered as recorded, unremarked: the case asserts on its calls instead.
+    Accept,
 }
 
 #[derive(Debug, Default)]
@@ -245,8 +254,7 @@ impl Tape {
             .unwrap_or_default();
         Tape {
             replay: false,
-            update: false,
-            answers_only: false,
+            other_arguments: OtherArguments::Diverge,
             clock: Duration::from_millis(u64::try_from(now.as_millis()).unwrap_or(0)),
             state: Mutex::default(),
         }
@@ -256,8 +264,7 @@ impl Tape {
     pub fn player(file: TapeFile) -> Tape {
         Tape {
             replay: true,
-            update: false,
-            answers_only: false,
+            other_arguments: OtherArguments::Diverge,
             clock: file.clock,
             state: Mutex::new(State {
                 tape: file.entries,
@@ -275,7 +282,7 @@ impl Tape {
     /// [`change`]: Tape::changes
     pub fn updater(file: TapeFile) -> Tape {
         Tape {
-            update: true,
+            other_arguments: OtherArguments::Change,
             ..Tape::player(file)
         }
     }
@@ -284,7 +291,7 @@ impl Tape {
     /// their arguments may differ from the recorded ones, which answer them all the same.
     pub fn answers_only(file: TapeFile) -> Tape {
         Tape {
-            answers_only: true,
+            other_arguments: OtherArguments::Accept,
             ..Tape::player(file)
         }
     }
@@ -345,7 +352,7 @@ impl Tape {
         }
         let made = state.made.len();
         let left = state.tape.len().saturating_sub(made);
-        if self.update {
+        if self.other_arguments == OtherArguments::Change {
             if left > 0 {
                 state.changes.push(format!(
                     "{left} recorded call{} from call {} on dropped: the plugin no longer \
@@ -414,26 +421,39 @@ impl CallTape {
         let event = self.event.as_deref().map(str::to_string);
         let expected = state.tape.get(position - 1).cloned();
         let outcome = match &expected {
-            _ if !state.divergences.is_empty() => Err(String::new()),
+            // Past the first divergence nothing is compared: the plugin's path has left the
+            // tape's.
+            _ if !state.divergences.is_empty() => {
+                let first = state.divergences[0].position;
+                Ok(A::diverged(format!("replay left the tape at call {first}")))
+            }
             None => Err(format!(
                 "the plugin called {call} {args} {}; the tape has no more calls",
                 for_event(event.as_deref())
             )),
+            Some(entry) if entry.call != call || entry.event != event => Err(format!(
+                "the plugin called {call} {args} {}; the tape has {} {} {}",
+                for_event(event.as_deref()),
+                entry.call,
+                entry.args,
+                for_event(entry.event.as_deref())
+            )),
             Some(entry)
-                if (self.tape.update || self.tape.answers_only)
-                    && entry.call == call
-                    && entry.event == event
-                    && entry.args != args =>
+                if entry.args != args && self.tape.other_arguments == OtherArguments::Diverge =>
             {
-                if self.tape.update {
-                    let lines = diff::differences(&entry.args, &args);
-                    state.changes.push(format!(
-                        "call {position} ({call}): {}",
-                        lines
-                            .join("; ")
-                            .replace("the tape has", "was")
-                            .replace("the plugin sent", "now")
-                    ));
+                let lines = diff::differences(&entry.args, &args, diff::Said::Replay);
+                Err(format!(
+                    "the plugin called {call} {}, as the tape does, with other arguments:\n    {}",
+                    for_event(event.as_deref()),
+                    lines.join("\n    ")
+                ))
+            }
+            Some(entry) => {
+                if entry.args != args && self.tape.other_arguments == OtherArguments::Change {
+                    let lines = diff::differences(&entry.args, &args, diff::Said::Update);
+                    state
+                        .changes
+                        .push(format!("call {position} ({call}): {}", lines.join("; ")));
                 }
                 A::from_tape(&entry.answer).map_err(|why| {
                     format!(
@@ -442,37 +462,9 @@ impl CallTape {
                     )
                 })
             }
-            Some(entry) if entry.call == call && entry.event == event && entry.args != args => {
-                let lines = diff::differences(&entry.args, &args);
-                Err(format!(
-                    "the plugin called {call} {}, as the tape does, with other arguments:\n    {}",
-                    for_event(event.as_deref()),
-                    lines.join("\n    ")
-                ))
-            }
-            Some(entry) if entry.call != call || entry.event != event => Err(format!(
-                "the plugin called {call} {args} {}; the tape has {} {} {}",
-                for_event(event.as_deref()),
-                entry.call,
-                entry.args,
-                for_event(entry.event.as_deref())
-            )),
-            Some(entry) => A::from_tape(&entry.answer).map_err(|why| {
-                format!(
-                    "the tape's answer to {call} cannot be read: {why}: {}",
-                    entry.answer
-                )
-            }),
         };
         let answer = outcome.unwrap_or_else(|reason| {
-            if reason.is_empty() {
-                let first = state.divergences.first().map_or(0, |d| d.position);
-                return A::diverged(format!("replay left the tape at call {first}"));
-            }
-            state.divergences.push(Divergence {
-                position,
-                reason: reason.clone(),
-            });
+            state.divergences.push(Divergence { position, reason });
             // Short: the plugin may echo it into its own messages; the run reports the why.
             A::diverged(format!(
                 "replay diverged at call {position} (the run's report says how)"
