@@ -27,16 +27,16 @@
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
 //! that settles it, and not at all when that save arrives before the take is due
 //! (`TAKE_DELAY` after it came; at once for a flush, and for the oldest takes while those
-//! waiting pass half the budget's write-ahead). A take is charged to the process-wide [`MemoryBudget`] until it is
-//! stored (or cancelled), and one whose batch failed is kept and written with the next round,
-//! ahead of later takes: a lane may have queued the event as its place alone, so the writer's
-//! copy is the only one until the store has it.
+//! waiting pass half the budget's write-ahead). A take is charged to the process-wide
+//! [`MemoryBudget`] until it is stored (or cancelled), and one whose batch failed is kept and
+//! written with the next round, ahead of later takes: a lane may have queued the event as its
+//! place alone, so the writer's copy is the only one until the store has it.
 //!
 //! This is the only batching of a cursor write. The SQLite store's thread
 //! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
 //! one transaction, in the order the lanes' writers hand them over.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,9 +76,9 @@ const LINGER: Duration = Duration::from_micros(500);
 
 /// How long a take waits before it is written, unless a flush asks for it or it is among the
 /// oldest takes past half the budget's write-ahead: a lane that keeps up settles most events
-/// within this,
-/// and a take settled before it is written is never written at all — its row, its mark and
-/// the mark's removal saved. What a kill can take along stays bounded by the write-ahead.
+/// within this, and a take settled before it is written is never written at all — its row,
+/// its mark and the mark's removal saved. What a kill can take along stays bounded by the
+/// write-ahead.
 const TAKE_DELAY: Duration = Duration::from_millis(20);
 
 /// How soon takes kept from a failed batch are written again when nothing else comes (they go
@@ -199,59 +199,82 @@ impl CursorWriter {
     }
 }
 
-/// The events taken and not written yet, by id, each with when it is due to be written. A
-/// take settled before that (the lane kept up) is never written, nor is its mark: only a
-/// lagging lane's events reach the inbox, and only they are encoded.
+/// The events taken and not written yet, each with when it is due to be written. A take
+/// settled before that (the lane kept up) is never written, nor is its mark: only a lagging
+/// lane's events reach the inbox, and only they are encoded.
+///
+/// Kept in the order they are due, which is the order they came (each is due [`TAKE_DELAY`]
+/// after it came; a failed batch's takes go back to the front with their own times): the takes
+/// due are a prefix, so a round takes them from the front and leaves the rest untouched — with
+/// thousands waiting behind a lagging lane, a round costs what it writes, not what waits.
 #[derive(Default)]
 struct RoundTakes {
-    /// With the bytes each charges to the budget, and when it is due.
-    events: Vec<Option<(JobEvent, u64, Instant)>>,
-    at: HashMap<String, usize>,
+    /// With the bytes each charges to the budget, and when it is due; `None` once settled.
+    events: VecDeque<Option<(JobEvent, u64, Instant)>>,
+    /// Where each waiting take is: its number, counted from the writer's start; `first` is
+    /// the number of `events[0]`.
+    at: HashMap<String, u64>,
+    first: u64,
 }
 
 impl RoundTakes {
     fn take(&mut self, event: JobEvent, charge: u64, due: Instant) {
-        self.at.insert(event.id.clone(), self.events.len());
-        self.events.push(Some((event, charge, due)));
+        self.at
+            .insert(event.id.clone(), self.first + self.events.len() as u64);
+        self.events.push_back(Some((event, charge, due)));
+    }
+
+    /// Drops settled takes from the front.
+    fn trim(&mut self) {
+        while let Some(None) = self.events.front() {
+            self.events.pop_front();
+            self.first += 1;
+        }
     }
 
     /// When the first take is due, if any waits.
-    fn next_due(&self) -> Option<Instant> {
-        self.events.iter().flatten().map(|(_, _, due)| *due).min()
+    fn next_due(&mut self) -> Option<Instant> {
+        self.trim();
+        self.events
+            .front()
+            .and_then(|t| t.as_ref())
+            .map(|(_, _, due)| *due)
     }
 
     /// The takes due by `now` (all of them with `all`), in order, and — oldest first — as many
     /// more as charge `excess` bytes; the others stay.
-    fn due(&mut self, now: Instant, all: bool, excess: u64) -> Vec<(JobEvent, u64)> {
+    fn due(&mut self, now: Instant, all: bool, excess: u64) -> Vec<(JobEvent, u64, Instant)> {
         let mut due = Vec::new();
         let mut covered = 0;
-        let waiting: Vec<_> = self.events.drain(..).flatten().collect();
-        self.at.clear();
-        for (event, charge, at) in waiting {
-            if all || at <= now || covered < excess {
+        loop {
+            self.trim();
+            match self.events.front() {
+                Some(Some((_, _, at))) if all || *at <= now || covered < excess => {}
+                _ => return due,
+            }
+            if let Some(Some((event, charge, at))) = self.events.pop_front() {
+                // A later take of the same id keeps its own place.
+                if self.at.get(&event.id) == Some(&self.first) {
+                    self.at.remove(&event.id);
+                }
+                self.first += 1;
                 covered += charge;
-                due.push((event, charge));
-            } else {
-                self.take(event, charge, at);
+                due.push((event, charge, at));
             }
         }
-        due
     }
 
-    /// Puts the takes of a failed batch back, due at once and ahead of those still waiting, so
-    /// they go with the next round in the order they came.
-    fn put_back(&mut self, failed: Vec<(JobEvent, u64)>, now: Instant) {
-        let waiting: Vec<_> = self.events.drain(..).flatten().collect();
-        self.at.clear();
-        for (event, charge) in failed {
-            self.take(event, charge, now);
-        }
-        for (event, charge, due) in waiting {
-            self.take(event, charge, due);
+    /// Puts the takes of a failed batch back at the front, in the order they came and with
+    /// the times they were due: they go with the next round, ahead of later takes.
+    fn put_back(&mut self, failed: Vec<(JobEvent, u64, Instant)>) {
+        for (event, charge, due) in failed.into_iter().rev() {
+            self.first -= 1;
+            self.at.entry(event.id.clone()).or_insert(self.first);
+            self.events.push_front(Some((event, charge, due)));
         }
     }
 
-    /// The mark of `event_id` goes: cancelled if it was taken this round (its charge given
+    /// The mark of `event_id` goes: cancelled if its take still waits (its charge given
     /// back), else removed.
     fn settle(
         &mut self,
@@ -262,8 +285,12 @@ impl RoundTakes {
     ) {
         let Some(event_id) = event_id else { return };
         match self.at.remove(&event_id) {
-            Some(i) => {
-                if let Some((_, charge, _)) = self.events[i].take() {
+            Some(number) => {
+                let waiting = usize::try_from(number - self.first)
+                    .ok()
+                    .and_then(|i| self.events.get_mut(i))
+                    .and_then(Option::take);
+                if let Some((_, charge, _)) = waiting {
                     budget.stored(charge);
                 }
             }
@@ -274,13 +301,15 @@ impl RoundTakes {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.at.is_empty()
+    fn is_empty(&mut self) -> bool {
+        self.trim();
+        self.events.is_empty()
     }
 
     /// The takes left standing, in order; empty afterwards.
     fn drain(&mut self) -> impl Iterator<Item = (JobEvent, u64)> + '_ {
         self.at.clear();
+        self.first += self.events.len() as u64;
         self.events
             .drain(..)
             .flatten()
@@ -373,11 +402,11 @@ async fn write_batches(
         // Past half the write-ahead, the oldest takes go early, as many as bring it back: not
         // all of them, since the youngest are the likeliest to be settled before they are due.
         let excess = budget.unstored().saturating_sub(budget.write_ahead() / 2);
-        for (event, charge) in takes.due(Instant::now(), !flushes.is_empty(), excess) {
+        for (event, charge, due) in takes.due(Instant::now(), !flushes.is_empty(), excess) {
             match Taken::of(&plugin, &event) {
                 Ok(taken) => {
                     batch.taken.push(taken);
-                    writing.push((event, charge));
+                    writing.push((event, charge, due));
                 }
                 Err(e) => {
                     budget.stored(charge);
@@ -397,7 +426,7 @@ async fn write_batches(
                     retry = RETRY_FIRST;
                     retry_at = None;
                     budget.writes().succeeded();
-                    for (_, charge) in writing {
+                    for (_, charge, _) in writing {
                         budget.stored(charge);
                     }
                 }
@@ -408,10 +437,9 @@ async fn write_batches(
                             "cannot write taken events and newly seen jobs; the events are \
                              written with the next batch");
                     }
-                    let now = Instant::now();
-                    retry_at = Some(now + retry);
+                    retry_at = Some(Instant::now() + retry);
                     retry = (retry * 2).min(RETRY_MOST);
-                    takes.put_back(writing, now);
+                    takes.put_back(writing);
                 }
             }
             for waiter in waiters.drain(..) {
@@ -784,6 +812,94 @@ mod tests {
             "phase": "running", "transition_time": "", "object_json": "{}"
         }))
         .expect("an event")
+    }
+
+    /// What a round does with the waiting takes, against a plain list: takes come in order,
+    /// some are settled, a round takes those due (all of them for a flush, the oldest past an
+    /// excess of bytes) and may fail and put them back. The takes waiting, their order, the
+    /// next time due, the charges given back and the marks to remove are the list's.
+    #[test]
+    fn round_takes_behave_as_a_list_in_order() {
+        use proptest::prelude::*;
+        #[derive(Debug, Clone)]
+        enum Op {
+            Take(u64),
+            Settle(usize),
+            Round {
+                later: u64,
+                all: bool,
+                excess: u64,
+                fail: bool,
+            },
+        }
+        let op = prop_oneof![
+            3 => (1u64..50).prop_map(Op::Take),
+            2 => (0usize..40).prop_map(Op::Settle),
+            2 => (0u64..40, any::<bool>(), 0u64..120, any::<bool>())
+                .prop_map(|(later, all, excess, fail)| Op::Round { later, all, excess, fail }),
+        ];
+        proptest!(|(ops in proptest::collection::vec(op, 1..60))| {
+            let start = Instant::now();
+            let budget = MemoryBudget::new(1 << 30);
+            let mut takes = RoundTakes::default();
+            // (id, charge, due), in order.
+            let mut model: Vec<(String, u64, Instant)> = Vec::new();
+            let mut now = start;
+            let mut next = 0;
+            // Charged by takes, less those settled while they waited (given back).
+            let mut unstored = 0;
+            for op in ops {
+                match op {
+                    Op::Take(charge) => {
+                        let e = event(&format!("u{next}"), "1");
+                        next += 1;
+                        let due = now + TAKE_DELAY;
+                        budget.hold(charge);
+                        unstored += charge;
+                        model.push((e.id.clone(), charge, due));
+                        takes.take(e, charge, due);
+                    }
+                    Op::Settle(n) => {
+                        let id = format!("c/u{n}/1");
+                        let mut batch = WriteBatch::default();
+                        takes.settle(&mut batch, "p", Some(id.clone()), &budget);
+                        let waited = model.iter().position(|(i, _, _)| *i == id);
+                        if let Some(i) = waited {
+                            unstored -= model.remove(i).1;
+                        }
+                        prop_assert_eq!(batch.settled.is_empty(), waited.is_some());
+                    }
+                    Op::Round { later, all, excess, fail } => {
+                        now += Duration::from_millis(later);
+                        let got = takes.due(now, all, excess);
+                        let mut covered = 0;
+                        let mut want = 0;
+                        for (_, charge, due) in &model {
+                            if all || *due <= now || covered < excess {
+                                covered += charge;
+                                want += 1;
+                            } else {
+                                break;
+                            }
+                        }
+                        let taken: Vec<_> = model.drain(..want).collect();
+                        prop_assert_eq!(
+                            got.iter().map(|(e, _, _)| e.id.clone()).collect::<Vec<_>>(),
+                            taken.iter().map(|(i, _, _)| i.clone()).collect::<Vec<_>>()
+                        );
+                        if fail {
+                            takes.put_back(got);
+                            model.splice(0..0, taken);
+                        }
+                    }
+                }
+                prop_assert_eq!(budget.unstored(), unstored);
+                prop_assert_eq!(takes.is_empty(), model.is_empty());
+                prop_assert_eq!(takes.next_due(), model.first().map(|(_, _, d)| *d));
+            }
+            let left: Vec<String> = takes.drain().map(|(e, _)| e.id).collect();
+            prop_assert_eq!(left, model.iter().map(|(i, _, _)| i.clone()).collect::<Vec<_>>());
+        });
     }
 
     /// A take is charged to the budget until stored. One whose batch failed is not dropped

@@ -56,8 +56,7 @@ pub struct PluginStatus {
     pub log_lines: BTreeMap<&'static str, u64>,
     /// Failed load attempts since the process started, by reason: a [`LoadError`] kind
     /// (`compile`, `wrong_world`, `init_refused`, `secret`, `grant`, `limits`, `unavailable`), or
-    /// `lane`
-    /// when the plugin's cursors could not be read to open its lane.
+    /// `lane` when the plugin's cursors could not be read to open its lane.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub load_failures: BTreeMap<&'static str, u64>,
 }
