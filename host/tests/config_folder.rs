@@ -660,3 +660,51 @@ fn a_kubeconfig_without_a_server_is_refused_naming_server() {
     let why = state.problems().get(&file).expect("the file is reported");
     assert!(why.contains("`server`"), "{why}");
 }
+
+#[tokio::test]
+async fn filter_errors_name_the_field_and_the_last_good_filter_stays() {
+    let root = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(root.path().join("plugins")).expect("plugins dir");
+    fs::write(root.path().join("plugin.wasm"), b"\0asm-not-really").expect("wasm");
+    let manifest = root.path().join("plugins/picky.yaml");
+    fs::write(
+        &manifest,
+        "wasm: plugin.wasm\nfilter:\n  namespaces: [team-a]\n  phases: [failed]\n",
+    )
+    .expect("write");
+    let (mut state, first) = ConfigState::load(root.path()).expect("loads");
+    assert_eq!(first.plugins.len(), 1);
+    let good = state.plugins()["picky"].lane.filter.clone();
+    assert_eq!(good.spec().namespaces, ["team-a"]);
+
+    for (text, needle) in [
+        ("filter:\n  namespace: [a]\n", "namespace"),
+        ("filter:\n  phases: [runing]\n", "runing"),
+        ("filter:\n  namespaces: [a, '']\n", "filter.namespaces[1]"),
+        (
+            "filter:\n  labels: 'team in ml'\n",
+            "filter.labels: `team in ml`",
+        ),
+        (
+            "filter:\n  expression: \"event.phase ==\"\n",
+            "filter.expression",
+        ),
+        ("filter:\n  expression: 'event.name'\n", "gives a string"),
+        ("filter:\n  kinds: [tf-job]\n", "filter.kinds: `tf-job`"),
+        (
+            "kinds: [volcano-job]\nfilter:\n  kinds: [volcano-job]\n",
+            "give the kinds once",
+        ),
+    ] {
+        fs::write(&manifest, format!("wasm: plugin.wasm\n{text}")).expect("write");
+        let update = state.refresh();
+        assert!(update.plugins.is_empty(), "{text}: nothing changes");
+        let problem = &state.problems()[&manifest];
+        assert!(problem.contains(needle), "{text}: {problem}");
+        assert_eq!(
+            state.plugins()["picky"].lane.filter,
+            good,
+            "{text}: the last good filter stays"
+        );
+    }
+}

@@ -11,6 +11,7 @@ mod documented_commands;
 mod failover;
 mod fault_soak;
 mod feishu_notify;
+mod filters;
 mod http_capability;
 mod inbox;
 mod lane_bound;

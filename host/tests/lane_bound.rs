@@ -31,6 +31,7 @@ fn slow_retries(concurrency: usize, max_queued_per_job: usize) -> LaneSettings {
         },
         rate_limits: Vec::new(),
         kinds: Vec::new(),
+        filter: Default::default(),
         max_queued_per_job,
         max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
     }

@@ -31,6 +31,7 @@ fn transitions() -> LaneSettings {
         },
         rate_limits: Vec::new(),
         kinds: Vec::new(),
+        filter: Default::default(),
         max_queued_per_job: 1_000,
         max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
     }

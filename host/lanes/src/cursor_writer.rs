@@ -167,6 +167,20 @@ impl CursorWriter {
         }
     }
 
+    /// Forgets the job of `cursor` with the next batch, without waiting: a job the lane's
+    /// filter let go. Losing it in a crash only leaves a cursor that the job's next version
+    /// lets go again.
+    pub fn forget(&self, cursor: Cursor) {
+        let (done, _unheard) = oneshot::channel();
+        if self
+            .queue
+            .send(Pending::Remove(cursor, None, done))
+            .is_err()
+        {
+            tracing::debug!("the cursor writer has stopped; a job let go keeps its cursor");
+        }
+    }
+
     /// Takes `event` into the inbox with the next batch, without waiting. Handed in before the
     /// event can be called (the lane holds its queue while it does), so the one queue of the
     /// lane's writes puts the take before the save that settles it. `charge` is what holding

@@ -1,5 +1,5 @@
 //! The dispatcher: takes observations from every watcher, in observation order, and offers
-//! each to the lanes of the plugins that want its kind.
+//! each to the lanes of the plugins that want its kind and whose filter takes it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::budget::MemoryBudget;
 use super::event_counts::{Count, Counts, EventCounts};
+use super::filter::Verdict;
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
@@ -100,7 +101,7 @@ impl Routes {
         lanes.clone()
     }
 
-    /// Offer the observation to every lane that wants its kind.
+    /// Offer the observation to every lane that wants its kind and whose filter takes it.
     pub fn route(&self, observation: Observation) {
         let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
         match observation {
@@ -114,13 +115,26 @@ impl Routes {
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }
-                let wanting: Vec<&Lane> = lanes
-                    .values()
-                    .filter(|l| l.wants(&observed.kind.name))
-                    .collect();
-                self.hold_if_deleting(&observed, &wanting);
+                // The lanes whose filter takes the job: those that take this version, and
+                // those that skip it but may still hold earlier ones (a deletion waits for
+                // them, so they are only gathered for one).
+                let deleting = event.phase == Phase::Terminating;
+                let (mut taking, mut skipping) = (Vec::new(), Vec::new());
+                for lane in lanes.values().filter(|l| l.wants(&observed.kind.name)) {
+                    match lane.judge(&observed) {
+                        Verdict::Take => taking.push(lane),
+                        Verdict::NotEvent | Verdict::Failed(_) if deleting => skipping.push(lane),
+                        Verdict::NotJob | Verdict::NotEvent | Verdict::Failed(_) => {}
+                    }
+                }
+                if self.hold_if_deleting(&observed, &taking, &skipping) {
+                    let key = event.job_key();
+                    for lane in &skipping {
+                        lane.pass(&key);
+                    }
+                }
                 // Every lane but the last gets a copy; the last takes the event itself.
-                if let Some((last, others)) = wanting.split_last() {
+                if let Some((last, others)) = taking.split_last() {
                     for lane in others {
                         lane.push(observed.clone());
                     }
@@ -141,17 +155,19 @@ impl Routes {
 
 impl Routes {
     /// A job of a finalizer kind that is being deleted and still carries our finalizer is
-    /// held until every lane that wants it is done (recorded before the lanes see the event).
-    fn hold_if_deleting(&self, observed: &Observed, wanting: &[&Lane]) {
+    /// held until every lane whose filter takes the job is done with it (recorded before the
+    /// lanes see the event): `true` when held. A lane that skips this version (its phase,
+    /// say) may still be delivering earlier ones; it is told, and reports at once if not.
+    fn hold_if_deleting(&self, observed: &Observed, taking: &[&Lane], skipping: &[&Lane]) -> bool {
         let Some((book, finalizer)) = &self.finalizers else {
-            return;
+            return false;
         };
         let event = &observed.event;
         if !observed.kind.finalizer || event.phase != Phase::Terminating {
-            return;
+            return false;
         }
         if !has_finalizer(&event.object_json, finalizer) {
-            return;
+            return false;
         }
         let job = HeldJob {
             cluster: event.cluster.clone(),
@@ -160,7 +176,9 @@ impl Routes {
             name: event.name.clone(),
             uid: event.uid.clone(),
         };
-        book.hold(job, wanting.iter().map(|l| l.name().to_string()).collect());
+        let lanes = taking.iter().chain(skipping);
+        book.hold(job, lanes.map(|l| l.name().to_string()).collect());
+        true
     }
 }
 

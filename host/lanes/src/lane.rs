@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use governor::DefaultDirectRateLimiter;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
@@ -43,6 +43,7 @@ use super::budget::MemoryBudget;
 use super::call_stats::{CallSnapshot, CallStats, DurationSnapshot, Durations};
 use super::cursor_writer::CursorWriter;
 use super::event_counts::{Counts, EventCounts};
+use super::filter::Verdict;
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::Accepted;
@@ -61,6 +62,7 @@ pub use jobrelay_watch::tracker::{Listed, Observed};
 use self::settle::record_dead_letter;
 use self::worker::{NotLoaded, work};
 
+mod filtering;
 mod settle;
 mod worker;
 
@@ -77,6 +79,10 @@ pub struct LaneStats {
     pub failed_calls: u64,
     /// Observed versions the delivery mode did not want (duplicates included).
     pub skipped: u64,
+    /// Observed versions the plugin's filter did not take (never queued).
+    pub filtered: u64,
+    /// Of those, versions the filter's expression failed on (a missing label, say).
+    pub filter_errors: u64,
     /// Events waiting in the lane, in flight included: each is in the state store's inbox (a
     /// replayed dead letter aside), so this is also the plugin's inbox depth.
     pub pending: u64,
@@ -101,6 +107,9 @@ pub struct LaneStats {
     pub timeout_seconds: Option<f64>,
     /// The kinds the plugin takes (empty: every kind).
     pub kinds: Vec<String>,
+    /// The plugin's filter as written, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<crate::filter::FilterSpec>,
     /// Delivered, retried and dead-lettered by (cluster, job kind).
     pub by_job_kind: Vec<(String, String, Counts)>,
     /// Time from a version's arrival in the lane to its acknowledgement stored, for the
@@ -144,6 +153,10 @@ struct Inner {
     /// their current state, not their history. `None`: the stored time does not parse, and
     /// every job gets its history (at least once wins over quiet).
     installed_at: Option<chrono::DateTime<chrono::FixedOffset>>,
+    /// When the filter last changed in this process: a job it takes from then on that the
+    /// lane did not know gets its current state, not its history — the versions the old
+    /// filter skipped were not missed by the plugin.
+    filter_changed_at: ArcSwapOption<chrono::DateTime<chrono::FixedOffset>>,
     /// Holds on jobs being deleted, told when this lane is done with a job.
     book: Option<Arc<FinalizerBook>>,
     workers: TaskTracker,
@@ -156,6 +169,10 @@ struct Inner {
     dead_lettered: AtomicU64,
     failed_calls: AtomicU64,
     skipped: AtomicU64,
+    filtered: AtomicU64,
+    filter_errors: AtomicU64,
+    /// When a failing filter expression was last warned of.
+    filter_warned: Mutex<Option<Instant>>,
     /// Events read back from the inbox for their call.
     read_back: AtomicU64,
     in_flight: AtomicU64,
@@ -279,6 +296,7 @@ impl Lane {
                 read_backs: ReadBacks::start(store.clone()),
                 store,
                 installed_at,
+                filter_changed_at: ArcSwapOption::empty(),
                 book,
                 workers: TaskTracker::new(),
                 closed: AtomicBool::new(false),
@@ -288,6 +306,9 @@ impl Lane {
                 dead_lettered: AtomicU64::new(0),
                 failed_calls: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
+                filtered: AtomicU64::new(0),
+                filter_errors: AtomicU64::new(0),
+                filter_warned: Mutex::new(None),
                 read_back: AtomicU64::new(0),
                 in_flight: AtomicU64::new(0),
                 calls: CallStats::default(),
@@ -330,6 +351,10 @@ impl Lane {
                 .permits
                 .store(Arc::new(Semaphore::new(concurrency)));
         }
+        if self.inner.settings.load().filter != settings.filter {
+            let now = chrono::Utc::now().fixed_offset();
+            self.inner.filter_changed_at.store(Some(Arc::new(now)));
+        }
         if self.inner.settings.load().rate_limits != settings.rate_limits {
             self.inner.limiters.store(Arc::new(limiters(&settings)));
             self.inner.limits_changed.notify_waiters();
@@ -350,14 +375,21 @@ impl Lane {
         }
         // The counts settled events go under are named after the configured kind.
         self.inner.by_job_kind.learn(&event, &kind.name);
-        let catch_up = from_list && self.inner.settings.load().mode.wants_catch_up();
-        let installed_at = self.inner.installed_at.as_ref();
+        let settings = self.inner.settings.load();
+        let catch_up = from_list && settings.mode.wants_catch_up();
+        let changed_at = self.inner.filter_changed_at.load();
+        let history_from = match (self.inner.installed_at.as_ref(), changed_at.as_deref()) {
+            (Some(installed), Some(changed)) => Some(installed.max(changed)),
+            (installed, changed) => installed.or(changed),
+        };
         self.offer(event, Intake::Observed, |accepted, event| {
-            if catch_up {
-                gap_events(accepted, event, &kind, installed_at)
-            } else {
-                Vec::new()
+            if !catch_up {
+                return Vec::new();
             }
+            let mut missed = gap_events(accepted, event, &kind, history_from);
+            // Missed versions the filter would not have taken are not missed.
+            missed.retain(|e| settings.filter.takes_event(e, &kind.name) == Verdict::Take);
+            missed
         });
     }
 
@@ -539,6 +571,8 @@ impl Lane {
             dead_lettered: i.dead_lettered.load(Ordering::SeqCst),
             failed_calls: i.failed_calls.load(Ordering::SeqCst),
             skipped: i.skipped.load(Ordering::SeqCst),
+            filtered: i.filtered.load(Ordering::Relaxed),
+            filter_errors: i.filter_errors.load(Ordering::Relaxed),
             pending,
             spilled,
             read_back: i.read_back.load(Ordering::SeqCst),
@@ -549,6 +583,10 @@ impl Lane {
             memory_high_water_bytes: i.plugin.load().memory_high_water_bytes(),
             timeout_seconds: i.plugin.load().timeout().map(|t| t.as_secs_f64()),
             kinds: i.settings.load().kinds.clone(),
+            filter: {
+                let filter = &i.settings.load().filter;
+                (!filter.takes_all()).then(|| filter.spec().clone())
+            },
             by_job_kind: i.by_job_kind.snapshot(),
             delivery: i.delivery.snapshot(),
         }

@@ -9,14 +9,16 @@
 //! The modules, in the order an observed version goes through them:
 //!
 //! - [`dispatcher`]: takes the watchers' observations, in order, and offers each to the lanes
-//!   of the plugins that want its kind ([`Routes`](dispatcher::Routes)).
+//!   of the plugins that want its kind and whose filter takes it ([`Routes`](dispatcher::Routes)).
+//! - [`filter`]: a plugin's filter — which jobs, and which of their versions — judged before an
+//!   event is copied for a lane.
 //! - [`recent`]: the last few events the dispatcher saw, for the status page.
 //! - [`event_counts`]: events by cluster and configured kind: observed, delivered, retried,
 //!   dead-lettered.
 //! - [`lane`]: one plugin's lane: takes versions in (missed transitions first after a gap),
 //!   runs a pool of workers, one per busy job, calls, retries, settles.
 //! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
-//!   rate limits, kinds, the bound on a job's queue.
+//!   rate limits, kinds, filter, the bound on a job's queue.
 //! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
 //! - [`queue`]: the lane's per-job queues, as a state machine with no tasks and no I/O.
 //! - [`budget`]: the process-wide bound on the bytes of events the lanes keep in memory;
@@ -37,6 +39,7 @@ pub mod call_stats;
 pub mod cursor_writer;
 pub mod dispatcher;
 pub mod event_counts;
+pub mod filter;
 pub mod finalizer_book;
 pub mod handler;
 pub mod lane;

@@ -148,6 +148,23 @@ struct Origin {
     namespace: Box<str>,
 }
 
+/// The cursor that names a job the lane knows, for its removal.
+fn cursor_of(plugin: &str, key: &JobKey, job: &JobState) -> Cursor {
+    Cursor {
+        plugin: plugin.to_string(),
+        cluster: key.cluster.clone(),
+        uid: key.uid.clone(),
+        api_version: job.origin.api_version.to_string(),
+        kind: job.origin.kind.to_string(),
+        namespace: job.origin.namespace.to_string(),
+        name: job.name.to_string(),
+        resource_version: String::new(),
+        phase: Phase::Unknown,
+        transition_time: String::new(),
+        deleted: false,
+    }
+}
+
 /// The origin parts of an event's job.
 fn origin_of(event: &JobEvent) -> [&str; 3] {
     [&event.api_version, &event.kind, &event.namespace]
@@ -191,6 +208,8 @@ struct JobState {
     /// The head of the queue is being called: it stays there until settled, and nothing
     /// else may take its place (a `latest` replacement keeps it).
     in_flight: bool,
+    /// The lane's filter no longer takes the job: it is forgotten once its queue is done.
+    let_go: bool,
     origin: Arc<Origin>,
     name: CompactString,
 }
@@ -205,6 +224,7 @@ impl JobState {
             busy: false,
             ready: false,
             in_flight: false,
+            let_go: false,
             origin,
             name: CompactString::new(&event.name),
         }
@@ -225,6 +245,7 @@ impl JobState {
             busy: false,
             ready: false,
             in_flight: false,
+            let_go: false,
             origin,
             name: CompactString::new(&c.name),
         }
@@ -293,6 +314,9 @@ pub enum Next {
     Fetch { id: String },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
+    /// Nothing left to do for a job the filter let go: it is forgotten, and the worker
+    /// removes its cursor (this one) and ends.
+    LetGo(Box<Cursor>),
     /// The job is no longer known (its cluster was let go): the worker ends.
     Forgotten,
 }
@@ -567,6 +591,8 @@ impl Queues {
         if new_job {
             offered.first_sight = Some(Cursor::from_event(&self.plugin, &event));
         }
+        // Offered again: the filter takes the job (again).
+        job.let_go = false;
         let mut events = before(&job.accepted, &event);
         events.push(event);
         for event in events {
@@ -737,6 +763,10 @@ impl Queues {
                 // A deleted job's state is no longer needed once nothing waits for it.
                 if job.accepted.deleted && job.queue.is_empty() {
                     self.remove(key);
+                } else if job.let_go && job.queue.is_empty() && !closed {
+                    let cursor = cursor_of(&self.plugin, key, job);
+                    self.remove(key);
+                    return Next::LetGo(Box::new(cursor));
                 }
                 Next::Idle
             }
@@ -918,6 +948,31 @@ impl Queues {
         }
         self.clusters.retain(|_, jobs| !jobs.is_empty());
         self.prune_origins();
+    }
+
+    /// Lets go of a job the lane's filter no longer takes: forgotten (`true`) when nothing of
+    /// it waits or runs. A job with work keeps it — those versions were the plugin's when they
+    /// came — and is let go at a later version, once its queue is done.
+    pub fn let_go(&mut self, key: &JobKey) -> bool {
+        let Some(job) = self.job_mut(key) else {
+            return false;
+        };
+        let idle = !job.busy && job.queue.is_empty();
+        if idle {
+            self.remove(key);
+        } else {
+            job.let_go = true;
+        }
+        idle
+    }
+
+    /// Whether the lane has nothing of the job waiting or running (true for a job it does
+    /// not know).
+    pub fn idle(&self, key: &JobKey) -> bool {
+        self.clusters
+            .get(key.cluster.as_str())
+            .and_then(|jobs| jobs.get(&Uid::new(&key.uid)))
+            .is_none_or(|job| !job.busy && job.queue.is_empty())
     }
 
     /// Forgets one job, and its origin when no other job has it (namespaces come and go).

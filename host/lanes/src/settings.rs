@@ -2,11 +2,13 @@
 //! rate limits, the kinds taken and the bound on a job's queue.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
+use super::filter::Filter;
 use super::mode::DeliveryMode;
 
 /// How failed calls are retried. Backoff is exponential (doubling from `min_delay_ms` up to
@@ -122,6 +124,8 @@ pub struct LaneSettings {
     pub rate_limits: Vec<RateLimitSpec>,
     /// Kind names (empty: all).
     pub kinds: Vec<String>,
+    /// Which jobs of those kinds, and which of their versions, the lane takes.
+    pub filter: Arc<Filter>,
     /// Most versions of one job queued at once (see `PluginManifest::max_queued_per_job`).
     pub max_queued_per_job: usize,
     /// Most events waiting in the lane at once — the plugin's inbox (see

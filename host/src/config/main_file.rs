@@ -425,7 +425,7 @@ impl MainFile {
             ));
         }
         if let Some(selector) = &self.watch.label_selector {
-            super::label_selector::check(selector)
+            jobrelay_contract::label_selector::check(selector)
                 .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;
         }
         if self.watch.timeout_seconds == 0 {

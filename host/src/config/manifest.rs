@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use jobrelay_capabilities::Grants;
+use jobrelay_lanes::filter::FilterSpec;
 use jobrelay_lanes::mode::DeliveryMode;
 use jobrelay_lanes::settings::{RateLimitSpec, RetryPolicy};
 
@@ -21,6 +22,10 @@ pub struct PluginManifest {
     /// Names of the job kinds (from the main file) this plugin wants; empty means all.
     #[serde(default)]
     pub kinds: Vec<String>,
+    /// Which jobs of those kinds, and which of their versions, the plugin is given: judged
+    /// before anything is queued (see `jobrelay_lanes::filter`).
+    #[serde(default)]
+    pub filter: FilterSpec,
     /// Wall-clock limit of one call, in milliseconds. Defaults to the main file's runtime default.
     #[serde(default)]
     pub timeout_ms: Option<u64>,

@@ -10,7 +10,6 @@
 //!
 //! The modules, each using only those above it (and this file's shared items):
 //! - [`files`] — reading the folder: every relevant file's bytes and hash, within bounds;
-//! - [`label_selector`] — a label selector's syntax, checked before any API server sees it;
 //! - [`manifest`] — a plugin manifest as written;
 //! - [`config_schema`] — a plugin's declared config schema, beside its component;
 //! - [`main_file`] — the main file as written and validated, each of its sections;
@@ -24,7 +23,6 @@ pub mod config_schema;
 pub mod files;
 pub mod folder_watch;
 pub mod home_cluster;
-pub mod label_selector;
 pub mod main_file;
 pub mod manifest;
 #[cfg(test)]

@@ -101,6 +101,6 @@ proptest! {
 
     #[test]
     fn label_selectors_never_panic(text in "\\PC{0,64}") {
-        let _ = super::label_selector::check(&text);
+        let _ = jobrelay_contract::label_selector::check(&text);
     }
 }

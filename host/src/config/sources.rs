@@ -12,6 +12,7 @@ use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
 use super::manifest::PluginManifest;
 use crate::oci::{FetchError, OciRef, Registries};
+use jobrelay_lanes::filter::Filter;
 use jobrelay_lanes::settings::LaneSettings;
 use jobrelay_runtime::PluginSpec;
 
@@ -153,13 +154,24 @@ impl PluginSource {
             .map_err(|e| ConfigError::Parse(e.to_string()))?;
         let manifest: PluginManifest =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        for kind in &manifest.kinds {
+        let (kinds_field, kinds) = match (&manifest.kinds[..], &manifest.filter.kinds[..]) {
+            (_, []) => ("kinds", manifest.kinds.clone()),
+            ([], filtered) => ("filter.kinds", filtered.to_vec()),
+            _ => {
+                return Err(ConfigError::Invalid(
+                    "filter.kinds: give the kinds once, in `kinds` or in `filter.kinds`".into(),
+                ));
+            }
+        };
+        for kind in &kinds {
             if main.kind(kind).is_none() {
                 return Err(ConfigError::Invalid(format!(
-                    "kinds: `{kind}` is not a kind of the main file"
+                    "{kinds_field}: `{kind}` is not a kind of the main file"
                 )));
             }
         }
+        let filter = Filter::new(manifest.filter.clone())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let defaults = &main.plugin_defaults;
         let timeout_ms = manifest.timeout_ms.unwrap_or(defaults.timeout_ms);
         let memory_mb = manifest.memory_mb.unwrap_or(defaults.memory_mb);
@@ -252,12 +264,17 @@ impl PluginSource {
             (wasm_path, None, component.bytes, component.sha256)
         };
         let effective = serde_json::json!({
-            "wasm": wasm_sha256, "kinds": manifest.kinds, "timeout_ms": timeout_ms,
+            "wasm": wasm_sha256, "kinds": kinds, "timeout_ms": timeout_ms,
             "memory_mb": memory_mb, "concurrency": concurrency, "config": manifest.config,
             "grants": grants, "delivery": manifest.delivery, "retry": manifest.retry,
             "rate_limits": manifest.rate_limits, "instance_reuse": instance_reuse,
             "max_queued_per_job": max_queued_per_job, "max_inbox_events": max_inbox_events,
         });
+        let mut effective = effective;
+        // Only a filter that is set takes part, so a manifest without one keeps its version.
+        if manifest.filter != jobrelay_lanes::filter::FilterSpec::default() {
+            effective["filter"] = serde_json::json!(manifest.filter);
+        }
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
             manifest_path: file.path.clone(),
@@ -279,7 +296,8 @@ impl PluginSource {
                 concurrency,
                 retry: manifest.retry,
                 rate_limits: manifest.rate_limits,
-                kinds: manifest.kinds,
+                kinds,
+                filter: Arc::new(filter),
                 max_queued_per_job,
                 max_inbox_events,
             },

@@ -229,15 +229,28 @@ async fn apply(
     }
     let main = state.main();
     let added = update.plugins.iter().any(|c| matches!(c, Change::Added(_)));
+    // A filter that changed may take jobs it skipped so far: they need their current state.
+    let refiltered = update.plugins.iter().any(|c| match c {
+        Change::Changed(source) => plugins
+            .routes()
+            .get(&source.spec.name)
+            .is_some_and(|lane| *lane.filter() != *source.lane.filter),
+        _ => false,
+    });
     let loads = plugins.apply(update.plugins);
-    if added {
-        // A new plugin should see every job's current version, not only later changes: wait
-        // for it to load, then re-list every cluster. Other plugins skip what they already
-        // handled (their cursors), so they see no repeats.
+    if added || refiltered {
+        // A new plugin (or a new filter) should see every job's current version, not only
+        // later changes: wait for it to load, then re-list every cluster. Other plugins skip
+        // what they already handled (their cursors), so they see no repeats.
         for load in loads {
             let _ = load.await;
         }
-        tracing::info!("plugin added; re-listing every cluster so it sees the current jobs");
+        let why = if added {
+            "plugin added"
+        } else {
+            "plugin filter changed"
+        };
+        tracing::info!("{why}; re-listing every cluster so it sees the current jobs");
         clusters.restart_all(state.clusters(), main).await;
         return;
     }

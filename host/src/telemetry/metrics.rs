@@ -388,6 +388,20 @@ impl Collector for DaemonCollector {
         )?;
         family(
             e,
+            "jobrelay_events_filtered",
+            "Observed versions the plugin's filter did not take (never queued)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.filtered),
+        )?;
+        family(
+            e,
+            "jobrelay_events_filter_errors",
+            "Observed versions the plugin's filter expression failed on (not delivered)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.filter_errors),
+        )?;
+        family(
+            e,
             "jobrelay_plugin_calls_failed",
             "Plugin calls that failed (retried or not)",
             MetricType::Counter,

@@ -182,6 +182,7 @@ fn settings() -> LaneSettings {
         retry: RetryPolicy::default(),
         rate_limits: Vec::new(),
         kinds: Vec::new(),
+        filter: Default::default(),
         max_queued_per_job: usize::MAX,
         max_inbox_events: u64::MAX,
     }

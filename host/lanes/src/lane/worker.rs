@@ -74,6 +74,14 @@ async fn drain(inner: &Arc<Inner>, key: &JobKey) {
                 }
             },
             Next::Forgotten => return,
+            Next::LetGo(cursor) => {
+                inner.cursor_writer.forget(*cursor);
+                if let Some(book) = &inner.book {
+                    book.lane_done(&inner.name, key);
+                }
+                inner.settled.notify_waiters();
+                return;
+            }
             Next::Idle => {
                 if let Some(book) = &inner.book {
                     book.lane_done(&inner.name, key);

@@ -241,7 +241,7 @@ impl Run {
                         match self.q.next(&key(job), false) {
                             Next::Call { event, .. } => self.q.release(&key(job), Some(*event)),
                             Next::Fetch { .. } => self.q.release(&key(job), None),
-                            Next::Idle | Next::Forgotten => {}
+                            Next::Idle | Next::Forgotten | Next::LetGo(_) => {}
                         }
                         self.jobs[job].worker = false;
                         self.worker_done()?;
@@ -309,7 +309,7 @@ impl Run {
                     prop_assert!(self.q.fetched(&k, &mut event), "{}: the job is known", k);
                     model.in_flight = Some((event, false));
                 }
-                Next::Idle | Next::Forgotten => {
+                Next::Idle | Next::Forgotten | Next::LetGo(_) => {
                     model.worker = false;
                     if self.q.job(&k).is_none() {
                         // A deleted job is forgotten once idle; a version offered later

@@ -1,14 +1,18 @@
-//! Checking a label selector's syntax before it reaches any API server.
+//! A Kubernetes label selector: its syntax checked before any API server sees it, and matched
+//! against a job's labels where jobrelay itself selects (a plugin's `filter.labels`).
 //!
 //! A selector the API server cannot parse makes every list and watch of every kind fail, on
 //! every cluster, forever: delivery stops everywhere while the config looks accepted. So the
 //! main file's `watch.label_selector` is checked when the file is read (by `jobrelay check` and
-//! the running daemon alike), and a bad one is refused with the last good file kept.
+//! the running daemon alike), and a bad one is refused with the last good file kept. A
+//! plugin's filter is parsed by the same code, so the two accept exactly the same texts.
 //!
 //! The grammar is Kubernetes' (`k8s.io/apimachinery/pkg/labels`): requirements separated by
 //! commas, each `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v, …)` or
 //! `key notin (v, …)`. Keys are an optional DNS-subdomain prefix and `/`, then a name of at
 //! most 63 characters; values are at most 63 characters, possibly empty.
+
+use std::collections::BTreeMap;
 
 /// Why a selector is refused: its shape, or which requirement is wrong and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,17 +69,51 @@ pub enum NameError {
 
 /// Checks `selector`; the error says which requirement is wrong and why.
 pub fn check(selector: &str) -> Result<(), SelectorError> {
-    if selector.trim().is_empty() {
-        return Err(SelectorError::Empty);
+    Selector::parse(selector).map(|_| ())
+}
+
+/// A parsed selector: every requirement must hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selector(Vec<Requirement>);
+
+/// One requirement, as Kubernetes reads it: `!=` and `notin` also hold for a job without the
+/// key, `in` and `=` only for one that has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Exists(String),
+    Absent(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+}
+
+impl Selector {
+    /// Parses `selector`; the error says which requirement is wrong and why.
+    pub fn parse(selector: &str) -> Result<Selector, SelectorError> {
+        if selector.trim().is_empty() {
+            return Err(SelectorError::Empty);
+        }
+        split_requirements(selector)?
+            .into_iter()
+            .map(|requirement| {
+                let requirement = requirement.trim();
+                parse_requirement(requirement).map_err(|why| SelectorError::Requirement {
+                    requirement: requirement.to_string(),
+                    why,
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Selector)
     }
-    for requirement in split_requirements(selector)? {
-        let requirement = requirement.trim();
-        check_requirement(requirement).map_err(|why| SelectorError::Requirement {
-            requirement: requirement.to_string(),
-            why,
-        })?;
+
+    /// Whether `labels` satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Exists(key) => labels.contains_key(key),
+            Requirement::Absent(key) => !labels.contains_key(key),
+            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
+        })
     }
-    Ok(())
 }
 
 /// Splits at commas outside parentheses.
@@ -102,24 +140,34 @@ fn split_requirements(selector: &str) -> Result<Vec<&str>, SelectorError> {
     Ok(parts)
 }
 
-fn check_requirement(req: &str) -> Result<(), RequirementError> {
+fn parse_requirement(req: &str) -> Result<Requirement, RequirementError> {
     if req.is_empty() {
         return Err(RequirementError::Empty);
     }
     if let Some(key) = req.strip_prefix('!') {
-        return check_key(key.trim());
+        let key = key.trim();
+        check_key(key)?;
+        return Ok(Requirement::Absent(key.to_string()));
     }
     let end = req
         .find(|c: char| c.is_whitespace() || matches!(c, '=' | '!' | '('))
         .unwrap_or(req.len());
     let (key, rest) = (&req[..end], req[end..].trim_start());
     check_key(key)?;
+    let key = key.to_string();
     if rest.is_empty() {
-        return Ok(());
+        return Ok(Requirement::Exists(key));
     }
     for op in ["==", "!=", "="] {
         if let Some(value) = rest.strip_prefix(op) {
-            return check_value(value.trim());
+            let value = value.trim();
+            check_value(value)?;
+            let values = vec![value.to_string()];
+            return Ok(if op == "!=" {
+                Requirement::NotIn(key, values)
+            } else {
+                Requirement::In(key, values)
+            });
         }
     }
     for op in ["notin", "in"] {
@@ -134,7 +182,15 @@ fn check_requirement(req: &str) -> Result<(), RequirementError> {
             if inner.trim().is_empty() {
                 return Err(RequirementError::NoValue { op });
             }
-            return inner.split(',').try_for_each(|v| check_value(v.trim()));
+            let values = inner
+                .split(',')
+                .map(|v| check_value(v.trim()).map(|()| v.trim().to_string()))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(if op == "notin" {
+                Requirement::NotIn(key, values)
+            } else {
+                Requirement::In(key, values)
+            });
         }
     }
     Err(RequirementError::NoOperator {
@@ -220,6 +276,45 @@ mod tests {
         ] {
             assert_eq!(check(s), Ok(()), "{s}");
         }
+    }
+
+    #[test]
+    fn selectors_match_as_kubernetes_reads_them() {
+        let labels: BTreeMap<String, String> = [("team", "ml"), ("env", "prod")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (s, expected) in [
+            ("team=ml", true),
+            ("team==ml", true),
+            ("team=cv", false),
+            ("team!=cv", true),
+            ("team!=ml", false),
+            ("owner!=x", true),
+            ("team", true),
+            ("owner", false),
+            ("!owner", true),
+            ("!team", false),
+            ("env in (staging, prod)", true),
+            ("env in (staging)", false),
+            ("owner in (x)", false),
+            ("env notin (staging)", true),
+            ("env notin (prod,staging)", false),
+            ("owner notin (x)", true),
+            ("team=ml,env in (prod)", true),
+            ("team=ml,env in (dev)", false),
+            ("team=", false),
+        ] {
+            let selector = Selector::parse(s).expect(s);
+            assert_eq!(selector.matches(&labels), expected, "{s}");
+        }
+        let empty_value: BTreeMap<String, String> =
+            [("team".to_string(), String::new())].into_iter().collect();
+        assert!(
+            Selector::parse("team=")
+                .expect("parses")
+                .matches(&empty_value)
+        );
     }
 
     #[test]
