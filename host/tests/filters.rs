@@ -337,6 +337,17 @@ async fn a_filter_changed_during_a_backlog_keeps_what_it_took_and_gives_new_jobs
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finalizer_waits_only_for_the_plugins_whose_filter_takes_the_job() {
+    finalizer_case(false).await;
+}
+
+/// The same, but picky's filter changes to take neither job while `mine` is held for it: what
+/// picky took of `mine` before the change is still delivered, then the hold lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_job_a_changed_filter_no_longer_takes_goes_once_what_was_taken_is_delivered() {
+    finalizer_case(true).await;
+}
+
+async fn finalizer_case(change_filter: bool) {
     let sim = SimCluster::start("alpha").await.expect("simulator");
     let dir = folder(&sim, true);
     let root = dir.path();
@@ -400,6 +411,13 @@ async fn a_finalizer_waits_only_for_the_plugins_whose_filter_takes_the_job() {
         sim.get(&mine.gvr(), "team-a", "mine").is_ok(),
         "the job picky takes was released before picky handled it"
     );
+    if change_filter {
+        event_log(
+            root,
+            "picky",
+            "rate_limits: [{per_minute: 30, burst: 1}]\nfilter:\n  namespaces: [team-c]\n",
+        );
+    }
     // mine waits for picky, then goes.
     let started = Instant::now();
     while sim.get(&mine.gvr(), "team-a", "mine").is_ok() {
@@ -419,5 +437,17 @@ async fn a_finalizer_waits_only_for_the_plugins_whose_filter_takes_the_job() {
         picky.contains(&"mine succeeded".to_string()),
         "mine was released before its terminal version reached picky: {picky:?}"
     );
+    if change_filter {
+        // Its deletion request was taken before the change: delivered, though the new
+        // filter takes nothing of mine; the deletion itself came after and is not.
+        assert!(
+            picky.contains(&"mine terminating".to_string()),
+            "a version taken before the change was lost: {picky:?}"
+        );
+        assert!(
+            !picky.contains(&"mine deleted".to_string()),
+            "picky got a version after its filter let mine go: {picky:?}"
+        );
+    }
     daemon.shutdown(Duration::from_secs(5)).await;
 }
