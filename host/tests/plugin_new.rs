@@ -2,7 +2,9 @@
 //! handles every sample event under `plugin run`, and passes its own recorded case under
 //! `plugin test` — which fails when the case's expectation does not hold.
 
+use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use jobrelay::cli::plugin::new::{Lang, PluginNewArgs, plugin_new};
 use jobrelay::cli::plugin::run::{PluginRunArgs, plugin_run};
@@ -76,6 +78,10 @@ async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
         |value: &str| std::collections::BTreeMap::from([("phases".to_string(), value.to_string())]);
     assert!(schema.check(&phases("failed,restarting")).is_empty());
     assert!(!schema.check(&phases("failed,runing")).is_empty());
+
+    if lang == Lang::Python {
+        webhook_posts_through_wasi_http_within_its_grant(&dir, &wasm).await;
+    }
 
     let suite = |dir: std::path::PathBuf| PluginTestArgs {
         dir,
@@ -183,4 +189,78 @@ async fn plugin_dev_builds_runs_and_picks_up_an_edit() {
         .await
         .expect("plugin dev --once runs");
     assert_eq!(once.status.code(), Some(1), "{once:?}");
+}
+
+/// The Python template with `webhook_url`: the failure is posted through `wasi:http` to a
+/// local receiver the manifest grants, and refused (the call asks to be retried, nothing
+/// arrives) when the grant is missing.
+async fn webhook_posts_through_wasi_http_within_its_grant(dir: &Path, wasm: &Path) {
+    let (url, received) = receiver();
+    let manifest = |grant: &str| {
+        format!(
+            "wasm: gpu-alerts.wasm\nconfig:\n  phases: failed\n  webhook_url: {url}/hook\n\
+             grants:\n  kv: true\n{grant}"
+        )
+    };
+    let granted = dir.join("granted.yaml");
+    let allow = format!("  http:\n    allow: [\"{url}\"]\n    allow_private: true\n");
+    std::fs::write(&granted, manifest(&allow)).expect("manifest");
+    let mut args = PluginRunArgs::new(wasm.to_path_buf(), dir.join("events"));
+    args.manifest = Some(granted);
+    let run = plugin_run(&args).await.expect("the plugin loads");
+    assert!(run.is_ok(), "{run}");
+    let bodies = received.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(bodies.len(), 1, "one failure, one post: {bodies:?}");
+    let posted: serde_json::Value = serde_json::from_str(&bodies[0]).expect("JSON was posted");
+    assert_eq!(posted["name"], "sample-volcano-job", "{posted}");
+    assert_eq!(posted["phase"], "failed", "{posted}");
+
+    // Without the grant the host refuses the request: nothing arrives, the call fails.
+    let ungranted = dir.join("ungranted.yaml");
+    std::fs::write(&ungranted, manifest("")).expect("manifest");
+    args.manifest = Some(ungranted);
+    let run = plugin_run(&args).await.expect("the plugin loads");
+    assert!(
+        !run.is_ok(),
+        "a request outside the grant went through: {run}"
+    );
+    let text = run.to_string();
+    assert!(text.contains("webhook"), "{text}");
+    assert_eq!(
+        received.lock().unwrap_or_else(|p| p.into_inner()).len(),
+        1,
+        "nothing more arrived"
+    );
+}
+
+/// A local HTTP receiver answering 200 to every POST: its base URL and the bodies received.
+fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let sink = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut length = 0usize;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_ok() {
+                let text = String::from_utf8_lossy(&body).to_string();
+                sink.lock().unwrap_or_else(|p| p.into_inner()).push(text);
+            }
+            let mut stream = reader.into_inner();
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (url, received)
 }

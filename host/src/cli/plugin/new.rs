@@ -16,8 +16,12 @@
 //!   README.md, .gitignore
 //! ```
 //!
-//! With `--lang python` the sources are `app.py` and `wit/plugin.wit`, and `build.sh` runs
-//! componentize-py; the plugin does the same, so the same events and case serve both.
+//! With `--lang python` the sources are `app.py`, `webhook.py` (a POST through `wasi:http`) and
+//! `wit/`: the contract, a world that adds `wasi:http/outgoing-handler` to it, and the WIT of
+//! WASI this host serves (taken by the build from the `wasmtime-wasi-http` crate it links, see
+//! `build.rs`); `build.sh` runs componentize-py. The plugin counts failures as the Rust one
+//! does, so the same events and case serve both, and with `webhook_url` set it also posts each
+//! one.
 //!
 //! The SDK is written into the project (unless `--sdk` points at a copy to depend on), so the
 //! project needs no jobrelay checkout and builds against exactly the contract this host serves
@@ -118,6 +122,33 @@ const PYTHON_BUILD_SH: &str = include_str!("new/build-python.sh");
 const PYTHON_README: &str = include_str!("new/README-python.md");
 const PYTHON_GITIGNORE: &str = "*.wasm\n__pycache__/\nwit_world/\ncomponentize_py_*\n";
 const WIT: &str = include_str!("../../../../wit/plugin.wit");
+const PYTHON_WEBHOOK: &str = include_str!("new/webhook.py");
+/// The Python template's config keys: the Rust one's and `webhook_url`.
+const PYTHON_SCHEMA: &str = include_str!("new/config-python.schema.json");
+
+/// The WIT of WASI, as the host build took it (see `build.rs`).
+mod wasi_wit {
+    include!(concat!(env!("OUT_DIR"), "/wasi_wit.rs"));
+}
+
+/// The world a Python plugin is built against: the contract's, with outbound HTTP. Its own
+/// file of the contract's package, so `plugin.wit` stays the contract as the repository has it.
+fn python_world() -> String {
+    let package = WIT
+        .lines()
+        .find(|l| l.trim_start().starts_with("package "))
+        .unwrap_or("package jobrelay:plugin;");
+    format!(
+        "{package}\n\n\
+         // The world `build.sh` builds against: the plugin world of plugin.wit, with outbound HTTP\n\
+         // through wasi:http (allowed per destination by the manifest's grants.http). The WIT of\n\
+         // WASI in deps/ is the version this jobrelay serves ({from}). (Comments before the\n\
+         // package line would be taken for the package's documentation, which plugin.wit has.)\n\
+         world plugin-with-http {{\n    include plugin;\n    import wasi:http/outgoing-handler@{version};\n}}\n",
+        from = wasi_wit::FROM,
+        version = wasi_wit::VERSION,
+    )
+}
 
 /// What `plugin new` made.
 #[derive(Debug, Clone)]
@@ -176,9 +207,13 @@ pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
             .replace("{{sdk}}", &sdk_dependency)
     };
 
+    let schema = match args.lang {
+        Lang::Rust => PROJECT_SCHEMA,
+        Lang::Python => PYTHON_SCHEMA,
+    };
     let mut files: Vec<(PathBuf, String)> = vec![
         (format!("{name}.yaml").into(), fill(PROJECT_MANIFEST)),
-        (format!("{name}.schema.json").into(), fill(PROJECT_SCHEMA)),
+        (format!("{name}.schema.json").into(), fill(schema)),
     ];
     match args.lang {
         Lang::Rust => {
@@ -205,11 +240,19 @@ pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
             }
             files.extend([
                 ("app.py".into(), fill(PYTHON_APP)),
+                ("webhook.py".into(), PYTHON_WEBHOOK.to_string()),
                 ("wit/plugin.wit".into(), WIT.to_string()),
+                ("wit/python.wit".into(), python_world()),
                 ("build.sh".into(), fill(PYTHON_BUILD_SH)),
                 ("README.md".into(), fill(PYTHON_README)),
                 (".gitignore".into(), PYTHON_GITIGNORE.to_string()),
             ]);
+            for (package, text) in wasi_wit::FILES {
+                let path = Path::new("wit/deps")
+                    .join(package)
+                    .join(format!("{package}.wit"));
+                files.push((path, text.to_string()));
+            }
         }
     }
     let samples = samples()?;

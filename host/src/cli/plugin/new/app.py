@@ -1,6 +1,8 @@
 """{{name}}: a jobrelay plugin in Python.
 
-It counts the failures of jobs per namespace in its key-value store and logs each one.
+It counts the failures of jobs per namespace in its key-value store and logs each one; with
+`webhook_url` in its config (and that destination in the manifest's `grants.http.allow`) it
+also posts each one there as JSON, through `webhook.py`.
 Change `handle` to do what your team needs; `jobrelay plugin run {{name}}.wasm --event events/`
 tries it, `jobrelay plugin test tests/cases --wasm {{name}}.wasm` runs its recorded cases.
 
@@ -12,9 +14,12 @@ default: keep nothing in globals between events, except the settings `init` read
 
 import json
 
+import webhook
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import kv, log, types
+from wit_world.imports import kv, log
+# The contract's `types` (the world also imports wasi:http's, hence the longer name).
+from wit_world.imports import jobrelay_plugin_types as types
 
 PHASES = {
     "pending": types.Phase.PENDING,
@@ -31,15 +36,20 @@ NAMES = {phase: name for name, phase in PHASES.items()}
 
 # The phases counted: the manifest's `config: {phases: "failed,restarting"}`.
 counted = None
+# Where each counted failure is posted, if anywhere: `config: {webhook_url: "https://…"}`.
+webhook_url = None
 
 
 class WitWorld(wit_world.WitWorld):
     def init(self, config):
-        global counted
+        global counted, webhook_url
         values = dict(config)
-        unknown = sorted(set(values) - {"phases"})
+        unknown = sorted(set(values) - {"phases", "webhook_url"})
         if unknown:
-            raise Err(f"config `{unknown[0]}`: unknown key (known: phases)")
+            raise Err(f"config `{unknown[0]}`: unknown key (known: phases, webhook_url)")
+        webhook_url = values.get("webhook_url") or None
+        if webhook_url is not None and not webhook_url.startswith(("http://", "https://")):
+            raise Err(f"config `webhook_url`: `{webhook_url}` is not an http:// or https:// URL")
         phases = []
         for name in values.get("phases", "failed").split(","):
             name = name.strip().lower()
@@ -68,3 +78,27 @@ class WitWorld(wit_world.WitWorld):
             f"{event.kind} {event.namespace}/{event.name} is {NAMES[event.phase]} "
             f"({count} in this namespace so far)",
         )
+        if webhook_url is None:
+            return
+        message = {
+            "text": f"{event.kind} {event.namespace}/{event.name} is {NAMES[event.phase]}",
+            "cluster": event.cluster,
+            "namespace": event.namespace,
+            "name": event.name,
+            "phase": NAMES[event.phase],
+            "reason": event.reason,
+            "count": count,
+        }
+        try:
+            status, _ = webhook.post(
+                webhook_url,
+                json.dumps(message).encode(),
+                [("content-type", "application/json")],
+            )
+        except Err as error:
+            raise Err(types.HandlerError_Retry(f"webhook: {error.value}"))
+        # Throttled or failing on the other side: again later. Refused: giving up.
+        if status == 429 or status >= 500:
+            raise Err(types.HandlerError_Retry(f"webhook answered {status}"))
+        if status >= 300:
+            raise Err(types.HandlerError_GiveUp(f"webhook answered {status}"))

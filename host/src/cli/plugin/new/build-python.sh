@@ -8,5 +8,5 @@ if [ "$installed" != "$version" ]; then
     python3 -m pip install --quiet --disable-pip-version-check "componentize-py==$version"
 fi
 python3 -c 'import sys; from componentize_py import script; sys.argv[0] = "componentize-py"; sys.exit(script())' \
-    -d wit -w plugin componentize app -o {{name}}.wasm
+    -d wit -w plugin-with-http componentize app -o {{name}}.wasm
 echo "built {{name}}.wasm"
