@@ -459,3 +459,32 @@ async fn finalizer_case(change_filter: bool) {
     }
     daemon.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A job deleted while jobrelay was away is found missing at the next start and its deletion
+/// made up for every plugin that knew it: through the filter too, so a plugin that takes only
+/// `failed` versions is not handed a `deleted` one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_found_at_start_goes_through_the_filter() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = folder(&sim, false);
+    let root = dir.path();
+    event_log(root, "all", "");
+    event_log(root, "picky", "filter:\n  phases: [failed]\n");
+    let daemon = start(root).await;
+    let mut gone = job(&sim, "team-a", "gone-a", &[]);
+    gone.running().expect("running");
+    gone.failed("OOMKilled").expect("failed");
+    wait_seen(root, "all", &["gone-a failed"]).await;
+    wait_seen(root, "picky", &["gone-a failed"]).await;
+    daemon.idle().await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+
+    gone.delete().expect("deleted while jobrelay is away");
+    let daemon = start(root).await;
+    // `all` is told of the deletion, so it was found; picky is not, and it is counted.
+    wait_seen(root, "all", &["gone-a deleted"]).await;
+    daemon.idle().await;
+    assert_eq!(seen(root, "picky"), ["gone-a failed"], "picky");
+    assert!(lane(&daemon, "picky").filtered >= 1);
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

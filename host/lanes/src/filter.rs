@@ -268,15 +268,20 @@ impl Filter {
 
     /// Whether the job of `event` is the plugin's: its cluster, namespace and labels.
     pub fn takes_job(&self, event: &JobEvent) -> bool {
+        self.takes_place(event)
+            && self
+                .labels
+                .as_ref()
+                .is_none_or(|s| s.matches(&event.labels))
+    }
+
+    /// Whether the job's cluster and namespace are taken (the job level without its labels).
+    pub fn takes_place(&self, event: &JobEvent) -> bool {
         let any = |globs: &[WildMatch], s: &str| globs.iter().any(|g| g.matches(s));
         (self.clusters.is_empty() || any(&self.clusters, &event.cluster))
             && (self.namespaces.is_empty() || any(&self.namespaces, &event.namespace))
             && !any(&self.exclude_clusters, &event.cluster)
             && !any(&self.exclude_namespaces, &event.namespace)
-            && self
-                .labels
-                .as_ref()
-                .is_none_or(|s| s.matches(&event.labels))
     }
 
     /// Whether this version of a job the filter takes is delivered: its phase, then the

@@ -543,6 +543,9 @@ impl Lane {
             .unwrap_or_else(|p| p.into_inner())
             .gone(listed);
         for event in gone {
+            if !self.takes_gone(&event, &listed.kind.name) {
+                continue;
+            }
             let kind = listed.kind.clone();
             self.push(Observed {
                 event,

@@ -48,10 +48,21 @@ impl Lane {
         Arc::clone(&self.inner.settings.load().filter)
     }
 
-    /// Whether the lane's filter takes this event's job (cluster, namespace, labels), for a
-    /// finalizer hold: a job the plugin wants is waited for even when this version is not.
-    pub fn takes_job(&self, event: &JobEvent) -> bool {
-        self.inner.settings.load().filter.takes_job(event)
+    /// Whether a deletion the lane made up for a job it knew (gone while jobrelay was away)
+    /// is for the plugin: the job's cluster and namespace, the phase and the expression, as
+    /// for an observed version. Its labels are not known (the object is gone): a job the lane
+    /// knew was taken by them when last seen. Counted when not.
+    pub(super) fn takes_gone(&self, event: &JobEvent, kind: &str) -> bool {
+        let settings = self.inner.settings.load();
+        let filter = &settings.filter;
+        if filter.takes_all() {
+            return true;
+        }
+        let taken = filter.takes_place(event) && filter.takes_event(event, kind) == Verdict::Take;
+        if !taken {
+            self.inner.filtered.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
     }
 
     /// A version of a job the filter takes that it skipped, on a job being deleted: if nothing
