@@ -2,9 +2,12 @@
 # Builds jobrelay's WebAssembly components and puts them in <repo>/target/plugins/:
 #   event-log.wasm     the shipped plugins (plugins/ workspace), release profile
 #   feishu-notify.wasm
+#   dingtalk-notify.wasm
+#   wecom-notify.wasm
+#   slack-notify.wasm
 #   mysql-sync.wasm
 #   log-archive.wasm
-#   NAME.schema.json   the config schema of each of those four (plugins/NAME/config.schema.json)
+#   NAME.schema.json   the config schema of each of those (plugins/NAME/config.schema.json)
 #   job-snapshot.wasm  the plugin written in Python (plugins/job-snapshot), by componentize-py
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
@@ -56,6 +59,9 @@ release="$target_dir/$target/release"
 debug="$target_dir/$target/debug"
 copy "$release/event_log.wasm" event-log.wasm
 copy "$release/feishu_notify.wasm" feishu-notify.wasm
+copy "$release/dingtalk_notify.wasm" dingtalk-notify.wasm
+copy "$release/wecom_notify.wasm" wecom-notify.wasm
+copy "$release/slack_notify.wasm" slack-notify.wasm
 copy "$release/mysql_sync.wasm" mysql-sync.wasm
 copy "$release/log_archive.wasm" log-archive.wasm
 copy "$release/probe.wasm" probe.wasm
@@ -66,10 +72,10 @@ copy "$release/intruder.wasm" intruder.wasm
 copy "$release/stamp.wasm" stamp.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 # Each shipped plugin's config schema beside its component, where `check` looks for it.
-for name in event-log feishu-notify mysql-sync log-archive; do
+for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive; do
     copy "$repo/plugins/$name/config.schema.json" "$name.schema.json"
 done
 
-for name in event-log feishu-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder stamp probe-debug; do
+for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder stamp probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -213,11 +213,27 @@ mod tests {
         assert!(e.to_string().contains("not a valid JSON Schema"), "{e}");
     }
 
-    /// Each shipped plugin's README lists its config keys as its schema gives them.
+    /// Each shipped plugin's README lists its config keys as its schema gives them: every
+    /// folder of `plugins/` with a `config.schema.json`, so a new plugin cannot be left out.
     #[test]
     fn each_shipped_readme_lists_the_keys_of_its_schema() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for plugin in ["event-log", "feishu-notify", "mysql-sync", "log-archive"] {
+        let mut plugins: Vec<String> = std::fs::read_dir(repo.join("plugins"))
+            .expect("plugins/")
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.path().join("config.schema.json").is_file())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        plugins.sort();
+        for known in [
+            "feishu-notify",
+            "dingtalk-notify",
+            "wecom-notify",
+            "slack-notify",
+        ] {
+            assert!(plugins.iter().any(|p| p == known), "{known}: {plugins:?}");
+        }
+        for plugin in &plugins {
             let dir = repo.join("plugins").join(plugin);
             let s = ConfigSchema::read(&dir.join("config.schema.json")).expect("schema");
             let readme = std::fs::read_to_string(dir.join("README.md")).expect("README");

@@ -16,11 +16,10 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use crate::config::Settings;
-use crate::duration::run_time;
 use jobrelay_guest::phase_name;
-
-use crate::job::{self, JobEvent};
+use jobrelay_notify::config::Settings;
+use jobrelay_notify::duration::run_time;
+use jobrelay_notify::job::{JobEvent, Phase};
 
 /// Feishu's body limit, signature fields included.
 pub const MAX_BODY_BYTES: usize = 20 * 1024;
@@ -129,7 +128,7 @@ impl Card {
     fn new(job: &JobEvent, settings: &Settings, signature: Option<&Signature>) -> Card {
         let header = json!({
             "title": { "tag": "plain_text", "content": settings.title.render(job) },
-            "template": job::colour(job.phase),
+            "template": colour(job.phase),
         });
 
         let mut short_fields = vec![
@@ -279,11 +278,26 @@ fn kind_text(job: &JobEvent) -> String {
     }
 }
 
+/// The card header colour (one of Feishu's header templates), chosen so the outcome is readable
+/// at a glance: green done, red failed, orange in trouble, blue busy, grey the rest.
+pub fn colour(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Running => "blue",
+        Phase::Succeeded => "green",
+        Phase::Failed => "red",
+        Phase::Restarting => "orange",
+        Phase::Pending
+        | Phase::Suspended
+        | Phase::Unknown
+        | Phase::Terminating
+        | Phase::Deleted => "grey",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::Phase;
-    use crate::job::tests::sample;
+    use jobrelay_notify::job::sample;
 
     fn settings(extra: &[(&str, &str)]) -> Settings {
         let mut config = vec![(
@@ -292,7 +306,8 @@ mod tests {
         )];
         config.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         config.sort();
-        Settings::from_config(&config).expect("valid config")
+        Settings::from_config(&config, &<crate::Feishu as jobrelay_notify::Provider>::KEYS)
+            .expect("valid config")
     }
 
     fn parse(bytes: &[u8]) -> Value {
@@ -474,5 +489,22 @@ mod tests {
         let title = "{name}".repeat(200) + &"t".repeat(MAX_BODY_BYTES);
         let error = body(&sample(), &settings(&[("title", &title)]), None).expect_err("too big");
         assert!(error.contains("shorten `title`"), "{error}");
+    }
+
+    #[test]
+    fn colours() {
+        assert_eq!(colour(Phase::Running), "blue");
+        assert_eq!(colour(Phase::Succeeded), "green");
+        assert_eq!(colour(Phase::Failed), "red");
+        assert_eq!(colour(Phase::Restarting), "orange");
+        for grey in [
+            Phase::Pending,
+            Phase::Suspended,
+            Phase::Unknown,
+            Phase::Terminating,
+            Phase::Deleted,
+        ] {
+            assert_eq!(colour(grey), "grey");
+        }
     }
 }

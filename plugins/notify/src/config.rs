@@ -25,8 +25,66 @@ pub const DEFAULT_PHASES: [Phase; 4] = [
 /// Card title when `title` is not set.
 pub const DEFAULT_TITLE: &str = "{kind} {namespace}/{name}: {phase}";
 
-const KNOWN_KEYS: &str = "webhook, secret, phases, title, link.<label>, \
-                          route.<n>.namespace, route.<n>.label, route.<n>.webhook, route.<n>.secret";
+/// Phases whose messages mention people when `mention_phases` is not set.
+pub const DEFAULT_MENTION_PHASES: [Phase; 1] = [Phase::Failed];
+
+/// Which keys a provider understands beyond the ones every notifier has (`webhook`, `phases`,
+/// `title`, `link.<label>`, `route.<n>.namespace|label|webhook`).
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    /// Bots can have a signing secret: `secret`, `route.<n>.secret`.
+    pub signed: bool,
+    /// The service can mention people: `mention`, `mention_mobiles`, `mention_phases`.
+    pub mentions: bool,
+    /// The provider's own keys, handed to it in [`Settings::own`] to check.
+    pub own: &'static [&'static str],
+}
+
+impl Keys {
+    /// Every key, for "unknown key" errors.
+    fn known(&self) -> String {
+        let mut keys = vec!["webhook"];
+        if self.signed {
+            keys.push("secret");
+        }
+        keys.extend(["phases", "title", "link.<label>"]);
+        if self.mentions {
+            keys.extend(["mention", "mention_mobiles", "mention_phases"]);
+        }
+        keys.extend(self.own.iter().copied());
+        keys.extend([
+            "route.<n>.namespace",
+            "route.<n>.label",
+            "route.<n>.webhook",
+        ]);
+        if self.signed {
+            keys.push("route.<n>.secret");
+        }
+        keys.join(", ")
+    }
+}
+
+/// Who a message mentions, and on which phases.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Mentions {
+    /// User ids (`all` for everyone), as the service names people.
+    pub users: Vec<String>,
+    /// Mobile numbers, for services that can mention by number.
+    pub mobiles: Vec<String>,
+    pub phases: Vec<Phase>,
+}
+
+impl Mentions {
+    /// Whether a message about `job` mentions anyone.
+    pub fn apply_to(&self, job: &JobEvent) -> bool {
+        (!self.users.is_empty() || !self.mobiles.is_empty()) && self.phases.contains(&job.phase)
+    }
+
+    /// Whether `all` is among the users.
+    pub fn everyone(&self) -> bool {
+        self.users.iter().any(|u| u == "all")
+    }
+}
 
 /// Where a card goes: one bot and its signing secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -122,6 +180,10 @@ pub struct Settings {
     pub links: Vec<Link>,
     /// In ascending `<n>` order: the order they are tried in.
     pub routes: Vec<Route>,
+    /// Empty unless the provider has mentions and some are configured.
+    pub mentions: Mentions,
+    /// The provider's own keys with their values, in key order, for it to check.
+    pub own: Vec<(String, String)>,
 }
 
 /// A route while its keys are being collected.
@@ -135,34 +197,45 @@ struct RouteDraft {
 
 impl Settings {
     /// Checks the whole map; the first problem found is the error.
-    pub fn from_config(config: &[(String, String)]) -> Result<Settings, String> {
+    pub fn from_config(config: &[(String, String)], keys: &Keys) -> Result<Settings, String> {
         let mut webhook = None;
         let mut secret = None;
         let mut phases = None;
         let mut title = None;
         let mut links = Vec::new();
         let mut drafts: BTreeMap<u32, RouteDraft> = BTreeMap::new();
+        let mut mentions = Mentions::default();
+        let mut mention_phases = None;
+        let mut own = Vec::new();
+        let unknown = |key: &str| format!("unknown config key `{key}` (known: {})", keys.known());
 
         for (key, value) in config {
             match key.as_str() {
                 "webhook" => webhook = Some(parse_webhook(key, value)?),
-                "secret" => secret = Some(parse_secret(key, value)?),
-                "phases" => phases = Some(parse_phases(value)?),
+                "secret" if keys.signed => secret = Some(parse_secret(key, value)?),
+                "phases" => phases = Some(parse_phases(key, value)?),
                 "title" => {
                     title =
                         Some(Template::parse(value).map_err(|e| format!("config `title`: {e}"))?);
                 }
+                "mention" if keys.mentions => mentions.users = parse_list(key, value)?,
+                "mention_mobiles" if keys.mentions => mentions.mobiles = parse_list(key, value)?,
+                "mention_phases" if keys.mentions => {
+                    mention_phases = Some(parse_phases(key, value)?);
+                }
+                _ if keys.own.contains(&key.as_str()) => own.push((key.clone(), value.clone())),
                 _ => {
                     if let Some(label) = key.strip_prefix("link.") {
                         links.push(parse_link(key, label, value)?);
                     } else if let Some(rest) = key.strip_prefix("route.") {
-                        add_route_key(&mut drafts, key, rest, value)?;
+                        add_route_key(&mut drafts, key, rest, value, keys)?;
                     } else {
-                        return Err(format!("unknown config key `{key}` (known: {KNOWN_KEYS})"));
+                        return Err(unknown(key));
                     }
                 }
             }
         }
+        mentions.phases = mention_phases.unwrap_or_else(|| DEFAULT_MENTION_PHASES.to_vec());
 
         let default = match (webhook, secret) {
             (Some(webhook), secret) => Some(Target { webhook, secret }),
@@ -197,7 +270,17 @@ impl Settings {
             title,
             links,
             routes,
+            mentions,
+            own,
         })
+    }
+
+    /// The value of the provider's own key `key`, if set.
+    pub fn own(&self, key: &str) -> Option<&str> {
+        self.own
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Whether the event is worth a card: a configured phase, reached just now.
@@ -233,13 +316,27 @@ fn parse_secret(key: &str, value: &str) -> Result<String, String> {
     Ok(value.to_string())
 }
 
-fn parse_phases(value: &str) -> Result<Vec<Phase>, String> {
+/// A comma-separated list of names; empty entries are dropped, an empty list refused.
+fn parse_list(key: &str, value: &str) -> Result<Vec<String>, String> {
+    let items: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect();
+    if items.is_empty() {
+        return Err(format!("config `{key}` names nobody"));
+    }
+    Ok(items)
+}
+
+fn parse_phases(key: &str, value: &str) -> Result<Vec<Phase>, String> {
     let mut phases = Vec::new();
     for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let phase = phase_from_name(name).ok_or_else(|| {
             let known: Vec<&str> = PHASES.into_iter().map(phase_name).collect();
             format!(
-                "config `phases`: unknown phase `{name}` (known: {})",
+                "config `{key}`: unknown phase `{name}` (known: {})",
                 known.join(", ")
             )
         })?;
@@ -248,7 +345,7 @@ fn parse_phases(value: &str) -> Result<Vec<Phase>, String> {
         }
     }
     if phases.is_empty() {
-        return Err("config `phases` names no phase".into());
+        return Err(format!("config `{key}` names no phase"));
     }
     Ok(phases)
 }
@@ -273,6 +370,7 @@ fn add_route_key(
     key: &str,
     rest: &str,
     value: &str,
+    keys: &Keys,
 ) -> Result<(), String> {
     let (number, field) = rest.split_once('.').ok_or_else(|| {
         format!("unknown config key `{key}` (routes are written `route.<n>.<field>`)")
@@ -307,16 +405,19 @@ fn add_route_key(
             }
             draft.webhook = Some(parse_webhook(key, value)?);
         }
-        "secret" => {
+        "secret" if keys.signed => {
             if draft.secret.is_some() {
                 return Err(duplicate());
             }
             draft.secret = Some(parse_secret(key, value)?);
         }
         _ => {
-            return Err(format!(
-                "unknown config key `{key}` (a route has namespace, label, webhook, secret)"
-            ));
+            let fields = if keys.signed {
+                "namespace, label, webhook, secret"
+            } else {
+                "namespace, label, webhook"
+            };
+            return Err(format!("unknown config key `{key}` (a route has {fields})"));
         }
     }
     Ok(())
@@ -325,7 +426,7 @@ fn add_route_key(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::tests::sample;
+    use crate::job::sample;
 
     const HOOK: &str = "https://open.feishu.cn/open-apis/bot/v2/hook/default-token-0001";
 
@@ -339,12 +440,19 @@ mod tests {
         pairs
     }
 
+    /// A provider with every optional key.
+    const ALL: Keys = Keys {
+        signed: true,
+        mentions: true,
+        own: &["style"],
+    };
+
     fn settings(pairs: &[(&str, &str)]) -> Settings {
-        Settings::from_config(&config(pairs)).expect("valid config")
+        Settings::from_config(&config(pairs), &ALL).expect("valid config")
     }
 
     fn error(pairs: &[(&str, &str)]) -> String {
-        Settings::from_config(&config(pairs)).expect_err("invalid config")
+        Settings::from_config(&config(pairs), &ALL).expect_err("invalid config")
     }
 
     #[test]
@@ -551,5 +659,47 @@ mod tests {
         let shown = format!("{settings:?}");
         assert!(!shown.contains("default-token-0001"), "{shown}");
         assert!(!shown.contains("very-secret-value"), "{shown}");
+    }
+
+    #[test]
+    fn mentions_and_own_keys() {
+        let settings = settings(&[
+            ("webhook", HOOK),
+            ("mention", " alice, all ,"),
+            ("mention_mobiles", "13800000000"),
+            ("style", "action_card"),
+        ]);
+        assert_eq!(settings.mentions.users, vec!["alice", "all"]);
+        assert!(settings.mentions.everyone());
+        assert_eq!(settings.mentions.phases, DEFAULT_MENTION_PHASES.to_vec());
+        assert!(settings.mentions.apply_to(&sample()));
+        let mut running = sample();
+        running.phase = Phase::Running;
+        assert!(!settings.mentions.apply_to(&running));
+        assert_eq!(settings.own("style"), Some("action_card"));
+        assert_eq!(settings.own("other"), None);
+
+        let message = error(&[("webhook", HOOK), ("mention", " , ")]);
+        assert!(message.contains("`mention` names nobody"), "{message}");
+        let message = error(&[("webhook", HOOK), ("mention_phases", "failed,done")]);
+        assert!(
+            message.contains("`mention_phases`") && message.contains("`done`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn keys_a_provider_lacks_are_unknown() {
+        const PLAIN: Keys = Keys {
+            signed: false,
+            mentions: false,
+            own: &[],
+        };
+        for key in ["secret", "mention", "style", "route.1.secret"] {
+            let message = Settings::from_config(&config(&[("webhook", HOOK), (key, "x")]), &PLAIN)
+                .expect_err(key);
+            assert!(message.contains(&format!("`{key}`")), "{message}");
+            assert!(!message.contains("mention_phases"), "{message}");
+        }
     }
 }

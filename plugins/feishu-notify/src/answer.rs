@@ -1,12 +1,12 @@
-//! What Feishu's answer (or the lack of one) means for the event: delivered, retry, or give up.
+//! What Feishu's answer means for the event: delivered, retry, or give up.
 //!
 //! Feishu reports most refusals as HTTP 200 with a non-zero `code` in the body (older answers
-//! carry it as `StatusCode`), so the body is always read. The split follows one question: could
-//! the same request succeed later? Throttling, server errors and network trouble can, so the host
-//! retries them (with backoff, keeping the job's order); a bad signature, a missing keyword, a
-//! refused IP, a malformed body or a destination the host will not connect to cannot, so the
-//! event goes to the dead-letter list at once, with a message that says what to fix.
+//! carry it as `StatusCode`), so the body is always read. Throttling (code 11232) is retried; a
+//! bad signature, a missing keyword, a refused IP or a malformed body gives up at once, with a
+//! message that says what to fix. The status line and requests without an answer are decided as
+//! for every notifier, by the core's `answer` module.
 
+use jobrelay_notify::answer::{Outcome, by_status};
 use serde_json::Value;
 
 /// Feishu: throttled (5 per second, 100 per minute per bot).
@@ -20,55 +20,12 @@ pub const CODE_IP_NOT_ALLOWED: i64 = 19022;
 /// Feishu: none of the bot's keywords is in the message.
 pub const CODE_KEYWORD_NOT_FOUND: i64 = 19024;
 
-/// How one attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Delivered,
-    Retry(String),
-    GiveUp(String),
-}
-
-/// A request that got no HTTP answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transport {
-    /// The host refused to send it (`HTTP-request-denied`): the destination is not in the
-    /// manifest's `grants.http`, or resolves to a private address.
-    Denied,
-    /// Anything else: DNS, connect, TLS, timeouts, a cut connection.
-    Failed(String),
-}
-
-/// Classifies one attempt. `status` and `body` are the HTTP answer; messages do not contain the
-/// webhook (the caller prefixes the redacted URL and scrubs the text).
-pub fn classify(answer: Result<(u16, &[u8]), Transport>) -> Outcome {
-    let (status, body) = match answer {
-        Ok(answer) => answer,
-        Err(Transport::Denied) => {
-            return Outcome::GiveUp(
-                "the host refused the request: the webhook's origin must be listed in the \
-                 manifest's grants.http.allow, and one that resolves to a private address needs \
-                 grants.http.allow_private: true"
-                    .to_string(),
-            );
-        }
-        Err(Transport::Failed(reason)) => {
-            return Outcome::Retry(format!("no answer from Feishu: {reason}"));
-        }
-    };
+/// Classifies Feishu's answer; messages do not contain the webhook (the core prefixes the
+/// redacted URL and scrubs the text).
+pub fn classify(status: u16, body: &[u8]) -> Outcome {
     let feishu = FeishuAnswer::parse(body);
-    if status == 429 || (500..=599).contains(&status) {
-        return Outcome::Retry(format!("HTTP {status}{}", feishu.describe_suffix()));
-    }
-    if !(200..=299).contains(&status) {
-        return Outcome::GiveUp(format!(
-            "HTTP {status}{}{}",
-            feishu.describe_suffix(),
-            if status == 404 {
-                " (is the webhook token right?)"
-            } else {
-                ""
-            }
-        ));
+    if let Some(outcome) = by_status(status, &feishu.describe_suffix()) {
+        return outcome;
     }
     match feishu.code {
         Some(0) => Outcome::Delivered,
@@ -151,7 +108,7 @@ mod tests {
     use super::*;
 
     fn answer(status: u16, body: &str) -> Outcome {
-        classify(Ok((status, body.as_bytes())))
+        classify(status, body.as_bytes())
     }
 
     fn give_up(outcome: Outcome) -> String {
@@ -199,17 +156,6 @@ mod tests {
             let message = retry(answer(status, "upstream timeout"));
             assert!(message.contains(&status.to_string()), "{message}");
         }
-    }
-
-    #[test]
-    fn transport_errors_are_retried_except_denial() {
-        let message = retry(classify(Err(Transport::Failed(
-            "ErrorCode::ConnectionRefused".to_string(),
-        ))));
-        assert!(message.contains("ConnectionRefused"), "{message}");
-        let message = give_up(classify(Err(Transport::Denied)));
-        assert!(message.contains("host refused"), "{message}");
-        assert!(message.contains("grants.http"), "{message}");
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! Webhook URLs: parsed into the parts `wasi:http` wants, and shown only with the token hidden.
 //!
 //! A custom bot's URL *is* its credential (anyone holding it can post to the chat), so the
-//! parsed form never prints the token: `Debug` and [`Webhook::redacted`] show `…/hook/***`, and
-//! [`Webhook::scrub`] removes the token and the signing secret from any text (such as an error a
-//! host or server produced) before it reaches a log line or a handler error. Parse errors name
-//! the problem, never the value.
+//! parsed form never prints the token. Services put it in one of two places: the last path
+//! segment (Feishu `…/hook/<token>`, Slack `…/services/T…/B…/<token>`) or the query (DingTalk
+//! `?access_token=<token>`, WeCom `?key=<token>`). A URL with a query is taken to carry its
+//! credentials there and shows every query value as `***`; one without shows its last segment
+//! so. `Debug` and [`Webhook::redacted`] show only that form, and [`Webhook::scrub`] removes the
+//! hidden values and the signing secret from any text (such as an error a host or server
+//! produced) before it reaches a log line or a handler error. Parse errors name the problem,
+//! never the value.
 
 use std::fmt;
 
@@ -37,10 +41,10 @@ pub struct Webhook {
     pub authority: String,
     /// Starts with `/`; the query is kept, the fragment (never sent over HTTP) dropped.
     pub path_with_query: String,
-    /// The last path segment: Feishu's bot token.
-    token: String,
-    /// The path segment before the token (`hook` on Feishu), shown in the redacted form.
-    parent: Option<String>,
+    /// What must never be shown: the query's values, or else the last path segment.
+    hidden: Vec<String>,
+    /// The URL with those replaced by `***`.
+    shown: String,
 }
 
 impl Webhook {
@@ -77,37 +81,60 @@ impl Webhook {
         } else {
             format!("/{path_with_query}")
         };
-        let path = path_with_query
-            .split_once('?')
-            .map_or(path_with_query.as_str(), |(path, _)| path);
-        let mut segments = path.split('/').filter(|s| !s.is_empty()).rev();
-        let token = segments.next().unwrap_or_default().to_string();
-        let parent = segments.next().map(str::to_string);
+        let base = format!("{}://{authority}", scheme.as_str());
+        let (hidden, shown) = match path_with_query.split_once('?') {
+            Some((path, query)) => {
+                let mut hidden = Vec::new();
+                let mut shown_query = Vec::new();
+                for pair in query.split('&').filter(|p| !p.is_empty()) {
+                    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    hidden.push(value.to_string());
+                    shown_query.push(format!("{name}=***"));
+                }
+                (hidden, format!("{base}{path}?{}", shown_query.join("&")))
+            }
+            None => {
+                let mut segments = path_with_query.split('/').filter(|s| !s.is_empty()).rev();
+                let token = segments.next().unwrap_or_default().to_string();
+                let shown = match (segments.next(), token.is_empty()) {
+                    (_, true) => format!("{base}/"),
+                    (Some(parent), false) => format!("{base}/…/{parent}/***"),
+                    (None, false) => format!("{base}/***"),
+                };
+                (vec![token], shown)
+            }
+        };
         Ok(Webhook {
             scheme,
             authority: authority.to_string(),
             path_with_query,
-            token,
-            parent,
+            hidden,
+            shown,
         })
     }
 
-    /// The URL with the token and any query replaced: safe for logs and error messages.
-    pub fn redacted(&self) -> String {
-        let base = format!("{}://{}", self.scheme.as_str(), self.authority);
-        match (&self.parent, self.token.is_empty()) {
-            (_, true) => format!("{base}/"),
-            (Some(parent), false) => format!("{base}/…/{parent}/***"),
-            (None, false) => format!("{base}/***"),
-        }
+    /// The whole URL, credentials included: only for the request itself.
+    pub fn url(&self) -> String {
+        format!(
+            "{}://{}{}",
+            self.scheme.as_str(),
+            self.authority,
+            self.path_with_query
+        )
     }
 
-    /// `text` with this webhook's token and `secret` replaced by `***`.
+    /// The URL with its credentials replaced: safe for logs and error messages.
+    pub fn redacted(&self) -> String {
+        self.shown.clone()
+    }
+
+    /// `text` with this webhook's credentials and `secret` replaced by `***`.
     pub fn scrub(&self, text: &str, secret: Option<&str>) -> String {
         let mut clean = text.to_string();
-        for sensitive in [Some(self.token.as_str()), secret].into_iter().flatten() {
-            if sensitive.len() >= MIN_SCRUBBED_LEN {
-                clean = clean.replace(sensitive, "***");
+        let sensitive = self.hidden.iter().map(String::as_str).chain(secret);
+        for value in sensitive {
+            if value.len() >= MIN_SCRUBBED_LEN {
+                clean = clean.replace(value, "***");
             }
         }
         clean
@@ -164,7 +191,10 @@ mod tests {
         assert_eq!(hook.scheme, Scheme::Http);
         assert_eq!(hook.authority, "127.0.0.1:8080");
         assert_eq!(hook.path_with_query, "/open-apis/bot/v2/hook/abc?x=1");
-        assert_eq!(hook.redacted(), "http://127.0.0.1:8080/…/hook/***");
+        assert_eq!(
+            hook.redacted(),
+            "http://127.0.0.1:8080/open-apis/bot/v2/hook/abc?x=***"
+        );
 
         let bare = Webhook::parse("HTTPS://[::1]:9443").expect("valid");
         assert_eq!(bare.authority, "[::1]:9443");
@@ -173,6 +203,31 @@ mod tests {
 
         let query_only = Webhook::parse("https://example.com?t=1").expect("valid");
         assert_eq!(query_only.path_with_query, "/?t=1");
+    }
+
+    #[test]
+    fn credentials_in_the_query_are_hidden() {
+        let token = "a7c3e9f1b2d4a6c8e0f2a4c6e8b0d2f4";
+        let ding = Webhook::parse(&format!(
+            "https://oapi.dingtalk.com/robot/send?access_token={token}"
+        ))
+        .expect("valid");
+        assert_eq!(
+            ding.redacted(),
+            "https://oapi.dingtalk.com/robot/send?access_token=***"
+        );
+        assert!(!format!("{ding:?}").contains(token));
+        assert_eq!(ding.scrub(&format!("refused {token}"), None), "refused ***");
+        assert!(ding.url().ends_with(token));
+
+        let wecom = Webhook::parse(&format!(
+            "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key={token}&debug=1"
+        ))
+        .expect("valid");
+        assert_eq!(
+            wecom.redacted(),
+            "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=***&debug=***"
+        );
     }
 
     #[test]

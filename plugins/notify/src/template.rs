@@ -144,7 +144,7 @@ pub fn percent_encode(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::tests::sample;
+    use crate::job::sample;
 
     #[test]
     fn renders_every_placeholder() {

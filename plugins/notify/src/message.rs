@@ -1,0 +1,267 @@
+//! The message about one job event, before any service's format: what every chat notifier
+//! says, so the providers differ only in how they lay it out.
+//!
+//! Values from the cluster (names, reasons, a failing job's message) are untrusted text: a job
+//! message could carry `<@all>` or `<!channel>` and page a whole company. [`plain`] turns the
+//! characters chat markup is built from into look-alikes before a provider puts them in
+//! markdown, so such text shows as written and never acts.
+//!
+//! Services cap a message's size (DingTalk a 20 KB body, WeCom 4,096 bytes of markdown, Slack
+//! 3,000 characters a section), and a failing job's message can be longer on its own. Rather
+//! than lose the notification, [`fit`] cuts the free text — the job's message first, then the
+//! reason, then the labels — at a character boundary with a visible mark, until it fits.
+
+use jobrelay_guest::phase_name;
+
+use crate::config::Settings;
+use crate::duration::run_time;
+use crate::job::JobEvent;
+
+/// Appended where text was cut.
+pub const TRUNCATED: &str = "…(truncated)";
+
+/// One job event as a notification says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The rendered `title`.
+    pub title: String,
+    /// The normalised phase's name (`failed`).
+    pub phase: &'static str,
+    /// Short facts, shown as a list: label and value.
+    pub facts: Vec<(&'static str, String)>,
+    /// Why the job is in this phase (`BackoffLimitExceeded`).
+    pub reason: Option<String>,
+    /// The job's own message (a stack trace, a log tail): the longest part, cut first.
+    pub detail: Option<String>,
+    /// `key=value` pairs, comma-separated.
+    pub labels: Option<String>,
+    /// Configured `link.<label>` buttons: label and rendered URL.
+    pub links: Vec<(String, String)>,
+    /// Whether the configured people are mentioned (the phase is in `mention_phases`).
+    pub mention: bool,
+}
+
+impl Message {
+    pub fn of(job: &JobEvent, settings: &Settings) -> Message {
+        let phase = phase_name(job.phase);
+        let mut facts = vec![
+            ("Job", format!("{}/{}", job.namespace, job.name)),
+            ("Kind", job.kind.clone()),
+            ("Cluster", job.cluster.clone()),
+        ];
+        let phase_text = if job.raw_phase.is_empty() || job.raw_phase.eq_ignore_ascii_case(phase) {
+            phase.to_string()
+        } else {
+            format!("{phase} ({})", job.raw_phase)
+        };
+        facts.push(("Phase", phase_text));
+        if let Some(took) = run_time(&job.object_json, &job.transition_time) {
+            facts.push(("Run time", took));
+        }
+        facts.push(("At", job.transition_time.clone()));
+        let labels = (!job.labels.is_empty()).then(|| {
+            job.labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        Message {
+            title: settings.title.render(job),
+            phase,
+            facts,
+            reason: job.reason.clone().filter(|r| !r.is_empty()),
+            detail: job.message.clone().filter(|m| !m.is_empty()),
+            labels,
+            links: settings
+                .links
+                .iter()
+                .map(|link| (link.label.clone(), link.url.render_url(job)))
+                .collect(),
+            mention: settings.mentions.apply_to(job),
+        }
+    }
+
+    /// The free-text parts, in the order they are cut.
+    fn cuttable(&mut self, part: usize) -> Option<&mut String> {
+        match part {
+            0 => self.detail.as_mut(),
+            1 => self.reason.as_mut(),
+            2 => self.labels.as_mut(),
+            _ => None,
+        }
+    }
+}
+
+/// `render(message)` at most `max` bytes long, cutting free text as needed; an error when even
+/// without any free text it is longer (an enormous title or link list).
+pub fn fit(
+    message: &Message,
+    max: usize,
+    render: impl Fn(&Message) -> Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let mut message = message.clone();
+    let mut bytes = render(&message);
+    for part in 0..3 {
+        if bytes.len() <= max {
+            return Ok(bytes);
+        }
+        let Some(text) = message.cuttable(part).cloned() else {
+            continue;
+        };
+        let chars: Vec<char> = text.chars().collect();
+        let cut = |n: usize, message: &mut Message| {
+            if let Some(slot) = message.cuttable(part) {
+                *slot = chars[..n].iter().collect::<String>() + TRUNCATED;
+            }
+        };
+        // The longest prefix that fits, searched for: escaping makes the rendered size grow
+        // unevenly with the text. When not even the mark alone fits, the part stays cut to it
+        // and the next part is cut too.
+        let (mut low, mut high) = (0, chars.len());
+        while low < high {
+            let mid = (low + high).div_ceil(2);
+            cut(mid, &mut message);
+            if render(&message).len() <= max {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        cut(low, &mut message);
+        bytes = render(&message);
+    }
+    if bytes.len() <= max {
+        Ok(bytes)
+    } else {
+        Err(format!(
+            "the message is {} bytes even with the job's free text cut, over the service's \
+             {max}; shorten `title` or the `link.*` list",
+            bytes.len()
+        ))
+    }
+}
+
+/// `text` with the characters of chat markup (`<`, `>`, `&`, `*`, `_`, `` ` ``, `[`, `]`, `#`,
+/// `~`, `|` and `@`) replaced by look-alikes, so text from the cluster reads as written and can
+/// neither format nor mention.
+pub fn plain(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '<' => '‹',
+            '>' => '›',
+            '&' => '＆',
+            '*' => '∗',
+            '_' => 'ˍ',
+            '`' => 'ˋ',
+            '[' => '［',
+            ']' => '］',
+            '#' => '＃',
+            '~' => '∼',
+            '|' => '¦',
+            '@' => '＠',
+            other => other,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Keys, Settings};
+    use crate::job::sample;
+
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        let mut config: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        config.sort();
+        let keys = Keys {
+            signed: false,
+            mentions: true,
+            own: &[],
+        };
+        Settings::from_config(&config, &keys).expect("valid")
+    }
+
+    fn render(message: &Message) -> Vec<u8> {
+        format!(
+            "{}|{}|{}|{}",
+            message.title,
+            message.detail.as_deref().unwrap_or(""),
+            message.reason.as_deref().unwrap_or(""),
+            message.labels.as_deref().unwrap_or("")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn says_what_happened() {
+        let settings = settings(&[
+            ("webhook", "https://chat.example/hook/abcdefgh"),
+            ("mention", "alice"),
+            ("link.Logs", "https://logs.example/?job={name}"),
+        ]);
+        let message = Message::of(&sample(), &settings);
+        assert_eq!(message.title, "PyTorchJob ml/llama-finetune: failed");
+        assert_eq!(message.phase, "failed");
+        assert!(
+            message
+                .facts
+                .contains(&("Job", "ml/llama-finetune".to_string()))
+        );
+        assert!(message.facts.contains(&("Phase", "failed".to_string())));
+        assert!(
+            message
+                .facts
+                .contains(&("Run time", "1h 2m 3s".to_string()))
+        );
+        assert_eq!(message.reason.as_deref(), Some("BackoffLimitExceeded"));
+        assert_eq!(message.labels.as_deref(), Some("team=nlp"));
+        assert_eq!(
+            message.links,
+            vec![(
+                "Logs".to_string(),
+                "https://logs.example/?job=llama-finetune".to_string()
+            )]
+        );
+        assert!(message.mention);
+    }
+
+    #[test]
+    fn fits_by_cutting_free_text_in_order() {
+        let settings = settings(&[("webhook", "https://chat.example/hook/abcdefgh")]);
+        let mut job = sample();
+        job.message = Some("x".repeat(5000));
+        let message = Message::of(&job, &settings);
+        let whole = render(&message).len();
+        let fitted = fit(&message, 200, render).expect("fits");
+        assert!(
+            fitted.len() <= 200 && fitted.len() > 150,
+            "{}",
+            fitted.len()
+        );
+        let text = String::from_utf8(fitted).expect("utf-8");
+        assert!(text.contains(TRUNCATED), "{text}");
+        assert!(
+            text.contains("BackoffLimitExceeded"),
+            "the reason is kept: {text}"
+        );
+        assert!(whole > 5000);
+        // Untouched when it fits.
+        assert_eq!(fit(&message, whole, render).expect("fits").len(), whole);
+        // Nothing left to cut: an error saying what to shorten.
+        let error = fit(&message, 10, render).expect_err("too small");
+        assert!(error.contains("title"), "{error}");
+    }
+
+    #[test]
+    fn plain_text_cannot_format_or_mention() {
+        assert_eq!(
+            plain("<@all> **x** [a](b) <!channel>"),
+            "‹＠all› ∗∗x∗∗ ［a］(b) ‹!channel›"
+        );
+        assert_eq!(plain("exit code 137, OOM"), "exit code 137, OOM");
+    }
+}
