@@ -222,6 +222,85 @@ async fn a_restart_delivers_exactly_what_changed_while_down() {
     daemon.shutdown(Duration::from_secs(10)).await;
 }
 
+/// A deferral (`deferral.defer` then `retry`) is not a failure: with a retry budget of one
+/// attempt, where any real failure would dead-letter at once, events deferred three times each
+/// are all delivered, in order, once; no call counts as failed. The daemon is shut down while
+/// the events wait out their deferrals and started again: nothing is lost, the new process
+/// asks the plugin again and it goes on deferring from where its count stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferrals_spend_no_attempt_and_survive_a_restart() {
+    init_logs();
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let setup = Setup::new("kinds: [{name: volcano-job}]\n");
+    setup.install_wasm("probe", "probe.wasm");
+    setup.write_manifest(
+        "probe",
+        "wasm: probe.wasm\nconcurrency: 3\ndelivery: transitions\n\
+         retry: {max_attempts: 1, min_delay_ms: 5, max_delay_ms: 10}\n\
+         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "alpha").await;
+
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let mut job = JobDriver::builder(Flavor::Volcano, "ml", &format!("held-{i}"))
+            .label("jobrelay.test/behave", "defer:3")
+            .create(&sim)
+            .expect("create");
+        job.running().expect("running");
+        jobs.push(job);
+    }
+    // Every job's first events are deferred now (the first deferral takes a second).
+    wait_for("a deferral in the lane", || {
+        let lane = daemon.plugins().get("probe")?.lane.clone()?;
+        (lane.deferred >= 3).then_some(())
+    })
+    .await;
+    let before = daemon.plugins()["probe"].lane.clone().expect("lane");
+    assert_eq!(
+        before.failed_calls, 0,
+        "a deferral is no failed call: {before:?}"
+    );
+    assert_eq!(before.dead_lettered, 0, "{before:?}");
+    daemon.shutdown(Duration::from_secs(10)).await;
+    for job in &mut jobs {
+        job.succeeded().expect("succeeded");
+    }
+
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts again");
+    let uids: Vec<String> = jobs.iter().map(|j| j.uid().to_string()).collect();
+    let lines = wait_for("every job succeeded through the deferring plugin", || {
+        let lines = setup.lines("probe/probe.jsonl");
+        uids.iter()
+            .all(|u| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == *u && l["phase"] == "succeeded")
+            })
+            .then_some(lines)
+    })
+    .await;
+    assert_unique_ids(&lines, "a deferred event is recorded once");
+    for uid in &uids {
+        assert_eq!(
+            phases(&of_job(&lines, uid)),
+            ["pending", "running", "succeeded"],
+            "every transition, in order, once"
+        );
+    }
+    let lane = daemon.plugins()["probe"].lane.clone().expect("lane");
+    assert_eq!(lane.failed_calls, 0, "{lane:?}");
+    assert_eq!(lane.dead_lettered, 0, "{lane:?}");
+    assert!(lane.deferred > 0, "{lane:?}");
+    daemon.shutdown(Duration::from_secs(10)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
     use jobrelay::cli::ops::dead_letters::{DeadLettersCommand, run};

@@ -23,6 +23,7 @@
 //! the run's tape ([`tape::through`]), so `plugin run --record/--replay` covers it.
 
 pub mod archive;
+pub mod deferral;
 pub mod filesystem;
 pub mod handles;
 pub mod http;
@@ -153,6 +154,7 @@ pub static ALL: &[&dyn Capability] = &[
     &filesystem::Filesystem,
     &log::Log,
     &lifecycle::Lifecycle,
+    &deferral::Deferral,
     &sql::Sql,
     &kv::Kv,
     &http::Http,
@@ -173,6 +175,7 @@ pub struct CapabilityState {
     pub stdio: wasi::Stdio,
     pub log: log::LogThrottle,
     pub lifecycle: lifecycle::Stage,
+    pub deferral: deferral::Requested,
     pub sql: sql::SqlAccess,
     pub kv: kv::KvAccess,
     pub http: http::HttpAccess,

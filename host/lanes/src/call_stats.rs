@@ -19,8 +19,17 @@ pub const BUCKETS: [f64; 26] = [
     8.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 3600.0,
 ];
 
-/// The failure kinds counted: every `CallError::kind`.
-const KINDS: [&str; 7] = CallError::KINDS;
+/// The failure kinds counted: every `CallError::kind` but `deferred`, which is not a failure
+/// (a plugin holding an event back on purpose; the lane counts those apart).
+const KINDS: [&str; 7] = [
+    "retry",
+    "give_up",
+    "init_refused",
+    "timeout",
+    "memory_limit",
+    "trap",
+    "host",
+];
 
 /// Live counters.
 #[derive(Debug, Default)]

@@ -73,6 +73,8 @@ pub struct LaneStats {
     pub delivered: u64,
     /// Calls that failed and were retried.
     pub retried: u64,
+    /// Calls that deferred their event (`deferral.defer`): held back on purpose, not failed.
+    pub deferred: u64,
     /// Events moved to the dead-letter list.
     pub dead_lettered: u64,
     /// Failed calls in all (retried or not).
@@ -166,6 +168,7 @@ struct Inner {
     excluded: RwLock<HashSet<String>>,
     delivered: AtomicU64,
     retried: AtomicU64,
+    deferred: AtomicU64,
     dead_lettered: AtomicU64,
     failed_calls: AtomicU64,
     skipped: AtomicU64,
@@ -303,6 +306,7 @@ impl Lane {
                 excluded: RwLock::default(),
                 delivered: AtomicU64::new(0),
                 retried: AtomicU64::new(0),
+                deferred: AtomicU64::new(0),
                 dead_lettered: AtomicU64::new(0),
                 failed_calls: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
@@ -571,6 +575,7 @@ impl Lane {
         LaneStats {
             delivered: i.delivered.load(Ordering::SeqCst),
             retried: i.retried.load(Ordering::SeqCst),
+            deferred: i.deferred.load(Ordering::SeqCst),
             dead_lettered: i.dead_lettered.load(Ordering::SeqCst),
             failed_calls: i.failed_calls.load(Ordering::SeqCst),
             skipped: i.skipped.load(Ordering::SeqCst),

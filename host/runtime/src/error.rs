@@ -136,6 +136,10 @@ pub enum CallError {
     /// The plugin returned `handler-error::give-up`.
     #[error("plugin gave up: {0}")]
     GiveUp(String),
+    /// The plugin called `deferral.defer` and returned `retry`: not a failure, the event is
+    /// to be handled again after `after` without spending the retry budget.
+    #[error("plugin deferred the event for {after:?}: {reason}")]
+    Deferred { after: Duration, reason: String },
     /// `init` returned an error on this instance. It accepted the same configuration when the
     /// version was loaded, so the plugin is inconsistent; retrying will not help.
     #[error("plugin init refused its configuration: {0}")]
@@ -159,8 +163,9 @@ pub enum CallError {
 
 impl CallError {
     /// Every [`CallError::kind`], for what reads them back (a test suite's expectations).
-    pub const KINDS: [&'static str; 7] = [
+    pub const KINDS: [&'static str; 8] = [
         "retry",
+        "deferred",
         "give_up",
         "init_refused",
         "timeout",
@@ -175,6 +180,7 @@ impl CallError {
     pub fn is_retryable(&self) -> bool {
         match self {
             CallError::Retry(_)
+            | CallError::Deferred { .. }
             | CallError::Trap(_)
             | CallError::Timeout(_)
             | CallError::MemoryLimit { .. }
@@ -187,6 +193,7 @@ impl CallError {
     pub fn kind(&self) -> &'static str {
         match self {
             CallError::Retry(_) => "retry",
+            CallError::Deferred { .. } => "deferred",
             CallError::GiveUp(_) => "give_up",
             CallError::InitRefused(_) => "init_refused",
             CallError::Timeout(_) => "timeout",
@@ -215,6 +222,10 @@ mod tests {
     fn every_kind_is_listed() {
         let all = [
             CallError::Retry(String::new()),
+            CallError::Deferred {
+                after: Duration::ZERO,
+                reason: String::new(),
+            },
             CallError::GiveUp(String::new()),
             CallError::InitRefused(String::new()),
             CallError::Timeout(Duration::ZERO),

@@ -221,9 +221,7 @@ impl PluginVersion {
             Ok(Ok(Answer::InitRefused(reason))) => {
                 Err(CallError::InitRefused(text::reason(&reason)))
             }
-            Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => {
-                Err(CallError::Retry(text::reason(&reason)))
-            }
+            Ok(Ok(Answer::Handler(HandlerError::Retry(reason)))) => Err(retry(state, &reason)),
             Ok(Ok(Answer::Handler(HandlerError::GiveUp(reason)))) => {
                 Err(CallError::GiveUp(text::reason(&reason)))
             }
@@ -287,9 +285,7 @@ impl PluginVersion {
             Ok(Ok((Answer::InitRefused(reason), _))) => {
                 Err(CallError::InitRefused(text::reason(&reason)))
             }
-            Ok(Ok((Answer::Handler(HandlerError::Retry(reason)), _))) => {
-                Err(CallError::Retry(text::reason(&reason)))
-            }
+            Ok(Ok((Answer::Handler(HandlerError::Retry(reason)), _))) => Err(retry(state, &reason)),
             Ok(Ok((Answer::Handler(HandlerError::GiveUp(reason)), _))) => {
                 Err(CallError::GiveUp(text::reason(&reason)))
             }
@@ -441,6 +437,16 @@ impl PluginVersion {
 /// `<trap>; stderr: <last lines>; wasm backtrace: <frame> <- <frame> ...`, on one line. The
 /// stderr tail comes first: for a Rust plugin it holds the panic message and location, while
 /// frames of a stripped release build are only function indices.
+/// A `retry` answer: a deferral when the call asked for one (`deferral.defer`), else a
+/// failure to retry with backoff.
+fn retry(state: &HostState, reason: &str) -> CallError {
+    let reason = text::reason(reason);
+    match state.caps.deferral.after() {
+        Some(after) => CallError::Deferred { after, reason },
+        None => CallError::Retry(reason),
+    }
+}
+
 fn describe_trap(error: &wasmtime::Error, stderr_tail: &str) -> String {
     let mut text = match error.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),

@@ -402,6 +402,13 @@ impl Collector for DaemonCollector {
         )?;
         family(
             e,
+            "jobrelay_events_deferred",
+            "Plugin calls that deferred their event (a digest window, quiet hours): not failures",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.deferred),
+        )?;
+        family(
+            e,
             "jobrelay_plugin_calls_failed",
             "Plugin calls that failed (retried or not)",
             MetricType::Counter,

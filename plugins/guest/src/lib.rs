@@ -50,6 +50,13 @@ pub mod pod_logs;
 pub mod sql;
 
 pub use self::bindings::jobrelay::plugin::lifecycle;
+
+/// Holding an event back without failing it: call `defer(seconds)`, then return
+/// [`HandlerError::Retry`]; the host calls `handle` again with the event after that long,
+/// spending no attempt of the retry budget (`docs/delivery.md`, "Deferral").
+pub mod deferral {
+    pub use crate::bindings::jobrelay::plugin::deferral::defer;
+}
 pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 

@@ -205,12 +205,17 @@ async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
     }
 }
 
+/// How many times one event may be deferred before it is dead-lettered: a plugin that defers
+/// for ever would hold its job's queue for ever.
+const MAX_DEFERRALS: u32 = 1000;
+
 /// Call the plugin until it succeeds, gives up or runs out of attempts. `None`: the lane
 /// closed (or let go of the event's cluster) before the call ended.
 async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
     let settings = inner.settings.load_full();
     let mut delays = settings.retry.delays();
     let mut attempts = 0u32;
+    let mut deferrals = 0u32;
     if !until_serving(inner, &event.cluster).await {
         return None;
     }
@@ -230,16 +235,33 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         inner.calls.record(started.elapsed(), &result);
         inner.in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
-        attempts += 1;
         let error = match result {
             Ok(()) => {
                 tracing::debug!(plugin = %inner.name, version = %plugin.version(),
-                    event = %event.id, phase = %event.phase, attempts,
+                    event = %event.id, phase = %event.phase, attempts = attempts + 1,
                     elapsed_ms = started.elapsed().as_millis() as u64, "delivered");
                 return Some(Outcome::Delivered);
             }
+            Err(CallError::Deferred { after, reason }) => {
+                // Held back on purpose: no attempt spent, no failure counted.
+                deferrals += 1;
+                if deferrals > MAX_DEFERRALS {
+                    let error = CallError::GiveUp(format!(
+                        "deferred {MAX_DEFERRALS} times; the last time: {reason}"
+                    ));
+                    return Some(Outcome::GaveUp { error, attempts });
+                }
+                inner.deferred.fetch_add(1, Ordering::SeqCst);
+                tracing::debug!(plugin = %inner.name, version = %plugin.version(),
+                    event = %event.id, defer_s = after.as_secs(), reason = %reason, "deferred");
+                if !wait_unless_stopped(inner, &event.cluster, after).await {
+                    return None;
+                }
+                continue;
+            }
             Err(e) => e,
         };
+        attempts += 1;
         inner.failed_calls.fetch_add(1, Ordering::SeqCst);
         let delay = if error.is_retryable() {
             delays.next()

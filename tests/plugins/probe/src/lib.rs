@@ -18,6 +18,8 @@
 //! | `spam`         | writes 1 MiB to stdout and stderr and 2,000 log lines, then records |
 //! | `flaky:N`      | fails with `retry` the first N calls for each event id, then records; the count |
 //! |                | is kept in `/data/flaky/<hash of id>` so it survives fresh instances |
+//! | `defer:N`      | defers the first N calls for each event id by one second (`deferral.defer(1)`, |
+//! |                | then `retry`), counted in `/data/deferred/<hash of id>`, then records |
 //! | `http-get`     | GETs the URL in the annotation `jobrelay.test/url` (see below)     |
 //! | `http-flood:N` | starts N GETs of that URL at once, waits for them all, and gives up |
 //! |                | with `opened A, refused B (connection-limit-reached), failed C`    |
@@ -199,7 +201,21 @@ impl Guest for Probe {
                     let n = n
                         .parse::<u32>()
                         .map_err(|e| HandlerError::GiveUp(format!("bad flaky: {e}")))?;
-                    flaky(&event.id, n)?;
+                    if counted_call(&event.id, "flaky")? <= n {
+                        return Err(HandlerError::Retry(format!(
+                            "probe is flaky: failing the first {n} calls"
+                        )));
+                    }
+                } else if let Some(n) = other.strip_prefix("defer:") {
+                    let n = n
+                        .parse::<u32>()
+                        .map_err(|e| HandlerError::GiveUp(format!("bad defer: {e}")))?;
+                    if counted_call(&event.id, "deferred")? <= n {
+                        jobrelay_guest::deferral::defer(1);
+                        return Err(HandlerError::Retry(format!(
+                            "probe defers the first {n} calls"
+                        )));
+                    }
                 } else if let Some(path) = other.strip_prefix("read:") {
                     return Err(HandlerError::GiveUp(match std::fs::read(path) {
                         Ok(bytes) => format!("read succeeded: {} bytes from {path}", bytes.len()),
@@ -212,27 +228,22 @@ impl Guest for Probe {
     }
 }
 
-/// Fail the first `n` calls for this event id, counting in a granted file.
-fn flaky(id: &str, n: u32) -> Result<(), HandlerError> {
+/// Counts this call for the event id in `/data/<dir>/` (a granted folder, so the count
+/// survives fresh instances) and returns its number, from 1.
+fn counted_call(id: &str, dir: &str) -> Result<u32, HandlerError> {
     let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     });
-    let dir = "/data/flaky";
+    let dir = format!("/data/{dir}");
     let path = format!("{dir}/{hash:016x}");
-    let io = |e: std::io::Error| HandlerError::GiveUp(format!("flaky counter {path}: {e}"));
-    std::fs::create_dir_all(dir).map_err(io)?;
+    let io = |e: std::io::Error| HandlerError::GiveUp(format!("call counter {path}: {e}"));
+    std::fs::create_dir_all(&dir).map_err(io)?;
     let seen: u32 = std::fs::read_to_string(&path)
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    if seen < n {
-        std::fs::write(&path, (seen + 1).to_string()).map_err(io)?;
-        return Err(HandlerError::Retry(format!(
-            "probe is flaky: call {} of {n} failing",
-            seen + 1
-        )));
-    }
-    Ok(())
+    std::fs::write(&path, (seen + 1).to_string()).map_err(io)?;
+    Ok(seen + 1)
 }
 
 /// GETs `url` (`scheme://authority[/path]`) and reads the whole response body.
