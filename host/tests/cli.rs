@@ -1140,3 +1140,61 @@ async fn check_no_init_refuses_a_config_that_breaks_the_plugins_schema() {
     let report = text(&out);
     assert!(report.contains("ok    plugin   log: version"), "{report}");
 }
+
+/// The manifest each shipped sink's README gives to copy is one `check` passes as written, its
+/// `init` included, with its `env:` references set as a deployment would set them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sinks_readme_manifest_checks_as_written() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let env = [
+        (
+            "DINGTALK_WEBHOOK",
+            "https://oapi.dingtalk.com/robot/send?access_token=0123456789abcdef",
+        ),
+        ("DINGTALK_SECRET", "SEC0123456789abcdef"),
+        (
+            "WECOM_WEBHOOK",
+            "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=0123-4567-89ab",
+        ),
+        (
+            "SLACK_WEBHOOK",
+            "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX",
+        ),
+        ("WEBHOOK_URL", "https://hooks.example.com/jobs"),
+        ("WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
+    for plugin in [
+        "dingtalk-notify",
+        "wecom-notify",
+        "slack-notify",
+        "webhook-notify",
+    ] {
+        built(plugin);
+        let readme = std::fs::read_to_string(repo().join(format!("plugins/{plugin}/README.md")))
+            .expect("README");
+        let after = readme
+            .split_once("## Manifest")
+            .map(|(_, rest)| rest)
+            .expect("a Manifest section");
+        let yaml = after
+            .split_once("```yaml\n")
+            .and_then(|(_, rest)| rest.split_once("```"))
+            .map(|(block, _)| block)
+            .expect("a yaml block");
+        let dir = folder(&sim);
+        write(&dir.path().join(format!("plugins/{plugin}.yaml")), yaml);
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
+            .args(["check", "--config", &dir.path().to_string_lossy()])
+            .envs(env)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .expect("jobrelay runs");
+        let report = text(&out);
+        assert!(out.status.success(), "{plugin}:\n{yaml}\n{report}");
+        assert!(
+            report.contains(&format!("ok    plugin   {plugin}: version")),
+            "{plugin}: {report}"
+        );
+    }
+}

@@ -249,7 +249,7 @@ mod tests {
     #[test]
     fn the_shipped_schemas_accept_their_documented_configs() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let cases: [(&str, &[(&str, &str)]); 4] = [
+        let cases: [(&str, &[(&str, &str)]); 8] = [
             ("event-log", &[("file", "events.jsonl")]),
             (
                 "mysql-sync",
@@ -267,6 +267,43 @@ mod tests {
                     ("link.Logs", "https://logs/{name}"),
                     ("route.1.namespace", "nlp-*"),
                     ("route.1.webhook", "env:NLP_HOOK"),
+                    ("digest_window", "10m"),
+                    ("quiet_hours", "22:00-08:00"),
+                    ("quiet_utc_offset", "+08:00"),
+                ],
+            ),
+            (
+                "dingtalk-notify",
+                &[
+                    ("webhook", "env:DINGTALK_WEBHOOK"),
+                    ("secret", "env:DINGTALK_SECRET"),
+                    ("mention", "manager01"),
+                    ("mention_mobiles", "13800000000"),
+                    ("style", "markdown"),
+                ],
+            ),
+            (
+                "wecom-notify",
+                &[
+                    ("webhook", "env:WECOM_WEBHOOK"),
+                    ("msgtype", "text"),
+                    ("mention", "zhangsan,all"),
+                ],
+            ),
+            (
+                "slack-notify",
+                &[
+                    ("webhook", "env:SLACK_WEBHOOK"),
+                    ("mention", "U012AB3CD"),
+                    ("link.Dashboard", "https://grafana/{name}"),
+                ],
+            ),
+            (
+                "webhook-notify",
+                &[
+                    ("url", "env:WEBHOOK_URL"),
+                    ("secret", "env:WEBHOOK_SECRET"),
+                    ("mode", "structured"),
                 ],
             ),
         ];

@@ -16,9 +16,8 @@ use sha2::Sha256;
 
 use jobrelay_notify::answer::{ErrCode, Outcome};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::job::JobEvent;
 use jobrelay_notify::message::{Message, fit, plain};
-use jobrelay_notify::{Outgoing, Provider};
+use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// DingTalk's body limit.
 const MAX_BODY_BYTES: usize = 20_000;
@@ -75,12 +74,12 @@ impl Provider for DingTalk {
 
     fn request(
         &self,
-        job: &JobEvent,
+        subject: Subject<'_>,
         settings: &Settings,
         target: &Target,
         now_ms: i64,
     ) -> Result<Outgoing, String> {
-        let message = Message::of(job, settings);
+        let message = subject.message(settings);
         let body = fit(&message, MAX_BODY_BYTES, |m| {
             self.body(m, settings).to_string().into_bytes()
         })?;
@@ -211,7 +210,7 @@ jobrelay_notify::export_notifier!(DingTalk);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobrelay_notify::job::sample;
+    use jobrelay_notify::job::{JobEvent, sample};
 
     const HOOK: &str = "https://oapi.dingtalk.com/robot/send?access_token=0123456789abcdef";
 
@@ -231,7 +230,7 @@ mod tests {
         let (settings, provider) = notifier(pairs).expect("valid");
         let target = settings.target_for(job).expect("a bot").clone();
         let out = provider
-            .request(job, &settings, &target, 1_700_000_000_123)
+            .request(Subject::Job(job), &settings, &target, 1_700_000_000_123)
             .expect("a request");
         (out.url, serde_json::from_slice(&out.body).expect("JSON"))
     }

@@ -16,10 +16,11 @@ use std::borrow::Cow;
 
 use serde_json::{Value, json};
 
-use jobrelay_guest::phase_name;
+use jobrelay_guest::{phase_from_name, phase_name};
 use jobrelay_notify::config::Settings;
 use jobrelay_notify::duration::run_time;
 use jobrelay_notify::job::{JobEvent, Phase};
+use jobrelay_notify::message::{Message, fit};
 
 /// Feishu's body limit, signature fields included.
 pub const MAX_BODY_BYTES: usize = 20 * 1024;
@@ -235,6 +236,39 @@ impl Card {
         // Serializing a `Value` cannot fail: its keys are strings.
         serde_json::to_vec(&self.to_value()).unwrap_or_default()
     }
+}
+
+/// A digest's card: the facts as short fields and the jobs listed, at most
+/// [`MAX_BODY_BYTES`] (the list is cut with a mark to fit).
+pub fn digest_body(message: &Message, signature: Option<&Signature>) -> Result<Vec<u8>, String> {
+    let template = phase_from_name(message.phase).map_or("grey", colour);
+    fit(message, MAX_BODY_BYTES, |m| {
+        let facts: Vec<Value> = m
+            .facts
+            .iter()
+            .map(|(label, value)| field(label, value, true))
+            .collect();
+        let jobs = field("Jobs", m.detail.as_deref().unwrap_or(""), false);
+        let mut body = json!({
+            "msg_type": "interactive",
+            "card": {
+                "config": { "wide_screen_mode": true },
+                "header": {
+                    "title": { "tag": "plain_text", "content": m.title },
+                    "template": template,
+                },
+                "elements": [
+                    { "tag": "div", "fields": facts },
+                    { "tag": "div", "fields": [jobs] },
+                ],
+            },
+        });
+        if let Some(signature) = signature {
+            body["timestamp"] = json!(signature.timestamp.to_string());
+            body["sign"] = json!(signature.sign);
+        }
+        serde_json::to_vec(&body).unwrap_or_default()
+    })
 }
 
 /// A `lark_md` field: the label in bold, the value escaped on the next line.
@@ -506,5 +540,33 @@ mod tests {
         ] {
             assert_eq!(colour(grey), "grey");
         }
+    }
+
+    #[test]
+    fn digest_cards_list_the_jobs_and_fit() {
+        let settings = settings(&[]);
+        let job = sample();
+        let lines: Vec<String> = (0..2000)
+            .map(|n| format!("PyTorchJob job-{n} (east)"))
+            .collect();
+        let digest = Message::digest(&job, &lines, &settings);
+        let signature = Signature {
+            timestamp: 1,
+            sign: "s".to_string(),
+        };
+        let bytes = digest_body(&digest, Some(&signature)).expect("fits");
+        assert!(bytes.len() <= MAX_BODY_BYTES);
+        let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(
+            body["card"]["header"]["title"]["content"],
+            "2000 jobs failed in ml"
+        );
+        assert_eq!(body["card"]["header"]["template"], "red");
+        assert_eq!(body["sign"], "s");
+        let text = body.to_string();
+        assert!(
+            text.contains("job-0 (east)") && text.contains("…(truncated)"),
+            "{text}"
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! `feishu-notify`: posts a card to a Feishu (Lark) custom bot when a job changes phase.
+//! `feishu-notify`: posts a card to a Feishu (Lark) custom bot when a job changes phase (or,
+//! with a digest window, one card listing a window's jobs).
 //!
 //! Meant for `delivery: transitions`. Everything around the card — config, routes, once per
 //! transition, posting, what the status line means — is the notifier core's
@@ -12,8 +13,7 @@ mod sign;
 
 use jobrelay_notify::answer::Outcome;
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::job::JobEvent;
-use jobrelay_notify::{Outgoing, Provider};
+use jobrelay_notify::{Outgoing, Provider, Subject};
 
 use crate::card::Signature;
 
@@ -34,7 +34,7 @@ impl Provider for Feishu {
 
     fn request(
         &self,
-        job: &JobEvent,
+        subject: Subject<'_>,
         settings: &Settings,
         target: &Target,
         now_ms: i64,
@@ -48,7 +48,10 @@ impl Provider for Feishu {
         });
         Ok(Outgoing {
             url: target.webhook.url(),
-            body: card::body(job, settings, signature.as_ref())?,
+            body: match subject {
+                Subject::Job(job) => card::body(job, settings, signature.as_ref())?,
+                Subject::Digest(message) => card::digest_body(message, signature.as_ref())?,
+            },
         })
     }
 

@@ -11,6 +11,7 @@ use std::fmt;
 use jobrelay_guest::{PHASES, phase_from_name, phase_name};
 
 use crate::job::{self, JobEvent, Phase};
+use crate::noise::{Noise, Quiet, parse_window};
 use crate::template::Template;
 use crate::webhook::Webhook;
 
@@ -184,6 +185,8 @@ pub struct Settings {
     pub mentions: Mentions,
     /// The provider's own keys with their values, in key order, for it to check.
     pub own: Vec<(String, String)>,
+    /// The digest window and quiet hours.
+    pub noise: Noise,
 }
 
 /// A route while its keys are being collected.
@@ -207,6 +210,8 @@ impl Settings {
         let mut mentions = Mentions::default();
         let mut mention_phases = None;
         let mut own = Vec::new();
+        let mut noise = Noise::default();
+        let (mut quiet_hours, mut quiet_offset) = (None, None);
         let unknown = |key: &str| format!("unknown config key `{key}` (known: {})", keys.known());
 
         for (key, value) in config {
@@ -223,6 +228,9 @@ impl Settings {
                 "mention_phases" if keys.mentions => {
                     mention_phases = Some(parse_phases(key, value)?);
                 }
+                "digest_window" => noise.digest_seconds = Some(parse_window(key, value)?),
+                "quiet_hours" => quiet_hours = Some(value.as_str()),
+                "quiet_utc_offset" => quiet_offset = Some(value.as_str()),
                 _ if keys.own.contains(&key.as_str()) => own.push((key.clone(), value.clone())),
                 _ => {
                     if let Some(label) = key.strip_prefix("link.") {
@@ -236,6 +244,13 @@ impl Settings {
             }
         }
         mentions.phases = mention_phases.unwrap_or_else(|| DEFAULT_MENTION_PHASES.to_vec());
+        noise.quiet = match (quiet_hours, quiet_offset) {
+            (Some(hours), offset) => Some(Quiet::parse(hours, offset)?),
+            (None, Some(_)) => {
+                return Err("config `quiet_utc_offset` is set but `quiet_hours` is not".into());
+            }
+            (None, None) => None,
+        };
 
         let default = match (webhook, secret) {
             (Some(webhook), secret) => Some(Target { webhook, secret }),
@@ -272,6 +287,7 @@ impl Settings {
             routes,
             mentions,
             own,
+            noise,
         })
     }
 
@@ -286,6 +302,15 @@ impl Settings {
     /// Whether the event is worth a card: a configured phase, reached just now.
     pub fn wants(&self, job: &JobEvent) -> bool {
         self.phases.contains(&job.phase) && job::is_transition(job)
+    }
+
+    /// Like [`Settings::target_for`], with a name for the bot that stays while the config
+    /// does: `route.<n>` or `webhook`.
+    pub fn named_target_for(&self, job: &JobEvent) -> Option<(String, &Target)> {
+        match self.routes.iter().find(|route| route.matches(job)) {
+            Some(route) => Some((format!("route.{}", route.number), &route.target)),
+            None => self.default.as_ref().map(|t| ("webhook".to_string(), t)),
+        }
     }
 
     /// The first matching route's bot, else the default one; `None` means nobody wants it.
@@ -701,5 +726,28 @@ mod tests {
             assert!(message.contains(&format!("`{key}`")), "{message}");
             assert!(!message.contains("mention_phases"), "{message}");
         }
+    }
+
+    #[test]
+    fn noise_keys() {
+        let settings = settings(&[
+            ("webhook", HOOK),
+            ("digest_window", "10m"),
+            ("quiet_hours", "22:00-08:00"),
+            ("quiet_utc_offset", "+08:00"),
+        ]);
+        assert_eq!(settings.noise.digest_seconds, Some(600));
+        assert!(settings.noise.quiet.is_some());
+        assert_eq!(settings.noise, {
+            let mut plain = settings.noise;
+            plain.quiet = Quiet::parse("22:00-08:00", Some("+08:00")).ok();
+            plain
+        });
+        let message = error(&[("webhook", HOOK), ("quiet_utc_offset", "+08:00")]);
+        assert!(message.contains("`quiet_hours` is not"), "{message}");
+        let message = error(&[("webhook", HOOK), ("digest_window", "soon")]);
+        assert!(message.contains("`digest_window`"), "{message}");
+        let message = error(&[("webhook", HOOK), ("quiet_hours", "night")]);
+        assert!(message.contains("`quiet_hours`"), "{message}");
     }
 }

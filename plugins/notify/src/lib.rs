@@ -17,6 +17,7 @@ pub mod config;
 pub mod duration;
 pub mod job;
 pub mod message;
+pub mod noise;
 pub mod template;
 pub mod webhook;
 
@@ -24,10 +25,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use jobrelay_guest;
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{HandlerError, JobEvent, http, kv, phase_name};
+use jobrelay_guest::{HandlerError, JobEvent, deferral, http, kv, phase_name};
 
 use crate::answer::{Outcome, Transport};
 use crate::config::{Keys, Settings, Target};
+use crate::message::Message;
+use crate::noise::{Decision, Pending, Window};
 
 /// How long a sent transition is remembered: longer than any retry schedule or host downtime
 /// worth deduplicating across, short enough that the store does not grow without bound.
@@ -46,6 +49,25 @@ pub struct Outgoing {
     pub body: Vec<u8>,
 }
 
+/// What a message is about.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// One job's transition.
+    Job(&'a JobEvent),
+    /// Several jobs of one namespace and phase: a digest window's message.
+    Digest(&'a Message),
+}
+
+impl Subject<'_> {
+    /// The message to lay out.
+    pub fn message(&self, settings: &Settings) -> Message {
+        match self {
+            Subject::Job(job) => Message::of(job, settings),
+            Subject::Digest(message) => (*message).clone(),
+        }
+    }
+}
+
 /// What a chat service adds to the core.
 pub trait Provider: Sized + Send + Sync + 'static {
     /// The service's name in messages: `DingTalk`.
@@ -56,11 +78,11 @@ pub trait Provider: Sized + Send + Sync + 'static {
     /// Checks the provider's own keys (`settings.own`) once, in `init`.
     fn new(settings: &Settings) -> Result<Self, String>;
 
-    /// The request announcing `job` to `target`, signed at `now_ms` (unix milliseconds) when
-    /// the target has a secret. An error gives the event up.
+    /// The request announcing `subject` to `target`, signed at `now_ms` (unix milliseconds)
+    /// when the target has a secret. An error gives the event up.
     fn request(
         &self,
-        job: &JobEvent,
+        subject: Subject<'_>,
         settings: &Settings,
         target: &Target,
         now_ms: i64,
@@ -96,7 +118,7 @@ impl<P: Provider> Notifier<P> {
             );
             return Ok(());
         }
-        let Some(target) = self.settings.target_for(job) else {
+        let Some((bot_name, target)) = self.settings.named_target_for(job) else {
             host_log::write(
                 Level::Debug,
                 &format!("{subject}: no route matches and no default webhook; skipped"),
@@ -112,13 +134,90 @@ impl<P: Provider> Notifier<P> {
             );
             return Ok(());
         }
+        let now = now_millis();
+        let noise = self.settings.noise;
+        let pending = Pending {
+            key: job.transition_key.clone(),
+            line: Message::line(job),
+        };
+        if let Some(left) = noise.quiet.and_then(|quiet| quiet.seconds_left(now)) {
+            if noise.digest_seconds.is_some() {
+                // Listed, so the end of the quiet period brings one digest.
+                let digests = Digests::new(&bot_name, job);
+                if let Some(mut window) = digests.load() {
+                    window.hold(pending);
+                    digests.store(&window, noise.digest_seconds.unwrap_or(0));
+                }
+            }
+            return defer(left, &format!("{subject}: quiet hours, {left} s left"));
+        }
+        let Some(window_seconds) = noise.digest_seconds else {
+            return self.send(job, Subject::Job(job), target, &[key], &mut sent);
+        };
+        let digests = Digests::new(&bot_name, job);
+        let Some(mut window) = digests.load() else {
+            // No store: every transition goes on its own.
+            return self.send(job, Subject::Job(job), target, &[key], &mut sent);
+        };
+        let batch = match window.decide(now, window_seconds, pending.clone()) {
+            Decision::Hold { seconds } => {
+                digests.store(&window, window_seconds);
+                return defer(
+                    seconds,
+                    &format!("{subject}: digest window, {seconds} s left"),
+                );
+            }
+            Decision::Send { batch } => batch,
+        };
+        let keys: Vec<String> = batch.iter().map(|p| format!("sent/{}", p.key)).collect();
+        let included = batch.iter().any(|p| p.key == pending.key);
+        let handled = if batch.len() == 1 && included {
+            self.send(job, Subject::Job(job), target, &keys, &mut sent)
+        } else {
+            let lines: Vec<String> = batch.iter().map(|p| p.line.clone()).collect();
+            let digest = Message::digest(job, &lines, &self.settings);
+            self.send(job, Subject::Digest(&digest), target, &keys, &mut sent)
+        };
+        handled?;
+        window.sent(now, &batch);
+        if !included {
+            // The list was full: this one waits for the next window.
+            window.hold(pending);
+            digests.store(&window, window_seconds);
+            return defer(
+                window_seconds,
+                &format!("{subject}: digest full, waiting for the next window"),
+            );
+        }
+        digests.store(&window, window_seconds);
+        Ok(())
+    }
+
+    /// Sends one message; on success records every key in `keys` as sent.
+    fn send(
+        &self,
+        job: &JobEvent,
+        subject: Subject<'_>,
+        target: &Target,
+        keys: &[String],
+        sent: &mut SentLog,
+    ) -> Result<(), HandlerError> {
         let bot = format!("{} bot {}", P::SERVICE, target.webhook.redacted());
-        match self.deliver(job, target) {
+        match self.deliver(subject, target) {
             Outcome::Delivered => {
-                sent.record(&key);
+                for key in keys {
+                    sent.record(key);
+                }
+                let what = match subject {
+                    Subject::Job(_) => format!("{} message", phase_name(job.phase)),
+                    Subject::Digest(_) => format!("digest of {} jobs", keys.len()),
+                };
                 host_log::write(
                     Level::Info,
-                    &format!("{subject}: {} message sent to {bot}", phase_name(job.phase)),
+                    &format!(
+                        "{} {}/{}: {what} sent to {bot}",
+                        job.kind, job.namespace, job.name
+                    ),
                 );
                 Ok(())
             }
@@ -135,10 +234,10 @@ impl<P: Provider> Notifier<P> {
         }
     }
 
-    fn deliver(&self, job: &JobEvent, target: &Target) -> Outcome {
+    fn deliver(&self, subject: Subject<'_>, target: &Target) -> Outcome {
         let request = match self
             .provider
-            .request(job, &self.settings, target, now_millis())
+            .request(subject, &self.settings, target, now_millis())
         {
             Ok(request) => request,
             Err(e) => return Outcome::GiveUp(e),
@@ -146,6 +245,56 @@ impl<P: Provider> Notifier<P> {
         match post(&request) {
             Ok(answer) => self.provider.classify(answer.status, &answer.body),
             Err(transport) => answer::no_answer(transport, P::SERVICE),
+        }
+    }
+}
+
+/// Asks the host for this event again after `seconds`: a deferral, not a failure.
+fn defer(seconds: u32, why: &str) -> Result<(), HandlerError> {
+    deferral::defer(seconds);
+    host_log::write(Level::Debug, why);
+    Err(HandlerError::Retry(why.to_string()))
+}
+
+/// The digest window of one bot × namespace × phase in the kv store (a digest goes to one
+/// bot, so jobs routed to different bots are never listed together). Like [`SentLog`], best effort:
+/// without a store (not granted, failing) every transition goes on its own, with one warning.
+struct Digests {
+    key: String,
+}
+
+impl Digests {
+    fn new(bot: &str, job: &JobEvent) -> Digests {
+        Digests {
+            key: format!("digest/{bot}/{}/{}", job.namespace, phase_name(job.phase)),
+        }
+    }
+
+    fn load(&self) -> Option<Window> {
+        match kv::get(&self.key) {
+            Ok(None) => Some(Window::default()),
+            // A window that no longer reads (written by another version) starts afresh.
+            Ok(Some(bytes)) => Some(serde_json::from_slice(&bytes).unwrap_or_default()),
+            Err(e) => {
+                host_log::write(
+                    Level::Warn,
+                    &format!(
+                        "kv store unavailable ({e}); sending without a digest \
+                         (grant it with `grants.kv: true`)"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Keeps the window for a day past its length: long enough for every held event to come
+    /// back, short enough that a namespace gone quiet leaves nothing behind.
+    fn store(&self, window: &Window, window_seconds: u32) {
+        let ttl = window_seconds.saturating_mul(2).saturating_add(86_400);
+        let bytes = serde_json::to_vec(window).unwrap_or_default();
+        if let Err(e) = kv::set(&self.key, &bytes, Some(ttl)) {
+            host_log::write(Level::Warn, &format!("digest window not stored: {e}"));
         }
     }
 }

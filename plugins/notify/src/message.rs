@@ -82,6 +82,38 @@ impl Message {
         }
     }
 
+    /// How a digest lists `job`: kind, name, cluster and reason (the namespace and phase are
+    /// the digest's own).
+    pub fn line(job: &JobEvent) -> String {
+        let reason = job
+            .reason
+            .as_deref()
+            .filter(|r| !r.is_empty())
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        format!("{} {} ({}){reason}", job.kind, job.name, job.cluster)
+    }
+
+    /// One message for several jobs of `job`'s namespace that reached its phase: the digest
+    /// of a window, listing `lines`.
+    pub fn digest(job: &JobEvent, lines: &[String], settings: &Settings) -> Message {
+        let phase = phase_name(job.phase);
+        Message {
+            title: format!("{} jobs {phase} in {}", lines.len(), job.namespace),
+            phase,
+            facts: vec![
+                ("Namespace", job.namespace.clone()),
+                ("Phase", phase.to_string()),
+                ("Jobs", lines.len().to_string()),
+            ],
+            reason: None,
+            detail: Some(lines.join("\n")),
+            labels: None,
+            links: Vec::new(),
+            mention: settings.mentions.apply_to(job),
+        }
+    }
+
     /// The free-text parts, in the order they are cut.
     fn cuttable(&mut self, part: usize) -> Option<&mut String> {
         match part {
@@ -254,6 +286,25 @@ mod tests {
         // Nothing left to cut: an error saying what to shorten.
         let error = fit(&message, 10, render).expect_err("too small");
         assert!(error.contains("title"), "{error}");
+    }
+
+    #[test]
+    fn digests_list_the_jobs() {
+        let settings = settings(&[
+            ("webhook", "https://chat.example/hook/abcdefgh"),
+            ("mention", "alice"),
+        ]);
+        let job = sample();
+        let lines = vec![Message::line(&job), "PyTorchJob other (west)".to_string()];
+        assert_eq!(
+            lines[0],
+            "PyTorchJob llama-finetune (east): BackoffLimitExceeded"
+        );
+        let digest = Message::digest(&job, &lines, &settings);
+        assert_eq!(digest.title, "2 jobs failed in ml");
+        assert!(digest.facts.contains(&("Jobs", "2".to_string())));
+        assert_eq!(digest.detail.as_deref(), Some(lines.join("\n").as_str()));
+        assert!(digest.mention);
     }
 
     #[test]

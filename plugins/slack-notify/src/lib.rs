@@ -14,9 +14,8 @@ use serde_json::{Value, json};
 
 use jobrelay_notify::answer::{Outcome, by_status};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::job::JobEvent;
 use jobrelay_notify::message::{Message, fit, plain};
-use jobrelay_notify::{Outgoing, Provider};
+use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// A header block's text limit, in characters.
 const MAX_HEADER_CHARS: usize = 150;
@@ -52,12 +51,12 @@ impl Provider for Slack {
 
     fn request(
         &self,
-        job: &JobEvent,
+        subject: Subject<'_>,
         settings: &Settings,
         target: &Target,
         _now_ms: i64,
     ) -> Result<Outgoing, String> {
-        let message = Message::of(job, settings);
+        let message = subject.message(settings);
         // The free text is the one section that can be long; fit it, then lay out the rest.
         let detail = fit(&message, MAX_SECTION_BYTES, |m| details(m).into_bytes())?;
         let detail = String::from_utf8_lossy(&detail).into_owned();
@@ -158,7 +157,7 @@ jobrelay_notify::export_notifier!(Slack);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobrelay_notify::job::{Phase, sample};
+    use jobrelay_notify::job::{JobEvent, Phase, sample};
 
     const HOOK: &str = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX";
 
@@ -172,7 +171,7 @@ mod tests {
         let settings = Settings::from_config(&config, &Slack::KEYS)?;
         let provider = Slack::new(&settings)?;
         let target = settings.target_for(job).expect("a bot").clone();
-        let out = provider.request(job, &settings, &target, 0)?;
+        let out = provider.request(Subject::Job(job), &settings, &target, 0)?;
         assert_eq!(out.url, HOOK);
         Ok(serde_json::from_slice(&out.body).expect("JSON"))
     }

@@ -13,9 +13,8 @@ use serde_json::json;
 
 use jobrelay_notify::answer::{ErrCode, Outcome};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::job::JobEvent;
 use jobrelay_notify::message::{Message, fit, plain};
-use jobrelay_notify::{Outgoing, Provider};
+use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// WeCom's limit on a markdown message's content.
 const MAX_MARKDOWN_BYTES: usize = 4096;
@@ -65,12 +64,12 @@ impl Provider for WeCom {
 
     fn request(
         &self,
-        job: &JobEvent,
+        subject: Subject<'_>,
         settings: &Settings,
         target: &Target,
         _now_ms: i64,
     ) -> Result<Outgoing, String> {
-        let message = Message::of(job, settings);
+        let message = subject.message(settings);
         let body = match self.msgtype {
             MsgType::Markdown => {
                 let content = fit(&message, MAX_MARKDOWN_BYTES, |m| {
@@ -190,7 +189,7 @@ jobrelay_notify::export_notifier!(WeCom);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jobrelay_notify::job::{Phase, sample};
+    use jobrelay_notify::job::{JobEvent, Phase, sample};
     use serde_json::Value;
 
     const HOOK: &str = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6-7xxx";
@@ -205,7 +204,7 @@ mod tests {
         let settings = Settings::from_config(&config, &WeCom::KEYS)?;
         let provider = WeCom::new(&settings)?;
         let target = settings.target_for(job).expect("a bot").clone();
-        let out = provider.request(job, &settings, &target, 0)?;
+        let out = provider.request(Subject::Job(job), &settings, &target, 0)?;
         assert_eq!(out.url, HOOK);
         Ok(serde_json::from_slice(&out.body).expect("JSON"))
     }

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod chat;
 pub mod configmap;
 pub mod feishu;
 pub mod kubeconfig;
@@ -24,6 +25,7 @@ pub mod scenario;
 mod serve;
 pub mod sim;
 
+pub use chat::{ChatReceiver, Provider, Received};
 pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
 pub use lifecycle::{Flavor, JobBuilder, JobDriver, Pace};
