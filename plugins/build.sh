@@ -7,8 +7,12 @@
 #   slack-notify.wasm
 #   mysql-sync.wasm
 #   log-archive.wasm
-#   NAME.schema.json   the config schema of each of those (plugins/NAME/config.schema.json)
-#   job-snapshot.wasm  the plugin written in Python (plugins/job-snapshot), by componentize-py
+#   NAME.schema.json   the config schema of each of those, and of webhook-notify
+#                      (plugins/NAME/config.schema.json)
+#   job-snapshot.wasm  the plugins written in Python (plugins/job-snapshot,
+#   webhook-notify.wasm  plugins/webhook-notify), by componentize-py; webhook-notify against the
+#                      contract plus wasi:http, with the WIT of WASI from the wasmtime-wasi-http
+#                      crate Cargo.lock pins (cargo's registry sources; `cargo fetch` if missing)
 #   probe.wasm         test plugins (tests/plugins/ workspace), release profile
 #   not-a-plugin.wasm
 #   bulky.wasm         about 2 MB of code, for the reload benchmark
@@ -51,6 +55,53 @@ if [ "$installed" != "$componentize_py_version" ]; then
 fi
 (cd "$repo/plugins/job-snapshot" && componentize_py -d "$repo/wit" -w plugin componentize app -o "$out/job-snapshot.wasm.tmp" >/dev/null)
 mv "$out/job-snapshot.wasm.tmp" "$out/job-snapshot.wasm"
+
+# webhook-notify imports wasi:http, so it is built as `jobrelay plugin new --lang python` builds
+# a project: against a WIT folder of plugin.wit, a world `plugin-with-http` (the contract's world
+# plus `wasi:http/outgoing-handler`) and deps/ with the WASI packages of the wasmtime-wasi-http
+# crate the host links, at the version Cargo.lock pins, taken from where cargo unpacked it
+# (`cargo fetch --locked` first if it has not). Nothing of WASI's WIT is kept in this repository.
+wasi_http="$(awk '$0 == "name = \"wasmtime-wasi-http\"" { getline; gsub(/version = |"/, ""); print; exit }' "$repo/Cargo.lock")"
+[ -n "$wasi_http" ] || { echo "build.sh: $repo/Cargo.lock pins no wasmtime-wasi-http" >&2; exit 1; }
+wasi_deps() { # the crate's wit/deps, if cargo unpacked it
+    local dir
+    for dir in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"wasmtime-wasi-http-$wasi_http"/wit/deps; do
+        if [ -f "$dir/http.wit" ]; then
+            echo "$dir"
+            return 0
+        fi
+    done
+    return 1
+}
+if ! deps="$(wasi_deps)"; then
+    (cd "$repo" && cargo fetch --locked --quiet)
+    deps="$(wasi_deps)" || {
+        echo "build.sh: wasmtime-wasi-http-$wasi_http/wit/deps is not in ${CARGO_HOME:-$HOME/.cargo}/registry/src even after cargo fetch" >&2
+        exit 1
+    }
+fi
+# A folder of this run's own: other builds may share target/.
+mkdir -p "$repo/target"
+http_wit="$(mktemp -d "$repo/target/wit-plugin-with-http.XXXXXX")"
+trap 'rm -rf "$http_wit"' EXIT
+cp "$repo/wit/plugin.wit" "$http_wit/plugin.wit"
+for package in http io clocks random cli filesystem sockets; do
+    mkdir -p "$http_wit/deps/$package"
+    cp "$deps/$package.wit" "$http_wit/deps/$package/$package.wit"
+done
+wasi_version="$(sed -n 's/^package wasi:http@\(.*\);$/\1/p' "$deps/http.wit")"
+{
+    # The package line first: comments before it would be taken for the package's docs.
+    grep -m1 '^package ' "$repo/wit/plugin.wit"
+    echo
+    echo "// The contract's world with outbound HTTP (wasi:http@$wasi_version, from wasmtime-wasi-http $wasi_http)."
+    echo "world plugin-with-http {"
+    echo "    include plugin;"
+    echo "    import wasi:http/outgoing-handler@$wasi_version;"
+    echo "}"
+} >"$http_wit/python.wit"
+(cd "$repo/plugins/webhook-notify" && componentize_py -d "$http_wit" -w plugin-with-http componentize app -o "$out/webhook-notify.wasm.tmp" >/dev/null)
+mv "$out/webhook-notify.wasm.tmp" "$out/webhook-notify.wasm"
 copy() { # source-path dest-name
     cp "$1" "$out/$2.tmp"
     mv "$out/$2.tmp" "$out/$2"
@@ -72,10 +123,10 @@ copy "$release/intruder.wasm" intruder.wasm
 copy "$release/stamp.wasm" stamp.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 # Each shipped plugin's config schema beside its component, where `check` looks for it.
-for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive; do
+for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive webhook-notify; do
     copy "$repo/plugins/$name/config.schema.json" "$name.schema.json"
 done
 
-for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive job-snapshot probe not-a-plugin bulky noop intruder stamp probe-debug; do
+for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive job-snapshot webhook-notify probe not-a-plugin bulky noop intruder stamp probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -82,4 +82,5 @@ tests/alerts/run.sh
 step "tests"
 # The plugins' own logic (cards, SQL text, settings) is plain Rust, tested natively.
 (cd plugins && cargo test --locked --no-fail-fast)
+python3 -m unittest discover plugins/webhook-notify/tests
 cargo test --workspace --locked --no-fail-fast

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod chat_notify;
 mod cli;
 mod config_folder;
 mod credential_expiry;
@@ -32,3 +33,4 @@ mod sharding;
 mod state_store;
 mod transition_keys;
 mod watch_retry;
+mod webhook_notify;

@@ -1,0 +1,79 @@
+"""webhook-notify: posts each job event it is given to a webhook, as a CloudEvent.
+
+A generic sink, written in Python and built into a WebAssembly component with componentize-py
+against the contract (`wit/plugin.wit`) plus `wasi:http/outgoing-handler` (world
+`plugin-with-http`, assembled by `plugins/build.sh`). Meant for `delivery: transitions`: one
+POST per phase change, to the configured `url`, as a CloudEvent 1.0 in structured or binary
+mode, signed the Standard Webhooks way when a `secret` is set. Events whose phase is not in
+`phases` are skipped (handled, nothing sent).
+
+The receiver's answer decides the event's fate (`answer.py`): a 2xx delivers it; 408, 425,
+429, 5xx and no answer make the host retry it with backoff, keeping the job's order; anything
+else — and a destination the host refuses — gives it up (dead-lettered). Nothing is kept
+between events: no key-value store, so a receiver dedupes on the CloudEvent id / `webhook-id`
+(or on `transitionkey`, per transition).
+
+The modules: `settings` (the config), `cloudevent` (the request), `answer` (the outcome),
+`outbound` (the wasi:http call); only this one and `outbound` need the generated `wit_world`.
+"""
+
+import time
+
+import wit_world
+from componentize_py_types import Err
+from wit_world.imports import log
+
+# The contract's `types` (the world also imports wasi:http's, hence the longer name).
+from wit_world.imports import jobrelay_plugin_types as types
+
+import answer
+import cloudevent
+import outbound
+from settings import PHASES, ConfigError, Settings
+
+# The contract's phases are the ones the settings know, by the same names.
+assert tuple(p.name.lower() for p in types.Phase) == PHASES
+
+# What `init` read from the manifest's `config:`; every instance runs `init` before `handle`.
+loaded = None
+
+
+class WitWorld(wit_world.WitWorld):
+    def init(self, config):
+        global loaded
+        try:
+            loaded = Settings(config)
+        except ConfigError as error:
+            raise Err(str(error))
+
+    def handle(self, event):
+        settings = loaded
+        if settings is None:
+            raise Err(types.HandlerError_GiveUp("handle called before init"))
+        phase = cloudevent.phase_name(event.phase)
+        subject = f"{event.namespace}/{event.name}"
+        if phase not in settings.phases:
+            log.write(log.Level.DEBUG, f"{event.kind} {subject} {phase}: not in `phases`, skipped")
+            return
+        target = settings.target
+        headers, body = cloudevent.encode(event, settings)
+        if settings.key is not None:
+            headers = cloudevent.sign(headers, settings.key, event.id, int(time.time()), body)
+        try:
+            status, said = outbound.post(target, headers, body)
+        except outbound.NoAnswer as error:
+            outcome, message = answer.no_answer(error.code, target, settings.secret)
+        except outbound.BadHeader as error:
+            outcome = answer.GIVE_UP
+            message = f"the host's HTTP layer refused the header `{error.name}`"
+        else:
+            outcome, message = answer.by_status(status, said, target, settings.secret)
+        if outcome == answer.DELIVERED:
+            log.write(
+                log.Level.INFO,
+                f"{event.kind} {subject} {phase}: {cloudevent.TYPE_PREFIX}{phase} posted, {message}",
+            )
+            return
+        if outcome == answer.RETRY:
+            raise Err(types.HandlerError_Retry(message))
+        raise Err(types.HandlerError_GiveUp(message))
