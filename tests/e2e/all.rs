@@ -2,6 +2,7 @@
 //! Run one area with `cargo test -p jobrelay-e2e --test e2e delivery::`.
 
 mod chart;
+mod chat_sinks;
 mod clusters;
 mod delivery;
 mod finalizers;
