@@ -261,6 +261,7 @@ async fn nothing_is_granted_by_default() {
         "archive-put:k",
         "archive-create:k",
         "kv",
+        "annotate:archive.jobrelay.io/logs",
     ] {
         let text = refused(&plugin, &attempt(mine, what)).await;
         assert!(text.contains("not granted"), "{what}: {text}");

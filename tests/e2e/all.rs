@@ -6,6 +6,7 @@ mod chat_sinks;
 mod clusters;
 mod delivery;
 mod finalizers;
+mod job_writes;
 mod oci_plugins;
 mod pipeline;
 mod python_plugin;

@@ -1078,6 +1078,20 @@ fn the_home_rules_follow_the_configured_kinds_and_plugins() {
         rules.keys().all(|(group, _)| !group.is_empty()),
         "no core resources without pod_logs: {rules:?}"
     );
+    // A plugin granted `job` (annotations and labels on its jobs) adds get and patch on every
+    // watched kind, and only then (the remote kit's `jobWrites` gives the same).
+    let with_writes = render(json!({"homeCluster": {"name": "home"},
+        "config": {"kinds": [{"name": "batch-job"}, {"name": "volcano-job"}]},
+        "plugins": {"log-archive": {"wasm": "log-archive.wasm",
+            "grants": {"job": {"annotations": ["archive.jobrelay.io/"]}}}}}));
+    let rules = granted(object(&with_writes, "ClusterRole"));
+    for resource in [("batch", "jobs"), ("batch.volcano.sh", "jobs")] {
+        assert_eq!(
+            rules[&(resource.0.to_string(), resource.1.to_string())],
+            set(&["list", "watch", "get", "patch"]),
+            "{resource:?}"
+        );
+    }
     // A name that is no built-in, without group and plural, is refused naming it.
     let why = refused(json!({"homeCluster": {"name": "home"},
         "config": {"kinds": [{"name": "tf-job"}]}}));
@@ -1914,6 +1928,20 @@ fn the_remote_kit_grants_what_the_daemon_calls_and_issues_rotatable_tokens() {
             .map(|(file, _, value)| (file, value))
             .collect()
     };
+    // `jobWrites` (a plugin granted `job`) adds get and patch on every kind.
+    let set = |verbs: &[&str]| verbs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
+    for (writes, verbs) in [
+        (true, set(&["list", "watch", "get", "patch"])),
+        (false, set(&["list", "watch"])),
+    ] {
+        let objects = render_remote(json!({"kinds": [{"name": "batch-job"}], "jobWrites": writes}));
+        let rules = granted(object(&objects, "ClusterRole"));
+        assert_eq!(
+            rules[&("batch".to_string(), "jobs".to_string())],
+            verbs,
+            "{writes}"
+        );
+    }
     let objects = render_remote(json!({}));
     let account = object(&objects, "ServiceAccount");
     assert_eq!(account["metadata"]["name"], "jobrelay");

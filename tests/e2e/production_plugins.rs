@@ -116,7 +116,7 @@ async fn start() -> World {
     setup.write_manifest(
         "log-archive",
         "wasm: log-archive.wasm\ndelivery: transitions\ntimeout_ms: 20000\n\
-         grants: {pod_logs: {}, archive: {}, kv: true}\n",
+         grants: {pod_logs: {}, archive: {}, kv: true, job: {annotations: [\"archive.jobrelay.io/\"]}}\n",
     );
     setup.add_cluster(&sim);
     let daemon = Daemon::start(setup.config_dir())
@@ -358,6 +358,22 @@ async fn three_plugins_on_job_lifecycles() {
                 "{name}: the log byte for byte"
             );
         }
+    }
+    // The jobs still in the cluster say where their logs went (the `job` capability).
+    for (job, gvr) in [(&pytorch, &Gvr::PYTORCH_JOB), (&batch, &Gvr::BATCH_JOB)] {
+        let annotation = wait_for("the archive annotation", || {
+            let obj = w.sim.get(gvr, "ml", job.name()).ok()?;
+            obj["metadata"]["annotations"]["archive.jobrelay.io/logs"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .await;
+        assert_eq!(
+            annotation,
+            format!("east/ml/{}/manifest.json", job.uid()),
+            "{}",
+            job.name()
+        );
     }
     // The deletion of the archived Volcano job reached the plugins after the archive.
     assert!(

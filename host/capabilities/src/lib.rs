@@ -27,6 +27,7 @@ pub mod deferral;
 pub mod filesystem;
 pub mod handles;
 pub mod http;
+pub mod job;
 pub mod kv;
 pub mod lifecycle;
 pub mod log;
@@ -79,6 +80,9 @@ pub struct Grants {
     /// Writes under the plugin's own prefix of the archive store.
     #[serde(default)]
     pub archive: Option<archive::ArchiveGrant>,
+    /// Annotations and labels on the event's own job, under the granted key prefixes.
+    #[serde(default)]
+    pub job: Option<job::JobGrant>,
 }
 
 /// Who is running: attached to every log line and captured output of the call.
@@ -155,6 +159,7 @@ pub static ALL: &[&dyn Capability] = &[
     &log::Log,
     &lifecycle::Lifecycle,
     &deferral::Deferral,
+    &job::Job,
     &sql::Sql,
     &kv::Kv,
     &http::Http,
@@ -176,6 +181,7 @@ pub struct CapabilityState {
     pub log: log::LogThrottle,
     pub lifecycle: lifecycle::Stage,
     pub deferral: deferral::Requested,
+    pub job: job::JobAccess,
     pub sql: sql::SqlAccess,
     pub kv: kv::KvAccess,
     pub http: http::HttpAccess,

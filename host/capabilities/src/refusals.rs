@@ -1,5 +1,6 @@
 //! Counts of the limits plugins ran into: a key-value write past the quota, an archive write
-//! past the prefix's quota, an HTTP request past the open-request limit.
+//! past the prefix's quota, an HTTP request past the open-request limit, a write to the job
+//! outside what `grants.job` allows.
 //!
 //! The refusal itself is an error value the plugin sees (and so a retry, a dead letter, a log
 //! line); this count is what an operator alerts on: a plugin that keeps hitting a limit is
@@ -20,17 +21,26 @@ pub enum Limit {
     ArchiveQuota,
     /// `grants.http.max_concurrent_requests`.
     HttpOpenRequests,
+    /// `grants.job`: a write to the job outside the granted prefixes, over the size or the
+    /// call's write limit.
+    JobWrites,
 }
 
 impl Limit {
     /// Every limit, for metrics that show each at 0 before its first refusal.
-    pub const ALL: [Limit; 3] = [Limit::KvQuota, Limit::ArchiveQuota, Limit::HttpOpenRequests];
+    pub const ALL: [Limit; 4] = [
+        Limit::KvQuota,
+        Limit::ArchiveQuota,
+        Limit::HttpOpenRequests,
+        Limit::JobWrites,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::KvQuota => "kv_quota",
             Limit::ArchiveQuota => "archive_quota",
             Limit::HttpOpenRequests => "http_open_requests",
+            Limit::JobWrites => "job_writes",
         }
     }
 }

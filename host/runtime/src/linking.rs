@@ -6,7 +6,9 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::HostState;
 use jobrelay_bindings as bindings;
-use jobrelay_capabilities::{archive, deferral, http, kv, lifecycle, log, pod_logs, sql, wasi};
+use jobrelay_capabilities::{
+    archive, deferral, http, job, kv, lifecycle, log, pod_logs, sql, wasi,
+};
 
 /// Links the plugin worlds' imports: the type-only interfaces, then every capability.
 pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
@@ -17,6 +19,7 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     log::add_to_linker(linker, HostState::log)?;
     lifecycle::add_to_linker(linker, |s| &mut s.caps.lifecycle)?;
     deferral::add_to_linker(linker, |s| &mut s.caps.deferral)?;
+    job::add_to_linker(linker, |s| &mut s.caps.job)?;
     sql::add_to_linker(linker, |s| &mut s.caps.sql)?;
     kv::add_to_linker(linker, |s| &mut s.caps.kv)?;
     pod_logs::add_to_linker(linker, |s| &mut s.caps.pod_logs)?;

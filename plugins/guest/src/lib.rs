@@ -51,6 +51,12 @@ pub mod sql;
 
 pub use self::bindings::jobrelay::plugin::lifecycle;
 
+/// Annotations and labels on the event's own job, under the prefixes `grants.job` gives
+/// (`docs/capabilities.md`).
+pub mod job {
+    pub use crate::bindings::jobrelay::plugin::job::*;
+}
+
 /// Holding an event back without failing it: call `defer(seconds)`, then return
 /// [`HandlerError::Retry`]; the host calls `handle` again with the event after that long,
 /// spending no attempt of the retry budget (`docs/delivery.md`, "Deferral").

@@ -13,6 +13,10 @@
 //! deletion began) is not archived again by a later deletion event (its pods may be gone by
 //! then, and the first archive is the good one), nor by the same transition delivered again
 //! (same `transition-key`: a retry, a restart, a reconstruction of a live transition).
+//!
+//! With `grants.job: {annotations: ["archive.jobrelay.io/"]}` the job gets the annotation
+//! `archive.jobrelay.io/logs`: its manifest's key under the plugin's archive prefix, so whoever
+//! looks at the job finds its logs.
 
 mod layout;
 
@@ -29,11 +33,15 @@ mod plugin {
     use super::layout::{self, ContainerEntry, JobRef, LogEntry, Manifest, PodEntry, Settings};
 
     use jobrelay_guest::archive::{self, Error as ArchiveError, Writer};
+    use jobrelay_guest::job;
     use jobrelay_guest::log::{self as host_log, Level};
     use jobrelay_guest::pod_logs::{self, Error as LogError};
     use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, is_terminal, kv, phase_name};
 
     static SETTINGS: Configured<Settings> = Configured::new();
+
+    /// The annotation that says where a job's logs were archived.
+    const ANNOTATION: &str = "archive.jobrelay.io/logs";
 
     struct LogArchive;
 
@@ -130,7 +138,9 @@ mod plugin {
         };
         let text = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| HandlerError::GiveUp(format!("manifest: {e}")))?;
-        archive::put(&format!("{dir}/manifest.json"), &text).map_err(archive_error)?;
+        let manifest_key = format!("{dir}/manifest.json");
+        archive::put(&manifest_key, &text).map_err(archive_error)?;
+        point_to(&manifest_key);
         host_log::write(
             Level::Info,
             &format!(
@@ -142,6 +152,21 @@ mod plugin {
             ),
         );
         Ok(())
+    }
+
+    /// Annotates the job with where its archive is (`archive.jobrelay.io/logs`: the manifest's
+    /// key under the plugin's archive prefix), when `grants.job` allows it. A convenience, not
+    /// part of the archive: whatever the answer, the archive stands and the event is done.
+    fn point_to(manifest_key: &str) {
+        if let Err(e) = job::annotate(ANNOTATION, Some(manifest_key)) {
+            let why = match e {
+                job::Error::Denied(m)
+                | job::Error::Invalid(m)
+                | job::Error::Gone(m)
+                | job::Error::Unavailable(m) => m,
+            };
+            host_log::write(Level::Debug, &format!("not annotating the job: {why}"));
+        }
     }
 
     /// Streams one container log into `<key>.log.gz`. A log that does not exist is an entry

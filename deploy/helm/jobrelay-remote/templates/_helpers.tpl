@@ -24,7 +24,8 @@ mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
 
 {{/*
 What jobrelay calls on a watched cluster: list and watch each kind's resource, get and patch
-those it holds with its finalizer, and with podLogs list pods and get their logs. The same
+those it holds with its finalizer (every kind with jobWrites), and with podLogs list pods and
+get their logs. The same
 rules the jobrelay chart gives it on its home cluster.
 */}}
 {{- define "remote.rules" -}}
@@ -44,7 +45,7 @@ rules the jobrelay chart gives it on its home cluster.
 {{- fail (printf "kinds[%d]: `%s` is not a built-in kind (%s); a custom kind gives group and plural" $i $kind.name (keys $builtins | sortAlpha | join ", ")) }}
 {{- end }}
 {{- $key := printf "%s/%s" $group $plural }}
-{{- $_ := set $resources $key (or (get $resources $key | default false) ($kind.finalizer | default false)) }}
+{{- $_ := set $resources $key (or (get $resources $key | default false) ($kind.finalizer | default false) ($.Values.jobWrites | default false)) }}
 {{- end }}
 {{- range $key := keys $resources | sortAlpha }}
 {{- $parts := splitList "/" $key }}

@@ -52,7 +52,8 @@ mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
 {{/*
 The rules jobrelay needs on the cluster it runs in, from the main file's kinds (config.kinds,
 or the four kinds watched when it lists none): list and watch each kind's resource, plus get
-and patch where the kind has `finalizer: true`; a kind whose `clusters:` does not match
+and patch where the kind has `finalizer: true` (on every watched kind when a plugin's manifest
+grants `job`: it annotates or labels its jobs); a kind whose `clusters:` does not match
 homeCluster.name is not watched there and gets nothing. Pods (list) and their logs (get) only
 when a plugin's manifest grants `pod_logs`. Nothing else.
 */}}
@@ -85,7 +86,7 @@ when a plugin's manifest grants `pod_logs`. Nothing else.
 {{- fail (printf "config.kinds[%d]: `%s` is not a built-in kind (%s); a custom kind gives group, version, kind, plural and normalizer" $i $kind.name (keys $builtins | sortAlpha | join ", ")) }}
 {{- end }}
 {{- $key := printf "%s/%s" $group $plural }}
-{{- $held := or (get $resources $key | default false) ($kind.finalizer | default false) }}
+{{- $held := or (get $resources $key | default false) ($kind.finalizer | default false) (eq (include "jobrelay.jobWrites" $) "true") }}
 {{- $_ := set $resources $key $held }}
 {{- end }}
 {{- end }}
@@ -103,6 +104,22 @@ when a plugin's manifest grants `pod_logs`. Nothing else.
   resources: [pods/log]
   verbs: [get]
 {{- end }}
+{{- end }}
+
+{{/*
+"true" when some plugin's manifest grants job (it annotates or labels its jobs, which takes
+get and patch on the kinds), else "false".
+*/}}
+{{- define "jobrelay.jobWrites" -}}
+{{- $writes := false }}
+{{- range $name, $manifest := .Values.plugins }}
+{{- if and (kindIs "map" $manifest) (kindIs "map" $manifest.grants) }}
+{{- if hasKey $manifest.grants "job" }}
+{{- $writes = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $writes }}
 {{- end }}
 
 {{/*

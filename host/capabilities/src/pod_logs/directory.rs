@@ -22,6 +22,8 @@ struct Directory {
     clients: HashMap<String, kube::Client>,
     /// (apiVersion, kind) → pod label.
     pod_labels: HashMap<(String, String), String>,
+    /// (apiVersion, kind) → the API resource, for writes to a job (the `job` capability).
+    resources: HashMap<(String, String), kube::discovery::ApiResource>,
 }
 
 impl std::fmt::Debug for ClusterDirectory {
@@ -45,9 +47,22 @@ impl ClusterDirectory {
         }
     }
 
-    /// Records the pod label of every kind that has one.
+    /// Records the API resource of every kind, and the pod label of every kind that has one.
     pub fn set_kinds(&self, kinds: &[JobKind]) {
         if let Ok(mut directory) = self.inner.write() {
+            directory.resources = kinds
+                .iter()
+                .map(|kind| {
+                    let resource = kube::discovery::ApiResource {
+                        group: kind.group.clone(),
+                        version: kind.version.clone(),
+                        api_version: kind.api_version(),
+                        kind: kind.kind.clone(),
+                        plural: kind.plural.clone(),
+                    };
+                    ((kind.api_version(), kind.kind.clone()), resource)
+                })
+                .collect();
             directory.pod_labels = kinds
                 .iter()
                 .filter_map(|kind| {
@@ -56,6 +71,31 @@ impl ClusterDirectory {
                 })
                 .collect();
         }
+    }
+
+    /// The client of `cluster` and the API resource of a kind, for a write to a job of it; or
+    /// why there is none.
+    pub(crate) fn job_resource(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(kube::Client, kube::discovery::ApiResource), String> {
+        let directory = self
+            .inner
+            .read()
+            .map_err(|_| "the cluster directory is unavailable".to_string())?;
+        let client = directory
+            .clients
+            .get(cluster)
+            .cloned()
+            .ok_or_else(|| format!("cluster `{cluster}` is not connected"))?;
+        let resource = directory
+            .resources
+            .get(&(api_version.to_string(), kind.to_string()))
+            .cloned()
+            .ok_or_else(|| format!("kind {api_version} {kind} is not a configured kind"))?;
+        Ok((client, resource))
     }
 
     /// The scope of a call handling `event`, or why there is none.

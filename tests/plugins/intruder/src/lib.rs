@@ -17,6 +17,7 @@
 //! - `archive-leak:<n>`: open n writers, write to each and forget them (never finished or
 //!   dropped);
 //! - `kv`: set and read back a key;
+//! - `annotate:<key>`: annotate the event's job with `<key>: x`;
 //! - `kv-fill:<n>`: store up to n values of 1 KiB under new keys, reporting where the host
 //!   stopped it;
 //! - `read:<path>`: read a file through WASI;
@@ -33,7 +34,7 @@ wit_bindgen::generate!({
     world: "plugin",
 });
 
-use jobrelay::plugin::{archive, kv, pod_logs, sql};
+use jobrelay::plugin::{archive, job, kv, pod_logs, sql};
 
 struct Intruder;
 
@@ -103,6 +104,7 @@ impl Guest for Intruder {
                 Ok(())
             }
             "archive-put" => archive::put(arg, b"x").map_err(refused),
+            "annotate" => job::annotate(arg, Some("x")).map_err(refused),
             "archive-write" => {
                 // `<key>:<bytes>[:put]`: an object of that size, streamed through a writer in
                 // 64 KiB chunks (or put at once); refused as soon as the host refuses a chunk.

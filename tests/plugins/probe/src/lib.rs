@@ -18,6 +18,9 @@
 //! | `spam`         | writes 1 MiB to stdout and stderr and 2,000 log lines, then records |
 //! | `flaky:N`      | fails with `retry` the first N calls for each event id, then records; the count |
 //! |                | is kept in `/data/flaky/<hash of id>` so it survives fresh instances |
+//! | `job-writes`   | runs the writes listed in the annotation `jobrelay.test/writes` (below) |
+//! |                | through the `job` interface, appends one outcome per write to      |
+//! |                | `/data/job-writes.txt` (`<uid> <outcome>` lines), then records     |
 //! | `defer:N`      | defers the first N calls for each event id by one second (`deferral.defer(1)`, |
 //! |                | then `retry`), counted in `/data/deferred/<hash of id>`, then records |
 //! | `http-get`     | GETs the URL in the annotation `jobrelay.test/url` (see below)     |
@@ -31,6 +34,12 @@
 //! no error code; it asks for a retry with `status <n>` for a non-2xx status; otherwise it
 //! returns `Ok` without recording. The URL travels in an annotation, not in the label, because
 //! Kubernetes label values are at most 63 characters with no `:` or `/`.
+//!
+//! `jobrelay.test/writes` holds one write per line: `annotate KEY VALUE`, `label KEY VALUE`
+//! (`-` as the value removes the key), `annotate-big KEY BYTES` (a value of that many `x`),
+//! `flood N` (N label writes in a row) or `sleep MS`. The outcome of a write is `ok`, or the
+//! error's case (`denied`, `invalid`, `gone`, `unavailable`); a flood appends one line with
+//! how many ended each way (`flood ok=8 denied=9992`).
 //!
 //! The config key `fail_init=true` makes `init` refuse its configuration; `init_marker=true`
 //! makes `init` write the file `/data/init-ran`, so a test can tell whether `init` ran.
@@ -47,6 +56,7 @@ use jobrelay_guest::{Guest, HandlerError, JobEvent, phase_name};
 
 const BEHAVE_LABEL: &str = "jobrelay.test/behave";
 const URL_ANNOTATION: &str = "jobrelay.test/url";
+const WRITES_ANNOTATION: &str = "jobrelay.test/writes";
 const OUTPUT: &str = "/data/probe.jsonl";
 
 #[derive(Serialize)]
@@ -167,6 +177,7 @@ impl Guest for Probe {
                 ));
             }
             "spam" => spam(),
+            "job-writes" => job_writes(&event)?,
             "http-get" => {
                 let url = event
                     .annotations
@@ -226,6 +237,60 @@ impl Guest for Probe {
         }
         record(&event)
     }
+}
+
+/// Runs the writes of `jobrelay.test/writes` and appends their outcomes.
+fn job_writes(event: &JobEvent) -> Result<(), HandlerError> {
+    use jobrelay_guest::job;
+    let outcome = |result: Result<(), job::Error>| match result {
+        Ok(()) => "ok",
+        Err(job::Error::Denied(_)) => "denied",
+        Err(job::Error::Invalid(_)) => "invalid",
+        Err(job::Error::Gone(_)) => "gone",
+        Err(job::Error::Unavailable(_)) => "unavailable",
+    };
+    let spec = event
+        .annotations
+        .iter()
+        .find(|(key, _)| key == WRITES_ANNOTATION)
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    let mut lines = String::new();
+    for op in spec.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let parts: Vec<&str> = op.splitn(3, ' ').collect();
+        let value = |v: &str| (v != "-").then(|| v.to_string());
+        let result = match parts.as_slice() {
+            ["annotate", key, v] => outcome(job::annotate(key, value(v).as_deref())).to_string(),
+            ["label", key, v] => outcome(job::label(key, value(v).as_deref())).to_string(),
+            ["annotate-big", key, n] => {
+                let big = "x".repeat(n.parse().unwrap_or(0));
+                outcome(job::annotate(key, Some(&big))).to_string()
+            }
+            ["flood", n] => {
+                let mut counts = std::collections::BTreeMap::new();
+                for i in 0..n.parse::<u32>().unwrap_or(0) {
+                    let key = format!("jobrelay.io/flood-{i}");
+                    *counts
+                        .entry(outcome(job::label(&key, Some("1"))))
+                        .or_insert(0) += 1;
+                }
+                let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{k}={n}")).collect();
+                format!("flood {}", counts.join(" "))
+            }
+            ["sleep", ms] => {
+                busy_wait(ms.parse().unwrap_or(0));
+                continue;
+            }
+            _ => return Err(HandlerError::GiveUp(format!("bad write `{op}`"))),
+        };
+        lines.push_str(&format!("{} {result}\n", event.uid));
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("/data/job-writes.txt")
+        .and_then(|mut file| file.write_all(lines.as_bytes()))
+        .map_err(|e| HandlerError::Retry(format!("cannot append the outcomes: {e}")))
 }
 
 /// Counts this call for the event id in `/data/<dir>/` (a granted folder, so the count
