@@ -8,13 +8,11 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{event, runtime, spec};
+use common::{event, spec};
 use jobrelay_capabilities::Grants;
-use jobrelay_capabilities::Services;
 use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_runtime::{CallError, PluginVersion, Runtime};
-use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::chat::{ChatReceiver, Provider};
 
 const SECRET: &str = "SEC-test-signing-secret";
@@ -27,20 +25,11 @@ struct Setup {
 
 async fn setup(provider: Provider) -> Setup {
     let receiver = ChatReceiver::start(provider).await.expect("receiver");
-    let state = tempfile::tempdir().expect("tempdir");
-    let kv: Arc<dyn PluginKv> = Arc::new(
-        SqliteStore::open(&state.path().join("state.db"))
-            .await
-            .expect("state"),
-    );
-    let services = Services {
-        kv: Some(kv),
-        ..Services::default()
-    };
+    let (state, rt) = common::runtime_with_kv().await;
     Setup {
         receiver,
         _state: state,
-        rt: runtime(services),
+        rt,
     }
 }
 

@@ -6,13 +6,11 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{event, runtime, spec};
+use common::{event, spec};
 use jobrelay_capabilities::Grants;
-use jobrelay_capabilities::Services;
 use jobrelay_capabilities::http::HttpGrant;
 use jobrelay_contract::event::Phase;
 use jobrelay_runtime::{CallError, PluginVersion, Runtime};
-use jobrelay_state::{PluginKv, SqliteStore};
 use jobrelay_testkit::FeishuReceiver;
 
 const SECRET: &str = "test-signing-secret";
@@ -25,20 +23,11 @@ struct Setup {
 
 async fn setup() -> Setup {
     let feishu = FeishuReceiver::start().await.expect("receiver");
-    let state = tempfile::tempdir().expect("tempdir");
-    let kv: Arc<dyn PluginKv> = Arc::new(
-        SqliteStore::open(&state.path().join("state.db"))
-            .await
-            .expect("state"),
-    );
-    let services = Services {
-        kv: Some(kv),
-        ..Services::default()
-    };
+    let (state, rt) = common::runtime_with_kv().await;
     Setup {
         feishu,
         _state: state,
-        rt: runtime(services),
+        rt,
     }
 }
 

@@ -20,22 +20,33 @@ fn phases(lines: &[&Value]) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_recover_a_flaky_plugin_and_keep_each_jobs_order() {
-    init_logs();
+/// A daemon on one simulated cluster (`alpha`, Volcano jobs) running `probe` with `settings`
+/// (manifest lines) and a writable `/data` in `out/probe`, once the cluster is synced.
+async fn probe_daemon(settings: &str) -> (SimCluster, Setup, Daemon) {
     let sim = SimCluster::start("alpha").await.expect("sim");
     let setup = Setup::new("kinds: [{name: volcano-job}]\n");
     setup.install_wasm("probe", "probe.wasm");
     setup.write_manifest(
         "probe",
-        "wasm: probe.wasm\nconcurrency: 3\nretry: {max_attempts: 5, min_delay_ms: 5, max_delay_ms: 40}\n\
-         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
+        &format!(
+            "{settings}grants:\n  filesystem:\n    - {{host: out/probe, guest: /data, writable: true}}\n"
+        ),
     );
     setup.add_cluster(&sim);
     let daemon = Daemon::start(setup.config_dir())
         .await
         .expect("daemon starts");
     wait_synced(&daemon, "alpha").await;
+    (sim, setup, daemon)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_recover_a_flaky_plugin_and_keep_each_jobs_order() {
+    init_logs();
+    let (sim, setup, daemon) = probe_daemon(
+        "wasm: probe.wasm\nconcurrency: 3\nretry: {max_attempts: 5, min_delay_ms: 5, max_delay_ms: 40}\n",
+    )
+    .await;
 
     let mut uids = Vec::new();
     for i in 0..3 {
@@ -230,20 +241,11 @@ async fn a_restart_delivers_exactly_what_changed_while_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferrals_spend_no_attempt_and_survive_a_restart() {
     init_logs();
-    let sim = SimCluster::start("alpha").await.expect("sim");
-    let setup = Setup::new("kinds: [{name: volcano-job}]\n");
-    setup.install_wasm("probe", "probe.wasm");
-    setup.write_manifest(
-        "probe",
+    let (sim, setup, daemon) = probe_daemon(
         "wasm: probe.wasm\nconcurrency: 3\ndelivery: transitions\n\
-         retry: {max_attempts: 1, min_delay_ms: 5, max_delay_ms: 10}\n\
-         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
+         retry: {max_attempts: 1, min_delay_ms: 5, max_delay_ms: 10}\n",
+    )
+    .await;
 
     let mut jobs = Vec::new();
     for i in 0..3 {
@@ -305,19 +307,10 @@ async fn deferrals_spend_no_attempt_and_survive_a_restart() {
 async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
     use jobrelay::cli::ops::dead_letters::{DeadLettersCommand, run};
     init_logs();
-    let sim = SimCluster::start("alpha").await.expect("sim");
-    let setup = Setup::new("kinds: [{name: volcano-job}]\n");
-    setup.install_wasm("probe", "probe.wasm");
-    setup.write_manifest(
-        "probe",
-        "wasm: probe.wasm\nretry: {max_attempts: 2, min_delay_ms: 5, max_delay_ms: 10}\n\
-         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
+    let (sim, setup, daemon) = probe_daemon(
+        "wasm: probe.wasm\nretry: {max_attempts: 2, min_delay_ms: 5, max_delay_ms: 10}\n",
+    )
+    .await;
     // Each event fails three times: two attempts, then the dead-letter list.
     let mut job = JobDriver::builder(Flavor::Volcano, "ml", "unlucky")
         .label("jobrelay.test/behave", "flaky:3")
@@ -401,19 +394,10 @@ async fn dead_letters_survive_a_restart_and_are_replayed_on_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_space_calls_out_across_jobs() {
     init_logs();
-    let sim = SimCluster::start("alpha").await.expect("sim");
-    let setup = Setup::new("kinds: [{name: volcano-job}]\n");
-    setup.install_wasm("probe", "probe.wasm");
-    setup.write_manifest(
-        "probe",
-        "wasm: probe.wasm\nconcurrency: 4\nrate_limits: [{per_second: 5, burst: 1}]\n\
-         grants:\n  filesystem:\n    - {host: out/probe, guest: /data, writable: true}\n",
-    );
-    setup.add_cluster(&sim);
-    let daemon = Daemon::start(setup.config_dir())
-        .await
-        .expect("daemon starts");
-    wait_synced(&daemon, "alpha").await;
+    let (sim, setup, daemon) = probe_daemon(
+        "wasm: probe.wasm\nconcurrency: 4\nrate_limits: [{per_second: 5, burst: 1}]\n",
+    )
+    .await;
 
     let started = std::time::Instant::now();
     let mut uids = Vec::new();

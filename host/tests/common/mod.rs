@@ -50,6 +50,22 @@ pub fn runtime(services: Services) -> Runtime {
     .expect("runtime builds")
 }
 
+/// A runtime whose plugins have a key-value store (SQLite in a temporary folder, kept as long
+/// as the returned folder is).
+pub async fn runtime_with_kv() -> (tempfile::TempDir, Runtime) {
+    let state = tempfile::tempdir().expect("tempdir");
+    let kv: Arc<dyn jobrelay_state::PluginKv> = Arc::new(
+        jobrelay_state::SqliteStore::open(&state.path().join("state.db"))
+            .await
+            .expect("state"),
+    );
+    let services = Services {
+        kv: Some(kv),
+        ..Services::default()
+    };
+    (state, runtime(services))
+}
+
 pub fn spec(name: &str, component: &str, config: &[(&str, &str)], grants: Grants) -> PluginSpec {
     PluginSpec {
         name: name.into(),

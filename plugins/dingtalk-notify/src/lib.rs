@@ -45,15 +45,13 @@ impl Provider for DingTalk {
     };
 
     fn new(settings: &Settings) -> Result<DingTalk, String> {
-        let style = match settings.own("style").map(str::trim) {
-            None | Some("markdown") => Style::Markdown,
-            Some("action_card") => Style::ActionCard,
-            Some(other) => {
-                return Err(format!(
-                    "config `style`: `{other}` is not a style (markdown, action_card)"
-                ));
-            }
-        };
+        let style = settings.own_choice(
+            "style",
+            &[
+                ("markdown", Style::Markdown),
+                ("action_card", Style::ActionCard),
+            ],
+        )?;
         if style == Style::ActionCard {
             if settings.links.is_empty() {
                 return Err(
@@ -211,28 +209,17 @@ jobrelay_notify::export_notifier!(DingTalk);
 mod tests {
     use super::*;
     use jobrelay_notify::job::{JobEvent, sample};
+    use jobrelay_notify::{Notifier, testing};
 
     const HOOK: &str = "https://oapi.dingtalk.com/robot/send?access_token=0123456789abcdef";
 
-    fn notifier(pairs: &[(&str, &str)]) -> Result<(Settings, DingTalk), String> {
-        let mut config: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        config.push(("webhook".into(), HOOK.into()));
-        config.sort();
-        let settings = Settings::from_config(&config, &DingTalk::KEYS)?;
-        let provider = DingTalk::new(&settings)?;
-        Ok((settings, provider))
+    fn notifier(pairs: &[(&str, &str)]) -> Result<Notifier<DingTalk>, String> {
+        testing::notifier::<DingTalk>(HOOK, pairs)
     }
 
     fn send(pairs: &[(&str, &str)], job: &JobEvent) -> (String, Value) {
-        let (settings, provider) = notifier(pairs).expect("valid");
-        let target = settings.target_for(job).expect("a bot").clone();
-        let out = provider
-            .request(Subject::Job(job), &settings, &target, 1_700_000_000_123)
-            .expect("a request");
-        (out.url, serde_json::from_slice(&out.body).expect("JSON"))
+        let notifier = notifier(pairs).expect("valid");
+        testing::request(&notifier, job, 1_700_000_000_123).expect("a request")
     }
 
     #[test]

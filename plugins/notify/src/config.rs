@@ -291,6 +291,28 @@ impl Settings {
         })
     }
 
+    /// The provider's own key `key` read as one of `choices` (the first is the default);
+    /// another value is an error naming the key and the choices.
+    pub fn own_choice<T: Copy>(&self, key: &str, choices: &[(&str, T)]) -> Result<T, String> {
+        let Some(value) = self.own(key).map(str::trim) else {
+            return choices
+                .first()
+                .map(|(_, choice)| *choice)
+                .ok_or_else(|| format!("config `{key}` has no choices"));
+        };
+        choices
+            .iter()
+            .find(|(name, _)| *name == value)
+            .map(|(_, choice)| *choice)
+            .ok_or_else(|| {
+                let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+                format!(
+                    "config `{key}`: `{value}` is not one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+
     /// The value of the provider's own key `key`, if set.
     pub fn own(&self, key: &str) -> Option<&str> {
         self.own
@@ -702,6 +724,17 @@ mod tests {
         running.phase = Phase::Running;
         assert!(!settings.mentions.apply_to(&running));
         assert_eq!(settings.own("style"), Some("action_card"));
+        assert_eq!(
+            settings.own_choice("style", &[("markdown", 1), ("action_card", 2)]),
+            Ok(2)
+        );
+        let refused = settings
+            .own_choice("style", &[("markdown", 1)])
+            .expect_err("not a choice");
+        assert_eq!(
+            refused,
+            "config `style`: `action_card` is not one of markdown"
+        );
         assert_eq!(settings.own("other"), None);
 
         let message = error(&[("webhook", HOOK), ("mention", " , ")]);

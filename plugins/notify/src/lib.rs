@@ -19,6 +19,7 @@ pub mod job;
 pub mod message;
 pub mod noise;
 pub mod template;
+pub mod testing;
 pub mod webhook;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -158,22 +158,15 @@ jobrelay_notify::export_notifier!(Slack);
 mod tests {
     use super::*;
     use jobrelay_notify::job::{JobEvent, Phase, sample};
+    use jobrelay_notify::testing;
 
     const HOOK: &str = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX";
 
     fn send(pairs: &[(&str, &str)], job: &JobEvent) -> Result<Value, String> {
-        let mut config: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        config.push(("webhook".into(), HOOK.into()));
-        config.sort();
-        let settings = Settings::from_config(&config, &Slack::KEYS)?;
-        let provider = Slack::new(&settings)?;
-        let target = settings.target_for(job).expect("a bot").clone();
-        let out = provider.request(Subject::Job(job), &settings, &target, 0)?;
-        assert_eq!(out.url, HOOK);
-        Ok(serde_json::from_slice(&out.body).expect("JSON"))
+        let notifier = testing::notifier::<Slack>(HOOK, pairs)?;
+        let (url, body) = testing::request(&notifier, job, 0)?;
+        assert_eq!(url, HOOK);
+        Ok(body)
     }
 
     #[test]

@@ -42,15 +42,10 @@ impl Provider for WeCom {
     };
 
     fn new(settings: &Settings) -> Result<WeCom, String> {
-        let msgtype = match settings.own("msgtype").map(str::trim) {
-            None | Some("markdown") => MsgType::Markdown,
-            Some("text") => MsgType::Text,
-            Some(other) => {
-                return Err(format!(
-                    "config `msgtype`: `{other}` is not a message type (markdown, text)"
-                ));
-            }
-        };
+        let msgtype = settings.own_choice(
+            "msgtype",
+            &[("markdown", MsgType::Markdown), ("text", MsgType::Text)],
+        )?;
         let mentions = &settings.mentions;
         if msgtype == MsgType::Markdown && (mentions.everyone() || !mentions.mobiles.is_empty()) {
             return Err(
@@ -190,23 +185,16 @@ jobrelay_notify::export_notifier!(WeCom);
 mod tests {
     use super::*;
     use jobrelay_notify::job::{JobEvent, Phase, sample};
+    use jobrelay_notify::testing;
     use serde_json::Value;
 
     const HOOK: &str = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6-7xxx";
 
     fn send(pairs: &[(&str, &str)], job: &JobEvent) -> Result<Value, String> {
-        let mut config: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        config.push(("webhook".into(), HOOK.into()));
-        config.sort();
-        let settings = Settings::from_config(&config, &WeCom::KEYS)?;
-        let provider = WeCom::new(&settings)?;
-        let target = settings.target_for(job).expect("a bot").clone();
-        let out = provider.request(Subject::Job(job), &settings, &target, 0)?;
-        assert_eq!(out.url, HOOK);
-        Ok(serde_json::from_slice(&out.body).expect("JSON"))
+        let notifier = testing::notifier::<WeCom>(HOOK, pairs)?;
+        let (url, body) = testing::request(&notifier, job, 0)?;
+        assert_eq!(url, HOOK);
+        Ok(body)
     }
 
     #[test]
