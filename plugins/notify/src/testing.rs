@@ -38,3 +38,17 @@ pub fn request<P: Provider>(
     let body = serde_json::from_slice(&body).map_err(|e| format!("the body is not JSON: {e}"))?;
     Ok((url, body))
 }
+
+/// The body announcing `job` for a bot at `webhook` configured by `pairs`, for a service whose
+/// URL is the webhook as written (not signed in the URL).
+pub fn body<P: Provider>(
+    webhook: &str,
+    pairs: &[(&str, &str)],
+    job: &JobEvent,
+) -> Result<Value, String> {
+    let (url, body) = request(&notifier::<P>(webhook, pairs)?, job, 0)?;
+    if url != webhook {
+        return Err(format!("posted to {url}, not to the webhook"));
+    }
+    Ok(body)
+}

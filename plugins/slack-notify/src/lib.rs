@@ -163,10 +163,7 @@ mod tests {
     const HOOK: &str = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX";
 
     fn send(pairs: &[(&str, &str)], job: &JobEvent) -> Result<Value, String> {
-        let notifier = testing::notifier::<Slack>(HOOK, pairs)?;
-        let (url, body) = testing::request(&notifier, job, 0)?;
-        assert_eq!(url, HOOK);
-        Ok(body)
+        testing::body::<Slack>(HOOK, pairs, job)
     }
 
     #[test]

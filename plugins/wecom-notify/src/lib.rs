@@ -191,10 +191,7 @@ mod tests {
     const HOOK: &str = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6-7xxx";
 
     fn send(pairs: &[(&str, &str)], job: &JobEvent) -> Result<Value, String> {
-        let notifier = testing::notifier::<WeCom>(HOOK, pairs)?;
-        let (url, body) = testing::request(&notifier, job, 0)?;
-        assert_eq!(url, HOOK);
-        Ok(body)
+        testing::body::<WeCom>(HOOK, pairs, job)
     }
 
     #[test]
