@@ -40,6 +40,21 @@ async fn probe_daemon(settings: &str) -> (SimCluster, Setup, Daemon) {
     (sim, setup, daemon)
 }
 
+/// What probe recorded, once it has recorded every job of `uids` succeeded.
+async fn probe_succeeded(setup: &Setup, uids: &[String], what: &str) -> Vec<Value> {
+    wait_for(what, || {
+        let lines = setup.lines("probe/probe.jsonl");
+        uids.iter()
+            .all(|u| {
+                lines
+                    .iter()
+                    .any(|l| uid_of(l) == *u && l["phase"] == "succeeded")
+            })
+            .then_some(lines)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_recover_a_flaky_plugin_and_keep_each_jobs_order() {
     init_logs();
@@ -60,16 +75,11 @@ async fn retries_recover_a_flaky_plugin_and_keep_each_jobs_order() {
         job.succeeded().expect("succeeded");
         uids.push(job.uid().to_string());
     }
-    let lines = wait_for("every job succeeded through the flaky plugin", || {
-        let lines = setup.lines("probe/probe.jsonl");
-        uids.iter()
-            .all(|u| {
-                lines
-                    .iter()
-                    .any(|l| uid_of(l) == *u && l["phase"] == "succeeded")
-            })
-            .then_some(lines)
-    })
+    let lines = probe_succeeded(
+        &setup,
+        &uids,
+        "every job succeeded through the flaky plugin",
+    )
     .await;
     assert_unique_ids(&lines, "a retried event is recorded once");
     for uid in &uids {
@@ -277,16 +287,11 @@ async fn deferrals_spend_no_attempt_and_survive_a_restart() {
         .await
         .expect("daemon starts again");
     let uids: Vec<String> = jobs.iter().map(|j| j.uid().to_string()).collect();
-    let lines = wait_for("every job succeeded through the deferring plugin", || {
-        let lines = setup.lines("probe/probe.jsonl");
-        uids.iter()
-            .all(|u| {
-                lines
-                    .iter()
-                    .any(|l| uid_of(l) == *u && l["phase"] == "succeeded")
-            })
-            .then_some(lines)
-    })
+    let lines = probe_succeeded(
+        &setup,
+        &uids,
+        "every job succeeded through the deferring plugin",
+    )
     .await;
     assert_unique_ids(&lines, "a deferred event is recorded once");
     for uid in &uids {
