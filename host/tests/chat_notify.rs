@@ -80,7 +80,7 @@ fn throttle_code(provider: Provider) -> &'static str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_service_gets_its_format_once_per_transition_and_its_throttle_is_retried() {
+async fn each_service_gets_its_format_once_per_transition_and_its_throttle_is_deferred() {
     for provider in [Provider::DingTalk, Provider::WeCom, Provider::Slack] {
         let s = setup(provider).await;
         let signed = provider == Provider::DingTalk;
@@ -128,17 +128,23 @@ async fn each_service_gets_its_format_once_per_transition_and_its_throttle_is_re
         plugin.handle(&failed("u-1")).await.expect("handled");
         assert_eq!(s.receiver.attempts("team"), 1, "{provider}");
 
-        // The service's throttle answer is a retry, not a failure that gives up; the retried
-        // call goes through, once.
+        // The service's throttle answer is no failure: the event is deferred (Slack's
+        // `Retry-After: 1`, the robots' own wait), spending no attempt; a 503 is a failure,
+        // retried; then the message goes through, once.
         s.receiver.throttle_next("team", 1);
         match plugin.handle(&failed("u-2")).await {
-            Err(CallError::Retry(reason)) => {
+            Err(CallError::Deferred { after, reason }) => {
                 assert!(
                     reason.contains(throttle_code(provider)),
                     "{provider}: {reason}"
-                )
+                );
+                let expected = match provider {
+                    Provider::Slack => 1,
+                    _ => 10,
+                };
+                assert_eq!(after, Duration::from_secs(expected), "{provider}");
             }
-            other => panic!("{provider}: expected a retry, got {other:?}"),
+            other => panic!("{provider}: expected a deferral, got {other:?}"),
         }
         s.receiver.fail_next("team", 1, 503);
         assert!(matches!(

@@ -89,11 +89,15 @@ async fn signed_cards_once_per_event_and_feishu_codes_mapped() {
     plugin.handle(&pending).await.expect("skipped");
     assert_eq!(s.feishu.attempts("team"), 1);
 
-    // Throttled (HTTP 200, code 11232) and server errors are retried; then it goes through.
+    // Throttled (HTTP 200, code 11232) is deferred, not failed; a server error is retried;
+    // then it goes through.
     s.feishu.throttle_next("team", 1);
     match plugin.handle(&running("u-3", "1")).await {
-        Err(CallError::Retry(reason)) => assert!(reason.contains("11232"), "{reason}"),
-        other => panic!("expected a retry, got {other:?}"),
+        Err(CallError::Deferred { after, reason }) => {
+            assert!(reason.contains("11232"), "{reason}");
+            assert_eq!(after, std::time::Duration::from_secs(2));
+        }
+        other => panic!("expected a deferral, got {other:?}"),
     }
     s.feishu.fail_next("team", 1, 500);
     match plugin.handle(&running("u-3", "1")).await {

@@ -38,6 +38,8 @@ pub struct DingTalk {
 
 impl Provider for DingTalk {
     const SERVICE: &'static str = "DingTalk";
+    /// DingTalk allows 20 a minute per robot.
+    const THROTTLE_SECONDS: u32 = 10;
     const KEYS: Keys = Keys {
         signed: true,
         mentions: true,
@@ -329,7 +331,7 @@ mod tests {
         );
         assert!(matches!(
             classify(r#"{"errcode":130101,"errmsg":"send too fast"}"#),
-            Outcome::Retry(_)
+            Outcome::Throttled(_)
         ));
         let Outcome::GiveUp(message) = classify(r#"{"errcode":310000,"errmsg":"sign not match"}"#)
         else {

@@ -1,7 +1,7 @@
 //! What Feishu's answer means for the event: delivered, retry, or give up.
 //!
 //! Feishu reports most refusals as HTTP 200 with a non-zero `code` in the body (older answers
-//! carry it as `StatusCode`), so the body is always read. Throttling (code 11232) is retried; a
+//! carry it as `StatusCode`), so the body is always read. Throttling (code 11232) is deferred; a
 //! bad signature, a missing keyword, a refused IP or a malformed body gives up at once, with a
 //! message that says what to fix. The status line and requests without an answer are decided as
 //! for every notifier, by the core's `answer` module.
@@ -29,7 +29,7 @@ pub fn classify(status: u16, body: &[u8]) -> Outcome {
     }
     match feishu.code {
         Some(0) => Outcome::Delivered,
-        Some(CODE_FREQUENCY_LIMITED) => Outcome::Retry(format!(
+        Some(CODE_FREQUENCY_LIMITED) => Outcome::Throttled(format!(
             "throttled by Feishu: code {CODE_FREQUENCY_LIMITED} ({})",
             feishu.msg_or("frequency limited")
         )),
@@ -141,13 +141,14 @@ mod tests {
     }
 
     #[test]
-    fn throttling_is_retried() {
-        let message = retry(answer(
-            200,
-            r#"{"code":11232,"msg":"frequency limited","data":{}}"#,
-        ));
+    fn throttling_is_throttled_not_failed() {
+        let Outcome::Throttled(message) =
+            answer(200, r#"{"code":11232,"msg":"frequency limited","data":{}}"#)
+        else {
+            panic!("11232 is throttling");
+        };
         assert!(message.contains("11232"), "{message}");
-        retry(answer(429, ""));
+        assert!(matches!(answer(429, ""), Outcome::Throttled(_)));
     }
 
     #[test]

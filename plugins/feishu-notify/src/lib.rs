@@ -22,6 +22,8 @@ pub struct Feishu;
 
 impl Provider for Feishu {
     const SERVICE: &'static str = "Feishu";
+    /// Feishu allows 5 a second and 100 a minute per bot.
+    const THROTTLE_SECONDS: u32 = 2;
     const KEYS: Keys = Keys {
         signed: true,
         mentions: false,

@@ -64,8 +64,20 @@ impl<'a> Request<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
+    /// The answer's headers, names in lower case, in the order sent.
+    pub headers: Vec<(String, Vec<u8>)>,
     /// Up to the request's `max_response_bytes`.
     pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first value of header `name` (any case), if it is there and is text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
 }
 
 /// A request that got no HTTP answer.
@@ -200,8 +212,18 @@ pub fn send(request: &Request<'_>) -> Result<Response, HttpError> {
     // 429) explains the failure better than the write error, so the answer is what counts.
     let _ = written;
     let status = response.status();
+    let headers = response
+        .headers()
+        .entries()
+        .into_iter()
+        .map(|(name, value)| (name.to_ascii_lowercase(), value))
+        .collect();
     let body = read_body(&response, request.max_response_bytes)?;
-    Ok(Response { status, body })
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 /// Writes `body` in chunks and finishes it. On a failure the body is dropped unfinished, which

@@ -14,6 +14,10 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
+    /// The service said "too many, later": not a failure. The event is deferred (the service's
+    /// `Retry-After`, else the provider's own wait), spending no retry attempt, so a long
+    /// throttle never dead-letters a message.
+    Throttled(String),
     Retry(String),
     GiveUp(String),
 }
@@ -26,6 +30,16 @@ pub enum Transport {
     Denied,
     /// Anything else: DNS, connect, TLS, timeouts, a cut connection.
     Failed(String),
+}
+
+/// The seconds a `Retry-After` header asks for (its delay-seconds form; an HTTP date is not
+/// read), at least 1 and at most an hour.
+pub fn retry_after(value: Option<&str>) -> Option<u32> {
+    value?
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .map(|seconds| seconds.clamp(1, 3600))
 }
 
 /// The outcome of a request that got no answer from `service`.
@@ -44,7 +58,10 @@ pub fn no_answer(transport: Transport, service: &str) -> Outcome {
 /// What the status line alone decides; `None` for a 2xx, whose body decides. `detail` is
 /// appended to the message (what the body said).
 pub fn by_status(status: u16, detail: &str) -> Option<Outcome> {
-    if status == 408 || status == 429 || (500..=599).contains(&status) {
+    if status == 429 {
+        return Some(Outcome::Throttled(format!("HTTP {status}{detail}")));
+    }
+    if status == 408 || (500..=599).contains(&status) {
         return Some(Outcome::Retry(format!("HTTP {status}{detail}")));
     }
     if !(200..=299).contains(&status) {
@@ -88,7 +105,7 @@ impl ErrCode {
     }
 
     /// The outcome of an answer of a service speaking this shape: 0 delivered, a code in
-    /// `throttled` retried, any other code given up with `hint(code)` appended.
+    /// `throttled` throttled, any other code given up with `hint(code)` appended.
     pub fn classify(
         status: u16,
         body: &[u8],
@@ -103,7 +120,7 @@ impl ErrCode {
         match answer.code {
             Some(0) => Outcome::Delivered,
             Some(code) if throttled.contains(&code) => {
-                Outcome::Retry(format!("throttled by {service}{}", answer.suffix()))
+                Outcome::Throttled(format!("throttled by {service}{}", answer.suffix()))
             }
             Some(code) => Outcome::GiveUp(format!(
                 "{service} refused the message{}{}",
@@ -134,7 +151,8 @@ mod tests {
     fn statuses() {
         assert_eq!(by_status(200, ""), None);
         assert_eq!(by_status(204, ""), None);
-        for retried in [408, 429, 500, 502, 503, 599] {
+        assert!(matches!(by_status(429, ""), Some(Outcome::Throttled(_))));
+        for retried in [408, 500, 502, 503, 599] {
             assert!(
                 matches!(by_status(retried, ""), Some(Outcome::Retry(_))),
                 "{retried}"
@@ -161,9 +179,9 @@ mod tests {
             answer(200, r#"{"errcode":0,"errmsg":"ok"}"#),
             Outcome::Delivered
         );
-        let Outcome::Retry(message) = answer(200, r#"{"errcode":130101,"errmsg":"too fast"}"#)
+        let Outcome::Throttled(message) = answer(200, r#"{"errcode":130101,"errmsg":"too fast"}"#)
         else {
-            panic!("throttle retries");
+            panic!("a throttle code is throttling");
         };
         assert!(
             message.contains("130101") && message.contains("too fast"),
@@ -178,6 +196,15 @@ mod tests {
             answer(503, r#"{"errcode":-1}"#),
             Outcome::Retry(_)
         ));
+    }
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(retry_after(Some("30")), Some(30));
+        assert_eq!(retry_after(Some(" 0 ")), Some(1));
+        assert_eq!(retry_after(Some("86400")), Some(3600));
+        assert_eq!(retry_after(Some("Wed, 21 Oct 2026 07:28:00 GMT")), None);
+        assert_eq!(retry_after(None), None);
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! manifest's config once in `init` ([`config`]), decide whether an event is worth a message (a
 //! configured phase, actually reached now), pick the bot (routes by namespace and label, else
 //! the default webhook), make sure a transition is announced once ([`SentLog`], keyed by the
-//! event's transition key), POST through `wasi:http`, and map the answer onto delivered, `retry`
-//! or `give-up` ([`answer`]) without a webhook token or secret in any message. A provider adds
+//! event's transition key), POST through `wasi:http`, and map the answer onto delivered,
+//! throttled (deferred to the service's `Retry-After` or the provider's own wait: not a
+//! failure, no retry attempt spent), `retry` or `give-up` ([`answer`]), without a webhook token
+//! or secret in any message. A provider adds
 //! only what differs ([`Provider`]): its own keys, its body and signature, and its answer codes.
 //! A plugin is then one type and one line, [`export_notifier!`].
 //!
@@ -75,6 +77,9 @@ pub trait Provider: Sized + Send + Sync + 'static {
     const SERVICE: &'static str;
     /// The keys it understands beyond the common ones.
     const KEYS: Keys;
+    /// How long a throttled message waits when the answer says no `Retry-After`: about what
+    /// the service's limit takes to let one more through.
+    const THROTTLE_SECONDS: u32;
 
     /// Checks the provider's own keys (`settings.own`) once, in `init`.
     fn new(settings: &Settings) -> Result<Self, String>;
@@ -204,7 +209,8 @@ impl<P: Provider> Notifier<P> {
         sent: &mut SentLog,
     ) -> Result<(), HandlerError> {
         let bot = format!("{} bot {}", P::SERVICE, target.webhook.redacted());
-        match self.deliver(subject, target) {
+        let (outcome, asked_wait) = self.deliver(subject, target);
+        match outcome {
             Outcome::Delivered => {
                 for key in keys {
                     sent.record(key);
@@ -222,6 +228,12 @@ impl<P: Provider> Notifier<P> {
                 );
                 Ok(())
             }
+            Outcome::Throttled(message) => {
+                let seconds = asked_wait.unwrap_or(P::THROTTLE_SECONDS);
+                let message = target.scrub(&format!("{bot}: {message}; again in {seconds} s"));
+                host_log::write(Level::Info, &message);
+                defer(seconds, &message)
+            }
             Outcome::Retry(message) => {
                 let message = target.scrub(&format!("{bot}: {message}"));
                 host_log::write(Level::Warn, &message);
@@ -235,17 +247,21 @@ impl<P: Provider> Notifier<P> {
         }
     }
 
-    fn deliver(&self, subject: Subject<'_>, target: &Target) -> Outcome {
+    /// One attempt, and the wait the answer asked for (`Retry-After`), if any.
+    fn deliver(&self, subject: Subject<'_>, target: &Target) -> (Outcome, Option<u32>) {
         let request = match self
             .provider
             .request(subject, &self.settings, target, now_millis())
         {
             Ok(request) => request,
-            Err(e) => return Outcome::GiveUp(e),
+            Err(e) => return (Outcome::GiveUp(e), None),
         };
         match post(&request) {
-            Ok(answer) => self.provider.classify(answer.status, &answer.body),
-            Err(transport) => answer::no_answer(transport, P::SERVICE),
+            Ok(answer) => (
+                self.provider.classify(answer.status, &answer.body),
+                answer::retry_after(answer.header("retry-after")),
+            ),
+            Err(transport) => (answer::no_answer(transport, P::SERVICE), None),
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Slack;
 
 impl Provider for Slack {
     const SERVICE: &'static str = "Slack";
+    /// Slack allows about one a second per webhook and says how long in `Retry-After`.
+    const THROTTLE_SECONDS: u32 = 1;
     const KEYS: Keys = Keys {
         signed: false,
         mentions: true,
@@ -219,7 +221,7 @@ mod tests {
         assert_eq!(Slack.classify(200, b"ok"), Outcome::Delivered);
         assert!(matches!(
             Slack.classify(429, b"rate_limited"),
-            Outcome::Retry(_)
+            Outcome::Throttled(_)
         ));
         assert!(matches!(Slack.classify(503, b""), Outcome::Retry(_)));
         assert!(matches!(

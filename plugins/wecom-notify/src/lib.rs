@@ -35,6 +35,8 @@ pub struct WeCom {
 
 impl Provider for WeCom {
     const SERVICE: &'static str = "WeCom";
+    /// WeCom allows 20 a minute per robot.
+    const THROTTLE_SECONDS: u32 = 10;
     const KEYS: Keys = Keys {
         signed: false,
         mentions: true,
@@ -260,7 +262,7 @@ mod tests {
         );
         assert!(matches!(
             classify(r#"{"errcode":45009,"errmsg":"api freq out of limit"}"#),
-            Outcome::Retry(_)
+            Outcome::Throttled(_)
         ));
         assert!(matches!(
             classify(r#"{"errcode":93000,"errmsg":"invalid webhook url"}"#),
