@@ -322,7 +322,7 @@ async fn cloudevents_signed_templated_retried_and_refused() {
     // The later deletion is not in `phases`: handled, nothing sent.
     binary.delete().expect("deleted");
 
-    // (3) Throttled three times (HTTP 429): retried by the host, then delivered in order,
+    // (3) Throttled three times (HTTP 429, `Retry-After: 1`): deferred, then delivered in order,
     // nothing lost or doubled.
     let mut throttled = job(&sim, "throttled", "train-throttled");
     messages(&hooks, "throttled-hook", 1).await;
@@ -377,9 +377,15 @@ async fn cloudevents_signed_templated_retried_and_refused() {
     daemon.idle().await;
     let stats = lane(&daemon, "throttled");
     assert_eq!(
-        (stats.delivered, stats.retried, stats.dead_lettered),
-        (3, 3, 0),
-        "{stats:?}"
+        (
+            stats.delivered,
+            stats.deferred,
+            stats.retried,
+            stats.failed_calls,
+            stats.dead_lettered
+        ),
+        (3, 3, 0, 0, 0),
+        "a 429 is deferred for its Retry-After, not failed: {stats:?}"
     );
     let stats = lane(&daemon, "wrong");
     assert_eq!((stats.retried, stats.dead_lettered), (0, 2), "{stats:?}");

@@ -1,9 +1,11 @@
 """What the receiver's answer (or the lack of one) means for the event.
 
-The split follows one question: could the same request succeed later? A throttled or failing
-receiver (408, 425, 429, 5xx) and a request that got no answer (refused or cut connection,
-DNS, TLS, a timeout of the grant) can, so the host retries the event with backoff, keeping
-the job's order. A refusal (any other status: a bad signature, a wrong path, a body the
+The split follows one question: could the same request succeed later? A throttled receiver
+(429) asks for a wait, which is no failure: the event is deferred through the host's
+`deferral` for its `Retry-After` (else `THROTTLE_SECONDS`), spending no retry attempt. A
+failing receiver (408, 425, 5xx) and a request that got no answer (refused or cut connection,
+DNS, TLS, a timeout of the grant) can succeed later too, so the host retries the event with
+backoff, keeping the job's order. A refusal (any other status: a bad signature, a wrong path, a body the
 receiver does not take) or a destination the host will not connect to cannot, so the event is
 given up — dead-lettered at once, replayable once the cause is fixed.
 
@@ -15,10 +17,23 @@ secret before it is shown.
 import re
 
 DELIVERED = "delivered"
+THROTTLED = "throttled"
 RETRY = "retry"
 GIVE_UP = "give-up"
 
-RETRIED_STATUSES = (408, 425, 429)
+RETRIED_STATUSES = (408, 425)
+# How long a throttled event waits when the answer has no `Retry-After`.
+THROTTLE_SECONDS = 5
+
+
+def retry_after(value):
+    """The seconds a `Retry-After` value asks for (its delay-seconds form; an HTTP date is not
+    read), at least 1 and at most an hour; `None` without a usable value."""
+    try:
+        seconds = int(value.strip())
+    except (AttributeError, ValueError):
+        return None
+    return min(max(seconds, 1), 3600)
 # How much of a refusal's body a message quotes.
 QUOTED = 200
 
@@ -46,6 +61,8 @@ def by_status(status, body, target, secret):
         return DELIVERED, f"{target.shown} answered HTTP {status}"
     said = quote(body, target, secret)
     said = f": {said}" if said else ""
+    if status == 429:
+        return THROTTLED, f"{target.shown} answered HTTP {status}{said}"
     if status in RETRIED_STATUSES or 500 <= status <= 599:
         return RETRY, f"{target.shown} answered HTTP {status}{said}"
     hint = ""

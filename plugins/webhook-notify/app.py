@@ -7,9 +7,10 @@ POST per phase change, to the configured `url`, as a CloudEvent 1.0 in structure
 mode, signed the Standard Webhooks way when a `secret` is set. Events whose phase is not in
 `phases` are skipped (handled, nothing sent).
 
-The receiver's answer decides the event's fate (`answer.py`): a 2xx delivers it; 408, 425,
-429, 5xx and no answer make the host retry it with backoff, keeping the job's order; anything
-else — and a destination the host refuses — gives it up (dead-lettered). Nothing is kept
+The receiver's answer decides the event's fate (`answer.py`): a 2xx delivers it; a 429 defers
+it (the host's `deferral`: its `Retry-After`, no retry attempt spent); 408, 425, 5xx and no
+answer make the host retry it with backoff, keeping the job's order; anything else — and a
+destination the host refuses — gives it up (dead-lettered). Nothing is kept
 between events: no key-value store, so a receiver dedupes on the CloudEvent id / `webhook-id`
 (or on `transitionkey`, per transition).
 
@@ -21,7 +22,7 @@ import time
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import log
+from wit_world.imports import deferral, log
 
 # The contract's `types` (the world also imports wasi:http's, hence the longer name).
 from wit_world.imports import jobrelay_plugin_types as types
@@ -59,8 +60,9 @@ class WitWorld(wit_world.WitWorld):
         headers, body = cloudevent.encode(event, settings)
         if settings.key is not None:
             headers = cloudevent.sign(headers, settings.key, event.id, int(time.time()), body)
+        wait = None
         try:
-            status, said = outbound.post(target, headers, body)
+            status, wait, said = outbound.post(target, headers, body)
         except outbound.NoAnswer as error:
             outcome, message = answer.no_answer(error.code, target, settings.secret)
         except outbound.BadHeader as error:
@@ -74,6 +76,10 @@ class WitWorld(wit_world.WitWorld):
                 f"{event.kind} {subject} {phase}: {cloudevent.TYPE_PREFIX}{phase} posted, {message}",
             )
             return
+        if outcome == answer.THROTTLED:
+            seconds = answer.retry_after(wait) or answer.THROTTLE_SECONDS
+            deferral.defer(seconds)
+            raise Err(types.HandlerError_Retry(f"{message}; again in {seconds} s"))
         if outcome == answer.RETRY:
             raise Err(types.HandlerError_Retry(message))
         raise Err(types.HandlerError_GiveUp(message))

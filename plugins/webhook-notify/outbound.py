@@ -34,7 +34,8 @@ class BadHeader(Exception):
 
 def post(target, headers, body):
     """POSTs `body` (bytes) with `headers` (name, value) pairs to `target` (a
-    `settings.Target`). Returns the answer's status and (the start of) its body."""
+    `settings.Target`). Returns the answer's status, its `Retry-After` value (or `None`) and
+    (the start of) its body."""
     pairs = [(name, value.encode("utf-8")) for name, value in headers]
     try:
         fields = http.Fields.from_list(pairs)
@@ -73,6 +74,9 @@ def post(target, headers, body):
         raise NoAnswer(answer.value.value)
     response = answer.value.value
     status = response.status()
+    with response.headers() as fields:
+        values = fields.get("retry-after")
+    wait = values[0].decode("utf-8", "replace") if values else None
     received = b""
     with response.consume() as incoming:
         with incoming.stream() as reader:
@@ -81,4 +85,4 @@ def post(target, headers, body):
                     received += reader.blocking_read(READ_AT_MOST - len(received))
                 except Err:
                     break  # the end of the body (or a broken stream): what came is kept
-    return status, received
+    return status, wait, received

@@ -188,10 +188,20 @@ class AnswerTests(unittest.TestCase):
     def outcome(self, status, body=b""):
         return answer.by_status(status, body, self.target, SECRET)
 
+    def test_retry_after(self):
+        self.assertEqual(answer.retry_after("30"), 30)
+        self.assertEqual(answer.retry_after(" 0 "), 1)
+        self.assertEqual(answer.retry_after("86400"), 3600)
+        self.assertIsNone(answer.retry_after("Wed, 21 Oct 2026 07:28:00 GMT"))
+        self.assertIsNone(answer.retry_after(None))
+
     def test_statuses(self):
         for status in (200, 201, 202, 204):
             self.assertEqual(self.outcome(status)[0], answer.DELIVERED)
-        for status in (408, 425, 429, 500, 502, 503, 599):
+        outcome, message = self.outcome(429)
+        self.assertEqual(outcome, answer.THROTTLED)
+        self.assertIn("HTTP 429", message)
+        for status in (408, 425, 500, 502, 503, 599):
             outcome, message = self.outcome(status)
             self.assertEqual(outcome, answer.RETRY, status)
             self.assertIn(f"HTTP {status}", message)
