@@ -21,15 +21,7 @@ pub const BUCKETS: [f64; 26] = [
 
 /// The failure kinds counted: every `CallError::kind` but `deferred`, which is not a failure
 /// (a plugin holding an event back on purpose; the lane counts those apart).
-const KINDS: [&str; 7] = [
-    "retry",
-    "give_up",
-    "init_refused",
-    "timeout",
-    "memory_limit",
-    "trap",
-    "host",
-];
+const KINDS: [&str; 7] = CallError::FAILURES;
 
 /// Live counters.
 #[derive(Debug, Default)]

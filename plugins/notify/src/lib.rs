@@ -142,29 +142,28 @@ impl<P: Provider> Notifier<P> {
         }
         let now = now_millis();
         let noise = self.settings.noise;
-        let pending = Pending {
+        // The digest window of this bot, namespace and phase, when digests are on and the
+        // store can keep it; without one, every transition goes on its own.
+        let digest = noise.digest_seconds.and_then(|seconds| {
+            let digests = Digests::new(&bot_name, job);
+            digests.load().map(|window| (seconds, digests, window))
+        });
+        let pending = || Pending {
             key: job.transition_key.clone(),
             line: Message::line(job),
         };
         if let Some(left) = noise.quiet.and_then(|quiet| quiet.seconds_left(now)) {
-            if noise.digest_seconds.is_some() {
+            if let Some((window_seconds, digests, mut window)) = digest {
                 // Listed, so the end of the quiet period brings one digest.
-                let digests = Digests::new(&bot_name, job);
-                if let Some(mut window) = digests.load() {
-                    window.hold(pending);
-                    digests.store(&window, noise.digest_seconds.unwrap_or(0));
-                }
+                window.hold(pending());
+                digests.store(&window, window_seconds);
             }
             return defer(left, &format!("{subject}: quiet hours, {left} s left"));
         }
-        let Some(window_seconds) = noise.digest_seconds else {
+        let Some((window_seconds, digests, mut window)) = digest else {
             return self.send(job, Subject::Job(job), target, &[key], &mut sent);
         };
-        let digests = Digests::new(&bot_name, job);
-        let Some(mut window) = digests.load() else {
-            // No store: every transition goes on its own.
-            return self.send(job, Subject::Job(job), target, &[key], &mut sent);
-        };
+        let pending = pending();
         let batch = match window.decide(now, window_seconds, pending.clone()) {
             Decision::Hold { seconds } => {
                 digests.store(&window, window_seconds);

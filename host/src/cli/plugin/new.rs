@@ -353,7 +353,7 @@ fn first_case(samples: &[(String, JobEvent)]) -> anyhow::Result<(String, String,
     ];
     let tape: String = entries.iter().map(|entry| format!("{entry}\n")).collect();
     let expect =
-        "# One status per event: ok, retry, give_up, trap, timeout, memory_limit, init_refused.\n\
+        "# One status per event: ok, retry, deferred, give_up, trap, timeout, memory_limit, init_refused.\n\
                   outcomes: [ok, ok]\n"
             .to_string();
     Ok((events, tape, expect))
