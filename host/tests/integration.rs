@@ -4,6 +4,7 @@
 mod common;
 
 mod chat_notify;
+mod cleanup_kills;
 mod cli;
 mod config_folder;
 mod credential_expiry;

@@ -3,6 +3,7 @@
 
 mod chart;
 mod chat_sinks;
+mod cleanup;
 mod clusters;
 mod delivery;
 mod finalizers;

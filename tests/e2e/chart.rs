@@ -1104,6 +1104,72 @@ fn the_home_rules_follow_the_configured_kinds_and_plugins() {
     assert!(why.contains("jobResources"), "{why}");
 }
 
+/// Clean-up deletes finished jobs of the kinds its rules name, so those kinds, and only those,
+/// get delete; a dry run never calls DELETE and gets none, nor does a main file without
+/// `cleanup:`. The section reaches the daemon's main file as given.
+#[test]
+fn the_home_rules_grant_delete_only_on_the_kinds_clean_up_deletes() {
+    let set = |verbs: &[&str]| verbs.iter().map(|v| v.to_string()).collect::<BTreeSet<_>>();
+    let batch = ("batch".to_string(), "jobs".to_string());
+    let volcano = ("batch.volcano.sh".to_string(), "jobs".to_string());
+    let values = |cleanup: Value| {
+        let mut config = json!({"kinds": [{"name": "batch-job"}, {"name": "volcano-job"}]});
+        if !cleanup.is_null() {
+            config["cleanup"] = cleanup;
+        }
+        json!({"homeCluster": {"name": "home"}, "config": config,
+            "plugins": {"log-archive": null}})
+    };
+    let rules = json!([{"kinds": ["volcano-job"], "after_finished": "1h"}]);
+    let objects = render(values(json!({"rules": rules})));
+    assert_eq!(main_file(&objects).cleanup.rules.len(), 1);
+    let granted_rules = granted(object(&objects, "ClusterRole"));
+    assert_eq!(granted_rules[&volcano], set(&["list", "watch", "delete"]));
+    assert_eq!(granted_rules[&batch], set(&["list", "watch"]));
+    // Limited to namespaces, the Role in each carries the same delete.
+    let limited = render(with(
+        values(json!({"rules": rules})),
+        json!({"config": {"watch": {"namespaces": ["ml"]}}}),
+    ));
+    let role = granted(object(&limited, "Role"));
+    assert_eq!(role[&volcano], set(&["list", "watch", "delete"]));
+    assert_eq!(role[&batch], set(&["list", "watch"]));
+    // A dry run, and no clean-up at all: nobody gets delete.
+    for cleanup in [json!({"dry_run": true, "rules": rules}), Value::Null] {
+        let objects = render(values(cleanup.clone()));
+        main_file(&objects);
+        let granted_rules = granted(object(&objects, "ClusterRole"));
+        assert!(
+            granted_rules
+                .values()
+                .all(|verbs| !verbs.contains("delete")),
+            "{cleanup}: {granted_rules:?}"
+        );
+        assert_eq!(
+            granted_rules[&volcano],
+            set(&["list", "watch"]),
+            "{cleanup}"
+        );
+    }
+    // With a finalizer too, delete comes after get and patch.
+    let held = render(with(
+        values(json!({"rules": rules})),
+        json!({"config": {"kinds": [{"name": "batch-job"},
+            {"name": "volcano-job", "finalizer": true}]}}),
+    ));
+    let role = object(&held, "ClusterRole");
+    let verbs = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|rule| rule["apiGroups"] == json!(["batch.volcano.sh"]))
+        .map(|rule| rule["verbs"].clone());
+    assert_eq!(
+        verbs,
+        Some(json!(["list", "watch", "get", "patch", "delete"]))
+    );
+}
+
 #[test]
 fn with_leader_election_the_chart_adds_the_lease_role_and_rolls_pods_one_at_a_time() {
     let default = render(json!({}));
@@ -1942,6 +2008,40 @@ fn the_remote_kit_grants_what_the_daemon_calls_and_issues_rotatable_tokens() {
             "{writes}"
         );
     }
+    // `cleanupKinds` (the main file's cleanup.rules kinds) adds delete on those kinds only.
+    let objects = render_remote(json!({
+        "kinds": [{"name": "batch-job"}, {"name": "volcano-job"}],
+        "cleanupKinds": ["batch-job"],
+    }));
+    let rules = granted(object(&objects, "ClusterRole"));
+    assert_eq!(
+        rules[&("batch".to_string(), "jobs".to_string())],
+        set(&["list", "watch", "delete"])
+    );
+    assert_eq!(
+        rules[&("batch.volcano.sh".to_string(), "jobs".to_string())],
+        set(&["list", "watch"])
+    );
+    // The same as the home cluster's for a clean-up of batch jobs.
+    let home = render(json!({
+        "homeCluster": {"name": "home"},
+        "config": {"kinds": [{"name": "batch-job"}, {"name": "volcano-job"}],
+                   "cleanup": {"rules": [{"kinds": ["batch-job"], "after_finished": 3600}]}},
+    }));
+    assert_eq!(rules, granted(object(&home, "ClusterRole")));
+    // A name that is not one of `kinds` is refused, naming it.
+    let why = match helm_template(
+        &remote,
+        &json!({"kinds": [{"name": "batch-job"}], "cleanupKinds": ["batch-job", "volcano-job"]}),
+        &[],
+    ) {
+        Ok(out) => panic!("a clean-up kind that is not watched renders: {out}"),
+        Err(why) => why,
+    };
+    assert!(
+        why.contains("cleanupKinds[1]") && why.contains("volcano-job"),
+        "{why}"
+    );
     let objects = render_remote(json!({}));
     let account = object(&objects, "ServiceAccount");
     assert_eq!(account["metadata"]["name"], "jobrelay");

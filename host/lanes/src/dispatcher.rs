@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
 
 use super::budget::MemoryBudget;
+use super::cleanup::Schedule;
 use super::event_counts::{Count, Counts, EventCounts};
 use super::filter::Verdict;
 use super::finalizer_book::{FinalizerBook, HeldJob};
@@ -30,6 +31,8 @@ pub struct Routes {
     /// What the lanes keep of events in memory, all together; the intake waits while it is
     /// over its limit.
     budget: Arc<MemoryBudget>,
+    /// The finished jobs `cleanup:` deletes, fed with every observation delivered here.
+    cleanup: Option<Arc<Schedule>>,
 }
 
 impl Default for Routes {
@@ -42,6 +45,7 @@ impl Default for Routes {
             observed: Arc::default(),
             delivering: Arc::new(AtomicBool::new(true)),
             budget: MemoryBudget::unbounded(),
+            cleanup: None,
         }
     }
 }
@@ -59,6 +63,19 @@ impl Routes {
     /// (lanes opened for them share it; see [`Routes::budget`]).
     pub fn within(self, budget: Arc<MemoryBudget>) -> Routes {
         Routes { budget, ..self }
+    }
+
+    /// The same routes feeding `schedule` with what they deliver (see [`crate::cleanup`]).
+    pub fn cleaning(self, schedule: Arc<Schedule>) -> Routes {
+        Routes {
+            cleanup: Some(schedule),
+            ..self
+        }
+    }
+
+    /// The clean-up schedule, when there is one.
+    pub fn cleanup(&self) -> Option<&Arc<Schedule>> {
+        self.cleanup.as_ref()
     }
 
     /// The process-wide budget of events kept in memory.
@@ -115,6 +132,9 @@ impl Routes {
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }
+                if let Some(schedule) = &self.cleanup {
+                    schedule.observe(event, &observed.kind);
+                }
                 // The lanes whose filter takes the job: those that take this version, and
                 // those that skip it but may still hold earlier ones (a deletion waits for
                 // them, so they are only gathered for one).
@@ -144,6 +164,9 @@ impl Routes {
             Observation::Listed(listed) => {
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
+                }
+                if let Some(schedule) = &self.cleanup {
+                    schedule.listed(&listed);
                 }
                 for lane in lanes.values().filter(|l| l.wants(&listed.kind.name)) {
                     lane.listed(&listed);

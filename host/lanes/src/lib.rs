@@ -33,9 +33,12 @@
 //! - [`store_writes`]: whether the lanes' writes reach the store (readiness).
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
+//! - [`cleanup`]: the finished jobs that `cleanup:` deletes, when each is due and what still
+//!   holds it; the daemon makes the deletions.
 
 pub mod budget;
 pub mod call_stats;
+pub mod cleanup;
 pub mod cursor_writer;
 pub mod dispatcher;
 pub mod event_counts;

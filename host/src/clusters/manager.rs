@@ -5,13 +5,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
-use super::supervisor::{self, SupervisorHandle};
+use super::supervisor::{self, ClientUsers, SupervisorHandle};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
-use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_watch::watcher::Sink;
 
 /// Owns one supervisor per cluster.
@@ -19,8 +17,8 @@ pub struct ClusterManager {
     running: BTreeMap<String, SupervisorHandle>,
     sink: Sink,
     health: HealthBoard,
-    finalizers: Arc<FinalizerService>,
-    directory: ClusterDirectory,
+    /// Who gets each cluster's client.
+    users: ClientUsers,
     cancel: CancellationToken,
     /// Which clusters may run. A follower in a leader election allows none until
     /// [`activate`](ClusterManager::activate); a sharded replica allows the clusters whose
@@ -42,16 +40,14 @@ impl ClusterManager {
     pub fn new(
         sink: Sink,
         health: HealthBoard,
-        finalizers: Arc<FinalizerService>,
-        directory: ClusterDirectory,
+        users: ClientUsers,
         cancel: CancellationToken,
     ) -> Self {
         ClusterManager {
             running: BTreeMap::new(),
             sink,
             health,
-            finalizers,
-            directory,
+            users,
             cancel,
             scope: Scope::All,
             passive: false,
@@ -91,7 +87,7 @@ impl ClusterManager {
         if let Scope::Only(allowed) = &mut self.scope {
             allowed.insert(name.to_string());
         }
-        self.directory.set_kinds(&main.kinds);
+        self.users.directory.set_kinds(&main.kinds);
         self.stop(name).await;
         if let Some(source) = sources.get(name) {
             self.start(source, main);
@@ -134,7 +130,7 @@ impl ClusterManager {
     /// Apply cluster changes: start added ones, restart changed ones, stop removed ones. Other
     /// clusters are not touched.
     pub async fn apply(&mut self, changes: &[Change<ClusterSource>], main: &Arc<MainConfig>) {
-        self.directory.set_kinds(&main.kinds);
+        self.users.directory.set_kinds(&main.kinds);
         for change in changes {
             match change {
                 Change::Added(source) | Change::Changed(source) => {
@@ -158,7 +154,7 @@ impl ClusterManager {
         sources: &BTreeMap<String, ClusterSource>,
         main: &Arc<MainConfig>,
     ) {
-        self.directory.set_kinds(&main.kinds);
+        self.users.directory.set_kinds(&main.kinds);
         self.stop_all().await;
         for source in sources.values() {
             if self.in_scope(&source.name) {
@@ -181,10 +177,7 @@ impl ClusterManager {
             self.passive,
             self.sink.clone(),
             self.health.clone(),
-            supervisor::ClientUsers {
-                finalizers: self.finalizers.clone(),
-                directory: self.directory.clone(),
-            },
+            self.users.clone(),
             &self.cancel,
         );
         tracing::info!(cluster = %source.name, file = %source.path.display(), "cluster started");

@@ -15,6 +15,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::cleanup::Cleaner;
 use super::credentials::{self, CredentialExpiry};
 use super::finalizer::FinalizerService;
 use super::health::HealthBoard;
@@ -47,17 +48,21 @@ pub struct ClientUsers {
     pub finalizers: Arc<FinalizerService>,
     /// Reads pod logs for plugins.
     pub directory: ClusterDirectory,
+    /// Deletes finished jobs (`cleanup:`).
+    pub cleanup: Arc<Cleaner>,
 }
 
 impl ClientUsers {
     fn register(&self, cluster: &str, client: &Client) {
         self.finalizers.register(cluster, client.clone());
         self.directory.set_client(cluster, client.clone());
+        self.cleanup.register(cluster, client.clone());
     }
 
     fn unregister(&self, cluster: &str) {
         self.finalizers.unregister(cluster);
         self.directory.remove_client(cluster);
+        self.cleanup.unregister(cluster);
     }
 }
 

@@ -10,6 +10,7 @@ use crate::oci::OciSettings;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_coordination::{CoordinationSettings, Mode};
+use jobrelay_lanes::cleanup::{CleanupSettings, CleanupSpec};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
@@ -56,6 +57,9 @@ pub struct MainFile {
     /// jobrelay's finalizer, for kinds with `finalizer: true`.
     #[serde(default)]
     pub finalizers: FinalizerSettings,
+    /// Deleting finished jobs once their plugins have delivered them. Off without rules.
+    #[serde(default)]
+    pub cleanup: CleanupSpec,
     /// Named SQL connections that plugins may be granted. Read once at start.
     #[serde(default)]
     pub sql: SqlSettings,
@@ -279,6 +283,7 @@ pub struct MainConfig {
     /// Where the state lives: the SQLite file (absolute) or the MySQL database.
     pub state: StateBackend,
     pub finalizers: FinalizerSettings,
+    pub cleanup: CleanupSettings,
     pub sql: SqlSettings,
     pub archive: ArchiveLocation,
     pub telemetry: TelemetrySettings,
@@ -424,6 +429,11 @@ impl MainFile {
                     .into(),
             ));
         }
+        let kind_names: Vec<&str> = kinds.iter().map(|k| k.name.as_str()).collect();
+        let cleanup = self
+            .cleanup
+            .validate(&kind_names)
+            .map_err(ConfigError::Invalid)?;
         if let Some(selector) = &self.watch.label_selector {
             jobrelay_contract::label_selector::check(selector)
                 .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;
@@ -546,6 +556,7 @@ impl MainFile {
             runtime,
             state,
             finalizers: self.finalizers,
+            cleanup,
             sql: self.sql,
             archive,
             telemetry: self.telemetry,

@@ -122,6 +122,11 @@ impl ControlLoop {
             .restart_pending
             .write()
             .unwrap_or_else(|p| p.into_inner()) = self.state.restart_pending().to_vec();
+        if let Some(schedule) = self.routes.cleanup()
+            && schedule.settings().as_ref() != &self.state.main().cleanup
+        {
+            schedule.set_settings(self.state.main().cleanup.clone());
+        }
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
         self.plugins
             .retain_components(self.state.plugins().values());

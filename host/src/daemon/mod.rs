@@ -24,9 +24,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::control_loop::ControlLoop;
 use self::plugin_set::{PluginSet, PluginStatus};
+use crate::clusters::cleanup::Cleaner;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
 use crate::clusters::manager::ClusterManager;
+use crate::clusters::supervisor::ClientUsers;
 use crate::config::folder_watch::FolderWatch;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
@@ -37,6 +39,7 @@ use jobrelay_capabilities::Services;
 use jobrelay_coordination::coordinator::BeforeLease;
 use jobrelay_coordination::{Coordinator, Mode};
 use jobrelay_lanes::budget::MemoryBudget;
+use jobrelay_lanes::cleanup::Schedule;
 use jobrelay_lanes::dispatcher::{self, Routes};
 use jobrelay_lanes::finalizer_book::FinalizerBook;
 use jobrelay_runtime::Runtime;
@@ -53,6 +56,8 @@ pub struct Daemon {
     telemetry: Option<std::net::SocketAddr>,
     /// Leader election or sharding, if configured.
     coordinator: Coordinator,
+    /// Clean-up of finished jobs.
+    cleaner: Arc<Cleaner>,
     /// Cancelled when this replica lost the Lease and stopped delivering.
     lost: CancellationToken,
     /// How long calls in flight may go on after the Lease is lost: half the margin between
@@ -89,8 +94,12 @@ impl Daemon {
             releaser.clone(),
             main.finalizers.dead_letter_blocks,
         ));
+        let schedule = Schedule::new(main.cleanup.clone());
         let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone())
-            .within(MemoryBudget::new(main.event_memory_bytes));
+            .within(MemoryBudget::new(main.event_memory_bytes))
+            .cleaning(schedule.clone());
+        let cleaner = Cleaner::new(schedule, routes.clone(), store.clone());
+        tokio::spawn(cleaner.clone().run(cancel.clone()));
         let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
         let plugins = PluginSet::new(
             runtime,
@@ -115,8 +124,11 @@ impl Daemon {
         let mut clusters = ClusterManager::new(
             sink,
             health.clone(),
-            releaser.clone(),
-            directory,
+            ClientUsers {
+                finalizers: releaser.clone(),
+                directory,
+                cleanup: cleaner.clone(),
+            },
             cancel.clone(),
         );
         match coordinator.before_lease() {
@@ -163,6 +175,7 @@ impl Daemon {
             routes: routes.clone(),
             role: role.clone(),
             store: store_health,
+            cleanup: cleaner.clone(),
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(
@@ -179,6 +192,7 @@ impl Daemon {
         };
         Ok(Daemon {
             coordinator,
+            cleaner,
             lost,
             loss_grace,
             telemetry,
@@ -203,6 +217,11 @@ impl Daemon {
     /// Status of every plugin.
     pub fn plugins(&self) -> BTreeMap<String, PluginStatus> {
         self.plugins.status()
+    }
+
+    /// Clean-up of finished jobs: what is scheduled, held back, and deleted.
+    pub fn cleanup(&self) -> crate::clusters::cleanup::CleanupStatus {
+        self.cleaner.status()
     }
 
     /// Config files currently refused, with the reason.

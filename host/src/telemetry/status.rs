@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use super::store_check::{StoreHealth, StoreStatus};
+use crate::clusters::cleanup::{Cleaner, CleanupStatus};
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
 use crate::daemon::plugin_set::{PluginSet, PluginStatus};
 use jobrelay_coordination::Role;
@@ -28,6 +29,8 @@ pub struct StatusSources {
     pub role: tokio::sync::watch::Receiver<Role>,
     /// Whether the state store answers (see [`super::store_check`]).
     pub store: StoreHealth,
+    /// Clean-up of finished jobs.
+    pub cleanup: Arc<Cleaner>,
 }
 
 /// The daemon at one moment.
@@ -63,6 +66,8 @@ pub struct Status {
     pub observed: Vec<ObservedCount>,
     /// What the lanes keep of events in memory, against `event_memory_mb`.
     pub event_memory: EventMemory,
+    /// Finished jobs scheduled for deletion, held back (with the reason), and deleted.
+    pub cleanup: CleanupStatus,
 }
 
 /// The process-wide memory budget of events (see `jobrelay_lanes::budget`).
@@ -139,6 +144,7 @@ impl StatusSources {
                     spilled_events: budget.spilled(),
                 }
             },
+            cleanup: self.cleanup.status(),
         };
         status.attention = status.needs_attention();
         status
@@ -237,6 +243,20 @@ impl Status {
                 "{stored} dead letter(s) stored (jobrelay dead-letters list)"
             ));
         }
+        let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+        for stages in self.cleanup.schedule.jobs.values() {
+            for (stage, n) in stages {
+                if matches!(*stage, "dead_lettered" | "plugin_not_loaded" | "failing") {
+                    *held.entry(stage).or_default() += n;
+                }
+            }
+        }
+        for (stage, n) in held {
+            lines.push(format!(
+                "clean-up: {n} finished job(s) held back ({}); see cleanup.held",
+                stage.replace('_', " ")
+            ));
+        }
         for (path, why) in &self.problems {
             lines.push(format!(
                 "config file {} refused, its last good version stays: {why}",
@@ -297,6 +317,7 @@ mod tests {
             recent_events: Vec::new(),
             observed: Vec::new(),
             event_memory: EventMemory::default(),
+            cleanup: CleanupStatus::default(),
         }
     }
 
@@ -326,8 +347,16 @@ mod tests {
         s.clusters = board.snapshot();
         s.problems
             .insert(PathBuf::from("plugins/x.yaml"), "bad YAML".into());
+        s.cleanup.schedule.jobs.insert(
+            "east".into(),
+            BTreeMap::from([
+                ("dead_lettered", 2),
+                ("scheduled", 9),
+                ("pending_delivery", 4),
+            ]),
+        );
         let lines = s.needs_attention();
-        assert_eq!(lines.len(), 4, "{lines:#?}");
+        assert_eq!(lines.len(), 5, "{lines:#?}");
         assert!(
             lines[0].contains("plugin broken") && lines[0].contains("cannot compile"),
             "{lines:#?}"
@@ -337,7 +366,11 @@ mod tests {
             "{lines:#?}"
         );
         assert!(lines[2].starts_with("318 dead letter(s)"), "{lines:#?}");
-        assert!(lines[3].contains("plugins/x.yaml"), "{lines:#?}");
+        assert_eq!(
+            lines[3], "clean-up: 2 finished job(s) held back (dead lettered); see cleanup.held",
+            "only what waits for an operator: {lines:#?}"
+        );
+        assert!(lines[4].contains("plugins/x.yaml"), "{lines:#?}");
         assert!(s.not_ready_reasons().is_empty(), "still ready");
     }
 }

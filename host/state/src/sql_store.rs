@@ -88,6 +88,7 @@ struct Statements {
     kv_delete: std::sync::Arc<str>,
     kv_usage: std::sync::Arc<str>,
     count_dead_letters: std::sync::Arc<str>,
+    dead_lettered_jobs: std::sync::Arc<str>,
     check: std::sync::Arc<str>,
     inbox: InboxStatements,
 }
@@ -266,6 +267,10 @@ impl Statements {
             count_dead_letters: sql(format!(
                 "SELECT plugin, {} FROM {} GROUP BY plugin",
                 D::integer("COUNT(*)"),
+                t.dead_letters
+            )),
+            dead_lettered_jobs: sql(format!(
+                "SELECT DISTINCT plugin, uid FROM {} WHERE cluster = ?",
                 t.dead_letters
             )),
             check: sql("SELECT 1".to_string()),
@@ -960,6 +965,24 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             .into_iter()
             .filter_map(|row| match row.as_slice() {
                 [Value::Text(plugin), Value::Int(n)] => Some((plugin.clone(), (*n).max(0) as u64)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn dead_lettered_jobs(&self, cluster: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = self
+            .fetch(
+                Statement::new(&self.sql.dead_lettered_jobs).text(cluster),
+                &[Kind::Text, Kind::Text],
+                "list dead-lettered jobs",
+                "dead letter",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| match row.as_slice() {
+                [Value::Text(plugin), Value::Text(uid)] => Some((plugin.clone(), uid.clone())),
                 _ => None,
             })
             .collect())

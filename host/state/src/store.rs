@@ -168,6 +168,19 @@ pub trait DeliveryStore: Send + Sync {
     /// an operator has to look at, across restarts and replicas.
     async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError>;
 
+    /// The (plugin, uid) of every job of `cluster` with a dead letter stored: what holds a
+    /// finished job back from clean-up until the letter is replayed and delivered, or dropped.
+    /// The default reads every dead letter; the SQL store asks for these columns only.
+    async fn dead_lettered_jobs(&self, cluster: &str) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(self
+            .dead_letters(None)
+            .await?
+            .into_iter()
+            .filter(|d| d.event.cluster == cluster)
+            .map(|d| (d.plugin, d.event.uid))
+            .collect())
+    }
+
     /// Whether the store answers now: one trivial statement through the pool. The daemon's
     /// readiness follows it, since a replica whose acknowledgements cannot be written cannot
     /// do its part. (A store that answers but refuses writes — a full disk still takes a

@@ -33,6 +33,6 @@ pub use mariadb::PrivateMariaDb;
 pub use registry::LocalRegistry;
 pub use scenario::Scenario;
 pub use sim::{
-    EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord, ResourceKind,
-    SimCluster, SimError, SimOptions,
+    DeletionRecord, EventType, FieldSelector, Gvr, LabelSelector, PatchKind, RequestRecord,
+    ResourceKind, SimCluster, SimError, SimOptions,
 };

@@ -24,13 +24,23 @@ mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
 
 {{/*
 What jobrelay calls on a watched cluster: list and watch each kind's resource, get and patch
-those it holds with its finalizer (every kind with jobWrites), and with podLogs list pods and
-get their logs. The same
-rules the jobrelay chart gives it on its home cluster.
+those it holds with its finalizer (every kind with jobWrites), delete those of cleanupKinds
+(each must be a name of kinds), and with podLogs list pods and get their logs. The same rules
+the jobrelay chart gives it on its home cluster.
 */}}
 {{- define "remote.rules" -}}
 {{- $builtins := include "remote.builtinKinds" . | fromYaml }}
+{{- $names := list }}
+{{- range .Values.kinds }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- range $i, $name := .Values.cleanupKinds }}
+{{- if not (has $name $names) }}
+{{- fail (printf "cleanupKinds[%d]: `%s` is not a name of kinds (%s); clean-up deletes only watched kinds" $i $name (join ", " $names)) }}
+{{- end }}
+{{- end }}
 {{- $resources := dict }}
+{{- $deletes := dict }}
 {{- range $i, $kind := .Values.kinds }}
 {{- $group := "" }}
 {{- $plural := "" }}
@@ -46,12 +56,13 @@ rules the jobrelay chart gives it on its home cluster.
 {{- end }}
 {{- $key := printf "%s/%s" $group $plural }}
 {{- $_ := set $resources $key (or (get $resources $key | default false) ($kind.finalizer | default false) ($.Values.jobWrites | default false)) }}
+{{- $_ := set $deletes $key (or (get $deletes $key | default false) (has $kind.name ($.Values.cleanupKinds | default list))) }}
 {{- end }}
 {{- range $key := keys $resources | sortAlpha }}
 {{- $parts := splitList "/" $key }}
 - apiGroups: [{{ index $parts 0 | quote }}]
   resources: [{{ index $parts 1 }}]
-  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}]
+  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}{{ if get $deletes $key }}, delete{{ end }}]
 {{- end }}
 {{- if .Values.podLogs }}
 - apiGroups: [""]

@@ -53,15 +53,19 @@ mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
 The rules jobrelay needs on the cluster it runs in, from the main file's kinds (config.kinds,
 or the four kinds watched when it lists none): list and watch each kind's resource, plus get
 and patch where the kind has `finalizer: true` (on every watched kind when a plugin's manifest
-grants `job`: it annotates or labels its jobs); a kind whose `clusters:` does not match
-homeCluster.name is not watched there and gets nothing. Pods (list) and their logs (get) only
-when a plugin's manifest grants `pod_logs`. Nothing else.
+grants `job`: it annotates or labels its jobs), plus delete on the kinds some rule of
+config.cleanup names in its `kinds` (clean-up deletes those jobs once finished), unless
+config.cleanup.dry_run is true (a dry run only logs and counts, it never deletes); a kind whose
+`clusters:` does not match homeCluster.name is not watched there and gets nothing. Pods (list)
+and their logs (get) only when a plugin's manifest grants `pod_logs`. Nothing else.
 */}}
 {{- define "jobrelay.homeRules" -}}
 {{- $builtins := include "jobrelay.builtinKinds" . | fromYaml }}
 {{- $kinds := .Values.config.kinds | default (list (dict "name" "batch-job") (dict "name" "volcano-job") (dict "name" "pytorch-job") (dict "name" "mpi-job")) }}
 {{- $home := .Values.homeCluster.name }}
+{{- $deleted := include "jobrelay.cleanupKinds" . | fromJsonArray }}
 {{- $resources := dict }}
+{{- $deletes := dict }}
 {{- range $i, $kind := $kinds }}
 {{- $watched := true }}
 {{- if $kind.clusters }}
@@ -88,13 +92,14 @@ when a plugin's manifest grants `pod_logs`. Nothing else.
 {{- $key := printf "%s/%s" $group $plural }}
 {{- $held := or (get $resources $key | default false) ($kind.finalizer | default false) (eq (include "jobrelay.jobWrites" $) "true") }}
 {{- $_ := set $resources $key $held }}
+{{- $_ := set $deletes $key (or (get $deletes $key | default false) (has $kind.name $deleted)) }}
 {{- end }}
 {{- end }}
 {{- range $key := keys $resources | sortAlpha }}
 {{- $parts := splitList "/" $key }}
 - apiGroups: [{{ index $parts 0 | quote }}]
   resources: [{{ index $parts 1 }}]
-  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}]
+  verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}{{ if get $deletes $key }}, delete{{ end }}]
 {{- end }}
 {{- if eq (include "jobrelay.podLogs" .) "true" }}
 - apiGroups: [""]
@@ -104,6 +109,28 @@ when a plugin's manifest grants `pod_logs`. Nothing else.
   resources: [pods/log]
   verbs: [get]
 {{- end }}
+{{- end }}
+
+{{/*
+The kind names jobrelay's clean-up deletes, as a JSON list: every name in the `kinds` of a rule
+of config.cleanup; none when config.cleanup.dry_run is true (a dry run never calls DELETE).
+*/}}
+{{- define "jobrelay.cleanupKinds" -}}
+{{- $names := list }}
+{{- $cleanup := dict }}
+{{- if and (hasKey .Values.config "cleanup") (kindIs "map" .Values.config.cleanup) }}
+{{- $cleanup = .Values.config.cleanup }}
+{{- end }}
+{{- if and (not $cleanup.dry_run) (kindIs "slice" $cleanup.rules) }}
+{{- range $cleanup.rules }}
+{{- if and (kindIs "map" .) (kindIs "slice" .kinds) }}
+{{- range .kinds }}
+{{- $names = append $names (toString .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | toJson }}
 {{- end }}
 
 {{/*

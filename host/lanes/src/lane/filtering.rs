@@ -77,6 +77,25 @@ impl Lane {
         }
     }
 
+    /// Whether an event of the job is still queued or in flight here, or on its way to the
+    /// dead-letter list: what clean-up waits for before it deletes a finished job. (A job
+    /// whose events were all delivered, skipped or dead-lettered owes nothing here; its dead
+    /// letters are looked up in the store.)
+    pub fn owes(&self, key: &JobKey) -> bool {
+        let queued = {
+            let queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            !queues.idle(key)
+        };
+        queued || {
+            let overflow = self
+                .inner
+                .overflow
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            overflow.0.iter().any(|(e, _)| e.job_key() == *key)
+        }
+    }
+
     /// Lets go of the job of `event` when the lane knows it and nothing of it waits: it is
     /// forgotten and its cursor removed, so neither a restart nor a re-list brings it back.
     fn let_go(&self, event: &JobEvent) {

@@ -29,7 +29,7 @@ use super::logs::{LogQuery, read as read_log};
 use super::patch::{PatchBody, PatchKind};
 use super::resources::ResourceKind;
 use super::selectors::{FieldSelector, LabelSelector};
-use super::stats::RequestRecord;
+use super::stats::{DeletionRecord, RequestRecord};
 use super::status::SimError;
 use super::store::ObjKey;
 use super::watch::{WatchRequest, start as start_watch};
@@ -319,8 +319,17 @@ async fn dispatch(
             opts.dry_run |= dry_run;
             let deleted = state
                 .store
-                .write(|s| writes::delete(s, &kind.gvr, &ns, name, &opts))?;
-            Ok(json_response(200, &deleted))
+                .write(|s| writes::delete(s, &kind.gvr, &ns, name, &opts));
+            state.stats.record_deletion(DeletionRecord {
+                at: std::time::Instant::now(),
+                resource: kind.gvr.plural.to_string(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                precondition_uid: opts.precondition_uid.clone(),
+                propagation: opts.propagation.clone(),
+                status: deleted.as_ref().map_or_else(|e| e.code, |_| 200),
+            });
+            Ok(json_response(200, &*deleted?))
         }
         (Some(name), Some("log"), &Method::GET) if kind.log_subresource => {
             let log_query = log_query(&query)?;
@@ -546,6 +555,7 @@ fn delete_options(body: &[u8], query: &Query) -> Result<DeleteOptions, SimError>
         .and_then(Value::as_array)
         .is_some_and(|a| a.iter().any(|v| v == "All"));
     Ok(DeleteOptions {
+        propagation: policy.clone(),
         dry_run,
         precondition_uid: text(parsed.pointer("/preconditions/uid")),
         precondition_rv: text(parsed.pointer("/preconditions/resourceVersion")),

@@ -35,7 +35,7 @@ use serde_json::Value;
 pub use patch::PatchKind;
 pub use resources::{Gvr, ResourceKind};
 pub use selectors::{FieldSelector, LabelSelector};
-pub use stats::RequestRecord;
+pub use stats::{DeletionRecord, RequestRecord};
 pub use status::SimError;
 pub use store::EventType;
 
@@ -538,6 +538,11 @@ impl SimCluster {
     /// Every request received, including rejected ones.
     pub fn requests_total(&self) -> usize {
         self.state().stats.total()
+    }
+
+    /// Every DELETE of an object served over HTTP, oldest first.
+    pub fn deletions(&self) -> Vec<DeletionRecord> {
+        self.state().stats.deletions()
     }
 
     /// The last (up to 1000) requests with their status codes, oldest first.

@@ -20,6 +20,23 @@ pub struct RequestRecord {
     pub status: u16,
 }
 
+/// One DELETE of an object over HTTP, as [`crate::SimCluster::deletions`] returns it: every one
+/// is kept (they are few), with the time it was served.
+#[derive(Clone, Debug)]
+pub struct DeletionRecord {
+    pub at: std::time::Instant,
+    /// The resource's plural.
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    /// `preconditions.uid` of the request, if any.
+    pub precondition_uid: Option<String>,
+    /// `propagationPolicy` of the request, if any.
+    pub propagation: Option<String>,
+    /// The response status code.
+    pub status: u16,
+}
+
 #[derive(Default)]
 struct PerResource {
     lists: usize,
@@ -32,6 +49,7 @@ pub(crate) struct Stats {
     open_watches: AtomicUsize,
     per_resource: Mutex<HashMap<Gvr, PerResource>>,
     recent: Mutex<VecDeque<RequestRecord>>,
+    deletions: Mutex<Vec<DeletionRecord>>,
 }
 
 impl Stats {
@@ -58,6 +76,18 @@ impl Stats {
             recent.pop_front();
         }
         recent.push_back(record);
+    }
+
+    pub(crate) fn record_deletion(&self, record: DeletionRecord) {
+        let mut deletions = self.deletions.lock().unwrap_or_else(|e| e.into_inner());
+        deletions.push(record);
+    }
+
+    pub(crate) fn deletions(&self) -> Vec<DeletionRecord> {
+        self.deletions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn recent(&self) -> Vec<RequestRecord> {

@@ -53,6 +53,8 @@ pub(crate) struct DeleteOptions {
     /// `propagationPolicy: Orphan`: dependents lose their owner reference instead of being
     /// deleted.
     pub orphan: bool,
+    /// `propagationPolicy` as given (recorded for tests; only `Orphan` changes what happens).
+    pub propagation: Option<String>,
 }
 
 /// Creates an object. `path_namespace` is the namespace from the URL ("" for cluster-scoped
