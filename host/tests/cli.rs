@@ -428,6 +428,13 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
     assert!(report.contains("mysql-sync (SQLite): 4 jobs"), "{report}");
     assert!(report.contains("log-archive: 4 job archives"), "{report}");
     assert!(report.contains("feishu card (signed):"), "{report}");
+    // The one Volcano job of four is left to jobrelay's clean-up, which deletes it after its
+    // archive and row.
+    assert!(report.contains("cleaned up ml/volcano-1"), "{report}");
+    assert!(
+        report.contains("clean-up: 1 finished jobs deleted"),
+        "{report}"
+    );
     assert!(folder.join("state/embedded/mysql-sync.db").exists());
 
     // A folder an earlier demo made is emptied and used again.

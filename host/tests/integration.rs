@@ -5,6 +5,7 @@ mod common;
 
 mod chat_notify;
 mod cleanup_kills;
+mod cleanup_sharded;
 mod cli;
 mod config_folder;
 mod credential_expiry;

@@ -1,7 +1,8 @@
 //! A small, endless stream of realistic job lifecycles on one simulated cluster, for the
 //! `jobrelay-sim` binary and `jobrelay demo`: a few jobs in flight at once, each advancing one
 //! step per tick (Volcano jobs restart now and then, some jobs fail), every pod writing a log,
-//! and every job deleted at the end.
+//! and every job deleted at the end — unless its flavor is left to a clean-up
+//! ([`Scenario::leaving`]), as jobrelay's `cleanup:` does it.
 
 use anyhow::bail;
 
@@ -18,6 +19,8 @@ pub struct Scenario {
     started: usize,
     /// Jobs to play in all; 0: no end.
     jobs: usize,
+    /// Flavors whose finished jobs are left standing, for someone else to delete.
+    left: Vec<Flavor>,
 }
 
 impl Scenario {
@@ -28,7 +31,14 @@ impl Scenario {
             running: Vec::new(),
             started: 0,
             jobs,
+            left: Vec::new(),
         }
+    }
+
+    /// Leaves finished jobs of `flavor` standing instead of deleting them.
+    pub fn leaving(mut self, flavor: Flavor) -> Scenario {
+        self.left.push(flavor);
+        self
     }
 
     /// Whether every job was played to its end.
@@ -61,6 +71,9 @@ impl Scenario {
                 self.namespace
             ));
             let mut steps = script(flavor, self.started);
+            if self.left.contains(&flavor) {
+                steps.retain(|s| *s != "delete");
+            }
             steps.reverse();
             self.running.push((job, steps));
             self.started += 1;

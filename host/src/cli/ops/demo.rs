@@ -21,8 +21,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use jobrelay_testkit::{FeishuReceiver, Scenario, SimCluster};
+use jobrelay_testkit::{FeishuReceiver, Flavor, Scenario, SimCluster};
 
+use crate::clusters::cleanup::Outcome;
 use crate::config::MAIN_FILE;
 use crate::config::files;
 use crate::config::main_file::MainConfig;
@@ -331,18 +332,26 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<()> {
     );
     println!();
 
-    let mut scenario = Scenario::new(&sim, "ml", args.jobs);
+    // Volcano jobs are not deleted by the scenario: jobrelay's clean-up deletes each once
+    // log-archive and mysql-sync have delivered its end.
+    let mut scenario = Scenario::new(&sim, "ml", args.jobs).leaving(Flavor::Volcano);
     let mut cards_shown = 0;
+    let mut cleaned_shown = 0;
     let played = play(args.interval, || {
         for line in scenario.tick()? {
             println!("{line}");
         }
         cards_shown = print_cards(&feishu, cards_shown);
+        cleaned_shown = print_cleaned(&sim, cleaned_shown);
         Ok(scenario.done())
     })
     .await?;
     if played {
         settle(&daemon, &feishu, &mut cards_shown).await;
+        settle_cleanup(&daemon, || {
+            cleaned_shown = print_cleaned(&sim, cleaned_shown)
+        })
+        .await;
         summary(&daemon, &args.dir, &feishu).await;
     }
     daemon.shutdown(Duration::from_secs(10)).await;
@@ -371,7 +380,9 @@ fn write_config(
             "kinds:\n  - {{name: batch-job}}\n  - {{name: volcano-job, finalizer: true}}\n  \
              - {{name: pytorch-job}}\n  - {{name: mpi-job}}\n\
              plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\narchive: {{local: archive}}\n\
-             telemetry: {{listen: \"{listen}\"}}\n",
+             telemetry: {{listen: \"{listen}\"}}\n\
+             cleanup:\n  rules:\n    - {{kinds: [volcano-job], after_finished: 2s, \
+             once_delivered: [log-archive, mysql-sync]}}\n",
             plugins.display()
         ),
     )?;
@@ -383,7 +394,7 @@ fn write_config(
     write(
         "plugins/log-archive.yaml",
         "wasm: log-archive.wasm\ndelivery: transitions\ntimeout_ms: 20000\n\
-         grants: {pod_logs: {}, archive: {}, kv: true}\n",
+         grants: {pod_logs: {}, archive: {}, kv: true, job: {annotations: [\"archive.jobrelay.io/\"]}}\n",
     )?;
     write(
         "plugins/feishu-notify.yaml",
@@ -409,6 +420,41 @@ fn print_cards(feishu: &FeishuReceiver, shown: usize) -> usize {
         println!("  feishu card ({signed}): {title}");
     }
     cards.len()
+}
+
+/// Prints the jobs jobrelay's clean-up deleted since `shown`; returns the new count.
+fn print_cleaned(sim: &SimCluster, shown: usize) -> usize {
+    let deletions = sim.deletions();
+    for d in deletions.iter().skip(shown) {
+        if d.status == 200 {
+            println!(
+                "  cleaned up {}/{}: its archive and row were delivered, so jobrelay deleted it \
+                 (uid precondition, propagation {})",
+                d.namespace,
+                d.name,
+                d.propagation.as_deref().unwrap_or("default")
+            );
+        }
+    }
+    deletions.len()
+}
+
+/// Waits (up to 30 s) until clean-up has nothing left to delete.
+async fn settle_cleanup(daemon: &Daemon, mut meanwhile: impl FnMut()) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let left = daemon
+            .cleanup()
+            .schedule
+            .jobs
+            .values()
+            .any(|stages| stages.values().any(|n| *n > 0));
+        meanwhile();
+        if !left {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Waits (up to 30 s) until every lane is empty, printing the last cards.
@@ -447,6 +493,14 @@ async fn summary(daemon: &Daemon, dir: &Path, feishu: &FeishuReceiver) {
     let manifests = count_files(&dir.join("archive/log-archive"), "manifest.json");
     println!("  log-archive: {manifests} job archives");
     println!("  feishu-notify: {} cards", feishu.messages(BOT).len());
+    let deleted: u64 = daemon
+        .cleanup()
+        .outcomes
+        .iter()
+        .filter(|o| o.outcome == Outcome::Deleted)
+        .map(|o| o.count)
+        .sum();
+    println!("  clean-up: {deleted} finished jobs deleted once their plugins delivered them");
 }
 
 fn count_files(dir: &Path, name: &str) -> usize {
