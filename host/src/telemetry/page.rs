@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use super::status::Status;
+use crate::clusters::cleanup::Outcome;
 use crate::clusters::health::HealthState;
 use jobrelay_coordination::Role;
 
@@ -231,6 +232,10 @@ pub fn render(status: &Status) -> String {
     }
     html.push_str("</table></section>");
 
+    if status.cleanup.on {
+        cleanup(&mut html, status);
+    }
+
     if !status.problems.is_empty() {
         html.push_str("<section><h2>Config files refused</h2><table><tr><th>file</th><th>reason (the last good version stays in force)</th></tr>");
         for (path, reason) in &status.problems {
@@ -245,6 +250,82 @@ pub fn render(status: &Status) -> String {
     }
     html.push_str("</main></body></html>");
     html
+}
+
+/// Clean-up: what waits per cluster, and the jobs held back with their reasons.
+fn cleanup(html: &mut String, status: &Status) {
+    let c = &status.cleanup;
+    let _ = write!(
+        html,
+        "<section id=\"cleanup\"><h2>Clean-up of finished jobs{}</h2><table><tr><th>cluster</th><th>waiting, by state</th><th class=\"num\">deleted</th></tr>",
+        if c.dry_run { " (dry run)" } else { "" }
+    );
+    let mut deleted: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for o in &c.outcomes {
+        let key = match o.outcome {
+            Outcome::Deleted => Some(o.cluster.as_str()),
+            Outcome::WouldDelete if c.dry_run => Some(o.cluster.as_str()),
+            _ => None,
+        };
+        if let Some(cluster) = key {
+            *deleted.entry(cluster).or_default() += o.count;
+        }
+    }
+    let clusters: std::collections::BTreeSet<&str> = c
+        .schedule
+        .jobs
+        .keys()
+        .map(String::as_str)
+        .chain(deleted.keys().copied())
+        .collect();
+    for cluster in &clusters {
+        let stages = c
+            .schedule
+            .jobs
+            .get(*cluster)
+            .map(|stages| {
+                stages
+                    .iter()
+                    .map(|(stage, n)| format!("{n} {}", stage.replace('_', " ")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>",
+            escape(cluster),
+            escape(&stages),
+            deleted.get(cluster).copied().unwrap_or(0)
+        );
+    }
+    if clusters.is_empty() {
+        html.push_str(
+            "<tr><td colspan=\"3\" class=\"muted\">no finished job covered by a rule yet</td></tr>",
+        );
+    }
+    html.push_str("</table>");
+    if !c.schedule.held.is_empty() {
+        html.push_str(
+            "<table><tr><th>held back</th><th>kind</th><th>finished</th><th>why</th></tr>",
+        );
+        for h in &c.schedule.held {
+            let why = serde_json::to_value(&h.held).unwrap_or_default();
+            let _ = write!(
+                html,
+                "<tr><td>{}/{}/{}</td><td>{}</td><td class=\"muted\">{}</td><td class=\"err\">{} {}</td></tr>",
+                escape(&h.cluster),
+                escape(&h.namespace),
+                escape(&h.name),
+                escape(&h.kind),
+                escape(&h.finished_at),
+                escape(&why["reason"].as_str().unwrap_or_default().replace('_', " ")),
+                escape(why["detail"].as_str().unwrap_or_default()),
+            );
+        }
+        html.push_str("</table>");
+    }
+    html.push_str("</section>");
 }
 
 #[cfg(test)]

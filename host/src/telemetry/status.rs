@@ -371,6 +371,29 @@ mod tests {
             "only what waits for an operator: {lines:#?}"
         );
         assert!(lines[4].contains("plugins/x.yaml"), "{lines:#?}");
+        // The page shows clean-up (only when on), with the held jobs escaped.
+        assert!(!super::super::page::render(&s).contains("Clean-up of finished jobs"));
+        s.cleanup.on = true;
+        s.cleanup
+            .schedule
+            .held
+            .push(jobrelay_lanes::cleanup::HeldView {
+                cluster: "east".into(),
+                kind: "volcano-job".into(),
+                namespace: "ml".into(),
+                name: "<b>x</b>".into(),
+                uid: "u".into(),
+                finished_at: "2026-11-27T00:00:00Z".into(),
+                held: jobrelay_lanes::cleanup::Held::DeadLettered("probe".into()),
+            });
+        let page = super::super::page::render(&s);
+        assert!(page.contains("Clean-up of finished jobs"), "{page}");
+        assert!(page.contains("east/ml/&lt;b&gt;x&lt;/b&gt;"), "{page}");
+        assert!(page.contains("dead lettered probe"), "{page}");
+        assert!(
+            page.contains("2 dead lettered, 4 pending delivery, 9 scheduled"),
+            "{page}"
+        );
         assert!(s.not_ready_reasons().is_empty(), "still ready");
     }
 }
