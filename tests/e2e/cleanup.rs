@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use jobrelay::cli::ops::dead_letters::{DeadLettersCommand, run};
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
-use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
+use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, SimOptions};
 
 /// The probe stands for a plugin that can fail: `giveup` dead-letters at once, `retry` keeps
 /// its event pending (a thousand attempts, a second apart at most).
@@ -182,17 +182,31 @@ async fn a_finished_job_goes_once_its_plugins_delivered_it_and_never_before() {
     daemon.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Clean-up is turned on in a running daemon's main file, as a dry run, after five jobs
+/// finished: the edit lists the clusters again, so the dry run counts those five (once each)
+/// and deletes nothing; turned off, they are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dry_run_deletes_nothing_and_counts_each_job_once() {
+async fn turned_on_live_a_dry_run_counts_every_finished_job_once_and_deletes_nothing() {
     init_logs();
     let sim = SimCluster::start("east").await.expect("sim");
-    let main = |dry: bool| {
+    let main = |cleanup: &str| format!("kinds: [{{name: batch-job}}]\n{cleanup}");
+    let rules = |dry: bool| {
         format!(
-            "kinds: [{{name: batch-job}}]\ncleanup:\n  dry_run: {dry}\n  per_cluster_per_second: 50\n\
+            "cleanup:\n  dry_run: {dry}\n  per_cluster_per_second: 50\n\
              \x20 rules: [{{kinds: [batch-job], after_finished: 0}}]\n"
         )
     };
-    let setup = Setup::new(&main(true));
+    let setup = Setup::new(&main(""));
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest(
+            "event-log.wasm",
+            "log",
+            "events.jsonl",
+            "delivery: transitions\n",
+        ),
+    );
     setup.add_cluster(&sim);
     let daemon = Daemon::start(setup.config_dir())
         .await
@@ -201,6 +215,22 @@ async fn a_dry_run_deletes_nothing_and_counts_each_job_once() {
     let jobs: Vec<JobDriver> = (0..5)
         .map(|i| finished(&sim, Flavor::Batch, "ml", &format!("job-{i}"), ""))
         .collect();
+    wait_for("five ends delivered", || {
+        let lines = setup.lines("log/events.jsonl");
+        (lines.iter().filter(|l| l["phase"] == "succeeded").count() == 5).then_some(())
+    })
+    .await;
+    assert!(!daemon.cleanup().on);
+
+    let edit = |text: String| {
+        let mut whole = std::fs::read_to_string(setup.path("jobrelay.yaml")).expect("main file");
+        if let Some(at) = whole.find("cleanup:") {
+            whole.truncate(at);
+        }
+        whole.push_str(&text);
+        write_atomic(&setup.path("jobrelay.yaml"), whole.as_bytes());
+    };
+    edit(rules(true));
     wait_for("five would-be deletions counted", || {
         (outcomes(&daemon).get("would_delete") == Some(&5)).then_some(())
     })
@@ -217,16 +247,10 @@ async fn a_dry_run_deletes_nothing_and_counts_each_job_once() {
             .all(|j| exists(&sim, &Gvr::BATCH_JOB, "ml", j.name()))
     );
     assert_eq!(daemon.cleanup().schedule.jobs["east"]["would_delete"], 5);
+    let delivered = setup.lines("log/events.jsonl").len();
 
-    // Turned off in the running daemon's main file: now they go.
-    write_atomic(
-        &setup.path("jobrelay.yaml"),
-        {
-            let text = std::fs::read_to_string(setup.path("jobrelay.yaml")).expect("main file");
-            text.replace("dry_run: true", "dry_run: false")
-        }
-        .as_bytes(),
-    );
+    // Turned off: now they go.
+    edit(rules(false));
     wait_for("all five deleted", || {
         jobs.iter()
             .all(|j| !exists(&sim, &Gvr::BATCH_JOB, "ml", j.name()))
@@ -238,7 +262,18 @@ async fn a_dry_run_deletes_nothing_and_counts_each_job_once() {
         (outcomes(&daemon).get("deleted") == Some(&5)).then_some(())
     })
     .await;
-    let _ = main(false);
+    // The re-list repeated nothing to the plugin: only the deletions are new.
+    let lines = setup.lines("log/events.jsonl");
+    assert!(
+        lines[..delivered].iter().all(|l| l["phase"] != "deleted"),
+        "nothing deleted before the dry run ended"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l["phase"] == "succeeded").count(),
+        5,
+        "the re-list delivered no end twice"
+    );
+    let _ = main;
     daemon.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -297,13 +332,23 @@ async fn a_job_recreated_under_its_name_is_never_deleted_by_the_old_schedule() {
 }
 
 /// 10,000 jobs already finished when the daemon starts all come due at once: their deletions
-/// are spaced at the configured pace (100 a second here), never in a burst.
+/// are spaced at the configured pace (50 a second here), never in a burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_jobs_finishing_at_once_are_deleted_at_the_configured_pace() {
     const JOBS: usize = 10_000;
-    const RATE: usize = 100;
+    const RATE: usize = 50;
     init_logs();
-    let sim = SimCluster::start("east").await.expect("sim");
+    // The simulator's garbage collector looks at every object on each deletion; these jobs
+    // have no pods, and without it the simulator takes deletions far faster than the pace.
+    let sim = SimCluster::start_with(
+        "east",
+        SimOptions {
+            garbage_collection: false,
+            ..SimOptions::default()
+        },
+    )
+    .await
+    .expect("sim");
     for i in 0..JOBS {
         let mut job = JobDriver::builder(Flavor::Batch, "ml", &format!("j{i:05}"))
             .without_pods()

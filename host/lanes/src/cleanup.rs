@@ -365,10 +365,23 @@ impl Schedule {
         self.settings.load_full()
     }
 
-    /// New settings from an edited main file: they apply to the entries there are (a job no
-    /// rule covers any more leaves at its next look, [`Schedule::take_due`]).
+    /// New settings from an edited main file: they apply to the entries there are. Every
+    /// waiting job is looked at again at the next [`Schedule::take_due`], so a shortened
+    /// `after_finished` brings it forward, and a job no rule covers any more leaves.
     pub fn set_settings(&self, settings: CleanupSettings) {
         self.settings.store(Arc::new(settings));
+        let now = Instant::now();
+        for entry in self.lock().values_mut() {
+            if let Stage::Waiting { recheck } = &mut entry.stage {
+                *recheck = now;
+            }
+        }
+    }
+
+    /// Whether going from `self` to `next` can cover jobs no rule covered before — a job
+    /// finished earlier is then only scheduled once its cluster is listed again.
+    pub fn rules_differ(&self, next: &CleanupSettings) -> bool {
+        self.settings.load().rules != next.rules
     }
 
     /// One observed version of a job of `kind`: enters a finished job a rule covers, removes a
@@ -452,8 +465,7 @@ impl Schedule {
             let due_at = entry.job.finished_at
                 + chrono::Duration::from_std(rule.after_finished).unwrap_or(chrono::Duration::MAX);
             if due_at > now {
-                // Looked at again when due (or sooner, if the rule is shortened meanwhile —
-                // the next edit resets every wait).
+                // Looked at again when due (an edit of the settings resets every wait).
                 let wait = (due_at - now).to_std().unwrap_or(Duration::ZERO);
                 entry.stage = Stage::Waiting {
                     recheck: instant + wait,

@@ -5,15 +5,16 @@
 //! deleter: one task per cluster, spacing its deletions by `per_cluster_per_second` (a
 //! thousand jobs finishing at once are deleted at that pace, not in a burst on the API
 //! server). Each job is checked when its turn comes, not when it was queued, because its
-//! plugins may have been given more of it while it waited: every plugin in scope (`once_delivered`, or each
-//! whose lane wants the kind) must have nothing of the job queued or in flight and no dead
-//! letter of it stored; otherwise the job is held, with the reason, and looked at again later.
+//! plugins may have been given more of it while it waited: every plugin in scope
+//! (`once_delivered`, or each whose lane wants the kind) must be loaded, have nothing of the
+//! job queued or in flight, and no dead letter of it stored — read from the store right
+//! before the call; otherwise the job is held, with the reason, and looked at again later.
 //!
 //! The deletion carries the job's uid as a precondition (a job re-created under the same
 //! name answers 409 and is left alone) and the configured propagation. A dry run stops
 //! short of the call: it logs and counts the job once.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -40,8 +41,6 @@ const RECHECK_BLOCKED: Duration = Duration::from_secs(10);
 /// A failed deletion is tried again after a wait that doubles from the first to the last.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(300);
-/// How long a cluster's list of dead-lettered jobs is reused by its deleter.
-const DEAD_LETTERS_FRESH: Duration = Duration::from_secs(1);
 
 /// What became of one deletion, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -95,13 +94,21 @@ pub struct OutcomeCount {
 
 type Work = (FinishedJob, Rule);
 
+/// A cluster's deleter task, as the cleaner reaches it.
+struct Deleter {
+    queue: mpsc::UnboundedSender<Work>,
+    /// Cancelled when the cluster stops: the task ends before its next deletion, so a
+    /// cluster that reconnects at once never has two deleters.
+    stop: CancellationToken,
+}
+
 /// The clean-up task's shared state: the clients, one deleter per cluster, the counters.
 pub struct Cleaner {
     schedule: Arc<Schedule>,
     routes: Routes,
     store: Arc<dyn DeliveryStore>,
     clients: RwLock<HashMap<String, Client>>,
-    deleters: Mutex<HashMap<String, mpsc::UnboundedSender<Work>>>,
+    deleters: Mutex<HashMap<String, Deleter>>,
     outcomes: Mutex<BTreeMap<(String, String, Outcome), u64>>,
 }
 
@@ -138,10 +145,14 @@ impl Cleaner {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(cluster);
-        self.deleters
+        if let Some(deleter) = self
+            .deleters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
+            .remove(cluster)
+        {
+            deleter.stop.cancel();
+        }
         self.schedule.forget_cluster(cluster);
     }
 
@@ -177,6 +188,7 @@ impl Cleaner {
                 deleters
                     .entry(job.cluster.clone())
                     .or_insert_with(|| self.start_deleter(&job.cluster))
+                    .queue
                     .clone()
             };
             if let Err(mpsc::error::SendError((job, _))) = sender.send((job, rule)) {
@@ -186,34 +198,54 @@ impl Cleaner {
         }
     }
 
-    fn start_deleter(self: &Arc<Cleaner>, cluster: &str) -> mpsc::UnboundedSender<Work> {
-        let (sender, queue) = mpsc::unbounded_channel();
-        tokio::spawn(self.clone().deleter(cluster.to_string(), queue));
-        sender
+    fn start_deleter(self: &Arc<Cleaner>, cluster: &str) -> Deleter {
+        let (queue, work) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        tokio::spawn(
+            self.clone()
+                .deleter(cluster.to_string(), work, stop.clone()),
+        );
+        Deleter { queue, stop }
     }
 
     /// One cluster's deletions, one at a time at the configured pace, until the cluster stops.
     async fn deleter(
         self: Arc<Cleaner>,
         cluster: String,
-        mut queue: mpsc::UnboundedReceiver<Work>,
+        mut work: mpsc::UnboundedReceiver<Work>,
+        stop: CancellationToken,
     ) {
         let mut pace = Pace::new(self.schedule.settings().per_cluster_per_second);
-        let mut dead_letters = DeadLetters::default();
-        while let Some((job, rule)) = queue.recv().await {
-            let settings = self.schedule.settings();
+        loop {
+            let next = tokio::select! {
+                next = work.recv() => next,
+                _ = stop.cancelled() => None,
+            };
+            let Some((job, rule)) = next else { return };
             let key = job.key();
-            if let Some(held) = self.held(&job, &rule, &mut dead_letters).await {
-                let recheck = match held {
-                    Held::PendingDelivery(_) => RECHECK_PENDING,
-                    _ => RECHECK_BLOCKED,
-                };
-                tracing::debug!(%cluster, job = %job.name, reason = ?held, "clean-up held");
-                self.schedule.hold(&key, held, recheck);
+            // The lanes (in memory) first: a job they still hold spends none of the pace.
+            if let Some(held) = self.lanes_hold(&job, &rule) {
+                self.hold(&cluster, &job, held);
                 continue;
             }
+            let settings = self.schedule.settings();
             pace.follow(settings.per_cluster_per_second);
-            pace.limiter.until_ready().await;
+            tokio::select! {
+                _ = pace.limiter.until_ready() => {}
+                _ = stop.cancelled() => return,
+            }
+            // Its turn: the lanes again (they may have been given more of the job during the
+            // wait), then the store's dead letters, read now. A lane stores a dead letter
+            // before it lets go of the event, so a lane idle now has stored every dead letter
+            // it will make of what it had.
+            let held = match self.lanes_hold(&job, &rule) {
+                Some(held) => Some(held),
+                None => self.dead_lettered(&job, &rule).await,
+            };
+            if let Some(held) = held {
+                self.hold(&cluster, &job, held);
+                continue;
+            }
             let Some(client) = self
                 .clients
                 .read()
@@ -231,7 +263,7 @@ impl Cleaner {
                 (Outcome::WouldDelete, _) => self.schedule.would_delete(&key),
                 (Outcome::Failed, why) => {
                     let failures = self.schedule.failures(&key);
-                    let wait = retry_wait(failures);
+                    let wait = retry_wait(failures.saturating_add(1));
                     tracing::warn!(%cluster, namespace = %job.namespace, job = %job.name,
                         error = %why, retry_in_s = wait.as_secs(), "cannot delete the finished job");
                     self.schedule.hold(&key, Held::Failing(why), wait);
@@ -241,39 +273,61 @@ impl Cleaner {
         }
     }
 
-    /// What still holds the job back, if anything: a plugin in scope with events of it
-    /// queued or in flight, not loaded, or with a dead letter of it stored.
-    async fn held(&self, job: &FinishedJob, rule: &Rule, dead: &mut DeadLetters) -> Option<Held> {
-        let key = job.key();
-        let lanes = self.routes.lanes();
-        let scope: Vec<&str> = match &rule.once_delivered {
-            Some(names) => names.iter().map(String::as_str).collect(),
-            None => lanes
+    fn hold(&self, cluster: &str, job: &FinishedJob, held: Held) {
+        let recheck = match held {
+            Held::PendingDelivery(_) => RECHECK_PENDING,
+            _ => RECHECK_BLOCKED,
+        };
+        tracing::debug!(%cluster, job = %job.name, reason = ?held, "clean-up held");
+        self.schedule.hold(&job.key(), held, recheck);
+    }
+
+    /// The plugins in scope for the job: `once_delivered`, or every plugin whose lane wants
+    /// the kind.
+    fn scope(&self, job: &FinishedJob, rule: &Rule) -> Vec<String> {
+        match &rule.once_delivered {
+            Some(names) => names.clone(),
+            None => self
+                .routes
+                .lanes()
                 .iter()
                 .filter(|(_, lane)| lane.wants(&job.kind.name))
-                .map(|(name, _)| name.as_str())
+                .map(|(name, _)| name.clone())
                 .collect(),
-        };
-        for name in &scope {
-            match lanes.get(*name) {
-                None => return Some(Held::PluginNotLoaded(name.to_string())),
-                Some(lane) if lane.owes(&key) => {
-                    return Some(Held::PendingDelivery(name.to_string()));
-                }
+        }
+    }
+
+    /// A plugin in scope that is not loaded, or that has events of the job queued or in
+    /// flight.
+    fn lanes_hold(&self, job: &FinishedJob, rule: &Rule) -> Option<Held> {
+        let key = job.key();
+        for name in self.scope(job, rule) {
+            match self.routes.get(&name) {
+                None => return Some(Held::PluginNotLoaded(name)),
+                Some(lane) if lane.owes(&key) => return Some(Held::PendingDelivery(name)),
                 Some(_) => {}
             }
         }
+        None
+    }
+
+    /// A plugin in scope with a dead letter of the job stored.
+    async fn dead_lettered(&self, job: &FinishedJob, rule: &Rule) -> Option<Held> {
+        let scope = self.scope(job, rule);
         if scope.is_empty() {
             return None;
         }
-        let lettered = match dead.of(&*self.store, &job.cluster).await {
-            Ok(lettered) => lettered,
-            Err(why) => return Some(Held::Failing(why)),
-        };
-        scope
-            .iter()
-            .find(|name| lettered.contains(&(name.to_string(), job.uid.clone())))
-            .map(|name| Held::DeadLettered(name.to_string()))
+        match self
+            .store
+            .dead_lettered_plugins(&job.cluster, &job.uid)
+            .await
+        {
+            Ok(plugins) => plugins
+                .into_iter()
+                .find(|p| scope.contains(p))
+                .map(Held::DeadLettered),
+            Err(e) => Some(Held::Failing(format!("cannot read the dead letters: {e}"))),
+        }
     }
 
     fn count(&self, job: &FinishedJob, outcome: Outcome) {
@@ -339,36 +393,6 @@ fn retry_wait(failures: u32) -> Duration {
         .build()
         .nth(failures.saturating_sub(1) as usize)
         .unwrap_or(RETRY_MAX)
-}
-
-/// One cluster's dead-lettered jobs, read from the store at most once a second.
-#[derive(Default)]
-struct DeadLetters {
-    read: Option<(Instant, HashSet<(String, String)>)>,
-}
-
-impl DeadLetters {
-    async fn of(
-        &mut self,
-        store: &dyn DeliveryStore,
-        cluster: &str,
-    ) -> Result<&HashSet<(String, String)>, String> {
-        let fresh = self
-            .read
-            .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < DEAD_LETTERS_FRESH);
-        if !fresh {
-            let jobs = store
-                .dead_lettered_jobs(cluster)
-                .await
-                .map_err(|e| format!("cannot read the dead letters: {e}"))?;
-            self.read = Some((Instant::now(), jobs.into_iter().collect()));
-        }
-        match &self.read {
-            Some((_, set)) => Ok(set),
-            None => Err("the dead letters were not read".into()),
-        }
-    }
 }
 
 /// Deletes the job (or, in a dry run, says it would), with its uid as the precondition.

@@ -122,12 +122,19 @@ impl ControlLoop {
             .restart_pending
             .write()
             .unwrap_or_else(|p| p.into_inner()) = self.state.restart_pending().to_vec();
-        if let Some(schedule) = self.routes.cleanup()
-            && schedule.settings().as_ref() != &self.state.main().cleanup
-        {
-            schedule.set_settings(self.state.main().cleanup.clone());
-        }
+        let relist = self.apply_cleanup();
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        if relist {
+            // Jobs that finished before a rule covered them were passed by: the watch offers
+            // each version once. Listing every cluster again shows them to the schedule
+            // (the lanes skip what they already handled).
+            tracing::info!(
+                "clean-up rules changed; re-listing every cluster for the finished jobs"
+            );
+            self.clusters
+                .restart_all(self.state.clusters(), self.state.main())
+                .await;
+        }
         self.plugins
             .retain_components(self.state.plugins().values());
         let now = cluster_names(&self.state);
@@ -138,6 +145,21 @@ impl ControlLoop {
         });
         self.folder.ensure_watched(&self.state.watched_dirs());
         ControlFlow::Continue(())
+    }
+
+    /// Gives the schedule an edited `cleanup:` section; whether its rules changed (the
+    /// clusters are then listed again).
+    fn apply_cleanup(&self) -> bool {
+        let Some(schedule) = self.routes.cleanup() else {
+            return false;
+        };
+        let next = &self.state.main().cleanup;
+        if schedule.settings().as_ref() == next {
+            return false;
+        }
+        let relist = schedule.rules_differ(next) && next.is_on();
+        schedule.set_settings(next.clone());
+        relist
     }
 
     /// Leading: deliver from the shared cursors. Lost: stop.

@@ -88,7 +88,7 @@ struct Statements {
     kv_delete: std::sync::Arc<str>,
     kv_usage: std::sync::Arc<str>,
     count_dead_letters: std::sync::Arc<str>,
-    dead_lettered_jobs: std::sync::Arc<str>,
+    dead_lettered_plugins: std::sync::Arc<str>,
     check: std::sync::Arc<str>,
     inbox: InboxStatements,
 }
@@ -269,8 +269,8 @@ impl Statements {
                 D::integer("COUNT(*)"),
                 t.dead_letters
             )),
-            dead_lettered_jobs: sql(format!(
-                "SELECT DISTINCT plugin, uid FROM {} WHERE cluster = ?",
+            dead_lettered_plugins: sql(format!(
+                "SELECT DISTINCT plugin FROM {} WHERE cluster = ? AND uid = ?",
                 t.dead_letters
             )),
             check: sql("SELECT 1".to_string()),
@@ -970,19 +970,25 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             .collect())
     }
 
-    async fn dead_lettered_jobs(&self, cluster: &str) -> Result<Vec<(String, String)>, StoreError> {
+    async fn dead_lettered_plugins(
+        &self,
+        cluster: &str,
+        uid: &str,
+    ) -> Result<Vec<String>, StoreError> {
         let rows = self
             .fetch(
-                Statement::new(&self.sql.dead_lettered_jobs).text(cluster),
-                &[Kind::Text, Kind::Text],
-                "list dead-lettered jobs",
+                Statement::new(&self.sql.dead_lettered_plugins)
+                    .text(cluster)
+                    .text(uid),
+                &[Kind::Text],
+                "list the plugins with dead letters of a job",
                 "dead letter",
             )
             .await?;
         Ok(rows
             .into_iter()
             .filter_map(|row| match row.as_slice() {
-                [Value::Text(plugin), Value::Text(uid)] => Some((plugin.clone(), uid.clone())),
+                [Value::Text(plugin)] => Some(plugin.clone()),
                 _ => None,
             })
             .collect())

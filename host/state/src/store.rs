@@ -168,17 +168,23 @@ pub trait DeliveryStore: Send + Sync {
     /// an operator has to look at, across restarts and replicas.
     async fn dead_letter_counts(&self) -> Result<BTreeMap<String, u64>, StoreError>;
 
-    /// The (plugin, uid) of every job of `cluster` with a dead letter stored: what holds a
+    /// The plugins with a dead letter of the job `uid` of `cluster` stored: what holds a
     /// finished job back from clean-up until the letter is replayed and delivered, or dropped.
-    /// The default reads every dead letter; the SQL store asks for these columns only.
-    async fn dead_lettered_jobs(&self, cluster: &str) -> Result<Vec<(String, String)>, StoreError> {
-        Ok(self
+    /// The default reads every dead letter; the SQL store asks for this job's only.
+    async fn dead_lettered_plugins(
+        &self,
+        cluster: &str,
+        uid: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut plugins: Vec<String> = self
             .dead_letters(None)
             .await?
             .into_iter()
-            .filter(|d| d.event.cluster == cluster)
-            .map(|d| (d.plugin, d.event.uid))
-            .collect())
+            .filter(|d| d.event.cluster == cluster && d.event.uid == uid)
+            .map(|d| d.plugin)
+            .collect();
+        plugins.dedup();
+        Ok(plugins)
     }
 
     /// Whether the store answers now: one trivial statement through the pool. The daemon's

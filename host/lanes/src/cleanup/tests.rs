@@ -278,3 +278,23 @@ fn an_unreadable_end_time_counts_from_now() {
         "an hour from now, not at once"
     );
 }
+
+#[test]
+fn a_shortened_wait_brings_a_waiting_job_forward() {
+    let schedule = Schedule::new(settings(
+        "rules: [{kinds: [volcano-job], after_finished: 7days}]",
+    ));
+    let v = kind("volcano-job");
+    schedule.observe(
+        &event("a", "ns", Phase::Succeeded, "2026-01-01T00:00:00Z"),
+        &v,
+    );
+    let now = at("2026-01-01T02:00:00Z");
+    let instant = Instant::now();
+    assert!(schedule.take_due(now, instant).is_empty(), "a week to wait");
+    let shorter = settings("rules: [{kinds: [volcano-job], after_finished: 1h}]");
+    assert!(schedule.rules_differ(&shorter));
+    schedule.set_settings(shorter.clone());
+    assert!(!schedule.rules_differ(&shorter));
+    assert_eq!(uids(&schedule.take_due(now, Instant::now())), ["a"]);
+}
