@@ -182,6 +182,72 @@ async fn a_finished_job_goes_once_its_plugins_delivered_it_and_never_before() {
     daemon.shutdown(Duration::from_secs(5)).await;
 }
 
+/// log-archive cannot store the archive (its folder was replaced by a file): its retries end
+/// in a dead letter, and the job stays, held for it. Once the archive is writable again and
+/// the operator replays the letter, the logs are archived, and only then is the job deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_archive_failed_stays_until_it_is_archived() {
+    init_logs();
+    let sim = SimCluster::start("east").await.expect("sim");
+    let setup = Setup::new(
+        "kinds: [{name: volcano-job}]\narchive: {local: archive}\n\
+         cleanup: {rules: [{kinds: [volcano-job], after_finished: 0}]}\n",
+    );
+    setup.install_wasm("log-archive", "log-archive.wasm");
+    setup.write_manifest(
+        "log-archive",
+        &format!("{ARCHIVE}retry: {{max_attempts: 3, min_delay_ms: 200, max_delay_ms: 400}}\n"),
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "east").await;
+    let blocked = setup.path("archive/log-archive");
+    write_atomic(&blocked, b"not a folder");
+
+    let job = finished(&sim, Flavor::Volcano, "ml", "unarchived", "");
+    wait_for("the job held by log-archive's dead letter", || {
+        (held(&daemon).get("unarchived").map(String::as_str) == Some("dead_lettered log-archive"))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        exists(&sim, &Gvr::VOLCANO_JOB, "ml", "unarchived"),
+        "a job whose archive failed stays"
+    );
+    assert!(sim.deletions().is_empty());
+
+    std::fs::remove_file(&blocked).expect("the archive writable again");
+    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
+        setup.path("state/jobrelay.db"),
+    ))
+    .await
+    .expect("open state");
+    run(
+        store.as_ref(),
+        &DeadLettersCommand::Replay {
+            plugin: Some("log-archive".into()),
+            all: true,
+            ids: vec![],
+        },
+    )
+    .await
+    .expect("replay");
+    wait_for("the job deleted once archived", || {
+        (!exists(&sim, &Gvr::VOLCANO_JOB, "ml", "unarchived")).then_some(())
+    })
+    .await;
+    let manifest = setup.path(&format!(
+        "archive/log-archive/east/ml/{}/manifest.json",
+        job.uid()
+    ));
+    assert!(manifest.exists(), "archived before it was deleted");
+    assert_eq!(sim.deletions().len(), 1);
+    daemon.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Clean-up is turned on in a running daemon's main file, as a dry run, after five jobs
 /// finished: the edit lists the clusters again, so the dry run counts those five (once each)
 /// and deletes nothing; turned off, they are deleted.
