@@ -11,17 +11,13 @@ use jobrelay_testkit::{Flavor, Gvr, JobDriver, Pace, SimCluster};
 
 use crate::common::store::drop_tables;
 use crate::common::{mysql_url, unique_prefix};
-use crate::process::{DEADLINE, Relay, plugin_dir, poll, write};
+use crate::process::{DEADLINE, Relay, poll};
+use crate::sharding::{cluster_name, lease_holders, sharded_folder};
 
 const CLUSTERS: usize = 4;
 const JOBS_PER_CLUSTER: usize = 6;
 const GROUP: &str = "tidy";
-const NAMESPACE: &str = "jobrelay";
 const REPLICAS: [&str; 2] = ["r1", "r2"];
-
-fn cluster_name(i: usize) -> String {
-    format!("c{i}")
-}
 
 fn folder(
     home: &SimCluster,
@@ -29,49 +25,21 @@ fn folder(
     identity: &str,
     prefix: &str,
 ) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root = dir.path();
-    write(
-        &root.join("jobrelay.yaml"),
-        &format!(
-            "plugin_dir: {}\nstate: {{url: \"{}\", table_prefix: {prefix}}}\n\
-             debounce_ms: 100\nrescan_seconds: 2\nkinds: [{{name: batch-job}}]\n\
-             cleanup: {{per_cluster_per_second: 20, rules: [{{kinds: [batch-job], after_finished: 1s}}]}}\n\
-             coordination:\n  mode: sharded\n  kubeconfig: home.kubeconfig\n  namespace: {NAMESPACE}\n  \
-             lease_name: {GROUP}\n  identity: {identity}\n  lease_duration_seconds: 3\n  \
-             renew_deadline_seconds: 2\n  retry_period_seconds: 1\n",
-            plugin_dir().display(),
-            mysql_url()
-        ),
-    );
-    write(&root.join("home.kubeconfig"), &home.kubeconfig_yaml());
-    for (i, sim) in sims.iter().enumerate() {
-        write(
-            &root.join(format!("clusters/{}.yaml", cluster_name(i))),
-            &sim.kubeconfig_yaml(),
-        );
-    }
-    write(
-        &root.join("plugins/log.yaml"),
+    sharded_folder(
+        home,
+        sims,
+        (GROUP, identity),
+        prefix,
+        "kinds: [{name: batch-job}]\n\
+         cleanup: {per_cluster_per_second: 20, rules: [{kinds: [batch-job], after_finished: 1s}]}\n",
         "wasm: event-log.wasm\ndelivery: transitions\n\
          grants:\n  filesystem:\n    - {host: out/log, guest: /data, writable: true}\n\
          config:\n  file: events.jsonl\n",
-    );
-    dir
+    )
 }
 
-/// Holder of each cluster's Lease, as the home cluster has it now.
 fn holders(home: &SimCluster) -> BTreeMap<String, String> {
-    let leases = home.list(&Gvr::LEASE, Some(NAMESPACE)).unwrap_or_default();
-    leases
-        .iter()
-        .filter_map(|l| {
-            let name = l["metadata"]["name"].as_str()?;
-            let cluster = name.strip_prefix(&format!("{GROUP}-cluster-"))?;
-            let holder = l["spec"]["holderIdentity"].as_str()?;
-            Some((cluster.to_string(), holder.to_string()))
-        })
-        .collect()
+    lease_holders(home, GROUP)
 }
 
 /// The (cluster, job) pairs a replica's log says it deleted.

@@ -32,7 +32,7 @@ const JOBS_PER_CLUSTER: usize = 5;
 const GROUP: &str = "relay";
 const NAMESPACE: &str = "jobrelay";
 
-fn cluster_name(i: usize) -> String {
+pub(crate) fn cluster_name(i: usize) -> String {
     format!("c{i}")
 }
 
@@ -44,15 +44,41 @@ fn folder(
     identity: &str,
     prefix: &str,
 ) -> tempfile::TempDir {
+    sharded_folder(
+        home,
+        sims,
+        (GROUP, identity),
+        prefix,
+        "",
+        &format!(
+            "wasm: event-log.wasm\ndelivery: every-version\ntimeout_ms: 5000\nconcurrency: {CONCURRENCY}\n\
+             grants:\n  filesystem:\n    - {{host: out/log, guest: /data, writable: true}}\n\
+             config:\n  file: events.jsonl\n"
+        ),
+    )
+}
+
+/// A sharded replica's config folder: `sims` as clusters `c0`, `c1`, …, the state on the test
+/// MariaDB under `prefix`, Leases of `group` in the home cluster (3 s, renewed within 2 s,
+/// tried every second) held as `identity`, `main` added to the main file, and `log` as the
+/// manifest `plugins/log.yaml`.
+pub(crate) fn sharded_folder(
+    home: &SimCluster,
+    sims: &[SimCluster],
+    (group, identity): (&str, &str),
+    prefix: &str,
+    main: &str,
+    log: &str,
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     write(
         &root.join("jobrelay.yaml"),
         &format!(
             "plugin_dir: {}\nstate: {{url: \"{}\", table_prefix: {prefix}}}\n\
-             debounce_ms: 100\nrescan_seconds: 2\n\
+             debounce_ms: 100\nrescan_seconds: 2\n{main}\
              coordination:\n  mode: sharded\n  kubeconfig: home.kubeconfig\n  namespace: {NAMESPACE}\n  \
-             lease_name: {GROUP}\n  identity: {identity}\n  lease_duration_seconds: 3\n  \
+             lease_name: {group}\n  identity: {identity}\n  lease_duration_seconds: 3\n  \
              renew_deadline_seconds: 2\n  retry_period_seconds: 1\n",
             plugin_dir().display(),
             mysql_url()
@@ -65,25 +91,23 @@ fn folder(
             &sim.kubeconfig_yaml(),
         );
     }
-    write(
-        &root.join("plugins/log.yaml"),
-        &format!(
-            "wasm: event-log.wasm\ndelivery: every-version\ntimeout_ms: 5000\nconcurrency: {CONCURRENCY}\n\
-             grants:\n  filesystem:\n    - {{host: out/log, guest: /data, writable: true}}\n\
-             config:\n  file: events.jsonl\n"
-        ),
-    );
+    write(&root.join("plugins/log.yaml"), log);
     dir
 }
 
 /// Holder of each cluster's Lease, as the home cluster has it now.
 fn holders(home: &SimCluster) -> BTreeMap<String, String> {
+    lease_holders(home, GROUP)
+}
+
+/// Holder of each cluster's Lease of `group`, as the home cluster has it now.
+pub(crate) fn lease_holders(home: &SimCluster, group: &str) -> BTreeMap<String, String> {
     let leases = home.list(&Gvr::LEASE, Some(NAMESPACE)).unwrap_or_default();
     leases
         .iter()
         .filter_map(|l| {
             let name = l["metadata"]["name"].as_str()?;
-            let cluster = name.strip_prefix(&format!("{GROUP}-cluster-"))?;
+            let cluster = name.strip_prefix(&format!("{group}-cluster-"))?;
             let holder = l["spec"]["holderIdentity"].as_str()?;
             Some((cluster.to_string(), holder.to_string()))
         })

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use jobrelay::cli::ops::dead_letters::{DeadLettersCommand, run};
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
-use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, SimOptions};
+use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
 
 /// The probe stands for a plugin that can fail: `giveup` dead-letters at once, `retry` keeps
 /// its event pending (a thousand attempts, a second apart at most).
@@ -57,6 +57,17 @@ fn held(daemon: &Daemon) -> BTreeMap<String, String> {
             )
         })
         .collect()
+}
+
+/// `jobrelay dead-letters …` on the daemon's state file, as an operator runs it beside the
+/// daemon.
+async fn operator(setup: &Setup, command: DeadLettersCommand) {
+    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
+        setup.path("state/jobrelay.db"),
+    ))
+    .await
+    .expect("open state");
+    run(store.as_ref(), &command).await.expect("dead-letters");
 }
 
 fn finished(sim: &SimCluster, flavor: Flavor, ns: &str, name: &str, behave: &str) -> JobDriver {
@@ -144,21 +155,15 @@ async fn a_finished_job_goes_once_its_plugins_delivered_it_and_never_before() {
     assert_eq!(jobs.get("dead_lettered"), Some(&1), "{jobs:?}");
 
     // The operator drops the dead letter: that is a decision, and the job goes.
-    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
-        setup.path("state/jobrelay.db"),
-    ))
-    .await
-    .expect("open state");
-    run(
-        store.as_ref(),
-        &DeadLettersCommand::Drop {
+    operator(
+        &setup,
+        DeadLettersCommand::Drop {
             plugin: Some("probe".into()),
             all: true,
             ids: vec![],
         },
     )
-    .await
-    .expect("drop");
+    .await;
     wait_for("the dropped job deleted", || {
         (!exists(&sim, &Gvr::VOLCANO_JOB, "team-a", "dead")).then_some(())
     })
@@ -220,21 +225,15 @@ async fn a_job_whose_archive_failed_stays_until_it_is_archived() {
     assert!(sim.deletions().is_empty());
 
     std::fs::remove_file(&blocked).expect("the archive writable again");
-    let store = jobrelay_state::open_store(&jobrelay_state::StateBackend::Sqlite(
-        setup.path("state/jobrelay.db"),
-    ))
-    .await
-    .expect("open state");
-    run(
-        store.as_ref(),
-        &DeadLettersCommand::Replay {
+    operator(
+        &setup,
+        DeadLettersCommand::Replay {
             plugin: Some("log-archive".into()),
             all: true,
             ids: vec![],
         },
     )
-    .await
-    .expect("replay");
+    .await;
     wait_for("the job deleted once archived", || {
         (!exists(&sim, &Gvr::VOLCANO_JOB, "ml", "unarchived")).then_some(())
     })
@@ -404,25 +403,7 @@ async fn ten_thousand_jobs_finishing_at_once_are_deleted_at_the_configured_pace(
     const JOBS: usize = 10_000;
     const RATE: usize = 50;
     init_logs();
-    // The simulator's garbage collector looks at every object on each deletion; these jobs
-    // have no pods, and without it the simulator takes deletions far faster than the pace.
-    let sim = SimCluster::start_with(
-        "east",
-        SimOptions {
-            garbage_collection: false,
-            ..SimOptions::default()
-        },
-    )
-    .await
-    .expect("sim");
-    for i in 0..JOBS {
-        let mut job = JobDriver::builder(Flavor::Batch, "ml", &format!("j{i:05}"))
-            .without_pods()
-            .create(&sim)
-            .expect("create");
-        job.running().expect("running");
-        job.succeeded().expect("succeeded");
-    }
+    let sim = finished_batch_jobs(JOBS).await;
     let setup = Setup::new(&format!(
         "kinds: [{{name: batch-job}}]\n\
          cleanup: {{per_cluster_per_second: {RATE}, rules: [{{kinds: [batch-job], after_finished: 0}}]}}\n"

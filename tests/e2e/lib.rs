@@ -340,3 +340,31 @@ pub async fn http_exchange(
         .ok_or_else(|| std::io::Error::other("no status line"))?;
     Ok((code, text))
 }
+
+/// A simulated cluster `east` holding `jobs` batch jobs in `ml` that have already finished
+/// (`j00000`, `j00001`, …; no pods), for clean-up at scale. Its garbage collector is off: it
+/// looks at every object on each deletion, and would be the limit, not the daemon.
+pub async fn finished_batch_jobs(jobs: usize) -> SimCluster {
+    let sim = SimCluster::start_with(
+        "east",
+        jobrelay_testkit::SimOptions {
+            garbage_collection: false,
+            ..jobrelay_testkit::SimOptions::default()
+        },
+    )
+    .await
+    .expect("sim");
+    for i in 0..jobs {
+        let mut job = jobrelay_testkit::JobDriver::builder(
+            jobrelay_testkit::Flavor::Batch,
+            "ml",
+            &format!("j{i:05}"),
+        )
+        .without_pods()
+        .create(&sim)
+        .expect("create");
+        job.running().expect("running");
+        job.succeeded().expect("succeeded");
+    }
+    sim
+}

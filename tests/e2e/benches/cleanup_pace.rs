@@ -11,8 +11,7 @@
 use std::time::{Duration, Instant};
 
 use jobrelay::daemon::Daemon;
-use jobrelay_e2e::Setup;
-use jobrelay_testkit::{Flavor, JobDriver, SimCluster, SimOptions};
+use jobrelay_e2e::{Setup, finished_batch_jobs};
 
 const JOBS: usize = 10_000;
 
@@ -29,23 +28,7 @@ fn cpu() -> Duration {
 }
 
 async fn run(pace: u32) {
-    let sim = SimCluster::start_with(
-        "east",
-        SimOptions {
-            garbage_collection: false,
-            ..SimOptions::default()
-        },
-    )
-    .await
-    .expect("sim");
-    for i in 0..JOBS {
-        let mut job = JobDriver::builder(Flavor::Batch, "ml", &format!("j{i:05}"))
-            .without_pods()
-            .create(&sim)
-            .expect("create");
-        job.running().expect("running");
-        job.succeeded().expect("succeeded");
-    }
+    let sim = finished_batch_jobs(JOBS).await;
     let setup = Setup::new(&format!(
         "kinds: [{{name: batch-job}}]\n\
          cleanup: {{per_cluster_per_second: {pace}, rules: [{{kinds: [batch-job], after_finished: 0}}]}}\n"
