@@ -467,3 +467,53 @@ async fn ten_thousand_jobs_finishing_at_once_are_deleted_at_the_configured_pace(
         times.len()
     );
 }
+
+/// Six Volcano jobs fail at once and wait their turns at one deletion a second; the last one
+/// is restarted by its policy (failed → restarting → running) while it waits. Its turn comes
+/// with it running again: it is not deleted, though it was already queued for deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_restarted_while_it_waits_its_turn_is_not_deleted() {
+    init_logs();
+    let sim = SimCluster::start("east").await.expect("sim");
+    let setup = Setup::new(
+        "kinds: [{name: volcano-job}]\n\
+         cleanup: {per_cluster_per_second: 1, rules: [{kinds: [volcano-job], after_finished: 0}]}\n",
+    );
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("daemon starts");
+    wait_synced(&daemon, "east").await;
+    let mut jobs: Vec<JobDriver> = (0..6)
+        .map(|i| {
+            let mut job = JobDriver::builder(Flavor::Volcano, "ml", &format!("f{i}"))
+                .pace(jobrelay_testkit::Pace::Wall)
+                .create(&sim)
+                .expect("create");
+            job.running().expect("running");
+            job.failed("PodFailed").expect("failed");
+            job
+        })
+        .collect();
+    wait_for("the backlog queued for deletion", || {
+        let status = daemon.cleanup();
+        (status.schedule.jobs.get("east")?.get("due").copied()? >= 5).then_some(())
+    })
+    .await;
+    let last = jobs.last_mut().expect("six jobs");
+    last.restarting().expect("restarting");
+    last.running().expect("running");
+    wait_for("the five others deleted", || {
+        (sim.deletions().len() == 5).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        exists(&sim, &Gvr::VOLCANO_JOB, "ml", "f5"),
+        "the restarted job runs on"
+    );
+    let deletions = sim.deletions();
+    assert_eq!(deletions.len(), 5, "{deletions:#?}");
+    assert!(deletions.iter().all(|d| d.name != "f5"));
+    daemon.shutdown(Duration::from_secs(5)).await;
+}

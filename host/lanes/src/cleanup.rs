@@ -369,13 +369,19 @@ impl Schedule {
     /// waiting job is looked at again at the next [`Schedule::take_due`], so a shortened
     /// `after_finished` brings it forward, and a job no rule covers any more leaves.
     pub fn set_settings(&self, settings: CleanupSettings) {
-        self.settings.store(Arc::new(settings));
         let now = Instant::now();
-        for entry in self.lock().values_mut() {
+        let mut entries = self.lock();
+        entries.retain(|_, e| {
+            settings
+                .rule_for(&e.job.kind.name, &e.job.namespace)
+                .is_some()
+        });
+        for entry in entries.values_mut() {
             if let Stage::Waiting { recheck } = &mut entry.stage {
                 *recheck = now;
             }
         }
+        self.settings.store(Arc::new(settings));
     }
 
     /// Whether going from `self` to `next` can cover jobs no rule covered before — a job
@@ -439,16 +445,12 @@ impl Schedule {
 
     /// The jobs due now and not looked at since their last recheck time, with the rule that
     /// covers each. Each is handed out once (taken) until [`Schedule::hold`],
-    /// [`Schedule::would_delete`] or [`Schedule::done`] says what became of it. Jobs no rule
-    /// covers any more leave.
+    /// [`Schedule::failed`], [`Schedule::would_delete`] or [`Schedule::done`] says what became
+    /// of it, or an observation takes it out ([`Schedule::still_taken`] tells). Jobs no rule
+    /// covers any more were taken out by the edit ([`Schedule::set_settings`]).
     pub fn take_due(&self, now: DateTime<Utc>, instant: Instant) -> Vec<(FinishedJob, Rule)> {
         let settings = self.settings.load_full();
         let mut entries = self.lock();
-        entries.retain(|_, e| {
-            settings
-                .rule_for(&e.job.kind.name, &e.job.namespace)
-                .is_some()
-        });
         let mut due = Vec::new();
         for entry in entries.values_mut() {
             let ready = match &entry.stage {
@@ -481,9 +483,6 @@ impl Schedule {
     /// A taken job is held back for `why`, and looked at again after `recheck`.
     pub fn hold(&self, key: &JobKey, why: Held, recheck: Duration) {
         if let Some(entry) = self.lock().get_mut(key) {
-            if matches!(why, Held::Failing(_)) {
-                entry.failures = entry.failures.saturating_add(1);
-            }
             entry.stage = Stage::Held {
                 why,
                 recheck: Instant::now() + recheck,
@@ -491,9 +490,30 @@ impl Schedule {
         }
     }
 
-    /// How many deletions of the job failed so far.
-    pub fn failures(&self, key: &JobKey) -> u32 {
-        self.lock().get(key).map_or(0, |e| e.failures)
+    /// A deletion of a taken job failed with `error`: held as failing, looked at again after
+    /// `wait(n)`, `n` being how many of its deletions failed so far (this one included; other
+    /// holds do not count). Returns the wait chosen.
+    pub fn failed(&self, key: &JobKey, error: String, wait: impl Fn(u32) -> Duration) -> Duration {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(key) else {
+            return Duration::ZERO;
+        };
+        entry.failures = entry.failures.saturating_add(1);
+        let after = wait(entry.failures);
+        entry.stage = Stage::Held {
+            why: Held::Failing(error),
+            recheck: Instant::now() + after,
+        };
+        after
+    }
+
+    /// Whether the job is still taken for deletion: no observation took it out since (it runs
+    /// again, is being deleted, or is gone) and no edit dropped its rule. Asked right before
+    /// the DELETE, since a taken job may wait its turn behind a long backlog.
+    pub fn still_taken(&self, key: &JobKey) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|e| matches!(e.stage, Stage::Taken))
     }
 
     /// A dry run counted the job: it is not counted again while `dry_run` stays on.

@@ -128,10 +128,6 @@ impl Cleaner {
         })
     }
 
-    pub fn schedule(&self) -> &Arc<Schedule> {
-        &self.schedule
-    }
-
     /// A cluster's client is ready (its supervisor connected).
     pub fn register(&self, cluster: &str, client: Client) {
         let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
@@ -224,7 +220,7 @@ impl Cleaner {
             let Some((job, rule)) = next else { return };
             let key = job.key();
             // The lanes (in memory) first: a job they still hold spends none of the pace.
-            if let Some(held) = self.lanes_hold(&job, &rule) {
+            if let Some(held) = self.lanes_hold(&job, &self.scope(&job, &rule)) {
                 self.hold(&cluster, &job, held);
                 continue;
             }
@@ -234,13 +230,19 @@ impl Cleaner {
                 _ = pace.limiter.until_ready() => {}
                 _ = stop.cancelled() => return,
             }
-            // Its turn: the lanes again (they may have been given more of the job during the
-            // wait), then the store's dead letters, read now. A lane stores a dead letter
-            // before it lets go of the event, so a lane idle now has stored every dead letter
-            // it will make of what it had.
-            let held = match self.lanes_hold(&job, &rule) {
+            // Its turn, perhaps long after it was taken (a backlog at the pace): is it still
+            // taken — not restarted by its policy, deleted by someone else, or out of the
+            // rules since? Then the lanes again (they may have been given more of the job
+            // during the wait), then the store's dead letters, read now. A lane stores a dead
+            // letter before it lets go of the event, so a lane idle now has stored every dead
+            // letter it will make of what it had.
+            if !self.schedule.still_taken(&key) {
+                continue;
+            }
+            let scope = self.scope(&job, &rule);
+            let held = match self.lanes_hold(&job, &scope) {
                 Some(held) => Some(held),
-                None => self.dead_lettered(&job, &rule).await,
+                None => self.dead_lettered(&job, &scope).await,
             };
             if let Some(held) = held {
                 self.hold(&cluster, &job, held);
@@ -262,11 +264,10 @@ impl Cleaner {
             match outcome {
                 (Outcome::WouldDelete, _) => self.schedule.would_delete(&key),
                 (Outcome::Failed, why) => {
-                    let failures = self.schedule.failures(&key);
-                    let wait = retry_wait(failures.saturating_add(1));
+                    let error = why.clone();
+                    let wait = self.schedule.failed(&key, why, retry_wait);
                     tracing::warn!(%cluster, namespace = %job.namespace, job = %job.name,
-                        error = %why, retry_in_s = wait.as_secs(), "cannot delete the finished job");
-                    self.schedule.hold(&key, Held::Failing(why), wait);
+                        %error, retry_in_s = wait.as_secs(), "cannot delete the finished job");
                 }
                 _ => self.schedule.done(&key),
             }
@@ -299,12 +300,12 @@ impl Cleaner {
 
     /// A plugin in scope that is not loaded, or that has events of the job queued or in
     /// flight.
-    fn lanes_hold(&self, job: &FinishedJob, rule: &Rule) -> Option<Held> {
+    fn lanes_hold(&self, job: &FinishedJob, scope: &[String]) -> Option<Held> {
         let key = job.key();
-        for name in self.scope(job, rule) {
-            match self.routes.get(&name) {
-                None => return Some(Held::PluginNotLoaded(name)),
-                Some(lane) if lane.owes(&key) => return Some(Held::PendingDelivery(name)),
+        for name in scope {
+            match self.routes.get(name) {
+                None => return Some(Held::PluginNotLoaded(name.clone())),
+                Some(lane) if lane.owes(&key) => return Some(Held::PendingDelivery(name.clone())),
                 Some(_) => {}
             }
         }
@@ -312,8 +313,7 @@ impl Cleaner {
     }
 
     /// A plugin in scope with a dead letter of the job stored.
-    async fn dead_lettered(&self, job: &FinishedJob, rule: &Rule) -> Option<Held> {
-        let scope = self.scope(job, rule);
+    async fn dead_lettered(&self, job: &FinishedJob, scope: &[String]) -> Option<Held> {
         if scope.is_empty() {
             return None;
         }

@@ -183,6 +183,7 @@ pub trait DeliveryStore: Send + Sync {
             .filter(|d| d.event.cluster == cluster && d.event.uid == uid)
             .map(|d| d.plugin)
             .collect();
+        plugins.sort();
         plugins.dedup();
         Ok(plugins)
     }

@@ -187,16 +187,22 @@ fn a_taken_job_is_handed_out_once_until_held() {
     assert_eq!(view.jobs["c"]["pending_delivery"], 1);
     assert_eq!(view.held[0].held, Held::PendingDelivery("archive".into()));
     assert_eq!(schedule.take_due(now, Instant::now()).len(), 1);
-    schedule.hold(
-        &key("a"),
-        Held::Failing("503".into()),
-        Duration::from_secs(60),
+    let waits = |n: u32| Duration::from_secs(60 * u64::from(n));
+    assert_eq!(
+        schedule.failed(&key("a"), "503".into(), waits),
+        Duration::from_secs(60)
     );
     assert!(
         schedule.take_due(now, Instant::now()).is_empty(),
         "not before its recheck"
     );
-    assert_eq!(schedule.failures(&key("a")), 1);
+    // Held for another reason in between does not count as a failure.
+    schedule.hold(&key("a"), Held::NotConnected, Duration::ZERO);
+    assert_eq!(schedule.take_due(now, Instant::now()).len(), 1);
+    assert_eq!(
+        schedule.failed(&key("a"), "503".into(), waits),
+        Duration::from_secs(120)
+    );
     schedule.done(&key("a"));
     assert!(schedule.is_empty());
 }
@@ -297,4 +303,21 @@ fn a_shortened_wait_brings_a_waiting_job_forward() {
     schedule.set_settings(shorter.clone());
     assert!(!schedule.rules_differ(&shorter));
     assert_eq!(uids(&schedule.take_due(now, Instant::now())), ["a"]);
+}
+
+#[test]
+fn a_taken_job_seen_running_again_is_no_longer_taken() {
+    let schedule = Schedule::new(settings(ONE_RULE));
+    let v = kind("volcano-job");
+    let t = "2026-01-01T00:00:00Z";
+    schedule.observe(&event("a", "team-a", Phase::Failed, t), &v);
+    schedule.observe(&event("b", "team-a", Phase::Failed, t), &v);
+    let now = at("2026-01-02T00:00:00Z");
+    assert_eq!(schedule.take_due(now, Instant::now()).len(), 2);
+    assert!(schedule.still_taken(&key("a")));
+    // Restarted by its policy while it waited its turn: its deletion must not go ahead.
+    schedule.observe(&event("a", "team-a", Phase::Restarting, t), &v);
+    assert!(!schedule.still_taken(&key("a")));
+    schedule.hold(&key("b"), Held::NotConnected, Duration::from_secs(60));
+    assert!(!schedule.still_taken(&key("b")), "held is not taken");
 }
