@@ -66,6 +66,7 @@ async fn a_down_plugin_holds_at_most_the_bound_and_parks_the_rest_as_dead_letter
                 ),
                 kind: kind.clone(),
                 from_list: false,
+                created: None,
             });
         }
     };
@@ -172,6 +173,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
             event: e,
             kind: kind.clone(),
             from_list: false,
+            created: None,
         });
     };
     for rv in 1..=3 {
@@ -275,6 +277,7 @@ async fn latest_delivers_a_version_that_arrives_during_a_call() {
             event: event("u-1", rv, phase, None, "2026-11-21T10:00:00Z"),
             kind: kind.clone(),
             from_list: false,
+            created: None,
         });
     };
     let started = gated.started.notified();
@@ -374,6 +377,7 @@ async fn a_full_inbox_parks_what_comes_next_as_dead_letters() {
             event: event(&format!("u-{job}"), "7", Phase::Running, None, at),
             kind: kind.clone(),
             from_list: false,
+            created: None,
         });
     }
     let parked = common_wait(|| async {
@@ -425,6 +429,7 @@ async fn versions_past_the_memory_budget_wait_in_the_inbox_and_come_back_in_orde
                 event: event(uid, &rv.to_string(), Phase::Running, None, at),
                 kind: kind.clone(),
                 from_list: false,
+                created: None,
             });
             expected.push(format!("east/{uid}/{rv}"));
         }
@@ -545,6 +550,7 @@ async fn a_dead_letter_the_store_refuses_holds_the_job_until_it_is_stored() {
         event: event("u-1", "7", Phase::Failed, None, at),
         kind,
         from_list: false,
+        created: None,
     });
     common_wait(|| async { (lane.stats().dead_lettered >= 1).then_some(()) }).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;

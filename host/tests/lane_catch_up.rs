@@ -108,6 +108,7 @@ fn volcano(uid: &str, rv: &str, created: &DateTime<FixedOffset>, deleting: bool)
         event,
         kind: Arc::new(JobKind::builtin("volcano-job").expect("kind")),
         from_list: true,
+        created: None,
     }
 }
 

@@ -90,6 +90,7 @@ async fn removing_a_rate_limit_frees_the_calls_already_waiting() {
             event,
             kind: kind.clone(),
             from_list: false,
+            created: None,
         });
     }
     // The first call takes the minute's one token; the others wait for theirs.

@@ -7,6 +7,7 @@ mod cleanup;
 mod clusters;
 mod delivery;
 mod finalizers;
+mod job_view;
 mod job_writes;
 mod oci_plugins;
 mod pipeline;

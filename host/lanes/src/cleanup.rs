@@ -124,7 +124,7 @@ pub enum AfterFinished {
 }
 
 impl AfterFinished {
-    fn duration(&self) -> Result<Duration, String> {
+    pub fn duration(&self) -> Result<Duration, String> {
         match self {
             AfterFinished::Seconds(s) => Ok(Duration::from_secs(*s)),
             AfterFinished::Text(text) => humantime::parse_duration(text.trim()).map_err(|e| {

@@ -15,6 +15,7 @@ use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
 use jobrelay_contract::event::Phase;
+use jobrelay_fleet::jobs::JobView;
 use jobrelay_watch::finalizer::has_finalizer;
 use jobrelay_watch::watcher::{Observation, Sink};
 
@@ -33,6 +34,8 @@ pub struct Routes {
     budget: Arc<MemoryBudget>,
     /// The finished jobs `cleanup:` deletes, fed with every observation delivered here.
     cleanup: Option<Arc<Schedule>>,
+    /// The fleet's job view, fed with every observation, delivered here or not.
+    view: Option<Arc<JobView>>,
 }
 
 impl Default for Routes {
@@ -46,6 +49,7 @@ impl Default for Routes {
             delivering: Arc::new(AtomicBool::new(true)),
             budget: MemoryBudget::unbounded(),
             cleanup: None,
+            view: None,
         }
     }
 }
@@ -71,6 +75,20 @@ impl Routes {
             cleanup: Some(schedule),
             ..self
         }
+    }
+
+    /// The same routes keeping `view` up to date with every observation (see
+    /// [`jobrelay_fleet::jobs`]).
+    pub fn viewing(self, view: Arc<JobView>) -> Routes {
+        Routes {
+            view: Some(view),
+            ..self
+        }
+    }
+
+    /// The job view, when there is one.
+    pub fn view(&self) -> Option<&Arc<JobView>> {
+        self.view.as_ref()
     }
 
     /// The clean-up schedule, when there is one.
@@ -129,6 +147,9 @@ impl Routes {
                 self.recent.record(event);
                 self.observed
                     .add_named(event, &observed.kind.name, Count::Observed);
+                if let Some(view) = &self.view {
+                    view.observe(&observed);
+                }
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }
@@ -162,6 +183,9 @@ impl Routes {
                 }
             }
             Observation::Listed(listed) => {
+                if let Some(view) = &self.view {
+                    view.listed(&listed);
+                }
                 if !self.delivering.load(Ordering::SeqCst) {
                     return;
                 }

@@ -47,9 +47,10 @@ use super::filter::Verdict;
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::Accepted;
-use super::queue::{Bound, Queues};
+use super::queue::{Bound, JobDelivery, Queues};
 use super::read_back::ReadBacks;
 use super::settings::LaneSettings;
+use super::trace::{DeliveryTrace, TraceEntry};
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
 use jobrelay_state::{Cursor, DeliveryStore};
@@ -185,6 +186,8 @@ struct Inner {
     by_job_kind: EventCounts,
     /// Arrival to acknowledgement, per delivered event.
     delivery: Durations,
+    /// The latest outcomes, job by job, for the job view.
+    trace: DeliveryTrace,
     /// Woken whenever the lane may have become idle.
     settled: Notify,
     /// Woken when the lane closes, to cut retry waits short.
@@ -318,6 +321,7 @@ impl Lane {
                 calls: CallStats::default(),
                 by_job_kind: EventCounts::default(),
                 delivery: Durations::default(),
+                trace: DeliveryTrace::default(),
                 settled: Notify::new(),
                 closing: Notify::new(),
                 overflow: Mutex::new((VecDeque::new(), false)),
@@ -373,6 +377,7 @@ impl Lane {
             event,
             kind,
             from_list,
+            ..
         } = observed;
         if self.inner.closed.load(Ordering::SeqCst) || self.inner.excludes(&event.cluster) {
             return;
@@ -555,6 +560,7 @@ impl Lane {
                 event,
                 kind,
                 from_list: false,
+                created: None,
             });
         }
     }
@@ -563,6 +569,23 @@ impl Lane {
     fn start_worker(&self, key: JobKey) {
         let inner = self.inner.clone();
         self.inner.workers.spawn(work(inner, key));
+    }
+
+    /// What the lane keeps of one job: `None` for a job it does not know (its filter or
+    /// kinds do not take it, or it was let go).
+    pub fn delivery_of(&self, key: &JobKey) -> Option<JobDelivery> {
+        let queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.delivery(key)
+    }
+
+    /// The job's outcomes still in the lane's trace (see [`crate::trace`]), oldest first.
+    pub fn trace_of(&self, key: &JobKey) -> Vec<TraceEntry> {
+        self.inner.trace.of(key)
+    }
+
+    /// The latest error of each job, when it is still in the trace and no delivery followed.
+    pub fn last_errors(&self, keys: &[JobKey]) -> Vec<Option<String>> {
+        self.inner.trace.last_errors(keys)
     }
 
     pub fn stats(&self) -> LaneStats {

@@ -33,6 +33,7 @@
 //! - [`store_writes`]: whether the lanes' writes reach the store (readiness).
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
+//! - [`trace`]: what became of a plugin's latest calls, job by job, for the job view.
 //! - [`cleanup`]: the finished jobs that `cleanup:` deletes, when each is due and what still
 //!   holds it; the daemon makes the deletions.
 
@@ -52,3 +53,4 @@ pub mod read_back;
 pub mod recent;
 pub mod settings;
 pub mod store_writes;
+pub mod trace;

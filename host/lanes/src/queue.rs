@@ -302,6 +302,21 @@ pub struct Offered {
     pub idle: bool,
 }
 
+/// What a lane keeps of one job, as the job view shows it per plugin.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobDelivery {
+    /// The phase of the last version delivered (or the last before this process started,
+    /// from its cursor).
+    pub delivered_phase: Option<Phase>,
+    /// The resourceVersion of the last version the plugin's mode took: delivered when
+    /// nothing is pending, else the newest one waiting.
+    pub accepted_version: Option<String>,
+    /// Versions waiting or being delivered (in memory or in the inbox).
+    pub pending: usize,
+    /// The head is being called now.
+    pub in_flight: bool,
+}
+
 /// What a job's worker does next.
 #[derive(Debug)]
 pub enum Next {
@@ -964,6 +979,24 @@ impl Queues {
             job.let_go = true;
         }
         idle
+    }
+
+    /// What the lane keeps of one job, for the job view; `None` for a job it does not know.
+    pub fn delivery(&self, key: &JobKey) -> Option<JobDelivery> {
+        let job = self
+            .clusters
+            .get(key.cluster.as_str())?
+            .get(&Uid::new(&key.uid))?;
+        Some(JobDelivery {
+            delivered_phase: job.delivered_phase,
+            accepted_version: job
+                .accepted
+                .resource_version
+                .as_ref()
+                .map(|v| v.to_string()),
+            pending: job.queue.len(),
+            in_flight: job.in_flight,
+        })
     }
 
     /// Whether the lane has nothing of the job waiting or running (true for a job it does

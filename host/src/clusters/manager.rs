@@ -10,6 +10,7 @@ use super::supervisor::{self, ClientUsers, SupervisorHandle};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use crate::config::state::Change;
+use jobrelay_fleet::jobs::JobView;
 use jobrelay_watch::watcher::Sink;
 
 /// Owns one supervisor per cluster.
@@ -27,6 +28,9 @@ pub struct ClusterManager {
     /// Watch without delivering: a follower in a leader election keeps its watches (health,
     /// credentials and connections proven) but leaves jobrelay's finalizer alone.
     passive: bool,
+    /// The job view, which forgets a cluster that is removed or handed to another replica
+    /// (one that only restarts keeps its jobs: its next list settles them).
+    view: Option<Arc<JobView>>,
 }
 
 /// Which of the configured clusters run here.
@@ -51,6 +55,21 @@ impl ClusterManager {
             cancel,
             scope: Scope::All,
             passive: false,
+            view: None,
+        }
+    }
+
+    /// The same manager, telling `view` of the clusters it lets go.
+    pub fn viewing(mut self, view: Arc<JobView>) -> Self {
+        self.view = Some(view);
+        self
+    }
+
+    /// A cluster no longer runs here: its health and its jobs are forgotten.
+    fn forget(&self, name: &str) {
+        self.health.remove(name);
+        if let Some(view) = &self.view {
+            view.forget_cluster(name);
         }
     }
 
@@ -100,7 +119,7 @@ impl ClusterManager {
             allowed.remove(name);
         }
         self.stop(name).await;
-        self.health.remove(name);
+        self.forget(name);
     }
 
     /// The clusters allowed to run, or `None` when all are.
@@ -142,7 +161,7 @@ impl ClusterManager {
                 }
                 Change::Removed(name) => {
                     self.stop(name).await;
-                    self.health.remove(name);
+                    self.forget(name);
                 }
             }
         }

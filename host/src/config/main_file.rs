@@ -10,7 +10,8 @@ use crate::oci::OciSettings;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_coordination::{CoordinationSettings, Mode};
-use jobrelay_lanes::cleanup::{CleanupSettings, CleanupSpec};
+use jobrelay_fleet::jobs::ViewSettings;
+use jobrelay_lanes::cleanup::{AfterFinished, CleanupSettings, CleanupSpec};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
@@ -60,6 +61,9 @@ pub struct MainFile {
     /// Deleting finished jobs once their plugins have delivered them. Off without rules.
     #[serde(default)]
     pub cleanup: CleanupSpec,
+    /// The fleet's job view (`/api/v1/jobs`): how long deleted jobs stay in it.
+    #[serde(default)]
+    pub job_view: JobViewSpec,
     /// Named SQL connections that plugins may be granted. Read once at start.
     #[serde(default)]
     pub sql: SqlSettings,
@@ -104,6 +108,61 @@ fn default_rescan() -> u64 {
 /// with the last good version kept, then read again on the write's next event.
 fn default_debounce() -> u64 {
     20
+}
+
+/// The `job_view:` section as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobViewSpec {
+    /// How long a deleted job stays visible (seconds, or `30m`, `2h`, …; default 1h).
+    #[serde(default = "default_keep_deleted")]
+    pub keep_deleted: AfterFinished,
+    /// The most deleted jobs kept, all clusters together; the oldest go first.
+    #[serde(default = "default_max_deleted")]
+    pub max_deleted: usize,
+}
+
+impl Default for JobViewSpec {
+    fn default() -> JobViewSpec {
+        JobViewSpec {
+            keep_deleted: default_keep_deleted(),
+            max_deleted: default_max_deleted(),
+        }
+    }
+}
+
+fn default_keep_deleted() -> AfterFinished {
+    AfterFinished::Text("1h".into())
+}
+
+fn default_max_deleted() -> usize {
+    ViewSettings::default().max_deleted
+}
+
+/// The longest a deleted job may be kept: a week.
+const MAX_KEEP_DELETED_SECONDS: u64 = 7 * 24 * 3_600;
+/// The most deleted jobs that may be kept.
+const MAX_DELETED: usize = 10_000_000;
+
+impl JobViewSpec {
+    fn validate(&self) -> Result<ViewSettings, String> {
+        let keep = self
+            .keep_deleted
+            .duration()
+            .map_err(|e| format!("job_view.keep_deleted: {e}"))?;
+        if keep.as_secs() > MAX_KEEP_DELETED_SECONDS {
+            return Err(format!(
+                "job_view.keep_deleted: at most a week ({MAX_KEEP_DELETED_SECONDS} seconds)"
+            ));
+        }
+        if self.max_deleted > MAX_DELETED {
+            return Err(format!("job_view.max_deleted: at most {MAX_DELETED}"));
+        }
+        Ok(ViewSettings {
+            keep_deleted_seconds: keep.as_secs() as u32,
+            max_deleted: self.max_deleted,
+        })
+    }
 }
 
 /// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.
@@ -284,6 +343,7 @@ pub struct MainConfig {
     pub state: StateBackend,
     pub finalizers: FinalizerSettings,
     pub cleanup: CleanupSettings,
+    pub job_view: ViewSettings,
     pub sql: SqlSettings,
     pub archive: ArchiveLocation,
     pub telemetry: TelemetrySettings,
@@ -434,6 +494,7 @@ impl MainFile {
             .cleanup
             .validate(&kind_names)
             .map_err(ConfigError::Invalid)?;
+        let job_view = self.job_view.validate().map_err(ConfigError::Invalid)?;
         if let Some(selector) = &self.watch.label_selector {
             jobrelay_contract::label_selector::check(selector)
                 .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;
@@ -557,6 +618,7 @@ impl MainFile {
             state,
             finalizers: self.finalizers,
             cleanup,
+            job_view,
             sql: self.sql,
             archive,
             telemetry: self.telemetry,

@@ -123,6 +123,9 @@ impl ControlLoop {
             .write()
             .unwrap_or_else(|p| p.into_inner()) = self.state.restart_pending().to_vec();
         let relist = self.apply_cleanup();
+        if let Some(view) = self.routes.view() {
+            view.set_settings(self.state.main().job_view);
+        }
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
         if relist {
             // Jobs that finished before a rule covered them were passed by: the watch offers

@@ -38,6 +38,7 @@ use crate::telemetry::store_check::{self, StoreHealth};
 use jobrelay_capabilities::Services;
 use jobrelay_coordination::coordinator::BeforeLease;
 use jobrelay_coordination::{Coordinator, Mode};
+use jobrelay_fleet::jobs::JobView;
 use jobrelay_lanes::budget::MemoryBudget;
 use jobrelay_lanes::cleanup::Schedule;
 use jobrelay_lanes::dispatcher::{self, Routes};
@@ -95,10 +96,14 @@ impl Daemon {
             main.finalizers.dead_letter_blocks,
         ));
         let schedule = Schedule::new(main.cleanup.clone());
+        let view = Arc::new(JobView::new(main.job_view));
+        tokio::spawn(sweep_view(view.clone(), cancel.clone()));
         let routes = Routes::with_finalizers(book.clone(), main.finalizers.name.clone())
             .within(MemoryBudget::new(main.event_memory_bytes))
-            .cleaning(schedule.clone());
+            .cleaning(schedule.clone())
+            .viewing(view.clone());
         let cleaner = Cleaner::new(schedule, routes.clone(), store.clone());
+        let delivery_store = store.clone();
         tokio::spawn(cleaner.clone().run(cancel.clone()));
         let registries = Registries::new(&main.oci, main.state.local_dir().join(OCI_CACHE_DIR));
         let plugins = PluginSet::new(
@@ -130,7 +135,8 @@ impl Daemon {
                 cleanup: cleaner.clone(),
             },
             cancel.clone(),
-        );
+        )
+        .viewing(view.clone());
         match coordinator.before_lease() {
             BeforeLease::Deliver => {}
             BeforeLease::WatchOnly => {
@@ -176,6 +182,7 @@ impl Daemon {
             role: role.clone(),
             store: store_health,
             cleanup: cleaner.clone(),
+            delivery_store: Some(delivery_store),
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(
@@ -283,4 +290,17 @@ fn own_files(state: &jobrelay_state::StateBackend, config_root: &Path) -> Vec<st
         own.push(local);
     }
     own
+}
+
+/// Lets the job view's deleted jobs go once they are older than `job_view.keep_deleted` or
+/// over `job_view.max_deleted`, every few seconds.
+async fn sweep_view(view: Arc<JobView>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => view.sweep(jobrelay_fleet::record::now_secs()),
+            _ = cancel.cancelled() => return,
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The operator's HTTP endpoint: `/` (the HTML status page), `/metrics` (Prometheus),
 //! `/healthz` (the process answers), `/readyz` (this replica can do its part: plugins serve,
-//! the state store answers, the Lease is not lost) and `/status` (JSON).
+//! the state store answers, the Lease is not lost), `/status` (JSON) and the job view API
+//! under `/api/v1/` ([`jobs_api`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::status::StatusSources;
-use super::{exposition, metrics};
+use super::{exposition, jobs_api, metrics};
 
 struct Shared {
     sources: StatusSources,
@@ -31,6 +32,7 @@ pub async fn serve(
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
+    let api_sources = sources.clone();
     let shared = Arc::new(Shared {
         registry: metrics::registry(sources.clone()),
         sources,
@@ -41,7 +43,17 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
-        .with_state(shared);
+        .with_state(shared)
+        .merge(
+            Router::new()
+                .route("/api/v1/jobs", get(jobs_api::list))
+                .route(
+                    "/api/v1/jobs/{cluster}/{namespace}/{name}",
+                    get(jobs_api::show),
+                )
+                .route("/api/v1/openapi.json", get(jobs_api::openapi))
+                .with_state(api_sources),
+        );
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(cancel.cancelled_owned())
@@ -50,7 +62,7 @@ pub async fn serve(
             tracing::error!(error = %e, "the telemetry endpoint stopped");
         }
     });
-    tracing::info!(address = %bound, "telemetry endpoint listening (/, /metrics, /healthz, /readyz, /status)");
+    tracing::info!(address = %bound, "telemetry endpoint listening (/, /metrics, /healthz, /readyz, /status, /api/v1/jobs)");
     Ok(bound)
 }
 

@@ -3,6 +3,7 @@
 
 pub mod exposition;
 pub mod http;
+pub mod jobs_api;
 pub mod logging;
 pub mod metrics;
 pub mod page;

@@ -31,6 +31,8 @@ pub struct StatusSources {
     pub store: StoreHealth,
     /// Clean-up of finished jobs.
     pub cleanup: Arc<Cleaner>,
+    /// The state store, for the dead letters the job view shows.
+    pub delivery_store: Option<Arc<dyn jobrelay_state::DeliveryStore>>,
 }
 
 /// The daemon at one moment.

@@ -44,7 +44,7 @@ pub use self::mysql::{
 };
 pub use self::sql_store::{DEADLOCK_TRIES, SqlStore};
 pub use self::sqlite::{SCHEMA_VERSION, SqliteDialect, SqliteStore};
-pub use self::store::{DeliveryStore, PluginKv};
+pub use self::store::{DeliveryStore, JobDeadLetters, PluginKv, summarize_dead_letters};
 
 /// Where the state file lives when the main file does not say.
 pub const DEFAULT_STATE_PATH: &str = "/var/lib/jobrelay/state.db";

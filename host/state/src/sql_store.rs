@@ -15,7 +15,7 @@ use super::error::{Location, StoreError};
 use super::inbox::{Damaged, Inbox, READ_BACK_BATCH, SWEEP_AFTER_SECONDS, Stored, WriteBatch};
 use super::rows::{self, CURSOR_COLUMNS, CURSOR_SHAPE, DEAD_LETTER_COLUMNS, DEAD_LETTER_SHAPE};
 use super::sqlite_cursors::CursorThread;
-use super::store::{DeliveryStore, PluginKv};
+use super::store::{DeliveryStore, JobDeadLetters, PluginKv, summarize_dead_letters};
 use jobrelay_contract::event::JobEvent;
 
 /// How many times a transaction the database rolled back as a deadlock victim is run.
@@ -992,6 +992,50 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
                 _ => None,
             })
             .collect())
+    }
+
+    async fn dead_letters_of_jobs(
+        &self,
+        jobs: &[(String, String)],
+    ) -> Result<Vec<JobDeadLetters>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut uids: Vec<&str> = jobs.iter().map(|(_, uid)| uid.as_str()).collect();
+        uids.sort_unstable();
+        uids.dedup();
+        let mut statement = Statement::once(format!(
+            "SELECT plugin, cluster, uid, seq, error FROM {} WHERE uid IN ({})",
+            self.sql.tables.dead_letters,
+            placeholders(uids.len())
+        ));
+        for uid in &uids {
+            statement = statement.text(uid);
+        }
+        let rows = self
+            .fetch(
+                statement,
+                &[Kind::Text, Kind::Text, Kind::Text, Kind::Int, Kind::Text],
+                "read the dead letters of a page of jobs",
+                "dead letter",
+            )
+            .await?;
+        Ok(summarize_dead_letters(rows.into_iter().filter_map(
+            |row| match <[Value; 5]>::try_from(row) {
+                Ok(
+                    [
+                        Value::Text(plugin),
+                        Value::Text(cluster),
+                        Value::Text(uid),
+                        Value::Int(seq),
+                        Value::Text(error),
+                    ],
+                ) if jobs.iter().any(|(c, u)| *c == cluster && *u == uid) => {
+                    Some((plugin, cluster, uid, seq, error))
+                }
+                _ => None,
+            },
+        )))
     }
 
     async fn check(&self) -> Result<(), StoreError> {

@@ -188,6 +188,25 @@ pub trait DeliveryStore: Send + Sync {
         Ok(plugins)
     }
 
+    /// The dead letters stored of each of `jobs` (cluster, uid), by plugin: how many, and
+    /// the error of the latest. What the job view shows per plugin for a page of jobs, in one
+    /// read. The default reads every dead letter; the SQL store asks for these jobs' only.
+    async fn dead_letters_of_jobs(
+        &self,
+        jobs: &[(String, String)],
+    ) -> Result<Vec<JobDeadLetters>, StoreError> {
+        let letters = self.dead_letters(None).await?;
+        Ok(summarize_dead_letters(
+            letters
+                .into_iter()
+                .filter(|d| {
+                    jobs.iter()
+                        .any(|(c, u)| *c == d.event.cluster && *u == d.event.uid)
+                })
+                .map(|d| (d.plugin, d.event.cluster, d.event.uid, d.seq, d.error)),
+        ))
+    }
+
     /// Whether the store answers now: one trivial statement through the pool. The daemon's
     /// readiness follows it, since a replica whose acknowledgements cannot be written cannot
     /// do its part. (A store that answers but refuses writes — a full disk still takes a
@@ -221,4 +240,46 @@ pub trait PluginKv: Send + Sync {
 
     /// Removes `key`; whether a live entry was there.
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError>;
+}
+
+/// The dead letters of one job for one plugin (see
+/// [`DeliveryStore::dead_letters_of_jobs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDeadLetters {
+    pub plugin: String,
+    pub cluster: String,
+    pub uid: String,
+    pub count: u64,
+    /// The error of the latest.
+    pub last_error: String,
+}
+
+/// Groups (plugin, cluster, uid, seq, error) rows by job and plugin.
+pub fn summarize_dead_letters(
+    rows: impl IntoIterator<Item = (String, String, String, i64, String)>,
+) -> Vec<JobDeadLetters> {
+    let mut by_job: std::collections::BTreeMap<(String, String, String), (u64, i64, String)> =
+        std::collections::BTreeMap::new();
+    for (plugin, cluster, uid, seq, error) in rows {
+        let entry = by_job
+            .entry((plugin, cluster, uid))
+            .or_insert((0, i64::MIN, String::new()));
+        entry.0 += 1;
+        if seq > entry.1 {
+            entry.1 = seq;
+            entry.2 = error;
+        }
+    }
+    by_job
+        .into_iter()
+        .map(
+            |((plugin, cluster, uid), (count, _, last_error))| JobDeadLetters {
+                plugin,
+                cluster,
+                uid,
+                count,
+                last_error,
+            },
+        )
+        .collect()
 }

@@ -53,6 +53,10 @@ pub struct Observed {
     pub kind: Arc<JobKind>,
     /// Seen in a (re-)list rather than a watch event: a gap may lie behind it.
     pub from_list: bool,
+    /// The object's `metadata.creationTimestamp`, in seconds since the epoch, when it had
+    /// one: not part of the event plugins get, but the start of a job's life in the fleet's
+    /// job view (its queue wait is measured from it).
+    pub created: Option<i64>,
 }
 
 /// The end of one (re-)list: these are all the jobs of this cluster, kind and namespace. A
@@ -137,18 +141,20 @@ impl Tracker {
             Event::Delete(obj) => (self.delete(obj), false),
         };
         event
-            .map(|event| {
+            .map(|(event, created)| {
                 Observation::Version(Observed {
                     event,
                     kind: self.kind.clone(),
                     from_list,
+                    created,
                 })
             })
             .into_iter()
             .collect()
     }
 
-    fn apply(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+    fn apply(&mut self, mut obj: JobObject) -> Option<(JobEvent, Option<i64>)> {
+        let created = created_of(&obj);
         let uid = obj.metadata.uid.take()?;
         let rv = obj.metadata.resource_version.take()?;
         let key = Uid::new(&uid);
@@ -166,10 +172,11 @@ impl Tracker {
                 stay,
             },
         );
-        Some(event)
+        Some((event, created))
     }
 
-    fn delete(&mut self, mut obj: JobObject) -> Option<JobEvent> {
+    fn delete(&mut self, mut obj: JobObject) -> Option<(JobEvent, Option<i64>)> {
+        let created = created_of(&obj);
         let uid = obj.metadata.uid.take()?;
         let previous = self.jobs.remove(&Uid::new(&uid));
         let mut rv = obj.metadata.resource_version.take().unwrap_or_default();
@@ -180,7 +187,7 @@ impl Tracker {
             rv = format!("{rv}-deleted");
         }
         let (event, _) = self.build(obj, uid, rv, Some(Phase::Deleted), None);
-        Some(event)
+        Some((event, created))
     }
 
     /// After a (re-)list, forget jobs that were not listed and tell the lanes which jobs
@@ -283,6 +290,14 @@ impl Tracker {
         }
         Arc::from(whole.to_string())
     }
+}
+
+/// The object's creation time, in seconds since the epoch.
+fn created_of(obj: &JobObject) -> Option<i64> {
+    obj.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|time| time.0.as_second())
 }
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in: left out of events.

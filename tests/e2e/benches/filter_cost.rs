@@ -80,6 +80,7 @@ fn observation(kind: &Arc<JobKind>, i: usize) -> Observation {
         },
         kind: Arc::clone(kind),
         from_list: false,
+        created: None,
     })
 }
 

@@ -161,6 +161,7 @@ fn event(kind: &JobKind, job: usize, v: usize, versions: usize, index: usize) ->
         },
         kind: Arc::new(kind.clone()),
         from_list: false,
+        created: None,
     })
 }
 

@@ -12,6 +12,7 @@ use jobrelay_state::Cursor;
 
 use super::Inner;
 use crate::event_counts::Count;
+use crate::trace::TraceOutcome;
 
 /// How a call for a queued event ended.
 pub(super) enum Outcome {
@@ -33,6 +34,12 @@ pub(super) async fn record_dead_letter(
 ) -> bool {
     inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
     inner.by_job_kind.add(event, Count::DeadLettered);
+    inner.trace.record(
+        event,
+        TraceOutcome::DeadLettered,
+        attempts,
+        Some(&error.to_string()),
+    );
     if let Some(book) = &inner.book {
         book.lane_dead_lettered(&inner.name, &event.job_key());
     }

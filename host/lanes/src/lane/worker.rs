@@ -23,6 +23,7 @@ use super::settle::{Outcome, settle};
 use crate::event_counts::Count;
 use crate::handler::Handler;
 use crate::queue::Next;
+use crate::trace::TraceOutcome;
 
 /// One of the lane's workers: drains the job it was started for, then each job that waits
 /// for a worker (see [`Queues::next_job`](crate::queue::Queues::next_job)), until none does.
@@ -240,6 +241,9 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
                 tracing::debug!(plugin = %inner.name, version = %plugin.version(),
                     event = %event.id, phase = %event.phase, attempts = attempts + 1,
                     elapsed_ms = started.elapsed().as_millis() as u64, "delivered");
+                inner
+                    .trace
+                    .record(event, TraceOutcome::Delivered, attempts + 1, None);
                 return Some(Outcome::Delivered);
             }
             Err(CallError::Deferred { after, reason }) => {
@@ -273,6 +277,12 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         };
         inner.retried.fetch_add(1, Ordering::SeqCst);
         inner.by_job_kind.add(event, Count::Retried);
+        inner.trace.record(
+            event,
+            TraceOutcome::Retrying,
+            attempts,
+            Some(&error.to_string()),
+        );
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");

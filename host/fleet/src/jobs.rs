@@ -1,0 +1,681 @@
+//! The job view: every job the watchers of this replica hold, across its clusters, kept as
+//! small records and answered from memory.
+//!
+//! Fed by the dispatcher with every observation (before delivery is decided, so a follower
+//! in a leader election answers too) and every list's end; asked by the API. One lock per
+//! cluster: a request walks one cluster at a time, under its read lock, so it never holds up
+//! the event path for long and never waits on a cluster's API server — what a cluster that
+//! is not synced shows is what was last seen of it (the API says so).
+//!
+//! Deleted jobs stay visible, marked with when they went, for `keep_deleted`, and at most
+//! `max_deleted` of them across the view (the oldest go first): a fleet that churns through
+//! jobs does not grow the view without bound.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::{Arc, RwLock};
+
+use compact_str::CompactString;
+use serde::Serialize;
+
+use super::interner::{Interner, Sym};
+use super::query::{JobQuery, Position, SortField};
+use super::record::{JobRecord, Secs, Transition, now_secs, rfc3339, secs_of};
+use jobrelay_contract::event::Phase;
+use jobrelay_contract::uid::Uid;
+use jobrelay_contract::uid_map::UidMap;
+use jobrelay_watch::tracker::{Listed, Observed};
+
+/// How long deleted jobs stay, and how many at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewSettings {
+    pub keep_deleted_seconds: u32,
+    pub max_deleted: usize,
+}
+
+impl Default for ViewSettings {
+    fn default() -> ViewSettings {
+        ViewSettings {
+            keep_deleted_seconds: 3_600,
+            max_deleted: 100_000,
+        }
+    }
+}
+
+/// One cluster's jobs with the values they share.
+#[derive(Debug, Default)]
+struct ClusterJobs {
+    jobs: UidMap<JobRecord>,
+    /// Namespaces, kind names and raw phases.
+    strings: Interner<String>,
+    labels: Interner<BTreeMap<String, String>>,
+    /// Records of deleted jobs.
+    deleted: usize,
+}
+
+impl ClusterJobs {
+    fn text(&self, sym: Sym) -> &str {
+        self.strings.get(sym).map_or("", String::as_str)
+    }
+
+    /// Lets go of what a record names.
+    fn release(
+        strings: &mut Interner<String>,
+        labels: &mut Interner<BTreeMap<String, String>>,
+        rec: &JobRecord,
+    ) {
+        strings.release(rec.namespace);
+        strings.release(rec.kind);
+        strings.release(rec.raw_phase);
+        labels.release(rec.labels);
+    }
+}
+
+type Shard = Arc<RwLock<ClusterJobs>>;
+
+/// The jobs of every cluster this replica watches.
+#[derive(Debug, Default)]
+pub struct JobView {
+    clusters: RwLock<BTreeMap<String, Shard>>,
+    settings: RwLock<ViewSettings>,
+}
+
+/// One job in a list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobSummary {
+    pub cluster: String,
+    pub namespace: String,
+    pub name: String,
+    /// The configured kind's name.
+    pub kind: String,
+    pub uid: String,
+    pub phase: Phase,
+    pub raw_phase: String,
+    pub created: Option<String>,
+    pub started: Option<String>,
+    pub finished: Option<String>,
+    /// When it was seen deleted.
+    pub deleted: Option<String>,
+    /// Seconds from its start to its end, or to now while it runs.
+    pub duration_seconds: Option<u32>,
+    pub restarts: u16,
+}
+
+/// One job with what was observed of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobDetail {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    pub labels: BTreeMap<String, String>,
+    /// The phases it entered, oldest first (the first, then the latest ones).
+    pub transitions: Vec<TransitionView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransitionView {
+    pub at: Option<String>,
+    pub phase: Phase,
+    pub synthetic: bool,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobPage {
+    pub items: Vec<JobSummary>,
+    /// Jobs that match after this page.
+    pub remaining: u64,
+    /// The token for the next page; absent on the last.
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+impl JobView {
+    pub fn new(settings: ViewSettings) -> JobView {
+        JobView {
+            clusters: RwLock::default(),
+            settings: RwLock::new(settings),
+        }
+    }
+
+    pub fn set_settings(&self, settings: ViewSettings) {
+        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+    }
+
+    pub fn settings(&self) -> ViewSettings {
+        *self.settings.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn shard(&self, cluster: &str) -> Option<Shard> {
+        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        clusters.get(cluster).cloned()
+    }
+
+    fn shard_or_new(&self, cluster: &str) -> Shard {
+        if let Some(shard) = self.shard(cluster) {
+            return shard;
+        }
+        let mut clusters = self.clusters.write().unwrap_or_else(|p| p.into_inner());
+        clusters.entry(cluster.to_string()).or_default().clone()
+    }
+
+    /// The clusters with jobs here.
+    pub fn clusters(&self) -> Vec<String> {
+        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        clusters.keys().cloned().collect()
+    }
+
+    /// Jobs held, deleted ones included.
+    pub fn len(&self) -> usize {
+        self.shards().iter().map(|(_, s)| read(s).jobs.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shards(&self) -> Vec<(String, Shard)> {
+        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        clusters
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()
+    }
+
+    /// One observed version.
+    pub fn observe(&self, observed: &Observed) {
+        let event = &observed.event;
+        let shard = self.shard_or_new(&event.cluster);
+        let mut guard = write(&shard);
+        let ClusterJobs {
+            jobs,
+            strings,
+            labels,
+            deleted,
+        } = &mut *guard;
+        let uid = Uid::new(&event.uid);
+        let now = now_secs();
+        let at = if event.phase == Phase::Deleted {
+            now
+        } else {
+            secs_of(&event.transition_time).unwrap_or(now)
+        };
+        let transition = Transition {
+            at,
+            phase: event.phase,
+            synthetic: event.synthetic,
+        };
+        match jobs.get_mut(&uid) {
+            Some(rec) => {
+                if strings.get(rec.raw_phase).map(String::as_str) != Some(&event.raw_phase) {
+                    strings.release(rec.raw_phase);
+                    rec.raw_phase = strings.intern(event.raw_phase.clone());
+                }
+                if labels.get(rec.labels) != Some(&event.labels) {
+                    labels.release(rec.labels);
+                    rec.labels = labels.intern(event.labels.clone());
+                }
+                if event.phase == Phase::Deleted && rec.gone == 0 {
+                    rec.gone = now;
+                    *deleted += 1;
+                } else if event.phase != Phase::Deleted && rec.gone != 0 {
+                    rec.gone = 0;
+                    *deleted = deleted.saturating_sub(1);
+                }
+                rec.enter(transition);
+            }
+            None => {
+                let gone = if event.phase == Phase::Deleted {
+                    *deleted += 1;
+                    now
+                } else {
+                    0
+                };
+                let created = observed
+                    .created
+                    .and_then(|c| Secs::try_from(c).ok())
+                    .filter(|c| *c != 0)
+                    .unwrap_or(at);
+                let mut rec = JobRecord {
+                    name: CompactString::new(&event.name),
+                    namespace: strings.intern(event.namespace.clone()),
+                    kind: strings.intern(observed.kind.name.clone()),
+                    raw_phase: strings.intern(event.raw_phase.clone()),
+                    labels: labels.intern(event.labels.clone()),
+                    created,
+                    started: 0,
+                    finished: 0,
+                    gone,
+                    phase: event.phase,
+                    restarts: 0,
+                    history: Box::default(),
+                };
+                rec.enter(transition);
+                jobs.insert(uid, rec);
+            }
+        }
+    }
+
+    /// A (re-)list ended: the stream's jobs that were not listed are gone (no deletion event
+    /// will come for a job deleted while the stream was down).
+    pub fn listed(&self, listed: &Listed) {
+        let Some(shard) = self.shard(&listed.cluster) else {
+            return;
+        };
+        let mut guard = write(&shard);
+        let ClusterJobs {
+            jobs,
+            strings,
+            deleted,
+            ..
+        } = &mut *guard;
+        let Some(kind) = strings.find(&listed.kind.name) else {
+            return;
+        };
+        let namespace = match &listed.namespace {
+            Some(ns) => match strings.find(ns) {
+                Some(sym) => Some(sym),
+                None => return,
+            },
+            None => None,
+        };
+        let now = now_secs();
+        for (uid, rec) in jobs.iter_mut() {
+            if rec.kind != kind
+                || rec.gone != 0
+                || namespace.is_some_and(|ns| ns != rec.namespace)
+                || listed.uids.contains(uid)
+            {
+                continue;
+            }
+            rec.gone = now;
+            *deleted += 1;
+            rec.enter(Transition {
+                at: now,
+                phase: Phase::Deleted,
+                synthetic: true,
+            });
+        }
+    }
+
+    /// A cluster is no longer watched here (removed, or handed to another replica).
+    pub fn forget_cluster(&self, cluster: &str) {
+        let mut clusters = self.clusters.write().unwrap_or_else(|p| p.into_inner());
+        clusters.remove(cluster);
+    }
+
+    /// Lets deleted jobs go: those deleted longer than `keep_deleted` ago, then the oldest
+    /// over `max_deleted`.
+    pub fn sweep(&self, now: Secs) {
+        let settings = self.settings();
+        let keep = settings.keep_deleted_seconds;
+        let shards = self.shards();
+        let mut total = 0;
+        for (_, shard) in &shards {
+            let mut guard = write(shard);
+            let ClusterJobs {
+                jobs,
+                strings,
+                labels,
+                deleted,
+            } = &mut *guard;
+            if *deleted == 0 {
+                continue;
+            }
+            jobs.retain(|_, rec| {
+                let expired = rec.gone != 0 && now.saturating_sub(rec.gone) >= keep;
+                if expired {
+                    ClusterJobs::release(strings, labels, rec);
+                    *deleted -= 1;
+                }
+                !expired
+            });
+            total += *deleted;
+        }
+        if total <= settings.max_deleted {
+            return;
+        }
+        // The cut-off time that leaves at most `max_deleted`: older ones go.
+        let mut times: Vec<Secs> = Vec::with_capacity(total);
+        for (_, shard) in &shards {
+            times.extend(
+                read(shard)
+                    .jobs
+                    .values()
+                    .filter(|r| r.gone != 0)
+                    .map(|r| r.gone),
+            );
+        }
+        times.sort_unstable();
+        let mut excess = total - settings.max_deleted;
+        let cut = times[excess - 1];
+        for (_, shard) in &shards {
+            let mut guard = write(shard);
+            let ClusterJobs {
+                jobs,
+                strings,
+                labels,
+                deleted,
+            } = &mut *guard;
+            jobs.retain(|_, rec| {
+                let go = excess > 0 && rec.gone != 0 && rec.gone <= cut;
+                if go {
+                    ClusterJobs::release(strings, labels, rec);
+                    *deleted -= 1;
+                    excess -= 1;
+                }
+                !go
+            });
+        }
+    }
+
+    /// One page of the jobs `query` selects, in its order.
+    pub fn list(&self, query: &JobQuery) -> JobPage {
+        let order = query.order();
+        let now = now_secs();
+        let limit = query.limit.max(1);
+        let mut best: BinaryHeap<Ranked> = BinaryHeap::with_capacity(limit + 1);
+        let mut matched: u64 = 0;
+        let after = query.after.as_ref().map(Position::key);
+        for (cluster, shard) in self.shards() {
+            if !query.clusters.is_empty() && !query.clusters.contains(&cluster) {
+                continue;
+            }
+            let jobs = read(&shard);
+            let Some(filter) = Filter::of(query, &jobs) else {
+                continue;
+            };
+            let mut verdicts = vec![0u8; jobs.labels.slots()];
+            for (uid, rec) in jobs.jobs.iter() {
+                if !filter.takes(rec, &jobs, &mut verdicts) {
+                    continue;
+                }
+                let key = KeyRef::of(order.field, &cluster, jobs.text(rec.namespace), rec, uid);
+                if let Some(after) = &after
+                    && compare(order.descending, &key, after) != Ordering::Greater
+                {
+                    continue;
+                }
+                matched += 1;
+                if best.len() == limit
+                    && let Some(worst) = best.peek()
+                    && compare(order.descending, &key, &worst.position.key()) != Ordering::Less
+                {
+                    continue;
+                }
+                best.push(Ranked {
+                    position: key.owned(),
+                    summary: summary(&cluster, uid, rec, &jobs, now),
+                    descending: order.descending,
+                });
+                if best.len() > limit {
+                    best.pop();
+                }
+            }
+        }
+        let ranked = best.into_sorted_vec();
+        let remaining = matched - ranked.len() as u64;
+        let next = match ranked.last() {
+            Some(last) if remaining > 0 => Some(query.token_after(last.position.clone())),
+            _ => None,
+        };
+        JobPage {
+            items: ranked.into_iter().map(|r| r.summary).collect(),
+            remaining,
+            next,
+        }
+    }
+
+    /// The jobs named `namespace/name` on `cluster`: the one that exists first, then those
+    /// deleted, most recent first.
+    pub fn find(&self, cluster: &str, namespace: &str, name: &str) -> Vec<JobDetail> {
+        let Some(shard) = self.shard(cluster) else {
+            return Vec::new();
+        };
+        let jobs = read(&shard);
+        let Some(ns) = jobs.strings.find(&namespace.to_string()) else {
+            return Vec::new();
+        };
+        let now = now_secs();
+        let mut found: Vec<(Secs, JobDetail)> = jobs
+            .jobs
+            .iter()
+            .filter(|(_, rec)| rec.namespace == ns && rec.name == name)
+            .map(|(uid, rec)| {
+                let detail = JobDetail {
+                    summary: summary(cluster, uid, rec, &jobs, now),
+                    labels: jobs.labels.get(rec.labels).cloned().unwrap_or_default(),
+                    transitions: rec
+                        .history
+                        .iter()
+                        .map(|t| TransitionView {
+                            at: rfc3339(t.at),
+                            phase: t.phase,
+                            synthetic: t.synthetic,
+                        })
+                        .collect(),
+                };
+                (rec.gone, detail)
+            })
+            .collect();
+        // Existing (gone 0) first, then the most recently deleted.
+        found.sort_by_key(|(gone, _)| if *gone == 0 { 0 } else { Secs::MAX - gone });
+        found.into_iter().map(|(_, d)| d).collect()
+    }
+}
+
+fn read(shard: &Shard) -> std::sync::RwLockReadGuard<'_, ClusterJobs> {
+    shard.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write(shard: &Shard) -> std::sync::RwLockWriteGuard<'_, ClusterJobs> {
+    shard.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn summary(cluster: &str, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, now: Secs) -> JobSummary {
+    JobSummary {
+        cluster: cluster.to_string(),
+        namespace: jobs.text(rec.namespace).to_string(),
+        name: rec.name.to_string(),
+        kind: jobs.text(rec.kind).to_string(),
+        uid: uid.to_string(),
+        phase: rec.phase,
+        raw_phase: jobs.text(rec.raw_phase).to_string(),
+        created: rfc3339(rec.created),
+        started: rfc3339(rec.started),
+        finished: rfc3339(rec.finished),
+        deleted: rfc3339(rec.gone),
+        duration_seconds: rec.duration(now),
+        restarts: rec.restarts,
+    }
+}
+
+/// A query's filters, resolved against one cluster's interned values.
+struct Filter<'q> {
+    namespaces: Option<Vec<Sym>>,
+    kinds: Option<Vec<Sym>>,
+    /// Bit `i` set: phase `Phase::ALL[i]` is taken; all set without a phase filter.
+    phases: u16,
+    query: &'q JobQuery,
+}
+
+impl<'q> Filter<'q> {
+    /// `None`: nothing on this cluster can match (a namespace or kind asked for is not here).
+    fn of(query: &'q JobQuery, jobs: &ClusterJobs) -> Option<Filter<'q>> {
+        let resolve = |values: &[String]| -> Option<Option<Vec<Sym>>> {
+            if values.is_empty() {
+                return Some(None);
+            }
+            let syms: Vec<Sym> = values.iter().filter_map(|v| jobs.strings.find(v)).collect();
+            if syms.is_empty() {
+                None
+            } else {
+                Some(Some(syms))
+            }
+        };
+        let phases = if query.phases.is_empty() {
+            u16::MAX
+        } else {
+            query.phases.iter().fold(0, |mask, p| mask | phase_bit(*p))
+        };
+        Some(Filter {
+            namespaces: resolve(&query.namespaces)?,
+            kinds: resolve(&query.kinds)?,
+            phases,
+            query,
+        })
+    }
+
+    fn takes(&self, rec: &JobRecord, jobs: &ClusterJobs, verdicts: &mut [u8]) -> bool {
+        if self.phases & phase_bit(rec.phase) == 0 {
+            return false;
+        }
+        if let Some(ns) = &self.namespaces
+            && !ns.contains(&rec.namespace)
+        {
+            return false;
+        }
+        if let Some(kinds) = &self.kinds
+            && !kinds.contains(&rec.kind)
+        {
+            return false;
+        }
+        if let Some(prefix) = &self.query.name_prefix
+            && !rec.name.starts_with(prefix.as_str())
+        {
+            return false;
+        }
+        if let Some(selector) = &self.query.selector {
+            // Each label set is judged once per request, however many jobs share it.
+            let slot = rec.labels.index();
+            if verdicts.get(slot) == Some(&0) {
+                let labels = jobs.labels.get(rec.labels);
+                let yes = labels.is_some_and(|l| selector.matches(l));
+                verdicts[slot] = if yes { 1 } else { 2 };
+            }
+            return verdicts.get(slot) == Some(&1);
+        }
+        true
+    }
+}
+
+fn phase_bit(phase: Phase) -> u16 {
+    let index = Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0);
+    1 << index
+}
+
+/// A job's place in an order, borrowed from its record while the cluster is read.
+struct KeyRef<'a> {
+    missing: bool,
+    time: u32,
+    a: &'a str,
+    b: &'a str,
+    c: &'a str,
+    uid: UidRef<'a>,
+}
+
+enum UidRef<'a> {
+    Text(&'a str),
+    Uid(&'a Uid),
+}
+
+impl UidRef<'_> {
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            UidRef::Text(t) => std::borrow::Cow::Borrowed(t),
+            UidRef::Uid(u) => std::borrow::Cow::Owned(u.to_string()),
+        }
+    }
+}
+
+impl<'a> KeyRef<'a> {
+    fn of(
+        field: SortField,
+        cluster: &'a str,
+        namespace: &'a str,
+        rec: &'a JobRecord,
+        uid: &'a Uid,
+    ) -> KeyRef<'a> {
+        let (missing, time) = match field {
+            SortField::Cluster | SortField::Name => (false, 0),
+            SortField::Created => (rec.created == 0, rec.created),
+            SortField::Finished => (rec.finished == 0, rec.finished),
+        };
+        let (a, c) = match field {
+            SortField::Name => (rec.name.as_str(), cluster),
+            _ => (cluster, rec.name.as_str()),
+        };
+        KeyRef {
+            missing,
+            time,
+            a,
+            b: namespace,
+            c,
+            uid: UidRef::Uid(uid),
+        }
+    }
+
+    fn owned(&self) -> Position {
+        Position {
+            missing: self.missing,
+            time: self.time,
+            a: self.a.to_string(),
+            b: self.b.to_string(),
+            c: self.c.to_string(),
+            uid: self.uid.text().into_owned(),
+        }
+    }
+}
+
+impl Position {
+    fn key(&self) -> KeyRef<'_> {
+        KeyRef {
+            missing: self.missing,
+            time: self.time,
+            a: &self.a,
+            b: &self.b,
+            c: &self.c,
+            uid: UidRef::Text(&self.uid),
+        }
+    }
+}
+
+/// The order of two keys: jobs without the time last whatever the direction; the rest by
+/// time and names, reversed when descending. The uid is made text only on a tie of names.
+fn compare(descending: bool, x: &KeyRef<'_>, y: &KeyRef<'_>) -> Ordering {
+    x.missing.cmp(&y.missing).then_with(|| {
+        let order = (x.time, x.a, x.b, x.c)
+            .cmp(&(y.time, y.a, y.b, y.c))
+            .then_with(|| x.uid.text().cmp(&y.uid.text()));
+        if descending { order.reverse() } else { order }
+    })
+}
+
+/// A job kept for the page, ordered so the heap's top is the worst kept.
+struct Ranked {
+    position: Position,
+    summary: JobSummary,
+    descending: bool,
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Ranked) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Ranked) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Ranked) -> Ordering {
+        compare(self.descending, &self.position.key(), &other.position.key())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,551 @@
+use std::collections::{BTreeSet, HashSet};
+
+use jobrelay_contract::event::JobEvent;
+use jobrelay_watch::kinds::JobKind;
+use proptest::prelude::*;
+
+use super::*;
+use crate::query::JobQuery;
+
+fn kind(name: &str) -> Arc<JobKind> {
+    let mut kind = JobKind::builtin("volcano-job").expect("built-in");
+    kind.name = name.to_string();
+    Arc::new(kind)
+}
+
+/// A version of job `name` (uid `u-NAME`) in `ns` on `cluster`, created at `created` seconds.
+struct Job<'a> {
+    cluster: &'a str,
+    ns: &'a str,
+    name: &'a str,
+    kind: &'a str,
+    created: i64,
+    labels: &'a [(&'a str, &'a str)],
+}
+
+impl Job<'_> {
+    fn at(&self, phase: Phase, at: i64) -> Observed {
+        let time = chrono::DateTime::from_timestamp(at, 0)
+            .expect("time")
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let uid = format!("u-{}-{}", self.cluster, self.name);
+        Observed {
+            event: JobEvent {
+                id: JobEvent::make_id(self.cluster, &uid, &at.to_string()),
+                cluster: self.cluster.into(),
+                api_version: "batch.volcano.sh/v1alpha1".into(),
+                kind: "Job".into(),
+                namespace: self.ns.into(),
+                name: self.name.into(),
+                uid,
+                resource_version: at.to_string(),
+                generation: None,
+                phase,
+                raw_phase: format!("Raw{phase}"),
+                reason: None,
+                message: None,
+                previous_phase: None,
+                transition_time: time,
+                labels: self
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                annotations: Default::default(),
+                object_json: Arc::from("{}"),
+                transition_key: String::new(),
+                synthetic: false,
+            },
+            kind: kind(self.kind),
+            from_list: false,
+            created: Some(self.created),
+        }
+    }
+}
+
+fn job<'a>(cluster: &'a str, ns: &'a str, name: &'a str) -> Job<'a> {
+    Job {
+        cluster,
+        ns,
+        name,
+        kind: "volcano-job",
+        created: 1_800_000_000,
+        labels: &[],
+    }
+}
+
+fn query(text: &str) -> JobQuery {
+    JobQuery::parse(text).expect("valid query")
+}
+
+fn names(page: &JobPage) -> Vec<String> {
+    page.items
+        .iter()
+        .map(|j| format!("{}/{}/{}", j.cluster, j.namespace, j.name))
+        .collect()
+}
+
+const T0: i64 = 1_800_000_000;
+
+#[test]
+fn a_job_keeps_its_times_phases_and_restarts() {
+    let view = JobView::default();
+    let j = job("c1", "ml", "train");
+    view.observe(&j.at(Phase::Pending, T0));
+    view.observe(&j.at(Phase::Running, T0 + 30));
+    view.observe(&j.at(Phase::Running, T0 + 31)); // a new version, same phase
+    view.observe(&j.at(Phase::Restarting, T0 + 100));
+    view.observe(&j.at(Phase::Running, T0 + 110));
+    view.observe(&j.at(Phase::Succeeded, T0 + 600));
+    let found = view.find("c1", "ml", "train");
+    assert_eq!(found.len(), 1);
+    let job = &found[0];
+    assert_eq!(job.summary.phase, Phase::Succeeded);
+    assert_eq!(job.summary.raw_phase, "Rawsucceeded");
+    assert_eq!(job.summary.created.as_deref(), Some("2027-01-15T08:00:00Z"));
+    assert_eq!(job.summary.started.as_deref(), Some("2027-01-15T08:00:30Z"));
+    assert_eq!(
+        job.summary.finished.as_deref(),
+        Some("2027-01-15T08:10:00Z")
+    );
+    assert_eq!(job.summary.duration_seconds, Some(570));
+    assert_eq!(job.summary.restarts, 1);
+    let phases: Vec<Phase> = job.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        [
+            Phase::Pending,
+            Phase::Running,
+            Phase::Restarting,
+            Phase::Running,
+            Phase::Succeeded
+        ]
+    );
+    assert!(view.find("c1", "ml", "other").is_empty());
+    assert!(view.find("c2", "ml", "train").is_empty());
+}
+
+#[test]
+fn the_history_of_a_flapping_job_stays_bounded() {
+    let view = JobView::default();
+    let j = job("c1", "ml", "flappy");
+    view.observe(&j.at(Phase::Pending, T0));
+    for i in 0..1_000 {
+        let phase = if i % 2 == 0 {
+            Phase::Running
+        } else {
+            Phase::Restarting
+        };
+        view.observe(&j.at(phase, T0 + i));
+    }
+    let found = view.find("c1", "ml", "flappy");
+    assert_eq!(found[0].transitions.len(), crate::record::MAX_HISTORY);
+    assert_eq!(
+        found[0].transitions[0].phase,
+        Phase::Pending,
+        "the first stays"
+    );
+    assert_eq!(found[0].summary.restarts, 500);
+}
+
+#[test]
+fn filters_select_by_cluster_namespace_kind_phase_labels_and_name() {
+    let view = JobView::default();
+    let gpu = [("team", "nlp"), ("gpu", "a100")];
+    let cpu = [("team", "cv")];
+    let mut a = job("c1", "ml", "train-a");
+    a.labels = &gpu;
+    view.observe(&a.at(Phase::Running, T0));
+    let mut b = job("c1", "ml", "eval-b");
+    b.labels = &cpu;
+    view.observe(&b.at(Phase::Failed, T0));
+    let mut c = job("c2", "research", "train-c");
+    c.labels = &gpu;
+    c.kind = "batch-job";
+    view.observe(&c.at(Phase::Failed, T0));
+    let d = job("c2", "ml", "train-d");
+    view.observe(&d.at(Phase::Succeeded, T0));
+
+    let cases = [
+        (
+            "",
+            vec![
+                "c1/ml/eval-b",
+                "c1/ml/train-a",
+                "c2/ml/train-d",
+                "c2/research/train-c",
+            ],
+        ),
+        ("cluster=c2", vec!["c2/ml/train-d", "c2/research/train-c"]),
+        ("cluster=c3", vec![]),
+        (
+            "namespace=ml",
+            vec!["c1/ml/eval-b", "c1/ml/train-a", "c2/ml/train-d"],
+        ),
+        ("namespace=nowhere", vec![]),
+        ("kind=batch-job", vec!["c2/research/train-c"]),
+        ("phase=failed", vec!["c1/ml/eval-b", "c2/research/train-c"]),
+        (
+            "phase=failed,succeeded&cluster=c2",
+            vec!["c2/ml/train-d", "c2/research/train-c"],
+        ),
+        (
+            "labelSelector=team%3Dnlp",
+            vec!["c1/ml/train-a", "c2/research/train-c"],
+        ),
+        (
+            "labelSelector=team%20in%20(nlp,cv),!gpu",
+            vec!["c1/ml/eval-b"],
+        ),
+        (
+            "name=train",
+            vec!["c1/ml/train-a", "c2/ml/train-d", "c2/research/train-c"],
+        ),
+        (
+            "name=train&namespace=ml&phase=running",
+            vec!["c1/ml/train-a"],
+        ),
+    ];
+    for (text, expected) in cases {
+        let page = view.list(&query(text));
+        assert_eq!(names(&page), expected, "{text}");
+        assert_eq!(page.remaining, 0);
+        assert!(page.next.is_none());
+    }
+}
+
+#[test]
+fn labels_that_change_are_seen_and_shared_sets_are_let_go() {
+    let view = JobView::default();
+    let mut a = job("c1", "ml", "a");
+    a.labels = &[("team", "nlp")];
+    view.observe(&a.at(Phase::Running, T0));
+    a.labels = &[("team", "cv")];
+    view.observe(&a.at(Phase::Running, T0 + 1));
+    assert!(
+        view.list(&query("labelSelector=team%3Dnlp"))
+            .items
+            .is_empty()
+    );
+    assert_eq!(view.list(&query("labelSelector=team%3Dcv")).items.len(), 1);
+    let shard = view.shard("c1").expect("shard");
+    assert_eq!(read(&shard).labels.len(), 1, "the old set is let go");
+}
+
+fn fleet(view: &JobView, clusters: usize, per: usize) {
+    for c in 0..clusters {
+        for i in 0..per {
+            let cluster = format!("c{c}");
+            let name = format!("job-{:03}", (i * 37) % per);
+            let ns = if i % 3 == 0 { "a" } else { "b" };
+            let mut j = job(&cluster, ns, &name);
+            j.created = T0 + ((i * 7919) % 1000) as i64;
+            view.observe(&j.at(Phase::Running, T0 + 2000));
+            if i % 4 == 0 {
+                view.observe(&j.at(Phase::Succeeded, T0 + 3000 + (i % 50) as i64));
+            }
+        }
+    }
+}
+
+/// Every page in turn, following `continue`.
+fn all_pages(view: &JobView, base: &str) -> (Vec<JobSummary>, usize) {
+    let mut items = Vec::new();
+    let mut pages = 0;
+    let mut token: Option<String> = None;
+    loop {
+        let text = match &token {
+            Some(t) => format!("{base}&continue={t}"),
+            None => base.to_string(),
+        };
+        let page = view.list(&query(&text));
+        pages += 1;
+        let before = items.len();
+        items.extend(page.items);
+        match page.next {
+            Some(t) => {
+                assert_eq!(
+                    page.remaining as usize + items.len(),
+                    view.len(),
+                    "remaining counts what is left"
+                );
+                token = Some(t);
+            }
+            None => {
+                assert_eq!(page.remaining, 0);
+                assert!(items.len() > before || pages == 1);
+                return (items, pages);
+            }
+        }
+    }
+}
+
+#[test]
+fn pages_follow_every_order_without_gaps_or_repeats() {
+    let view = JobView::default();
+    fleet(&view, 3, 60);
+    for sort in [
+        "cluster",
+        "-cluster",
+        "name",
+        "-name",
+        "created",
+        "-created",
+        "finished",
+        "-finished",
+    ] {
+        let whole = view.list(&query(&format!("sort={sort}&limit=1000"))).items;
+        assert_eq!(whole.len(), 180);
+        let (paged, pages) = all_pages(&view, &format!("sort={sort}&limit=7"));
+        assert_eq!(pages, 180usize.div_ceil(7), "{sort}");
+        assert_eq!(paged, whole, "{sort}: pages give the whole list in order");
+        // The order is what it says.
+        let check = |x: &JobSummary, y: &JobSummary| -> bool {
+            let desc = sort.starts_with('-');
+            let (kx, ky) = match sort.trim_start_matches('-') {
+                "cluster" => (
+                    (
+                        String::new(),
+                        x.cluster.clone(),
+                        x.namespace.clone(),
+                        x.name.clone(),
+                    ),
+                    (
+                        String::new(),
+                        y.cluster.clone(),
+                        y.namespace.clone(),
+                        y.name.clone(),
+                    ),
+                ),
+                "name" => (
+                    (
+                        String::new(),
+                        x.name.clone(),
+                        x.namespace.clone(),
+                        x.cluster.clone(),
+                    ),
+                    (
+                        String::new(),
+                        y.name.clone(),
+                        y.namespace.clone(),
+                        y.cluster.clone(),
+                    ),
+                ),
+                "created" => (
+                    (
+                        x.created.clone().unwrap_or_default(),
+                        x.cluster.clone(),
+                        x.namespace.clone(),
+                        x.name.clone(),
+                    ),
+                    (
+                        y.created.clone().unwrap_or_default(),
+                        y.cluster.clone(),
+                        y.namespace.clone(),
+                        y.name.clone(),
+                    ),
+                ),
+                _ => {
+                    // Not finished: last in both directions.
+                    match (&x.finished, &y.finished) {
+                        (Some(_), None) => return true,
+                        (None, Some(_)) => return false,
+                        _ => {}
+                    }
+                    (
+                        (
+                            x.finished.clone().unwrap_or_default(),
+                            x.cluster.clone(),
+                            x.namespace.clone(),
+                            x.name.clone(),
+                        ),
+                        (
+                            y.finished.clone().unwrap_or_default(),
+                            y.cluster.clone(),
+                            y.namespace.clone(),
+                            y.name.clone(),
+                        ),
+                    )
+                }
+            };
+            if desc { kx >= ky } else { kx <= ky }
+        };
+        for pair in whole.windows(2) {
+            assert!(
+                check(&pair[0], &pair[1]),
+                "{sort}: {:?} before {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+}
+
+#[test]
+fn remaining_counts_the_matches_after_the_page() {
+    let view = JobView::default();
+    fleet(&view, 2, 50);
+    let all = view.list(&query("phase=succeeded&limit=1000")).items.len() as u64;
+    assert_eq!(all, 26, "every fourth job of 50, on 2 clusters");
+    let page = view.list(&query("phase=succeeded&limit=5"));
+    assert_eq!(page.items.len(), 5);
+    assert_eq!(page.remaining, all - 5);
+    let next = view.list(&query(&format!(
+        "phase=succeeded&limit=5&continue={}",
+        page.next.expect("more")
+    )));
+    assert_eq!(next.remaining, all - 10);
+}
+
+#[test]
+fn a_list_ends_jobs_it_did_not_name_and_they_stay_for_a_while() {
+    let view = JobView::new(ViewSettings {
+        keep_deleted_seconds: 60,
+        max_deleted: 1_000,
+    });
+    let a = job("c1", "ml", "a");
+    let b = job("c1", "ml", "b");
+    let other_kind = Job {
+        kind: "batch-job",
+        ..job("c1", "ml", "x")
+    };
+    for j in [&a, &b, &other_kind] {
+        view.observe(&j.at(Phase::Running, T0));
+    }
+    let listed = Listed {
+        cluster: Arc::from("c1"),
+        kind: kind("volcano-job"),
+        namespace: None,
+        uids: Arc::new(HashSet::from([Uid::new("u-c1-a")])),
+    };
+    view.listed(&listed);
+    let deleted = view.list(&query("phase=deleted"));
+    assert_eq!(
+        names(&deleted),
+        ["c1/ml/b"],
+        "another kind's list does not end x"
+    );
+    assert!(deleted.items[0].deleted.is_some());
+    let now = now_secs();
+    view.sweep(now + 59);
+    assert_eq!(view.len(), 3);
+    view.sweep(now + 61);
+    assert_eq!(view.len(), 2);
+    assert!(view.list(&query("phase=deleted")).items.is_empty());
+}
+
+#[test]
+fn deleted_jobs_over_the_cap_go_oldest_first() {
+    let view = JobView::new(ViewSettings {
+        keep_deleted_seconds: 3_600,
+        max_deleted: 10,
+    });
+    for c in ["c1", "c2"] {
+        for i in 0..20 {
+            let name = format!("j{i}");
+            let j = job(c, "ml", &name);
+            view.observe(&j.at(Phase::Running, T0));
+            view.observe(&j.at(Phase::Deleted, T0));
+        }
+    }
+    assert_eq!(
+        view.list(&query("phase=deleted&limit=1000")).items.len(),
+        40
+    );
+    view.sweep(now_secs());
+    assert_eq!(
+        view.list(&query("phase=deleted&limit=1000")).items.len(),
+        10
+    );
+    // Interned values of the records let go are let go with them.
+    let shard = view.shard("c1").expect("shard");
+    let jobs = read(&shard);
+    assert!(jobs.strings.len() <= 4, "{}", jobs.strings.len());
+}
+
+#[test]
+fn a_name_reused_shows_the_live_job_first() {
+    let view = JobView::default();
+    let old = job("c1", "ml", "a");
+    view.observe(&old.at(Phase::Failed, T0));
+    view.observe(&old.at(Phase::Deleted, T0 + 1));
+    let mut again = old.at(Phase::Running, T0 + 10);
+    again.event.uid = "u-second".into();
+    view.observe(&again);
+    let found = view.find("c1", "ml", "a");
+    assert_eq!(found.len(), 2);
+    assert_eq!(found[0].summary.uid, "u-second");
+    assert_eq!(found[1].summary.phase, Phase::Deleted);
+    let page = view.list(&query("limit=1"));
+    assert_eq!(page.items.len(), 1);
+    let rest = view.list(&query(&format!(
+        "limit=1&continue={}",
+        page.next.expect("more")
+    )));
+    assert_eq!(rest.items.len(), 1);
+    assert_ne!(
+        rest.items[0].uid, page.items[0].uid,
+        "same name, told apart by uid"
+    );
+}
+
+#[test]
+fn forgetting_a_cluster_drops_its_jobs() {
+    let view = JobView::default();
+    fleet(&view, 2, 10);
+    view.forget_cluster("c0");
+    assert_eq!(view.clusters(), ["c1"]);
+    assert_eq!(view.len(), 10);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Paging while jobs come and go: a job that exists from the first page to the last is
+    /// listed exactly once, and no job twice, in every order whose key does not change.
+    #[test]
+    fn paging_across_changes_neither_repeats_nor_skips(
+        ops in proptest::collection::vec((0u8..3, 0usize..60, 0i64..500), 0..120),
+        sort in prop::sample::select(vec!["cluster", "-cluster", "name", "-name", "created", "-created"]),
+        limit in 1usize..9,
+    ) {
+        let view = JobView::default();
+        let name_of = |i: usize| format!("j{i:02}");
+        let stable: BTreeSet<String> = (0..20).map(name_of).collect();
+        for i in 0..40 {
+            let name = name_of(i);
+            let mut j = job(if i % 2 == 0 { "c1" } else { "c2" }, "ml", &name);
+            j.created = T0 + (i as i64 * 13) % 50;
+            view.observe(&j.at(Phase::Running, T0));
+        }
+        let mut ops = ops.into_iter();
+        let mut seen: Vec<String> = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let text = match &token {
+                Some(t) => format!("sort={sort}&limit={limit}&continue={t}"),
+                None => format!("sort={sort}&limit={limit}"),
+            };
+            let page = view.list(&query(&text));
+            seen.extend(page.items.iter().map(|j| format!("{}:{}", j.uid, j.name)));
+            // Between pages: jobs 20..60 come, go and change phase (0..20 are left alone).
+            for (op, n, t) in ops.by_ref().take(3) {
+                let i = 20 + n % 40;
+                let name = name_of(i);
+                let mut j = job(if i % 2 == 0 { "c1" } else { "c2" }, "ml", &name);
+                j.created = T0 + t;
+                let phase = [Phase::Running, Phase::Failed, Phase::Deleted][op as usize];
+                view.observe(&j.at(phase, T0 + t));
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        let unique: BTreeSet<&String> = seen.iter().collect();
+        prop_assert_eq!(unique.len(), seen.len(), "a job listed twice: {:?}", seen);
+        for name in &stable {
+            prop_assert!(seen.iter().any(|s| s.ends_with(&format!(":{name}"))), "{} skipped", name);
+        }
+    }
+}
