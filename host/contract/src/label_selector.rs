@@ -107,11 +107,21 @@ impl Selector {
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Whether labels, read through `value_of` (a key's value, if the label is set), satisfy
+    /// every requirement: for labels kept in another shape than a map.
+    pub fn matches_with<'a>(&self, value_of: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
-            Requirement::Exists(key) => labels.contains_key(key),
-            Requirement::Absent(key) => !labels.contains_key(key),
-            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Requirement::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
+            Requirement::Exists(key) => value_of(key).is_some(),
+            Requirement::Absent(key) => value_of(key).is_none(),
+            Requirement::In(key, values) => {
+                value_of(key).is_some_and(|v| values.iter().any(|x| x == v))
+            }
+            Requirement::NotIn(key, values) => {
+                value_of(key).is_none_or(|v| !values.iter().any(|x| x == v))
+            }
         })
     }
 }

@@ -82,6 +82,12 @@ impl<V> UidMap<V> {
         self.shards.iter().flat_map(HashMap::iter)
     }
 
+    /// The entries of table `part` (of [`SHARDS`]) alone: a reader that walks the map a
+    /// table at a time can let go of a lock between tables. Empty past the last table.
+    pub fn part(&self, part: usize) -> impl Iterator<Item = (&Uid, &V)> {
+        self.shards.get(part).into_iter().flat_map(HashMap::iter)
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Uid, &mut V)> {
         self.shards.iter_mut().flat_map(HashMap::iter_mut)
     }

@@ -20,10 +20,10 @@ use serde::Serialize;
 
 use super::interner::{Interner, Sym};
 use super::query::{JobQuery, Position, SortField};
-use super::record::{JobRecord, Secs, Transition, now_secs, rfc3339, secs_of};
+use super::record::{JobRecord, LabelSet, Secs, Transition, now_secs, rfc3339, secs_of};
 use jobrelay_contract::event::Phase;
 use jobrelay_contract::uid::Uid;
-use jobrelay_contract::uid_map::UidMap;
+use jobrelay_contract::uid_map::{SHARDS, UidMap};
 use jobrelay_watch::tracker::{Listed, Observed};
 
 /// How long deleted jobs stay, and how many at most.
@@ -48,7 +48,7 @@ struct ClusterJobs {
     jobs: UidMap<JobRecord>,
     /// Namespaces, kind names and raw phases.
     strings: Interner<String>,
-    labels: Interner<BTreeMap<String, String>>,
+    labels: Interner<LabelSet>,
     /// Records of deleted jobs.
     deleted: usize,
 }
@@ -59,11 +59,7 @@ impl ClusterJobs {
     }
 
     /// Lets go of what a record names.
-    fn release(
-        strings: &mut Interner<String>,
-        labels: &mut Interner<BTreeMap<String, String>>,
-        rec: &JobRecord,
-    ) {
+    fn release(strings: &mut Interner<String>, labels: &mut Interner<LabelSet>, rec: &JobRecord) {
         strings.release(rec.namespace);
         strings.release(rec.kind);
         strings.release(rec.raw_phase);
@@ -72,6 +68,11 @@ impl ClusterJobs {
 }
 
 type Shard = Arc<RwLock<ClusterJobs>>;
+
+/// How many of a cluster's [`SHARDS`] tables a list reads under one hold of its lock. Fewer
+/// holds each longer, or more each shorter: the dispatcher waits out one hold when it meets
+/// one, and each hold it meets costs a wake-up (see docs/BENCHMARKS.md, "Job view").
+const TABLES_PER_HOLD: usize = 16;
 
 /// The jobs of every cluster this replica watches.
 #[derive(Debug, Default)]
@@ -210,9 +211,9 @@ impl JobView {
                     strings.release(rec.raw_phase);
                     rec.raw_phase = strings.intern(event.raw_phase.clone());
                 }
-                if labels.get(rec.labels) != Some(&event.labels) {
+                if !labels.get(rec.labels).is_some_and(|l| l.is(&event.labels)) {
                     labels.release(rec.labels);
-                    rec.labels = labels.intern(event.labels.clone());
+                    rec.labels = labels.intern(LabelSet::of(&event.labels));
                 }
                 if event.phase == Phase::Deleted && rec.gone == 0 {
                     rec.gone = now;
@@ -240,7 +241,7 @@ impl JobView {
                     namespace: strings.intern(event.namespace.clone()),
                     kind: strings.intern(observed.kind.name.clone()),
                     raw_phase: strings.intern(event.raw_phase.clone()),
-                    labels: labels.intern(event.labels.clone()),
+                    labels: labels.intern(LabelSet::of(&event.labels)),
                     created,
                     started: 0,
                     finished: 0,
@@ -380,35 +381,42 @@ impl JobView {
             if !query.clusters.is_empty() && !query.clusters.contains(&cluster) {
                 continue;
             }
-            let jobs = read(&shard);
-            let Some(filter) = Filter::of(query, &jobs) else {
-                continue;
-            };
-            let mut verdicts = vec![0u8; jobs.labels.slots()];
-            for (uid, rec) in jobs.jobs.iter() {
-                if !filter.takes(rec, &jobs, &mut verdicts) {
-                    continue;
-                }
-                let key = KeyRef::of(order.field, &cluster, jobs.text(rec.namespace), rec, uid);
-                if let Some(after) = &after
-                    && compare(order.descending, &key, after) != Ordering::Greater
-                {
-                    continue;
-                }
-                matched += 1;
-                if best.len() == limit
-                    && let Some(worst) = best.peek()
-                    && compare(order.descending, &key, &worst.position.key()) != Ordering::Less
-                {
-                    continue;
-                }
-                best.push(Ranked {
-                    position: key.owned(),
-                    summary: summary(&cluster, uid, rec, &jobs, now),
-                    descending: order.descending,
-                });
-                if best.len() > limit {
-                    best.pop();
+            // A few of the cluster's tables at a time, the lock let go between them: the
+            // dispatcher, which takes it to write every observed version, waits for a part of
+            // a cluster's scan at most, not the whole of it. Interned values may change
+            // between parts, so the filter is resolved again for each.
+            for parts in (0..SHARDS).step_by(TABLES_PER_HOLD) {
+                let jobs = read(&shard);
+                let Some(filter) = Filter::of(query, &jobs) else {
+                    break;
+                };
+                let mut verdicts = vec![0u8; jobs.labels.slots()];
+                let part_jobs = (parts..parts + TABLES_PER_HOLD).flat_map(|p| jobs.jobs.part(p));
+                for (uid, rec) in part_jobs {
+                    if !filter.takes(rec, &jobs, &mut verdicts) {
+                        continue;
+                    }
+                    let key = KeyRef::of(order.field, &cluster, jobs.text(rec.namespace), rec, uid);
+                    if let Some(after) = &after
+                        && compare(order.descending, &key, after) != Ordering::Greater
+                    {
+                        continue;
+                    }
+                    matched += 1;
+                    if best.len() == limit
+                        && let Some(worst) = best.peek()
+                        && compare(order.descending, &key, &worst.position.key()) != Ordering::Less
+                    {
+                        continue;
+                    }
+                    best.push(Ranked {
+                        position: key.owned(),
+                        summary: summary(&cluster, uid, rec, &jobs, now),
+                        descending: order.descending,
+                    });
+                    if best.len() > limit {
+                        best.pop();
+                    }
                 }
             }
         }
@@ -443,7 +451,11 @@ impl JobView {
             .map(|(uid, rec)| {
                 let detail = JobDetail {
                     summary: summary(cluster, uid, rec, &jobs, now),
-                    labels: jobs.labels.get(rec.labels).cloned().unwrap_or_default(),
+                    labels: jobs
+                        .labels
+                        .get(rec.labels)
+                        .map(LabelSet::to_map)
+                        .unwrap_or_default(),
                     transitions: rec
                         .history
                         .iter()
@@ -549,7 +561,7 @@ impl<'q> Filter<'q> {
             let slot = rec.labels.index();
             if verdicts.get(slot) == Some(&0) {
                 let labels = jobs.labels.get(rec.labels);
-                let yes = labels.is_some_and(|l| selector.matches(l));
+                let yes = labels.is_some_and(|l| selector.matches_with(|key| l.get(key)));
                 verdicts[slot] = if yes { 1 } else { 2 };
             }
             return verdicts.get(slot) == Some(&1);

@@ -10,6 +10,48 @@ use compact_str::CompactString;
 use super::interner::Sym;
 use jobrelay_contract::event::Phase;
 
+/// A job's labels, sorted by key: one allocation for the pairs and one per text, a fraction of
+/// a `BTreeMap`'s node (hundreds of bytes even for two labels) — what a label set that only
+/// one job has costs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LabelSet(Box<[(Box<str>, Box<str>)]>);
+
+impl LabelSet {
+    pub fn of(labels: &std::collections::BTreeMap<String, String>) -> LabelSet {
+        LabelSet(
+            labels
+                .iter()
+                .map(|(k, v)| (Box::from(k.as_str()), Box::from(v.as_str())))
+                .collect(),
+        )
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    /// Whether these are exactly `labels`.
+    pub fn is(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.0.len() == labels.len()
+            && self
+                .0
+                .iter()
+                .zip(labels)
+                .all(|((k, v), (lk, lv))| **k == **lk && **v == **lv)
+    }
+
+    pub fn to_map(&self) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
 /// Seconds since the epoch, 0 for "not known" or "not yet" (a `u32` reaches 2106).
 pub type Secs = u32;
 
@@ -98,10 +140,49 @@ impl JobRecord {
 }
 
 /// Seconds since the epoch of an RFC 3339 time; `None` when it does not parse or lies outside
-/// what [`Secs`] holds.
+/// what [`Secs`] holds. The form Kubernetes writes (`2026-11-28T01:52:26Z`) is read directly,
+/// once per observed version; any other goes through `chrono`.
 pub fn secs_of(rfc3339: &str) -> Option<Secs> {
-    let at = chrono::DateTime::parse_from_rfc3339(rfc3339).ok()?;
-    Secs::try_from(at.timestamp()).ok().filter(|s| *s != 0)
+    let secs = match canonical(rfc3339.as_bytes()) {
+        Some(secs) => secs,
+        None => chrono::DateTime::parse_from_rfc3339(rfc3339)
+            .ok()?
+            .timestamp(),
+    };
+    Secs::try_from(secs).ok().filter(|s| *s != 0)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` in seconds since the epoch, checked field by field.
+fn canonical(text: &[u8]) -> Option<i64> {
+    let text: &[u8; 20] = text.try_into().ok()?;
+    if text[4] != b'-' || text[7] != b'-' || text[10] != b'T' || text[13] != b':' {
+        return None;
+    }
+    if text[16] != b':' || text[19] != b'Z' {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        text[range].iter().try_fold(0i64, |n, d| {
+            d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0'))
+        })
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 {
+        return None;
+    }
+    // Days from the civil date (the proleptic Gregorian calendar), March-based years.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
 }
 
 /// Seconds since the epoch now.
@@ -116,4 +197,44 @@ pub fn rfc3339(at: Secs) -> Option<String> {
     }
     chrono::DateTime::from_timestamp(i64::from(at), 0)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_reading_agrees_with_chrono() {
+        for text in [
+            "1970-01-01T00:00:01Z",
+            "2000-02-29T23:59:59Z",
+            "2026-11-28T01:52:26Z",
+            "2027-01-15T08:00:00Z",
+            "2100-03-01T00:00:00Z",
+            "2024-12-31T12:30:45Z",
+        ] {
+            let slow = chrono::DateTime::parse_from_rfc3339(text)
+                .expect("valid")
+                .timestamp();
+            assert_eq!(canonical(text.as_bytes()), Some(slow), "{text}");
+        }
+        for secs in (1..4_200_000_000i64).step_by(9_999_991) {
+            let text = chrono::DateTime::from_timestamp(secs, 0)
+                .expect("time")
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            assert_eq!(canonical(text.as_bytes()), Some(secs), "{text}");
+        }
+        for other in ["2026-11-28T01:52:26+02:00", "2026-11-28T01:52:26.5Z"] {
+            assert_eq!(canonical(other.as_bytes()), None);
+            assert!(secs_of(other).is_some(), "{other} read the slow way");
+        }
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "2026-11-28T25:00:00Z",
+            "2026-1x-28T01:52:26Z",
+            "",
+        ] {
+            assert_eq!(secs_of(bad), None, "{bad}");
+        }
+    }
 }
