@@ -27,11 +27,12 @@ allowed() {
     jobrelay-capabilities) echo "jobrelay-contract jobrelay-bindings jobrelay-state jobrelay-watch" ;;
     jobrelay-runtime) echo "jobrelay-contract jobrelay-bindings jobrelay-capabilities" ;;
     jobrelay-coordination) echo "" ;;
-    jobrelay-lanes) echo "jobrelay-contract jobrelay-runtime jobrelay-state jobrelay-watch" ;;
-    jobrelay) echo "jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state jobrelay-capabilities jobrelay-runtime jobrelay-lanes jobrelay-coordination" ;;
+    jobrelay-fleet) echo "jobrelay-contract jobrelay-watch" ;;
+    jobrelay-lanes) echo "jobrelay-contract jobrelay-fleet jobrelay-runtime jobrelay-state jobrelay-watch" ;;
+    jobrelay) echo "jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state jobrelay-capabilities jobrelay-runtime jobrelay-fleet jobrelay-lanes jobrelay-coordination" ;;
   esac
 }
-for crate in jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state jobrelay-capabilities jobrelay-runtime jobrelay-lanes jobrelay-coordination jobrelay; do
+for crate in jobrelay-contract jobrelay-bindings jobrelay-watch jobrelay-state jobrelay-capabilities jobrelay-runtime jobrelay-fleet jobrelay-lanes jobrelay-coordination jobrelay; do
   # Direct normal dependencies only (depth 1), the crate itself on the first line.
   deps=$(cargo tree --locked -p "$crate" --no-default-features --edges normal --depth 1 \
     --prefix none | tail -n +2 | awk '{print $1}' | grep '^jobrelay' || true)

@@ -17,6 +17,8 @@ mod feishu_notify;
 mod filters;
 mod http_capability;
 mod inbox;
+mod job_view_sharded;
+mod jobs_cli;
 mod lane_bound;
 mod lane_catch_up;
 mod lane_rate_limits;

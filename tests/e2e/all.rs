@@ -9,6 +9,7 @@ mod delivery;
 mod finalizers;
 mod job_view;
 mod job_writes;
+mod jobs_page;
 mod oci_plugins;
 mod pipeline;
 mod python_plugin;

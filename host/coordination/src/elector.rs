@@ -34,6 +34,8 @@ pub enum Role {
         owned: Vec<String>,
         members: Vec<String>,
         clusters: Vec<String>,
+        /// This replica's identity among `members`.
+        identity: String,
     },
     /// Was leader and could not renew in time: must stop delivering.
     Lost,

@@ -58,6 +58,7 @@ impl Sharding {
             owned: Vec::new(),
             members: Vec::new(),
             clusters: clusters.borrow().iter().cloned().collect(),
+            identity: setup.identity.clone(),
         });
         let (commands, received) = mpsc::channel(16);
         let task = tokio::spawn(coordinate(setup, clusters, role_tx, commands, cancel));
@@ -220,6 +221,7 @@ async fn coordinate(
                 owned: held.keys().cloned().collect(),
                 members: alive.clone(),
                 clusters: names.iter().cloned().collect(),
+                identity: setup.identity.clone(),
             };
             let changed = *r != next;
             *r = next;

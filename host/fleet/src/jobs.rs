@@ -304,6 +304,34 @@ impl JobView {
         clusters.remove(cluster);
     }
 
+    /// Keeps only the jobs of the kinds named (the main file's `kinds` changed: a kind no
+    /// longer watched would otherwise stay, as last seen, for ever).
+    pub fn retain_kinds(&self, kinds: &[&str]) {
+        for (_, shard) in self.shards() {
+            let mut guard = write(&shard);
+            let ClusterJobs {
+                jobs,
+                strings,
+                labels,
+                deleted,
+            } = &mut *guard;
+            let keep: Vec<Sym> = kinds
+                .iter()
+                .filter_map(|k| strings.find(&k.to_string()))
+                .collect();
+            jobs.retain(|_, rec| {
+                let kept = keep.contains(&rec.kind);
+                if !kept {
+                    if rec.gone != 0 {
+                        *deleted -= 1;
+                    }
+                    ClusterJobs::release(strings, labels, rec);
+                }
+                kept
+            });
+        }
+    }
+
     /// Lets deleted jobs go: those deleted longer than `keep_deleted` ago, then the oldest
     /// over `max_deleted`.
     pub fn sweep(&self, now: Secs) {

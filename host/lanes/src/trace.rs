@@ -108,20 +108,17 @@ impl DeliveryTrace {
     /// The latest error of each job among `keys` that is still in the ring and was not
     /// followed by a delivery (what a list shows per plugin).
     pub fn last_errors(&self, keys: &[JobKey]) -> Vec<Option<String>> {
-        let wanted: Vec<(Uid, &str)> = keys
+        let wanted: std::collections::HashMap<(Uid, &str), usize> = keys
             .iter()
-            .map(|k| (Uid::new(&k.uid), k.cluster.as_str()))
+            .enumerate()
+            .map(|(i, k)| ((Uid::new(&k.uid), k.cluster.as_str()), i))
             .collect();
         let mut errors: Vec<Option<String>> = vec![None; keys.len()];
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         for kept in ring.iter() {
-            let Some(i) = wanted
-                .iter()
-                .position(|(uid, cluster)| *uid == kept.uid && *cluster == kept.cluster)
-            else {
-                continue;
-            };
-            errors[i] = kept.error.as_deref().map(str::to_string);
+            if let Some(&i) = wanted.get(&(kept.uid.clone(), kept.cluster.as_str())) {
+                errors[i] = kept.error.as_deref().map(str::to_string);
+            }
         }
         errors
     }

@@ -2,7 +2,7 @@
 //! the exit status ([`exit_code`]). `main.rs` parses it and hands each command to its module:
 //!
 //! - [`ops`] — the operator's commands on a deployment: `run`, `check`, `dead-letters`,
-//!   `finalizers`, `demo`;
+//!   `finalizers`, `jobs`, `demo`;
 //! - [`plugin`] — the plugin author's tools: `plugin new|run|test|push|sample-event`.
 
 pub mod ops;
@@ -102,6 +102,17 @@ pub enum Command {
         #[command(subcommand)]
         command: ops::dead_letters::DeadLettersCommand,
     },
+    /// Where every job of every watched cluster is and what each plugin did of it, asked of a
+    /// running daemon's job view API.
+    Jobs {
+        /// The daemon's telemetry address (`telemetry.listen`), e.g. http://127.0.0.1:9464
+        /// through `kubectl port-forward svc/jobrelay-metrics 9464`; accepted before or after
+        /// `list` or `show`.
+        #[arg(long, global = true, env = "JOBRELAY_SERVER", default_value = ops::jobs::DEFAULT_SERVER)]
+        server: String,
+        #[command(subcommand)]
+        command: ops::jobs::JobsCommand,
+    },
 }
 
 /// `jobrelay completions SHELL`: the completion script, from the same command definition.
@@ -169,6 +180,68 @@ mod tests {
                 Some(std::path::Path::new("/etc/jobrelay"))
             );
         }
+    }
+
+    /// `jobs` takes `--server` before or after the action, `-l` for the selector, repeated
+    /// filters and a descending order written with its `-`.
+    #[test]
+    fn jobs_parse_as_documented() {
+        use ops::jobs::{JobsCommand, ListOutput, ShowOutput};
+        let cli = parse(&[
+            "jobs",
+            "list",
+            "--server",
+            "http://relay:9464",
+            "--phase",
+            "failed,running",
+            "--phase",
+            "pending",
+            "-l",
+            "team=nlp",
+            "--sort",
+            "-created",
+            "-o",
+            "wide",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Command::Jobs {
+            server,
+            command: JobsCommand::List(args),
+        } = cli.command
+        else {
+            panic!("not jobs list");
+        };
+        assert_eq!(server, "http://relay:9464");
+        assert_eq!(args.phase, ["failed,running", "pending"]);
+        assert_eq!(args.selector.as_deref(), Some("team=nlp"));
+        assert_eq!(args.sort.as_deref(), Some("-created"));
+        assert_eq!(args.output, ListOutput::Wide);
+
+        let cli = parse(&[
+            "jobs",
+            "--server",
+            "127.0.0.1:1",
+            "show",
+            "east/ml/a",
+            "-o",
+            "json",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Command::Jobs {
+            server,
+            command: JobsCommand::Show(args),
+        } = cli.command
+        else {
+            panic!("not jobs show");
+        };
+        assert_eq!(
+            (server.as_str(), args.job.as_str()),
+            ("127.0.0.1:1", "east/ml/a")
+        );
+        assert_eq!(args.output, ShowOutput::Json);
+
+        assert!(parse(&["jobs", "list", "--limit", "0"]).is_err());
+        assert!(parse(&["jobs", "list", "-o", "yaml"]).is_err());
     }
 
     #[test]

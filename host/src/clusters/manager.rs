@@ -65,6 +65,14 @@ impl ClusterManager {
         self
     }
 
+    /// The kinds watched changed: the job view lets go of the jobs of kinds no longer watched.
+    pub fn retain_kinds(&self, main: &MainConfig) {
+        if let Some(view) = &self.view {
+            let names: Vec<&str> = main.kinds.iter().map(|k| k.name.as_str()).collect();
+            view.retain_kinds(&names);
+        }
+    }
+
     /// A cluster no longer runs here: its health and its jobs are forgotten.
     fn forget(&self, name: &str) {
         self.health.remove(name);

@@ -267,6 +267,9 @@ async fn apply(
             .is_some_and(|lane| *lane.filter() != *source.lane.filter),
         _ => false,
     });
+    if update.watch_changed {
+        clusters.retain_kinds(main);
+    }
     let loads = plugins.apply(update.plugins);
     if added || refiltered {
         // A new plugin (or a new filter) should see every job's current version, not only

@@ -1,7 +1,9 @@
-//! The operator's HTTP endpoint: `/` (the HTML status page), `/metrics` (Prometheus),
-//! `/healthz` (the process answers), `/readyz` (this replica can do its part: plugins serve,
-//! the state store answers, the Lease is not lost), `/status` (JSON) and the job view API
-//! under `/api/v1/` ([`jobs_api`]).
+//! The operator's HTTP endpoint: `/` (the HTML status page), `/jobs` and
+//! `/jobs/{cluster}/{namespace}/{name}` (its Jobs view: the fleet's jobs with filters and pages,
+//! and one job with its transitions and per-plugin trace, as HTML — [`jobs_page`]),
+//! `/metrics` (Prometheus), `/healthz` (the process answers), `/readyz` (this replica can do
+//! its part: plugins serve, the state store answers, the Lease is not lost), `/status` (JSON)
+//! and the job view API under `/api/v1/` ([`jobs_api`]; the Jobs view shows what it answers).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::status::StatusSources;
-use super::{exposition, jobs_api, metrics};
+use super::{exposition, jobs_api, jobs_page, metrics};
 
 struct Shared {
     sources: StatusSources,
@@ -33,6 +35,7 @@ pub async fn serve(
     let listener = TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
     let api_sources = sources.clone();
+    let page_sources = sources.clone();
     let shared = Arc::new(Shared {
         registry: metrics::registry(sources.clone()),
         sources,
@@ -53,6 +56,12 @@ pub async fn serve(
                 )
                 .route("/api/v1/openapi.json", get(jobs_api::openapi))
                 .with_state(api_sources),
+        )
+        .merge(
+            Router::new()
+                .route("/jobs", get(jobs_page::list))
+                .route("/jobs/{cluster}/{namespace}/{name}", get(jobs_page::show))
+                .with_state(page_sources),
         );
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -62,7 +71,7 @@ pub async fn serve(
             tracing::error!(error = %e, "the telemetry endpoint stopped");
         }
     });
-    tracing::info!(address = %bound, "telemetry endpoint listening (/, /metrics, /healthz, /readyz, /status, /api/v1/jobs)");
+    tracing::info!(address = %bound, "telemetry endpoint listening (/, /jobs, /metrics, /healthz, /readyz, /status, /api/v1/jobs)");
     Ok(bound)
 }
 

@@ -90,8 +90,39 @@ pub struct PluginTrace {
     pub trace: Vec<TraceEntry>,
 }
 
-fn refused(status: StatusCode, error: String) -> Response {
-    (status, Json(serde_json::json!({ "error": error }))).into_response()
+/// Why a request is answered without jobs: its status and message, and for a job not found,
+/// the warnings of its cluster and the replica that holds it (sharded mode).
+#[derive(Debug)]
+pub struct Refused {
+    pub status: StatusCode,
+    pub error: String,
+    /// Given (possibly empty) for a job not found; absent otherwise.
+    pub warnings: Option<Vec<String>>,
+    pub held_by: Option<String>,
+}
+
+impl Refused {
+    fn new(status: StatusCode, error: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            error: error.into(),
+            warnings: None,
+            held_by: None,
+        }
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::json!({ "error": self.error });
+        if let Some(warnings) = self.warnings {
+            body["warnings"] = serde_json::json!(warnings);
+        }
+        if let Some(owner) = self.held_by {
+            body["held_by"] = serde_json::Value::String(owner);
+        }
+        (self.status, Json(body)).into_response()
+    }
 }
 
 pub async fn openapi() -> Response {
@@ -99,20 +130,36 @@ pub async fn openapi() -> Response {
 }
 
 pub async fn list(State(sources): State<StatusSources>, RawQuery(query): RawQuery) -> Response {
-    let query = match JobQuery::parse(query.as_deref().unwrap_or("")) {
-        Ok(q) => q,
-        Err(e) => return refused(StatusCode::BAD_REQUEST, e.to_string()),
-    };
+    match list_jobs(&sources, query.as_deref().unwrap_or("")).await {
+        Ok(list) => Json(list).into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+pub async fn show(
+    State(sources): State<StatusSources>,
+    Path((cluster, namespace, name)): Path<(String, String, String)>,
+) -> Response {
+    match show_job(&sources, &cluster, &namespace, &name).await {
+        Ok(shown) => Json(shown).into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// The jobs a query string (without the `?`) asks for, read through [`JobQuery::parse`]: what
+/// `GET /api/v1/jobs` answers, and the status page's Jobs view shows.
+pub async fn list_jobs(sources: &StatusSources, query: &str) -> Result<JobList, Refused> {
+    let query =
+        JobQuery::parse(query).map_err(|e| Refused::new(StatusCode::BAD_REQUEST, e.to_string()))?;
     let Some(view) = sources.routes.view().cloned() else {
-        return refused(StatusCode::SERVICE_UNAVAILABLE, "no job view".into());
+        return Err(Refused::new(StatusCode::SERVICE_UNAVAILABLE, "no job view"));
     };
     let asked = query.clusters.clone();
     // A scan of a large view is CPU work of milliseconds: off the runtime's threads.
-    let page = match tokio::task::spawn_blocking(move || view.list(&query)).await {
-        Ok(page) => page,
-        Err(e) => return refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
-    let (mut warnings, elsewhere) = coverage(&sources, &asked);
+    let page = tokio::task::spawn_blocking(move || view.list(&query))
+        .await
+        .map_err(|e| Refused::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let (mut warnings, elsewhere) = coverage(sources, &asked);
     let keys: Vec<JobKey> = page
         .items
         .iter()
@@ -121,50 +168,56 @@ pub async fn list(State(sources): State<StatusSources>, RawQuery(query): RawQuer
             uid: j.uid.clone(),
         })
         .collect();
-    let mut plugins = deliveries(&sources, &keys, &mut warnings).await;
+    let mut plugins = deliveries(sources, &keys, &mut warnings).await;
     let items = page
         .items
         .into_iter()
         .zip(plugins.drain(..))
         .map(|(job, plugins)| JobItem { job, plugins })
         .collect();
-    Json(JobList {
+    Ok(JobList {
         items,
         remaining: page.remaining,
         next: page.next,
         warnings,
         elsewhere,
     })
-    .into_response()
 }
 
-pub async fn show(
-    State(sources): State<StatusSources>,
-    Path((cluster, namespace, name)): Path<(String, String, String)>,
-) -> Response {
+/// One job with its transitions and each plugin's trace: what
+/// `GET /api/v1/jobs/{cluster}/{namespace}/{name}` answers, and the Jobs view's job page shows.
+pub async fn show_job(
+    sources: &StatusSources,
+    cluster: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<JobShown, Refused> {
     let Some(view) = sources.routes.view().cloned() else {
-        return refused(StatusCode::SERVICE_UNAVAILABLE, "no job view".into());
+        return Err(Refused::new(StatusCode::SERVICE_UNAVAILABLE, "no job view"));
     };
-    let (mut warnings, elsewhere) = coverage(&sources, std::slice::from_ref(&cluster));
-    let mut found = view.find(&cluster, &namespace, &name).into_iter();
+    let cluster = cluster.to_string();
+    let (mut warnings, elsewhere) = coverage(sources, std::slice::from_ref(&cluster));
+    let mut found = view.find(&cluster, namespace, name).into_iter();
     let Some(job) = found.next() else {
-        let error = match elsewhere.get(&cluster) {
+        let held_by = elsewhere.get(&cluster).cloned();
+        let error = match &held_by {
             Some(owner) => format!(
                 "cluster `{cluster}` is held by replica `{owner}`: ask it for {namespace}/{name}"
             ),
             None => format!("no job {namespace}/{name} on cluster `{cluster}` here"),
         };
-        let mut body = serde_json::json!({ "error": error, "warnings": warnings });
-        if let Some(owner) = elsewhere.get(&cluster) {
-            body["held_by"] = serde_json::Value::String(owner.clone());
-        }
-        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+        return Err(Refused {
+            status: StatusCode::NOT_FOUND,
+            error,
+            warnings: Some(warnings),
+            held_by,
+        });
     };
     let key = JobKey {
         cluster: cluster.clone(),
         uid: job.summary.uid.clone(),
     };
-    let mut deliveries = deliveries(&sources, std::slice::from_ref(&key), &mut warnings).await;
+    let mut deliveries = deliveries(sources, std::slice::from_ref(&key), &mut warnings).await;
     let lanes = sources.routes.lanes();
     let plugins = deliveries
         .pop()
@@ -178,13 +231,12 @@ pub async fn show(
             (plugin, PluginTrace { delivery, trace })
         })
         .collect();
-    Json(JobShown {
+    Ok(JobShown {
         job,
         plugins,
         earlier: found.collect(),
         warnings,
     })
-    .into_response()
 }
 
 /// Warnings for the clusters in scope that are not synced here, and the clusters another
@@ -194,20 +246,32 @@ fn coverage(sources: &StatusSources, asked: &[String]) -> (Vec<String>, BTreeMap
     let role = sources.role.borrow().clone();
     let mut warnings = Vec::new();
     let mut elsewhere = BTreeMap::new();
+    // Clusters on their way here: this replica is their owner among the live members but
+    // does not hold their Lease yet.
+    let mut arriving = Vec::new();
     if let Role::Sharded {
         owned,
         members,
         clusters,
+        identity,
     } = &role
     {
         for cluster in clusters {
             if owned.contains(cluster) || !(asked.is_empty() || asked.contains(cluster)) {
                 continue;
             }
-            if let Some(owner) = rendezvous::owner(cluster, members.iter().map(String::as_str)) {
-                elsewhere.insert(cluster.clone(), owner.to_string());
+            match rendezvous::owner(cluster, members.iter().map(String::as_str)) {
+                Some(owner) if owner != identity => {
+                    elsewhere.insert(cluster.clone(), owner.to_string());
+                }
+                _ => arriving.push(cluster.clone()),
             }
         }
+    }
+    for cluster in &arriving {
+        warnings.push(format!(
+            "cluster `{cluster}` is being taken over by this replica: its jobs are not here yet"
+        ));
     }
     let scope: Vec<&String> = if asked.is_empty() {
         health.keys().collect()
@@ -226,6 +290,7 @@ fn coverage(sources: &StatusSources, asked: &[String]) -> (Vec<String>, BTreeMap
                     .map(|e| format!(" ({e})"))
                     .unwrap_or_default()
             )),
+            None if arriving.contains(cluster) => {}
             None => match elsewhere.get(cluster) {
                 Some(owner) => warnings.push(format!(
                     "cluster `{cluster}` is held by replica `{owner}`: ask it"

@@ -780,6 +780,7 @@ impl Collector for DaemonCollector {
             owned,
             members,
             clusters,
+            ..
         } = &status.coordination
         {
             // Every configured cluster, 1 where held here: a cluster no replica holds reads 0

@@ -4,6 +4,7 @@
 pub mod exposition;
 pub mod http;
 pub mod jobs_api;
+pub mod jobs_page;
 pub mod logging;
 pub mod metrics;
 pub mod page;

@@ -2,7 +2,8 @@
 //!
 //! Rendered on the server from the same [`Status`] as `/status`, as one self-contained page
 //! (inline styles, no scripts) that refreshes itself every few seconds. Every value from the
-//! outside (cluster names, errors, job names) is escaped.
+//! outside (cluster names, errors, job names) is escaped. Its style, badges and header
+//! navigation are shared with the Jobs view ([`super::jobs_page`]).
 
 use std::fmt::Write as _;
 
@@ -14,10 +15,14 @@ use jobrelay_coordination::Role;
 /// Seconds between automatic refreshes.
 const REFRESH_SECONDS: u32 = 5;
 
-const STYLE: &str = "
+/// The style of every page (inline in each: the pages are self-contained).
+pub(super) const STYLE: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f4f6f8;color:#1f2328}
 header{background:#1f2937;color:#fff;padding:14px 24px;display:flex;align-items:center;gap:16px}
 header h1{font-size:20px;margin:0;font-weight:600}
+header nav{display:flex;gap:4px}
+header nav a{color:#d1d5db;text-decoration:none;padding:4px 10px;border-radius:6px;font-size:14px}
+header nav a.here{background:#374151;color:#fff}
 main{padding:20px 24px;display:grid;gap:20px}
 section{background:#fff;border-radius:8px;box-shadow:0 1px 3px rgba(0,0,0,.12);padding:14px 18px}
 h2{font-size:15px;margin:0 0 10px;color:#374151;text-transform:uppercase;letter-spacing:.04em}
@@ -47,7 +52,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-fn badge(class: &str, text: &str) -> String {
+pub(super) fn badge(class: &str, text: &str) -> String {
     format!("<span class=\"badge {class}\">{}</span>", escape(text))
 }
 
@@ -61,7 +66,7 @@ fn health_badge(state: HealthState) -> String {
     badge(class, text)
 }
 
-fn phase_badge(phase: &str) -> String {
+pub(super) fn phase_badge(phase: &str) -> String {
     let class = match phase {
         "succeeded" | "running" => "ok",
         "failed" => "bad",
@@ -69,6 +74,20 @@ fn phase_badge(phase: &str) -> String {
         _ => "idle",
     };
     badge(class, phase)
+}
+
+/// The header's links between the pages; `here` is the current page's path (`/` or `/jobs`).
+pub(super) fn nav(here: &str) -> String {
+    let mut html = String::from("<nav>");
+    for (path, title) in [("/", "Status"), ("/jobs", "Jobs")] {
+        let _ = write!(
+            html,
+            "<a href=\"{path}\"{}>{title}</a>",
+            if path == here { " class=\"here\"" } else { "" }
+        );
+    }
+    html.push_str("</nav>");
+    html
 }
 
 /// Nothing for a single replica; otherwise whether this one delivers, and who does.
@@ -125,7 +144,8 @@ pub fn render(status: &Status) -> String {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
          <title>jobrelay status</title><style>{STYLE}</style></head><body>\
-         <header><h1>jobrelay</h1>{}{}<span class=\"muted\">{} clusters · {} plugins · refreshes every {REFRESH_SECONDS} s</span></header><main>",
+         <header><h1>jobrelay</h1>{}{}{}<span class=\"muted\">{} clusters · {} plugins · refreshes every {REFRESH_SECONDS} s</span></header><main>",
+        nav("/"),
         if status.ready {
             badge("ok", "ready")
         } else {

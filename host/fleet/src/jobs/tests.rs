@@ -490,6 +490,25 @@ fn a_name_reused_shows_the_live_job_first() {
 }
 
 #[test]
+fn a_kind_no_longer_watched_leaves_the_view() {
+    let view = JobView::default();
+    view.observe(&job("c1", "ml", "a").at(Phase::Running, T0));
+    let mut b = job("c1", "ml", "b");
+    b.kind = "batch-job";
+    view.observe(&b.at(Phase::Running, T0));
+    view.observe(&b.at(Phase::Deleted, T0));
+    view.retain_kinds(&["volcano-job"]);
+    assert_eq!(names(&view.list(&query(""))), ["c1/ml/a"]);
+    // The deleted count went with it: a cap of 0 has nothing left to cut.
+    view.set_settings(ViewSettings {
+        keep_deleted_seconds: 3_600,
+        max_deleted: 0,
+    });
+    view.sweep(now_secs());
+    assert_eq!(view.len(), 1);
+}
+
+#[test]
 fn forgetting_a_cluster_drops_its_jobs() {
     let view = JobView::default();
     fleet(&view, 2, 10);

@@ -4,6 +4,7 @@
 //! - [`check`] — `check`: everything the daemon would refuse or fail on, found before it runs;
 //! - [`dead_letters`] — `dead-letters list|replay|drop`, beside a running daemon;
 //! - [`finalizers`] — `finalizers release`: jobrelay's finalizer removed from every job;
+//! - [`jobs`] — `jobs list|show`: a running daemon's job view, over HTTP;
 //! - [`demo`] — `demo`: the whole product on a simulated cluster (the `demo` feature only).
 
 pub mod check;
@@ -11,4 +12,5 @@ pub mod dead_letters;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod finalizers;
+pub mod jobs;
 pub mod run;
