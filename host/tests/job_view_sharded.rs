@@ -9,14 +9,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use jobrelay_coordination::rendezvous;
 use jobrelay_testkit::{Flavor, JobDriver, Pace, SimCluster};
 use serde_json::Value;
 
 use crate::common::store::drop_tables;
 use crate::common::{mysql_url, unique_prefix};
-use crate::process::{DEADLINE, Relay, http_get, poll};
-use crate::sharding::{cluster_name, lease_holders, sharded_folder};
+use crate::process::{DEADLINE, Relay, http_get};
+use crate::sharding::{self, cluster_name, lease_holders, settled_on, sharded_folder};
 
 const CLUSTERS: usize = 4;
 const JOBS_PER_CLUSTER: usize = 3;
@@ -72,30 +71,11 @@ fn listed(list: &Value) -> Vec<String> {
 }
 
 fn owners(members: &[&str]) -> BTreeMap<String, String> {
-    (0..CLUSTERS)
-        .map(|i| {
-            let c = cluster_name(i);
-            let owner = rendezvous::owner(&c, members.iter().copied()).expect("members");
-            (c, owner.to_string())
-        })
-        .collect()
+    sharding::owners(CLUSTERS, members)
 }
 
-async fn settle(home: &SimCluster, members: &[&str], relays: &[&Relay]) {
-    let expected = owners(members);
-    let settled = poll(DEADLINE, || {
-        let now = lease_holders(home, GROUP);
-        if now == expected {
-            Ok(())
-        } else {
-            Err(format!("holders {now:?}, expected {expected:?}"))
-        }
-    })
-    .await;
-    if let Err(why) = settled {
-        let tails: Vec<String> = relays.iter().map(|r| r.tail()).collect();
-        panic!("the clusters never settled: {why}\n{}", tails.join("\n"));
-    }
+async fn settle(home: &SimCluster, members: &[&str]) {
+    settled_on(home, GROUP, CLUSTERS, members).await;
 }
 
 /// Waits until `addr` lists exactly the jobs of the clusters `members` gives it.
@@ -163,7 +143,7 @@ async fn each_replica_answers_for_its_clusters_and_names_who_holds_the_rest() {
     let r1 = Relay::start(dirs[0].path(), ids[0]);
     let r2 = Relay::start(dirs[1].path(), ids[1]);
     let two = &ids[..2];
-    settle(&home, two, &[&r1, &r2]).await;
+    settle(&home, two).await;
     let expected = owners(two);
     assert!(
         expected.values().any(|o| o == "r1") && expected.values().any(|o| o == "r2"),
@@ -269,7 +249,7 @@ async fn each_replica_answers_for_its_clusters_and_names_who_holds_the_rest() {
         if pages == 1 {
             // The hand-over happens between this page and the next.
             let joined = Relay::start(dirs[2].path(), ids[2]);
-            settle(&home, &ids, &[&r1, &r2, &joined]).await;
+            settle(&home, &ids).await;
             r3 = Some(joined);
         }
         elsewheres.push(page["elsewhere"].clone());

@@ -116,16 +116,32 @@ pub(crate) fn lease_holders(home: &SimCluster, group: &str) -> BTreeMap<String, 
 
 /// Waits until every cluster's Lease is held by its rendezvous owner among `members`.
 async fn settled(home: &SimCluster, members: &[&str]) -> Duration {
-    let started = Instant::now();
-    let expected: BTreeMap<String, String> = (0..CLUSTERS)
+    settled_on(home, GROUP, CLUSTERS, members).await
+}
+
+/// The rendezvous owner among `members` of each of the first `clusters` clusters.
+pub(crate) fn owners(clusters: usize, members: &[&str]) -> BTreeMap<String, String> {
+    (0..clusters)
         .map(|i| {
             let c = cluster_name(i);
             let owner = rendezvous::owner(&c, members.iter().copied()).expect("members");
             (c, owner.to_string())
         })
-        .collect();
+        .collect()
+}
+
+/// Waits until each of the first `clusters` clusters' Lease of `group` is held by its
+/// rendezvous owner among `members`; how long that took.
+pub(crate) async fn settled_on(
+    home: &SimCluster,
+    group: &str,
+    clusters: usize,
+    members: &[&str],
+) -> Duration {
+    let started = Instant::now();
+    let expected = owners(clusters, members);
     let done = poll(DEADLINE, || {
-        let now = holders(home);
+        let now = lease_holders(home, group);
         if now == expected {
             Ok(())
         } else {

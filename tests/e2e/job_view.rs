@@ -42,44 +42,6 @@ async fn start(sims: &[&SimCluster]) -> (Setup, Daemon, std::net::SocketAddr) {
     (setup, daemon, addr)
 }
 
-async fn get_json(addr: std::net::SocketAddr, path: &str) -> (u16, Value) {
-    let (code, body) = http_get(addr, path).await;
-    let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-    (code, value)
-}
-
-/// Asks until `check` gives a value (a minute at most).
-async fn until<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn names(list: &Value) -> Vec<String> {
-    list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|j| {
-            format!(
-                "{}/{}/{}",
-                j["cluster"].as_str().unwrap_or(""),
-                j["namespace"].as_str().unwrap_or(""),
-                j["name"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 fn job<'a>(list: &'a Value, name: &str) -> &'a Value {
     list["items"]
         .as_array()
@@ -123,7 +85,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
     let list = loop {
         let (code, list) = get_json(addr, "/api/v1/jobs").await;
         assert_eq!(code, 200, "{list}");
-        let settled = names(&list).len() == 4
+        let settled = job_names(&list).len() == 4
             && list["items"].as_array().is_some_and(|items| {
                 items.iter().all(|j| {
                     j["plugins"]["log"]["pending"] == 0
@@ -140,7 +102,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(
-        names(&list),
+        job_names(&list),
         [
             "east/team-a/eval",
             "east/team-a/train-1",
@@ -193,7 +155,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
     for (query, expected) in cases {
         let (code, page) = get_json(addr, &format!("/api/v1/jobs{query}")).await;
         assert_eq!(code, 200, "{query}: {page}");
-        assert_eq!(names(&page), expected, "{query}");
+        assert_eq!(job_names(&page), expected, "{query}");
     }
 
     // Pages.
@@ -205,7 +167,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
         &format!("/api/v1/jobs?sort=name&limit=3&continue={token}"),
     )
     .await;
-    assert_eq!(names(&second), ["west/team-b/train-2"]);
+    assert_eq!(job_names(&second), ["west/team-b/train-2"]);
     assert_eq!(second["remaining"], 0);
     assert!(second.get("continue").is_none());
 
@@ -251,7 +213,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
     train.delete().expect("delete");
     let deleted = until("the deletion shown", || async {
         let (_, list) = get_json(addr, "/api/v1/jobs?phase=deleted").await;
-        (names(&list) == ["east/team-a/train-1"]).then_some(list)
+        (job_names(&list) == ["east/team-a/train-1"]).then_some(list)
     })
     .await;
     assert!(deleted["items"][0]["deleted"].is_string());
@@ -322,7 +284,7 @@ async fn a_cluster_down_answers_as_last_seen_with_a_warning_and_never_blocks() {
     }
     until("both jobs shown", || async {
         let (_, list) = get_json(addr, "/api/v1/jobs?phase=running").await;
-        (names(&list).len() == 2).then_some(())
+        (job_names(&list).len() == 2).then_some(())
     })
     .await;
 
@@ -335,7 +297,7 @@ async fn a_cluster_down_answers_as_last_seen_with_a_warning_and_never_blocks() {
             let (code, list) = get_json(addr, "/api/v1/jobs").await;
             slowest = slowest.max(started.elapsed());
             assert_eq!(code, 200);
-            assert_eq!(names(&list), ["east/ml/a", "west/ml/b"], "{list}");
+            assert_eq!(job_names(&list), ["east/ml/a", "west/ml/b"], "{list}");
             warned |= list["warnings"].as_array().is_some_and(|w| {
                 w.iter()
                     .any(|w| w.as_str().is_some_and(|w| w.contains("`west`")))
@@ -406,7 +368,7 @@ async fn pages_over_http_hold_while_jobs_come_and_go() {
     }
     until("the stable jobs shown", || async {
         let (_, list) = get_json(addr, "/api/v1/jobs?name=stable&limit=1000").await;
-        (names(&list).len() == 30).then_some(())
+        (job_names(&list).len() == 30).then_some(())
     })
     .await;
     for sort in ["name", "-created", "cluster"] {
@@ -420,7 +382,7 @@ async fn pages_over_http_hold_while_jobs_come_and_go() {
             };
             let (code, page) = get_json(addr, &path).await;
             assert_eq!(code, 200, "{page}");
-            seen.extend(names(&page));
+            seen.extend(job_names(&page));
             // Between pages, jobs come and go: names before and after the page's end.
             for name in [format!("aa-{sort}-{churn}"), format!("zz-{sort}-{churn}")] {
                 let mut j = JobDriver::builder(Flavor::Batch, "ml", &name)

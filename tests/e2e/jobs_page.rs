@@ -7,7 +7,7 @@
 //! dead-lettered badges. With `JOBRELAY_UPDATE_SCREENSHOTS=1` the list's screenshot is kept as
 //! `docs/images/jobs-view.png`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobrelay::daemon::Daemon;
@@ -29,22 +29,6 @@ const RED: [u8; 3] = [0xcf, 0x22, 0x2e];
 const DEAD: [u8; 3] = [0xa4, 0x0e, 0x26];
 /// The warnings' background.
 const WARNING: [u8; 3] = [0xff, 0xf8, 0xc5];
-
-fn chromium() -> PathBuf {
-    let candidates = ["chromium", "chromium-browser", "google-chrome"];
-    std::env::var_os("JOBRELAY_TEST_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            candidates.iter().find_map(|name| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join(name))
-                        .find(|p| p.exists())
-                })
-            })
-        })
-        .expect("headless Chromium is needed for this test (tests/run.sh installs `chromium`)")
-}
 
 /// Renders `path` into `shot` at `width`×`height`; the pixels and their channels per pixel.
 async fn screenshot(
@@ -88,14 +72,6 @@ async fn screenshot(
     (pixels, frame.color_type.samples())
 }
 
-/// Pixels of the screenshot with exactly this colour.
-fn count(pixels: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
-    pixels
-        .chunks_exact(channels)
-        .filter(|p| p[0] == rgb[0] && p[1] == rgb[1] && p[2] == rgb[2])
-        .count()
-}
-
 /// The links to job pages, in page order.
 fn job_links(html: &str) -> Vec<String> {
     html.match_indices("href=\"/jobs/")
@@ -108,25 +84,10 @@ fn job_links(html: &str) -> Vec<String> {
 
 /// The job pages of the API's answer to the same query, in its order.
 fn api_links(list: &Value) -> Vec<String> {
-    list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|j| {
-            format!(
-                "/jobs/{}/{}/{}",
-                j["cluster"].as_str().unwrap_or(""),
-                j["namespace"].as_str().unwrap_or(""),
-                j["name"].as_str().unwrap_or("")
-            )
-        })
+    job_names(list)
+        .into_iter()
+        .map(|name| format!("/jobs/{name}"))
         .collect()
-}
-
-async fn get_json(addr: std::net::SocketAddr, path: &str) -> (u16, Value) {
-    let (code, body) = http_get(addr, path).await;
-    let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-    (code, value)
 }
 
 /// The part of the page from `from` to the next `</section>`.
@@ -416,11 +377,11 @@ async fn the_jobs_view_shows_the_fleet_and_each_plugins_trace_in_a_real_browser(
     let dir = tempfile::tempdir().expect("tempdir");
     let shot = dir.path().join("jobs.png");
     let (pixels, channels) = screenshot(addr, "/jobs", dir.path(), &shot, (1280, 900)).await;
-    let header = count(&pixels, channels, [0x1f, 0x29, 0x37]);
-    let green = count(&pixels, channels, GREEN);
-    let red = count(&pixels, channels, RED);
-    let dead = count(&pixels, channels, DEAD);
-    let warning = count(&pixels, channels, WARNING);
+    let header = count_colour(&pixels, channels, [0x1f, 0x29, 0x37]);
+    let green = count_colour(&pixels, channels, GREEN);
+    let red = count_colour(&pixels, channels, RED);
+    let dead = count_colour(&pixels, channels, DEAD);
+    let warning = count_colour(&pixels, channels, WARNING);
     assert!(header > 1280 * 30, "the dark header ({header} pixels)");
     assert!(
         green > 1_000,
@@ -447,8 +408,8 @@ async fn the_jobs_view_shows_the_fleet_and_each_plugins_trace_in_a_real_browser(
         (1280, 1400),
     )
     .await;
-    let green = count(&pixels, channels, GREEN);
-    let dead = count(&pixels, channels, DEAD);
+    let green = count_colour(&pixels, channels, GREEN);
+    let dead = count_colour(&pixels, channels, DEAD);
     assert!(
         dead > 300,
         "dead-lettered badges in the probe's trace ({dead} pixels)"

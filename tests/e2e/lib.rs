@@ -368,3 +368,70 @@ pub async fn finished_batch_jobs(jobs: usize) -> SimCluster {
     }
     sim
 }
+
+/// The headless Chromium the browser tests render pages with (`JOBRELAY_TEST_CHROMIUM`, else
+/// the first of the usual names on the PATH).
+pub fn chromium() -> PathBuf {
+    let candidates = ["chromium", "chromium-browser", "google-chrome"];
+    std::env::var_os("JOBRELAY_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            candidates.iter().find_map(|name| {
+                std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join(name))
+                        .find(|p| p.exists())
+                })
+            })
+        })
+        .expect("headless Chromium is needed for this test (tests/run.sh installs `chromium`)")
+}
+
+/// Pixels of a screenshot (`channels` bytes each) with exactly this colour.
+pub fn count_colour(pixels: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
+    pixels
+        .chunks_exact(channels)
+        .filter(|p| p[0] == rgb[0] && p[1] == rgb[1] && p[2] == rgb[2])
+        .count()
+}
+
+/// A GET whose answer is JSON: the status code and the value.
+pub async fn get_json(addr: std::net::SocketAddr, path: &str) -> (u16, Value) {
+    let (code, body) = http_get(addr, path).await;
+    let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+    (code, value)
+}
+
+/// Asks until `check` gives a value (a minute at most): [`wait_for`] for checks that are
+/// themselves asynchronous (an HTTP request).
+pub async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `cluster/namespace/name` of each job of a job view answer (`/api/v1/jobs`), in its order.
+pub fn job_names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|j| {
+            format!(
+                "{}/{}/{}",
+                j["cluster"].as_str().unwrap_or(""),
+                j["namespace"].as_str().unwrap_or(""),
+                j["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}

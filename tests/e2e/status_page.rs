@@ -2,36 +2,11 @@
 //! rendered by headless Chromium (Debian's `chromium`; `tests/run.sh` installs it) into a
 //! screenshot whose pixels must show the page's header and its green and red health badges.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use jobrelay::daemon::Daemon;
 use jobrelay_e2e::*;
 use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
-
-fn chromium() -> PathBuf {
-    let candidates = ["chromium", "chromium-browser", "google-chrome"];
-    std::env::var_os("JOBRELAY_TEST_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            candidates.iter().find_map(|name| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join(name))
-                        .find(|p| p.exists())
-                })
-            })
-        })
-        .expect("headless Chromium is needed for this test (tests/run.sh installs `chromium`)")
-}
-
-/// Pixels of the screenshot with exactly this colour.
-fn count(pixels: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
-    pixels
-        .chunks_exact(channels)
-        .filter(|p| p[0] == rgb[0] && p[1] == rgb[1] && p[2] == rgb[2])
-        .count()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_reads_like_a_dashboard_in_a_real_browser() {
@@ -129,9 +104,9 @@ async fn the_status_page_reads_like_a_dashboard_in_a_real_browser() {
     assert_eq!((frame.width, frame.height), (1280, 900));
     let channels = frame.color_type.samples();
     let pixels = &pixels[..frame.buffer_size()];
-    let header = count(pixels, channels, [0x1f, 0x29, 0x37]);
-    let green = count(pixels, channels, [0x1a, 0x7f, 0x37]);
-    let red = count(pixels, channels, [0xcf, 0x22, 0x2e]);
+    let header = count_colour(pixels, channels, [0x1f, 0x29, 0x37]);
+    let green = count_colour(pixels, channels, [0x1a, 0x7f, 0x37]);
+    let red = count_colour(pixels, channels, [0xcf, 0x22, 0x2e]);
     assert!(
         header > 1280 * 30,
         "the dark header bar is drawn ({header} pixels)"

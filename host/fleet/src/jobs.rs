@@ -58,12 +58,27 @@ impl ClusterJobs {
         self.strings.get(sym).map_or("", String::as_str)
     }
 
-    /// Lets go of what a record names.
-    fn release(strings: &mut Interner<String>, labels: &mut Interner<LabelSet>, rec: &JobRecord) {
-        strings.release(rec.namespace);
-        strings.release(rec.kind);
-        strings.release(rec.raw_phase);
-        labels.release(rec.labels);
+    /// Removes the records `go` picks, letting go of what each names.
+    fn remove_where(&mut self, mut go: impl FnMut(&JobRecord) -> bool) {
+        let ClusterJobs {
+            jobs,
+            strings,
+            labels,
+            deleted,
+        } = self;
+        jobs.retain(|_, rec| {
+            if !go(rec) {
+                return true;
+            }
+            strings.release(rec.namespace);
+            strings.release(rec.kind);
+            strings.release(rec.raw_phase);
+            labels.release(rec.labels);
+            if rec.gone != 0 {
+                *deleted -= 1;
+            }
+            false
+        });
     }
 }
 
@@ -308,27 +323,12 @@ impl JobView {
     /// longer watched would otherwise stay, as last seen, for ever).
     pub fn retain_kinds(&self, kinds: &[&str]) {
         for (_, shard) in self.shards() {
-            let mut guard = write(&shard);
-            let ClusterJobs {
-                jobs,
-                strings,
-                labels,
-                deleted,
-            } = &mut *guard;
+            let mut jobs = write(&shard);
             let keep: Vec<Sym> = kinds
                 .iter()
-                .filter_map(|k| strings.find(&k.to_string()))
+                .filter_map(|k| jobs.strings.find(&k.to_string()))
                 .collect();
-            jobs.retain(|_, rec| {
-                let kept = keep.contains(&rec.kind);
-                if !kept {
-                    if rec.gone != 0 {
-                        *deleted -= 1;
-                    }
-                    ClusterJobs::release(strings, labels, rec);
-                }
-                kept
-            });
+            jobs.remove_where(|rec| !keep.contains(&rec.kind));
         }
     }
 
@@ -338,61 +338,29 @@ impl JobView {
         let settings = self.settings();
         let keep = settings.keep_deleted_seconds;
         let shards = self.shards();
-        let mut total = 0;
+        let mut times: Vec<Secs> = Vec::new();
         for (_, shard) in &shards {
-            let mut guard = write(shard);
-            let ClusterJobs {
-                jobs,
-                strings,
-                labels,
-                deleted,
-            } = &mut *guard;
-            if *deleted == 0 {
+            let mut jobs = write(shard);
+            if jobs.deleted == 0 {
                 continue;
             }
-            jobs.retain(|_, rec| {
-                let expired = rec.gone != 0 && now.saturating_sub(rec.gone) >= keep;
-                if expired {
-                    ClusterJobs::release(strings, labels, rec);
-                    *deleted -= 1;
-                }
-                !expired
-            });
-            total += *deleted;
+            jobs.remove_where(|rec| rec.gone != 0 && now.saturating_sub(rec.gone) >= keep);
+            times.extend(jobs.jobs.values().filter(|r| r.gone != 0).map(|r| r.gone));
         }
-        if total <= settings.max_deleted {
+        if times.len() <= settings.max_deleted {
             return;
         }
-        // The cut-off time that leaves at most `max_deleted`: older ones go.
-        let mut times: Vec<Secs> = Vec::with_capacity(total);
-        for (_, shard) in &shards {
-            times.extend(
-                read(shard)
-                    .jobs
-                    .values()
-                    .filter(|r| r.gone != 0)
-                    .map(|r| r.gone),
-            );
-        }
+        // The cut-off time that leaves at most `max_deleted` (as counted here; a job deleted
+        // meanwhile waits for the next sweep): older ones go, and of those at the cut-off,
+        // only as many as are over.
         times.sort_unstable();
-        let mut excess = total - settings.max_deleted;
+        let mut excess = times.len() - settings.max_deleted;
         let cut = times[excess - 1];
         for (_, shard) in &shards {
-            let mut guard = write(shard);
-            let ClusterJobs {
-                jobs,
-                strings,
-                labels,
-                deleted,
-            } = &mut *guard;
-            jobs.retain(|_, rec| {
+            write(shard).remove_where(|rec| {
                 let go = excess > 0 && rec.gone != 0 && rec.gone <= cut;
-                if go {
-                    ClusterJobs::release(strings, labels, rec);
-                    *deleted -= 1;
-                    excess -= 1;
-                }
-                !go
+                excess -= usize::from(go);
+                go
             });
         }
     }
