@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::interner::{Interner, Sym};
 use super::query::{JobQuery, Position, SortField};
 use super::record::{JobRecord, LabelSet, Secs, Transition, now_secs, rfc3339, secs_of};
+use super::sli::{Sample, Slis};
 use jobrelay_contract::event::Phase;
 use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::{SHARDS, UidMap};
@@ -31,6 +32,8 @@ use jobrelay_watch::tracker::{Listed, Observed};
 pub struct ViewSettings {
     pub keep_deleted_seconds: u32,
     pub max_deleted: usize,
+    /// Namespaces per cluster the SLI metrics label by name; the rest are `other`.
+    pub metrics_namespaces: usize,
 }
 
 impl Default for ViewSettings {
@@ -38,6 +41,7 @@ impl Default for ViewSettings {
         ViewSettings {
             keep_deleted_seconds: 3_600,
             max_deleted: 100_000,
+            metrics_namespaces: crate::sli::DEFAULT_MAX_NAMESPACES,
         }
     }
 }
@@ -94,6 +98,8 @@ const TABLES_PER_HOLD: usize = 16;
 pub struct JobView {
     clusters: RwLock<BTreeMap<String, Shard>>,
     settings: RwLock<ViewSettings>,
+    /// The SLIs of the transitions seen live.
+    slis: Slis,
 }
 
 /// One job in a list.
@@ -149,12 +155,19 @@ impl JobView {
     pub fn new(settings: ViewSettings) -> JobView {
         JobView {
             clusters: RwLock::default(),
+            slis: Slis::new(settings.metrics_namespaces),
             settings: RwLock::new(settings),
         }
     }
 
     pub fn set_settings(&self, settings: ViewSettings) {
+        self.slis.set_max_namespaces(settings.metrics_namespaces);
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+    }
+
+    /// The SLIs of the transitions seen live (see [`crate::sli`]).
+    pub fn slis(&self) -> &Slis {
+        &self.slis
     }
 
     pub fn settings(&self) -> ViewSettings {
@@ -237,7 +250,11 @@ impl JobView {
                     rec.gone = 0;
                     *deleted = deleted.saturating_sub(1);
                 }
+                let before = (rec.phase, rec.started);
                 rec.enter(transition);
+                if !observed.from_list {
+                    self.sample(&event.cluster, strings, rec, before);
+                }
             }
             None => {
                 let gone = if event.phase == Phase::Deleted {
@@ -266,9 +283,40 @@ impl JobView {
                     history: Box::default(),
                 };
                 rec.enter(transition);
+                if !observed.from_list {
+                    self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0));
+                }
                 jobs.insert(uid, rec);
             }
         }
+    }
+
+    /// Records what a live transition means for the SLIs: `before` is the job's phase and
+    /// start before it.
+    fn sample(
+        &self,
+        cluster: &str,
+        strings: &Interner<String>,
+        rec: &JobRecord,
+        (was, started_before): (Phase, Secs),
+    ) {
+        if rec.phase == was {
+            return;
+        }
+        let sample = match rec.phase {
+            Phase::Running if started_before == 0 && rec.started != 0 => Sample::Started {
+                waited: f64::from(rec.started) - f64::from(rec.created),
+            },
+            Phase::Succeeded | Phase::Failed => Sample::Ended {
+                succeeded: rec.phase == Phase::Succeeded,
+                ran: (rec.started != 0).then(|| f64::from(rec.finished) - f64::from(rec.started)),
+            },
+            Phase::Restarting => Sample::Restarted,
+            _ => return,
+        };
+        let text = |sym| strings.get(sym).map_or("", String::as_str);
+        self.slis
+            .record(cluster, text(rec.namespace), text(rec.kind), sample);
     }
 
     /// A (re-)list ended: the stream's jobs that were not listed are gone (no deletion event
@@ -317,6 +365,7 @@ impl JobView {
     pub fn forget_cluster(&self, cluster: &str) {
         let mut clusters = self.clusters.write().unwrap_or_else(|p| p.into_inner());
         clusters.remove(cluster);
+        self.slis.forget_cluster(cluster);
     }
 
     /// Keeps only the jobs of the kinds named (the main file's `kinds` changed: a kind no

@@ -120,6 +120,10 @@ pub struct JobViewSpec {
     /// The most deleted jobs kept, all clusters together; the oldest go first.
     #[serde(default = "default_max_deleted")]
     pub max_deleted: usize,
+    /// Namespaces per cluster the job SLI metrics label by name (the first seen); the rest
+    /// are counted as `other`.
+    #[serde(default = "default_metrics_namespaces")]
+    pub metrics_namespaces: usize,
 }
 
 impl Default for JobViewSpec {
@@ -127,6 +131,7 @@ impl Default for JobViewSpec {
         JobViewSpec {
             keep_deleted: default_keep_deleted(),
             max_deleted: default_max_deleted(),
+            metrics_namespaces: default_metrics_namespaces(),
         }
     }
 }
@@ -138,6 +143,13 @@ fn default_keep_deleted() -> AfterFinished {
 fn default_max_deleted() -> usize {
     ViewSettings::default().max_deleted
 }
+
+fn default_metrics_namespaces() -> usize {
+    ViewSettings::default().metrics_namespaces
+}
+
+/// The most namespaces per cluster the SLI metrics may label by name.
+const MAX_METRICS_NAMESPACES: usize = 1_000;
 
 /// The longest a deleted job may be kept: a week.
 const MAX_KEEP_DELETED_SECONDS: u64 = 7 * 24 * 3_600;
@@ -158,9 +170,16 @@ impl JobViewSpec {
         if self.max_deleted > MAX_DELETED {
             return Err(format!("job_view.max_deleted: at most {MAX_DELETED}"));
         }
+        if self.metrics_namespaces > MAX_METRICS_NAMESPACES {
+            return Err(format!(
+                "job_view.metrics_namespaces: at most {MAX_METRICS_NAMESPACES} (each is a set \
+                 of series per cluster and kind)"
+            ));
+        }
         Ok(ViewSettings {
             keep_deleted_seconds: keep.as_secs() as u32,
             max_deleted: self.max_deleted,
+            metrics_namespaces: self.metrics_namespaces,
         })
     }
 }

@@ -21,6 +21,7 @@ use crate::daemon::plugin_set::PluginStatus;
 use jobrelay_capabilities::log::LEVELS;
 use jobrelay_capabilities::refusals::Limit;
 use jobrelay_coordination::Role;
+use jobrelay_fleet::sli::{HistogramSnapshot, SliRow};
 use jobrelay_lanes::event_counts::Counts;
 use jobrelay_lanes::lane::LaneStats;
 use jobrelay_runtime::LoadError;
@@ -114,6 +115,72 @@ fn histograms(
         )?;
     }
     Ok(())
+}
+
+/// The job SLIs of the job view (see `jobrelay_fleet::sli`): queue wait and run time
+/// histograms, ends by result and restarts, per cluster, namespace and kind.
+fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let labels = |r: &SliRow| -> Labels {
+        vec![
+            ("cluster", r.cluster.clone()),
+            ("namespace", r.namespace.clone()),
+            ("kind", r.kind.clone()),
+        ]
+    };
+    for (name, help, read) in [
+        (
+            "jobrelay_job_queue_wait_seconds",
+            "Time from a job's creation to its first running, for jobs seen starting live",
+            (|r: &SliRow| &r.queue_wait) as fn(&SliRow) -> &HistogramSnapshot,
+        ),
+        (
+            "jobrelay_job_run_seconds",
+            "Time from a job's first running to its success or failure, for jobs seen ending live",
+            |r: &SliRow| &r.run,
+        ),
+    ] {
+        let mut metric = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for row in rows {
+            let h = read(row);
+            metric
+                .encode_family(&labels(row))?
+                .encode_histogram::<Labels>(
+                    h.sum_seconds,
+                    h.count,
+                    &with_inf(&h.buckets, h.count),
+                    None,
+                )?;
+        }
+    }
+    let finished = rows
+        .iter()
+        .flat_map(|r| {
+            [("succeeded", r.succeeded), ("failed", r.failed)].map(|(result, n)| {
+                let mut l = labels(r);
+                l.push(("result", result.to_string()));
+                (l, ConstCounter::new(n))
+            })
+        })
+        .collect();
+    family(
+        e,
+        "jobrelay_jobs_finished",
+        "Jobs seen ending live, by result (succeeded or failed)",
+        MetricType::Counter,
+        finished,
+    )?;
+    family(
+        e,
+        "jobrelay_job_restarts",
+        "Times jobs were seen entering `restarting`",
+        MetricType::Counter,
+        rows.iter()
+            .map(|r| (labels(r), ConstCounter::new(r.restarts)))
+            .collect(),
+    )
 }
 
 /// Every plugin that has a lane, with its lane's counters.
@@ -771,6 +838,9 @@ impl Collector for DaemonCollector {
                 gauge(1),
             )],
         )?;
+        if let Some(view) = self.sources.routes.view() {
+            job_slis(e, &view.slis().snapshot())?;
+        }
         process_families(e)?;
         let leading = vec![(
             Labels::new(),

@@ -402,6 +402,7 @@ fn a_list_ends_jobs_it_did_not_name_and_they_stay_for_a_while() {
     let view = JobView::new(ViewSettings {
         keep_deleted_seconds: 60,
         max_deleted: 1_000,
+        ..ViewSettings::default()
     });
     let a = job("c1", "ml", "a");
     let b = job("c1", "ml", "b");
@@ -439,6 +440,7 @@ fn deleted_jobs_over_the_cap_go_oldest_first() {
     let view = JobView::new(ViewSettings {
         keep_deleted_seconds: 3_600,
         max_deleted: 10,
+        ..ViewSettings::default()
     });
     for c in ["c1", "c2"] {
         for i in 0..20 {
@@ -503,9 +505,44 @@ fn a_kind_no_longer_watched_leaves_the_view() {
     view.set_settings(ViewSettings {
         keep_deleted_seconds: 3_600,
         max_deleted: 0,
+        ..ViewSettings::default()
     });
     view.sweep(now_secs());
     assert_eq!(view.len(), 1);
+}
+
+#[test]
+fn live_transitions_feed_the_slis_and_listed_ones_do_not() {
+    let view = JobView::default();
+    let mut a = job("c1", "ml", "a");
+    a.created = T0;
+    view.observe(&a.at(Phase::Pending, T0));
+    view.observe(&a.at(Phase::Running, T0 + 40));
+    view.observe(&a.at(Phase::Running, T0 + 41));
+    view.observe(&a.at(Phase::Restarting, T0 + 100));
+    view.observe(&a.at(Phase::Running, T0 + 110));
+    view.observe(&a.at(Phase::Failed, T0 + 640));
+    // Seen only in a list (a restart's re-list): not a live transition.
+    let mut b = job("c1", "ml", "b").at(Phase::Succeeded, T0 + 10);
+    b.from_list = true;
+    view.observe(&b);
+    let rows = view.slis().snapshot();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(
+        (
+            row.cluster.as_str(),
+            row.namespace.as_str(),
+            row.kind.as_str()
+        ),
+        ("c1", "ml", "volcano-job")
+    );
+    assert_eq!(row.queue_wait.count, 1, "first running only");
+    assert_eq!(row.queue_wait.sum_seconds, 40.0);
+    assert_eq!((row.succeeded, row.failed, row.restarts), (0, 1, 1));
+    assert_eq!(row.run.sum_seconds, 600.0);
+    view.forget_cluster("c1");
+    assert!(view.slis().snapshot().is_empty());
 }
 
 #[test]
