@@ -130,11 +130,11 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
     // The job SLIs, from the transitions seen live.
     let (_, metrics) = http_get(addr, "/metrics").await;
     for line in [
-        "jobrelay_job_queue_wait_seconds_count{cluster=\"east\",namespace=\"team-a\",kind=\"volcano-job\"} 1",
-        "jobrelay_job_run_seconds_count{cluster=\"east\",namespace=\"team-a\",kind=\"volcano-job\"} 1",
-        "jobrelay_jobs_finished_total{cluster=\"east\",namespace=\"team-a\",kind=\"batch-job\",result=\"failed\"} 1",
-        "jobrelay_jobs_finished_total{cluster=\"east\",namespace=\"team-a\",kind=\"volcano-job\",result=\"succeeded\"} 1",
-        "jobrelay_job_queue_wait_seconds_count{cluster=\"west\",namespace=\"team-b\",kind=\"volcano-job\"} 2",
+        "jobrelay_job_queue_wait_seconds_count{cluster=\"east\",job_namespace=\"team-a\",kind=\"volcano-job\"} 1",
+        "jobrelay_job_run_seconds_count{cluster=\"east\",job_namespace=\"team-a\",kind=\"volcano-job\"} 1",
+        "jobrelay_jobs_finished_total{cluster=\"east\",job_namespace=\"team-a\",kind=\"batch-job\",result=\"failed\"} 1",
+        "jobrelay_jobs_finished_total{cluster=\"east\",job_namespace=\"team-a\",kind=\"volcano-job\",result=\"succeeded\"} 1",
+        "jobrelay_job_queue_wait_seconds_count{cluster=\"west\",job_namespace=\"team-b\",kind=\"volcano-job\"} 2",
     ] {
         assert!(
             metrics.contains(line),

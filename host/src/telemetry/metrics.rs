@@ -126,7 +126,9 @@ fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(), std::fmt::
     let labels = |r: &SliRow| -> Labels {
         vec![
             ("cluster", r.cluster.clone()),
-            ("namespace", r.namespace.clone()),
+            // Not `namespace`: Prometheus's Kubernetes discovery puts the scraped pod's
+            // namespace there, and a clash would rename this one `exported_namespace`.
+            ("job_namespace", r.namespace.clone()),
             ("kind", r.kind.clone()),
         ]
     };
