@@ -2299,3 +2299,88 @@ fn pod_volume<'a>(objects: &'a [(String, Value)], name: &str) -> &'a Value {
         .find(|v| v["name"] == name)
         .unwrap_or_else(|| panic!("no volume {name}"))
 }
+
+/// The Grafana dashboard: off by default; on, one ConfigMap labelled for the dashboard sidecar
+/// holding valid dashboard JSON with a cluster variable, whose every query is PromQL that
+/// `promtool` accepts, filters by the cluster variable or is per plugin, and reads only
+/// metrics docs/telemetry.md lists.
+#[test]
+fn the_grafana_dashboard_is_a_valid_dashboard_of_documented_metrics() {
+    let objects = render(json!({}));
+    assert!(
+        !objects
+            .iter()
+            .any(|(_, o)| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "jobrelay-dashboard"),
+        "off by default"
+    );
+    let objects = render(json!({
+        "metrics": {"grafanaDashboard": {"enabled": true, "namespace": "monitoring"}},
+    }));
+    let map = named(&objects, "ConfigMap", "jobrelay-dashboard");
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(map["metadata"]["namespace"], "monitoring");
+    let text = map["data"]["jobrelay-fleet.json"]
+        .as_str()
+        .expect("the dashboard's JSON");
+    let dashboard: Value = serde_json::from_str(text).expect("valid JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"cluster"), "{variables:?}");
+    let documented = std::fs::read_to_string(repo_root().join("docs/telemetry.md")).expect("docs");
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 8, "{}", panels.len());
+    for panel in panels {
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{panel}");
+        for (i, target) in targets.iter().enumerate() {
+            let expr = target["expr"].as_str().expect("expr");
+            assert!(
+                expr.contains("$cluster") || expr.contains("plugin"),
+                "{}: neither per cluster nor per plugin: {expr}",
+                panel["title"]
+            );
+            for metric in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("jobrelay_"))
+            {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| metric.strip_suffix(s))
+                    .unwrap_or(metric);
+                assert!(
+                    documented.contains(&format!("`{family}`")),
+                    "{} uses {metric}, which docs/telemetry.md does not list",
+                    panel["title"]
+                );
+            }
+            // As a recording rule, with the variables given values: promtool parses it.
+            let concrete = expr
+                .replace("$job", "jobrelay-metrics")
+                .replace("$cluster", ".*");
+            rules.push_str(&format!(
+                "      - record: dashboard:panel{}:{i}\n        expr: {}\n",
+                panel["id"],
+                serde_json::to_string(&concrete).expect("quoted")
+            ));
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("dashboard-rules.yaml");
+    std::fs::write(&file, &rules).expect("write rules");
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool runs (tests/tools/install.sh installs it)");
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}\n{rules}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
