@@ -54,12 +54,47 @@ struct ClusterJobs {
     strings: Interner<String>,
     labels: Interner<LabelSet>,
     /// Records of deleted jobs.
-    deleted: usize,
+    deleted: Deleted,
+}
+
+/// How many records of deleted jobs a cluster holds, and when the oldest went: a sweep passes
+/// over a cluster whose oldest is not yet due, so a view at rest is not walked every tick.
+#[derive(Debug, Default)]
+struct Deleted {
+    count: usize,
+    /// No later than the oldest deleted record's time (0: none).
+    oldest: Secs,
+}
+
+impl Deleted {
+    fn add(&mut self, at: Secs) {
+        self.count += 1;
+        if self.oldest == 0 || at < self.oldest {
+            self.oldest = at;
+        }
+    }
+
+    fn sub(&mut self) {
+        self.count = self.count.saturating_sub(1);
+        if self.count == 0 {
+            self.oldest = 0;
+        }
+    }
 }
 
 impl ClusterJobs {
     fn text(&self, sym: Sym) -> &str {
         self.strings.get(sym).map_or("", String::as_str)
+    }
+
+    /// When the oldest deleted record went (0: none).
+    fn oldest_gone(&self) -> Secs {
+        self.jobs
+            .values()
+            .filter(|r| r.gone != 0)
+            .map(|r| r.gone)
+            .min()
+            .unwrap_or(0)
     }
 
     /// Removes the records `go` picks, letting go of what each names.
@@ -79,7 +114,7 @@ impl ClusterJobs {
             strings.release(rec.raw_phase);
             labels.release(rec.labels);
             if rec.gone != 0 {
-                *deleted -= 1;
+                deleted.sub();
             }
             false
         });
@@ -245,10 +280,10 @@ impl JobView {
                 }
                 if event.phase == Phase::Deleted && rec.gone == 0 {
                     rec.gone = now;
-                    *deleted += 1;
+                    deleted.add(now);
                 } else if event.phase != Phase::Deleted && rec.gone != 0 {
                     rec.gone = 0;
-                    *deleted = deleted.saturating_sub(1);
+                    deleted.sub();
                 }
                 let before = (rec.phase, rec.started);
                 rec.enter(transition);
@@ -258,7 +293,7 @@ impl JobView {
             }
             None => {
                 let gone = if event.phase == Phase::Deleted {
-                    *deleted += 1;
+                    deleted.add(now);
                     now
                 } else {
                     0
@@ -352,7 +387,7 @@ impl JobView {
                 continue;
             }
             rec.gone = now;
-            *deleted += 1;
+            deleted.add(now);
             rec.enter(Transition {
                 at: now,
                 phase: Phase::Deleted,
@@ -387,14 +422,27 @@ impl JobView {
         let settings = self.settings();
         let keep = settings.keep_deleted_seconds;
         let shards = self.shards();
-        let mut times: Vec<Secs> = Vec::new();
+        let mut total = 0;
         for (_, shard) in &shards {
             let mut jobs = write(shard);
-            if jobs.deleted == 0 {
-                continue;
+            if jobs.deleted.count > 0 && now.saturating_sub(jobs.deleted.oldest) >= keep {
+                jobs.remove_where(|rec| rec.gone != 0 && now.saturating_sub(rec.gone) >= keep);
+                jobs.deleted.oldest = jobs.oldest_gone();
             }
-            jobs.remove_where(|rec| rec.gone != 0 && now.saturating_sub(rec.gone) >= keep);
-            times.extend(jobs.jobs.values().filter(|r| r.gone != 0).map(|r| r.gone));
+            total += jobs.deleted.count;
+        }
+        if total <= settings.max_deleted {
+            return;
+        }
+        let mut times: Vec<Secs> = Vec::with_capacity(total);
+        for (_, shard) in &shards {
+            times.extend(
+                read(shard)
+                    .jobs
+                    .values()
+                    .filter(|r| r.gone != 0)
+                    .map(|r| r.gone),
+            );
         }
         if times.len() <= settings.max_deleted {
             return;
@@ -406,11 +454,13 @@ impl JobView {
         let mut excess = times.len() - settings.max_deleted;
         let cut = times[excess - 1];
         for (_, shard) in &shards {
-            write(shard).remove_where(|rec| {
+            let mut jobs = write(shard);
+            jobs.remove_where(|rec| {
                 let go = excess > 0 && rec.gone != 0 && rec.gone <= cut;
                 excess -= usize::from(go);
                 go
             });
+            jobs.deleted.oldest = jobs.oldest_gone();
         }
     }
 
