@@ -52,6 +52,21 @@ async fn new_project_builds_runs_and_passes_its_case(lang: Lang) {
     let wasm = dir.join("gpu-alerts.wasm");
     assert!(wasm.is_file(), "{}", String::from_utf8_lossy(&built.stdout));
 
+    // Built against the current world, fleet events included.
+    let runtime = jobrelay_runtime::Runtime::new(jobrelay_runtime::RuntimeSettings {
+        max_instances: 8,
+        max_memory_mb: 64,
+        ..jobrelay_runtime::RuntimeSettings::default()
+    })
+    .expect("runtime builds");
+    let bytes = std::fs::read(&wasm).expect("the component reads");
+    let inspected = runtime.inspect(bytes.into()).await.expect("inspects");
+    assert_eq!(
+        inspected.world.ok(),
+        Some(jobrelay_runtime::world::SERVED[0])
+    );
+    assert!(inspected.exports.iter().any(|e| e == "handle-fleet"));
+
     let run = plugin_run(&PluginRunArgs::new(wasm.clone(), dir.join("events")))
         .await
         .expect("the plugin loads");

@@ -1,7 +1,8 @@
 //! The plugin runtime against real components and real wasmtime.
 //!
 //! The components come from `target/plugins/` (built by `plugins/build.sh`): `event-log`, the
-//! misbehaving test plugin `probe`, and `not-a-plugin`, a WASI command.
+//! misbehaving test plugin `probe`, `not-a-plugin`, a WASI command, and the plugins of older
+//! worlds, `older` (0.2.0) and `noop` (0.1.0).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use jobrelay::cli::plugin::run::{PluginRunArgs, plugin_run};
 use jobrelay_capabilities::Grants;
 use jobrelay_capabilities::filesystem::DirGrant;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::fleet::{FleetEvent, FleetEventKind};
 use jobrelay_runtime::{
     CallError, CompileError, ComponentSource, LoadError, PluginSpec, PluginVersion, Runtime,
     RuntimeSettings,
@@ -176,6 +178,182 @@ async fn a_plugin_built_against_the_older_world_still_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let current = load_probe(&rt, dir.path(), "probe-v1").await;
     current.handle(&event(4, None)).await.expect("handled");
+}
+
+fn fleet_event(kind: FleetEventKind, cluster: &str, rule: Option<&str>) -> FleetEvent {
+    FleetEvent {
+        id: String::new(),
+        kind,
+        cluster: cluster.into(),
+        rule: rule.map(str::to_string),
+        value: rule.map(|_| 0.31),
+        threshold: rule.map(|_| 0.15),
+        since: "2026-11-28T10:00:00Z".into(),
+        time: "2026-11-28T10:00:30Z".into(),
+        summary: "connection refused".into(),
+    }
+}
+
+/// The JSON lines of `probe.jsonl` that record fleet events.
+fn fleet_lines(dir: &Path) -> Vec<serde_json::Value> {
+    lines(&dir.join("probe.jsonl"))
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|l| l.get("fleet").is_some())
+        .collect()
+}
+
+/// A fleet event reaches a 0.2.1 plugin through `handle-fleet`, not `handle`: the carrier the
+/// lanes deliver is unwrapped by the runtime, and the probe records the fleet event it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_events_reach_a_current_plugin_through_handle_fleet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let inspected = rt.inspect(wasm("probe")).await.expect("inspects");
+    assert_eq!(inspected.world.ok(), Some("jobrelay:plugin@0.2.1"));
+    assert!(inspected.exports.iter().any(|e| e == "handle-fleet"));
+    let probe = load_probe(&rt, dir.path(), "fleet").await;
+    assert_eq!(probe.package(), "jobrelay:plugin@0.2.1");
+    assert!(probe.takes_fleet_events());
+
+    let offline = fleet_event(FleetEventKind::ClusterOffline, "east", None).into_job_event(7);
+    let firing =
+        fleet_event(FleetEventKind::RuleFiring, "west", Some("failure-ratio")).into_job_event(8);
+    probe.handle(&offline).await.expect("offline handled");
+    probe.handle(&firing).await.expect("firing handled");
+    // A job event still goes to `handle`, next to them.
+    probe.handle(&event(9, None)).await.expect("job handled");
+
+    let recorded = fleet_lines(dir.path());
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert_eq!(recorded[0]["fleet"], "cluster-offline");
+    assert_eq!(recorded[0]["id"], offline.id.as_str());
+    assert_eq!(recorded[0]["cluster"], "east");
+    assert_eq!(recorded[0]["since"], "2026-11-28T10:00:00Z");
+    assert!(recorded[0].get("rule").is_none(), "{}", recorded[0]);
+    assert_eq!(recorded[1]["fleet"], "rule-firing");
+    assert_eq!(recorded[1]["id"], firing.id.as_str());
+    assert_eq!(recorded[1]["rule"], "failure-ratio");
+    let all = lines(&dir.path().join("probe.jsonl"));
+    assert_eq!(all.len(), 3);
+    assert!(all[2].contains("\"id\":\"c1/u-1/9\""), "{}", all[2]);
+
+    // A carrier whose object is no fleet event is given up, naming the event, without a trap.
+    let mut unreadable = offline.clone();
+    unreadable.object_json = Arc::from(r#"{"kind": 3}"#);
+    match probe.handle(&unreadable).await {
+        Err(CallError::GiveUp(reason)) => assert!(reason.contains(&offline.id), "{reason}"),
+        other => panic!("expected GiveUp, got {other:?}"),
+    }
+    assert_eq!(fleet_lines(dir.path()).len(), 2);
+}
+
+/// The probe's failure knobs hold for fleet events too (set in its config, as a fleet event
+/// has no labels), so the daemon's tests can make them retry, give up or fail a few times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_fails_fleet_events_on_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let mut s = spec("probe", "probe", data_grant(dir.path()));
+    s.config.insert("fleet_behave".into(), "flaky:2".into());
+    s.config.insert("fleet_behave.west".into(), "giveup".into());
+    s.config.insert("fleet_behave.north".into(), "retry".into());
+    let probe = rt.load(s).await.expect("probe loads");
+
+    let east = fleet_event(FleetEventKind::ClusterOffline, "east", None).into_job_event(1);
+    for _ in 0..2 {
+        assert_eq!(
+            probe.handle(&east).await,
+            Err(CallError::Retry(
+                "probe is flaky: failing the first 2 calls".into()
+            ))
+        );
+    }
+    probe
+        .handle(&east)
+        .await
+        .expect("the third call goes through");
+    let west = fleet_event(FleetEventKind::ClusterOffline, "west", None).into_job_event(2);
+    assert_eq!(
+        probe.handle(&west).await,
+        Err(CallError::GiveUp("probe was asked to give up".into()))
+    );
+    let north = fleet_event(FleetEventKind::ClusterOnline, "north", None).into_job_event(3);
+    assert_eq!(
+        probe.handle(&north).await,
+        Err(CallError::Retry("probe was asked to retry".into()))
+    );
+    // Job events keep their own knobs: this one has none and is recorded.
+    probe.handle(&event(4, None)).await.expect("job handled");
+
+    let recorded = fleet_lines(dir.path());
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["id"], east.id.as_str());
+    assert_eq!(lines(&dir.path().join("probe.jsonl")).len(), 2);
+}
+
+/// A plugin built against `jobrelay:plugin@0.2.0` (`older`) loads: its imports, named
+/// `…@0.2.0`, link to the host's `…@0.2.1` definitions by semver, and its `handle` gets the job
+/// event whole. It takes no fleet events: a carrier given to it anyway is a give-up naming its
+/// world, not a trap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_0_2_0_runs_and_takes_no_fleet_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let inspected = rt.inspect(wasm("older")).await.expect("inspects");
+    assert_eq!(inspected.world.ok(), Some("jobrelay:plugin@0.2.0"));
+    assert!(
+        inspected
+            .imports
+            .iter()
+            .any(|i| i == "jobrelay:plugin/log@0.2.0"),
+        "{:?}",
+        inspected.imports
+    );
+    assert!(!inspected.exports.iter().any(|e| e == "handle-fleet"));
+
+    let older = rt
+        .load(spec("older", "older", data_grant(dir.path())))
+        .await
+        .expect("a 0.2.0 plugin loads");
+    assert_eq!(older.package(), "jobrelay:plugin@0.2.0");
+    assert!(!older.takes_fleet_events());
+    let mut job = event(1, None);
+    job.transition_key = "c1/u-1/running@2026-11-21T10:00:00Z".into();
+    older.handle(&job).await.expect("handled");
+    older.handle(&event(2, None)).await.expect("handled");
+    assert_eq!(
+        lines(&dir.path().join("older.txt")),
+        [
+            "c1/u-1/1 c1/u-1/running@2026-11-21T10:00:00Z",
+            "c1/u-1/2 c1/u-1/running@rv=2",
+        ]
+    );
+
+    let carrier = fleet_event(FleetEventKind::ClusterOffline, "east", None).into_job_event(3);
+    match older.handle(&carrier).await {
+        Err(CallError::GiveUp(reason)) => {
+            assert!(reason.contains(&carrier.id), "{reason}");
+            assert!(reason.contains("jobrelay:plugin@0.2.0"), "{reason}");
+            assert!(reason.contains("no handle-fleet"), "{reason}");
+        }
+        other => panic!("expected GiveUp, got {other:?}"),
+    }
+    assert_eq!(lines(&dir.path().join("older.txt")).len(), 2);
+
+    // The same for the oldest world.
+    let noop = rt
+        .load(spec("noop", "noop", Grants::default()))
+        .await
+        .expect("a 0.1.0 plugin loads");
+    assert_eq!(noop.package(), "jobrelay:plugin@0.1.0");
+    assert!(!noop.takes_fleet_events());
+    match noop.handle(&carrier).await {
+        Err(CallError::GiveUp(reason)) => {
+            assert!(reason.contains("jobrelay:plugin@0.1.0"), "{reason}");
+        }
+        other => panic!("expected GiveUp, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

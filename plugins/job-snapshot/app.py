@@ -141,3 +141,7 @@ class WitWorld(wit_world.WitWorld):
             log.Level.INFO,
             f"{event.kind} {event.namespace}/{event.name} {NAMES[event.phase]}: snapshot {key}",
         )
+
+    def handle_fleet(self, event):
+        """Fleet events carry no job object to keep: each is acknowledged and dropped."""
+        return

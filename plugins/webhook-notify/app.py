@@ -1,4 +1,5 @@
-"""webhook-notify: posts each job event it is given to a webhook, as a CloudEvent.
+"""webhook-notify: posts each job event it is given to a webhook, as a CloudEvent (and each
+fleet event, when its manifest asks for them, as one of type `io.jobrelay.fleet.<kind>`).
 
 A generic sink, written in Python and built into a WebAssembly component with componentize-py
 against the contract (`wit/plugin.wit`) plus `wasi:http/outgoing-handler` (world
@@ -56,30 +57,45 @@ class WitWorld(wit_world.WitWorld):
         if phase not in settings.phases:
             log.write(log.Level.DEBUG, f"{event.kind} {subject} {phase}: not in `phases`, skipped")
             return
-        target = settings.target
         headers, body = cloudevent.encode(event, settings)
-        if settings.key is not None:
-            headers = cloudevent.sign(headers, settings.key, event.id, int(time.time()), body)
-        wait = None
-        try:
-            status, wait, said = outbound.post(target, headers, body)
-        except outbound.NoAnswer as error:
-            outcome, message = answer.no_answer(error.code, target, settings.secret)
-        except outbound.BadHeader as error:
-            outcome = answer.GIVE_UP
-            message = f"the host's HTTP layer refused the header `{error.name}`"
-        else:
-            outcome, message = answer.by_status(status, said, target, settings.secret)
-        if outcome == answer.DELIVERED:
-            log.write(
-                log.Level.INFO,
-                f"{event.kind} {subject} {phase}: {cloudevent.TYPE_PREFIX}{phase} posted, {message}",
-            )
-            return
-        if outcome == answer.THROTTLED:
-            seconds = answer.retry_after(wait) or answer.THROTTLE_SECONDS
-            deferral.defer(seconds)
-            raise Err(types.HandlerError_Retry(f"{message}; again in {seconds} s"))
-        if outcome == answer.RETRY:
-            raise Err(types.HandlerError_Retry(message))
-        raise Err(types.HandlerError_GiveUp(message))
+        what = f"{event.kind} {subject} {phase}: {cloudevent.TYPE_PREFIX}{phase}"
+        post(settings, event.id, headers, body, what)
+
+    def handle_fleet(self, event):
+        """A fleet event (only for a manifest that lists `fleet_events`): posted as a CloudEvent
+        of type `io.jobrelay.fleet.<kind>` whatever `phases` says, answered like a job's."""
+        settings = loaded
+        if settings is None:
+            raise Err(types.HandlerError_GiveUp("handle_fleet called before init"))
+        headers, body = cloudevent.encode_fleet(event, settings)
+        kind = cloudevent.fleet_kind_name(event.kind)
+        what = f"fleet event on {event.cluster}: {cloudevent.FLEET_TYPE_PREFIX}{kind}"
+        post(settings, event.id, headers, body, what)
+
+
+def post(settings, message_id, headers, body, what):
+    """Posts one request (signed when a `secret` is set) and turns the receiver's answer into
+    the handler's: returns when delivered, else raises the `retry` or `give-up` to answer."""
+    target = settings.target
+    if settings.key is not None:
+        headers = cloudevent.sign(headers, settings.key, message_id, int(time.time()), body)
+    wait = None
+    try:
+        status, wait, said = outbound.post(target, headers, body)
+    except outbound.NoAnswer as error:
+        outcome, message = answer.no_answer(error.code, target, settings.secret)
+    except outbound.BadHeader as error:
+        outcome = answer.GIVE_UP
+        message = f"the host's HTTP layer refused the header `{error.name}`"
+    else:
+        outcome, message = answer.by_status(status, said, target, settings.secret)
+    if outcome == answer.DELIVERED:
+        log.write(log.Level.INFO, f"{what} posted, {message}")
+        return
+    if outcome == answer.THROTTLED:
+        seconds = answer.retry_after(wait) or answer.THROTTLE_SECONDS
+        deferral.defer(seconds)
+        raise Err(types.HandlerError_Retry(f"{message}; again in {seconds} s"))
+    if outcome == answer.RETRY:
+        raise Err(types.HandlerError_Retry(message))
+    raise Err(types.HandlerError_GiveUp(message))

@@ -1,8 +1,9 @@
-"""A job event as a CloudEvent (CloudEvents 1.0, HTTP protocol binding), and its signature.
+"""A job event or a fleet event as a CloudEvent (CloudEvents 1.0, HTTP protocol binding), and
+its signature.
 
 Plain Python (no `wit_world`): the event is any object with the fields of the WIT `job-event`
-(its phases are enum members named like the WIT's, e.g. `Phase.FAILED`), so the unit tests run
-natively.
+or `fleet-event` (its phases and kinds are enum members named like the WIT's, e.g.
+`Phase.FAILED`, `FleetEventKind.CLUSTER_OFFLINE`), so the unit tests run natively.
 
 - Attributes: `specversion` 1.0; `id` the event's id (`cluster/uid/resource-version`: one per
   job version, the same on every retry and after a host restart); `source` the `source`
@@ -10,6 +11,12 @@ natively.
   `subject` `<namespace>/<name>`; `time` the transition time; `datacontenttype`; and the
   extension `transitionkey`, the event's `transition_key` (the same for a transition seen live
   and one rebuilt after a watch gap).
+- A fleet event (`encode_fleet`): `id` its id; `source` the template rendered with `cluster` and
+  `id` (the job placeholders empty); `type` `io.jobrelay.fleet.<kind>` (`cluster-offline`,
+  `cluster-online`, `rule-firing`, `rule-resolved`); `subject` `<cluster>`, or
+  `<cluster>/<rule>` for a rule's; `time` its `since`; `datacontenttype` `application/json`; no
+  `transitionkey`. Its data is the fleet event as JSON (`template` and `include_object`, made
+  for jobs, do not apply).
 - Structured mode: one JSON document (`application/cloudevents+json`) of the attributes and
   `data`. Binary mode: the attributes as `ce-*` headers, the data as the body with
   `content-type` = `datacontenttype`.
@@ -22,8 +29,12 @@ import hashlib
 import hmac
 import json
 
+from settings import FIELDS
+
 SPECVERSION = "1.0"
 TYPE_PREFIX = "io.jobrelay.job."
+FLEET_TYPE_PREFIX = "io.jobrelay.fleet."
+FLEET_CONTENT_TYPE = "application/json"
 STRUCTURED = "application/cloudevents+json"
 
 
@@ -100,6 +111,42 @@ def attributes(event, settings):
     }
 
 
+def fleet_kind_name(kind):
+    """`FleetEventKind.CLUSTER_OFFLINE` -> `cluster-offline` (the WIT name)."""
+    return kind.name.lower().replace("_", "-")
+
+
+def fleet_data(event):
+    """The fleet event as JSON data: every field of the WIT `fleet-event`, the kind by name."""
+    return {
+        "id": event.id,
+        "kind": fleet_kind_name(event.kind),
+        "cluster": event.cluster,
+        "rule": event.rule,
+        "value": event.value,
+        "threshold": event.threshold,
+        "since": event.since,
+        "time": event.time,
+        "summary": event.summary,
+    }
+
+
+def fleet_attributes(event, settings):
+    """A fleet event's context attributes, in the spec's order."""
+    values = {field: "" for field in FIELDS}
+    values.update(cluster=event.cluster, id=event.id)
+    subject = event.cluster if event.rule is None else f"{event.cluster}/{event.rule}"
+    return {
+        "specversion": SPECVERSION,
+        "id": event.id,
+        "source": settings.source.substitute(values),
+        "type": FLEET_TYPE_PREFIX + fleet_kind_name(event.kind),
+        "subject": subject,
+        "time": event.since,
+        "datacontenttype": FLEET_CONTENT_TYPE,
+    }
+
+
 def header_value(text):
     """An attribute as an HTTP header value (HTTP binding 3.1.3.2): space, `"`, `%` and
     anything outside printable ASCII percent-encoded, from UTF-8."""
@@ -127,6 +174,24 @@ def encode(event, settings):
         data = event_data(event, settings.include_object)
         data_bytes = json.dumps(data, ensure_ascii=False).encode("utf-8")
     if settings.mode == "binary":
+        headers = [("content-type", attrs.pop("datacontenttype"))]
+        headers += [(f"ce-{name}", header_value(value)) for name, value in attrs.items()]
+        return headers, data_bytes
+    document = dict(attrs)
+    document["data"] = data
+    body = json.dumps(document, ensure_ascii=False).encode("utf-8")
+    return [("content-type", STRUCTURED)], body
+
+
+def encode_fleet(event, settings):
+    """The request for the fleet event `event`: `(headers, body)`, unsigned."""
+    return _request(fleet_attributes(event, settings), fleet_data(event), settings.mode)
+
+
+def _request(attrs, data, mode):
+    """JSON `data` with the attributes `attrs`, in `mode`."""
+    data_bytes = json.dumps(data, ensure_ascii=False).encode("utf-8")
+    if mode == "binary":
         headers = [("content-type", attrs.pop("datacontenttype"))]
         headers += [(f"ce-{name}", header_value(value)) for name, value in attrs.items()]
         return headers, data_bytes

@@ -22,6 +22,7 @@ use super::refusals::{Limit, Refusals};
 use super::{CallScope, Capability, GrantProblem, Grants, LoadScope, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::job as wit;
 use jobrelay_contract::event::JobEvent;
+use jobrelay_contract::fleet;
 use wit::Error as JobError;
 
 /// Annotation value bytes when the grant sets no limit.
@@ -100,7 +101,9 @@ impl Capability for Job {
         setup.state.job = match (&call.grants.job, call.event) {
             (Some(grant), event) => JobAccess {
                 grant: Some(grant.clone()),
-                event: event.map(Target::of),
+                // A fleet event's carrier names no object of the cluster: nothing to write to.
+                event: event.filter(|e| !fleet::is_fleet(e)).map(Target::of),
+                fleet_event: event.is_some_and(fleet::is_fleet),
                 clusters: call.services.clusters.clone(),
                 refusals: call.services.refusals.clone(),
                 plugin: Arc::from(call.plugin),
@@ -188,8 +191,10 @@ impl Target {
 #[derive(Default)]
 pub struct JobAccess {
     grant: Option<JobGrant>,
-    /// `None` outside `handle`.
+    /// `None` outside `handle`, and in a fleet event's call.
     event: Option<Target>,
+    /// The call handles a fleet event (`handle-fleet`), which has no job.
+    fleet_event: bool,
     clusters: ClusterDirectory,
     refusals: Arc<Refusals>,
     plugin: Arc<str>,
@@ -221,9 +226,11 @@ impl JobAccess {
             ));
         };
         if self.event.is_none() {
-            return Err(JobError::Denied(
-                "there is no job in scope outside `handle`".into(),
-            ));
+            return Err(JobError::Denied(if self.fleet_event {
+                "a fleet event has no job to write to".into()
+            } else {
+                "there is no job in scope outside `handle`".into()
+            }));
         }
         let prefixes = match field {
             Field::Annotations => &grant.annotations,
@@ -472,6 +479,13 @@ mod tests {
         assert!(matches!(
             init.check(Field::Annotations, "archive.jobrelay.io/x", Some("v")),
             Err(JobError::Denied(m)) if m.contains("outside `handle`")
+        ));
+        let mut fleet_event = access(grant());
+        fleet_event.event = None;
+        fleet_event.fleet_event = true;
+        assert!(matches!(
+            fleet_event.check(Field::Annotations, "archive.jobrelay.io/x", Some("v")),
+            Err(JobError::Denied(m)) if m.contains("fleet event has no job")
         ));
     }
 }

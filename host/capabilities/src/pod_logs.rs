@@ -58,6 +58,7 @@ impl Capability for PodLogs {
             return Ok(());
         };
         let scope = match call.event {
+            Some(event) if jobrelay_contract::fleet::is_fleet(event) => Err(NoScope::FleetEvent),
             Some(event) => call.services.clusters.scope(event),
             None => Err(NoScope::OutsideHandle),
         };
@@ -185,6 +186,11 @@ mod tests {
         assert!(
             matches!(no_label, Some(LogError::Denied(_))),
             "{no_label:?}"
+        );
+        let fleet = access(NoScope::FleetEvent).scope().err();
+        assert!(
+            matches!(&fleet, Some(LogError::Denied(why)) if why.contains("fleet event")),
+            "{fleet:?}"
         );
         let ungranted = PodLogAccess::default().scope().err();
         assert!(

@@ -6,6 +6,7 @@
 //! depend on it and it depends on none of them.
 
 pub mod event;
+pub mod fleet;
 pub mod label_selector;
 pub mod secret;
 pub mod text;

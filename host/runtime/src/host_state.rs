@@ -94,8 +94,9 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// The `types` interfaces have no functions; their host side is empty.
+/// The `types` and `fleet` interfaces have no functions; their host side is empty.
 impl bindings::jobrelay::plugin::types::Host for HostState {}
+impl bindings::jobrelay::plugin::fleet::Host for HostState {}
 impl bindings::v0_1::jobrelay::plugin::types::Host for HostState {}
 
 impl WasiView for HostState {

@@ -127,6 +127,20 @@ impl PluginVersion {
         &self.wasm_sha256
     }
 
+    /// The package of the plugin world the component targets (`jobrelay:plugin@0.2.1`).
+    pub fn package(&self) -> &'static str {
+        self.pre.package()
+    }
+
+    /// Whether the plugin takes fleet events: its component targets `jobrelay:plugin@0.2.1` or
+    /// later, so it exports `handle-fleet`. A carrier of a fleet event given to [`handle`]
+    /// of a plugin that does not is given up without calling it.
+    ///
+    /// [`handle`]: PluginVersion::handle
+    pub fn takes_fleet_events(&self) -> bool {
+        self.pre.takes_fleet_events()
+    }
+
     /// Where the compiled code came from when this version was loaded.
     pub fn source(&self) -> ComponentSource {
         self.source
@@ -167,7 +181,9 @@ impl PluginVersion {
     }
 
     /// Handles one event: `init(config)` then `handle(event)` on a fresh instance, or
-    /// `handle(event)` on a kept one that has already run `init` (`instance_reuse` > 1).
+    /// `handle(event)` on a kept one that has already run `init` (`instance_reuse` > 1). For
+    /// the carrier of a fleet event (`jobrelay_contract::fleet::is_fleet`) the export called is
+    /// `handle-fleet`, with the fleet event it holds.
     ///
     /// Never panics on anything the plugin does; every failure is a `CallError` for this call
     /// only.

@@ -1,21 +1,28 @@
 //! The plugin worlds this host serves, and which one a component was built for.
 //!
-//! A component targets one version of the `plugin` world: 0.2.0 (`wit/plugin.wit`, current)
-//! or 0.1.0 (`wit/0.1.0/plugin.wit`). Both export `init` and `handle` and import the same
-//! capability interfaces; they differ only in the event record `handle` takes (0.2.0 added
-//! `transition-key`), so a 0.1.0 plugin gets the same event mapped down. The version is found by type-checking the component's exports
-//! against each world, newest first, so a plugin needs no declaration of its own; the rest of
-//! the runtime sees one [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
+//! A component targets one version of the `plugin` world: 0.2.1 (`wit/plugin.wit`, current),
+//! 0.2.0 (`wit/0.2.0/plugin.wit`) or 0.1.0 (`wit/0.1.0/plugin.wit`). All of them export `init`
+//! and `handle` and import the same capability interfaces. 0.2.1 added the `handle-fleet`
+//! export (fleet events); a 0.2.0 plugin has everything else, its `job-event` field for field.
+//! 0.1.0's event record lacks `transition-key`, so a 0.1.0 plugin gets the same event mapped
+//! down. The version is found by type-checking the component's exports against each world,
+//! newest first, so a plugin needs no declaration of its own; the rest of the runtime sees one
+//! [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
 
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use super::HostState;
-use jobrelay_bindings::{self as bindings, HandlerError, v0_1};
+use jobrelay_bindings::{self as bindings, HandlerError, v0_1, v0_2};
 use jobrelay_contract::event::JobEvent;
+use jobrelay_contract::fleet::{self, FleetEvent};
 
 /// The world packages this host serves, newest first.
-pub const SERVED: [&str; 2] = ["jobrelay:plugin@0.2.0", "jobrelay:plugin@0.1.0"];
+pub const SERVED: [&str; 3] = [
+    "jobrelay:plugin@0.2.1",
+    "jobrelay:plugin@0.2.0",
+    "jobrelay:plugin@0.1.0",
+];
 
 /// Why a component is not a plugin of a world this host serves. wasmtime's errors are kept as
 /// text with their whole chain of causes (they are not standard errors that could be sources).
@@ -37,41 +44,58 @@ pub enum WorldError {
 
 /// A component pre-instantiated against the world it was built for.
 pub enum WorldPre {
-    V0_2(bindings::PluginPre<HostState>),
-    V0_1(v0_1::PluginPre<HostState>),
+    V0_2_1(bindings::PluginPre<HostState>),
+    V0_2_0(v0_2::PluginPre<HostState>),
+    V0_1_0(v0_1::PluginPre<HostState>),
 }
 
 /// One instance of a plugin, in its world.
 pub enum WorldInstance {
-    V0_2(bindings::Plugin),
-    V0_1(v0_1::Plugin),
+    V0_2_1(bindings::Plugin),
+    V0_2_0(v0_2::Plugin),
+    V0_1_0(v0_1::Plugin),
 }
 
 impl WorldPre {
-    /// Finds the world whose exports the component has; the error is the current world's
-    /// mismatch (what a plugin author should build against).
+    /// Finds the world whose exports the component has, newest first; the error is the current
+    /// world's mismatch (what a plugin author should build against).
     pub fn new(pre: InstancePre<HostState>) -> Result<WorldPre, WorldError> {
-        match bindings::PluginPre::new(pre.clone()) {
-            Ok(current) => Ok(WorldPre::V0_2(current)),
-            Err(current_error) => match v0_1::PluginPre::new(pre) {
-                Ok(older) => Ok(WorldPre::V0_1(older)),
-                Err(_) => Err(WorldError::WrongTypes(format!("{current_error:#}"))),
-            },
+        let current_error = match bindings::PluginPre::new(pre.clone()) {
+            Ok(current) => return Ok(WorldPre::V0_2_1(current)),
+            Err(e) => e,
+        };
+        if let Ok(older) = v0_2::PluginPre::new(pre.clone()) {
+            return Ok(WorldPre::V0_2_0(older));
+        }
+        match v0_1::PluginPre::new(pre) {
+            Ok(oldest) => Ok(WorldPre::V0_1_0(oldest)),
+            Err(_) => Err(WorldError::WrongTypes(format!("{current_error:#}"))),
         }
     }
 
     /// The package of the world the component targets.
     pub fn package(&self) -> &'static str {
         match self {
-            WorldPre::V0_2(_) => SERVED[0],
-            WorldPre::V0_1(_) => SERVED[1],
+            WorldPre::V0_2_1(_) => SERVED[0],
+            WorldPre::V0_2_0(_) => SERVED[1],
+            WorldPre::V0_1_0(_) => SERVED[2],
+        }
+    }
+
+    /// Whether the component exports `handle-fleet` (it targets 0.2.1 or later): the host
+    /// routes fleet events only to such a plugin.
+    pub fn takes_fleet_events(&self) -> bool {
+        match self {
+            WorldPre::V0_2_1(_) => true,
+            WorldPre::V0_2_0(_) | WorldPre::V0_1_0(_) => false,
         }
     }
 
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
-            WorldPre::V0_2(pre) => pre.engine(),
-            WorldPre::V0_1(pre) => pre.engine(),
+            WorldPre::V0_2_1(pre) => pre.engine(),
+            WorldPre::V0_2_0(pre) => pre.engine(),
+            WorldPre::V0_1_0(pre) => pre.engine(),
         }
     }
 
@@ -80,34 +104,52 @@ impl WorldPre {
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<WorldInstance> {
         Ok(match self {
-            WorldPre::V0_2(pre) => WorldInstance::V0_2(pre.instantiate_async(store).await?),
-            WorldPre::V0_1(pre) => WorldInstance::V0_1(pre.instantiate_async(store).await?),
+            WorldPre::V0_2_1(pre) => WorldInstance::V0_2_1(pre.instantiate_async(store).await?),
+            WorldPre::V0_2_0(pre) => WorldInstance::V0_2_0(pre.instantiate_async(store).await?),
+            WorldPre::V0_1_0(pre) => WorldInstance::V0_1_0(pre.instantiate_async(store).await?),
         })
     }
 }
 
 impl WorldInstance {
+    /// The package of the world the instance's component targets.
+    fn package(&self) -> &'static str {
+        match self {
+            WorldInstance::V0_2_1(_) => SERVED[0],
+            WorldInstance::V0_2_0(_) => SERVED[1],
+            WorldInstance::V0_1_0(_) => SERVED[2],
+        }
+    }
+
     pub async fn call_init(
         &self,
         store: &mut Store<HostState>,
         config: &[(&str, &str)],
     ) -> wasmtime::Result<Result<(), String>> {
         match self {
-            WorldInstance::V0_2(plugin) => plugin.call_init(store, config).await,
-            WorldInstance::V0_1(plugin) => plugin.call_init(store, config).await,
+            WorldInstance::V0_2_1(plugin) => plugin.call_init(store, config).await,
+            WorldInstance::V0_2_0(plugin) => plugin.call_init(store, config).await,
+            WorldInstance::V0_1_0(plugin) => plugin.call_init(store, config).await,
         }
     }
 
-    /// Calls `handle` with the host's event, lowered into the world's record without copying
-    /// its text.
+    /// Calls the plugin with the host's event, lowered into the world's record without copying
+    /// its text: `handle` with a job event, `handle-fleet` with the fleet event a carrier holds
+    /// (see `jobrelay_contract::fleet`). A carrier that holds no readable fleet event, or one
+    /// given to a plugin whose world has no `handle-fleet`, is the plugin's `give-up` answer
+    /// without calling it: retrying could not change either, and the lanes dead-letter it
+    /// naming the event.
     pub async fn call_handle(
         &self,
         store: &mut Store<HostState>,
         event: &JobEvent,
     ) -> wasmtime::Result<Result<(), HandlerError>> {
+        if fleet::is_fleet(event) {
+            return self.call_handle_fleet(store, event).await;
+        }
         let labels = pairs(&event.labels);
         let annotations = pairs(&event.annotations);
-        // The two worlds' records differ only by the fields after `object_json`.
+        // The worlds' records differ only by the fields after `object_json`.
         macro_rules! record {
             ($($field:ident: $value:expr),*) => {
                 Record {
@@ -137,18 +179,53 @@ impl WorldInstance {
             };
         }
         match self {
-            WorldInstance::V0_2(plugin) => {
+            WorldInstance::V0_2_1(plugin) => {
                 use bindings::{JobEvent as Record, Phase as WorldPhase};
                 let key = event.transition_key();
                 plugin
                     .call_handle(store, record!(transition_key: &key))
                     .await
             }
-            WorldInstance::V0_1(plugin) => {
+            // 0.2.0's `job-event` is 0.2.1's: the bindings share the type.
+            WorldInstance::V0_2_0(plugin) => {
+                use bindings::{JobEvent as Record, Phase as WorldPhase};
+                let key = event.transition_key();
+                plugin
+                    .call_handle(store, record!(transition_key: &key))
+                    .await
+            }
+            WorldInstance::V0_1_0(plugin) => {
                 use v0_1::jobrelay::plugin::types::{JobEvent as Record, Phase as WorldPhase};
                 let handled = plugin.call_handle(store, record!()).await?;
                 Ok(handled.map_err(Into::into))
             }
+        }
+    }
+
+    /// `handle-fleet` with the fleet event the carrier `event` holds.
+    async fn call_handle_fleet(
+        &self,
+        store: &mut Store<HostState>,
+        event: &JobEvent,
+    ) -> wasmtime::Result<Result<(), HandlerError>> {
+        let WorldInstance::V0_2_1(plugin) = self else {
+            // The host routes fleet events only to plugins that take them
+            // (`PluginVersion::takes_fleet_events`); this is the answer if one got here anyway.
+            return Ok(Err(HandlerError::GiveUp(format!(
+                "fleet event {}: the plugin is built against {}, which has no handle-fleet; \
+                 only a plugin built against {} or later takes fleet events",
+                event.id,
+                self.package(),
+                SERVED[0]
+            ))));
+        };
+        match FleetEvent::of(event) {
+            Ok(fleet_event) => {
+                plugin
+                    .call_handle_fleet(store, bindings::FleetEvent::from(&fleet_event))
+                    .await
+            }
+            Err(unreadable) => Ok(Err(HandlerError::GiveUp(unreadable.to_string()))),
         }
     }
 }

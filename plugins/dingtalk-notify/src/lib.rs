@@ -6,7 +6,9 @@
 //! (`at.atUserIds` / `at.atMobiles`, named in the text as DingTalk wants), the robot's
 //! signature (in the URL: `timestamp` in milliseconds and `sign`, the Base64 of an HMAC-SHA256
 //! keyed by the secret over `timestamp + "\n" + secret`) and its answer codes: `130101` (more
-//! than 20 messages a minute) is throttling and retried, everything else non-zero gives up.
+//! than 20 messages a minute) is throttling and retried, everything else non-zero gives up. A
+//! fleet event (a cluster offline or back online, a rule firing or resolved) goes as markdown
+//! whatever the `style`: it has no links to make buttons of.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -102,7 +104,13 @@ impl Provider for DingTalk {
 impl DingTalk {
     fn body(&self, message: &Message, settings: &Settings) -> Value {
         let title = plain(&message.title);
-        match self.style {
+        // A message without links (a fleet event's) has no buttons for an action card.
+        let style = if message.links.is_empty() {
+            Style::Markdown
+        } else {
+            self.style
+        };
+        match style {
             Style::Markdown => {
                 let mut text = markdown(message, true);
                 let mut at = json!({});
@@ -317,6 +325,31 @@ mod tests {
         );
         assert!(body.to_string().len() <= MAX_BODY_BYTES);
         assert!(text.contains("…(truncated)"));
+    }
+
+    #[test]
+    fn fleet_events_go_as_signed_markdown_even_with_action_cards() {
+        let notifier = notifier(&[
+            ("style", "action_card"),
+            ("link.Logs", "https://logs.example/?job={name}"),
+            ("secret", "SEC-demo"),
+        ])
+        .expect("valid");
+        let (url, body) = testing::fleet_request(
+            &notifier,
+            &jobrelay_notify::fleet::sample_offline(),
+            1_700_000_000_123,
+        )
+        .expect("a request");
+        assert!(
+            url.starts_with(&format!("{HOOK}&timestamp=1700000000123&sign=")),
+            "{url}"
+        );
+        assert_eq!(body["msgtype"], "markdown");
+        assert_eq!(body["markdown"]["title"], "Cluster east is offline");
+        let text = body["markdown"]["text"].as_str().expect("text");
+        assert!(text.contains("**Since**: 2026-11-28T10:00:00Z"), "{text}");
+        assert!(text.contains("connection refused"), "{text}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `event-log`: appends every job event it receives as one JSON line to a file.
+//! `event-log`: appends every job event it receives as one JSON line to a file, and every
+//! fleet event (when its manifest asks for them) as a line of its own shape in the same file.
 //!
 //! The smallest useful jobrelay plugin, and the template for new ones: it reads its settings in
 //! `init`, writes with plain `std::fs` into a directory the host preopened for it (the manifest's
@@ -13,7 +14,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, phase_name};
+use jobrelay_guest::{
+    Configured, FleetEvent, Guest, HandlerError, JobEvent, fleet_kind_name, phase_name,
+};
 
 /// Where lines go when the manifest's `config` says nothing.
 const DEFAULT_DIR: &str = "/data";
@@ -115,6 +118,56 @@ fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// One line of a fleet event: told from a job's line by its `fleet` field (the event's kind).
+#[derive(Serialize)]
+struct FleetLine<'a> {
+    id: &'a str,
+    fleet: &'static str,
+    cluster: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    threshold: Option<f64>,
+    since: &'a str,
+    time: &'a str,
+    summary: &'a str,
+}
+
+fn render_fleet(event: &FleetEvent) -> Result<Vec<u8>, String> {
+    let line = FleetLine {
+        id: &event.id,
+        fleet: fleet_kind_name(event.kind),
+        cluster: &event.cluster,
+        rule: event.rule.as_deref(),
+        value: event.value,
+        threshold: event.threshold,
+        since: &event.since,
+        time: &event.time,
+        summary: &event.summary,
+    };
+    let mut bytes =
+        serde_json::to_vec(&line).map_err(|e| format!("cannot encode fleet event: {e}"))?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Appends a rendered line; an I/O failure is `retry`, so the host delivers the event again
+/// later instead of losing it.
+fn write_line(rendered: Result<Vec<u8>, String>) -> Result<(), HandlerError> {
+    let settings = SETTINGS.get()?;
+    let line = rendered.map_err(HandlerError::GiveUp)?;
+    match append(&settings, &line) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let text = format!("cannot append to {}: {e}", settings.path().display());
+            host_log::write(Level::Warn, &text);
+            Err(HandlerError::Retry(text))
+        }
+    }
+}
+
 /// Appends `line` with a single `write_all` on a file opened in append mode, so every line lands
 /// at the end of the file whole; events of other jobs, handled by other instances at the same
 /// time, append their own lines. Writers of one file should be one plugin: the host delivers
@@ -136,17 +189,57 @@ impl Guest for EventLog {
     }
 
     fn handle(event: JobEvent) -> Result<(), HandlerError> {
-        let settings = SETTINGS.get()?;
-        let line = render(&event).map_err(HandlerError::GiveUp)?;
-        match append(&settings, &line) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let text = format!("cannot append to {}: {e}", settings.path().display());
-                host_log::write(Level::Warn, &text);
-                Err(HandlerError::Retry(text))
-            }
-        }
+        write_line(render(&event))
+    }
+
+    fn handle_fleet(event: FleetEvent) -> Result<(), HandlerError> {
+        write_line(render_fleet(&event))
     }
 }
 
 jobrelay_guest::export_plugin!(EventLog);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobrelay_guest::FleetEventKind;
+
+    fn offline() -> FleetEvent {
+        FleetEvent {
+            id: "east/9c1e-cluster/1700000000123".to_string(),
+            kind: FleetEventKind::ClusterOffline,
+            cluster: "east".to_string(),
+            rule: None,
+            value: None,
+            threshold: None,
+            since: "2026-11-28T10:00:00Z".to_string(),
+            time: "2026-11-28T10:00:30Z".to_string(),
+            summary: "connection refused".to_string(),
+        }
+    }
+
+    #[test]
+    fn fleet_lines_carry_their_kind_and_leave_out_what_is_absent() {
+        let line = render_fleet(&offline()).expect("renders");
+        assert_eq!(
+            String::from_utf8(line).expect("utf-8"),
+            concat!(
+                r#"{"id":"east/9c1e-cluster/1700000000123","fleet":"cluster-offline","#,
+                r#""cluster":"east","since":"2026-11-28T10:00:00Z","#,
+                r#""time":"2026-11-28T10:00:30Z","summary":"connection refused"}"#,
+                "\n"
+            )
+        );
+        let mut firing = offline();
+        firing.kind = FleetEventKind::RuleFiring;
+        firing.rule = Some("failure-ratio".to_string());
+        firing.value = Some(0.31);
+        firing.threshold = Some(0.15);
+        let line: serde_json::Value =
+            serde_json::from_slice(&render_fleet(&firing).expect("renders")).expect("JSON");
+        assert_eq!(line["fleet"], "rule-firing");
+        assert_eq!(line["rule"], "failure-ratio");
+        assert_eq!(line["value"], 0.31);
+        assert_eq!(line["threshold"], 0.15);
+    }
+}

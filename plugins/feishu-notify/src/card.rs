@@ -1,5 +1,6 @@
 //! The message body: an interactive card describing one job event, signed if the bot wants it,
-//! and always small enough for Feishu.
+//! and always small enough for Feishu. A digest and a fleet event get cards of their own
+//! ([`digest_body`], [`fleet_body`]).
 //!
 //! Layout: the header carries the title and a colour for the phase; a first block of short
 //! fields (cluster, namespace, job, kind, phase, duration) reads as a two-column grid; a second
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 use jobrelay_guest::{phase_from_name, phase_name};
 use jobrelay_notify::config::Settings;
 use jobrelay_notify::duration::run_time;
+use jobrelay_notify::fleet::{FleetEvent, fleet_is_trouble};
 use jobrelay_notify::job::{JobEvent, Phase};
 use jobrelay_notify::message::{Message, fit};
 
@@ -261,6 +263,49 @@ pub fn digest_body(message: &Message, signature: Option<&Signature>) -> Result<V
                     { "tag": "div", "fields": facts },
                     { "tag": "div", "fields": [jobs] },
                 ],
+            },
+        });
+        if let Some(signature) = signature {
+            body["timestamp"] = json!(signature.timestamp.to_string());
+            body["sign"] = json!(signature.sign);
+        }
+        serde_json::to_vec(&body).unwrap_or_default()
+    })
+}
+
+/// A fleet event's card: red for trouble beginning (`cluster-offline`, `rule-firing`), green
+/// for its end (`cluster-online`, `rule-resolved`); the cluster, for rule events the rule with
+/// its value and threshold, since when and when, as short fields; the summary below them (cut
+/// with a mark if the body would pass [`MAX_BODY_BYTES`]).
+pub fn fleet_body(
+    event: &FleetEvent,
+    settings: &Settings,
+    signature: Option<&Signature>,
+) -> Result<Vec<u8>, String> {
+    let template = if fleet_is_trouble(event.kind) {
+        "red"
+    } else {
+        "green"
+    };
+    fit(&Message::fleet(event, settings), MAX_BODY_BYTES, |m| {
+        let facts: Vec<Value> = m
+            .facts
+            .iter()
+            .map(|(label, value)| field(label, value, true))
+            .collect();
+        let mut elements = vec![json!({ "tag": "div", "fields": facts })];
+        if let Some(summary) = &m.detail {
+            elements.push(json!({ "tag": "div", "fields": [field("Summary", summary, false)] }));
+        }
+        let mut body = json!({
+            "msg_type": "interactive",
+            "card": {
+                "config": { "wide_screen_mode": true },
+                "header": {
+                    "title": { "tag": "plain_text", "content": m.title },
+                    "template": template,
+                },
+                "elements": elements,
             },
         });
         if let Some(signature) = signature {
@@ -540,6 +585,137 @@ mod tests {
         ] {
             assert_eq!(colour(grey), "grey");
         }
+    }
+
+    #[test]
+    fn an_offline_cluster_is_a_red_card_naming_it_since_when_and_why() {
+        let event = jobrelay_notify::fleet::sample_offline();
+        let body = parse(&fleet_body(&event, &settings(&[]), None).expect("fits"));
+        assert_eq!(body["msg_type"], "interactive");
+        assert_eq!(body["card"]["config"]["wide_screen_mode"], true);
+        assert_eq!(
+            body["card"]["header"],
+            json!({
+                "title": { "tag": "plain_text", "content": "Cluster east is offline" },
+                "template": "red",
+            })
+        );
+        assert_eq!(
+            texts(&body),
+            vec![
+                "**Cluster**\neast",
+                "**Since**\n2026-11-28T10:00:00Z",
+                "**At**\n2026-11-28T10:00:30Z",
+                "**Summary**\nGET /version: connection refused",
+            ]
+        );
+        let fields = body["card"]["elements"][0]["fields"]
+            .as_array()
+            .expect("short fields");
+        assert!(fields.iter().all(|f| f["is_short"] == true));
+        assert_eq!(body["card"]["elements"][1]["fields"][0]["is_short"], false);
+        assert!(body.get("sign").is_none(), "unsigned without a secret");
+    }
+
+    #[test]
+    fn a_firing_rule_is_red_with_value_and_threshold_and_its_end_is_green() {
+        let firing = jobrelay_notify::fleet::sample_firing();
+        let body = parse(&fleet_body(&firing, &settings(&[]), None).expect("fits"));
+        assert_eq!(
+            body["card"]["header"]["title"]["content"],
+            "Rule failure-ratio is firing on east"
+        );
+        assert_eq!(body["card"]["header"]["template"], "red");
+        assert_eq!(
+            texts(&body),
+            vec![
+                "**Cluster**\neast",
+                "**Rule**\nfailure-ratio",
+                "**Value**\n0.31",
+                "**Threshold**\n0.15",
+                "**Since**\n2026-11-28T10:00:00Z",
+                "**At**\n2026-11-28T10:02:00Z",
+                "**Summary**\njob failure ratio 0.31 &gt; 0.15 for 2m on east, kinds: batch-job",
+            ]
+        );
+
+        let mut resolved = firing.clone();
+        resolved.kind = jobrelay_notify::fleet::FleetEventKind::RuleResolved;
+        let body = parse(&fleet_body(&resolved, &settings(&[]), None).expect("fits"));
+        assert_eq!(body["card"]["header"]["template"], "green");
+        assert_eq!(
+            body["card"]["header"]["title"]["content"],
+            "Rule failure-ratio resolved on east"
+        );
+        let mut online = jobrelay_notify::fleet::sample_offline();
+        online.kind = jobrelay_notify::fleet::FleetEventKind::ClusterOnline;
+        let body = parse(&fleet_body(&online, &settings(&[]), None).expect("fits"));
+        assert_eq!(body["card"]["header"]["template"], "green");
+        assert_eq!(
+            body["card"]["header"]["title"]["content"],
+            "Cluster east is back online"
+        );
+        // A cluster event names no rule, even if one came along.
+        assert!(!texts(&body).iter().any(|t| t.starts_with("**Rule**")));
+    }
+
+    #[test]
+    fn fleet_cards_are_signed_escaped_and_fit() {
+        let mut event = jobrelay_notify::fleet::sample_offline();
+        event.summary = format!("<at id=all></at> {}", "é<&".repeat(10_000));
+        let signature = Signature {
+            timestamp: 1_700_000_000,
+            sign: "c2lnbg==".to_string(),
+        };
+        let bytes = fleet_body(&event, &settings(&[]), Some(&signature)).expect("fits");
+        assert!(bytes.len() <= MAX_BODY_BYTES, "{} bytes", bytes.len());
+        let body = parse(&bytes);
+        assert_eq!(body["timestamp"], "1700000000");
+        assert_eq!(body["sign"], "c2lnbg==");
+        let summary = texts(&body)
+            .into_iter()
+            .find(|t| t.starts_with("**Summary**"))
+            .expect("summary kept");
+        assert!(
+            summary.starts_with("**Summary**\n&lt;at id=all&gt;"),
+            "{summary}"
+        );
+        assert!(summary.ends_with(TRUNCATED), "{summary}");
+    }
+
+    /// The request the plugin makes for a fleet event: to the default bot, signed in the body
+    /// like a job card, whatever routes say.
+    #[test]
+    fn fleet_events_go_to_the_default_bot_signed() {
+        use jobrelay_notify::testing;
+        let notifier = testing::notifier::<crate::Feishu>(
+            "https://open.feishu.cn/open-apis/bot/v2/hook/tok-123456",
+            &[
+                ("secret", "demo-secret"),
+                ("route.1.namespace", "*"),
+                (
+                    "route.1.webhook",
+                    "https://open.feishu.cn/open-apis/bot/v2/hook/other-654321",
+                ),
+            ],
+        )
+        .expect("valid");
+        let (url, body) = testing::fleet_request(
+            &notifier,
+            &jobrelay_notify::fleet::sample_offline(),
+            1_599_360_473_000,
+        )
+        .expect("a request");
+        assert_eq!(
+            url,
+            "https://open.feishu.cn/open-apis/bot/v2/hook/tok-123456"
+        );
+        assert_eq!(body["timestamp"], "1599360473");
+        assert_eq!(
+            body["sign"],
+            crate::sign::sign(1_599_360_473, "demo-secret")
+        );
+        assert_eq!(body["card"]["header"]["template"], "red");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `feishu-notify`: posts a card to a Feishu (Lark) custom bot when a job changes phase (or,
-//! with a digest window, one card listing a window's jobs).
+//! with a digest window, one card listing a window's jobs), and a cluster card for each fleet
+//! event its manifest asks for (a cluster offline or back online, a fleet rule firing or
+//! resolved).
 //!
 //! Meant for `delivery: transitions`. Everything around the card — config, routes, once per
 //! transition, posting, what the status line means — is the notifier core's
@@ -53,6 +55,7 @@ impl Provider for Feishu {
             body: match subject {
                 Subject::Job(job) => card::body(job, settings, signature.as_ref())?,
                 Subject::Digest(message) => card::digest_body(message, signature.as_ref())?,
+                Subject::Fleet(event) => card::fleet_body(event, settings, signature.as_ref())?,
             },
         })
     }

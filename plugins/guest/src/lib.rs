@@ -1,13 +1,13 @@
 //! `jobrelay-guest`: the guest side of the plugin contract, for plugins written in Rust.
 //!
-//! It generates the bindings of `wit/plugin.wit` once, so a plugin depends on this crate
-//! instead of running `wit_bindgen::generate!` itself, and adds what every plugin otherwise
-//! writes again: reading the manifest's `config` map into a typed settings struct
-//! ([`config::read`]), keeping it from `init` to `handle` ([`Configured`]), phase names, and
-//! the export. A plugin is its logic only:
+//! It generates the bindings of `wit/plugin.wit` (`jobrelay:plugin@0.2.1`) once, so a plugin
+//! depends on this crate instead of running `wit_bindgen::generate!` itself, and adds what
+//! every plugin otherwise writes again: reading the manifest's `config` map into a typed
+//! settings struct ([`config::read`]), keeping it from `init` to `handle` ([`Configured`]),
+//! phase and fleet event kind names, and the export. A plugin is its logic only:
 //!
 //! ```ignore
-//! use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent};
+//! use jobrelay_guest::{Configured, FleetEvent, Guest, HandlerError, JobEvent};
 //!
 //! #[derive(Clone, Default, serde::Deserialize)]
 //! #[serde(deny_unknown_fields, default)]
@@ -23,6 +23,10 @@
 //!     }
 //!     fn handle(event: JobEvent) -> Result<(), HandlerError> {
 //!         let settings = SETTINGS.get()?;
+//!         Ok(())
+//!     }
+//!     // Called only if the manifest lists `fleet_events`; a plugin that wants none returns Ok.
+//!     fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
 //!         Ok(())
 //!     }
 //! }
@@ -66,9 +70,17 @@ pub mod deferral {
 pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 
+/// Fleet events (since 0.2.1): a cluster going offline or coming back online, a fleet rule
+/// starting or ceasing to hold. The host calls [`Guest::handle_fleet`] with one only for a
+/// plugin whose manifest lists `fleet_events`; one at a time per subject (a cluster's health,
+/// or one rule on one cluster), in order, retried on `retry` and dead-lettered like a job
+/// event. A plugin that wants none implements `handle_fleet` as `Ok(())`.
+pub use self::bindings::jobrelay::plugin::fleet::{FleetEvent, FleetEventKind};
+
 use std::sync::Mutex;
 
-/// Exports a type implementing [`Guest`] as the component's `init` and `handle`.
+/// Exports a type implementing [`Guest`] as the component's `init`, `handle` and
+/// `handle-fleet`.
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ident) => {
@@ -108,6 +120,34 @@ pub fn phase_name(phase: Phase) -> &'static str {
 /// The phase with this WIT name.
 pub fn phase_from_name(name: &str) -> Option<Phase> {
     PHASES.into_iter().find(|phase| phase_name(*phase) == name)
+}
+
+/// Every fleet event kind, in the WIT enum's order.
+pub const FLEET_EVENT_KINDS: [FleetEventKind; 4] = [
+    FleetEventKind::ClusterOffline,
+    FleetEventKind::ClusterOnline,
+    FleetEventKind::RuleFiring,
+    FleetEventKind::RuleResolved,
+];
+
+/// The WIT name of a fleet event kind (`cluster-offline`, `rule-firing`, ...): the word plugins
+/// use in lines, rows and event types.
+pub fn fleet_kind_name(kind: FleetEventKind) -> &'static str {
+    match kind {
+        FleetEventKind::ClusterOffline => "cluster-offline",
+        FleetEventKind::ClusterOnline => "cluster-online",
+        FleetEventKind::RuleFiring => "rule-firing",
+        FleetEventKind::RuleResolved => "rule-resolved",
+    }
+}
+
+/// Whether a fleet event reports trouble beginning (`cluster-offline`, `rule-firing`) rather
+/// than ending (`cluster-online`, `rule-resolved`).
+pub fn fleet_is_trouble(kind: FleetEventKind) -> bool {
+    matches!(
+        kind,
+        FleetEventKind::ClusterOffline | FleetEventKind::RuleFiring
+    )
 }
 
 /// Whether a phase is the end of a job's run (`succeeded` or `failed`).
@@ -166,5 +206,24 @@ mod tests {
         }
         assert_eq!(phase_from_name("Running"), None);
         assert!(is_terminal(Phase::Failed) && !is_terminal(Phase::Deleted));
+    }
+
+    #[test]
+    fn fleet_kind_names_are_the_wit_names() {
+        let names: Vec<&str> = FLEET_EVENT_KINDS.into_iter().map(fleet_kind_name).collect();
+        assert_eq!(
+            names,
+            [
+                "cluster-offline",
+                "cluster-online",
+                "rule-firing",
+                "rule-resolved"
+            ]
+        );
+        let trouble: Vec<bool> = FLEET_EVENT_KINDS
+            .into_iter()
+            .map(fleet_is_trouble)
+            .collect();
+        assert_eq!(trouble, [true, false, true, false]);
     }
 }

@@ -36,7 +36,9 @@ mod plugin {
     use jobrelay_guest::job;
     use jobrelay_guest::log::{self as host_log, Level};
     use jobrelay_guest::pod_logs::{self, Error as LogError};
-    use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, is_terminal, kv, phase_name};
+    use jobrelay_guest::{
+        Configured, FleetEvent, Guest, HandlerError, JobEvent, is_terminal, kv, phase_name,
+    };
 
     static SETTINGS: Configured<Settings> = Configured::new();
 
@@ -80,6 +82,11 @@ mod plugin {
                     ),
                 );
             }
+            Ok(())
+        }
+
+        /// A fleet event has no pods to archive: acknowledged and dropped.
+        fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
             Ok(())
         }
     }

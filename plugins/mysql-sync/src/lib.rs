@@ -27,7 +27,7 @@ mod plugin {
 
     use jobrelay_guest::sql::{self, Error as SqlError, Statement, Value};
     use jobrelay_guest::{
-        Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, log, phase_name,
+        FleetEvent, Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, log, phase_name,
     };
 
     /// What `init` prepares; `init` always runs first on an instance. The statement texts
@@ -109,6 +109,12 @@ mod plugin {
                 params: job_values(&event, &object, &now),
             };
             sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+            Ok(())
+        }
+
+        /// Fleet events are not job state: nothing to write. A manifest that asks for them
+        /// gets each acknowledged and dropped.
+        fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
             Ok(())
         }
     }

@@ -335,6 +335,12 @@ impl Settings {
         }
     }
 
+    /// Where fleet events go: the default bot (`webhook`). Routes choose by a job's namespace
+    /// and labels, which a fleet event has not; `None` without a default bot.
+    pub fn fleet_target(&self) -> Option<&Target> {
+        self.default.as_ref()
+    }
+
     /// The first matching route's bot, else the default one; `None` means nobody wants it.
     pub fn target_for(&self, job: &JobEvent) -> Option<&Target> {
         self.routes

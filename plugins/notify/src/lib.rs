@@ -11,12 +11,20 @@
 //! only what differs ([`Provider`]): its own keys, its body and signature, and its answer codes.
 //! A plugin is then one type and one line, [`export_notifier!`].
 //!
+//! Fleet events (a cluster offline or back online, a fleet rule firing or resolved; only for a
+//! manifest that lists `fleet_events`) take the same path from the bot on: the default bot
+//! (`webhook`; without one they are skipped with a warning), once per event id (`sent/fleet/`
+//! in the kv store), held through quiet hours, signed, throttling deferred and failures retried
+//! or given up as for a job's message. They are never put in a digest, and `phases`, `title`,
+//! `link.*` and routes, made of a job's fields, do not apply ([`fleet`]).
+//!
 //! Every module but this file's glue is plain Rust over the guest crate's types, unit-tested on
 //! the host target without building a component.
 
 pub mod answer;
 pub mod config;
 pub mod duration;
+pub mod fleet;
 pub mod job;
 pub mod message;
 pub mod noise;
@@ -28,7 +36,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use jobrelay_guest;
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{HandlerError, JobEvent, deferral, http, kv, phase_name};
+use jobrelay_guest::{
+    FleetEvent, HandlerError, JobEvent, deferral, fleet_kind_name, http, kv, phase_name,
+};
 
 use crate::answer::{Outcome, Transport};
 use crate::config::{Keys, Settings, Target};
@@ -59,6 +69,8 @@ pub enum Subject<'a> {
     Job(&'a JobEvent),
     /// Several jobs of one namespace and phase: a digest window's message.
     Digest(&'a Message),
+    /// A cluster's health or a fleet rule changed.
+    Fleet(&'a FleetEvent),
 }
 
 impl Subject<'_> {
@@ -67,6 +79,7 @@ impl Subject<'_> {
         match self {
             Subject::Job(job) => Message::of(job, settings),
             Subject::Digest(message) => (*message).clone(),
+            Subject::Fleet(event) => Message::fleet(event, settings),
         }
     }
 }
@@ -161,7 +174,7 @@ impl<P: Provider> Notifier<P> {
             return defer(left, &format!("{subject}: quiet hours, {left} s left"));
         }
         let Some((window_seconds, digests, mut window)) = digest else {
-            return self.send(job, Subject::Job(job), target, &[key], &mut sent);
+            return self.send(&subject, Subject::Job(job), target, &[key], &mut sent);
         };
         let pending = pending();
         let batch = match window.decide(now, window_seconds, pending.clone()) {
@@ -177,11 +190,11 @@ impl<P: Provider> Notifier<P> {
         let keys: Vec<String> = batch.iter().map(|p| format!("sent/{}", p.key)).collect();
         let included = batch.iter().any(|p| p.key == pending.key);
         let handled = if batch.len() == 1 && included {
-            self.send(job, Subject::Job(job), target, &keys, &mut sent)
+            self.send(&subject, Subject::Job(job), target, &keys, &mut sent)
         } else {
             let lines: Vec<String> = batch.iter().map(|p| p.line.clone()).collect();
             let digest = Message::digest(job, &lines, &self.settings);
-            self.send(job, Subject::Digest(&digest), target, &keys, &mut sent)
+            self.send(&subject, Subject::Digest(&digest), target, &keys, &mut sent)
         };
         handled?;
         window.sent(now, &batch);
@@ -198,10 +211,49 @@ impl<P: Provider> Notifier<P> {
         Ok(())
     }
 
-    /// Sends one message; on success records every key in `keys` as sent.
+    /// Handles one fleet event: sent to the default bot once per event id (held through quiet
+    /// hours), retried or given up; skipped without a default bot.
+    pub fn handle_fleet(&self, event: &FleetEvent) -> Result<(), HandlerError> {
+        let about = format!(
+            "fleet event {} ({} on {})",
+            event.id,
+            fleet_kind_name(event.kind),
+            event.cluster
+        );
+        let Some(target) = self.settings.fleet_target() else {
+            host_log::write(
+                Level::Warn,
+                &format!(
+                    "{about}: fleet events go to the bot of `webhook`, which is not set; skipped"
+                ),
+            );
+            return Ok(());
+        };
+        let key = format!("sent/fleet/{}", event.id);
+        let mut sent = SentLog::new();
+        if sent.already_sent(&key) {
+            host_log::write(
+                Level::Debug,
+                &format!("{about}: message already sent; skipped"),
+            );
+            return Ok(());
+        }
+        if let Some(left) = self
+            .settings
+            .noise
+            .quiet
+            .and_then(|quiet| quiet.seconds_left(now_millis()))
+        {
+            return defer(left, &format!("{about}: quiet hours, {left} s left"));
+        }
+        self.send(&about, Subject::Fleet(event), target, &[key], &mut sent)
+    }
+
+    /// Sends one message about `about` (for the log); on success records every key in `keys`
+    /// as sent.
     fn send(
         &self,
-        job: &JobEvent,
+        about: &str,
         subject: Subject<'_>,
         target: &Target,
         keys: &[String],
@@ -215,16 +267,11 @@ impl<P: Provider> Notifier<P> {
                     sent.record(key);
                 }
                 let what = match subject {
-                    Subject::Job(_) => format!("{} message", phase_name(job.phase)),
+                    Subject::Job(job) => format!("{} message", phase_name(job.phase)),
                     Subject::Digest(_) => format!("digest of {} jobs", keys.len()),
+                    Subject::Fleet(_) => "message".to_string(),
                 };
-                host_log::write(
-                    Level::Info,
-                    &format!(
-                        "{} {}/{}: {what} sent to {bot}",
-                        job.kind, job.namespace, job.name
-                    ),
-                );
+                host_log::write(Level::Info, &format!("{about}: {what} sent to {bot}"));
                 Ok(())
             }
             Outcome::Throttled(message) => {
@@ -414,6 +461,12 @@ macro_rules! export_notifier {
                 job: $crate::jobrelay_guest::JobEvent,
             ) -> Result<(), $crate::jobrelay_guest::HandlerError> {
                 NOTIFIER.get()?.handle(&job)
+            }
+
+            fn handle_fleet(
+                event: $crate::jobrelay_guest::FleetEvent,
+            ) -> Result<(), $crate::jobrelay_guest::HandlerError> {
+                NOTIFIER.get()?.handle_fleet(&event)
             }
         }
 

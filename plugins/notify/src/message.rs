@@ -1,5 +1,6 @@
-//! The message about one job event, before any service's format: what every chat notifier
-//! says, so the providers differ only in how they lay it out.
+//! The message about one job event (or a digest of several, or a fleet event), before any
+//! service's format: what every chat notifier says, so the providers differ only in how they
+//! lay it out.
 //!
 //! Values from the cluster (names, reasons, a failing job's message) are untrusted text: a job
 //! message could carry `<@all>` or `<!channel>` and page a whole company. [`plain`] turns the
@@ -15,7 +16,8 @@ use jobrelay_guest::phase_name;
 
 use crate::config::Settings;
 use crate::duration::run_time;
-use crate::job::JobEvent;
+use crate::fleet::{self, FleetEvent};
+use crate::job::{JobEvent, Phase};
 
 /// Appended where text was cut.
 pub const TRUNCATED: &str = "…(truncated)";
@@ -25,7 +27,8 @@ pub const TRUNCATED: &str = "…(truncated)";
 pub struct Message {
     /// The rendered `title`.
     pub title: String,
-    /// The normalised phase's name (`failed`).
+    /// The normalised phase's name (`failed`), or a fleet event's state (`offline`, `online`,
+    /// `firing`, `resolved`): what a provider colours the message by.
     pub phase: &'static str,
     /// Short facts, shown as a list: label and value.
     pub facts: Vec<(&'static str, String)>,
@@ -111,6 +114,27 @@ impl Message {
             labels: None,
             links: Vec::new(),
             mention: settings.mentions.apply_to(job),
+        }
+    }
+
+    /// A fleet event: its own title, the cluster (and for rule events the rule, value and
+    /// threshold), since when, and the summary as the free text (cut first, as a job's message
+    /// is). No links: the `link.*` templates are made of a job's fields. It mentions the
+    /// configured people when it reports trouble (`cluster-offline`, `rule-firing`) and
+    /// `mention_phases` includes `failed`, as a failed job would.
+    pub fn fleet(event: &FleetEvent, settings: &Settings) -> Message {
+        let mentions = &settings.mentions;
+        Message {
+            title: fleet::title(event),
+            phase: fleet::state(event.kind),
+            facts: fleet::facts(event),
+            reason: None,
+            detail: Some(event.summary.clone()).filter(|s| !s.trim().is_empty()),
+            labels: None,
+            links: Vec::new(),
+            mention: fleet::fleet_is_trouble(event.kind)
+                && (!mentions.users.is_empty() || !mentions.mobiles.is_empty())
+                && mentions.phases.contains(&Phase::Failed),
         }
     }
 
@@ -305,6 +329,34 @@ mod tests {
         assert!(digest.facts.contains(&("Jobs", "2".to_string())));
         assert_eq!(digest.detail.as_deref(), Some(lines.join("\n").as_str()));
         assert!(digest.mention);
+    }
+
+    #[test]
+    fn fleet_events_say_what_happened_to_the_cluster() {
+        let settings = settings(&[
+            ("webhook", "https://chat.example/hook/abcdefgh"),
+            ("mention", "alice"),
+            ("link.Logs", "https://logs.example/?job={name}"),
+        ]);
+        let firing = crate::fleet::sample_firing();
+        let message = Message::fleet(&firing, &settings);
+        assert_eq!(message.title, "Rule failure-ratio is firing on east");
+        assert_eq!(message.phase, "firing");
+        assert!(message.facts.contains(&("Threshold", "0.15".to_string())));
+        assert_eq!(message.detail.as_deref(), Some(firing.summary.as_str()));
+        assert!(message.links.is_empty(), "job links do not apply");
+        assert!(message.mention, "trouble mentions like a failed job");
+
+        let mut resolved = firing;
+        resolved.kind = crate::fleet::FleetEventKind::RuleResolved;
+        assert!(!Message::fleet(&resolved, &settings).mention);
+        let quiet = self::settings(&[
+            ("webhook", "https://chat.example/hook/abcdefgh"),
+            ("mention", "alice"),
+            ("mention_phases", "succeeded"),
+        ]);
+        let offline = crate::fleet::sample_offline();
+        assert!(!Message::fleet(&offline, &quiet).mention);
     }
 
     #[test]

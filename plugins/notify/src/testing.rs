@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::config::Settings;
+use crate::fleet::FleetEvent;
 use crate::job::JobEvent;
 use crate::{Notifier, Outgoing, Provider, Subject};
 
@@ -51,4 +52,23 @@ pub fn body<P: Provider>(
         return Err(format!("posted to {url}, not to the webhook"));
     }
     Ok(body)
+}
+
+/// The request announcing the fleet event `event` at `now_ms`, its body parsed.
+pub fn fleet_request<P: Provider>(
+    notifier: &Notifier<P>,
+    event: &FleetEvent,
+    now_ms: i64,
+) -> Result<(String, Value), String> {
+    let settings: &Settings = &notifier.settings;
+    let target = settings
+        .fleet_target()
+        .ok_or("no bot for fleet events")?
+        .clone();
+    let Outgoing { url, body } =
+        notifier
+            .provider
+            .request(Subject::Fleet(event), settings, &target, now_ms)?;
+    let body = serde_json::from_slice(&body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    Ok((url, body))
 }

@@ -8,7 +8,8 @@
 //! notifications, within Slack's block limits. Slack answers with plain text: `ok` with 200;
 //! 429 (throttled: about one message a second per webhook) and 5xx are retried, anything else
 //! (`invalid_blocks`, `no_service`, `channel_is_archived`, …) gives up naming it. Incoming
-//! webhooks are not signed: the URL is the credential.
+//! webhooks are not signed: the URL is the credential. A fleet event (a cluster offline or back
+//! online, a rule firing or resolved) is the same blocks with its own title and facts.
 
 use serde_json::{Value, json};
 
@@ -214,6 +215,27 @@ mod tests {
         let detail = blocks[2]["text"]["text"].as_str().expect("detail");
         assert!(detail.len() <= MAX_SECTION_BYTES && detail.contains("…(truncated)"));
         assert!(!detail.contains("<!channel>"));
+    }
+
+    #[test]
+    fn fleet_events_are_blocks_of_their_own() {
+        let notifier =
+            testing::notifier::<Slack>(HOOK, &[("mention", "U012AB3CD")]).expect("valid");
+        let (url, body) =
+            testing::fleet_request(&notifier, &jobrelay_notify::fleet::sample_firing(), 0)
+                .expect("a request");
+        assert_eq!(url, HOOK);
+        assert_eq!(body["text"], "Rule failure-ratio is firing on east");
+        let blocks = body["blocks"].as_array().expect("blocks");
+        assert_eq!(blocks[1]["fields"][1]["text"], "*Rule*\nfailure-ratio");
+        assert!(
+            blocks[2]["text"]["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("failure ratio 0.31 › 0.15"),
+            "{body}"
+        );
+        assert_eq!(blocks[3]["text"]["text"], "<@U012AB3CD>");
     }
 
     #[test]

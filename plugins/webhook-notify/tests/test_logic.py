@@ -24,6 +24,9 @@ Phase = enum.Enum(
     "Phase",
     "PENDING RUNNING RESTARTING SUSPENDED SUCCEEDED FAILED TERMINATING DELETED UNKNOWN",
 )
+FleetEventKind = enum.Enum(
+    "FleetEventKind", "CLUSTER_OFFLINE CLUSTER_ONLINE RULE_FIRING RULE_RESOLVED"
+)
 URL = "https://hooks.example.com/hooks/t0ken-abcdef?key=q5ery-s3cret"
 SECRET = "s3cret-signing-key"
 
@@ -50,6 +53,22 @@ def event(**changes):
         annotations=[],
         object_json='{"kind": "Job", "status": {}}',
         synthetic=False,
+    )
+    fields.update(changes)
+    return SimpleNamespace(**fields)
+
+
+def fleet_event(**changes):
+    fields = dict(
+        id="east/8f0c2d1e-5a7b-8c9d-8e0f-1a2b3c4d5e6f/1764324090000",
+        kind=FleetEventKind.RULE_FIRING,
+        cluster="east",
+        rule="failure-ratio",
+        value=0.31,
+        threshold=0.15,
+        since="2026-11-28T10:00:00Z",
+        time="2026-11-28T10:02:00Z",
+        summary="job failure ratio 0.31 > 0.15 for 2m on east",
     )
     fields.update(changes)
     return SimpleNamespace(**fields)
@@ -178,6 +197,75 @@ class EncodeTests(unittest.TestCase):
             headers,
             [("webhook-id", "id-1"), ("webhook-timestamp", "5"),
              ("webhook-signature", "v1," + expected.decode())],
+        )
+
+
+class FleetTests(unittest.TestCase):
+    def test_structured_whatever_the_job_settings(self):
+        # `phases` and `template` are about jobs: a fleet event is posted whole all the same.
+        s = settings(phases="failed", template='{"text": "${name}"}')
+        headers, body = cloudevent.encode_fleet(fleet_event(), s)
+        self.assertEqual(headers, [("content-type", "application/cloudevents+json")])
+        document = json.loads(body)
+        self.assertEqual(
+            document,
+            {
+                "specversion": "1.0",
+                "id": "east/8f0c2d1e-5a7b-8c9d-8e0f-1a2b3c4d5e6f/1764324090000",
+                "source": "/jobrelay/east",
+                "type": "io.jobrelay.fleet.rule-firing",
+                "subject": "east/failure-ratio",
+                "time": "2026-11-28T10:00:00Z",
+                "datacontenttype": "application/json",
+                "data": {
+                    "id": "east/8f0c2d1e-5a7b-8c9d-8e0f-1a2b3c4d5e6f/1764324090000",
+                    "kind": "rule-firing",
+                    "cluster": "east",
+                    "rule": "failure-ratio",
+                    "value": 0.31,
+                    "threshold": 0.15,
+                    "since": "2026-11-28T10:00:00Z",
+                    "time": "2026-11-28T10:02:00Z",
+                    "summary": "job failure ratio 0.31 > 0.15 for 2m on east",
+                },
+            },
+        )
+
+    def test_binary_cluster_event(self):
+        s = settings(mode="binary", source="/fleet/${cluster}/${namespace}")
+        event = fleet_event(
+            kind=FleetEventKind.CLUSTER_OFFLINE, rule=None, value=None, threshold=None
+        )
+        headers, body = cloudevent.encode_fleet(event, s)
+        self.assertEqual(
+            dict(headers),
+            {
+                "content-type": "application/json",
+                "ce-specversion": "1.0",
+                "ce-id": event.id,
+                "ce-source": "/fleet/east/",
+                "ce-type": "io.jobrelay.fleet.cluster-offline",
+                "ce-subject": "east",
+                "ce-time": "2026-11-28T10:00:00Z",
+            },
+        )
+        data = json.loads(body)
+        self.assertEqual(data["kind"], "cluster-offline")
+        self.assertIsNone(data["rule"])
+
+    def test_every_kind_has_its_type(self):
+        types = [
+            cloudevent.FLEET_TYPE_PREFIX + cloudevent.fleet_kind_name(kind)
+            for kind in FleetEventKind
+        ]
+        self.assertEqual(
+            types,
+            [
+                "io.jobrelay.fleet.cluster-offline",
+                "io.jobrelay.fleet.cluster-online",
+                "io.jobrelay.fleet.rule-firing",
+                "io.jobrelay.fleet.rule-resolved",
+            ],
         )
 
 

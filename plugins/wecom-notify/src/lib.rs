@@ -7,7 +7,8 @@
 //! 2,048 bytes, mentions in `mentioned_list` / `mentioned_mobile_list`, the only way WeCom
 //! mentions everyone or a mobile number). WeCom robots are not signed: the webhook's `key` is
 //! the credential. `45009` (over 20 messages a minute) is throttling and retried; any other
-//! non-zero code gives up.
+//! non-zero code gives up. A fleet event (a cluster offline or back online, a rule firing or
+//! resolved) is the same message with its own title and facts, coloured by its state.
 
 use serde_json::json;
 
@@ -104,12 +105,14 @@ impl Provider for WeCom {
     }
 }
 
-/// WeCom's markdown font colour for a phase: `warning` (orange) for trouble, `info` (green)
-/// for success, `comment` (grey) for the rest.
+/// WeCom's markdown font colour for a phase or a fleet event's state: `warning` (orange) for
+/// trouble (a failed or restarting job, a cluster offline, a rule firing), `info` (green) for
+/// success or trouble's end (a succeeded job, a cluster back online, a rule resolved),
+/// `comment` (grey) for the rest.
 fn colour(phase: &str) -> &'static str {
     match phase {
-        "failed" | "restarting" => "warning",
-        "succeeded" => "info",
+        "failed" | "restarting" | "offline" | "firing" => "warning",
+        "succeeded" | "online" | "resolved" => "info",
         _ => "comment",
     }
 }
@@ -248,6 +251,31 @@ mod tests {
         let body = send(&[("msgtype", "text")], &job).expect("valid");
         let content = body["text"]["content"].as_str().expect("content");
         assert!(content.len() <= MAX_TEXT_BYTES, "{}", content.len());
+    }
+
+    #[test]
+    fn fleet_events_are_coloured_by_their_state() {
+        let notifier = testing::notifier::<WeCom>(HOOK, &[]).expect("valid");
+        let (url, body) =
+            testing::fleet_request(&notifier, &jobrelay_notify::fleet::sample_firing(), 0)
+                .expect("a request");
+        assert_eq!(url, HOOK);
+        let content = body["markdown"]["content"].as_str().expect("content");
+        assert!(
+            content.starts_with(
+                "**Rule failure-ratio is firing on east**\n<font color=\"warning\">firing</font>"
+            ),
+            "{content}"
+        );
+        assert!(content.contains("> Threshold: 0.15"), "{content}");
+        let mut online = jobrelay_notify::fleet::sample_offline();
+        online.kind = jobrelay_notify::fleet::FleetEventKind::ClusterOnline;
+        let (_, body) = testing::fleet_request(&notifier, &online, 0).expect("a request");
+        let content = body["markdown"]["content"].as_str().expect("content");
+        assert!(
+            content.contains("<font color=\"info\">online</font>"),
+            "{content}"
+        );
     }
 
     #[test]

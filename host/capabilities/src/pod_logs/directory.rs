@@ -136,6 +136,9 @@ pub(super) enum NoScope {
     /// A call outside `handle` (`init`) has no event, so no job.
     #[error("there is no job in scope outside `handle`")]
     OutsideHandle,
+    /// A fleet event's call (`handle-fleet`) is about a cluster or a rule, not a job.
+    #[error("a fleet event has no job, so no pods")]
+    FleetEvent,
     #[error("the cluster directory is unavailable")]
     DirectoryUnavailable,
     #[error("cluster `{0}` is not connected")]

@@ -443,7 +443,7 @@ pub(super) fn compile_cache_dir() -> Option<PathBuf> {
 async fn cluster_for(kubeconfig: &Path, events: &[JobEvent]) -> anyhow::Result<ClusterDirectory> {
     let config = kube::config::Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("cannot read the kubeconfig {}", kubeconfig.display()))?;
-    let client = build_client(&config)
+    let client = build_client(&config, None)
         .await
         .map_err(|e| anyhow::anyhow!("{}: cannot make a client: {e}", kubeconfig.display()))?;
     let directory = ClusterDirectory::default();

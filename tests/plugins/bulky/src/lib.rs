@@ -36,6 +36,11 @@ impl Guest for Bulky {
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| HandlerError::Retry(format!("cannot append: {e}")))
     }
+
+    /// Fleet events have nothing to mix: acknowledged.
+    fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
+        Ok(())
+    }
 }
 
 export!(Bulky);

@@ -190,6 +190,11 @@ impl Guest for Intruder {
             other => Err(HandlerError::GiveUp(format!("unknown attempt `{other}`"))),
         }
     }
+
+    /// A fleet event carries no attempt to make: acknowledged.
+    fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
+        Ok(())
+    }
 }
 
 fn statement(sql: &str, params: Vec<sql::Value>) -> sql::Statement {

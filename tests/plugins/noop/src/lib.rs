@@ -2,7 +2,7 @@
 //! costs is the host's per-call overhead (instance, event conversion), for the lane
 //! throughput benchmark.
 //!
-//! Built against the older world, `jobrelay:plugin@0.1.0`, on purpose: the tests that load it
+//! Built against the oldest world, `jobrelay:plugin@0.1.0`, on purpose: the tests that load it
 //! prove a plugin built before 0.2.0 still loads and handles events.
 
 wit_bindgen::generate!({

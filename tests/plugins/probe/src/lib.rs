@@ -43,6 +43,16 @@
 //!
 //! The config key `fail_init=true` makes `init` refuse its configuration; `init_marker=true`
 //! makes `init` write the file `/data/init-ran`, so a test can tell whether `init` ran.
+//!
+//! Fleet events (`handle-fleet`) are recorded the same way, to the same file, as a line with
+//! `"fleet"` (the event's kind) instead of a job's `name`, `phase` and `resource_version`:
+//! `{"by":"probe","fleet":"cluster-offline","id":…,"cluster":…,"rule":…,"since":…,
+//! "instance_calls":…}` (`rule` only for rule events). A fleet event has no labels, so what it
+//! does is set in the config: `fleet_behave=<value>` for every fleet event, and
+//! `fleet_behave.<cluster>=<value>` for those of one cluster (it wins over `fleet_behave`),
+//! with the values of the table above that need no job: `trap`, `loop`, `oom`, `retry`,
+//! `giveup`, `sleep-ms:N`, `read:PATH`, `spam`, `flaky:N` and `defer:N` (counted per fleet
+//! event id, in the same folders). The others give up, saying they need a job event.
 
 use std::fs::OpenOptions;
 use std::hint::black_box;
@@ -52,7 +62,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use jobrelay_guest::log::{self as host_log, Level};
-use jobrelay_guest::{Guest, HandlerError, JobEvent, phase_name};
+use jobrelay_guest::{FleetEvent, Guest, HandlerError, JobEvent, fleet_kind_name, phase_name};
 
 const BEHAVE_LABEL: &str = "jobrelay.test/behave";
 const URL_ANNOTATION: &str = "jobrelay.test/url";
@@ -71,11 +81,61 @@ struct Line<'a> {
     instance_calls: u32,
 }
 
+/// One line of the output file for a fleet event.
+#[derive(Serialize)]
+struct FleetLine<'a> {
+    by: &'static str,
+    fleet: &'static str,
+    id: &'a str,
+    cluster: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<&'a str>,
+    since: &'a str,
+    /// Events (job or fleet) this instance has handled, this one included.
+    instance_calls: u32,
+}
+
 /// Per-instance counter: shows whether the host reused an instance.
 static INSTANCE_CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// The `fleet_behave` config: the behaviour for every fleet event, and per cluster. Set by
+/// `init`, which runs on every instance before any event.
+static FLEET_BEHAVE: std::sync::Mutex<FleetBehave> = std::sync::Mutex::new(FleetBehave {
+    all: String::new(),
+    by_cluster: Vec::new(),
+});
+
+struct FleetBehave {
+    all: String,
+    by_cluster: Vec<(String, String)>,
+}
+
+impl FleetBehave {
+    fn of(config: &[(String, String)]) -> FleetBehave {
+        let mut behave = FleetBehave {
+            all: String::new(),
+            by_cluster: Vec::new(),
+        };
+        for (key, value) in config {
+            if key == "fleet_behave" {
+                behave.all = value.clone();
+            } else if let Some(cluster) = key.strip_prefix("fleet_behave.") {
+                behave.by_cluster.push((cluster.to_string(), value.clone()));
+            }
+        }
+        behave
+    }
+
+    fn for_cluster(&self, cluster: &str) -> String {
+        self.by_cluster
+            .iter()
+            .find(|(c, _)| c == cluster)
+            .map_or_else(|| self.all.clone(), |(_, value)| value.clone())
+    }
+}
+
 fn record(event: &JobEvent) -> Result<(), HandlerError> {
-    let line = Line {
+    append_line(&Line {
         by: "probe",
         id: &event.id,
         cluster: &event.cluster,
@@ -83,8 +143,24 @@ fn record(event: &JobEvent) -> Result<(), HandlerError> {
         phase: phase_name(event.phase),
         resource_version: &event.resource_version,
         instance_calls: INSTANCE_CALLS.load(std::sync::atomic::Ordering::Relaxed),
-    };
-    let mut bytes = serde_json::to_vec(&line)
+    })
+}
+
+fn record_fleet(event: &FleetEvent) -> Result<(), HandlerError> {
+    append_line(&FleetLine {
+        by: "probe",
+        fleet: fleet_kind_name(event.kind),
+        id: &event.id,
+        cluster: &event.cluster,
+        rule: event.rule.as_deref(),
+        since: &event.since,
+        instance_calls: INSTANCE_CALLS.load(std::sync::atomic::Ordering::Relaxed),
+    })
+}
+
+/// Appends one JSON line to the output file; a failed append is `retry`.
+fn append_line(line: &impl Serialize) -> Result<(), HandlerError> {
+    let mut bytes = serde_json::to_vec(line)
         .map_err(|e| HandlerError::GiveUp(format!("cannot encode: {e}")))?;
     bytes.push(b'\n');
     let written = OpenOptions::new()
@@ -151,6 +227,9 @@ impl Guest for Probe {
             std::fs::write("/data/init-ran", b"init ran\n")
                 .map_err(|e| format!("cannot write /data/init-ran: {e}"))?;
         }
+        *FLEET_BEHAVE
+            .lock()
+            .map_err(|_| "fleet_behave lock poisoned".to_string())? = FleetBehave::of(&config);
         Ok(())
     }
 
@@ -167,16 +246,6 @@ impl Guest for Probe {
             &format!("probe handling {} (behave={behave:?})", event.id),
         );
         match behave {
-            "trap" => panic!("probe was asked to trap on {}", event.id),
-            "loop" => spin_forever(),
-            "oom" => exhaust_memory(),
-            "retry" => return Err(HandlerError::Retry("probe was asked to retry".to_string())),
-            "giveup" => {
-                return Err(HandlerError::GiveUp(
-                    "probe was asked to give up".to_string(),
-                ));
-            }
-            "spam" => spam(),
             "job-writes" => job_writes(&event)?,
             "http-get" => {
                 let url = event
@@ -202,40 +271,83 @@ impl Guest for Probe {
                     .unwrap_or_default();
                 return Err(http_flood(&url, n));
             }
-            other => {
-                if let Some(ms) = other.strip_prefix("sleep-ms:") {
-                    let ms = ms
-                        .parse::<u64>()
-                        .map_err(|e| HandlerError::GiveUp(format!("bad sleep-ms: {e}")))?;
-                    busy_wait(ms);
-                } else if let Some(n) = other.strip_prefix("flaky:") {
-                    let n = n
-                        .parse::<u32>()
-                        .map_err(|e| HandlerError::GiveUp(format!("bad flaky: {e}")))?;
-                    if counted_call(&event.id, "flaky")? <= n {
-                        return Err(HandlerError::Retry(format!(
-                            "probe is flaky: failing the first {n} calls"
-                        )));
-                    }
-                } else if let Some(n) = other.strip_prefix("defer:") {
-                    let n = n
-                        .parse::<u32>()
-                        .map_err(|e| HandlerError::GiveUp(format!("bad defer: {e}")))?;
-                    if counted_call(&event.id, "deferred")? <= n {
-                        jobrelay_guest::deferral::defer(1);
-                        return Err(HandlerError::Retry(format!(
-                            "probe defers the first {n} calls"
-                        )));
-                    }
-                } else if let Some(path) = other.strip_prefix("read:") {
-                    return Err(HandlerError::GiveUp(match std::fs::read(path) {
-                        Ok(bytes) => format!("read succeeded: {} bytes from {path}", bytes.len()),
-                        Err(e) => format!("read failed: {path}: {e}"),
-                    }));
-                }
-            }
+            other => misbehave(other, &event.id)?,
         }
         record(&event)
+    }
+
+    fn handle_fleet(event: FleetEvent) -> Result<(), HandlerError> {
+        INSTANCE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let behave = FLEET_BEHAVE
+            .lock()
+            .map(|behave| behave.for_cluster(&event.cluster))
+            .unwrap_or_default();
+        host_log::write(
+            Level::Info,
+            &format!(
+                "probe handling fleet event {} (behave={behave:?})",
+                event.id
+            ),
+        );
+        if matches!(behave.as_str(), "job-writes" | "http-get") || behave.starts_with("http-flood:")
+        {
+            return Err(HandlerError::GiveUp(format!(
+                "probe: `{behave}` needs a job event"
+            )));
+        }
+        misbehave(&behave, &event.id)?;
+        record_fleet(&event)
+    }
+}
+
+/// Does what a behaviour that needs no job asks for (see the table at the top): `Ok` to go
+/// on and record the event (also for an empty or unknown value), or the answer to give.
+fn misbehave(behave: &str, id: &str) -> Result<(), HandlerError> {
+    match behave {
+        "trap" => panic!("probe was asked to trap on {id}"),
+        "loop" => spin_forever(),
+        "oom" => exhaust_memory(),
+        "retry" => Err(HandlerError::Retry("probe was asked to retry".to_string())),
+        "giveup" => Err(HandlerError::GiveUp(
+            "probe was asked to give up".to_string(),
+        )),
+        "spam" => {
+            spam();
+            Ok(())
+        }
+        other => {
+            if let Some(ms) = other.strip_prefix("sleep-ms:") {
+                let ms = ms
+                    .parse::<u64>()
+                    .map_err(|e| HandlerError::GiveUp(format!("bad sleep-ms: {e}")))?;
+                busy_wait(ms);
+            } else if let Some(n) = other.strip_prefix("flaky:") {
+                let n = n
+                    .parse::<u32>()
+                    .map_err(|e| HandlerError::GiveUp(format!("bad flaky: {e}")))?;
+                if counted_call(id, "flaky")? <= n {
+                    return Err(HandlerError::Retry(format!(
+                        "probe is flaky: failing the first {n} calls"
+                    )));
+                }
+            } else if let Some(n) = other.strip_prefix("defer:") {
+                let n = n
+                    .parse::<u32>()
+                    .map_err(|e| HandlerError::GiveUp(format!("bad defer: {e}")))?;
+                if counted_call(id, "deferred")? <= n {
+                    jobrelay_guest::deferral::defer(1);
+                    return Err(HandlerError::Retry(format!(
+                        "probe defers the first {n} calls"
+                    )));
+                }
+            } else if let Some(path) = other.strip_prefix("read:") {
+                return Err(HandlerError::GiveUp(match std::fs::read(path) {
+                    Ok(bytes) => format!("read succeeded: {} bytes from {path}", bytes.len()),
+                    Err(e) => format!("read failed: {path}: {e}"),
+                }));
+            }
+            Ok(())
+        }
     }
 }
 

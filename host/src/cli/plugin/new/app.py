@@ -7,7 +7,8 @@ Change `handle` to do what your team needs; `jobrelay plugin run {{name}}.wasm -
 tries it, `jobrelay plugin test tests/cases --wasm {{name}}.wasm` runs its recorded cases.
 
 The contract is `wit/plugin.wit`: `init` gets the manifest's `config:` pairs, `handle` one job
-event; raise `Err(...)` to fail (`types.HandlerError_Retry` to be called again later,
+event, `handle_fleet` one fleet event (only if the manifest asks for them); raise `Err(...)` to
+fail (`types.HandlerError_Retry` to be called again later,
 `types.HandlerError_GiveUp` to give the event up). Every event gets a fresh instance by
 default: keep nothing in globals between events, except the settings `init` reads.
 """
@@ -102,3 +103,9 @@ class WitWorld(wit_world.WitWorld):
             raise Err(types.HandlerError_Retry(f"webhook answered {status}"))
         if status >= 300:
             raise Err(types.HandlerError_GiveUp(f"webhook answered {status}"))
+
+    def handle_fleet(self, event):
+        # Fleet events (a cluster offline or back online, a fleet rule firing or resolved) come
+        # only if the manifest asks for them (`fleet_events: [clusters, rules]`). This plugin
+        # asks for none, so this is never called; acknowledge and drop.
+        return

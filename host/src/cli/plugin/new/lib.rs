@@ -7,7 +7,9 @@
 //! Every event gets a fresh instance by default: keep nothing in globals between events,
 //! except the settings `init` reads.
 
-use jobrelay_guest::{Configured, Guest, HandlerError, JobEvent, Phase, kv, phase_name, warn};
+use jobrelay_guest::{
+    Configured, FleetEvent, Guest, HandlerError, JobEvent, Phase, kv, phase_name, warn,
+};
 use serde::Deserialize;
 
 /// The manifest's `config:` map.
@@ -57,6 +59,13 @@ impl Guest for Plugin {
             phase_name(event.phase),
             count
         );
+        Ok(())
+    }
+
+    /// Fleet events (a cluster offline or back online, a fleet rule firing or resolved) come
+    /// only if the manifest asks for them (`fleet_events: [clusters, rules]`). This plugin
+    /// asks for none, so this is never called; acknowledge and drop.
+    fn handle_fleet(_event: FleetEvent) -> Result<(), HandlerError> {
         Ok(())
     }
 }
