@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 async fn client(sim: &SimCluster) -> kube::Client {
     let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
-    build_client(&kubeconfig).await.expect("client")
+    build_client(&kubeconfig, None).await.expect("client")
 }
 
 async fn lock(sim: &SimCluster, identity: &str, duration: Duration) -> LeaseLock {

@@ -36,7 +36,7 @@ struct Setup {
 async fn setup() -> Setup {
     let sim = SimCluster::start("east").await.expect("simulator");
     let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
-    let client = build_client(&kubeconfig).await.expect("client");
+    let client = build_client(&kubeconfig, None).await.expect("client");
     let directory = ClusterDirectory::default();
     directory.set_client("east", client);
     let kinds: Vec<JobKind> = ["volcano-job", "pytorch-job"]

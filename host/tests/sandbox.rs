@@ -50,9 +50,8 @@ async fn setup() -> Setup {
                 .expect("log");
         }
     }
-    let client = build_client(&Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig"))
-        .await
-        .expect("client");
+    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
+    let client = build_client(&kubeconfig, None).await.expect("client");
     let directory = ClusterDirectory::default();
     directory.set_client("east", client);
     directory.set_kinds(

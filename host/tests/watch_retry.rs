@@ -35,7 +35,7 @@ async fn attempts(
     window: Duration,
 ) -> usize {
     let kubeconfig = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig");
-    let client = build_client(&kubeconfig).await.expect("client");
+    let client = build_client(&kubeconfig, None).await.expect("client");
     let (sink, mut events) = mpsc::channel(64);
     tokio::spawn(async move { while events.recv().await.is_some() {} });
     let stream = tokio::spawn(watcher::run(client, target, sink, |_| {}));
@@ -209,7 +209,7 @@ async fn watched(
     Arc<AtomicUsize>,
 ) {
     let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
-    let client = build_client(&kubeconfig).await.expect("client");
+    let client = build_client(&kubeconfig, None).await.expect("client");
     let (sink, events) = mpsc::channel(256);
     let synced = Arc::new(AtomicUsize::new(0));
     let seen = synced.clone();

@@ -1,6 +1,7 @@
 //! Clusters: one supervisor task per kubeconfig file, each with its own cancellation, so adding,
 //! changing or removing one file starts, restarts or stops that cluster only.
 
+pub mod api_meter;
 pub mod cleanup;
 pub mod credentials;
 pub mod finalizer;

@@ -184,7 +184,7 @@ async fn probe_cluster(
     kubeconfig: &kube::config::Kubeconfig,
     main: &MainConfig,
 ) -> anyhow::Result<String> {
-    let client: Client = build_client(kubeconfig).await?;
+    let client: Client = build_client(kubeconfig, None).await?;
     let version = client
         .apiserver_version()
         .await

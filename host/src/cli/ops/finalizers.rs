@@ -48,7 +48,7 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
     for (cluster, source) in state.clusters() {
         let work =
             async {
-                let client = build_client(&source.kubeconfig).await?;
+                let client = build_client(&source.kubeconfig, None).await?;
                 let mut removed = 0usize;
                 // Every kind, not only those with `finalizer: true` now: the setting may have been
                 // turned off after jobs got the finalizer.
