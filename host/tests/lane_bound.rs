@@ -34,6 +34,7 @@ fn slow_retries(concurrency: usize, max_queued_per_job: usize) -> LaneSettings {
         filter: Default::default(),
         max_queued_per_job,
         max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
+        fleet_events: Default::default(),
     }
 }
 
@@ -361,6 +362,7 @@ async fn a_full_inbox_parks_what_comes_next_as_dead_letters() {
         .expect("store");
     let settings = LaneSettings {
         max_inbox_events: 6,
+        fleet_events: Default::default(),
         ..slow_retries(2, 100)
     };
     let down = Arc::new(DownFor {

@@ -34,6 +34,7 @@ fn transitions() -> LaneSettings {
         filter: Default::default(),
         max_queued_per_job: 1_000,
         max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
+        fleet_events: Default::default(),
     }
 }
 

@@ -53,6 +53,7 @@ fn settings(rate_limits: Vec<RateLimitSpec>) -> LaneSettings {
         filter: Default::default(),
         max_queued_per_job: 1_000,
         max_inbox_events: jobrelay_lanes::settings::DEFAULT_MAX_INBOX_EVENTS,
+        fleet_events: Default::default(),
     }
 }
 

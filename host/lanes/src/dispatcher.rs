@@ -14,7 +14,7 @@ use super::filter::Verdict;
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
-use jobrelay_contract::event::Phase;
+use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_fleet::jobs::JobView;
 use jobrelay_watch::finalizer::has_finalizer;
 use jobrelay_watch::watcher::{Observation, Sink};
@@ -201,6 +201,22 @@ impl Routes {
 }
 
 impl Routes {
+    /// Offers a fleet event (a carrier: [`jobrelay_contract::fleet`]) to every lane that asked
+    /// for its sort. Not while this replica follows a leader: the leader delivers it, and the
+    /// lanes' cursors (shared in the store) keep a state announced by both from reaching a
+    /// plugin twice.
+    pub fn route_fleet(&self, event: JobEvent) {
+        if !self.delivering.load(Ordering::SeqCst) {
+            return;
+        }
+        tracing::debug!(event = %event.id, kind = %event.kind, name = %event.name,
+            state = %event.raw_phase, "fleet event");
+        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        for lane in lanes.values() {
+            lane.push_fleet(event.clone());
+        }
+    }
+
     /// A job of a finalizer kind that is being deleted and still carries our finalizer is
     /// held until every lane whose filter takes the job is done with it (recorded before the
     /// lanes see the event): `true` when held. A lane that skips this version (its phase,

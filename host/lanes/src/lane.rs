@@ -46,12 +46,13 @@ use super::event_counts::{Counts, EventCounts};
 use super::filter::Verdict;
 use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
-use super::mode::Accepted;
+use super::mode::{Accepted, DeliveryMode};
 use super::queue::{Bound, JobDelivery, Queues};
 use super::read_back::ReadBacks;
 use super::settings::LaneSettings;
 use super::trace::{DeliveryTrace, TraceEntry};
 use jobrelay_contract::event::{JobEvent, JobKey};
+use jobrelay_contract::fleet;
 use jobrelay_runtime::CallError;
 use jobrelay_state::{Cursor, DeliveryStore};
 use jobrelay_watch::catch_up;
@@ -412,11 +413,12 @@ impl Lane {
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
     ) {
         let settings = self.inner.settings.load();
-        let bounds = (
-            settings.mode,
-            settings.max_queued_per_job,
-            settings.max_inbox_events,
-        );
+        let mode = if fleet::is_fleet(&event) {
+            DeliveryMode::FleetStates
+        } else {
+            settings.mode
+        };
+        let bounds = (mode, settings.max_queued_per_job, settings.max_inbox_events);
         let key = event.job_key();
         // A resumed event the mode does not queue again (a delivery mode changed since, say)
         // has nothing left to wait for: its mark goes, or it would come back at every start.
@@ -518,6 +520,23 @@ impl Lane {
             return;
         }
         self.inner.cursor_writer.remember(cursor);
+    }
+
+    /// Offer one fleet event (a carrier: [`jobrelay_contract::fleet`]). It skips the filter
+    /// (written for jobs) and the catch-up of missed transitions, and is judged by
+    /// [`DeliveryMode::FleetStates`] whatever the lane's mode: only a change of the subject's
+    /// state since the last one accepted is queued, so a state announced again (by a restarted
+    /// host, say) is delivered once. The rest is a job event's path: the inbox, one call at a time
+    /// per subject, retries, dead letters.
+    pub fn push_fleet(&self, event: JobEvent) {
+        if self.inner.closed.load(Ordering::SeqCst)
+            || self.inner.excludes(&event.cluster)
+            || !self.inner.settings.load().fleet_events.take(&event)
+        {
+            return;
+        }
+        self.inner.by_job_kind.learn(&event, fleet::KIND_NAME);
+        self.offer(event, Intake::Observed, |_, _| Vec::new());
     }
 
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and

@@ -23,6 +23,14 @@ pub enum DeliveryMode {
     Terminal,
     /// Compacted: of the versions waiting, only the newest is delivered.
     Latest,
+    /// Fleet events only ([`jobrelay_contract::fleet`]), never chosen in a manifest: a
+    /// subject's state when it differs from the last one accepted, as `transitions` — and a
+    /// good state (`running`: online, resolved) only once a bad one was accepted. The host
+    /// announces each cluster's and rule's first verdict after it starts, whatever it is; the
+    /// lane turns that into news only when it ends a state delivered before (an outage that
+    /// ended while the host was down), and into nothing otherwise.
+    #[serde(skip)]
+    FleetStates,
 }
 
 /// What a lane has accepted for one job: enough to judge the next version.
@@ -91,6 +99,13 @@ impl DeliveryMode {
                 Decision::Skip(SkipReason::SamePhase)
             }
             DeliveryMode::Transitions => Decision::Append,
+            DeliveryMode::FleetStates
+                if accepted.phase == Some(event.phase)
+                    || (accepted.phase.is_none() && event.phase == Phase::Running) =>
+            {
+                Decision::Skip(SkipReason::SamePhase)
+            }
+            DeliveryMode::FleetStates => Decision::Append,
             DeliveryMode::Terminal if is_end(event.phase) && !accepted.terminal_done => {
                 Decision::Append
             }

@@ -131,6 +131,32 @@ pub struct LaneSettings {
     /// Most events waiting in the lane at once — the plugin's inbox (see
     /// `PluginManifest::max_inbox_events`).
     pub max_inbox_events: u64,
+    /// The fleet events the plugin asked for (`fleet_events:` in its manifest).
+    pub fleet_events: FleetEvents,
+}
+
+/// Which fleet events a lane takes ([`jobrelay_contract::fleet`]): none unless asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetEvents {
+    /// A cluster going offline or back online.
+    pub clusters: bool,
+    /// A fleet rule firing or resolving.
+    pub rules: bool,
+}
+
+impl FleetEvents {
+    /// Whether the lane takes `event` (a fleet carrier).
+    pub fn take(&self, event: &jobrelay_contract::event::JobEvent) -> bool {
+        if event.kind == "FleetRule" {
+            self.rules
+        } else {
+            self.clusters
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.clusters || self.rules
+    }
 }
 
 /// Default of `max_queued_per_job`: far above what a healthy plugin ever has queued for one

@@ -94,6 +94,7 @@ fn settings(filter: Filter) -> LaneSettings {
         filter: Arc::new(filter),
         max_queued_per_job: 1_000,
         max_inbox_events: 1_000_000,
+        fleet_events: Default::default(),
     }
 }
 

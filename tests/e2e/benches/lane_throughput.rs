@@ -186,6 +186,7 @@ fn settings() -> LaneSettings {
         filter: Default::default(),
         max_queued_per_job: usize::MAX,
         max_inbox_events: u64::MAX,
+        fleet_events: Default::default(),
     }
 }
 

@@ -117,6 +117,34 @@ proptest! {
         }
     }
 
+    /// Fleet states: alternate, never start with the good state, and every change of the
+    /// observed state after the first bad one is delivered (a subject's states are only
+    /// `failed` and `running`).
+    #[test]
+    fn fleet_states_alternate_and_start_bad(states in proptest::collection::vec(any::<bool>(), 0..40)) {
+        let obs: Vec<(u32, Phase)> = states
+            .iter()
+            .enumerate()
+            .map(|(i, bad)| (i as u32 + 1, if *bad { Phase::Failed } else { Phase::Running }))
+            .collect();
+        let out = run(DeliveryMode::FleetStates, &obs);
+        for pair in out.windows(2) {
+            prop_assert_ne!(pair[0].phase, pair[1].phase);
+        }
+        if let Some(first) = out.first() {
+            prop_assert_eq!(first.phase, Phase::Failed);
+        }
+        let mut expected = 0;
+        let mut last: Option<bool> = None;
+        for bad in &states {
+            if last != Some(*bad) && (last.is_some() || *bad) {
+                expected += 1;
+                last = Some(*bad);
+            }
+        }
+        prop_assert_eq!(out.len(), expected);
+    }
+
     #[test]
     fn latest_keeps_only_the_newest_waiting_version(obs in observations()) {
         let out = run(DeliveryMode::Latest, &obs);
@@ -155,4 +183,6 @@ fn modes_parse_from_kebab_case() {
     assert_eq!(m, DeliveryMode::EveryVersion);
     let m: DeliveryMode = serde_yaml_ng::from_str("terminal").expect("parses");
     assert_eq!(m, DeliveryMode::Terminal);
+    // Only the host chooses it, for fleet events.
+    assert!(serde_yaml_ng::from_str::<DeliveryMode>("fleet-states").is_err());
 }
