@@ -366,7 +366,17 @@ async fn a_stuck_pull_says_the_serving_version_goes_on() {
     let relay = Relay::start(dir.path(), "stuck pull");
     wait_log(&relay, "plugin version serving").await;
     // The status names the component by its own sha256 (as for a file) and the pin apart.
-    let page = status(listen).await.expect("/status");
+    // The plugins load before the endpoint listens: ask until it answers.
+    let page = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(page) = status(listen).await {
+                break page;
+            }
+            assert!(std::time::Instant::now() < deadline, "/status never answered");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
     let log = &page["plugins"]["log"];
     assert_eq!(
         log["serving_wasm_sha256"].as_str(),

@@ -7,6 +7,7 @@ mod cleanup;
 mod clusters;
 mod delivery;
 mod finalizers;
+mod fleet_events;
 mod job_view;
 mod job_writes;
 mod jobs_page;

@@ -55,6 +55,9 @@ struct ClusterJobs {
     labels: Interner<LabelSet>,
     /// Records of deleted jobs.
     deleted: Deleted,
+    /// When the newest live (watched, not listed) version of the cluster arrived (0: none
+    /// yet).
+    last_event: Secs,
 }
 
 /// How many records of deleted jobs a cluster holds, and when the oldest went: a sweep passes
@@ -104,6 +107,7 @@ impl ClusterJobs {
             strings,
             labels,
             deleted,
+            ..
         } = self;
         jobs.retain(|_, rec| {
             if !go(rec) {
@@ -205,6 +209,18 @@ impl JobView {
         &self.slis
     }
 
+    /// Per cluster, when its newest live version arrived (seconds since the epoch), for the
+    /// clusters that delivered one.
+    pub fn last_events(&self) -> Vec<(String, Secs)> {
+        self.shards()
+            .into_iter()
+            .filter_map(|(cluster, shard)| {
+                let at = read(&shard).last_event;
+                (at != 0).then_some((cluster, at))
+            })
+            .collect()
+    }
+
     pub fn settings(&self) -> ViewSettings {
         *self.settings.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -255,13 +271,29 @@ impl JobView {
             strings,
             labels,
             deleted,
+            last_event,
         } = &mut *guard;
         let uid = Uid::new(&event.uid);
         let now = now_secs();
-        let at = if event.phase == Phase::Deleted {
-            now
-        } else {
-            secs_of(&event.transition_time).unwrap_or(now)
+        let stated = (event.phase != Phase::Deleted)
+            .then(|| secs_of(&event.transition_time))
+            .flatten();
+        let at = stated.unwrap_or(now);
+        if !observed.from_list {
+            *last_event = now;
+        }
+        // Watch lag: how long after the cluster recorded a transition it reached here. Only a
+        // live version that enters a new phase, with the time its status records for it,
+        // measures that: any other version carries an older transition's time.
+        let lag = |entered: bool| {
+            if entered
+                && !observed.from_list
+                && !event.synthetic
+                && let Some(stated) = stated
+            {
+                self.slis
+                    .record_lag(&event.cluster, f64::from(now.saturating_sub(stated)));
+            }
         };
         let transition = Transition {
             at,
@@ -286,12 +318,14 @@ impl JobView {
                     deleted.sub();
                 }
                 let before = (rec.phase, rec.started);
+                lag(rec.phase != event.phase);
                 rec.enter(transition);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, rec, before);
                 }
             }
             None => {
+                lag(true);
                 let gone = if event.phase == Phase::Deleted {
                     deleted.add(now);
                     now

@@ -1,16 +1,20 @@
-//! The fleet's job view: one picture of every job on every cluster this replica watches,
-//! answered from memory.
+//! The fleet's picture: every job on every cluster this replica watches, answered from
+//! memory, and how available each cluster is.
 //!
+//! - [`availability`]: a cluster's online / degraded / offline verdict, with hysteresis.
 //! - [`jobs`]: the view — fed with every observation, queried with filters, an order and
 //!   pages; deleted jobs kept for a while.
 //! - [`record`]: what is kept of one job (a few dozen bytes).
 //! - [`interner`]: namespaces, kinds, raw phases and label sets, kept once.
 //! - [`query`]: a request's parameters, checked, and the continue token.
+//! - [`rules`]: fleet rules on those SLIs, firing after they held a while and resolving.
 //! - [`sli`]: queue wait, run time, ends and restarts per cluster × namespace × kind, from the
 //!   transitions the view sees live.
 
+pub mod availability;
 pub mod interner;
 pub mod jobs;
 pub mod query;
 pub mod record;
+pub mod rules;
 pub mod sli;

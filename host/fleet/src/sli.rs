@@ -114,6 +114,8 @@ struct Inner {
     series: BTreeMap<(String, String, String), Series>,
     /// The namespaces labelled by name, per cluster.
     named: BTreeMap<String, BTreeSet<String>>,
+    /// Watch lag per cluster (see [`Slis::record_lag`]).
+    lag: BTreeMap<String, Histogram>,
 }
 
 /// Every series, behind one lock taken only on transitions and scrapes.
@@ -175,11 +177,36 @@ impl Slis {
         }
     }
 
+    /// Watch lag: a live transition reached this process `seconds` after the time its job's
+    /// status records for it (whole seconds, as statuses keep them; clocks apart count in).
+    pub fn record_lag(&self, cluster: &str, seconds: f64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match inner.lag.get_mut(cluster) {
+            Some(h) => h.record(seconds.max(0.0)),
+            None => {
+                let mut h = Histogram::default();
+                h.record(seconds.max(0.0));
+                inner.lag.insert(cluster.to_string(), h);
+            }
+        }
+    }
+
+    /// The watch lag of every cluster that had a live transition.
+    pub fn lags(&self) -> Vec<(String, HistogramSnapshot)> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .lag
+            .iter()
+            .map(|(cluster, h)| (cluster.clone(), h.snapshot()))
+            .collect()
+    }
+
     /// A cluster is no longer watched here: its series go (its new holder reports them).
     pub fn forget_cluster(&self, cluster: &str) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.series.retain(|(c, _, _), _| c != cluster);
         inner.named.remove(cluster);
+        inner.lag.remove(cluster);
     }
 
     pub fn snapshot(&self) -> Vec<SliRow> {

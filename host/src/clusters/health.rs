@@ -1,13 +1,19 @@
-//! Per-cluster health: connecting, synced, degraded or error, with the last error.
+//! Per-cluster health: what the streams do now (connecting, synced, degraded or error, with
+//! the last error), and the cluster's availability judged over health checks with hysteresis
+//! (online / degraded / offline: [`jobrelay_fleet::availability`]).
 //!
-//! Kept in one shared board so the status API, metrics and `check` read the same truth.
+//! Kept in one shared board so the status API, metrics and `check` read the same truth. The
+//! crossings of availability (offline, back online) go to whoever listens
+//! ([`HealthBoard::on_change`]): the daemon makes fleet events of them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::credentials::CredentialExpiry;
+use jobrelay_fleet::availability::{Availability, Change, Judge, Streams, Thresholds};
 use jobrelay_watch::watcher::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -51,9 +57,51 @@ pub struct ClusterHealth {
     /// service-account token without `exp`, or exec authentication). Read whenever the
     /// kubeconfig is (re)loaded.
     pub credentials_expire: Vec<CredentialExpiry>,
+    /// Online, degraded, offline (or still connecting), judged over health checks: see
+    /// [`jobrelay_fleet::availability`].
+    pub availability: Availability,
+    /// RFC 3339 time the availability last changed.
+    pub availability_since: String,
+    /// Health checks failed in a row (0 once one passes).
+    pub failed_checks: u32,
+    /// RFC 3339 time the cluster was last wholly in sync (every stream listed or watching).
+    pub last_sync: Option<String>,
     #[serde(skip)]
     stream_state: Vec<StreamState>,
+    /// Kept across restarts of the cluster (a new kubeconfig), like the counters.
+    #[serde(skip)]
+    judge: Judge,
 }
+
+/// A crossing of a cluster's availability, for fleet events.
+#[derive(Debug, Clone)]
+pub struct AvailabilityChange {
+    pub cluster: String,
+    pub change: Change,
+    /// The cluster's last error, when it went offline.
+    pub last_error: Option<String>,
+    /// How many checks failed in a row (the threshold crossed, or more).
+    pub failed_checks: u32,
+}
+
+/// How clusters are checked (main file `cluster_health`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckSettings {
+    /// Time between two health checks of a cluster.
+    pub interval: Duration,
+    pub thresholds: Thresholds,
+}
+
+impl Default for CheckSettings {
+    fn default() -> Self {
+        CheckSettings {
+            interval: Duration::from_secs(10),
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+type Listener = Arc<dyn Fn(AvailabilityChange) + Send + Sync>;
 
 /// Where one stream is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,16 +114,100 @@ enum StreamState {
 }
 
 /// The health of every cluster, shared between supervisors and readers.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct HealthBoard {
     inner: Arc<RwLock<BTreeMap<String, ClusterHealth>>>,
+    settings: Arc<RwLock<CheckSettings>>,
+    listener: Arc<RwLock<Option<Listener>>>,
+}
+
+impl std::fmt::Debug for HealthBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthBoard")
+            .field("clusters", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    rfc3339(chrono::Utc::now().timestamp_millis())
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// RFC 3339 with milliseconds, from ms since the epoch.
+pub fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 impl HealthBoard {
+    /// Who hears of availability crossings (one listener; set again, it replaces the last).
+    pub fn on_change(&self, listener: impl Fn(AvailabilityChange) + Send + Sync + 'static) {
+        *self.listener.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(listener));
+    }
+
+    /// How clusters are checked from now on; every cluster's judge takes the new thresholds.
+    pub fn set_check_settings(&self, settings: CheckSettings) {
+        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        for h in map.values_mut() {
+            h.judge.set_thresholds(settings.thresholds);
+        }
+    }
+
+    pub fn check_settings(&self) -> CheckSettings {
+        *self.settings.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One health check of the cluster: whether its API server answered the probe (and, when
+    /// not, why). The streams' state counts in it (see [`Judge::check`]).
+    pub fn check(&self, cluster: &str, answered: Result<(), String>) {
+        let change = {
+            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            let Some(h) = map.get_mut(cluster) else {
+                return;
+            };
+            if let Err(error) = &answered {
+                h.last_error = Some(error.clone());
+            }
+            let change = h.judge.check(answered.is_ok(), now_ms());
+            h.publish_availability();
+            change.map(|change| AvailabilityChange {
+                cluster: cluster.to_string(),
+                change,
+                last_error: h.last_error.clone(),
+                failed_checks: h.failed_checks,
+            })
+        };
+        if let Some(change) = change {
+            self.tell(change);
+        }
+    }
+
+    fn tell(&self, change: AvailabilityChange) {
+        let listener = self
+            .listener
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match &change.change {
+            Change::Offline { .. } => tracing::warn!(cluster = %change.cluster,
+                failed_checks = change.failed_checks,
+                last_error = change.last_error.as_deref().unwrap_or(""),
+                "cluster offline: its health checks failed in a row"),
+            Change::Online { .. } => {
+                tracing::info!(cluster = %change.cluster, "cluster back online")
+            }
+        }
+        if let Some(listener) = listener {
+            listener(change);
+        }
+    }
+
     /// A cluster (re)starts: connecting, with `streams` streams to come, of the configured
     /// `kinds`.
     pub fn connecting(&self, cluster: &str, streams: usize, kinds: Vec<String>) {
@@ -89,23 +221,36 @@ impl HealthBoard {
         let credentials_expire = old
             .map(|h| h.credentials_expire.clone())
             .unwrap_or_default();
-        map.insert(
-            cluster.to_string(),
-            ClusterHealth {
-                state: HealthState::Connecting,
-                last_error: None,
-                since: now(),
-                streams,
-                streams_synced: 0,
-                finalizer_add_failures,
-                unreadable_objects,
-                last_unreadable,
-                kinds_not_installed: Vec::new(),
-                kinds,
-                credentials_expire,
-                stream_state: vec![StreamState::Waiting; streams],
-            },
-        );
+        let thresholds = self
+            .settings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .thresholds;
+        let judge = match old {
+            Some(h) => h.judge.clone(),
+            None => Judge::new(thresholds, now_ms()),
+        };
+        let mut health = ClusterHealth {
+            state: HealthState::Connecting,
+            last_error: None,
+            since: now(),
+            streams,
+            streams_synced: 0,
+            finalizer_add_failures,
+            unreadable_objects,
+            last_unreadable,
+            kinds_not_installed: Vec::new(),
+            kinds,
+            credentials_expire,
+            availability: Availability::Connecting,
+            availability_since: String::new(),
+            failed_checks: 0,
+            last_sync: None,
+            stream_state: vec![StreamState::Waiting; streams],
+            judge,
+        };
+        health.publish_availability();
+        map.insert(cluster.to_string(), health);
     }
 
     /// The expiries of the credentials of the cluster's kubeconfig, as just loaded.
@@ -117,13 +262,15 @@ impl HealthBoard {
     }
 
     /// The cluster failed before any stream could start (e.g. its client could not be built).
+    /// Counts as a failed health check: no client, no checks.
     pub fn failed(&self, cluster: &str, error: String) {
         self.update(cluster, |h| {
-            h.last_error = Some(error);
+            h.last_error = Some(error.clone());
             h.stream_state
                 .iter_mut()
                 .for_each(|state| *state = StreamState::Failing);
         });
+        self.check(cluster, Err(error));
     }
 
     /// One stream reported progress.
@@ -132,6 +279,11 @@ impl HealthBoard {
             if let Some(state) = h.stream_state.get_mut(index) {
                 match progress {
                     Progress::Synced => *state = StreamState::Synced,
+                    Progress::Retrying => {
+                        if *state == StreamState::Failing {
+                            *state = StreamState::Waiting;
+                        }
+                    }
                     Progress::NotInstalled(kind) => *state = StreamState::NotInstalled(kind),
                     Progress::Error(e) => {
                         *state = StreamState::Failing;
@@ -161,12 +313,31 @@ impl HealthBoard {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Changes one cluster's entry, and tells of an availability change it made.
     fn update(&self, cluster: &str, f: impl FnOnce(&mut ClusterHealth)) {
-        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let Some(h) = map.get_mut(cluster) else {
-            return;
+        let change = {
+            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            let Some(h) = map.get_mut(cluster) else {
+                return;
+            };
+            f(h);
+            h.settle().map(|change| AvailabilityChange {
+                cluster: cluster.to_string(),
+                change,
+                last_error: h.last_error.clone(),
+                failed_checks: h.failed_checks,
+            })
         };
-        f(h);
+        if let Some(change) = change {
+            self.tell(change);
+        }
+    }
+}
+
+impl ClusterHealth {
+    /// Works out the streams' state and the cluster's after a change of a stream.
+    fn settle(&mut self) -> Option<Change> {
+        let h = self;
         h.streams_synced = h
             .stream_state
             .iter()
@@ -203,6 +374,32 @@ impl HealthBoard {
             h.state = state;
             h.since = now();
         }
+        let failing = h
+            .stream_state
+            .iter()
+            .filter(|s| **s == StreamState::Failing)
+            .count();
+        let streams = if fine == h.streams {
+            Streams::Synced
+        } else if failing == 0 {
+            Streams::Starting
+        } else if failing + (fine - h.streams_synced) == h.streams {
+            // Every stream that is not a missing kind is failing.
+            Streams::AllFailing
+        } else {
+            Streams::SomeFailing
+        };
+        let change = h.judge.streams(streams, now_ms());
+        h.publish_availability();
+        change
+    }
+
+    /// Copies the judge's verdict into the fields readers see.
+    fn publish_availability(&mut self) {
+        self.availability = self.judge.state();
+        self.availability_since = rfc3339(self.judge.since());
+        self.failed_checks = self.judge.failed_in_a_row();
+        self.last_sync = self.judge.last_sync().map(rfc3339);
     }
 }
 
@@ -228,6 +425,63 @@ mod tests {
         assert_eq!(b.get("a").map(|h| h.state), Some(HealthState::Synced));
         b.remove("a");
         assert!(b.get("a").is_none());
+    }
+
+    /// Availability moves on checks with hysteresis, a brief failure of every stream only
+    /// until the streams try again, and each crossing reaches the listener once.
+    #[test]
+    fn availability_crossings_reach_the_listener() {
+        let b = HealthBoard::default();
+        b.set_check_settings(CheckSettings {
+            interval: Duration::from_millis(100),
+            thresholds: Thresholds {
+                offline_after: 2,
+                online_after: 2,
+            },
+        });
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = heard.clone();
+        b.on_change(move |c| {
+            sink.lock()
+                .expect("lock")
+                .push((c.cluster, matches!(c.change, Change::Online { .. })));
+        });
+        let heard = || heard.lock().expect("lock").clone();
+        b.connecting("a", 1, vec!["batch-job".into()]);
+        b.stream("a", 0, Progress::Synced);
+        assert_eq!(heard(), [("a".to_string(), true)], "the first verdict");
+        // A stream cut and retried between two checks fails no check.
+        b.stream("a", 0, Progress::Error("cut".into()));
+        b.stream("a", 0, Progress::Retrying);
+        b.check("a", Ok(()));
+        b.check("a", Ok(()));
+        assert_eq!(
+            b.get("a").map(|h| h.availability),
+            Some(Availability::Online)
+        );
+        b.check("a", Err("refused".into()));
+        assert_eq!(
+            b.get("a").map(|h| h.availability),
+            Some(Availability::Degraded)
+        );
+        b.check("a", Err("refused".into()));
+        let h = b.get("a").expect("present");
+        assert_eq!(h.availability, Availability::Offline);
+        assert_eq!(h.failed_checks, 2);
+        assert_eq!(heard().len(), 2);
+        // A new kubeconfig restarts the cluster: the verdict stays.
+        b.connecting("a", 1, vec!["batch-job".into()]);
+        assert_eq!(
+            b.get("a").map(|h| h.availability),
+            Some(Availability::Offline)
+        );
+        b.stream("a", 0, Progress::Synced);
+        b.check("a", Ok(()));
+        assert_eq!(heard().len(), 2);
+        b.check("a", Ok(()));
+        assert_eq!(heard().last(), Some(&("a".to_string(), true)));
+        assert_eq!(heard().len(), 3);
+        assert!(b.get("a").expect("present").last_sync.is_some());
     }
 
     /// A kind the cluster does not serve is listed, not a fault: with every other stream

@@ -76,6 +76,7 @@ impl ClusterManager {
     /// A cluster no longer runs here: its health and its jobs are forgotten.
     fn forget(&self, name: &str) {
         self.health.remove(name);
+        self.users.meters.remove(name);
         if let Some(view) = &self.view {
             view.forget_cluster(name);
         }

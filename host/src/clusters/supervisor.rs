@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use kube::Client;
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::api_meter::{ApiMeterLayer, ApiMeters, ApiStats};
 use super::cleanup::Cleaner;
 use super::credentials::{self, CredentialExpiry};
 use super::finalizer::FinalizerService;
@@ -50,6 +52,9 @@ pub struct ClientUsers {
     pub directory: ClusterDirectory,
     /// Deletes finished jobs (`cleanup:`).
     pub cleanup: Arc<Cleaner>,
+    /// Meters each cluster's API requests; its stats outlive the cluster's restarts, so the
+    /// counters `/metrics` reads from it never go back.
+    pub meters: ApiMeters,
 }
 
 impl ClientUsers {
@@ -162,8 +167,9 @@ async fn supervise(
     users: ClientUsers,
     cancel: CancellationToken,
 ) {
+    let meter = users.meters.for_cluster(&name);
     let client = tokio::select! {
-        c = connect(&name, &kubeconfig, &health) => c,
+        c = connect(&name, &kubeconfig, &health, Some(meter)) => c,
         _ = cancel.cancelled() => return,
     };
     users.register(&name, &client);
@@ -181,16 +187,45 @@ async fn supervise(
             .instrument(span),
         );
     }
-    tracing::info!(cluster = %name, streams = streams.len(), "cluster watched");
+    streams.spawn(check_health(client.clone(), name.clone(), health.clone()));
+    tracing::info!(cluster = %name, streams = streams.len() - 1, "cluster watched");
     cancel.cancelled().await;
     streams.shutdown().await;
     users.unregister(&name);
     tracing::info!(cluster = %name, "cluster stopped");
 }
 
+/// The cluster's health checks, one per check interval (main file `cluster_health`): the API
+/// server is asked for `/version`, and the board judges the answer together with the
+/// streams' state (see [`jobrelay_fleet::availability`]). The wait for an answer is the
+/// interval, between 1 and 10 seconds: a server that does not answer in that time fails the
+/// check.
+async fn check_health(client: Client, cluster: String, health: HealthBoard) {
+    loop {
+        let interval = health.check_settings().interval;
+        tokio::time::sleep(interval).await;
+        let patience = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let answered = match tokio::time::timeout(patience, client.apiserver_version()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("health check: {e}")),
+            Err(_) => Err(format!(
+                "health check: no answer from the API server within {} ms",
+                patience.as_millis()
+            )),
+        };
+        health.check(&cluster, answered);
+    }
+}
+
 /// Build the cluster's client, retrying with backoff: a kubeconfig that parses can still fail
 /// here (missing credentials file, exec plugin error), and that must not end the supervisor.
-async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> Client {
+/// Its requests are counted into `meter`, when given.
+async fn connect(
+    name: &str,
+    kubeconfig: &Kubeconfig,
+    health: &HealthBoard,
+    meter: Option<Arc<ApiStats>>,
+) -> Client {
     let mut delays = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(Duration::from_secs(30))
@@ -198,7 +233,7 @@ async fn connect(name: &str, kubeconfig: &Kubeconfig, health: &HealthBoard) -> C
         .without_max_times()
         .build();
     loop {
-        match build_client(kubeconfig).await {
+        match build_client(kubeconfig, meter.clone()).await {
             Ok(client) => return client,
             Err(e) => {
                 tracing::warn!(cluster = %name, error = %e, "cannot build cluster client; retrying");
@@ -219,8 +254,13 @@ pub enum ClientError {
     Client(kube::Error),
 }
 
-/// A kube client from an in-memory kubeconfig.
-pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, ClientError> {
+/// A kube client from an in-memory kubeconfig, its requests counted into `meter` by verb,
+/// latency and result (see [`super::api_meter`]); `None` for a client nobody meters (a
+/// one-off command).
+pub async fn build_client(
+    kubeconfig: &Kubeconfig,
+    meter: Option<Arc<ApiStats>>,
+) -> Result<Client, ClientError> {
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
             .await
@@ -229,7 +269,13 @@ pub async fn build_client(kubeconfig: &Kubeconfig) -> Result<Client, ClientError
     // an unavailable API server from the cluster's health for minutes. The watcher already
     // retries every failed request with backoff, so each failure is retried and also seen.
     config.default_retry = false;
-    Client::try_from(config).map_err(ClientError::Client)
+    let builder = ClientBuilder::try_from(config).map_err(ClientError::Client)?;
+    // Outermost: a request is timed from its dispatch (credentials included) to its response
+    // head.
+    Ok(match meter {
+        Some(stats) => builder.with_layer(&ApiMeterLayer::new(stats)).build(),
+        None => builder.build(),
+    })
 }
 
 #[cfg(test)]

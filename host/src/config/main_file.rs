@@ -7,10 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::oci::OciSettings;
 
+use crate::clusters::health::CheckSettings;
 use jobrelay_capabilities::archive::{ArchiveLocation, ArchiveSettings};
 use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_coordination::{CoordinationSettings, Mode};
+use jobrelay_fleet::availability::Thresholds;
 use jobrelay_fleet::jobs::ViewSettings;
+use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
 use jobrelay_lanes::cleanup::{AfterFinished, CleanupSettings, CleanupSpec};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
@@ -64,6 +67,12 @@ pub struct MainFile {
     /// The fleet's job view (`/api/v1/jobs`): how long deleted jobs stay in it.
     #[serde(default)]
     pub job_view: JobViewSpec,
+    /// How clusters' health is checked and judged (online / degraded / offline).
+    #[serde(default)]
+    pub cluster_health: ClusterHealthSpec,
+    /// Fleet rules on the job SLIs; their firing and resolving are fleet events.
+    #[serde(default)]
+    pub fleet: FleetSpec,
     /// Named SQL connections that plugins may be granted. Read once at start.
     #[serde(default)]
     pub sql: SqlSettings,
@@ -180,6 +189,214 @@ impl JobViewSpec {
             keep_deleted_seconds: keep.as_secs() as u32,
             max_deleted: self.max_deleted,
             metrics_namespaces: self.metrics_namespaces,
+        })
+    }
+}
+
+/// The `fleet:` section as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    /// Time between two evaluations of the rules, in milliseconds (default 15,000).
+    #[serde(default = "default_evaluate_interval_ms")]
+    pub evaluate_interval_ms: u64,
+    #[serde(default)]
+    pub rules: Vec<FleetRuleSpec>,
+}
+
+impl Default for FleetSpec {
+    fn default() -> FleetSpec {
+        FleetSpec {
+            evaluate_interval_ms: default_evaluate_interval_ms(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+fn default_evaluate_interval_ms() -> u64 {
+    15_000
+}
+
+/// One `fleet.rules` entry as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetRuleSpec {
+    pub name: String,
+    pub measure: Measure,
+    pub above: f64,
+    /// How long the condition must hold before the rule fires (default 0: at once).
+    #[serde(default, rename = "for")]
+    pub for_: Option<AfterFinished>,
+    /// The trailing window the measure is taken over (default 10m).
+    #[serde(default)]
+    pub window: Option<AfterFinished>,
+    /// Jobs in the window below which there is no verdict (default 5).
+    #[serde(default = "default_min_jobs")]
+    pub min_jobs: u64,
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+}
+
+fn default_min_jobs() -> u64 {
+    5
+}
+
+/// The most rules the `fleet:` section may hold (each is judged on every cluster).
+const MAX_FLEET_RULES: usize = 100;
+/// The longest `for` or `window` of a rule: a day.
+const MAX_RULE_SECONDS: u64 = 86_400;
+
+/// The `fleet:` section after validation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FleetSettings {
+    pub evaluate_interval: std::time::Duration,
+    pub rules: Vec<FleetRule>,
+}
+
+impl FleetSpec {
+    fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, String> {
+        if !(100..=600_000).contains(&self.evaluate_interval_ms) {
+            return Err("fleet.evaluate_interval_ms: between 100 and 600000 (10 minutes)".into());
+        }
+        if self.rules.len() > MAX_FLEET_RULES {
+            return Err(format!("fleet.rules: at most {MAX_FLEET_RULES} rules"));
+        }
+        let mut rules: Vec<FleetRule> = Vec::new();
+        for (i, spec) in self.rules.iter().enumerate() {
+            let at = format!("fleet.rules[{i}]");
+            let name_ok = !spec.name.is_empty()
+                && spec.name.len() <= 63
+                && spec
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !name_ok {
+                return Err(format!(
+                    "{at}.name: `{}` must be 1-63 characters of a-z, 0-9 and -",
+                    spec.name
+                ));
+            }
+            if rules.iter().any(|r| r.name == spec.name) {
+                return Err(format!("{at}.name: `{}` is used twice", spec.name));
+            }
+            if !spec.above.is_finite() || spec.above < 0.0 {
+                return Err(format!("{at}.above: a number of at least 0"));
+            }
+            if spec.measure == Measure::FailureRatio && spec.above >= 1.0 {
+                return Err(format!(
+                    "{at}.above: a failure ratio is at most 1, so it can never be above {}",
+                    spec.above
+                ));
+            }
+            let seconds = |field: &str, value: &Option<AfterFinished>, default: u64| {
+                let secs = match value {
+                    Some(v) => v
+                        .duration()
+                        .map_err(|e| format!("{at}.{field}: {e}"))?
+                        .as_secs(),
+                    None => default,
+                };
+                if secs > MAX_RULE_SECONDS {
+                    return Err(format!("{at}.{field}: at most a day"));
+                }
+                Ok(secs as u32)
+            };
+            let for_seconds = seconds("for", &spec.for_, 0)?;
+            let window_seconds = seconds("window", &spec.window, 600)?;
+            if window_seconds == 0 {
+                return Err(format!("{at}.window: at least 1s"));
+            }
+            if spec.min_jobs == 0 {
+                return Err(format!("{at}.min_jobs: at least 1"));
+            }
+            if let Some(kind) = spec
+                .kinds
+                .iter()
+                .find(|k| !kind_names.contains(&k.as_str()))
+            {
+                return Err(format!("{at}.kinds: `{kind}` is not a configured kind"));
+            }
+            rules.push(FleetRule {
+                name: spec.name.clone(),
+                measure: spec.measure,
+                above: spec.above,
+                for_seconds,
+                window_seconds,
+                min_jobs: spec.min_jobs,
+                clusters: spec.clusters.clone(),
+                namespaces: spec.namespaces.clone(),
+                kinds: spec.kinds.clone(),
+            });
+        }
+        Ok(FleetSettings {
+            evaluate_interval: std::time::Duration::from_millis(self.evaluate_interval_ms),
+            rules,
+        })
+    }
+}
+
+/// The `cluster_health:` section as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterHealthSpec {
+    /// Time between two health checks of a cluster, in milliseconds (default 10,000).
+    #[serde(default = "default_check_interval_ms")]
+    pub check_interval_ms: u64,
+    /// Failed checks in a row that make a cluster offline (default 3).
+    #[serde(default = "default_offline_after")]
+    pub offline_after: u32,
+    /// Good checks in a row that bring an offline cluster back online (default 2).
+    #[serde(default = "default_online_after")]
+    pub online_after: u32,
+}
+
+impl Default for ClusterHealthSpec {
+    fn default() -> ClusterHealthSpec {
+        ClusterHealthSpec {
+            check_interval_ms: default_check_interval_ms(),
+            offline_after: default_offline_after(),
+            online_after: default_online_after(),
+        }
+    }
+}
+
+fn default_check_interval_ms() -> u64 {
+    CheckSettings::default().interval.as_millis() as u64
+}
+
+fn default_offline_after() -> u32 {
+    CheckSettings::default().thresholds.offline_after
+}
+
+fn default_online_after() -> u32 {
+    CheckSettings::default().thresholds.online_after
+}
+
+impl ClusterHealthSpec {
+    fn validate(&self) -> Result<CheckSettings, String> {
+        if !(100..=600_000).contains(&self.check_interval_ms) {
+            return Err(
+                "cluster_health.check_interval_ms: between 100 and 600000 (10 minutes)".into(),
+            );
+        }
+        for (field, value) in [
+            ("offline_after", self.offline_after),
+            ("online_after", self.online_after),
+        ] {
+            if !(1..=100).contains(&value) {
+                return Err(format!("cluster_health.{field}: between 1 and 100"));
+            }
+        }
+        Ok(CheckSettings {
+            interval: std::time::Duration::from_millis(self.check_interval_ms),
+            thresholds: Thresholds {
+                offline_after: self.offline_after,
+                online_after: self.online_after,
+            },
         })
     }
 }
@@ -363,6 +580,10 @@ pub struct MainConfig {
     pub finalizers: FinalizerSettings,
     pub cleanup: CleanupSettings,
     pub job_view: ViewSettings,
+    /// How clusters are checked (live: a change applies at the next check).
+    pub cluster_health: CheckSettings,
+    /// Fleet rules (live).
+    pub fleet: FleetSettings,
     pub sql: SqlSettings,
     pub archive: ArchiveLocation,
     pub telemetry: TelemetrySettings,
@@ -514,6 +735,14 @@ impl MainFile {
             .validate(&kind_names)
             .map_err(ConfigError::Invalid)?;
         let job_view = self.job_view.validate().map_err(ConfigError::Invalid)?;
+        let cluster_health = self
+            .cluster_health
+            .validate()
+            .map_err(ConfigError::Invalid)?;
+        let fleet = self
+            .fleet
+            .validate(&kind_names)
+            .map_err(ConfigError::Invalid)?;
         if let Some(selector) = &self.watch.label_selector {
             jobrelay_contract::label_selector::check(selector)
                 .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;
@@ -638,6 +867,8 @@ impl MainFile {
             finalizers: self.finalizers,
             cleanup,
             job_view,
+            cluster_health,
+            fleet,
             sql: self.sql,
             archive,
             telemetry: self.telemetry,

@@ -70,4 +70,18 @@ pub struct PluginManifest {
     /// Free-form configuration handed to the plugin's `init`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// The fleet events the plugin takes through its `handle-fleet` export (a component built
+    /// against `jobrelay:plugin@0.2.1` or later): `clusters` — a cluster going offline or
+    /// back online — and `rules` — a fleet rule of the main file firing or resolving. None
+    /// by default.
+    #[serde(default)]
+    pub fleet_events: Vec<FleetEventSort>,
+}
+
+/// A sort of fleet event a manifest can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FleetEventSort {
+    Clusters,
+    Rules,
 }

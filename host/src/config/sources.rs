@@ -10,10 +10,10 @@ use kube::config::Kubeconfig;
 use super::ConfigError;
 use super::files::{ComponentFiles, FileRead, sha256_hex};
 use super::main_file::MainConfig;
-use super::manifest::PluginManifest;
+use super::manifest::{FleetEventSort, PluginManifest};
 use crate::oci::{FetchError, OciRef, Registries};
 use jobrelay_lanes::filter::Filter;
-use jobrelay_lanes::settings::LaneSettings;
+use jobrelay_lanes::settings::{FleetEvents, LaneSettings};
 use jobrelay_runtime::PluginSpec;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name.
@@ -275,6 +275,16 @@ impl PluginSource {
         if manifest.filter != jobrelay_lanes::filter::FilterSpec::default() {
             effective["filter"] = serde_json::json!(manifest.filter);
         }
+        let mut sorts = manifest.fleet_events.clone();
+        sorts.sort();
+        sorts.dedup();
+        if !sorts.is_empty() {
+            effective["fleet_events"] = serde_json::json!(sorts);
+        }
+        let fleet_events = FleetEvents {
+            clusters: sorts.contains(&FleetEventSort::Clusters),
+            rules: sorts.contains(&FleetEventSort::Rules),
+        };
         let version = sha256_hex(effective.to_string().as_bytes())[..12].to_string();
         Ok(PluginSource {
             manifest_path: file.path.clone(),
@@ -300,6 +310,7 @@ impl PluginSource {
                 filter: Arc::new(filter),
                 max_queued_per_job,
                 max_inbox_events,
+                fleet_events,
             },
         })
     }

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
+use super::fleet_events::RuleBook;
 use super::plugin_set::PluginSet;
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
@@ -68,6 +69,8 @@ pub(crate) struct ControlLoop {
     /// Cancelled when this replica stops delivering after losing its Lease (or cannot read the
     /// cursors it would deliver from).
     pub lost: CancellationToken,
+    /// The fleet rules, set from the main file.
+    pub fleet_rules: Arc<RuleBook>,
 }
 
 /// The cluster names of a config state.
@@ -126,6 +129,10 @@ impl ControlLoop {
         if let Some(view) = self.routes.view() {
             view.set_settings(self.state.main().job_view);
         }
+        self.clusters
+            .health()
+            .set_check_settings(self.state.main().cluster_health);
+        self.fleet_rules.set(&self.state.main().fleet);
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
         if relist {
             // Jobs that finished before a rule covered them were passed by: the watch offers

@@ -10,6 +10,7 @@
 //! - [`plugin_set`] — plugin versions loaded in the background, with retries, into lanes.
 
 pub mod control_loop;
+pub mod fleet_events;
 pub mod plugin_set;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::control_loop::ControlLoop;
 use self::plugin_set::{PluginSet, PluginStatus};
+use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::cleanup::Cleaner;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
@@ -115,6 +117,18 @@ impl Daemon {
             main.coordination.mode == Mode::Single,
         );
         let health = HealthBoard::default();
+        // Each cluster's API requests: metered by its supervisors, read by `/metrics`.
+        let meters = ApiMeters::default();
+        health.set_check_settings(main.cluster_health);
+        let announcer = fleet_events::FleetAnnouncer::new(routes.clone());
+        let fleet_rules = fleet_events::RuleBook::new(&main.fleet);
+        tokio::spawn(fleet_events::evaluate_rules(
+            fleet_rules.clone(),
+            view.clone(),
+            announcer.clone(),
+            cancel.clone(),
+        ));
+        health.on_change(move |change| announcer.availability(change));
         let (sink, intake) = dispatcher::channel();
         let problems = Arc::new(RwLock::new(state.problems().clone()));
         let restart_pending = Arc::new(RwLock::new(Vec::new()));
@@ -133,6 +147,7 @@ impl Daemon {
                 finalizers: releaser.clone(),
                 directory,
                 cleanup: cleaner.clone(),
+                meters: meters.clone(),
             },
             cancel.clone(),
         )
@@ -171,10 +186,12 @@ impl Daemon {
             shard_commands,
             cancel: cancel.clone(),
             lost: lost.clone(),
+            fleet_rules: fleet_rules.clone(),
         };
         let task = tokio::spawn(control.run(dispatch));
         let sources = StatusSources {
             health: health.clone(),
+            meters,
             plugins: plugins.clone(),
             problems: problems.clone(),
             restart_pending,
@@ -183,6 +200,7 @@ impl Daemon {
             store: store_health,
             cleanup: cleaner.clone(),
             delivery_store: Some(delivery_store),
+            fleet_rules,
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(

@@ -148,6 +148,9 @@ pub struct PluginSet {
 enum LoadFailure {
     Fetch(FetchError),
     Load(LoadError),
+    /// The manifest lists `fleet_events`, but the component targets this older world, which
+    /// has no `handle-fleet`.
+    NoFleetExport(String),
 }
 
 impl LoadFailure {
@@ -156,6 +159,7 @@ impl LoadFailure {
         match self {
             LoadFailure::Fetch(e) => e.is_passing(),
             LoadFailure::Load(e) => e.is_passing(),
+            LoadFailure::NoFleetExport(_) => false,
         }
     }
 
@@ -164,6 +168,7 @@ impl LoadFailure {
         match self {
             LoadFailure::Fetch(_) => "fetch",
             LoadFailure::Load(e) => e.kind(),
+            LoadFailure::NoFleetExport(_) => "wrong_world",
         }
     }
 }
@@ -173,6 +178,11 @@ impl std::fmt::Display for LoadFailure {
         match self {
             LoadFailure::Fetch(e) => write!(f, "plugin component: {e}"),
             LoadFailure::Load(e) => write!(f, "{e}"),
+            LoadFailure::NoFleetExport(world) => write!(
+                f,
+                "fleet_events: the component targets {world}, which has no handle-fleet; build \
+                 it against jobrelay:plugin@0.2.1 or later, or remove fleet_events"
+            ),
         }
     }
 }
@@ -322,6 +332,14 @@ impl PluginSet {
             Ok(spec) => self.runtime.load(spec).await.map_err(LoadFailure::Load),
             Err(e) => Err(LoadFailure::Fetch(e)),
         };
+        // A manifest asking for fleet events needs a component that can take them.
+        let result = result.and_then(|version| {
+            if source.lane.fleet_events.any() && !version.takes_fleet_events() {
+                Err(LoadFailure::NoFleetExport(version.package().to_string()))
+            } else {
+                Ok(version)
+            }
+        });
         let load_ms = started.elapsed().as_secs_f64() * 1000.0;
         if self.superseded(&source.spec.name, generation) {
             tracing::debug!(plugin = %source.spec.name, version = %source.spec.version,

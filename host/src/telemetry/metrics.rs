@@ -21,6 +21,9 @@ use crate::daemon::plugin_set::PluginStatus;
 use jobrelay_capabilities::log::LEVELS;
 use jobrelay_capabilities::refusals::Limit;
 use jobrelay_coordination::Role;
+use jobrelay_fleet::availability::Availability;
+use jobrelay_fleet::jobs::JobView;
+use jobrelay_fleet::rules::RuleReading;
 use jobrelay_fleet::sli::{HistogramSnapshot, SliRow};
 use jobrelay_lanes::event_counts::Counts;
 use jobrelay_lanes::lane::LaneStats;
@@ -185,6 +188,129 @@ fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(), std::fmt::
     )
 }
 
+/// Each cluster's availability, judged over health checks with hysteresis (see
+/// `jobrelay_fleet::availability`), the checks failed in a row and its last full sync.
+fn cluster_availability(e: &mut DescriptorEncoder, status: &Status) -> Result<(), std::fmt::Error> {
+    let states = status
+        .clusters
+        .iter()
+        .flat_map(|(name, c)| {
+            Availability::ALL.into_iter().map(move |state| {
+                let labels = vec![
+                    ("cluster", name.clone()),
+                    ("state", state.as_str().to_string()),
+                ];
+                (labels, ConstGauge::new(i64::from(c.availability == state)))
+            })
+        })
+        .collect();
+    family(
+        e,
+        "jobrelay_cluster_availability",
+        "1 for the cluster's availability (connecting, online, degraded, offline), judged over \
+         health checks: offline after cluster_health.offline_after failed checks in a row, \
+         online again after cluster_health.online_after good ones",
+        MetricType::Gauge,
+        states,
+    )?;
+    family(
+        e,
+        "jobrelay_cluster_health_checks_failed",
+        "Health checks of the cluster failed in a row (0 once one passes)",
+        MetricType::Gauge,
+        status
+            .clusters
+            .iter()
+            .map(|(name, c)| {
+                (
+                    vec![("cluster", name.clone())],
+                    gauge(u64::from(c.failed_checks)),
+                )
+            })
+            .collect(),
+    )?;
+    let synced = status
+        .clusters
+        .iter()
+        .filter_map(|(name, c)| {
+            let at = chrono::DateTime::parse_from_rfc3339(c.last_sync.as_deref()?).ok()?;
+            let seconds = at.timestamp_millis() as f64 / 1000.0;
+            Some((vec![("cluster", name.clone())], ConstGauge::new(seconds)))
+        })
+        .collect::<Vec<(Labels, ConstGauge<f64>)>>();
+    family(
+        e,
+        "jobrelay_cluster_last_sync_timestamp_seconds",
+        "When the cluster was last wholly in sync (every watch stream listed or watching), \
+         seconds since the epoch",
+        MetricType::Gauge,
+        synced,
+    )
+}
+
+/// How late live transitions reach jobrelay (see `Slis::record_lag`), and when each cluster's
+/// newest live version arrived.
+fn watch_lag(e: &mut DescriptorEncoder, view: &JobView) -> Result<(), std::fmt::Error> {
+    let lags = view.slis().lags();
+    if !lags.is_empty() {
+        let mut metric = e.encode_descriptor(
+            "jobrelay_cluster_watch_lag_seconds",
+            "Time from a transition as the job's status records it to its arrival here, for \
+             live transitions (whole seconds; clock skew between the cluster and jobrelay counts \
+             in)",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (cluster, h) in &lags {
+            let labels: Labels = vec![("cluster", cluster.clone())];
+            metric.encode_family(&labels)?.encode_histogram::<Labels>(
+                h.sum_seconds,
+                h.count,
+                &with_inf(&h.buckets, h.count),
+                None,
+            )?;
+        }
+    }
+    family(
+        e,
+        "jobrelay_cluster_last_event_timestamp_seconds",
+        "When the cluster's newest live (watched, not listed) job version arrived, seconds \
+         since the epoch",
+        MetricType::Gauge,
+        view.last_events()
+            .into_iter()
+            .map(|(cluster, at)| (vec![("cluster", cluster)], gauge(u64::from(at))))
+            .collect(),
+    )
+}
+
+/// Each fleet rule's verdict and last measure on each cluster it judged.
+fn fleet_rules(e: &mut DescriptorEncoder, readings: &[RuleReading]) -> Result<(), std::fmt::Error> {
+    let labels = |r: &RuleReading| -> Labels {
+        vec![("rule", r.rule.clone()), ("cluster", r.cluster.clone())]
+    };
+    family(
+        e,
+        "jobrelay_fleet_rule_firing",
+        "1 while the fleet rule fires on the cluster (its condition held for its `for`)",
+        MetricType::Gauge,
+        readings
+            .iter()
+            .map(|r| (labels(r), ConstGauge::new(i64::from(r.firing))))
+            .collect(),
+    )?;
+    family(
+        e,
+        "jobrelay_fleet_rule_value",
+        "The fleet rule's measure over its window at its last evaluation with enough jobs",
+        MetricType::Gauge,
+        readings
+            .iter()
+            .filter_map(|r| Some((labels(r), ConstGauge::new(r.value?))))
+            .collect::<Vec<(Labels, ConstGauge<f64>)>>(),
+    )
+}
+
 /// Every plugin that has a lane, with its lane's counters.
 fn lanes(status: &Status) -> impl Iterator<Item = (&String, &LaneStats)> {
     status
@@ -300,6 +426,7 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             health,
         )?;
+        cluster_availability(e, &status)?;
         let streams = |synced: bool| -> Vec<(Labels, ConstGauge<i64>)> {
             status
                 .clusters
@@ -364,6 +491,7 @@ impl Collector for DaemonCollector {
             MetricType::Gauge,
             expiries,
         )?;
+        crate::clusters::api_meter::encode(e, &self.sources.meters.snapshot())?;
         let finalizer_failures: Vec<(Labels, ConstCounter<u64>)> = status
             .clusters
             .iter()
@@ -842,7 +970,9 @@ impl Collector for DaemonCollector {
         )?;
         if let Some(view) = self.sources.routes.view() {
             job_slis(e, &view.slis().snapshot())?;
+            watch_lag(e, view)?;
         }
+        fleet_rules(e, &self.sources.fleet_rules.readings())?;
         process_families(e)?;
         let leading = vec![(
             Labels::new(),

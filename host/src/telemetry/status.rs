@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use super::store_check::{StoreHealth, StoreStatus};
+use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::cleanup::{Cleaner, CleanupStatus};
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
 use crate::daemon::plugin_set::{PluginSet, PluginStatus};
@@ -19,6 +20,8 @@ use jobrelay_lanes::recent::RecentEvent;
 #[derive(Clone)]
 pub struct StatusSources {
     pub health: HealthBoard,
+    /// Each cluster's API requests by verb (read by `/metrics` only).
+    pub meters: ApiMeters,
     pub plugins: PluginSet,
     pub problems: Arc<RwLock<BTreeMap<PathBuf, String>>>,
     /// Main-file sections read once at start, edited since.
@@ -33,6 +36,8 @@ pub struct StatusSources {
     pub cleanup: Arc<Cleaner>,
     /// The state store, for the dead letters the job view shows.
     pub delivery_store: Option<Arc<dyn jobrelay_state::DeliveryStore>>,
+    /// The fleet rules and their verdicts (read by `/metrics`).
+    pub fleet_rules: Arc<crate::daemon::fleet_events::RuleBook>,
 }
 
 /// The daemon at one moment.

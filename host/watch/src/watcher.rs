@@ -74,6 +74,11 @@ pub enum Progress {
     Synced,
     /// The stream failed; the watcher retries with backoff.
     Error(String),
+    /// The wait after a failure is over and the stream tries again: no longer known to be
+    /// failing, not yet known to work. Without it a stream would count as failing until its
+    /// next answer, and a brief outage would look, to the cluster's health checks, like one as
+    /// long as the streams' backoff plus [`RESUMED_QUIET`].
+    Retrying,
     /// The cluster does not serve the stream's kind (the list answered 404: its CRD is not
     /// installed). Not a failure of the cluster; the watcher checks again with backoff and
     /// reports `Synced` once the resource appears. Carries the kind's name.
@@ -164,10 +169,13 @@ pub async fn run(
         target.namespace.clone(),
     );
     // In sync once a list completed; after an error, in sync again as soon as the stream
-    // delivers anything (a resumed watch does not re-list). An idle stream that recovered
-    // stays reported in error until its next event or re-list.
+    // delivers anything, or once it has run [`RESUMED_QUIET`] past its wait without failing:
+    // a resumed watch does not re-list, and a calm one delivers nothing, so without the second
+    // rule a stream that recovered would be reported failing until its next job changed.
     let mut listed_once = false;
     let mut healthy = false;
+    // When a stream that resumed after a failure counts as in sync again, if it stays quiet.
+    let mut quiet_until: Option<tokio::time::Instant> = None;
     // Whether the cluster was said, in the log, not to serve this kind.
     let mut missing_told = false;
     let mut retry = Retry::default();
@@ -186,6 +194,20 @@ pub async fn run(
             item = stream.next(), if resume_at.is_none() => item,
             () = sleep_until(resume_at), if resume_at.is_some() => {
                 resume_at = None;
+                if !healthy {
+                    progress(Progress::Retrying);
+                }
+                if listed_once && !healthy {
+                    quiet_until = Some(tokio::time::Instant::now() + RESUMED_QUIET);
+                }
+                continue;
+            }
+            () = sleep_until(quiet_until), if quiet_until.is_some() => {
+                quiet_until = None;
+                if listed_once && !healthy && resume_at.is_none() {
+                    healthy = true;
+                    progress(Progress::Synced);
+                }
                 continue;
             }
             Some(Ok(uid)) = adders.running.join_next(), if !adders.running.is_empty() => {
@@ -207,6 +229,7 @@ pub async fn run(
             // of the stream unseen meanwhile.
             Err(e) if gone(e) => retry.answered_gone(),
             Err(e) => {
+                quiet_until = None;
                 let failure = if not_served(e) {
                     Failure::NotServed
                 } else {
@@ -287,6 +310,11 @@ pub async fn run(
         }
     }
 }
+
+/// How long a stream that resumed watching after a failure must go without failing to count
+/// as in sync again when nothing arrives: a refused or unreachable API server fails the
+/// resumed watch request well within it.
+pub const RESUMED_QUIET: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether the watch ended with `410 Gone`: its resource version is older than what the API
 /// server keeps (etcd compaction), so the stream must list again.

@@ -608,3 +608,40 @@ proptest! {
         }
     }
 }
+
+/// Watch lag counts a live version entering a phase, measured from the time its status
+/// records: not a version of the same phase (its time is an older transition's), not a listed
+/// one, not a reconstructed one. The newest live arrival is the cluster's last event.
+#[test]
+fn watch_lag_counts_live_transitions_only() {
+    let view = JobView::new(ViewSettings::default());
+    let now = now_secs() as i64;
+    let a = job("east", "ns", "a");
+    let mut listed = a.at(Phase::Pending, now - 500);
+    listed.from_list = true;
+    view.observe(&listed);
+    assert!(view.slis().lags().is_empty(), "a listed version is no lag");
+    assert!(view.last_events().is_empty(), "nor a live arrival");
+    view.observe(&a.at(Phase::Running, now - 30));
+    let mut relabelled = a.at(Phase::Running, now - 30);
+    relabelled.event.resource_version = "later".into();
+    view.observe(&relabelled);
+    let mut synthetic = job("east", "ns", "b").at(Phase::Failed, now - 900);
+    synthetic.event.synthetic = true;
+    view.observe(&synthetic);
+    let lags = view.slis().lags();
+    assert_eq!(lags.len(), 1);
+    let (cluster, lag) = &lags[0];
+    assert_eq!(cluster, "east");
+    assert_eq!(lag.count, 1, "{lag:?}");
+    assert!(
+        (30.0..=32.0).contains(&lag.sum_seconds),
+        "lag {}",
+        lag.sum_seconds
+    );
+    let last = view.last_events();
+    assert_eq!(last.len(), 1);
+    assert!(i64::from(last[0].1) >= now);
+    view.forget_cluster("east");
+    assert!(view.slis().lags().is_empty());
+}

@@ -1,0 +1,397 @@
+//! Fleet rules: conditions on the job SLIs of a cluster, judged at every evaluation, that fire
+//! once they have held for a while and resolve when they stop holding — "more than 15% of
+//! the batch jobs on a cluster failed over the last 10 minutes, for 2 minutes".
+//!
+//! A rule measures one SLI over a trailing `window` on each cluster, from the jobs of the
+//! kinds and namespaces it names: the share of ended jobs that failed, or the 95th percentile
+//! of queue wait or run time. The SLIs are counters that only grow ([`crate::sli`]), so the
+//! window's figure is the difference between the counters now and at the evaluation closest
+//! to `window` ago; percentiles come from the difference of the histograms' buckets,
+//! interpolated within the bucket as Prometheus's `histogram_quantile` does. Fewer than
+//! `min_jobs` jobs in the window is no verdict at all: the rule keeps what it said, so a quiet
+//! hour neither fires nor resolves anything.
+//!
+//! The first verdict after the process starts is reported whichever it is (see
+//! [`crate::availability`] for why: the lanes remember what was delivered, and turn a first
+//! "resolved" into news only when it ends a firing delivered before).
+//!
+//! A pure state machine: no I/O, no clock; the caller passes the time and the SLIs.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use wildmatch::WildMatch;
+
+use crate::sli::{BUCKETS, HistogramSnapshot, OTHER, SliRow};
+
+/// What a rule measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Failed jobs / ended jobs (a ratio, 0 to 1).
+    FailureRatio,
+    /// 95th percentile of the time from creation to first running, seconds.
+    QueueWaitP95,
+    /// 95th percentile of the time from first running to the end, seconds.
+    RunTimeP95,
+}
+
+impl Measure {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Measure::FailureRatio => "job failure ratio",
+            Measure::QueueWaitP95 => "p95 queue wait (s)",
+            Measure::RunTimeP95 => "p95 run time (s)",
+        }
+    }
+}
+
+/// One rule, checked (main file `fleet.rules`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub name: String,
+    pub measure: Measure,
+    /// The rule holds while the measure is above this.
+    pub above: f64,
+    /// How long it must hold before it fires (0: at the first evaluation it holds).
+    pub for_seconds: u32,
+    /// The trailing window the measure is taken over.
+    pub window_seconds: u32,
+    /// Jobs in the window (ended ones for the failure ratio and run time, started ones for
+    /// queue wait) below which there is no verdict.
+    pub min_jobs: u64,
+    /// Cluster name patterns (`*` and `?`); empty: every cluster.
+    pub clusters: Vec<String>,
+    /// Namespaces (empty: all). Past a cluster's cap of labelled namespaces, jobs count under
+    /// `other` ([`crate::sli`]), which a rule can name.
+    pub namespaces: Vec<String>,
+    /// Configured kind names (empty: all).
+    pub kinds: Vec<String>,
+}
+
+impl Rule {
+    fn covers(&self, row: &SliRow) -> bool {
+        (self.clusters.is_empty()
+            || self
+                .clusters
+                .iter()
+                .any(|p| WildMatch::new(p).matches(&row.cluster)))
+            && (self.namespaces.is_empty() || self.namespaces.contains(&row.namespace))
+            && (self.kinds.is_empty() || self.kinds.contains(&row.kind))
+    }
+
+    /// The one line a fleet event carries, e.g. `job failure ratio 0.31 > 0.15 for 120s
+    /// over 600s on east`.
+    pub fn summary(&self, cluster: &str, value: f64, firing: bool) -> String {
+        let relation = if firing { ">" } else { "<=" };
+        let mut scope = String::new();
+        if !self.kinds.is_empty() {
+            scope.push_str(&format!(", kinds: {}", self.kinds.join(", ")));
+        }
+        if !self.namespaces.is_empty() {
+            scope.push_str(&format!(", namespaces: {}", self.namespaces.join(", ")));
+        }
+        let held = if firing && self.for_seconds > 0 {
+            format!(" for {}s", self.for_seconds)
+        } else {
+            String::new()
+        };
+        format!(
+            "rule {}: {} {} {} {}{held} over the last {}s on {cluster}{scope}",
+            self.name,
+            self.measure.describe(),
+            round(value),
+            relation,
+            round(self.above),
+            self.window_seconds
+        )
+    }
+}
+
+fn round(v: f64) -> String {
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text.is_empty() {
+        "0".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// A rule's judgement on one cluster changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleChange {
+    pub rule: String,
+    pub cluster: String,
+    /// Firing (true) or resolved.
+    pub firing: bool,
+    /// The measure at this evaluation.
+    pub value: f64,
+    pub threshold: f64,
+    /// Firing: the first evaluation the condition held at; resolved: this evaluation.
+    pub since: i64,
+    pub summary: String,
+}
+
+/// The SLI counters of one rule on one cluster, summed over the rows it covers.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Tally {
+    succeeded: u64,
+    failed: u64,
+    /// Cumulative counts per bucket bound, as in [`HistogramSnapshot`], and the total.
+    queue_wait: (Vec<u64>, u64),
+    run: (Vec<u64>, u64),
+}
+
+impl Tally {
+    fn add(&mut self, row: &SliRow) {
+        self.succeeded += row.succeeded;
+        self.failed += row.failed;
+        add_histogram(&mut self.queue_wait, &row.queue_wait);
+        add_histogram(&mut self.run, &row.run);
+    }
+
+    /// `self - base`, where every counter of `base` is at most this one's — unless the
+    /// series restarted (a cluster let go and taken back), when the whole tally is new.
+    fn since(&self, base: &Tally) -> Tally {
+        let grew = self.succeeded >= base.succeeded
+            && self.failed >= base.failed
+            && self.queue_wait.1 >= base.queue_wait.1
+            && self.run.1 >= base.run.1;
+        if !grew {
+            return self.clone();
+        }
+        let minus = |a: &(Vec<u64>, u64), b: &(Vec<u64>, u64)| {
+            let buckets =
+                a.0.iter()
+                    .enumerate()
+                    .map(|(i, n)| n.saturating_sub(b.0.get(i).copied().unwrap_or(0)))
+                    .collect();
+            (buckets, a.1 - b.1)
+        };
+        Tally {
+            succeeded: self.succeeded - base.succeeded,
+            failed: self.failed - base.failed,
+            queue_wait: minus(&self.queue_wait, &base.queue_wait),
+            run: minus(&self.run, &base.run),
+        }
+    }
+
+    /// The rule's measure over this (windowed) tally, if there are enough jobs.
+    fn measure(&self, measure: Measure, min_jobs: u64) -> Option<f64> {
+        let min_jobs = min_jobs.max(1);
+        match measure {
+            Measure::FailureRatio => {
+                let ended = self.succeeded + self.failed;
+                (ended >= min_jobs).then(|| self.failed as f64 / ended as f64)
+            }
+            Measure::QueueWaitP95 => quantile(0.95, &self.queue_wait, min_jobs),
+            Measure::RunTimeP95 => quantile(0.95, &self.run, min_jobs),
+        }
+    }
+}
+
+fn add_histogram(into: &mut (Vec<u64>, u64), h: &HistogramSnapshot) {
+    if into.0.len() < h.buckets.len() {
+        into.0.resize(h.buckets.len(), 0);
+    }
+    for (slot, (_, n)) in into.0.iter_mut().zip(&h.buckets) {
+        *slot += n;
+    }
+    into.1 += h.count;
+}
+
+/// The `q` quantile of a histogram given as cumulative counts per [`BUCKETS`] bound and a
+/// total: linear within the bucket the rank falls in (from 0 for the first); the largest
+/// bound when it falls above every bound.
+fn quantile(q: f64, (cumulative, count): &(Vec<u64>, u64), min_jobs: u64) -> Option<f64> {
+    if *count < min_jobs || *count == 0 {
+        return None;
+    }
+    let rank = q * *count as f64;
+    let mut below = 0u64;
+    let mut lower = 0.0;
+    for (bound, at_or_under) in BUCKETS.iter().zip(cumulative) {
+        if (*at_or_under as f64) >= rank {
+            let inside = at_or_under - below;
+            if inside == 0 {
+                return Some(*bound);
+            }
+            let share = (rank - below as f64) / inside as f64;
+            return Some(lower + (bound - lower) * share);
+        }
+        below = *at_or_under;
+        lower = *bound;
+    }
+    BUCKETS.last().copied()
+}
+
+/// Tallies by (rule, cluster).
+type Tallies = BTreeMap<(String, String), Tally>;
+
+/// What a rule said on one cluster.
+#[derive(Debug, Clone, Default)]
+struct Verdict {
+    /// `None` until the first evaluation with enough jobs.
+    firing: Option<bool>,
+    /// The first evaluation of the current run of evaluations the condition held at.
+    holding_since: Option<i64>,
+    /// The last measure taken.
+    value: Option<f64>,
+}
+
+/// The rules and what they said, per cluster.
+#[derive(Debug, Default)]
+pub struct Rules {
+    rules: Vec<Rule>,
+    verdicts: BTreeMap<(String, String), Verdict>,
+    /// Each evaluation's tallies (time, (rule, cluster) → tally), oldest first, back to the
+    /// longest window.
+    history: VecDeque<(i64, Tallies)>,
+}
+
+/// One rule on one cluster, as read by metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleReading {
+    pub rule: String,
+    pub cluster: String,
+    pub firing: bool,
+    pub value: Option<f64>,
+}
+
+impl Rules {
+    pub fn new(rules: Vec<Rule>) -> Rules {
+        Rules {
+            rules,
+            ..Rules::default()
+        }
+    }
+
+    /// New rules (the main file changed). A rule whose definition is unchanged keeps its
+    /// verdicts; a changed or removed one starts again.
+    pub fn set_rules(&mut self, rules: Vec<Rule>) {
+        let kept: Vec<&str> = rules
+            .iter()
+            .filter(|r| self.rules.contains(r))
+            .map(|r| r.name.as_str())
+            .collect();
+        self.verdicts
+            .retain(|(rule, _), _| kept.contains(&rule.as_str()));
+        self.rules = rules;
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Judges every rule on every cluster the SLI `rows` have, at `now` (seconds): the
+    /// verdicts that changed.
+    pub fn evaluate(&mut self, rows: &[SliRow], now: i64) -> Vec<RuleChange> {
+        let mut tallies = Tallies::new();
+        for rule in &self.rules {
+            for row in rows.iter().filter(|r| rule.covers(r)) {
+                tallies
+                    .entry((rule.name.clone(), row.cluster.clone()))
+                    .or_default()
+                    .add(row);
+            }
+        }
+        let longest = self
+            .rules
+            .iter()
+            .map(|r| i64::from(r.window_seconds))
+            .max()
+            .unwrap_or(0);
+        // Keep one evaluation at or before the longest window's start, as its base.
+        while self.history.len() >= 2 && self.history[1].0 <= now - longest {
+            self.history.pop_front();
+        }
+        let mut changes = Vec::new();
+        for ((rule_name, cluster), tally) in &tallies {
+            let Some(rule) = self.rules.iter().find(|r| &r.name == rule_name) else {
+                continue;
+            };
+            let start = now - i64::from(rule.window_seconds);
+            // The base: the latest evaluation at or before the window's start; none while
+            // the process is younger than the window (the counters started at zero with it,
+            // so the whole tally is what the window holds).
+            let base = self
+                .history
+                .iter()
+                .rev()
+                .find(|(t, _)| *t <= start)
+                .and_then(|(_, tallies)| tallies.get(&(rule_name.clone(), cluster.clone())));
+            let windowed = match base {
+                Some(base) => tally.since(base),
+                None => tally.clone(),
+            };
+            let verdict = self
+                .verdicts
+                .entry((rule_name.clone(), cluster.clone()))
+                .or_default();
+            let Some(value) = windowed.measure(rule.measure, rule.min_jobs) else {
+                continue;
+            };
+            verdict.value = Some(value);
+            if value > rule.above {
+                let since = *verdict.holding_since.get_or_insert(now);
+                if now - since >= i64::from(rule.for_seconds) && verdict.firing != Some(true) {
+                    verdict.firing = Some(true);
+                    changes.push(RuleChange {
+                        rule: rule.name.clone(),
+                        cluster: cluster.clone(),
+                        firing: true,
+                        value,
+                        threshold: rule.above,
+                        since,
+                        summary: rule.summary(cluster, value, true),
+                    });
+                }
+            } else {
+                verdict.holding_since = None;
+                if verdict.firing != Some(false) {
+                    verdict.firing = Some(false);
+                    changes.push(RuleChange {
+                        rule: rule.name.clone(),
+                        cluster: cluster.clone(),
+                        firing: false,
+                        value,
+                        threshold: rule.above,
+                        since: now,
+                        summary: rule.summary(cluster, value, false),
+                    });
+                }
+            }
+        }
+        // A cluster with no SLIs left was let go (removed, or handed to another replica):
+        // its verdicts go with it.
+        self.verdicts
+            .retain(|(_, cluster), _| rows.iter().any(|r| &r.cluster == cluster));
+        self.history.push_back((now, tallies));
+        changes
+    }
+
+    /// A cluster is no longer here: its verdicts go (its new holder judges it).
+    pub fn forget_cluster(&mut self, cluster: &str) {
+        self.verdicts.retain(|(_, c), _| c != cluster);
+    }
+
+    /// Every rule's reading on every cluster it has judged.
+    pub fn readings(&self) -> Vec<RuleReading> {
+        self.verdicts
+            .iter()
+            .map(|((rule, cluster), v)| RuleReading {
+                rule: rule.clone(),
+                cluster: cluster.clone(),
+                firing: v.firing == Some(true),
+                value: v.value,
+            })
+            .collect()
+    }
+}
+
+/// The namespace name SLIs use past a cluster's cap, for rules that want those jobs.
+pub const OTHER_NAMESPACES: &str = OTHER;
+
+#[cfg(test)]
+mod tests;

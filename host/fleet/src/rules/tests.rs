@@ -1,0 +1,175 @@
+use super::*;
+use crate::sli::{Sample, Slis};
+
+fn rule(measure: Measure, above: f64, for_seconds: u32) -> Rule {
+    Rule {
+        name: "r".into(),
+        measure,
+        above,
+        for_seconds,
+        window_seconds: 600,
+        min_jobs: 4,
+        clusters: vec![],
+        namespaces: vec![],
+        kinds: vec!["batch-job".into()],
+    }
+}
+
+fn end(slis: &Slis, cluster: &str, kind: &str, succeeded: bool) {
+    slis.record(
+        cluster,
+        "ml",
+        kind,
+        Sample::Ended {
+            succeeded,
+            ran: Some(10.0),
+        },
+    );
+}
+
+/// Fires once the ratio held for `for`, not before; resolves when it drops; each crossing is
+/// reported once, and a second firing is a change of its own.
+#[test]
+fn failure_ratio_fires_after_for_and_resolves() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![rule(Measure::FailureRatio, 0.15, 60)]);
+    // Too few jobs: no verdict.
+    end(&slis, "east", "batch-job", false);
+    assert!(rules.evaluate(&slis.snapshot(), 0).is_empty());
+    for _ in 0..3 {
+        end(&slis, "east", "batch-job", true);
+    }
+    // 1 of 4 failed: 0.25 > 0.15 holds from t=30, fires at t=90.
+    assert!(rules.evaluate(&slis.snapshot(), 30).is_empty());
+    assert!(rules.evaluate(&slis.snapshot(), 60).is_empty());
+    let fired = rules.evaluate(&slis.snapshot(), 90);
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert!(fired[0].firing);
+    assert_eq!(fired[0].since, 30);
+    assert_eq!(fired[0].value, 0.25);
+    assert!(
+        fired[0].summary.contains("0.25 > 0.15") && fired[0].summary.contains("east"),
+        "{}",
+        fired[0].summary
+    );
+    assert!(rules.evaluate(&slis.snapshot(), 120).is_empty(), "once");
+    // Successes dilute it: 1 of 8.
+    for _ in 0..4 {
+        end(&slis, "east", "batch-job", true);
+    }
+    let resolved = rules.evaluate(&slis.snapshot(), 150);
+    assert_eq!(resolved.len(), 1);
+    assert!(!resolved[0].firing);
+    assert_eq!(resolved[0].since, 150);
+    // Failures again: a new firing, with its own start.
+    for _ in 0..4 {
+        end(&slis, "east", "batch-job", false);
+    }
+    assert!(rules.evaluate(&slis.snapshot(), 180).is_empty());
+    let again = rules.evaluate(&slis.snapshot(), 240);
+    assert_eq!(again.len(), 1);
+    assert!(again[0].firing);
+    assert_eq!(again[0].since, 180);
+    let readings = rules.readings();
+    assert_eq!(readings.len(), 1);
+    assert!(readings[0].firing);
+}
+
+/// Jobs that ended before the window are not counted; other kinds and clusters are apart.
+#[test]
+fn the_window_and_the_scope() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![rule(Measure::FailureRatio, 0.5, 0)]);
+    for _ in 0..10 {
+        end(&slis, "east", "batch-job", false);
+        end(&slis, "east", "volcano-job", true);
+    }
+    let first = rules.evaluate(&slis.snapshot(), 0);
+    assert_eq!(first.len(), 1);
+    assert!(first[0].firing, "10 of 10 batch jobs failed");
+    // Ten minutes on, only successes: the window holds them alone.
+    for t in 1..=10 {
+        end(&slis, "east", "batch-job", true);
+        let changes = rules.evaluate(&slis.snapshot(), t * 60);
+        if t < 10 {
+            assert!(changes.is_empty(), "at {t} min: {changes:?}");
+        } else {
+            assert_eq!(changes.len(), 1, "the failures left the window");
+            assert!(!changes[0].firing);
+            assert_eq!(changes[0].value, 0.0);
+        }
+    }
+    // Another cluster is judged on its own.
+    for _ in 0..4 {
+        end(&slis, "west", "batch-job", false);
+    }
+    let west = rules.evaluate(&slis.snapshot(), 660);
+    assert_eq!(west.len(), 1);
+    assert_eq!(west[0].cluster, "west");
+    rules.forget_cluster("west");
+    assert!(rules.readings().iter().all(|r| r.cluster != "west"));
+}
+
+/// A ratio hovering at the threshold — holding one evaluation, not the next — never fires a
+/// rule whose `for` spans two evaluations, however long it goes on.
+#[test]
+fn flapping_at_the_threshold_does_not_fire() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        window_seconds: 30,
+        min_jobs: 1,
+        ..rule(Measure::FailureRatio, 0.5, 30)
+    }]);
+    let mut changes = Vec::new();
+    for t in 0..100 {
+        // Every 30 s window holds one job: failed on even steps, succeeded on odd ones.
+        end(&slis, "east", "batch-job", t % 2 == 1);
+        changes.extend(rules.evaluate(&slis.snapshot(), t * 30));
+    }
+    assert!(changes.iter().all(|c| !c.firing), "{changes:?}");
+    // The first verdict (resolved) only.
+    assert_eq!(changes.len(), 1, "{changes:?}");
+}
+
+/// p95 of queue wait, interpolated within its bucket.
+#[test]
+fn queue_wait_p95() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        min_jobs: 1,
+        ..rule(Measure::QueueWaitP95, 100.0, 0)
+    }]);
+    // 19 jobs waited 1 s, one waited 200 s: the 95th percentile is the 19th of 20 samples,
+    // at the top of the first bucket (1 s).
+    for _ in 0..19 {
+        slis.record("east", "ml", "batch-job", Sample::Started { waited: 1.0 });
+    }
+    slis.record("east", "ml", "batch-job", Sample::Started { waited: 200.0 });
+    let c = rules.evaluate(&slis.snapshot(), 0);
+    assert_eq!(c.len(), 1);
+    assert!(!c[0].firing);
+    assert!((c[0].value - 1.0).abs() < 1e-9, "{}", c[0].value);
+    // 20 more that waited 200 s: now within (120, 300].
+    for _ in 0..20 {
+        slis.record("east", "ml", "batch-job", Sample::Started { waited: 200.0 });
+    }
+    let c = rules.evaluate(&slis.snapshot(), 10);
+    assert_eq!(c.len(), 1);
+    assert!(c[0].firing);
+    assert!(c[0].value > 120.0 && c[0].value <= 300.0, "{}", c[0].value);
+}
+
+/// A changed rule starts again; an unchanged one keeps its verdicts.
+#[test]
+fn changed_rules_start_again() {
+    let slis = Slis::default();
+    for _ in 0..4 {
+        end(&slis, "east", "batch-job", false);
+    }
+    let mut rules = Rules::new(vec![rule(Measure::FailureRatio, 0.15, 0)]);
+    assert_eq!(rules.evaluate(&slis.snapshot(), 0).len(), 1);
+    rules.set_rules(vec![rule(Measure::FailureRatio, 0.15, 0)]);
+    assert!(rules.evaluate(&slis.snapshot(), 10).is_empty());
+    rules.set_rules(vec![rule(Measure::FailureRatio, 0.10, 0)]);
+    assert_eq!(rules.evaluate(&slis.snapshot(), 20).len(), 1);
+}

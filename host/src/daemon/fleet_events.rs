@@ -1,0 +1,212 @@
+//! Fleet events from what the daemon judges: a cluster's availability crossing a threshold
+//! (from the health board) and a fleet rule starting or ceasing to hold (from the rules'
+//! evaluation), made into carriers ([`jobrelay_contract::fleet`]) and routed to the lanes of
+//! the plugins that asked for them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clusters::health::{AvailabilityChange, rfc3339};
+use crate::config::main_file::FleetSettings;
+use jobrelay_contract::fleet::{FleetEvent, FleetEventKind};
+use jobrelay_fleet::availability::Change;
+use jobrelay_fleet::jobs::JobView;
+use jobrelay_fleet::rules::{RuleChange, RuleReading, Rules};
+use jobrelay_lanes::dispatcher::Routes;
+
+/// Makes and routes fleet events.
+#[derive(Clone)]
+pub struct FleetAnnouncer {
+    routes: Routes,
+    versions: Arc<Versions>,
+}
+
+/// The version numbers of carriers: milliseconds since the epoch when the event was made, one
+/// more than the last when two fall in the same millisecond. A subject's versions only need
+/// to differ from each other (the lanes judge a new one by its state, and its id names the
+/// version): a clock is what keeps them apart across restarts of the process, which a counter
+/// starting again at 1 would not.
+#[derive(Default)]
+struct Versions {
+    last: AtomicU64,
+}
+
+impl Versions {
+    fn next(&self) -> u64 {
+        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        let mut last = self.last.load(Ordering::SeqCst);
+        loop {
+            let next = now.max(last + 1);
+            match self
+                .last
+                .compare_exchange(last, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+}
+
+impl FleetAnnouncer {
+    pub fn new(routes: Routes) -> FleetAnnouncer {
+        FleetAnnouncer {
+            routes,
+            versions: Arc::default(),
+        }
+    }
+
+    /// A cluster went offline or came back online.
+    pub fn availability(&self, change: AvailabilityChange) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let (kind, since, summary) = match change.change {
+            Change::Offline { since } => (
+                FleetEventKind::ClusterOffline,
+                since,
+                format!(
+                    "cluster {} is offline: {} health checks failed in a row since {}; last \
+                     error: {}",
+                    change.cluster,
+                    change.failed_checks,
+                    rfc3339(since),
+                    change.last_error.as_deref().unwrap_or("none recorded")
+                ),
+            ),
+            Change::Online { since } => (
+                FleetEventKind::ClusterOnline,
+                since,
+                format!(
+                    "cluster {} is back online: its health checks pass again since {}",
+                    change.cluster,
+                    rfc3339(since)
+                ),
+            ),
+        };
+        self.send(FleetEvent {
+            id: String::new(),
+            kind,
+            cluster: change.cluster,
+            rule: None,
+            value: None,
+            threshold: None,
+            since: rfc3339(since),
+            time: rfc3339(now),
+            summary,
+        });
+    }
+
+    /// A rule started or ceased to hold on a cluster.
+    pub fn rule(&self, change: RuleChange, now_ms: i64) {
+        if change.firing {
+            tracing::warn!(rule = %change.rule, cluster = %change.cluster, value = change.value,
+                threshold = change.threshold, "fleet rule firing: {}", change.summary);
+        } else {
+            tracing::info!(rule = %change.rule, cluster = %change.cluster, value = change.value,
+                "fleet rule resolved (or first judged not holding): {}", change.summary);
+        }
+        self.send(FleetEvent {
+            id: String::new(),
+            kind: if change.firing {
+                FleetEventKind::RuleFiring
+            } else {
+                FleetEventKind::RuleResolved
+            },
+            cluster: change.cluster,
+            rule: Some(change.rule),
+            value: Some(change.value),
+            threshold: Some(change.threshold),
+            since: rfc3339(change.since.saturating_mul(1000)),
+            time: rfc3339(now_ms),
+            summary: change.summary,
+        });
+    }
+
+    /// Routes one event (its id is set from its carrier).
+    pub fn send(&self, event: FleetEvent) {
+        let carrier = event.into_job_event(self.versions.next());
+        self.routes.route_fleet(carrier);
+    }
+}
+
+/// The fleet rules and their verdicts, shared by the evaluation task, the control loop (which
+/// sets them from the main file) and `/metrics`.
+#[derive(Default)]
+pub struct RuleBook {
+    rules: Mutex<Rules>,
+    interval_ms: AtomicU64,
+}
+
+impl RuleBook {
+    pub fn new(settings: &FleetSettings) -> Arc<RuleBook> {
+        let book = Arc::new(RuleBook::default());
+        book.set(settings);
+        book
+    }
+
+    /// The main file's rules, from now on (unchanged rules keep their verdicts).
+    pub fn set(&self, settings: &FleetSettings) {
+        self.interval_ms.store(
+            settings.evaluate_interval.as_millis() as u64,
+            Ordering::SeqCst,
+        );
+        self.lock().set_rules(settings.rules.clone());
+    }
+
+    pub fn readings(&self) -> Vec<RuleReading> {
+        self.lock().readings()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rules> {
+        self.rules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms.load(Ordering::SeqCst).max(100))
+    }
+}
+
+/// Judges the rules on the job view's SLIs every `fleet.evaluate_interval_ms`, and announces
+/// what changed. Runs on a follower too (its verdicts stay current; the routes deliver nothing
+/// there), until `cancel`.
+pub async fn evaluate_rules(
+    book: Arc<RuleBook>,
+    view: Arc<JobView>,
+    announcer: FleetAnnouncer,
+    cancel: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(book.interval()) => {}
+            _ = cancel.cancelled() => return,
+        }
+        if book.lock().rules().is_empty() {
+            continue;
+        }
+        let rows = view.slis().snapshot();
+        let now = chrono::Utc::now();
+        let changes = book.lock().evaluate(&rows, now.timestamp());
+        for change in changes {
+            announcer.rule(change, now.timestamp_millis());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Versions never repeat, even when many are made in the same millisecond.
+    #[test]
+    fn versions_grow() {
+        let v = Versions::default();
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let next = v.next();
+            assert!(next > last);
+            last = next;
+        }
+    }
+}
