@@ -373,7 +373,10 @@ async fn a_stuck_pull_says_the_serving_version_goes_on() {
             if let Some(page) = status(listen).await {
                 break page;
             }
-            assert!(std::time::Instant::now() < deadline, "/status never answered");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "/status never answered"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     };

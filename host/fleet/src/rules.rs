@@ -226,6 +226,9 @@ fn quantile(q: f64, (cumulative, count): &(Vec<u64>, u64), min_jobs: u64) -> Opt
     BUCKETS.last().copied()
 }
 
+/// About how many evaluations the rules keep for their windows' bases.
+const KEPT_EVALUATIONS: i64 = 256;
+
 /// Tallies by (rule, cluster).
 type Tallies = BTreeMap<(String, String), Tally>;
 
@@ -306,6 +309,13 @@ impl Rules {
         while self.history.len() >= 2 && self.history[1].0 <= now - longest {
             self.history.pop_front();
         }
+        // And at most about [`KEPT_EVALUATIONS`] of them: a day's window judged every 100 ms
+        // would otherwise keep 864,000. The newest is replaced while it is closer than a step
+        // to the one before, so a base is at most one step (1/256 of the window) early.
+        let step = (longest / KEPT_EVALUATIONS).max(1);
+        if self.history.len() >= 2 && now - self.history[self.history.len() - 2].0 < step {
+            self.history.pop_back();
+        }
         let mut changes = Vec::new();
         for ((rule_name, cluster), tally) in &tallies {
             let Some(rule) = self.rules.iter().find(|r| &r.name == rule_name) else {
@@ -374,6 +384,11 @@ impl Rules {
     /// A cluster is no longer here: its verdicts go (its new holder judges it).
     pub fn forget_cluster(&mut self, cluster: &str) {
         self.verdicts.retain(|(_, c), _| c != cluster);
+    }
+
+    /// How many evaluations are kept for the windows' bases.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
     }
 
     /// Every rule's reading on every cluster it has judged.

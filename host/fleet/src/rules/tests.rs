@@ -173,3 +173,34 @@ fn changed_rules_start_again() {
     rules.set_rules(vec![rule(Measure::FailureRatio, 0.10, 0)]);
     assert_eq!(rules.evaluate(&slis.snapshot(), 20).len(), 1);
 }
+
+/// Judged every second over a day's window, the rules keep a few hundred evaluations, not
+/// 86,400, and the window still drops what ended before it (within a step of 1/256).
+#[test]
+fn the_kept_evaluations_are_bounded() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        window_seconds: 86_400,
+        min_jobs: 1,
+        ..rule(Measure::FailureRatio, 0.5, 0)
+    }]);
+    end(&slis, "east", "batch-job", false);
+    let mut firing = Vec::new();
+    for t in 0..(2 * 86_400) {
+        if t == 3_600 {
+            end(&slis, "east", "batch-job", true);
+            end(&slis, "east", "batch-job", true);
+        }
+        for c in rules.evaluate(&slis.snapshot(), t) {
+            firing.push((t, c.firing));
+        }
+    }
+    assert!(rules.history_len() <= 260, "{}", rules.history_len());
+    // Fired at once (1 of 1 failed), resolved at 3,600 s (1 of 3), and the failure left the
+    // window a day later (0 of 2), within a step.
+    assert_eq!(firing[0], (0, true));
+    assert_eq!(firing[1], (3_600, false));
+    assert_eq!(firing.len(), 2, "{firing:?}");
+    let readings = rules.readings();
+    assert_eq!(readings[0].value, Some(0.0));
+}
