@@ -18,11 +18,12 @@
 //! A pure state machine: no I/O, no clock; the caller passes the time and the SLIs.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
-use crate::sli::{BUCKETS, HistogramSnapshot, OTHER, SliRow};
+use crate::sli::{BUCKETS, OTHER, SliRow};
 
 /// What a rule measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,47 +134,78 @@ pub struct RuleChange {
     pub summary: String,
 }
 
-/// The SLI counters of one rule on one cluster, summed over the rows it covers.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The SLI counters of one rule on one cluster, summed over the rows it covers: only what the
+/// rule's measure reads (the window's history keeps one per rule, cluster and evaluation).
+#[derive(Debug, Clone, PartialEq)]
 struct Tally {
     succeeded: u64,
     failed: u64,
-    /// Cumulative counts per bucket bound, as in [`HistogramSnapshot`], and the total.
-    queue_wait: (Vec<u64>, u64),
-    run: (Vec<u64>, u64),
+    /// For a percentile: cumulative counts per [`BUCKETS`] bound, as in
+    /// [`crate::sli::HistogramSnapshot`], and the total.
+    histogram: Option<Box<Histogram>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Histogram {
+    cumulative: [u64; BUCKETS.len()],
+    count: u64,
 }
 
 impl Tally {
-    fn add(&mut self, row: &SliRow) {
+    fn new(measure: Measure) -> Tally {
+        Tally {
+            succeeded: 0,
+            failed: 0,
+            histogram: (measure != Measure::FailureRatio).then(|| {
+                Box::new(Histogram {
+                    cumulative: [0; BUCKETS.len()],
+                    count: 0,
+                })
+            }),
+        }
+    }
+
+    fn add(&mut self, row: &SliRow, measure: Measure) {
         self.succeeded += row.succeeded;
         self.failed += row.failed;
-        add_histogram(&mut self.queue_wait, &row.queue_wait);
-        add_histogram(&mut self.run, &row.run);
+        let source = match measure {
+            Measure::FailureRatio => return,
+            Measure::QueueWaitP95 => &row.queue_wait,
+            Measure::RunTimeP95 => &row.run,
+        };
+        if let Some(h) = &mut self.histogram {
+            for (slot, (_, n)) in h.cumulative.iter_mut().zip(&source.buckets) {
+                *slot += n;
+            }
+            h.count += source.count;
+        }
     }
 
     /// `self - base`, where every counter of `base` is at most this one's — unless the
     /// series restarted (a cluster let go and taken back), when the whole tally is new.
     fn since(&self, base: &Tally) -> Tally {
+        let count = |t: &Tally| t.histogram.as_ref().map_or(0, |h| h.count);
         let grew = self.succeeded >= base.succeeded
             && self.failed >= base.failed
-            && self.queue_wait.1 >= base.queue_wait.1
-            && self.run.1 >= base.run.1;
+            && count(self) >= count(base);
         if !grew {
             return self.clone();
         }
-        let minus = |a: &(Vec<u64>, u64), b: &(Vec<u64>, u64)| {
-            let buckets =
-                a.0.iter()
-                    .enumerate()
-                    .map(|(i, n)| n.saturating_sub(b.0.get(i).copied().unwrap_or(0)))
-                    .collect();
-            (buckets, a.1 - b.1)
+        let histogram = match (&self.histogram, &base.histogram) {
+            (Some(now), Some(then)) => {
+                let mut h = now.clone();
+                for (slot, old) in h.cumulative.iter_mut().zip(&then.cumulative) {
+                    *slot = slot.saturating_sub(*old);
+                }
+                h.count -= then.count;
+                Some(h)
+            }
+            (now, _) => now.clone(),
         };
         Tally {
             succeeded: self.succeeded - base.succeeded,
             failed: self.failed - base.failed,
-            queue_wait: minus(&self.queue_wait, &base.queue_wait),
-            run: minus(&self.run, &base.run),
+            histogram,
         }
     }
 
@@ -185,30 +217,22 @@ impl Tally {
                 let ended = self.succeeded + self.failed;
                 (ended >= min_jobs).then(|| self.failed as f64 / ended as f64)
             }
-            Measure::QueueWaitP95 => quantile(0.95, &self.queue_wait, min_jobs),
-            Measure::RunTimeP95 => quantile(0.95, &self.run, min_jobs),
+            Measure::QueueWaitP95 | Measure::RunTimeP95 => {
+                let h = self.histogram.as_ref()?;
+                quantile(0.95, &h.cumulative, h.count, min_jobs)
+            }
         }
     }
-}
-
-fn add_histogram(into: &mut (Vec<u64>, u64), h: &HistogramSnapshot) {
-    if into.0.len() < h.buckets.len() {
-        into.0.resize(h.buckets.len(), 0);
-    }
-    for (slot, (_, n)) in into.0.iter_mut().zip(&h.buckets) {
-        *slot += n;
-    }
-    into.1 += h.count;
 }
 
 /// The `q` quantile of a histogram given as cumulative counts per [`BUCKETS`] bound and a
 /// total: linear within the bucket the rank falls in (from 0 for the first); the largest
 /// bound when it falls above every bound.
-fn quantile(q: f64, (cumulative, count): &(Vec<u64>, u64), min_jobs: u64) -> Option<f64> {
-    if *count < min_jobs || *count == 0 {
+fn quantile(q: f64, cumulative: &[u64], count: u64, min_jobs: u64) -> Option<f64> {
+    if count < min_jobs || count == 0 {
         return None;
     }
-    let rank = q * *count as f64;
+    let rank = q * count as f64;
     let mut below = 0u64;
     let mut lower = 0.0;
     for (bound, at_or_under) in BUCKETS.iter().zip(cumulative) {
@@ -227,10 +251,13 @@ fn quantile(q: f64, (cumulative, count): &(Vec<u64>, u64), min_jobs: u64) -> Opt
 }
 
 /// About how many evaluations the rules keep for their windows' bases.
-const KEPT_EVALUATIONS: i64 = 256;
+const KEPT_EVALUATIONS: i64 = 32;
 
-/// Tallies by (rule, cluster).
-type Tallies = BTreeMap<(String, String), Tally>;
+/// A rule's name and a cluster's, shared by every evaluation that keeps a tally of them.
+type Key = (Arc<str>, Arc<str>);
+
+/// One evaluation's tallies, sorted by (rule, cluster).
+type Tallies = Vec<(Key, Tally)>;
 
 /// What a rule said on one cluster.
 #[derive(Debug, Clone, Default)]
@@ -290,15 +317,35 @@ impl Rules {
     /// Judges every rule on every cluster the SLI `rows` have, at `now` (seconds): the
     /// verdicts that changed.
     pub fn evaluate(&mut self, rows: &[SliRow], now: i64) -> Vec<RuleChange> {
-        let mut tallies = Tallies::new();
+        // Names shared with the last evaluation's keys where they are the same, so the
+        // history holds each name once, not once per evaluation.
+        let known = |name: &str, of_rule: bool| -> Arc<str> {
+            self.history
+                .back()
+                .and_then(|(_, last)| {
+                    last.iter().find_map(|((rule, cluster), _)| {
+                        let have = if of_rule { rule } else { cluster };
+                        (&**have == name).then(|| have.clone())
+                    })
+                })
+                .unwrap_or_else(|| Arc::from(name))
+        };
+        let mut by_key: BTreeMap<Key, Tally> = BTreeMap::new();
+        let mut names: BTreeMap<&str, Arc<str>> = BTreeMap::new();
         for rule in &self.rules {
+            let rule_name = known(&rule.name, true);
             for row in rows.iter().filter(|r| rule.covers(r)) {
-                tallies
-                    .entry((rule.name.clone(), row.cluster.clone()))
-                    .or_default()
-                    .add(row);
+                let cluster = names
+                    .entry(row.cluster.as_str())
+                    .or_insert_with(|| known(&row.cluster, false))
+                    .clone();
+                by_key
+                    .entry((rule_name.clone(), cluster))
+                    .or_insert_with(|| Tally::new(rule.measure))
+                    .add(row, rule.measure);
             }
         }
+        let tallies: Tallies = by_key.into_iter().collect();
         let longest = self
             .rules
             .iter()
@@ -311,14 +358,14 @@ impl Rules {
         }
         // And at most about [`KEPT_EVALUATIONS`] of them: a day's window judged every 100 ms
         // would otherwise keep 864,000. The newest is replaced while it is closer than a step
-        // to the one before, so a base is at most one step (1/256 of the window) early.
+        // to the one before, so a base is at most one step (1/32 of the window) early.
         let step = (longest / KEPT_EVALUATIONS).max(1);
         if self.history.len() >= 2 && now - self.history[self.history.len() - 2].0 < step {
             self.history.pop_back();
         }
         let mut changes = Vec::new();
         for ((rule_name, cluster), tally) in &tallies {
-            let Some(rule) = self.rules.iter().find(|r| &r.name == rule_name) else {
+            let Some(rule) = self.rules.iter().find(|r| *r.name == **rule_name) else {
                 continue;
             };
             let start = now - i64::from(rule.window_seconds);
@@ -330,14 +377,21 @@ impl Rules {
                 .iter()
                 .rev()
                 .find(|(t, _)| *t <= start)
-                .and_then(|(_, tallies)| tallies.get(&(rule_name.clone(), cluster.clone())));
+                .and_then(|(_, tallies)| {
+                    let at = tallies
+                        .binary_search_by(|((r, c), _)| {
+                            (&**r, &**c).cmp(&(&**rule_name, &**cluster))
+                        })
+                        .ok()?;
+                    Some(&tallies[at].1)
+                });
             let windowed = match base {
                 Some(base) => tally.since(base),
                 None => tally.clone(),
             };
             let verdict = self
                 .verdicts
-                .entry((rule_name.clone(), cluster.clone()))
+                .entry((rule_name.to_string(), cluster.to_string()))
                 .or_default();
             let Some(value) = windowed.measure(rule.measure, rule.min_jobs) else {
                 continue;
@@ -349,7 +403,7 @@ impl Rules {
                     verdict.firing = Some(true);
                     changes.push(RuleChange {
                         rule: rule.name.clone(),
-                        cluster: cluster.clone(),
+                        cluster: cluster.to_string(),
                         firing: true,
                         value,
                         threshold: rule.above,
@@ -363,7 +417,7 @@ impl Rules {
                     verdict.firing = Some(false);
                     changes.push(RuleChange {
                         rule: rule.name.clone(),
-                        cluster: cluster.clone(),
+                        cluster: cluster.to_string(),
                         firing: false,
                         value,
                         threshold: rule.above,

@@ -174,8 +174,8 @@ fn changed_rules_start_again() {
     assert_eq!(rules.evaluate(&slis.snapshot(), 20).len(), 1);
 }
 
-/// Judged every second over a day's window, the rules keep a few hundred evaluations, not
-/// 86,400, and the window still drops what ended before it (within a step of 1/256).
+/// Judged every second over a day's window, the rules keep a few dozen evaluations, not
+/// 86,400, and the window still drops what ended before it (within a step of 1/32).
 #[test]
 fn the_kept_evaluations_are_bounded() {
     let slis = Slis::default();
@@ -195,7 +195,7 @@ fn the_kept_evaluations_are_bounded() {
             firing.push((t, c.firing));
         }
     }
-    assert!(rules.history_len() <= 260, "{}", rules.history_len());
+    assert!(rules.history_len() <= 36, "{}", rules.history_len());
     // Fired at once (1 of 1 failed), resolved at 3,600 s (1 of 3), and the failure left the
     // window a day later (0 of 2), within a step.
     assert_eq!(firing[0], (0, true));
