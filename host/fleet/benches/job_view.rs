@@ -5,10 +5,9 @@
 //! Run: `cargo bench -p jobrelay-fleet --bench job_view` (`-- --jobs N` for another size).
 //! Results and method: docs/BENCHMARKS.md, "Job view".
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use jobrelay_contract::event::{JobEvent, Phase};
@@ -17,25 +16,9 @@ use jobrelay_fleet::query::JobQuery;
 use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::tracker::Observed;
 
-/// Counts the bytes live on the heap, so the view's own share is measured exactly.
-struct Counting;
+mod common;
 
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as i64 - layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
+use common::{Counting, LIVE};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

@@ -6,32 +6,15 @@
 //! Run: `cargo bench -p jobrelay-fleet --bench rules`.
 //! Results and method: docs/BENCHMARKS.md, "Fleet rules".
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use jobrelay_fleet::rules::{Measure, Rule, Rules};
 use jobrelay_fleet::sli::{Sample, Slis};
 
-/// Counts the bytes live on the heap.
-struct Counting;
+mod common;
 
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as i64 - layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
+use common::{Counting, LIVE};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

@@ -444,7 +444,7 @@ impl Schedule {
     }
 
     /// The jobs due now and not looked at since their last recheck time, with the rule that
-    /// covers each. Each is handed out once (taken) until [`Schedule::hold`],
+    /// covers each, the longest finished first. Each is handed out once (taken) until [`Schedule::hold`],
     /// [`Schedule::failed`], [`Schedule::would_delete`] or [`Schedule::done`] says what became
     /// of it, or an observation takes it out ([`Schedule::still_taken`] tells). Jobs no rule
     /// covers any more were taken out by the edit ([`Schedule::set_settings`]).
@@ -477,6 +477,11 @@ impl Schedule {
             entry.stage = Stage::Taken;
             due.push((entry.job.clone(), rule.clone()));
         }
+        // The longest finished first, then by namespace and name: the deleters take them in
+        // this order, and a map's order would change from run to run.
+        due.sort_by(|(a, _), (b, _)| {
+            (a.finished_at, &a.namespace, &a.name).cmp(&(b.finished_at, &b.namespace, &b.name))
+        });
         due
     }
 

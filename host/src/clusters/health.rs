@@ -164,19 +164,26 @@ impl HealthBoard {
     }
 
     /// One health check of the cluster: whether its API server answered the probe (and, when
-    /// not, why). The streams' state counts in it (see [`Judge::check`]).
+    /// not, why); see [`Judge::check`].
     pub fn check(&self, cluster: &str, answered: Result<(), String>) {
-        let change = {
-            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
-            let Some(h) = map.get_mut(cluster) else {
-                return;
-            };
+        self.change(cluster, |h| {
             if let Err(error) = &answered {
                 h.last_error = Some(error.clone());
             }
             let change = h.judge.check(answered.is_ok(), now_ms());
             h.publish_availability();
-            change.map(|change| AvailabilityChange {
+            change
+        });
+    }
+
+    /// Changes one cluster's entry with `f`, and tells of the availability change it made.
+    fn change(&self, cluster: &str, f: impl FnOnce(&mut ClusterHealth) -> Option<Change>) {
+        let change = {
+            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            let Some(h) = map.get_mut(cluster) else {
+                return;
+            };
+            f(h).map(|change| AvailabilityChange {
                 cluster: cluster.to_string(),
                 change,
                 last_error: h.last_error.clone(),
@@ -315,22 +322,10 @@ impl HealthBoard {
 
     /// Changes one cluster's entry, and tells of an availability change it made.
     fn update(&self, cluster: &str, f: impl FnOnce(&mut ClusterHealth)) {
-        let change = {
-            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
-            let Some(h) = map.get_mut(cluster) else {
-                return;
-            };
+        self.change(cluster, |h| {
             f(h);
-            h.settle().map(|change| AvailabilityChange {
-                cluster: cluster.to_string(),
-                change,
-                last_error: h.last_error.clone(),
-                failed_checks: h.failed_checks,
-            })
-        };
-        if let Some(change) = change {
-            self.tell(change);
-        }
+            h.settle()
+        });
     }
 }
 
