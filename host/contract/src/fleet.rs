@@ -23,6 +23,10 @@ use crate::event::{JobEvent, Phase};
 pub const API_VERSION: &str = "fleet.jobrelay.io/v1";
 /// The configured-kind name lanes file fleet events under (their counts, `Lane::wants`).
 pub const KIND_NAME: &str = "fleet";
+/// The carrier's `kind` for a cluster's health.
+pub const KIND_CLUSTER: &str = "ClusterHealth";
+/// The carrier's `kind` for a rule on a cluster.
+pub const KIND_RULE: &str = "FleetRule";
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -103,6 +107,11 @@ pub fn is_fleet(event: &JobEvent) -> bool {
     event.api_version == API_VERSION
 }
 
+/// Whether `event` carries a rule's fleet event (else, if a carrier, a cluster's).
+pub fn is_rule(event: &JobEvent) -> bool {
+    is_fleet(event) && event.kind == KIND_RULE
+}
+
 impl FleetEvent {
     /// The uid of the subject the event is about: the same for every event of one cluster's
     /// health, or of one rule on one cluster, and different between subjects.
@@ -120,8 +129,8 @@ impl FleetEvent {
         let resource_version = resource_version.to_string();
         self.id = JobEvent::make_id(&self.cluster, &uid, &resource_version);
         let (kind, name) = match (&self.rule, self.kind.is_rule()) {
-            (Some(rule), true) => ("FleetRule", rule.clone()),
-            _ => ("ClusterHealth", self.cluster.clone()),
+            (Some(rule), true) => (KIND_RULE, rule.clone()),
+            _ => (KIND_CLUSTER, self.cluster.clone()),
         };
         let object_json: Arc<str> = serde_json::to_string(&self)
             .unwrap_or_else(|_| "{}".to_string())
@@ -246,7 +255,8 @@ mod tests {
         assert!(is_fleet(&event));
         assert_eq!(event.phase, Phase::Failed);
         assert_eq!(event.raw_phase, "Offline");
-        assert_eq!(event.kind, "ClusterHealth");
+        assert_eq!(event.kind, KIND_CLUSTER);
+        assert!(!is_rule(&event));
         assert_eq!(
             event.id,
             JobEvent::make_id("east", &event.uid, "1700000000123")

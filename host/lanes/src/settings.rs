@@ -147,7 +147,7 @@ pub struct FleetEvents {
 impl FleetEvents {
     /// Whether the lane takes `event` (a fleet carrier).
     pub fn take(&self, event: &jobrelay_contract::event::JobEvent) -> bool {
-        if event.kind == "FleetRule" {
+        if jobrelay_contract::fleet::is_rule(event) {
             self.rules
         } else {
             self.clusters
