@@ -176,7 +176,7 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
         let stop = stop.clone();
         async move {
             let (mut held, mut spilled, mut limit) = (0u64, 0u64, 0u64);
-            let (mut unstored, mut ahead) = (0u64, 0u64);
+            let (mut unstored, mut ahead, mut written) = (0u64, 0u64, 0u64);
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Some(s) = status(listen).await {
                     held = held.max(number(&s, "/event_memory/held_bytes"));
@@ -184,10 +184,11 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
                     limit = number(&s, "/event_memory/limit_bytes");
                     unstored = unstored.max(number(&s, "/event_memory/unstored_bytes"));
                     ahead = number(&s, "/event_memory/write_ahead_bytes");
+                    written = number(&s, "/plugins/slow/lane/inbox_written");
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            (held, spilled, limit, (unstored, ahead))
+            (held, spilled, limit, (unstored, ahead, written))
         }
     });
     let mut drivers = create_jobs(&sim, JOBS);
@@ -195,10 +196,11 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
     let total: usize = seen.values().map(Vec::len).sum();
     let before = logged(&config, "slow");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (held, spilled, limit, (unstored, ahead)) = sampler.await.expect("sampler");
+    let (held, spilled, limit, (unstored, ahead, written)) = sampler.await.expect("sampler");
     println!(
         "{total} versions read; at most {held} bytes held (limit {limit}), {unstored} not yet \
-         in the inbox (write-ahead {ahead}), {spilled} spilled; slow had {before} when killed"
+         in the inbox (write-ahead {ahead}), {spilled} spilled; slow had {before} when killed, \
+         its lane had stored {written} in the inbox"
     );
     assert_eq!(limit, BUDGET_MB << 20, "the budget is the configured one");
     assert_eq!(ahead, 256 << 10, "a 1 MiB budget writes 256 KiB ahead");
@@ -211,6 +213,12 @@ async fn ten_thousand_versions_wait_in_the_inbox_within_the_budget_and_survive_s
     assert!(
         spilled >= 1_000,
         "the slow lane's backlog was meant to wait in the inbox, but at most {spilled} did"
+    );
+    // A lane that trails stores what it took (its takes fall due before their calls), and
+    // `/status` counts them.
+    assert!(
+        written >= 1_000 && written as usize <= total,
+        "the slow lane stored {written} of {total} versions in the inbox"
     );
     // Over the limit only by what one observation adds before the dispatcher waits again.
     assert!(

@@ -27,7 +27,9 @@
 //! `jobrelay_state`'s `inbox`), in the same batches: a take stored no later than the save
 //! that settles it, and not at all when that save arrives before the take is due
 //! (`TAKE_DELAY` after it came; at once for a flush, and for the oldest takes while those
-//! waiting pass half the budget's write-ahead). A take is charged to the process-wide
+//! waiting pass half the budget's write-ahead). Takes reach the writer through a list it
+//! empties at each round rather than through its channel (`Handoff`), so a take costs no
+//! wake-up of its own. A take is charged to the process-wide
 //! [`MemoryBudget`] until it is stored (or cancelled), and one whose batch failed is kept and
 //! written with the next round, ahead of later takes: a lane may have queued the event as its
 //! place alone, so the writer's copy is the only one until the store has it.
@@ -38,6 +40,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -65,8 +68,9 @@ pub enum WriteError {
 /// The answer to one save or removal.
 type Answer = oneshot::Sender<Result<(), WriteError>>;
 
-/// Most cursors in one statement: well inside one chunk of the store's batch upsert.
-const MAX_BATCH: usize = 256;
+/// Most cursor statements (saves, notes, removals) in one round. A lane far behind its watch
+/// catches up in rounds this large; the store splits them into statements of its own size.
+const MAX_BATCH: usize = 1024;
 
 /// A batch smaller than this waits [`LINGER`] for more before it is written.
 const LINGER_BELOW: usize = 8;
@@ -81,6 +85,14 @@ const LINGER: Duration = Duration::from_micros(500);
 /// write-ahead.
 const TAKE_DELAY: Duration = Duration::from_millis(20);
 
+/// While takes keep coming, the writer looks at the hand-over at least this often, so a take
+/// is written no later than this after it is due.
+const TICK: Duration = Duration::from_millis(10);
+
+/// How long after the last take the writer keeps its [`TICK`]; after that it sleeps until a
+/// request or a take wakes it, so an idle lane costs no wake-ups.
+const AWAKE_FOR: Duration = Duration::from_secs(1);
+
 /// How soon takes kept from a failed batch are written again when nothing else comes (they go
 /// with any round before), doubling up to [`RETRY_MOST`] while the store keeps refusing them.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
@@ -91,9 +103,6 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// What a lane's worker (or the lane itself) asks the writer to do.
 enum Pending {
-    /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
-    /// settles it; with the bytes it charges to the budget until stored. Nobody waits for it.
-    Take(JobEvent, u64),
     /// An acknowledgement's cursor, and the inbox mark it settles (none for a replayed dead
     /// letter), answered once stored.
     Save(Cursor, Option<String>, Answer),
@@ -102,11 +111,71 @@ enum Pending {
     /// A deleted job's cursor to forget (its deletion was acknowledged), with the mark it
     /// settles, answered once done.
     Remove(Cursor, Option<String>, Answer),
-    /// An event the lane let go of without a call (a newer version replaced it): its mark.
-    Drop(String),
+    /// Takes were handed over while the writer slept with none waiting: look at them.
+    Wake,
     /// Answered once everything handed in before it was written or failed: `true` when no
     /// take is left unstored.
     Flush(oneshot::Sender<bool>),
+}
+
+/// What the lane hands the writer without waking it: events taken, and marks of events let
+/// go without a call. Kept in the order handed over, which is the order of the lane's queue
+/// operations (both are handed over while the lane holds its queues).
+enum Handed {
+    /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
+    /// settles it; with the bytes it charges to the budget until stored, and when it came.
+    Take(JobEvent, u64, Instant),
+    /// An event the lane let go of without a call (a newer version replaced it): its mark.
+    Drop(String),
+}
+
+/// The hand-over of takes and dropped marks from the lane to its writer.
+///
+/// A take is handed over for every queued event, and nobody waits for it: sent through the
+/// writer's channel, each one woke the writer task — one wake-up per event besides the one
+/// its acknowledgement costs, which at a few thousand events a second was most of what the
+/// inbox cost. Here the lane appends to a list the writer empties at each of its rounds, and
+/// the writer keeps a tick of [`TICK`] while takes keep coming, so a take is looked at in
+/// time to be written when due. Only a take that finds the writer asleep (no take for
+/// [`AWAKE_FOR`]) wakes it.
+///
+/// Order: the writer empties the list after receiving its requests, so a save it received
+/// finds its take already there — the take was handed over before the event could be
+/// called, the save after the call.
+#[derive(Default)]
+struct Handoff {
+    handed: std::sync::Mutex<Vec<Handed>>,
+    /// Set by the writer before it waits without a timer; the next take wakes it.
+    asleep: std::sync::atomic::AtomicBool,
+}
+
+impl Handoff {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Handed>> {
+        self.handed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends `handed`; `true` when the writer is asleep and must be woken.
+    fn hand(&self, handed: Handed) -> bool {
+        self.list().push(handed);
+        self.asleep.swap(false, Ordering::SeqCst)
+    }
+
+    /// Swaps the list for `spare` (empty), giving what was handed over, in order.
+    fn take_all(&self, spare: &mut Vec<Handed>) {
+        std::mem::swap(&mut *self.list(), spare);
+    }
+
+    /// Marks the writer asleep unless something waits in the list: `false` when it must not
+    /// sleep. Set before the list is looked at, so a take handed over meanwhile either is seen
+    /// here or sees the mark and wakes the writer.
+    fn sleep(&self) -> bool {
+        self.asleep.store(true, Ordering::SeqCst);
+        if self.list().is_empty() {
+            return true;
+        }
+        self.asleep.store(false, Ordering::SeqCst);
+        false
+    }
 }
 
 /// The handle a lane's workers save cursors through. Cheap to clone; the writer task ends
@@ -114,7 +183,10 @@ enum Pending {
 #[derive(Clone)]
 pub struct CursorWriter {
     queue: mpsc::UnboundedSender<Pending>,
+    handoff: Arc<Handoff>,
     budget: Arc<MemoryBudget>,
+    /// Takes stored so far.
+    written: Arc<AtomicU64>,
 }
 
 impl CursorWriter {
@@ -126,13 +198,28 @@ impl CursorWriter {
         budget: Arc<MemoryBudget>,
     ) -> CursorWriter {
         let (queue, pending) = mpsc::unbounded_channel();
+        let written = Arc::new(AtomicU64::new(0));
+        let handoff = Arc::new(Handoff::default());
         tokio::spawn(write_batches(
             plugin.to_string(),
             store,
             budget.clone(),
+            written.clone(),
+            handoff.clone(),
             pending,
         ));
-        CursorWriter { queue, budget }
+        CursorWriter {
+            queue,
+            handoff,
+            budget,
+            written,
+        }
+    }
+
+    /// How many taken events this writer has stored in the inbox (the others were settled
+    /// before they were due).
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// Stores `cursor` and settles the inbox mark `settles` (the event's id), returning once
@@ -181,23 +268,33 @@ impl CursorWriter {
         }
     }
 
-    /// Takes `event` into the inbox with the next batch, without waiting. Handed in before the
-    /// event can be called (the lane holds its queue while it does), so the one queue of the
-    /// lane's writes puts the take before the save that settles it. `charge` is what holding
-    /// the event costs ([`charge_of`](crate::budget::charge_of)), held on the budget until it
-    /// is stored; the lane's queue reckoned it already.
+    /// Takes `event` into the inbox, without waiting: written once due unless its cursor comes
+    /// first. Handed in before the event can be called (the lane holds its queue while it
+    /// does), so the writer sees the take before the save that settles it (see [`Handoff`]).
+    /// `charge` is what holding the event costs ([`charge_of`](crate::budget::charge_of)),
+    /// held on the budget until it is stored; the lane's queue reckoned it already.
     pub fn take(&self, event: JobEvent, charge: u64) {
-        self.budget.hold(charge);
-        if self.queue.send(Pending::Take(event, charge)).is_err() {
-            self.budget.stored(charge);
+        if self.queue.is_closed() {
             tracing::debug!("the cursor writer has stopped; an event is held in memory only");
+            return;
         }
+        self.budget.hold(charge);
+        self.hand(Handed::Take(event, charge, Instant::now()));
     }
 
     /// Settles the mark of an event the lane let go of without a call, with the next batch.
     pub fn drop_mark(&self, event_id: String) {
-        if self.queue.send(Pending::Drop(event_id)).is_err() {
+        if self.queue.is_closed() {
             tracing::debug!("the cursor writer has stopped; a replaced event keeps its mark");
+            return;
+        }
+        self.hand(Handed::Drop(event_id));
+    }
+
+    fn hand(&self, handed: Handed) {
+        if self.handoff.hand(handed) {
+            // A writer gone meanwhile gives back what it held when it ends.
+            let _ = self.queue.send(Pending::Wake);
         }
     }
 
@@ -342,10 +439,14 @@ async fn write_batches(
     plugin: String,
     store: Arc<dyn DeliveryStore>,
     budget: Arc<MemoryBudget>,
+    written: Arc<AtomicU64>,
+    handoff: Arc<Handoff>,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
-    let mut requests = Vec::with_capacity(MAX_BATCH);
-    let mut waiters = Vec::with_capacity(MAX_BATCH);
+    let mut requests = Vec::new();
+    let mut handed = Vec::new();
+    let mut last_take: Option<Instant> = None;
+    let mut waiters = Vec::new();
     let mut flushes = Vec::new();
     let mut takes = RoundTakes::default();
     let mut swept = tokio::time::Instant::now();
@@ -356,10 +457,22 @@ async fn write_batches(
     loop {
         // Takes are written when due even if nothing else comes: they may be the only copy
         // of a spilled event, and until they are stored a kill loses them.
-        let wake = takes.next_due().map(|due| match retry_at {
+        let due = takes.next_due().map(|due| match retry_at {
             Some(at) => due.max(at),
             None => due,
         });
+        // While takes keep coming, a tick looks at the hand-over; past that the writer
+        // sleeps, and the next take wakes it.
+        let tick = last_take
+            .filter(|at| at.elapsed() < AWAKE_FOR)
+            .map(|_| Instant::now() + TICK);
+        let mut wake = match (due, tick) {
+            (Some(d), Some(t)) => Some(d.min(t)),
+            (d, t) => d.or(t),
+        };
+        if wake.is_none() && !handoff.sleep() {
+            wake = Some(Instant::now());
+        }
         let received = match wake {
             None => pending.recv_many(&mut requests, MAX_BATCH).await,
             Some(wake) => {
@@ -372,7 +485,8 @@ async fn write_batches(
         if received == 0 {
             break;
         }
-        if requests.len() < LINGER_BELOW {
+        // A round the timer began (takes due, or the tick) does not wait for company.
+        if received != usize::MAX && requests.len() < LINGER_BELOW {
             // Ends early once the batch is full or every handle is gone.
             let _ = tokio::time::timeout(LINGER, async {
                 while requests.len() < MAX_BATCH {
@@ -385,11 +499,21 @@ async fn write_batches(
             .await;
         }
         let mut batch = WriteBatch::default();
+        // After the requests: every save received has its take in the list already.
+        handoff.take_all(&mut handed);
+        for item in handed.drain(..) {
+            match item {
+                Handed::Take(event, charge, came) => {
+                    last_take = Some(came);
+                    takes.take(event, charge, came + TAKE_DELAY)
+                }
+                Handed::Drop(event_id) => {
+                    takes.settle(&mut batch, &plugin, Some(event_id), &budget)
+                }
+            }
+        }
         for request in requests.drain(..) {
             match request {
-                Pending::Take(event, charge) => {
-                    takes.take(event, charge, Instant::now() + TAKE_DELAY)
-                }
                 Pending::Save(cursor, settles, done) => {
                     batch.saved.push(cursor);
                     takes.settle(&mut batch, &plugin, settles, &budget);
@@ -401,9 +525,7 @@ async fn write_batches(
                     takes.settle(&mut batch, &plugin, settles, &budget);
                     waiters.push(done);
                 }
-                Pending::Drop(event_id) => {
-                    takes.settle(&mut batch, &plugin, Some(event_id), &budget)
-                }
+                Pending::Wake => {}
                 Pending::Flush(done) => flushes.push(done),
             }
         }
@@ -416,7 +538,15 @@ async fn write_batches(
         // Past half the write-ahead, the oldest takes go early, as many as bring it back: not
         // all of them, since the youngest are the likeliest to be settled before they are due.
         let excess = budget.unstored().saturating_sub(budget.write_ahead() / 2);
-        for (event, charge, due) in takes.due(Instant::now(), !flushes.is_empty(), excess) {
+        // While the store refuses batches, a round the timer began leaves the takes for the
+        // retry time; any other round takes them along.
+        let backing_off = received == usize::MAX && retry_at.is_some_and(|at| Instant::now() < at);
+        let due = if backing_off {
+            Vec::new()
+        } else {
+            takes.due(Instant::now(), !flushes.is_empty(), excess)
+        };
+        for (event, charge, due) in due {
             match Taken::of(&plugin, &event) {
                 Ok(taken) => {
                     batch.taken.push(taken);
@@ -440,6 +570,7 @@ async fn write_batches(
                     retry = RETRY_FIRST;
                     retry_at = None;
                     budget.writes().succeeded();
+                    written.fetch_add(writing.len() as u64, Ordering::Relaxed);
                     for (_, charge, _) in writing {
                         budget.stored(charge);
                     }
@@ -466,6 +597,13 @@ async fn write_batches(
     }
     // Every handle is gone (the lane was dropped): what could not be stored is let go.
     let mut lost = 0;
+    handoff.take_all(&mut handed);
+    for item in handed.drain(..) {
+        if let Handed::Take(_, charge, _) = item {
+            budget.stored(charge);
+            lost += 1;
+        }
+    }
     for (_, charge) in takes.drain() {
         budget.stored(charge);
         lost += 1;
@@ -1073,6 +1211,62 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(budget.writes().failing().is_none(), "writes succeed again");
+        drop(writer);
+    }
+
+    /// Takes are handed over without waking the writer while takes keep coming (its tick looks
+    /// at them); once none came for a while the writer sleeps with no timer, and the next take
+    /// wakes it — and is still written when due with nothing else coming.
+    #[tokio::test(start_paused = true)]
+    async fn a_sleeping_writer_is_woken_by_the_next_take_and_writes_it_when_due() {
+        let store = Arc::new(Recording::default());
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"), 1_000);
+        tokio::time::sleep(TAKE_DELAY + TICK * 2).await;
+        assert_eq!(store.batches_with("take c/u/7"), 1, "written when due");
+        tokio::time::sleep(AWAKE_FOR + TICK * 2).await;
+        assert!(
+            writer.handoff.asleep.load(Ordering::SeqCst),
+            "an idle writer keeps no timer"
+        );
+        writer.take(event("w", "8"), 1_000);
+        assert!(
+            !writer.handoff.asleep.load(Ordering::SeqCst),
+            "the take woke it"
+        );
+        tokio::time::sleep(TAKE_DELAY + TICK * 2).await;
+        assert_eq!(store.batches_with("take c/w/8"), 1, "written when due");
+        assert_eq!(budget.held(), 0, "both charges given back");
+        assert_eq!(writer.written(), 2);
+    }
+
+    /// While the store refuses batches, the writer's tick does not write the kept takes again
+    /// before their retry time: the backoff holds however often the writer wakes.
+    #[tokio::test(start_paused = true)]
+    async fn the_tick_keeps_the_retry_backoff() {
+        let store = Arc::new(Recording::default());
+        store
+            .fail_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        writer.take(event("u", "7"), 1_000);
+        // Takes keep coming, so the writer ticks all along.
+        for i in 0..40 {
+            tokio::time::sleep(TICK).await;
+            let id = format!("x{i}");
+            writer.take(event(&id, "1"), 10);
+            writer.drop_mark(format!("c/{id}/1"));
+        }
+        // 400 ms: the first write when due (20 ms) failed; the retry is 500 ms after it.
+        assert_eq!(store.batches_with("take c/u/7"), 1, "tried again too soon");
+        tokio::time::sleep(RETRY_FIRST).await;
+        assert_eq!(
+            store.batches_with("take c/u/7"),
+            2,
+            "tried again at its time"
+        );
         drop(writer);
     }
 

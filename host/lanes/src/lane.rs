@@ -96,6 +96,10 @@ pub struct LaneStats {
     /// Events read back from the inbox for their call since the lane opened (each one that
     /// waited there only).
     pub read_back: u64,
+    /// Events the lane's writer stored in the inbox since the lane opened. A taken event
+    /// whose cursor reached the writer first (the lane kept up) is never stored, so this
+    /// against `delivered` shows how often the lane trailed its watch.
+    pub inbox_written: u64,
     /// Calls running now.
     pub in_flight: u64,
     /// Jobs the lane tracks.
@@ -626,6 +630,7 @@ impl Lane {
             pending,
             spilled,
             read_back: i.read_back.load(Ordering::SeqCst),
+            inbox_written: i.cursor_writer.written(),
             in_flight: i.in_flight.load(Ordering::SeqCst),
             jobs,
             calls: i.calls.snapshot(),

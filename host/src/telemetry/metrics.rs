@@ -629,6 +629,14 @@ impl Collector for DaemonCollector {
         )?;
         family(
             e,
+            "jobrelay_inbox_written",
+            "Events the plugin's lane stored in the inbox; the others it took were delivered \
+             before they were due to be stored (the lane kept up)",
+            MetricType::Counter,
+            lane_counter(&status, |l| l.inbox_written),
+        )?;
+        family(
+            e,
             "jobrelay_lane_spilled_events",
             "Of the plugin's pending events, those waiting only in the inbox (the event memory \
              budget had no room): read back in their turn",

@@ -529,12 +529,13 @@ async fn stream(options: &Options, instance_reuse: u32) {
     println!(
         "stream  instance_reuse {instance_reuse:>3}: {events} events in {:.2} s (written in {:.2} s) \
          = {:.0} events/s; daemon CPU {cpu:.2} s = {:.1} µs per event; RSS {:.1} MiB; \
-         {} read back from the inbox",
+         {} written to the inbox, {} read back from it",
         elapsed.as_secs_f64(),
         written.as_secs_f64(),
         events as f64 / elapsed.as_secs_f64(),
         cpu * 1e6 / events as f64,
         rss as f64 / (1 << 20) as f64,
+        lane(&done, "inbox_written"),
         lane(&done, "read_back"),
     );
     daemon.stop().await;
