@@ -121,6 +121,9 @@ enum Pending {
 /// What the lane hands the writer without waking it: events taken, and marks of events let
 /// go without a call. Kept in the order handed over, which is the order of the lane's queue
 /// operations (both are handed over while the lane holds its queues).
+// Nearly every entry is a take, so boxing the event would cost an allocation per event and
+// save nothing.
+#[allow(clippy::large_enum_variant)]
 enum Handed {
     /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
     /// settles it; with the bytes it charges to the budget until stored, and when it came.
