@@ -121,13 +121,10 @@ enum Pending {
 /// What the lane hands the writer without waking it: events taken, and marks of events let
 /// go without a call. Kept in the order handed over, which is the order of the lane's queue
 /// operations (both are handed over while the lane holds its queues).
-// Nearly every entry is a take, so boxing the event would cost an allocation per event and
-// save nothing.
-#[allow(clippy::large_enum_variant)]
 enum Handed {
     /// An event the lane took: into the inbox, marked for the lane's plugin, until a cursor
     /// settles it; with the bytes it charges to the budget until stored, and when it came.
-    Take(JobEvent, u64, Instant),
+    Take(Arc<JobEvent>, u64, Instant),
     /// An event the lane let go of without a call (a newer version replaced it): its mark.
     Drop(String),
 }
@@ -276,13 +273,13 @@ impl CursorWriter {
     /// does), so the writer sees the take before the save that settles it (see [`Handoff`]).
     /// `charge` is what holding the event costs ([`charge_of`](crate::budget::charge_of)),
     /// held on the budget until it is stored; the lane's queue reckoned it already.
-    pub fn take(&self, event: JobEvent, charge: u64) {
+    pub fn take(&self, event: impl Into<Arc<JobEvent>>, charge: u64) {
         if self.queue.is_closed() {
             tracing::debug!("the cursor writer has stopped; an event is held in memory only");
             return;
         }
         self.budget.hold(charge);
-        self.hand(Handed::Take(event, charge, Instant::now()));
+        self.hand(Handed::Take(event.into(), charge, Instant::now()));
     }
 
     /// Settles the mark of an event the lane let go of without a call, with the next batch.
@@ -324,7 +321,7 @@ impl CursorWriter {
 #[derive(Default)]
 struct RoundTakes {
     /// With the bytes each charges to the budget, and when it is due; `None` once settled.
-    events: VecDeque<Option<(JobEvent, u64, Instant)>>,
+    events: VecDeque<Option<(Arc<JobEvent>, u64, Instant)>>,
     /// Where each waiting take is: its number, counted from the writer's start; `first` is
     /// the number of `events[0]`.
     at: HashMap<String, u64>,
@@ -332,7 +329,7 @@ struct RoundTakes {
 }
 
 impl RoundTakes {
-    fn take(&mut self, event: JobEvent, charge: u64, due: Instant) {
+    fn take(&mut self, event: Arc<JobEvent>, charge: u64, due: Instant) {
         self.at
             .insert(event.id.clone(), self.first + self.events.len() as u64);
         self.events.push_back(Some((event, charge, due)));
@@ -357,7 +354,7 @@ impl RoundTakes {
 
     /// The takes due by `now` (all of them with `all`), in order, and — oldest first — as many
     /// more as charge `excess` bytes; the others stay.
-    fn due(&mut self, now: Instant, all: bool, excess: u64) -> Vec<(JobEvent, u64, Instant)> {
+    fn due(&mut self, now: Instant, all: bool, excess: u64) -> Vec<(Arc<JobEvent>, u64, Instant)> {
         let mut due = Vec::new();
         let mut covered = 0;
         loop {
@@ -380,7 +377,7 @@ impl RoundTakes {
 
     /// Puts the takes of a failed batch back at the front, in the order they came and with
     /// the times they were due: they go with the next round, ahead of later takes.
-    fn put_back(&mut self, failed: Vec<(JobEvent, u64, Instant)>) {
+    fn put_back(&mut self, failed: Vec<(Arc<JobEvent>, u64, Instant)>) {
         for (event, charge, due) in failed.into_iter().rev() {
             self.first -= 1;
             self.at.entry(event.id.clone()).or_insert(self.first);
@@ -421,7 +418,7 @@ impl RoundTakes {
     }
 
     /// The takes left standing, in order; empty afterwards.
-    fn drain(&mut self) -> impl Iterator<Item = (JobEvent, u64)> + '_ {
+    fn drain(&mut self) -> impl Iterator<Item = (Arc<JobEvent>, u64)> + '_ {
         self.at.clear();
         self.first += self.events.len() as u64;
         self.events
@@ -1012,7 +1009,7 @@ mod tests {
                         budget.hold(charge);
                         unstored += charge;
                         model.push((e.id.clone(), charge, due));
-                        takes.take(e, charge, due);
+                        takes.take(Arc::new(e), charge, due);
                     }
                     Op::Settle(n) => {
                         let id = format!("c/u{n}/1");
@@ -1052,7 +1049,7 @@ mod tests {
                 prop_assert_eq!(takes.is_empty(), model.is_empty());
                 prop_assert_eq!(takes.next_due(), model.first().map(|(_, _, d)| *d));
             }
-            let left: Vec<String> = takes.drain().map(|(e, _)| e.id).collect();
+            let left: Vec<String> = takes.drain().map(|(e, _)| e.id.clone()).collect();
             prop_assert_eq!(left, model.iter().map(|(i, _, _)| i.clone()).collect::<Vec<_>>());
         });
     }

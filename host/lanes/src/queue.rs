@@ -45,8 +45,9 @@ struct Item {
 /// Where a queued event is.
 #[derive(Debug)]
 enum Held {
-    /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`].
-    Here { event: Box<JobEvent>, charge: u64 },
+    /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`]. Shared with the
+    /// lane's writer while it holds the event's take, so taking an event copies nothing.
+    Here { event: Arc<JobEvent>, charge: u64 },
     /// Out with the job's worker for its call (the head only): the worker owns the event it
     /// delivers, so no copy is made, and gives it back with [`Queues::release`] when the call
     /// is cut short. `charge` is still held; `spilled`: the worker read the event back from
@@ -289,10 +290,10 @@ pub struct Offered {
     pub overflow: Vec<(JobEvent, Bound)>,
     /// How many versions were queued.
     pub queued: usize,
-    /// The versions queued (copies of those kept whole), in order, with what each costs in
-    /// memory ([`charge_of`]), when the offer was `taking`: the lane takes them into the
-    /// store's inbox.
-    pub taken: Vec<(JobEvent, u64)>,
+    /// The versions queued (shared with the queue when kept whole), in order, with what each
+    /// costs in memory ([`charge_of`]), when the offer was `taking`: the lane takes them into
+    /// the store's inbox.
+    pub taken: Vec<(Arc<JobEvent>, u64)>,
     /// Ids of queued versions a newer one replaced (`latest`): let go without a call, their
     /// inbox marks go.
     pub replaced: Vec<String>,
@@ -322,7 +323,7 @@ pub struct JobDelivery {
 pub enum Next {
     /// Call the plugin with this event: the head of the queue, handed over (not copied); its
     /// place stays at the head until [`Queues::pop_head`], or [`Queues::release`] gives it back.
-    Call { event: Box<JobEvent>, replay: bool },
+    Call { event: Arc<JobEvent>, replay: bool },
     /// The head waits only in the inbox: read it back by this id, hand it to
     /// [`Queues::fetched`], then call the plugin with it as with [`Next::Call`]. Its place is
     /// held as for a call meanwhile.
@@ -415,14 +416,19 @@ impl Ledger {
     /// Where a newly queued event is kept: whole while the budget has room, else only in the
     /// inbox. With `taking`, the event (or a copy of it, when it is also kept) goes to
     /// `taken` with its charge, for the lane to take into the inbox.
-    fn keep(&mut self, event: JobEvent, taking: bool, taken: &mut Vec<(JobEvent, u64)>) -> Held {
+    fn keep(
+        &mut self,
+        event: JobEvent,
+        taking: bool,
+        taken: &mut Vec<(Arc<JobEvent>, u64)>,
+    ) -> Held {
         self.pending += 1;
         let charge = charge_of(&event);
         let room = self.budget.try_hold(charge);
         if !room && id_is_derived(&event) {
             self.spill(1);
             if taking {
-                taken.push((event, charge));
+                taken.push((Arc::new(event), charge));
             }
             return Held::Spilled;
         }
@@ -431,13 +437,11 @@ impl Ledger {
             self.budget.keep(charge);
         }
         self.held += charge;
+        let event = Arc::new(event);
         if taking {
             taken.push((event.clone(), charge));
         }
-        Held::Here {
-            event: Box::new(event),
-            charge,
-        }
+        Held::Here { event, charge }
     }
 
     /// A replay of a dead letter is not in the inbox: it is kept whole, and not charged (see
@@ -446,7 +450,7 @@ impl Ledger {
         self.pending += 1;
         self.replays += 1;
         Held::Here {
-            event: Box::new(event),
+            event: Arc::new(event),
             charge: 0,
         }
     }
@@ -748,8 +752,10 @@ impl Queues {
                     Held::Here { mut event, charge } => {
                         item.held = out(charge, false);
                         job.in_flight = true;
-                        if !item.replay {
-                            event.previous_phase = job.delivered_phase;
+                        // Changed only when it differs: the lane's writer may still share
+                        // the event (its take), and a change then copies it.
+                        if !item.replay && event.previous_phase != job.delivered_phase {
+                            Arc::make_mut(&mut event).previous_phase = job.delivered_phase;
                         }
                         Next::Call {
                             event,
@@ -803,7 +809,7 @@ impl Queues {
     /// cluster go), or its read-back from the inbox (`event` `None`): the worker gives the
     /// event back, it stays queued — whole, or in the inbox if it waited there —
     /// unacknowledged, and the job is free.
-    pub fn release(&mut self, key: &JobKey, event: Option<JobEvent>) {
+    pub fn release(&mut self, key: &JobKey, event: Option<Arc<JobEvent>>) {
         let Some(job) = self
             .clusters
             .get_mut(key.cluster.as_str())
@@ -823,7 +829,7 @@ impl Queues {
             }
             (Held::Out { charge, .. }, Some(event)) => {
                 head.held = Held::Here {
-                    event: Box::new(event),
+                    event,
                     charge: *charge,
                 };
             }

@@ -4,6 +4,7 @@
 //! first, so nothing acknowledged is lost to a crash and nothing settled comes back), the
 //! counters, and the head popped from the queue.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use jobrelay_contract::event::{JobEvent, JobKey};
@@ -67,7 +68,7 @@ pub(super) async fn record_dead_letter(
 pub(super) async fn settle(
     inner: &Inner,
     key: &JobKey,
-    event: JobEvent,
+    event: Arc<JobEvent>,
     replay: bool,
     outcome: Outcome,
 ) -> bool {
@@ -97,7 +98,12 @@ pub(super) async fn settle(
     let phase = event.phase;
     if !replay {
         // The event's inbox mark goes with its cursor, in one transaction.
-        let (cursor, id) = Cursor::taking(&inner.name, event);
+        // The fields move into the cursor unless the lane's writer still shares the event
+        // (its take waits for this very cursor); then they are copied.
+        let (cursor, id) = match Arc::try_unwrap(event) {
+            Ok(event) => Cursor::taking(&inner.name, event),
+            Err(shared) => Cursor::of(&inner.name, &shared),
+        };
         let settles = Some(id.clone());
         let saved = if cursor.deleted {
             inner.cursor_writer.remove(cursor, settles).await

@@ -51,14 +51,14 @@ async fn drain(inner: &Arc<Inner>, key: &JobKey) {
         let closed = inner.closed.load(Ordering::SeqCst);
         let next = queues().next(key, closed);
         let (event, replay) = match next {
-            Next::Call { event, replay } => (*event, replay),
+            Next::Call { event, replay } => (event, replay),
             Next::Fetch { id } => match read_back(inner, key, &id).await {
                 ReadBack::Event(mut event) => {
                     inner.read_back.fetch_add(1, Ordering::SeqCst);
                     if !queues().fetched(key, &mut event) {
                         return;
                     }
-                    (*event, false)
+                    (Arc::new(*event), false)
                 }
                 ReadBack::Refused(reason) => {
                     // Named, and left in the store for the operator; the job goes on.

@@ -192,7 +192,7 @@ impl Run {
                 );
                 for (taken, charge) in &offered.taken {
                     prop_assert_eq!(*charge, charge_of(taken));
-                    self.inbox.insert(taken.id.clone(), taken.clone());
+                    self.inbox.insert(taken.id.clone(), (**taken).clone());
                 }
                 // The lane notes a job it did not know from this sight of the event.
                 prop_assert_eq!(
@@ -239,7 +239,7 @@ impl Run {
                     }
                     if self.jobs[job].worker {
                         match self.q.next(&key(job), false) {
-                            Next::Call { event, .. } => self.q.release(&key(job), Some(*event)),
+                            Next::Call { event, .. } => self.q.release(&key(job), Some(event)),
                             Next::Fetch { .. } => self.q.release(&key(job), None),
                             Next::Idle | Next::Forgotten | Next::LetGo(_) => {}
                         }
@@ -301,7 +301,9 @@ impl Run {
         }
         match model.in_flight.take() {
             None => match self.q.next(&k, false) {
-                Next::Call { event, replay } => model.in_flight = Some((*event, replay)),
+                Next::Call { event, replay } => {
+                    model.in_flight = Some((Arc::unwrap_or_clone(event), replay))
+                }
                 Next::Fetch { id } => {
                     let mut event = self.inbox.get(&*id).cloned().ok_or_else(|| {
                         TestCaseError::fail(format!("{id} was never handed over for the inbox"))
@@ -322,7 +324,7 @@ impl Run {
                 }
             },
             Some((event, _)) if cut => {
-                self.q.release(&k, Some(event));
+                self.q.release(&k, Some(Arc::new(event)));
                 model.worker = false;
                 model.disturbed = true;
                 self.worker_done()?;
@@ -631,7 +633,7 @@ fn a_version_out_for_its_call_is_still_known() {
     );
     assert_eq!(q.pending(), 2);
 
-    q.release(&key, Some(*out));
+    q.release(&key, Some(out));
     let Next::Call { event: called, .. } = q.next(&key, false) else {
         panic!("the given-back version is not called again");
     };
