@@ -26,7 +26,8 @@
 //!
 //! The charge is an estimate of an event's size ([`charge_of`]): the object's JSON, its labels
 //! and annotations and its strings, plus the struct. Each lane's copy is charged in full,
-//! though the object's text is shared between lanes, so the count is an upper bound.
+//! though the object's text is shared between lanes, and a take is charged again though it
+//! shares the event its queue keeps whole, so the count is an upper bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -957,6 +957,17 @@ mod tests {
         assert!(err.to_string().contains("disk full"), "{err}");
     }
 
+    /// A writer on a store that refuses every batch (a full disk), with a budget of 1 MiB.
+    fn refusing_store() -> (Arc<Recording>, Arc<MemoryBudget>, CursorWriter) {
+        let store = Arc::new(Recording::default());
+        store
+            .fail_all
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let budget = MemoryBudget::new(1 << 20);
+        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        (store, budget, writer)
+    }
+
     fn event(uid: &str, rv: &str) -> JobEvent {
         serde_json::from_value(serde_json::json!({
             "id": format!("c/{uid}/{rv}"), "cluster": "c", "api_version": "batch/v1",
@@ -1059,12 +1070,7 @@ mod tests {
     /// back once it is stored.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_take_whose_batch_failed_is_written_with_the_next() {
-        let store = Arc::new(Recording::default());
-        store
-            .fail_all
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let budget = MemoryBudget::new(1 << 20);
-        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        let (store, budget, writer) = refusing_store();
         writer.take(event("u", "7"), 1_000);
         assert!(budget.held() > 0, "a take is charged");
         let started = std::time::Instant::now();
@@ -1183,12 +1189,7 @@ mod tests {
     /// stored. The lanes' write health follows (failing, then not).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn kept_takes_are_written_again_without_a_new_request() {
-        let store = Arc::new(Recording::default());
-        store
-            .fail_all
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let budget = MemoryBudget::new(1 << 20);
-        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        let (store, budget, writer) = refusing_store();
         writer.take(event("u", "7"), 1_000);
         let started = std::time::Instant::now();
         while store.batches_with("take c/u/7") < 2 {
@@ -1245,12 +1246,7 @@ mod tests {
     /// before their retry time: the backoff holds however often the writer wakes.
     #[tokio::test(start_paused = true)]
     async fn the_tick_keeps_the_retry_backoff() {
-        let store = Arc::new(Recording::default());
-        store
-            .fail_all
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let budget = MemoryBudget::new(1 << 20);
-        let writer = CursorWriter::start("p", store.clone(), budget.clone());
+        let (store, _budget, writer) = refusing_store();
         writer.take(event("u", "7"), 1_000);
         // Takes keep coming, so the writer ticks all along.
         for i in 0..40 {

@@ -51,24 +51,6 @@ impl Cursor {
 
     /// Like [`Cursor::from_event`], using the event up: its strings move into the cursor
     /// instead of being copied. Returns the event's id beside it, for reports.
-    /// As [`Cursor::taking`], copying the fields from an event that stays.
-    pub fn of(plugin: &str, event: &JobEvent) -> (Cursor, String) {
-        let cursor = Cursor {
-            plugin: plugin.to_owned(),
-            cluster: event.cluster.clone(),
-            uid: event.uid.clone(),
-            api_version: event.api_version.clone(),
-            kind: event.kind.clone(),
-            namespace: event.namespace.clone(),
-            name: event.name.clone(),
-            resource_version: event.resource_version.clone(),
-            phase: event.phase,
-            transition_time: event.transition_time.clone(),
-            deleted: event.phase == Phase::Deleted,
-        };
-        (cursor, event.id.clone())
-    }
-
     pub fn taking(plugin: &str, event: JobEvent) -> (Cursor, String) {
         let cursor = Cursor {
             plugin: plugin.to_owned(),

@@ -102,7 +102,7 @@ pub(super) async fn settle(
         // (its take waits for this very cursor); then they are copied.
         let (cursor, id) = match Arc::try_unwrap(event) {
             Ok(event) => Cursor::taking(&inner.name, event),
-            Err(shared) => Cursor::of(&inner.name, &shared),
+            Err(shared) => (Cursor::from_event(&inner.name, &shared), shared.id.clone()),
         };
         let settles = Some(id.clone());
         let saved = if cursor.deleted {
