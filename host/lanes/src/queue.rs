@@ -48,8 +48,8 @@ enum Held {
     /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`]. Shared with the
     /// lane's writer while it holds the event's take, so taking an event copies nothing.
     Here { event: Arc<JobEvent>, charge: u64 },
-    /// Out with the job's worker for its call (the head only): the worker owns the event it
-    /// delivers, so no copy is made, and gives it back with [`Queues::release`] when the call
+    /// Out with the job's worker for its call (the head only): the worker holds the event it
+    /// delivers (shared, not copied), and gives it back with [`Queues::release`] when the call
     /// is cut short. `charge` is still held; `spilled`: the worker read the event back from
     /// the inbox (nothing charged), and it goes back to waiting there if given back.
     Out { charge: u64, spilled: bool },
@@ -414,7 +414,7 @@ struct Ledger {
 
 impl Ledger {
     /// Where a newly queued event is kept: whole while the budget has room, else only in the
-    /// inbox. With `taking`, the event (or a copy of it, when it is also kept) goes to
+    /// inbox. With `taking`, the event (shared with the queue when it is also kept) goes to
     /// `taken` with its charge, for the lane to take into the inbox.
     fn keep(
         &mut self,
