@@ -444,10 +444,11 @@ impl Schedule {
     }
 
     /// The jobs due now and not looked at since their last recheck time, with the rule that
-    /// covers each, the longest finished first. Each is handed out once (taken) until [`Schedule::hold`],
-    /// [`Schedule::failed`], [`Schedule::would_delete`] or [`Schedule::done`] says what became
-    /// of it, or an observation takes it out ([`Schedule::still_taken`] tells). Jobs no rule
-    /// covers any more were taken out by the edit ([`Schedule::set_settings`]).
+    /// covers each, the longest finished first. Each is handed out once (taken) until
+    /// [`Schedule::hold`], [`Schedule::failed`], [`Schedule::would_delete`] or
+    /// [`Schedule::done`] says what became of it, or an observation takes it out
+    /// ([`Schedule::still_taken`] tells). Jobs no rule covers any more were taken out by the
+    /// edit ([`Schedule::set_settings`]).
     pub fn take_due(&self, now: DateTime<Utc>, instant: Instant) -> Vec<(FinishedJob, Rule)> {
         let settings = self.settings.load_full();
         let mut entries = self.lock();
