@@ -22,7 +22,16 @@
 //!   row of only (plugin, cluster, uid, version, phase): what SQLite itself costs per row, and
 //!   what a narrower row would save;
 //! - `call fresh`, `call reuse`: the `noop` plugin called once per event through the runtime
-//!   (a fresh instance per call; an instance serving 256 calls).
+//!   (a fresh instance per call; an instance serving 256 calls);
+//! - `writer`, `writer + take`, `writer + stored`: the inbox's take alone. Each event's cursor
+//!   saved through a lane's real `CursorWriter` on the SQLite store, 64 saves in flight as a
+//!   lane's workers keep them; then the same with each event taken into the inbox first and
+//!   its take settled by the save before it is due (the lane kept up: nothing is written to
+//!   the inbox, the cursor is copied from the event the writer shares, as the lane does); then
+//!   with every take stored before its save (a flush, as when the lane trails by more than the
+//!   delay: the event encoded, its row and mark written, the mark removed by the save; the
+//!   sweep of the row ten minutes later is not in the figure). The differences are what the
+//!   take costs per event that does not touch the store, and per event that does.
 //!
 //! CPU is the process's user + system time (`getrusage`), so threads a part uses (SQLite's,
 //! the engine's epoch ticker) count; wall time beside it. Each part runs 5 times after a
@@ -36,7 +45,8 @@
 //! lane's bookkeeping. A hand-over's cost depends on whether the receiving thread was asleep
 //! (a round trip costs several times more on an idle machine than on a busy one).
 //!
-//! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench parts`.
+//! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench parts` (`-- --only writer`
+//! for the `writer` parts alone).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +54,8 @@ use std::time::{Duration, Instant};
 use jobrelay_contract::event::JobEvent;
 use jobrelay_e2e::built_wasm;
 use jobrelay_e2e::stream_jobs::{volcano_job, volcano_status};
+use jobrelay_lanes::budget::{MemoryBudget, charge_of};
+use jobrelay_lanes::cursor_writer::CursorWriter;
 use jobrelay_runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use jobrelay_state::{Cursor, StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;
@@ -202,6 +214,85 @@ async fn calls(plugin: &PluginVersion, events: &[JobEvent]) {
     }
 }
 
+/// Whether, and how, each event is taken into the inbox before its save.
+#[derive(Clone, Copy, PartialEq)]
+enum Take {
+    None,
+    Settled,
+    Stored,
+}
+
+/// The `writer` parts: the three ways interleaved, run by run, so that the machine's drift
+/// falls on each alike.
+async fn inbox_take(dir: &std::path::Path, events: &[JobEvent]) {
+    const IN_FLIGHT: usize = 64;
+    let ways = [
+        (Take::None, "writer"),
+        (Take::Settled, "writer + take"),
+        (Take::Stored, "writer + stored"),
+    ];
+    let mut figures: Vec<Figures> = ways.iter().map(|_| Figures::new()).collect();
+    for run in 0..=RUNS {
+        for (way, (take, _)) in ways.iter().enumerate() {
+            let path = dir.join(format!("inbox-{way}-{run}.db"));
+            let store = open_store(&StateBackend::Sqlite(path))
+                .await
+                .expect("store");
+            let writer = CursorWriter::start("noop", store.clone(), MemoryBudget::new(128 << 20));
+            let owned: Vec<JobEvent> = events.to_vec();
+            let (cpu0, wall0) = (cpu(), Instant::now());
+            let mut owned = owned.into_iter().peekable();
+            while owned.peek().is_some() {
+                let chunk: Vec<Arc<JobEvent>> =
+                    owned.by_ref().take(IN_FLIGHT).map(Arc::new).collect();
+                if *take != Take::None {
+                    for event in &chunk {
+                        writer.take(event.clone(), charge_of(event));
+                    }
+                }
+                if *take == Take::Stored {
+                    assert!(writer.flush().await, "every take stored");
+                }
+                let saves = chunk.into_iter().map(|event| {
+                    let writer = writer.clone();
+                    async move {
+                        // As the lane settles a call: the fields move into the cursor unless
+                        // the writer still shares the event.
+                        let (cursor, id) = match Arc::try_unwrap(event) {
+                            Ok(event) => Cursor::taking("noop", event),
+                            Err(shared) => (Cursor::from_event("noop", &shared), shared.id.clone()),
+                        };
+                        writer.save(cursor, Some(id)).await.expect("save");
+                    }
+                });
+                futures::future::join_all(saves).await;
+            }
+            let written = writer.written();
+            if run > 0 {
+                figures[way].add(cpu() - cpu0, wall0.elapsed(), events.len());
+            }
+            let expected = if *take == Take::Stored {
+                events.len() as u64
+            } else {
+                0
+            };
+            assert_eq!(written, expected, "takes written to the inbox");
+            drop(writer);
+            store.close().await;
+        }
+    }
+    let medians: Vec<f64> = ways
+        .iter()
+        .zip(&figures)
+        .map(|((_, name), f)| f.print(name))
+        .collect();
+    println!(
+        "the take costs {:.2} µs per event settled before it is due, {:.2} µs per event stored",
+        medians[1] - medians[0],
+        medians[2] - medians[0]
+    );
+}
+
 /// The store's cursor schema and pragmas, for the rows written straight through rusqlite.
 const WIDE: &str = "CREATE TABLE cursors (
     plugin TEXT NOT NULL, cluster TEXT NOT NULL, uid TEXT NOT NULL,
@@ -282,6 +373,12 @@ async fn main() {
          {} bytes a line on average; median of {RUNS} runs\n",
         bytes / n
     );
+    if std::env::args().skip(1).collect::<Vec<_>>() == ["--only", "writer"] {
+        let kind = Arc::new(JobKind::builtin("volcano-job").expect("volcano-job"));
+        let dir = tempfile::tempdir().expect("temp dir");
+        inbox_take(dir.path(), &events(&kind, &lines)).await;
+        return;
+    }
 
     let json = measure("json", n, || async {
         for line in &lines {
@@ -397,6 +494,8 @@ async fn main() {
             }
         }
     }
+
+    inbox_take(dir.path(), &events).await;
 
     let runtime = Runtime::new(RuntimeSettings::default()).expect("runtime");
     let fresh = runtime.load(plugin_spec(1)).await.expect("noop loads");
