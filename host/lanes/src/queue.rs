@@ -614,7 +614,13 @@ impl Queues {
         job.let_go = false;
         let mut events = before(&job.accepted, &event);
         events.push(event);
-        for event in events {
+        for mut event in events {
+            // The `previous_phase` its call will carry, as far as it can be known now: the
+            // phase of the version accepted before it, which is delivered just before it
+            // unless something replaces it meanwhile. Set before the event is shared with the
+            // lane's writer (its take), since `next` must copy a shared event to change it —
+            // a copy of every version but a job's first. `next` still sets what was delivered.
+            let expected_previous = job.accepted.phase;
             // Only consulted when the version differs from the last one accepted, which is
             // rare for a version still queued; no set is built per event.
             let queue = &job.queue;
@@ -660,6 +666,7 @@ impl Queues {
                 continue;
             }
             offered.queued += 1;
+            event.previous_phase = expected_previous;
             let resource_version = CompactString::new(&event.resource_version);
             job.queue.push_back(Item {
                 held: self.ledger.keep(event, taking, &mut offered.taken),
@@ -752,8 +759,9 @@ impl Queues {
                     Held::Here { mut event, charge } => {
                         item.held = out(charge, false);
                         job.in_flight = true;
-                        // Changed only when it differs: the lane's writer may still share
-                        // the event (its take), and a change then copies it.
+                        // Set when it was queued (see `offer`), so this differs only when the
+                        // version before it was replaced: the lane's writer may still share the
+                        // event (its take), and a change then copies it.
                         if !item.replay && event.previous_phase != job.delivered_phase {
                             Arc::make_mut(&mut event).previous_phase = job.delivered_phase;
                         }

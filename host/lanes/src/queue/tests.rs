@@ -645,6 +645,66 @@ fn a_version_out_for_its_call_is_still_known() {
     assert_eq!(next.resource_version, "2");
 }
 
+/// The lane's writer shares each taken event until its cursor settles it, and a shared event
+/// must be copied to be changed: the `previous_phase` a call carries is set when the version
+/// is queued, so a version is called as it was taken, uncopied — and still with the phase
+/// delivered before it, also when a version between them was replaced.
+#[test]
+fn a_taken_version_is_called_uncopied_with_the_phase_delivered_before_it() {
+    let mut q = Queues::default();
+    let now = Instant::now();
+    let mut taken = Vec::new();
+    for (rv, phase) in [
+        ("1", Phase::Pending),
+        ("2", Phase::Running),
+        ("3", Phase::Failed),
+    ] {
+        taken.extend(offer_plain(&mut q, event(0, rv, phase), now).taken);
+    }
+    assert_eq!(taken.len(), 3);
+    let key = key(0);
+    let mut previous = None;
+    for (shared, _) in &taken {
+        let Next::Call { event, .. } = q.next(&key, false) else {
+            panic!("version {} is not called", shared.resource_version);
+        };
+        assert!(
+            Arc::ptr_eq(&event, shared),
+            "version {} was copied for its call",
+            event.resource_version
+        );
+        assert_eq!(event.previous_phase, previous);
+        previous = Some(event.phase);
+        q.pop_head(&key, false, event.phase);
+    }
+
+    // In `latest` mode a newer version replaces one queued behind the call in flight: the
+    // phase it expected is not the one delivered before it, and it is copied to carry that.
+    let latest = |q: &mut Queues, rv: &str, phase| {
+        q.offer(
+            event(1, rv, phase),
+            (DeliveryMode::Latest, 10, u64::MAX),
+            now,
+            true,
+            |_, _| Vec::new(),
+        )
+    };
+    let key = self::key(1);
+    latest(&mut q, "1", Phase::Pending);
+    let Next::Call { event: first, .. } = q.next(&key, false) else {
+        panic!("the first version is not called");
+    };
+    latest(&mut q, "2", Phase::Running);
+    let replacing = latest(&mut q, "3", Phase::Succeeded).taken;
+    q.pop_head(&key, false, first.phase);
+    let Next::Call { event: last, .. } = q.next(&key, false) else {
+        panic!("the newest version is not called");
+    };
+    assert_eq!(last.resource_version, "3");
+    assert_eq!(last.previous_phase, Some(Phase::Pending));
+    assert!(!Arc::ptr_eq(&last, &replacing[0].0));
+}
+
 /// Past the budget an event waits as its place alone, read back by the id its job and
 /// version give; one whose id is not that (written by hand, by an older build) could not be
 /// read back by it, so it is kept whole whatever the budget, and both come out in order.
