@@ -620,7 +620,7 @@ impl Queues {
             // unless something replaces it meanwhile. Set before the event is shared with the
             // lane's writer (its take), since `next` must copy a shared event to change it —
             // a copy of every version but a job's first. `next` still sets what was delivered.
-            let expected_previous = job.accepted.phase;
+            let mut expected_previous = job.accepted.phase;
             // Only consulted when the version differs from the last one accepted, which is
             // rare for a version still queued; no set is built per event.
             let queue = &job.queue;
@@ -632,7 +632,12 @@ impl Queues {
                 }
                 Decision::Replace => {
                     // Replays stay, and so does the head while its call runs: the worker
-                    // settles it when the call ends.
+                    // settles it when the call ends. With no call running, nothing of the
+                    // job's own is left ahead of this version: what was delivered comes
+                    // before it (a running call's phase is not known here).
+                    if !job.in_flight {
+                        expected_previous = job.delivered_phase;
+                    }
                     let mut head = job.in_flight;
                     let (replaced, ledger) = (&mut offered.replaced, &mut self.ledger);
                     job.queue.retain(|i| {

@@ -703,6 +703,21 @@ fn a_taken_version_is_called_uncopied_with_the_phase_delivered_before_it() {
     assert_eq!(last.resource_version, "3");
     assert_eq!(last.previous_phase, Some(Phase::Pending));
     assert!(!Arc::ptr_eq(&last, &replacing[0].0));
+    q.pop_head(&key, false, last.phase);
+
+    // With no call running, the replacing version follows what was delivered, and is called
+    // as it was taken.
+    latest(&mut q, "4", Phase::Running);
+    let replacing = latest(&mut q, "5", Phase::Failed).taken;
+    let Next::Call { event: last, .. } = q.next(&key, false) else {
+        panic!("the newest version is not called");
+    };
+    assert_eq!(last.resource_version, "5");
+    assert_eq!(last.previous_phase, Some(Phase::Succeeded));
+    assert!(
+        Arc::ptr_eq(&last, &replacing[0].0),
+        "a version replacing one that waited was copied for its call"
+    );
 }
 
 /// Past the budget an event waits as its place alone, read back by the id its job and
