@@ -286,6 +286,35 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
     lane.close().await;
 }
 
+/// Volcano job `u-9` running since `since` (seconds after `born`; the state's time), with
+/// status entries `history` (raw phase, seconds after `born`).
+fn volcano_running(
+    rv: &str,
+    born: &DateTime<FixedOffset>,
+    since: i64,
+    history: &[(&str, i64)],
+    from_list: bool,
+) -> Observed {
+    let entries: Vec<serde_json::Value> = history
+        .iter()
+        .map(|(p, s)| json!({"status": p, "lastTransitionTime": at(born, *s)}))
+        .collect();
+    let mut observed = volcano("u-9", rv, born, false);
+    let object = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "train-u-9", "namespace": "ml", "uid": "u-9",
+            "resourceVersion": rv, "creationTimestamp": at(born, 0)},
+        "status": {"state": {"phase": "Running", "lastTransitionTime": at(born, since)},
+                   "conditions": entries}
+    });
+    observed.event.phase = Phase::Running;
+    observed.event.raw_phase = "Running".into();
+    observed.event.transition_time = at(born, since);
+    observed.event.object_json = Arc::from(object.to_string());
+    observed.from_list = from_list;
+    observed
+}
+
 /// A Volcano job delivered while running, that restarted and ran again while the watch was
 /// broken: the re-list shows it running as before, but entered anew. The restart is rebuilt
 /// from its status and delivered between the two stays in running (before, a lane took the
@@ -294,30 +323,8 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
 async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (plugin, lane, born) = fresh_lane(&dir).await;
-    let entries = |phases: &[(&str, i64)]| -> serde_json::Value {
-        phases
-            .iter()
-            .map(|(p, s)| json!({"status": p, "lastTransitionTime": at(&born, *s)}))
-            .collect()
-    };
-    let running = |rv: &str, since: i64, history: &[(&str, i64)], from_list: bool| {
-        let mut observed = volcano("u-9", rv, &born, false);
-        let object = json!({
-            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": "train-u-9", "namespace": "ml", "uid": "u-9",
-                "resourceVersion": rv, "creationTimestamp": at(&born, 0)},
-            "status": {"state": {"phase": "Running", "lastTransitionTime": at(&born, since)},
-                       "conditions": entries(history)}
-        });
-        observed.event.phase = Phase::Running;
-        observed.event.raw_phase = "Running".into();
-        observed.event.transition_time = at(&born, since);
-        observed.event.object_json = Arc::from(object.to_string());
-        observed.from_list = from_list;
-        observed
-    };
     let first = [("Pending", 1), ("Running", 2)];
-    lane.push(running("10", 2, &first, false));
+    lane.push(volcano_running("10", &born, 2, &first, false));
     assert_eq!(
         delivered(&lane, &plugin, 1).await,
         [(None, Phase::Running, false)]
@@ -328,7 +335,7 @@ async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
         ("Restarting", 4),
         ("Running", 5),
     ];
-    lane.push(running("20", 5, &again, true));
+    lane.push(volcano_running("20", &born, 5, &again, true));
     let got = delivered(&lane, &plugin, 3).await;
     assert_eq!(
         got,
@@ -338,5 +345,49 @@ async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
             (Some(Phase::Restarting), Phase::Running, false),
         ]
     );
+    lane.close().await;
+}
+
+/// The same within one second: the job's running status was rewritten at t5 (its state time
+/// moved on, a Running entry added to the stay entered at t2) and delivered; while the watch
+/// was broken it restarted and ran again, all within t5. The re-list shows it running with
+/// the same state time as the version delivered — yet another stay, as its entries tell, and
+/// the restart between is rebuilt (before, the same phase at the same time was taken for the
+/// same stay, and the restart and the new stay were both lost). The version delivered, seen
+/// again, rebuilds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_within_the_second_of_a_rewrite_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (plugin, lane, born) = fresh_lane(&dir).await;
+    let rewritten = [("Pending", 1), ("Running", 2), ("Running", 5)];
+    lane.push(volcano_running("10", &born, 5, &rewritten, false));
+    assert_eq!(
+        delivered(&lane, &plugin, 1).await,
+        [(None, Phase::Running, false)]
+    );
+    lane.push(volcano_running("10", &born, 5, &rewritten, true));
+    let again = [
+        ("Pending", 1),
+        ("Running", 2),
+        ("Running", 5),
+        ("Restarting", 5),
+        ("Running", 5),
+    ];
+    lane.push(volcano_running("20", &born, 5, &again, true));
+    let got = delivered(&lane, &plugin, 3).await;
+    assert_eq!(
+        got,
+        [
+            (None, Phase::Running, false),
+            (Some(Phase::Running), Phase::Restarting, true),
+            (Some(Phase::Restarting), Phase::Running, false),
+        ]
+    );
+    // Nothing more: the same version listed again is no gap.
+    lane.push(volcano_running("20", &born, 5, &again, true));
+    lane.idle().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    lane.idle().await;
+    assert_eq!(plugin.got(), got);
     lane.close().await;
 }

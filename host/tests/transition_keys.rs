@@ -322,8 +322,12 @@ fn check_life(
         };
         last_met = Some(i);
         let cursor = versions[before].2.as_ref().expect("met");
+        // As a lane does: the same phase at the same time is the same stay, except in
+        // Volcano's status, which records every entry (see `gap_events` in `jobrelay_lanes`).
         if before + 1 == i
-            || cursor.phase == met.phase && cursor.transition_time == met.transition_time
+            || flavor != Flavor::Volcano
+                && cursor.phase == met.phase
+                && cursor.transition_time == met.transition_time
         {
             continue;
         }

@@ -806,16 +806,11 @@ fn gap_events(
     let Some(last_time) = accepted.transition_time.as_deref() else {
         return Vec::new();
     };
-    // The same phase entered at the same time is the same stay: nothing between. The same
-    // phase entered at another time left it and came back during the gap — which only a
-    // kind with a recorded history can tell (a field rule has none: its object is not read).
-    if last_phase == event.phase
-        && (last_time == event.transition_time
-            || matches!(
-                kind.normalizer,
-                jobrelay_watch::kinds::NormalizerSpec::Field(_)
-            ))
-    {
+    // The version accepted last, seen again (a re-list, a restart): nothing between.
+    if accepted.resource_version.as_deref() == Some(event.resource_version.as_str()) {
+        return Vec::new();
+    }
+    if last_phase == event.phase && same_stay(&kind.normalizer, event, last_time) {
         return Vec::new();
     }
     let Some(object) = object() else {
@@ -824,6 +819,32 @@ fn gap_events(
     let missed =
         catch_up::missed_transitions(&kind.normalizer, &object, last_phase, Some(last_time));
     catch_up::synthetic_events(event, last_phase, &missed)
+}
+
+/// Whether a version in the phase last accepted, entered at `last_time`, is still in the stay
+/// accepted — so nothing can lie between — as far as that can be told without reading its
+/// status.
+///
+/// The same phase entered at another time left it and came back during the gap — which only a
+/// kind with a recorded history can tell (a field rule has none: its object is not read, and
+/// its same phase is its same stay). The same time is the same stay, except in a status that
+/// records every entry (Volcano): there the state time is that of the last rewrite, a job
+/// may leave its phase and come back within that second, and its entries tell (a job is
+/// deleted once, though: `terminating` at the same time is the same).
+fn same_stay(
+    normalizer: &jobrelay_watch::kinds::NormalizerSpec,
+    event: &JobEvent,
+    last_time: &str,
+) -> bool {
+    use jobrelay_contract::event::Phase;
+    use jobrelay_watch::kinds::NormalizerSpec;
+    match normalizer {
+        NormalizerSpec::Field(_) => true,
+        NormalizerSpec::Volcano => {
+            event.phase == Phase::Terminating && last_time == event.transition_time
+        }
+        _ => last_time == event.transition_time,
+    }
 }
 
 /// A page of `plugin`'s events in the store's inbox, oldest first, from just after `after`. A

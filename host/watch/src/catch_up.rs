@@ -27,11 +27,14 @@
 //! too up to the entry of `last_phase` among them (the order says what came later); when the
 //! history holds `last_phase` more than once in that second, up to the first of them; when it
 //! holds none (`last_time` is jobrelay's own clock, for a status without a transition time,
-//! or a time recorded elsewhere), none of them counts as delivered. In every doubtful case a
-//! transition is delivered again — under the transition key it had, which plugins dedupe on —
-//! rather than lost. Clock skew between jobrelay and the controllers matters only if
-//! `last_time` was jobrelay's own clock: a transition recorded a second or more "before" it is
-//! lost.
+//! or a time recorded elsewhere), none of them counts as delivered. The cursor is placed among
+//! the entries as recorded, before folding: a status rewritten in the same phase moves its
+//! state time on (the time a cursor keeps) and records an entry that folds into the stay, and
+//! that entry, not a later stay of the phase in the same second, is the cursor's. In every
+//! doubtful case a transition is delivered again — under the transition key it had, which
+//! plugins dedupe on — rather than lost. Clock skew between jobrelay and the controllers
+//! matters only if `last_time` was jobrelay's own clock: a transition recorded a second or
+//! more "before" it is lost.
 //!
 //! # What each kind can and cannot tell
 //!
@@ -160,7 +163,7 @@ pub fn missed_transitions(
         return Vec::new();
     };
     let current = normalize(spec, object);
-    let history = history(spec, object, cut_at(&current));
+    let entries = entries(spec, object, cut_at(&current));
 
     // Entries before `last_time` were delivered. Of those sharing its second, the ones up to
     // the last delivered phase's entry were too; when that phase was entered more than once
@@ -168,16 +171,24 @@ pub fn missed_transitions(
     // time is jobrelay's clock, or a record of its own), they may all have come after it.
     // Either way a transition the cursor may not cover is delivered again — under the key it
     // had, which plugins dedupe on — rather than lost.
-    let before = history.iter().take_while(|s| s.at < last).count();
-    let tied = history[before..]
+    //
+    // This is read from the entries as recorded, before folding: the cursor's time may be
+    // that of an entry folded into its stay (a status rewritten in the same phase, whose
+    // state time moved on), and a later stay of the same phase within that second must not
+    // be taken for it — which would count the stays between as delivered.
+    let before = entries.iter().take_while(|s| s.at < last).count();
+    let tied = entries[before..]
         .iter()
         .take_while(|s| s.at == last)
         .count();
-    let start = history[before..before + tied]
+    let start = entries[before..before + tied]
         .iter()
         .position(|s| s.phase == last_phase)
         .map_or(before, |i| before + i + 1);
-    let mut missed = &history[start..];
+    let history = fold(entries);
+    // A stay whose first entry is at or after `start`; the stay `start` falls inside (the
+    // cursor's own, continued) is not one.
+    let mut missed = &history[history.partition_point(|s| s.entry < start)..];
     if let Some((first, rest)) = missed.split_first()
         && first.phase == last_phase
     {
@@ -346,6 +357,8 @@ struct Step {
     ordinal: usize,
     /// 1 + the earlier entries of the same phase at the same time text.
     occurrence: u32,
+    /// Folded: the index of its first entry among the sorted entries ([`entries`]).
+    entry: usize,
 }
 
 impl Step {
@@ -376,6 +389,15 @@ fn history(
     object: &Value,
     current_at: Option<DateTime<FixedOffset>>,
 ) -> Vec<Step> {
+    fold(entries(spec, object, current_at))
+}
+
+/// The object's recorded entries, sorted and cut at the current phase's time, not folded.
+fn entries(
+    spec: &NormalizerSpec,
+    object: &Value,
+    current_at: Option<DateTime<FixedOffset>>,
+) -> Vec<Step> {
     let mut entries = match spec {
         NormalizerSpec::Volcano => volcano(object),
         NormalizerSpec::Kubeflow => kubeflow(object),
@@ -396,8 +418,14 @@ fn history(
     if let Some(limit) = current_at {
         entries.retain(|e| e.at <= limit);
     }
+    entries
+}
+
+/// Sorted entries folded into stays (consecutive entries of one phase into the first),
+/// numbered.
+fn fold(entries: Vec<Step>) -> Vec<Step> {
     let mut folded: Vec<Step> = Vec::with_capacity(entries.len());
-    for e in entries {
+    for (entry, e) in entries.into_iter().enumerate() {
         if folded.last().is_some_and(|l| l.phase == e.phase) {
             continue;
         }
@@ -409,6 +437,7 @@ fn history(
         folded.push(Step {
             ordinal,
             occurrence,
+            entry,
             ..e
         });
     }
@@ -448,6 +477,7 @@ fn step_at(c: &Value, phase: Phase, raw: &str, rank: usize, with_text: bool) -> 
         rank,
         ordinal: 0,
         occurrence: 1,
+        entry: 0,
     })
 }
 
@@ -545,6 +575,7 @@ fn start_time_step(status: &Value) -> Option<Step> {
         rank: 0,
         ordinal: 0,
         occurrence: 1,
+        entry: 0,
     })
 }
 

@@ -192,6 +192,35 @@ fn a_phase_entered_twice_in_the_cursors_second_counts_from_the_first() {
     assert_eq!(m.iter().map(|m| m.n).collect::<Vec<_>>(), [1, 2]);
 }
 
+/// The case a generated life found: the job's running status is rewritten (a new Running
+/// entry, the state time moved on to t6) and in that same second it is suspended, resumed and
+/// runs again. A cursor on the rewrite (running at t6, its stay entered at t3) is the rewrite's
+/// entry, not the later running of t6: the stays between are missed, not taken as delivered.
+#[test]
+fn a_cursor_on_a_rewritten_stay_is_not_a_later_stay_of_its_second() {
+    let job = volcano_job(&[
+        ("Pending", t(1)),
+        ("Running", t(3)),
+        ("Running", t(6)),
+        ("Aborting", t(6)),
+        ("Aborted", t(6)),
+        ("Restarting", t(6)),
+        ("Running", t(6)),
+        ("Failed", t(7)),
+    ]);
+    let m = missed("volcano-job", &job, Phase::Running, &t(6));
+    assert_eq!(
+        summary(&m),
+        [
+            (Phase::Suspended, "Aborted", t(6).as_str()),
+            (Phase::Restarting, "Restarting", t(6).as_str()),
+            (Phase::Running, "Running", t(6).as_str()),
+        ]
+    );
+    // The same from the stay's own entry time, as a rebuilt cursor keeps it.
+    assert_eq!(missed("volcano-job", &job, Phase::Running, &t(3)), m);
+}
+
 #[test]
 fn volcano_abort_is_two_steps_and_aborting_folds_into_running() {
     let job = volcano_job(&[
