@@ -286,6 +286,13 @@ async fn a_plugin_with_cursors_but_no_install_time_counts_as_installed_long_ago(
     lane.close().await;
 }
 
+/// Running delivered live, then, after a gap, the restart rebuilt and the running seen.
+const RUNNING_RESTART_REBUILT_RUNNING: [(Option<Phase>, Phase, bool); 3] = [
+    (None, Phase::Running, false),
+    (Some(Phase::Running), Phase::Restarting, true),
+    (Some(Phase::Restarting), Phase::Running, false),
+];
+
 /// Volcano job `u-9` running since `since` (seconds after `born`; the state's time), with
 /// status entries `history` (raw phase, seconds after `born`).
 fn volcano_running(
@@ -337,14 +344,7 @@ async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
     ];
     lane.push(volcano_running("20", &born, 5, &again, true));
     let got = delivered(&lane, &plugin, 3).await;
-    assert_eq!(
-        got,
-        [
-            (None, Phase::Running, false),
-            (Some(Phase::Running), Phase::Restarting, true),
-            (Some(Phase::Restarting), Phase::Running, false),
-        ]
-    );
+    assert_eq!(got, RUNNING_RESTART_REBUILT_RUNNING);
     lane.close().await;
 }
 
@@ -375,14 +375,7 @@ async fn a_restart_within_the_second_of_a_rewrite_is_rebuilt() {
     ];
     lane.push(volcano_running("20", &born, 5, &again, true));
     let got = delivered(&lane, &plugin, 3).await;
-    assert_eq!(
-        got,
-        [
-            (None, Phase::Running, false),
-            (Some(Phase::Running), Phase::Restarting, true),
-            (Some(Phase::Restarting), Phase::Running, false),
-        ]
-    );
+    assert_eq!(got, RUNNING_RESTART_REBUILT_RUNNING);
     // Nothing more: the same version listed again is no gap.
     lane.push(volcano_running("20", &born, 5, &again, true));
     lane.idle().await;
