@@ -354,7 +354,8 @@ async fn a_restart_wholly_inside_a_gap_is_rebuilt() {
 /// the same state time as the version delivered — yet another stay, as its entries tell, and
 /// the restart between is rebuilt (before, the same phase at the same time was taken for the
 /// same stay, and the restart and the new stay were both lost). The version delivered, seen
-/// again, rebuilds nothing.
+/// again, rebuilds nothing — before and after jobrelay restarts between the two (what the lane
+/// accepted is then its stored cursor).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_within_the_second_of_a_rewrite_is_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -365,6 +366,19 @@ async fn a_restart_within_the_second_of_a_rewrite_is_rebuilt() {
         delivered(&lane, &plugin, 1).await,
         [(None, Phase::Running, false)]
     );
+    lane.push(volcano_running("10", &born, 5, &rewritten, true));
+    lane.idle().await;
+    lane.close().await;
+    drop(lane);
+    let lane = Lane::open(
+        "notify",
+        plugin.clone(),
+        transitions(),
+        store(&dir).await,
+        None,
+    )
+    .await
+    .expect("lane opened again");
     lane.push(volcano_running("10", &born, 5, &rewritten, true));
     let again = [
         ("Pending", 1),

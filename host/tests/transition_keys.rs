@@ -29,7 +29,7 @@ use std::sync::Arc;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_testkit::{Flavor, JobDriver, Pace, SimCluster};
 use jobrelay_watch::catch_up::{
-    first_sight_events, missed_transitions, recorded_transitions, synthetic_events,
+    first_sight_events, missed_transitions, recorded_transitions, stay_unchanged, synthetic_events,
 };
 use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::object::JobObject;
@@ -322,12 +322,13 @@ fn check_life(
         };
         last_met = Some(i);
         let cursor = versions[before].2.as_ref().expect("met");
-        // As a lane does: the same phase at the same time is the same stay, except in
-        // Volcano's status, which records every entry (see `gap_events` in `jobrelay_lanes`).
+        // As a lane does: no catch-up where the version is still in the cursor's stay.
         if before + 1 == i
-            || flavor != Flavor::Volcano
-                && cursor.phase == met.phase
-                && cursor.transition_time == met.transition_time
+            || stay_unchanged(
+                spec,
+                (cursor.phase, &cursor.transition_time),
+                (met.phase, &met.transition_time),
+            )
         {
             continue;
         }

@@ -810,7 +810,11 @@ fn gap_events(
     if accepted.resource_version.as_deref() == Some(event.resource_version.as_str()) {
         return Vec::new();
     }
-    if last_phase == event.phase && same_stay(&kind.normalizer, event, last_time) {
+    if catch_up::stay_unchanged(
+        &kind.normalizer,
+        (last_phase, last_time),
+        (event.phase, &event.transition_time),
+    ) {
         return Vec::new();
     }
     let Some(object) = object() else {
@@ -819,32 +823,6 @@ fn gap_events(
     let missed =
         catch_up::missed_transitions(&kind.normalizer, &object, last_phase, Some(last_time));
     catch_up::synthetic_events(event, last_phase, &missed)
-}
-
-/// Whether a version in the phase last accepted, entered at `last_time`, is still in the stay
-/// accepted — so nothing can lie between — as far as that can be told without reading its
-/// status.
-///
-/// The same phase entered at another time left it and came back during the gap — which only a
-/// kind with a recorded history can tell (a field rule has none: its object is not read, and
-/// its same phase is its same stay). The same time is the same stay, except in a status that
-/// records every entry (Volcano): there the state time is that of the last rewrite, a job
-/// may leave its phase and come back within that second, and its entries tell (a job is
-/// deleted once, though: `terminating` at the same time is the same).
-fn same_stay(
-    normalizer: &jobrelay_watch::kinds::NormalizerSpec,
-    event: &JobEvent,
-    last_time: &str,
-) -> bool {
-    use jobrelay_contract::event::Phase;
-    use jobrelay_watch::kinds::NormalizerSpec;
-    match normalizer {
-        NormalizerSpec::Field(_) => true,
-        NormalizerSpec::Volcano => {
-            event.phase == Phase::Terminating && last_time == event.transition_time
-        }
-        _ => last_time == event.transition_time,
-    }
 }
 
 /// A page of `plugin`'s events in the store's inbox, oldest first, from just after `after`. A

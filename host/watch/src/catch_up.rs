@@ -197,6 +197,33 @@ pub fn missed_transitions(
     before_current(spec, missed, current.phase)
 }
 
+/// Whether a version in `phase`, entered at `time` (RFC 3339, as its event carries them), is
+/// still in the stay last delivered (`last`: its phase and time) — so nothing can lie between
+/// — as far as that can be told without reading its status ([`missed_transitions`] reads it).
+///
+/// Another phase is another stay. The same phase entered at another time left it and came
+/// back — which only a kind with a recorded history can tell (a field rule has none: its
+/// same phase is its same stay). The same time is the same stay, except in a status that
+/// records every entry (Volcano): there the state time is that of the last rewrite, a job may
+/// leave its phase and come back within that second, and its entries tell (a job is deleted
+/// once, though: `terminating` at the same time is the same).
+pub fn stay_unchanged(
+    spec: &NormalizerSpec,
+    (last_phase, last_time): (Phase, &str),
+    (phase, time): (Phase, &str),
+) -> bool {
+    if last_phase != phase {
+        return false;
+    }
+    match spec {
+        NormalizerSpec::Field(_) => true,
+        NormalizerSpec::Volcano => phase == Phase::Terminating && last_time == time,
+        NormalizerSpec::Kubeflow | NormalizerSpec::Batch | NormalizerSpec::Conditions(_) => {
+            last_time == time
+        }
+    }
+}
+
 /// What `object`'s status records of the stay its current version is in.
 ///
 /// The stay the job was created in, for a built-in kind whose status shows it never left it

@@ -595,6 +595,33 @@ fn field_rule_has_no_history() {
     assert!(missed_transitions(&spec, &job, Phase::Pending, Some(&t(1))).is_empty());
 }
 
+/// Which versions skip the catch-up: the same phase at the same time, except for Volcano,
+/// whose entries are read (but `terminating` is one stay); a field rule's same phase always;
+/// another phase never.
+#[test]
+fn a_stay_is_taken_as_unchanged_only_where_the_status_could_tell_no_more() {
+    let field = parse_rule("field:\n  path: /status/phase\n  phases: {Training: running}\n");
+    let (running, terminating) = (Phase::Running, Phase::Terminating);
+    let cases = [
+        (kind("volcano-job"), running, 3, running, 3, false),
+        (kind("volcano-job"), running, 3, running, 5, false),
+        (kind("volcano-job"), terminating, 3, terminating, 3, true),
+        (kind("pytorch-job"), running, 3, running, 3, true),
+        (kind("pytorch-job"), running, 3, running, 5, false),
+        (kind("batch-job"), running, 3, running, 3, true),
+        (kind("batch-job"), running, 3, Phase::Suspended, 3, false),
+        (field.clone(), running, 3, running, 5, true),
+        (field, Phase::Pending, 3, running, 3, false),
+    ];
+    for (spec, last_phase, last_at, phase, at, unchanged) in cases {
+        assert_eq!(
+            stay_unchanged(&spec, (last_phase, &t(last_at)), (phase, &t(at))),
+            unchanged,
+            "{spec:?}: {last_phase}@{last_at} then {phase}@{at}"
+        );
+    }
+}
+
 // ---- cursors and odd input ----
 
 #[test]
