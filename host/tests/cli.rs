@@ -91,6 +91,50 @@ async fn check_passes_on_a_good_folder() {
     assert!(report.contains("all checks passed"), "{report}");
 }
 
+/// A fleet where one cluster does not serve a kind yet (its CRD is not installed there) passes
+/// `check`, as `run` treats it: a warning naming the cluster and the kind, exit 0. A kind
+/// limited to other clusters is not asked of this one at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_a_mixed_fleet_with_a_warning_naming_the_cluster() {
+    let alpha = SimCluster::start("alpha").await.expect("sim");
+    let beta = SimCluster::start("beta").await.expect("sim");
+    assert!(beta.unregister_kind(&jobrelay_testkit::Gvr::VOLCANO_JOB));
+    let dir = folder(&alpha);
+    let root = dir.path();
+    write(&root.join("clusters/beta.yaml"), &beta.kubeconfig_yaml());
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nkinds: [{{name: volcano-job}}, {{name: batch-job}}, \
+             {{name: pytorch-job, clusters: [alpha]}}]\nstate: {{path: state/jobrelay.db}}\n",
+            repo().join("target/plugins").display()
+        ),
+    );
+    alpha.unregister_kind(&jobrelay_testkit::Gvr::PYTORCH_JOB);
+    let config = root.to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config]).await;
+    let report = text(&out);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("ok    cluster  beta: v1.") && report.contains("can list batch-job"),
+        "{report}"
+    );
+    assert!(
+        report.contains("warn  cluster  beta: does not serve volcano-job"),
+        "{report}"
+    );
+    // pytorch-job is watched on alpha only, where it is not served either.
+    assert!(
+        report.contains("warn  cluster  alpha: does not serve pytorch-job"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("beta: does not serve pytorch-job"),
+        "{report}"
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+}
+
 /// `check` runs each plugin's load-time `init` as the daemon would; `--no-init` runs no plugin
 /// code at all: a config only `init` refuses passes, and what `init` would write is not
 /// written.

@@ -17,7 +17,7 @@ use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
 use jobrelay_lanes::cleanup::{AfterFinished, CleanupSettings, CleanupSpec};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
-use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
+use jobrelay_watch::kinds::{JobKind, NormalizerSpec, Sample};
 
 use super::{CLUSTERS_DIR, ConfigError, PLUGIN_MANIFESTS_DIR};
 
@@ -425,6 +425,9 @@ pub struct KindEntry {
     /// Empty: every cluster.
     #[serde(default)]
     pub clusters: Vec<String>,
+    /// Statuses and the phase each must give, tried when the file is read (and by `check`).
+    #[serde(default)]
+    pub samples: Vec<Sample>,
 }
 
 /// How jobrelay's finalizer behaves, for kinds that enable it.
@@ -900,6 +903,12 @@ enum KindError {
     /// The normalizer's own check (`jobrelay-watch`), in its words.
     #[error("`{name}`: {why}")]
     Normalizer { name: String, why: String },
+    /// A sample the normalizer does not read as the file says.
+    #[error("`{name}`: {why}")]
+    Sample {
+        name: String,
+        why: jobrelay_watch::kinds::SampleMismatch,
+    },
 }
 
 impl KindEntry {
@@ -914,6 +923,7 @@ impl KindEntry {
             pod_label: None,
             finalizer: false,
             clusters: Vec::new(),
+            samples: Vec::new(),
         }
     }
 
@@ -928,16 +938,24 @@ impl KindEntry {
             return Err(KindError::NoName);
         }
         if is_bare {
-            let (finalizer, clusters) = (self.finalizer, self.clusters);
-            return JobKind::builtin(&self.name)
+            let (finalizer, clusters, samples) = (self.finalizer, self.clusters, self.samples);
+            let kind = JobKind::builtin(&self.name)
                 .map(|k| JobKind {
                     finalizer,
                     clusters,
+                    samples,
                     ..k
                 })
                 .ok_or_else(|| KindError::NotBuiltin {
                     name: self.name.clone(),
-                });
+                })?;
+            return match kind.check_samples() {
+                Ok(()) => Ok(kind),
+                Err(why) => Err(KindError::Sample {
+                    name: kind.name,
+                    why,
+                }),
+            };
         }
         let need = |v: Option<String>, field: &'static str| {
             v.filter(|s| !s.is_empty())
@@ -963,6 +981,7 @@ impl KindEntry {
             pod_label: self.pod_label.clone(),
             finalizer: self.finalizer,
             clusters: self.clusters,
+            samples: self.samples,
             name: self.name,
         };
         kind.normalizer
@@ -971,6 +990,10 @@ impl KindEntry {
                 name: kind.name.clone(),
                 why: why.to_string(),
             })?;
+        kind.check_samples().map_err(|why| KindError::Sample {
+            name: kind.name.clone(),
+            why,
+        })?;
         Ok(kind)
     }
 }
@@ -1025,6 +1048,34 @@ mod tests {
         assert!(
             empty.to_string().contains("normalizer.conditions"),
             "{empty}"
+        );
+    }
+
+    /// A kind written as rules, with samples: the samples are tried when the file is read,
+    /// and one the rules read otherwise refuses the file naming the kind and the sample.
+    #[test]
+    fn kind_samples_are_tried_when_the_file_is_read() {
+        let file = |phase: &str| {
+            format!(
+                "kinds:\n  - name: mljob\n    group: example.com\n    version: v1\n    \
+                 kind: MLJob\n    plural: mljobs\n    normalizer:\n      rules:\n        \
+                 first_match:\n          - {{phase: running, when: [{{condition: Suspended, \
+                 status: \"False\", reason: [Resumed]}}]}}\n    samples:\n      - name: resumed\n        \
+                 status: {{conditions: [{{type: Suspended, status: \"False\", reason: Resumed}}]}}\n        \
+                 phase: {phase}\n  - name: jobset\n    samples:\n      - {{status: {{}}, spec: \
+                 {{suspend: true}}, phase: suspended}}\n"
+            )
+        };
+        let ok = MainConfig::parse(&file("running"), Path::new("/cfg")).expect("valid");
+        assert_eq!(ok.kinds[0].samples.len(), 1);
+        let err = MainConfig::parse(&file("failed"), Path::new("/cfg"))
+            .expect_err("a sample the rules read otherwise")
+            .to_string();
+        assert!(
+            err.contains(
+                "`mljob`: samples[0] (resumed): normalizes to running, the sample says failed"
+            ),
+            "{err}"
         );
     }
 

@@ -218,9 +218,10 @@ pub fn stay_unchanged(
     match spec {
         NormalizerSpec::Field(_) => true,
         NormalizerSpec::Volcano => phase == Phase::Terminating && last_time == time,
-        NormalizerSpec::Kubeflow | NormalizerSpec::Batch | NormalizerSpec::Conditions(_) => {
-            last_time == time
-        }
+        NormalizerSpec::Kubeflow
+        | NormalizerSpec::Batch
+        | NormalizerSpec::Conditions(_)
+        | NormalizerSpec::Rules(_) => last_time == time,
     }
 }
 
@@ -279,7 +280,9 @@ fn first_stay(spec: &NormalizerSpec, object: &Value) -> bool {
         NormalizerSpec::Batch => {
             conditions(object).next().is_none() && count("succeeded") == 0 && count("failed") == 0
         }
-        NormalizerSpec::Conditions(_) | NormalizerSpec::Field(_) => false,
+        NormalizerSpec::Conditions(_) | NormalizerSpec::Field(_) | NormalizerSpec::Rules(_) => {
+            false
+        }
     }
 }
 
@@ -438,14 +441,56 @@ fn entries(
                 .collect();
             true_conditions(object, &table)
         }
+        NormalizerSpec::Rules(rules) => rules
+            .dated_entries(object)
+            .into_iter()
+            .filter_map(|e| {
+                Some(Step {
+                    phase: e.phase,
+                    raw: e.raw,
+                    reason: e.reason,
+                    message: e.message,
+                    at: parse_time(&e.at)?,
+                    at_text: e.at,
+                    rank: e.rank,
+                    ordinal: 0,
+                    occurrence: 1,
+                    entry: 0,
+                })
+            })
+            .collect(),
         NormalizerSpec::Field(_) => Vec::new(),
     };
     // Stable: equal (time, rank) keep the status's own order.
     entries.sort_by(|a, b| a.at.cmp(&b.at).then(a.rank.cmp(&b.rank)));
+    if matches!(
+        spec,
+        NormalizerSpec::Conditions(_) | NormalizerSpec::Rules(_)
+    ) {
+        one_per_second(&mut entries);
+    }
     if let Some(limit) = current_at {
         entries.retain(|e| e.at <= limit);
     }
     entries
+}
+
+/// Of the entries a rules or conditions kind dates in one second, only the one its rules put
+/// first: conditions that are true together and were set in the same second read, live, as
+/// that one phase alone (a JobSet restarting writes `RestartingJobSet` and
+/// `StartupPolicyInProgress` at once; the second is no pending stay of its own). Whether the
+/// others were ever seen alone within that second cannot be told; a stay is not invented for
+/// them.
+fn one_per_second(entries: &mut Vec<Step>) {
+    // Sorted by (time, rank): the last of each time is the highest-ranked.
+    let mut kept: Vec<Step> = Vec::with_capacity(entries.len());
+    for e in entries.drain(..) {
+        if kept.last().is_some_and(|l| l.at == e.at) {
+            kept.pop();
+        }
+        kept.push(e);
+    }
+    *entries = kept;
 }
 
 /// Sorted entries folded into stays (consecutive entries of one phase into the first),

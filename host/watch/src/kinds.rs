@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use jobrelay_contract::event::Phase;
 
+use super::rules::{Rules, RulesSpec};
+
 /// One kind of training job, as configured in the main file's `kinds:` list.
 ///
 /// Writing only `name:` selects a built-in kind (`batch-job`, `volcano-job`, `pytorch-job`,
-/// `mpi-job`, `mpi-job-v1`).
+/// `mpi-job`, `mpi-job-v1`, `train-job`, `jobset`, `ray-job`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobKind {
@@ -35,9 +37,93 @@ pub struct JobKind {
     /// empty: every cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<String>,
+    /// Statuses with the phase the normalizer must give them, tried by `jobrelay check`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<Sample>,
+}
+
+/// A status written as a kind's controller writes it, and the phase it must normalize to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    /// What the sample stands for, shown when it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The object's `status`.
+    #[serde(default)]
+    pub status: serde_json::Value,
+    /// The object's `spec`, for rules that read it (`/spec/suspend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
+    /// The phase the normalizer must give.
+    pub phase: Phase,
+    /// The reason it must give, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A sample the kind's normalizer does not read as its author said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("samples[{index}]{name}: {what}")]
+pub struct SampleMismatch {
+    pub index: usize,
+    /// ` (name)` when the sample has one.
+    pub name: String,
+    pub what: String,
+}
+
+impl Sample {
+    /// The object this sample stands for.
+    pub fn object(&self) -> serde_json::Value {
+        let mut object = serde_json::Map::new();
+        object.insert("metadata".into(), serde_json::json!({"name": "sample"}));
+        if let Some(spec) = &self.spec {
+            object.insert("spec".into(), spec.clone());
+        }
+        if !self.status.is_null() {
+            object.insert("status".into(), self.status.clone());
+        }
+        serde_json::Value::Object(object)
+    }
 }
 
 impl JobKind {
+    /// Every sample normalized by the kind's rules; the first that does not give its phase
+    /// (and reason, when the sample names one).
+    pub fn check_samples(&self) -> Result<(), SampleMismatch> {
+        for (index, sample) in self.samples.iter().enumerate() {
+            let got = crate::normalize::normalize(&self.normalizer, &sample.object());
+            let name = sample
+                .name
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            if got.phase != sample.phase {
+                return Err(SampleMismatch {
+                    index,
+                    name,
+                    what: format!(
+                        "normalizes to {}, the sample says {} (raw phase `{}`)",
+                        got.phase, sample.phase, got.raw_phase
+                    ),
+                });
+            }
+            if let Some(reason) = &sample.reason
+                && got.reason.as_deref() != Some(reason.as_str())
+            {
+                return Err(SampleMismatch {
+                    index,
+                    name,
+                    what: format!(
+                        "gives reason {:?}, the sample says {reason:?}",
+                        got.reason.as_deref().unwrap_or("")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether this kind is watched on `cluster` (see [`JobKind::clusters`]).
     pub fn watched_on(&self, cluster: &str) -> bool {
         self.clusters.is_empty() || self.clusters.iter().any(|p| name_matches(p, cluster))
@@ -64,6 +150,7 @@ impl JobKind {
             pod_label: Some(label.into()),
             finalizer: false,
             clusters: Vec::new(),
+            samples: Vec::new(),
         };
         Some(match name {
             "batch-job" => k(
@@ -106,17 +193,44 @@ impl JobKind {
                 NormalizerSpec::Kubeflow,
                 "training.kubeflow.org/job-name",
             ),
+            "train-job" => k(
+                "trainer.kubeflow.org",
+                "v1alpha1",
+                "TrainJob",
+                "trainjobs",
+                NormalizerSpec::Rules(builtin_rules(BuiltinRules::TrainJob)),
+                "jobset.sigs.k8s.io/jobset-name",
+            ),
+            "jobset" => k(
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                "JobSet",
+                "jobsets",
+                NormalizerSpec::Rules(builtin_rules(BuiltinRules::JobSet)),
+                "jobset.sigs.k8s.io/jobset-name",
+            ),
+            "ray-job" => k(
+                "ray.io",
+                "v1",
+                "RayJob",
+                "rayjobs",
+                NormalizerSpec::Rules(builtin_rules(BuiltinRules::RayJob)),
+                "ray.io/originated-from-cr-name",
+            ),
             _ => return None,
         })
     }
 
     /// Names of every built-in kind, as [`JobKind::builtin`] knows them.
-    pub const BUILTINS: [&'static str; 5] = [
+    pub const BUILTINS: [&'static str; 8] = [
         "batch-job",
         "volcano-job",
         "pytorch-job",
         "mpi-job",
         "mpi-job-v1",
+        "train-job",
+        "jobset",
+        "ray-job",
     ];
 
     /// Names of the built-in kinds watched when the main file lists none.
@@ -124,8 +238,35 @@ impl JobKind {
         ["batch-job", "volcano-job", "pytorch-job", "mpi-job"];
 }
 
+/// The built-in kinds written in the rules language, as shipped beside this file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltinRules {
+    TrainJob,
+    JobSet,
+    RayJob,
+}
+
+impl BuiltinRules {
+    /// The rules as YAML text, exactly as `docs/job-kinds.md` shows them.
+    pub fn text(self) -> &'static str {
+        match self {
+            BuiltinRules::TrainJob => include_str!("kinds/train-job.yaml"),
+            BuiltinRules::JobSet => include_str!("kinds/jobset.yaml"),
+            BuiltinRules::RayJob => include_str!("kinds/ray-job.yaml"),
+        }
+    }
+}
+
+/// A built-in kind's rules, read from the text shipped with this crate (no outside input: a
+/// unit test reads every one).
+fn builtin_rules(which: BuiltinRules) -> Rules {
+    let spec: RulesSpec = serde_yaml_ng::from_str(which.text())
+        .unwrap_or_else(|e| panic!("built-in rules {which:?} do not read: {e}"));
+    Rules::try_from(spec).unwrap_or_else(|e| panic!("built-in rules {which:?}: {e}"))
+}
+
 /// How a kind's status becomes a normalized phase. In YAML: `batch`, `volcano`, `kubeflow`,
-/// `{field: {...}}` or `{conditions: [...]}`.
+/// `{field: {...}}`, `{conditions: [...]}` or `{rules: {first_match: [...], otherwise: …}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NormalizerSpec {
@@ -139,6 +280,8 @@ pub enum NormalizerSpec {
     Field(FieldRule),
     /// The first condition with status `True`, in the listed order.
     Conditions(Vec<ConditionRule>),
+    /// The first of a list of rules whose tests all hold (`crate::rules`).
+    Rules(Rules),
 }
 
 impl NormalizerSpec {
@@ -177,17 +320,25 @@ impl NormalizerSpec {
                     None => Ok(()),
                 }
             }
-            NormalizerSpec::Batch | NormalizerSpec::Volcano | NormalizerSpec::Kubeflow => Ok(()),
+            // Checked when read (`Rules::try_from`): a rules value is always usable.
+            NormalizerSpec::Batch
+            | NormalizerSpec::Volcano
+            | NormalizerSpec::Kubeflow
+            | NormalizerSpec::Rules(_) => Ok(()),
         }
     }
 
     /// Whether the normalizer, and the history it reads for transition keys and catch-up,
-    /// read nothing of an object but its `status` and `metadata.deletionTimestamp` — what the
-    /// watcher hands them without decoding the rest ([`crate::object::JobObject::view`]).
-    /// Only a field rule can point elsewhere.
+    /// read nothing of an object but its `status`, `metadata.deletionTimestamp` and
+    /// `spec.suspend` — what the watcher hands them without decoding the rest
+    /// ([`crate::object::JobObject::view`]). Only a field rule or a rules normalizer can point
+    /// elsewhere.
     pub fn reads_status_only(&self) -> bool {
         let in_status = |pointer: &str| pointer == "/status" || pointer.starts_with("/status/");
         match self {
+            NormalizerSpec::Rules(rules) => rules.reads_view_only(|p| {
+                in_status(p) || p == "/spec/suspend" || p == "/metadata/deletionTimestamp"
+            }),
             NormalizerSpec::Batch
             | NormalizerSpec::Volcano
             | NormalizerSpec::Kubeflow
@@ -221,7 +372,7 @@ pub enum NormalizerError {
     UntypedCondition(usize),
 }
 
-fn pointer_problem(pointer: &str) -> Option<&'static str> {
+pub(crate) fn pointer_problem(pointer: &str) -> Option<&'static str> {
     if !pointer.starts_with('/') {
         return Some("a JSON pointer starts with `/`");
     }

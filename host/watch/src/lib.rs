@@ -23,6 +23,9 @@
 //!   version's event and reports what a list found (a pure state machine).
 //! - [`normalize`]: a kind's own status turned into one phase, with the raw phase, reason,
 //!   message and time that decided it.
+//! - [`rules`]: the normalizer written as data: an ordered list of rules over conditions,
+//!   fields, counts and CEL expressions (the built-in TrainJob, JobSet and RayJob kinds are
+//!   written in it).
 //! - `json_pointer`: JSON pointer lookups that allocate nothing for plain tokens, for the
 //!   normalizers and the catch-up.
 //! - [`transition_key`]: the stay a version is in, and the transition key made of it.
@@ -39,6 +42,7 @@ pub mod lenient;
 pub mod normalize;
 pub mod object;
 pub mod retry;
+pub mod rules;
 pub mod tracker;
 pub mod transition_key;
 pub mod watcher;

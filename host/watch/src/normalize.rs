@@ -49,6 +49,7 @@ pub fn normalize(spec: &NormalizerSpec, object: &Value) -> Normalized {
                 .map(|r: &ConditionRule| (r.type_.as_str(), r.phase)),
         ),
         NormalizerSpec::Field(rule) => field(object, rule),
+        NormalizerSpec::Rules(rules) => rules.normalize(object),
     };
     if let Some(ts) = str_at(object, "/metadata/deletionTimestamp") {
         n.phase = Phase::Terminating;

@@ -77,7 +77,7 @@ impl JobObject {
         reason: String,
     ) -> JobObject {
         metadata.managed_fields = None;
-        let view = status_view(None, deletion_timestamp(&metadata).ok().flatten());
+        let view = status_view(None, deletion_timestamp(&metadata).ok().flatten(), None);
         JobObject {
             metadata,
             view,
@@ -94,9 +94,9 @@ impl JobObject {
         self.unreadable.as_deref()
     }
 
-    /// What normalizers read of the object: its `status` as read and
+    /// What normalizers read of the object: its `status` as read, `spec.suspend`, and
     /// `metadata.deletionTimestamp` as the metadata type writes it back
-    /// (`{"metadata": {"deletionTimestamp": …}, "status": …}`,
+    /// (`{"metadata": {"deletionTimestamp": …}, "spec": {"suspend": …}, "status": …}`,
     /// each part present when the object has it) — everything a built-in normalizer, a
     /// conditions rule or a field rule on `/status` reads; after
     /// [`JobObject::decode_whole`], the whole object.
@@ -149,6 +149,18 @@ struct Top<'a> {
     api_version: Option<Cow<'a, str>>,
     #[serde(borrow)]
     kind: Option<Cow<'a, str>>,
+    /// Read for `spec.suspend` alone ([`SpecParts`]), the rest skipped unread.
+    #[serde(borrow, default)]
+    spec: Option<&'a RawValue>,
+}
+
+/// What the view takes of the spec: whether the job is suspended (Kueue creates jobs
+/// suspended and admits them by unsuspending; a TrainJob or JobSet shows it nowhere else
+/// until its controller writes a condition).
+#[derive(Deserialize)]
+struct SpecParts {
+    #[serde(default)]
+    suspend: Option<bool>,
 }
 
 /// A member that is there, whatever its value (`Option` alone would read `null` as absent).
@@ -197,7 +209,15 @@ fn quick(text: &str) -> Option<JobObject> {
         .map(|raw| serde_json::from_str(raw.get()))
         .transpose()
         .ok()?;
-    let view = status_view(status, deletion_timestamp(&metadata).ok()?);
+    // A spec that is no object, or too deep to read, has no `suspend` for the view; the
+    // object is still read (as the whole-tree reading does).
+    let suspend = top
+        .spec
+        .filter(|raw| raw.get().starts_with('{'))
+        .and_then(|raw| serde_json::from_str::<SpecParts>(raw.get()).ok())
+        .and_then(|s| s.suspend)
+        .map(Value::Bool);
+    let view = status_view(status, deletion_timestamp(&metadata).ok()?, suspend);
     Some(JobObject {
         metadata,
         view,
@@ -258,12 +278,27 @@ fn view_of(object: &Map<String, Value>) -> Value {
     let deletion = object
         .get("metadata")
         .and_then(|m| m.get("deletionTimestamp"));
-    status_view(object.get("status").cloned(), deletion.cloned())
+    let suspend = object
+        .get("spec")
+        .and_then(|s| s.get("suspend"))
+        .filter(|v| v.is_boolean())
+        .cloned();
+    status_view(object.get("status").cloned(), deletion.cloned(), suspend)
 }
 
-/// `{"metadata": {"deletionTimestamp": …}, "status": …}`, each part present when given.
-fn status_view(status: Option<Value>, deletion_timestamp: Option<Value>) -> Value {
+/// `{"metadata": {"deletionTimestamp": …}, "spec": {"suspend": …}, "status": …}`, each part
+/// present when given.
+fn status_view(
+    status: Option<Value>,
+    deletion_timestamp: Option<Value>,
+    suspend: Option<Value>,
+) -> Value {
     let mut view = Map::new();
+    if let Some(suspend) = suspend {
+        let mut spec = Map::new();
+        spec.insert("suspend".into(), suspend);
+        view.insert("spec".into(), Value::Object(spec));
+    }
     if let Some(status) = status {
         view.insert("status".into(), status);
     }

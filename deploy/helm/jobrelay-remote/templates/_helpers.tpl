@@ -20,6 +20,9 @@ volcano-job: {group: batch.volcano.sh, plural: jobs}
 pytorch-job: {group: kubeflow.org, plural: pytorchjobs}
 mpi-job: {group: kubeflow.org, plural: mpijobs}
 mpi-job-v1: {group: kubeflow.org, plural: mpijobs}
+train-job: {group: trainer.kubeflow.org, plural: trainjobs}
+jobset: {group: jobset.x-k8s.io, plural: jobsets}
+ray-job: {group: ray.io, plural: rayjobs}
 {{- end }}
 
 {{/*

@@ -7,7 +7,9 @@
 //! is connected to (its tables made if missing) and asked how many dead letters it holds; an
 //! SQLite file that exists likewise (beside a running daemon, as `jobrelay dead-letters` does);
 //! one that does not is not made, only its folder is proven creatable and writable. The report
-//! names each file; the exit code is 1 on any problem.
+//! names each file; the exit code is 1 on any problem. A kind a cluster does not serve (its
+//! CRD is not installed there) is a warning naming the cluster, not a problem: `run` watches
+//! it once the CRD appears.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -154,9 +156,25 @@ pub async fn command(
     }
 
     for (name, source) in state.clusters() {
-        match tokio::time::timeout(cluster_timeout, probe_cluster(&source.kubeconfig, &main)).await
+        match tokio::time::timeout(
+            cluster_timeout,
+            probe_cluster(name, &source.kubeconfig, &main),
+        )
+        .await
         {
-            Ok(Ok(report)) => println!("ok    cluster  {name}: {report}"),
+            Ok(Ok(report)) => {
+                println!("ok    cluster  {name}: {}", report.listed);
+                // As `run` treats it: a kind whose CRD a cluster lacks is not the cluster's
+                // fault (it is watched once the CRD appears), so one kinds list can serve a
+                // mixed fleet and a CI gate on `check` passes on it.
+                if !report.not_served.is_empty() {
+                    println!(
+                        "warn  cluster  {name}: does not serve {} (CRD not installed; watched \
+                         once it is)",
+                        report.not_served.join(", ")
+                    );
+                }
+            }
             Ok(Err(e)) => {
                 failures += 1;
                 println!("FAIL  cluster  {name} ({}): {e}", source.path.display());
@@ -180,33 +198,52 @@ pub async fn command(
     }
 }
 
+/// What one cluster answered: its version and the kinds it listed, and the kinds it does not
+/// serve.
+struct ClusterReport {
+    listed: String,
+    not_served: Vec<String>,
+}
+
 async fn probe_cluster(
+    name: &str,
     kubeconfig: &kube::config::Kubeconfig,
     main: &MainConfig,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<ClusterReport> {
     let client: Client = build_client(kubeconfig, None).await?;
     let version = client
         .apiserver_version()
         .await
         .map_err(|e| anyhow!("version: {e}"))?;
     let mut listed = Vec::new();
-    for kind in &main.kinds {
+    let mut not_served = Vec::new();
+    for kind in main.kinds.iter().filter(|k| k.watched_on(name)) {
         let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
         let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
         let api: Api<DynamicObject> = match main.watch.namespaces.first() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        api.list(&ListParams::default().limit(1))
-            .await
-            .map_err(|e| anyhow!("cannot list {}: {e}", kind.name))?;
-        listed.push(kind.name.as_str());
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => listed.push(kind.name.as_str()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                not_served.push(kind.name.clone())
+            }
+            Err(e) => return Err(anyhow!("cannot list {}: {e}", kind.name)),
+        }
     }
-    Ok(format!(
-        "{}, can list {}",
-        version.git_version,
-        listed.join(", ")
-    ))
+    Ok(ClusterReport {
+        listed: format!(
+            "{}, can list {}",
+            version.git_version,
+            if listed.is_empty() {
+                "no kind".to_string()
+            } else {
+                listed.join(", ")
+            }
+        ),
+        not_served,
+    })
 }
 
 /// Tries the state store within `within`: the text after its name when it works (how many

@@ -170,6 +170,44 @@ fn statuses(normalizer: &NormalizerSpec) -> Vec<Value> {
         .into_iter()
         .map(|type_| json!({"conditions": [condition(type_)]}))
         .collect(),
+        // The built-in kinds written as rules (TrainJob, JobSet, RayJob): a status of each
+        // phase for each of them; the rules pick theirs.
+        NormalizerSpec::Rules(_) => {
+            let children = |key: &str, active: i64, failed: i64| {
+                json!({key: [{"name": "node", "ready": active, "active": active,
+                              "failed": failed, "succeeded": 0, "suspended": 0}]})
+            };
+            let with = |mut status: Value, conditions: Value| {
+                status["conditions"] = conditions;
+                status
+            };
+            let ray = |deployment: &str, job: &str| {
+                json!({"jobDeploymentStatus": deployment, "jobStatus": job, "startTime": TIME,
+                       "endTime": TIME})
+            };
+            let mut statuses = Vec::new();
+            for key in ["jobsStatus", "replicatedJobsStatus"] {
+                statuses.extend([
+                    children(key, 0, 0),
+                    children(key, 2, 0),
+                    children(key, 0, 1),
+                    with(children(key, 0, 0), json!([condition("Suspended")])),
+                    with(children(key, 0, 0), json!([condition("RestartingJobSet")])),
+                    with(children(key, 0, 0), json!([condition("Complete")])),
+                    with(children(key, 0, 0), json!([condition("Completed")])),
+                    with(children(key, 0, 1), json!([condition("Failed")])),
+                ]);
+            }
+            statuses.extend([
+                ray("Initializing", ""),
+                ray("Running", "RUNNING"),
+                ray("Retrying", "FAILED"),
+                ray("Suspended", ""),
+                ray("Complete", "SUCCEEDED"),
+                ray("Failed", "FAILED"),
+            ]);
+            statuses
+        }
         // Kinds described as data have no built-in samples.
         NormalizerSpec::Field(_) | NormalizerSpec::Conditions(_) => Vec::new(),
     }

@@ -567,11 +567,37 @@ fn conditions_rule_rebuilds_true_conditions() {
     assert_eq!(summary(&m), [(Phase::Running, "Ready", t(2).as_str())]);
     assert_eq!(m[0].message.as_deref(), Some("all replicas ready"));
 
-    // Same second: the later rule (Ready) is the earlier phase.
+    // Same second, both still true: the status reads as the first rule's phase alone, and
+    // no stay is made for the other (it may never have been seen on its own).
     let tie = json!({"status": {"conditions": [
         batch_cond("Done", "", "", &t(2)), batch_cond("Ready", "", "", &t(2))]}});
     let m = missed_transitions(&spec, &tie, Phase::Pending, Some(&t(1)));
+    assert!(m.is_empty(), "{m:?}");
+    // A second apart, both are stays.
+    let apart = json!({"status": {"conditions": [
+        batch_cond("Done", "", "", &t(3)), batch_cond("Ready", "", "", &t(2))]}});
+    let m = missed_transitions(&spec, &apart, Phase::Pending, Some(&t(1)));
     assert_eq!(summary(&m), [(Phase::Running, "Ready", t(2).as_str())]);
+}
+
+/// The JobSet restart seen after a gap: `RestartingJobSet` and `StartupPolicyInProgress` set
+/// in one write are one restarting stay, never a pending stay before it.
+#[test]
+fn two_conditions_set_in_one_second_are_one_stay() {
+    let jobset = kind("jobset");
+    let cond = |ty: &str, status: &str, at: &str| json!({"type": ty, "status": status, "reason": "R", "lastTransitionTime": at});
+    let restarting = json!({"status": {"restarts": 1, "conditions": [
+        cond("StartupPolicyInProgress", "True", &t(5)),
+        cond("StartupPolicyCompleted", "False", &t(5)),
+        cond("RestartingJobSet", "True", &t(5)),
+    ]}});
+    assert_eq!(normalize(&jobset, &restarting).phase, Phase::Restarting);
+    assert!(missed("jobset", &restarting, Phase::Running, &t(2)).is_empty());
+    // Written as a user would in the conditions language, the same.
+    let described = parse_rule(
+        "conditions:\n  - {type: Failed, phase: failed}\n  - {type: Completed, phase: succeeded}\n  - {type: Suspended, phase: suspended}\n  - {type: RestartingJobSet, phase: restarting}\n  - {type: StartupPolicyInProgress, phase: pending}\n  - {type: StartupPolicyCompleted, phase: running}\n",
+    );
+    assert!(missed_transitions(&described, &restarting, Phase::Running, Some(&t(2))).is_empty());
 }
 
 #[test]
