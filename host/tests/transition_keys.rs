@@ -1,7 +1,9 @@
 //! One transition, one key, attacked with generated lifecycles.
 //!
 //! Every built-in kind's job is played by the test kit's driver through a random life —
-//! pending or not, runs, restarts, suspensions and resumes, an outcome — with the driver's
+//! pending or not, runs, restarts, suspensions and resumes, an outcome (for TrainJob, JobSet
+//! and RayJob also created suspended and admitted as Kueue does, a RayJob stopped, a JobSet
+//! with in-order startup, whose restart sets two conditions in one second) — with the driver's
 //! clock moved by random steps of 0 to 2.5 s, so phases are often re-entered within one second
 //! of the statuses' one-second times. Each version is read by the watcher's own [`Tracker`]
 //! twice:
@@ -22,6 +24,9 @@
 //!   phase twice: a repeat under the same key); for kinds other than Volcano, a rebuild may
 //!   instead name a numbered stay by its time alone (`running@T` for the reference's
 //!   `running@T#2`), as documented. For Volcano, every stay between the two is rebuilt.
+//! - TrainJob, JobSet and RayJob written as data, from the text `docs/job-kinds.md` shows and
+//!   read as a user's main file is, give every version the built-in kind's phase, raw phase,
+//!   reason and key.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -46,7 +51,33 @@ fn kind_of(flavor: Flavor) -> &'static str {
         Flavor::Volcano => "volcano-job",
         Flavor::PyTorch => "pytorch-job",
         Flavor::Mpi => "mpi-job",
+        Flavor::TrainJob => "train-job",
+        Flavor::JobSet => "jobset",
+        Flavor::RayJob => "ray-job",
     }
+}
+
+/// The kind `flavor` plays, as a user writes it in a main file: the rules text
+/// `docs/job-kinds.md` shows for the built-in, read by the main file's own parser.
+fn described(flavor: Flavor) -> Option<JobKind> {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/job-kinds.md"),
+    )
+    .expect("docs/job-kinds.md");
+    let name = kind_of(flavor);
+    let start = format!("`{name}`:\n\n```yaml\n");
+    let at = docs.find(&start)? + start.len();
+    let text = &docs[at..at + docs[at..].find("```")?];
+    let builtin = JobKind::builtin(name)?;
+    let indented: String = text.lines().map(|l| format!("        {l}\n")).collect();
+    let main = format!(
+        "kinds:\n  - name: described\n    group: {}\n    version: {}\n    kind: {}\n    \
+         plural: {}\n    normalizer:\n      rules:\n{indented}",
+        builtin.group, builtin.version, builtin.kind, builtin.plural
+    );
+    let config = jobrelay::config::main_file::MainConfig::parse(&main, std::path::Path::new("/"))
+        .unwrap_or_else(|e| panic!("the {name} rules as docs/job-kinds.md shows them: {e}"));
+    config.kinds.into_iter().next()
 }
 
 /// A step of a generated life.
@@ -59,6 +90,10 @@ enum Step {
     Resumed,
     Succeeded,
     Failed,
+    /// RayJob only.
+    Stopped,
+    /// Kueue admits a suspended TrainJob, JobSet or RayJob.
+    Admitted,
 }
 
 /// Where a life is, for choosing the next step.
@@ -72,12 +107,21 @@ enum At {
     End,
 }
 
-/// The steps that may follow `at`.
-fn choices(at: At) -> &'static [Step] {
-    match at {
-        At::Start => &[Step::Pending, Step::Running, Step::Running],
-        At::Pending => &[Step::Running, Step::Running, Step::Suspended],
-        At::Running => &[
+/// The steps that may follow `at` for a job of `flavor`.
+fn choices(flavor: Flavor, at: At) -> &'static [Step] {
+    match (at, flavor) {
+        (At::Start, _) => &[Step::Pending, Step::Running, Step::Running],
+        (At::Pending, _) => &[Step::Running, Step::Running, Step::Suspended],
+        (At::Running, Flavor::RayJob) => &[
+            Step::Restarting,
+            Step::Restarting,
+            Step::Running,
+            Step::Suspended,
+            Step::Succeeded,
+            Step::Failed,
+            Step::Stopped,
+        ],
+        (At::Running, _) => &[
             Step::Restarting,
             Step::Restarting,
             Step::Running,
@@ -85,9 +129,12 @@ fn choices(at: At) -> &'static [Step] {
             Step::Succeeded,
             Step::Failed,
         ],
-        At::Restarting => &[Step::Running, Step::Running, Step::Failed],
-        At::Suspended => &[Step::Resumed],
-        At::End => &[],
+        (At::Restarting, _) => &[Step::Running, Step::Running, Step::Failed],
+        (At::Suspended, Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob) => {
+            &[Step::Resumed, Step::Admitted]
+        }
+        (At::Suspended, _) => &[Step::Resumed],
+        (At::End, _) => &[],
     }
 }
 
@@ -98,7 +145,8 @@ fn after(step: Step) -> At {
         Step::Restarting => At::Restarting,
         Step::Suspended => At::Suspended,
         Step::Resumed => At::Pending,
-        Step::Succeeded | Step::Failed => At::End,
+        Step::Admitted => At::Running,
+        Step::Succeeded | Step::Failed | Step::Stopped => At::End,
     }
 }
 
@@ -111,9 +159,10 @@ enum Meet {
     KillThenList,
 }
 
-/// A generated life: per step, a choice among what may follow, the clock's move before it in
-/// milliseconds, and how the faulty tracker meets the version it writes.
-type Life = Vec<(usize, u64, Meet)>;
+/// A generated life: whether the job is created suspended (TrainJob, JobSet, RayJob) and
+/// starts up in order (JobSet), then per step a choice among what may follow, the clock's
+/// move before it in milliseconds, and how the faulty tracker meets the version it writes.
+type Life = (bool, bool, Vec<(usize, u64, Meet)>);
 
 fn life() -> impl Strategy<Value = Life> {
     let gap = prop_oneof![
@@ -127,7 +176,11 @@ fn life() -> impl Strategy<Value = Life> {
         2 => Just(Meet::Miss),
         1 => Just(Meet::KillThenList),
     ];
-    proptest::collection::vec((0usize..6, gap, meet), 1..16)
+    (
+        proptest::bool::weighted(0.25),
+        proptest::bool::ANY,
+        proptest::collection::vec((0usize..7, gap, meet), 1..16),
+    )
 }
 
 fn play(driver: &mut JobDriver, step: Step) -> anyhow::Result<String> {
@@ -139,6 +192,8 @@ fn play(driver: &mut JobDriver, step: Step) -> anyhow::Result<String> {
         Step::Resumed => driver.resumed(),
         Step::Succeeded => driver.succeeded(),
         Step::Failed => driver.failed("OOMKilled"),
+        Step::Stopped => driver.stopped(),
+        Step::Admitted => driver.admitted(),
     }
 }
 
@@ -170,18 +225,35 @@ fn check_life(
     n: usize,
     life: &Life,
 ) -> Result<(), TestCaseError> {
+    let (created_suspended, in_order, life) = life;
     let kind = Arc::new(JobKind::builtin(kind_of(flavor)).expect("kind"));
     let spec = &kind.normalizer;
-    let mut driver = JobDriver::builder(flavor, "ml", &format!("life-{n}"))
+    let ai_kind = Flavor::AI_KINDS.contains(&flavor);
+    let mut builder = JobDriver::builder(flavor, "ml", &format!("life-{n}"))
         .without_pods()
-        .pace(Pace::Manual)
+        .pace(Pace::Manual);
+    if ai_kind && *created_suspended {
+        builder = builder.created_suspended();
+    }
+    if flavor == Flavor::JobSet && *in_order {
+        builder = builder.in_order_startup();
+    }
+    let mut driver = builder
         .create(sim)
         .map_err(|e| TestCaseError::fail(format!("create: {e:#}")))?;
     let mut reference = tracker(&kind);
+    // The same kind as a user writes it, from the docs (TrainJob, JobSet, RayJob).
+    let described_kind = ai_kind.then(|| Arc::new(described(flavor).expect("in the docs")));
+    let mut described_tracker = described_kind.as_ref().map(tracker);
+    let mut differences = Vec::new();
     let mut faulty = tracker(&kind);
     // Per version: (stay number, reference event, faulty event if met).
     let mut versions: Vec<(usize, JobEvent, Option<JobEvent>)> = Vec::new();
-    let mut at = At::Start;
+    let mut at = if ai_kind && *created_suspended {
+        At::Suspended
+    } else {
+        At::Start
+    };
     let mut stay = 0;
     let mut last_met: Option<usize> = None;
     let mut missed_since = false;
@@ -192,6 +264,24 @@ fn check_life(
             let Some(live) = observe(&mut reference, &text, false) else {
                 return;
             };
+            if let Some(described) = described_tracker.as_mut() {
+                let as_data = observe(described, &text, false);
+                let same = as_data.as_ref().is_some_and(|d| {
+                    (d.phase, &d.raw_phase, &d.reason, &d.transition_key)
+                        == (live.phase, &live.raw_phase, &live.reason, &live.transition_key)
+                });
+                if !same {
+                    differences.push(format!(
+                        "v{}: built-in {} {} {:?} {} / as data {:?}",
+                        versions.len(),
+                        live.phase,
+                        live.raw_phase,
+                        live.reason,
+                        live.transition_key,
+                        as_data.map(|d| (d.phase, d.raw_phase, d.reason, d.transition_key))
+                    ));
+                }
+            }
             if versions
                 .last()
                 .is_some_and(|(_, e, _)| e.phase != live.phase)
@@ -220,7 +310,7 @@ fn check_life(
     let mut seen_rv: u64 = driver.resource_version().parse().map_err(|e| fail(&e))?;
     record(created.to_string(), Meet::See, &mut versions);
     for (choice, gap, meet) in life {
-        let options = choices(at);
+        let options = choices(flavor, at);
         if options.is_empty() {
             break;
         }
@@ -255,6 +345,11 @@ fn check_life(
         })
         .collect();
     let context = || format!("{flavor:?} {faults:?}\n  {}", trail.join("\n  "));
+    prop_assert!(
+        differences.is_empty(),
+        "written as data, the kind reads otherwise: {differences:?}\n{}",
+        context()
+    );
 
     // The reference: one key per stay, and never one key for two stays.
     let mut by_stay: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
@@ -372,7 +467,7 @@ fn keys_tell_every_transition_apart_through_gaps_kills_and_fast_reentries() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
-    for flavor in Flavor::ALL {
+    for flavor in Flavor::ALL.into_iter().chain(Flavor::AI_KINDS) {
         let mut runner = TestRunner::new(Config {
             cases,
             failure_persistence: None,

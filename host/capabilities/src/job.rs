@@ -115,25 +115,38 @@ impl Capability for Job {
     }
 }
 
+/// Why a key prefix cannot be granted (`grants.job.annotations` or `.labels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum PrefixProblem {
+    /// No `/`: the prefix would take Kubernetes' own unprefixed keys.
+    #[error(
+        "a prefix is a domain and a `/` (`example.com/`), so it cannot take \
+         Kubernetes' own unprefixed keys"
+    )]
+    NoDomain,
+    /// What comes before the `/` is empty, too long, or not a DNS subdomain.
+    #[error("the part before `/` is not a DNS subdomain")]
+    NotDnsSubdomain,
+    /// `kubernetes.io`, `k8s.io` or a subdomain of them.
+    #[error("the kubernetes.io and k8s.io prefixes are Kubernetes' own")]
+    KubernetesOwn,
+}
+
 /// A granted prefix: a DNS subdomain followed by `/` (`archive.jobrelay.io/`), optionally with
 /// the start of a name after it (`archive.jobrelay.io/logs-`).
-fn check_prefix(prefix: &str) -> Result<(), String> {
+fn check_prefix(prefix: &str) -> Result<(), PrefixProblem> {
     let Some((domain, _)) = prefix.split_once('/') else {
-        return Err(
-            "a prefix is a domain and a `/` (`example.com/`), so it cannot take \
-                    Kubernetes' own unprefixed keys"
-                .into(),
-        );
+        return Err(PrefixProblem::NoDomain);
     };
     if domain.is_empty() || domain.len() > 253 || !is_dns_subdomain(domain) {
-        return Err("the part before `/` is not a DNS subdomain".into());
+        return Err(PrefixProblem::NotDnsSubdomain);
     }
     if domain == "kubernetes.io"
         || domain == "k8s.io"
         || domain.ends_with(".kubernetes.io")
         || domain.ends_with(".k8s.io")
     {
-        return Err("the kubernetes.io and k8s.io prefixes are Kubernetes' own".into());
+        return Err(PrefixProblem::KubernetesOwn);
     }
     Ok(())
 }
@@ -305,7 +318,7 @@ impl JobAccess {
         let (client, resource) = self
             .clusters
             .job_resource(&event.cluster, &event.api_version, &event.kind)
-            .map_err(JobError::Unavailable)?;
+            .map_err(|why| JobError::Unavailable(why.to_string()))?;
         let api: kube::Api<kube::api::DynamicObject> =
             kube::Api::namespaced_with(client, &event.namespace, &resource);
         // The uid in the patch is the precondition: the API server refuses it (409) when the

@@ -124,14 +124,61 @@ pub enum AfterFinished {
 }
 
 impl AfterFinished {
-    pub fn duration(&self) -> Result<Duration, String> {
+    pub fn duration(&self) -> Result<Duration, DurationError> {
         match self {
             AfterFinished::Seconds(s) => Ok(Duration::from_secs(*s)),
-            AfterFinished::Text(text) => humantime::parse_duration(text.trim()).map_err(|e| {
-                format!("`{text}` is not a duration ({e}); write e.g. 30m, 2h, 7days")
+            AfterFinished::Text(text) => humantime::parse_duration(text.trim()).map_err(|source| {
+                DurationError::NotADuration {
+                    text: text.clone(),
+                    source,
+                }
             }),
         }
     }
+}
+
+/// Why a duration as written ([`AfterFinished`]) is refused; the caller names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// Text that `humantime` does not read as a duration.
+    #[error("`{text}` is not a duration ({source}); write e.g. 30m, 2h, 7days")]
+    NotADuration {
+        text: String,
+        source: humantime::DurationError,
+    },
+}
+
+/// Why the `cleanup:` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CleanupError {
+    #[error("cleanup.per_cluster_per_second: must be between 1 and 1000")]
+    Rate { given: u32 },
+    #[error("cleanup.rules[{rule}].kinds: name at least one kind")]
+    NoKinds { rule: usize },
+    #[error(
+        "cleanup.rules[{rule}].kinds[{index}]: `{kind}` is not a watched kind (kinds: {})",
+        .watched.join(", ")
+    )]
+    NotWatched {
+        rule: usize,
+        index: usize,
+        kind: String,
+        /// The names of the watched kinds.
+        watched: Vec<String>,
+    },
+    #[error(
+        "cleanup.rules[{rule}].namespaces[{index}]: an empty pattern covers nothing; leave the \
+         list out to cover every namespace"
+    )]
+    EmptyNamespace { rule: usize, index: usize },
+    #[error("cleanup.rules[{rule}].once_delivered[{index}]: empty plugin name")]
+    EmptyPluginName { rule: usize, index: usize },
+    #[error("cleanup.rules[{rule}].after_finished: {why}")]
+    AfterFinished {
+        rule: usize,
+        #[source]
+        why: DurationError,
+    },
 }
 
 /// The `cleanup:` section after validation.
@@ -183,41 +230,39 @@ impl Rule {
 
 impl CleanupSpec {
     /// Checks the section against the watched kinds' names; errors name the field.
-    pub fn validate(self, kinds: &[&str]) -> Result<CleanupSettings, String> {
+    pub fn validate(self, kinds: &[&str]) -> Result<CleanupSettings, CleanupError> {
         let per_cluster_per_second = NonZeroU32::new(self.per_cluster_per_second)
             .filter(|n| n.get() <= 1000)
-            .ok_or("cleanup.per_cluster_per_second: must be between 1 and 1000")?;
+            .ok_or(CleanupError::Rate {
+                given: self.per_cluster_per_second,
+            })?;
         let mut rules = Vec::with_capacity(self.rules.len());
         for (i, rule) in self.rules.into_iter().enumerate() {
-            let at = |field: &str| format!("cleanup.rules[{i}].{field}");
             if rule.kinds.is_empty() {
-                return Err(format!("{}: name at least one kind", at("kinds")));
+                return Err(CleanupError::NoKinds { rule: i });
             }
             for (k, kind) in rule.kinds.iter().enumerate() {
                 if !kinds.contains(&kind.as_str()) {
-                    return Err(format!(
-                        "{}[{k}]: `{kind}` is not a watched kind (kinds: {})",
-                        at("kinds"),
-                        kinds.join(", ")
-                    ));
+                    return Err(CleanupError::NotWatched {
+                        rule: i,
+                        index: k,
+                        kind: kind.clone(),
+                        watched: kinds.iter().map(|k| k.to_string()).collect(),
+                    });
                 }
             }
             if let Some(n) = rule.namespaces.iter().position(|n| n.trim().is_empty()) {
-                return Err(format!(
-                    "{}[{n}]: an empty pattern covers nothing; leave the list out to cover \
-                     every namespace",
-                    at("namespaces")
-                ));
+                return Err(CleanupError::EmptyNamespace { rule: i, index: n });
             }
             if let Some(names) = &rule.once_delivered
                 && let Some(p) = names.iter().position(|n| n.trim().is_empty())
             {
-                return Err(format!("{}[{p}]: empty plugin name", at("once_delivered")));
+                return Err(CleanupError::EmptyPluginName { rule: i, index: p });
             }
             let after_finished = rule
                 .after_finished
                 .duration()
-                .map_err(|why| format!("{}: {why}", at("after_finished")))?;
+                .map_err(|why| CleanupError::AfterFinished { rule: i, why })?;
             rules.push(Rule {
                 patterns: rule.namespaces.iter().map(|n| WildMatch::new(n)).collect(),
                 kinds: rule.kinds,

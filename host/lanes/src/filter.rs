@@ -296,7 +296,7 @@ impl Filter {
         match expression.judge(event, kind) {
             Ok(true) => Verdict::Take,
             Ok(false) => Verdict::NotEvent,
-            Err(why) => Verdict::Failed(why),
+            Err(why) => Verdict::Failed(why.to_string()),
         }
     }
 
@@ -339,8 +339,21 @@ fn compile(text: &str) -> Result<Expression, FilterError> {
     Ok(expression)
 }
 
+/// Why the expression gives no verdict on one event (a label it reads is missing, say): the
+/// event is not delivered, and counted apart ([`Verdict::Failed`]). Not a [`FilterError`]: the
+/// filter as written is good, this event is what it cannot judge.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum EvaluationError {
+    /// CEL could not evaluate the expression on the event.
+    #[error(transparent)]
+    Execution(#[from] cel::ExecutionError),
+    /// The expression gave a value that is not a truth value (its type's name).
+    #[error("gave {0}, not true or false")]
+    NotBool(String),
+}
+
 impl Expression {
-    fn evaluate(&self, event: &JobEvent, kind: &str) -> Result<Value, String> {
+    fn evaluate(&self, event: &JobEvent, kind: &str) -> Result<Value, EvaluationError> {
         let mut context = self.root.new_inner_scope();
         let value: HashMap<String, Value> = self
             .fields
@@ -348,13 +361,13 @@ impl Expression {
             .map(|f| (f.name().to_string(), f.value(event, kind)))
             .collect();
         context.add_variable_from_value("event", value);
-        self.program.execute(&context).map_err(|e| e.to_string())
+        Ok(self.program.execute(&context)?)
     }
 
-    fn judge(&self, event: &JobEvent, kind: &str) -> Result<bool, String> {
+    fn judge(&self, event: &JobEvent, kind: &str) -> Result<bool, EvaluationError> {
         match self.evaluate(event, kind)? {
             Value::Bool(b) => Ok(b),
-            other => Err(format!("gave {}, not true or false", type_name(&other))),
+            other => Err(EvaluationError::NotBool(type_name(&other))),
         }
     }
 }

@@ -101,6 +101,22 @@ impl Default for CheckSettings {
     }
 }
 
+/// Why one health check of a cluster failed; its text is the cluster's `last_error`.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckFailure {
+    /// The probe (`GET /version`) failed: the API server answered with an error, or could
+    /// not be reached.
+    #[error("health check: {0}")]
+    Probe(#[source] kube::Error),
+    /// The API server did not answer the probe in time.
+    #[error("health check: no answer from the API server within {} ms", .within.as_millis())]
+    NoAnswer { within: Duration },
+    /// The cluster failed before any check could run (its client could not be built): why, as
+    /// the client's error says it.
+    #[error("{0}")]
+    NoClient(String),
+}
+
 type Listener = Arc<dyn Fn(AvailabilityChange) + Send + Sync>;
 
 /// Where one stream is.
@@ -165,10 +181,10 @@ impl HealthBoard {
 
     /// One health check of the cluster: whether its API server answered the probe (and, when
     /// not, why); see [`Judge::check`].
-    pub fn check(&self, cluster: &str, answered: Result<(), String>) {
+    pub fn check(&self, cluster: &str, answered: Result<(), CheckFailure>) {
         self.change(cluster, |h| {
             if let Err(error) = &answered {
-                h.last_error = Some(error.clone());
+                h.last_error = Some(error.to_string());
             }
             let change = h.judge.check(answered.is_ok(), now_ms());
             h.publish_availability();
@@ -277,7 +293,7 @@ impl HealthBoard {
                 .iter_mut()
                 .for_each(|state| *state = StreamState::Failing);
         });
-        self.check(cluster, Err(error));
+        self.check(cluster, Err(CheckFailure::NoClient(error)));
     }
 
     /// One stream reported progress.
@@ -454,12 +470,22 @@ mod tests {
             b.get("a").map(|h| h.availability),
             Some(Availability::Online)
         );
-        b.check("a", Err("refused".into()));
+        b.check(
+            "a",
+            Err(CheckFailure::NoAnswer {
+                within: Duration::from_secs(1),
+            }),
+        );
         assert_eq!(
             b.get("a").map(|h| h.availability),
             Some(Availability::Degraded)
         );
-        b.check("a", Err("refused".into()));
+        b.check(
+            "a",
+            Err(CheckFailure::NoAnswer {
+                within: Duration::from_secs(1),
+            }),
+        );
         let h = b.get("a").expect("present");
         assert_eq!(h.availability, Availability::Offline);
         assert_eq!(h.failed_checks, 2);

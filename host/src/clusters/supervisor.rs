@@ -20,7 +20,7 @@ use super::api_meter::{ApiMeterLayer, ApiMeters, ApiStats};
 use super::cleanup::Cleaner;
 use super::credentials::{self, CredentialExpiry};
 use super::finalizer::FinalizerService;
-use super::health::HealthBoard;
+use super::health::{CheckFailure, HealthBoard};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
@@ -207,11 +207,8 @@ async fn check_health(client: Client, cluster: String, health: HealthBoard) {
         let patience = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
         let answered = match tokio::time::timeout(patience, client.apiserver_version()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("health check: {e}")),
-            Err(_) => Err(format!(
-                "health check: no answer from the API server within {} ms",
-                patience.as_millis()
-            )),
+            Ok(Err(e)) => Err(CheckFailure::Probe(e)),
+            Err(_) => Err(CheckFailure::NoAnswer { within: patience }),
         };
         health.check(&cluster, answered);
     }

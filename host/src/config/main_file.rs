@@ -14,7 +14,7 @@ use jobrelay_coordination::{CoordinationSettings, Mode};
 use jobrelay_fleet::availability::Thresholds;
 use jobrelay_fleet::jobs::ViewSettings;
 use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
-use jobrelay_lanes::cleanup::{AfterFinished, CleanupSettings, CleanupSpec};
+use jobrelay_lanes::cleanup::{AfterFinished, CleanupSettings, CleanupSpec, DurationError};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec, Sample};
@@ -165,25 +165,45 @@ const MAX_KEEP_DELETED_SECONDS: u64 = 7 * 24 * 3_600;
 /// The most deleted jobs that may be kept.
 const MAX_DELETED: usize = 10_000_000;
 
+/// Why the `job_view:` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum JobViewError {
+    #[error("job_view.keep_deleted: {0}")]
+    KeepDeleted(#[source] DurationError),
+    #[error(
+        "job_view.keep_deleted: at most a week ({} seconds)",
+        MAX_KEEP_DELETED_SECONDS
+    )]
+    KeepDeletedTooLong { seconds: u64 },
+    #[error("job_view.max_deleted: at most {}", MAX_DELETED)]
+    TooManyDeleted { given: usize },
+    #[error(
+        "job_view.metrics_namespaces: at most {} (each is a set of series per cluster and kind)",
+        MAX_METRICS_NAMESPACES
+    )]
+    TooManyMetricsNamespaces { given: usize },
+}
+
 impl JobViewSpec {
-    fn validate(&self) -> Result<ViewSettings, String> {
+    fn validate(&self) -> Result<ViewSettings, JobViewError> {
         let keep = self
             .keep_deleted
             .duration()
-            .map_err(|e| format!("job_view.keep_deleted: {e}"))?;
+            .map_err(JobViewError::KeepDeleted)?;
         if keep.as_secs() > MAX_KEEP_DELETED_SECONDS {
-            return Err(format!(
-                "job_view.keep_deleted: at most a week ({MAX_KEEP_DELETED_SECONDS} seconds)"
-            ));
+            return Err(JobViewError::KeepDeletedTooLong {
+                seconds: keep.as_secs(),
+            });
         }
         if self.max_deleted > MAX_DELETED {
-            return Err(format!("job_view.max_deleted: at most {MAX_DELETED}"));
+            return Err(JobViewError::TooManyDeleted {
+                given: self.max_deleted,
+            });
         }
         if self.metrics_namespaces > MAX_METRICS_NAMESPACES {
-            return Err(format!(
-                "job_view.metrics_namespaces: at most {MAX_METRICS_NAMESPACES} (each is a set \
-                 of series per cluster and kind)"
-            ));
+            return Err(JobViewError::TooManyMetricsNamespaces {
+                given: self.metrics_namespaces,
+            });
         }
         Ok(ViewSettings {
             keep_deleted_seconds: keep.as_secs() as u32,
@@ -257,17 +277,62 @@ pub struct FleetSettings {
     pub rules: Vec<FleetRule>,
 }
 
+/// Why the `fleet:` section is refused; the message names the field (`rule` is the index of
+/// the rule in `fleet.rules`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum FleetError {
+    #[error("fleet.evaluate_interval_ms: between 100 and 600000 (10 minutes)")]
+    EvaluateInterval { given: u64 },
+    #[error("fleet.rules: at most {} rules", MAX_FLEET_RULES)]
+    TooManyRules { given: usize },
+    #[error("fleet.rules[{rule}].name: `{name}` must be 1-63 characters of a-z, 0-9 and -")]
+    BadName { rule: usize, name: String },
+    #[error("fleet.rules[{rule}].name: `{name}` is used twice")]
+    NameTwice { rule: usize, name: String },
+    /// Not a finite number, or below 0.
+    #[error("fleet.rules[{rule}].above: a number of at least 0")]
+    BadAbove { rule: usize, above: f64 },
+    #[error(
+        "fleet.rules[{rule}].above: a failure ratio is at most 1, so it can never be above {above}"
+    )]
+    RatioNeverAbove { rule: usize, above: f64 },
+    /// `for` or `window` is not a duration.
+    #[error("fleet.rules[{rule}].{field}: {why}")]
+    Duration {
+        rule: usize,
+        field: &'static str,
+        #[source]
+        why: DurationError,
+    },
+    /// `for` or `window` is longer than a day.
+    #[error("fleet.rules[{rule}].{field}: at most a day")]
+    OverADay {
+        rule: usize,
+        field: &'static str,
+        seconds: u64,
+    },
+    #[error("fleet.rules[{rule}].window: at least 1s")]
+    NoWindow { rule: usize },
+    #[error("fleet.rules[{rule}].min_jobs: at least 1")]
+    NoMinJobs { rule: usize },
+    #[error("fleet.rules[{rule}].kinds: `{kind}` is not a configured kind")]
+    UnknownKind { rule: usize, kind: String },
+}
+
 impl FleetSpec {
-    fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, String> {
+    fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, FleetError> {
         if !(100..=600_000).contains(&self.evaluate_interval_ms) {
-            return Err("fleet.evaluate_interval_ms: between 100 and 600000 (10 minutes)".into());
+            return Err(FleetError::EvaluateInterval {
+                given: self.evaluate_interval_ms,
+            });
         }
         if self.rules.len() > MAX_FLEET_RULES {
-            return Err(format!("fleet.rules: at most {MAX_FLEET_RULES} rules"));
+            return Err(FleetError::TooManyRules {
+                given: self.rules.len(),
+            });
         }
         let mut rules: Vec<FleetRule> = Vec::new();
-        for (i, spec) in self.rules.iter().enumerate() {
-            let at = format!("fleet.rules[{i}]");
+        for (rule, spec) in self.rules.iter().enumerate() {
             let name_ok = !spec.name.is_empty()
                 && spec.name.len() <= 63
                 && spec
@@ -275,50 +340,63 @@ impl FleetSpec {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !name_ok {
-                return Err(format!(
-                    "{at}.name: `{}` must be 1-63 characters of a-z, 0-9 and -",
-                    spec.name
-                ));
+                return Err(FleetError::BadName {
+                    rule,
+                    name: spec.name.clone(),
+                });
             }
             if rules.iter().any(|r| r.name == spec.name) {
-                return Err(format!("{at}.name: `{}` is used twice", spec.name));
+                return Err(FleetError::NameTwice {
+                    rule,
+                    name: spec.name.clone(),
+                });
             }
             if !spec.above.is_finite() || spec.above < 0.0 {
-                return Err(format!("{at}.above: a number of at least 0"));
+                return Err(FleetError::BadAbove {
+                    rule,
+                    above: spec.above,
+                });
             }
             if spec.measure == Measure::FailureRatio && spec.above >= 1.0 {
-                return Err(format!(
-                    "{at}.above: a failure ratio is at most 1, so it can never be above {}",
-                    spec.above
-                ));
+                return Err(FleetError::RatioNeverAbove {
+                    rule,
+                    above: spec.above,
+                });
             }
-            let seconds = |field: &str, value: &Option<AfterFinished>, default: u64| {
+            let seconds = |field: &'static str, value: &Option<AfterFinished>, default: u64| {
                 let secs = match value {
                     Some(v) => v
                         .duration()
-                        .map_err(|e| format!("{at}.{field}: {e}"))?
+                        .map_err(|why| FleetError::Duration { rule, field, why })?
                         .as_secs(),
                     None => default,
                 };
                 if secs > MAX_RULE_SECONDS {
-                    return Err(format!("{at}.{field}: at most a day"));
+                    return Err(FleetError::OverADay {
+                        rule,
+                        field,
+                        seconds: secs,
+                    });
                 }
                 Ok(secs as u32)
             };
             let for_seconds = seconds("for", &spec.for_, 0)?;
             let window_seconds = seconds("window", &spec.window, 600)?;
             if window_seconds == 0 {
-                return Err(format!("{at}.window: at least 1s"));
+                return Err(FleetError::NoWindow { rule });
             }
             if spec.min_jobs == 0 {
-                return Err(format!("{at}.min_jobs: at least 1"));
+                return Err(FleetError::NoMinJobs { rule });
             }
             if let Some(kind) = spec
                 .kinds
                 .iter()
                 .find(|k| !kind_names.contains(&k.as_str()))
             {
-                return Err(format!("{at}.kinds: `{kind}` is not a configured kind"));
+                return Err(FleetError::UnknownKind {
+                    rule,
+                    kind: kind.clone(),
+                });
             }
             rules.push(FleetRule {
                 name: spec.name.clone(),
@@ -376,19 +454,29 @@ fn default_online_after() -> u32 {
     CheckSettings::default().thresholds.online_after
 }
 
+/// Why the `cluster_health:` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ClusterHealthError {
+    #[error("cluster_health.check_interval_ms: between 100 and 600000 (10 minutes)")]
+    CheckInterval { given: u64 },
+    /// `offline_after` or `online_after` out of range.
+    #[error("cluster_health.{field}: between 1 and 100")]
+    Threshold { field: &'static str, given: u32 },
+}
+
 impl ClusterHealthSpec {
-    fn validate(&self) -> Result<CheckSettings, String> {
+    fn validate(&self) -> Result<CheckSettings, ClusterHealthError> {
         if !(100..=600_000).contains(&self.check_interval_ms) {
-            return Err(
-                "cluster_health.check_interval_ms: between 100 and 600000 (10 minutes)".into(),
-            );
+            return Err(ClusterHealthError::CheckInterval {
+                given: self.check_interval_ms,
+            });
         }
-        for (field, value) in [
+        for (field, given) in [
             ("offline_after", self.offline_after),
             ("online_after", self.online_after),
         ] {
-            if !(1..=100).contains(&value) {
-                return Err(format!("cluster_health.{field}: between 1 and 100"));
+            if !(1..=100).contains(&given) {
+                return Err(ClusterHealthError::Threshold { field, given });
             }
         }
         Ok(CheckSettings {
@@ -736,16 +824,19 @@ impl MainFile {
         let cleanup = self
             .cleanup
             .validate(&kind_names)
-            .map_err(ConfigError::Invalid)?;
-        let job_view = self.job_view.validate().map_err(ConfigError::Invalid)?;
+            .map_err(|why| ConfigError::Invalid(why.to_string()))?;
+        let job_view = self
+            .job_view
+            .validate()
+            .map_err(|why| ConfigError::Invalid(why.to_string()))?;
         let cluster_health = self
             .cluster_health
             .validate()
-            .map_err(ConfigError::Invalid)?;
+            .map_err(|why| ConfigError::Invalid(why.to_string()))?;
         let fleet = self
             .fleet
             .validate(&kind_names)
-            .map_err(ConfigError::Invalid)?;
+            .map_err(|why| ConfigError::Invalid(why.to_string()))?;
         if let Some(selector) = &self.watch.label_selector {
             jobrelay_contract::label_selector::check(selector)
                 .map_err(|why| ConfigError::Invalid(format!("watch.label_selector: {why}")))?;

@@ -123,7 +123,42 @@ impl Stay {
                 return previous.then(phase, derived, resource_version);
             }
         }
-        previous.clone()
+        previous.continued(phase, derived)
+    }
+
+    /// This stay, seen again in a version of the same phase whose status names it `derived`.
+    /// The key stays; but an entry the status records only now (the stay was keyed by its
+    /// first version, or by its creation) is noted as the latest seen begin, so that a later
+    /// stay the status dates before it is known for a record of an earlier visit — as it would
+    /// be had the entry been there from the stay's first version.
+    fn continued(&self, phase: Phase, derived: Mark) -> Stay {
+        let (Mark::Version(_) | Mark::Created, Mark::Entered { at, n }) = (&self.mark, derived)
+        else {
+            return self.clone();
+        };
+        let recent = match self.recent.as_deref() {
+            Some(recent) => match compare(&at, &recent.at) {
+                Some(Ordering::Less) | None => return self.clone(),
+                Some(Ordering::Equal) => {
+                    let mut recent = recent.clone();
+                    recent.note(phase, n);
+                    recent
+                }
+                Some(Ordering::Greater) => Recent {
+                    at,
+                    stays: vec![(phase, n)],
+                },
+            },
+            None => Recent {
+                at,
+                stays: vec![(phase, n)],
+            },
+        };
+        Stay {
+            phase,
+            mark: self.mark.clone(),
+            recent: Some(Box::new(recent)),
+        }
     }
 
     /// The key text of this stay of job `uid` on `cluster`.

@@ -62,6 +62,9 @@ impl Scenario {
                 Flavor::Volcano => "volcano",
                 Flavor::PyTorch => "pytorch",
                 Flavor::Mpi => "mpi",
+                Flavor::TrainJob => "trainjob",
+                Flavor::JobSet => "jobset",
+                Flavor::RayJob => "rayjob",
             };
             let name = format!("{prefix}-{}", self.started);
             let job = JobDriver::create(&self.sim, flavor, &self.namespace, &name)?;

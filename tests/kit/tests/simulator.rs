@@ -1076,6 +1076,7 @@ async fn job_drivers_write_realistic_lifecycles() {
                         let running = conds.iter().find(|c| c["type"] == "Running").unwrap();
                         assert_eq!(running["status"], "False");
                     }
+                    other => unreachable!("{other:?} is not in Flavor::ALL"),
                 }
             }
         }

@@ -80,21 +80,24 @@ impl ClusterDirectory {
         cluster: &str,
         api_version: &str,
         kind: &str,
-    ) -> Result<(kube::Client, kube::discovery::ApiResource), String> {
+    ) -> Result<(kube::Client, kube::discovery::ApiResource), NoScope> {
         let directory = self
             .inner
             .read()
-            .map_err(|_| "the cluster directory is unavailable".to_string())?;
+            .map_err(|_| NoScope::DirectoryUnavailable)?;
         let client = directory
             .clients
             .get(cluster)
             .cloned()
-            .ok_or_else(|| format!("cluster `{cluster}` is not connected"))?;
+            .ok_or_else(|| NoScope::NotConnected(cluster.to_string()))?;
         let resource = directory
             .resources
             .get(&(api_version.to_string(), kind.to_string()))
             .cloned()
-            .ok_or_else(|| format!("kind {api_version} {kind} is not a configured kind"))?;
+            .ok_or_else(|| NoScope::UnknownKind {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+            })?;
         Ok((client, resource))
     }
 
@@ -127,10 +130,11 @@ impl ClusterDirectory {
     }
 }
 
-/// Why a call has no job whose pods it may read; the plugin is told as a denial, or as
-/// unavailable while its cluster is not connected (see `PodLogAccess::scope`).
+/// Why a call has no job whose pods it may read, or that it may write (`job_resource`, for
+/// the `job` capability); the plugin is told as a denial, or as unavailable while its cluster
+/// is not connected (see `PodLogAccess::scope`; every write is told as unavailable).
 #[derive(Debug, Clone, thiserror::Error)]
-pub(super) enum NoScope {
+pub(crate) enum NoScope {
     #[error("pod logs are not granted to this plugin (grants.pod_logs)")]
     NotGranted,
     /// A call outside `handle` (`init`) has no event, so no job.
@@ -147,6 +151,9 @@ pub(super) enum NoScope {
         "kind {api_version} {kind} has no `pod_label` in the main file, so its pods cannot be found"
     )]
     NoPodLabel { api_version: String, kind: String },
+    /// A write to a job of a kind the main file does not configure.
+    #[error("kind {api_version} {kind} is not a configured kind")]
+    UnknownKind { api_version: String, kind: String },
 }
 
 /// Where the job of one call lives.

@@ -13,7 +13,7 @@ fn settings(yaml: &str) -> CleanupSettings {
 
 fn refused(yaml: &str) -> String {
     let spec: CleanupSpec = serde_yaml_ng::from_str(yaml).expect("yaml");
-    spec.validate(KINDS).expect_err("refused")
+    spec.validate(KINDS).expect_err("refused").to_string()
 }
 
 fn kind(name: &str) -> Arc<JobKind> {

@@ -59,7 +59,7 @@ use crate::kinds::BuiltinRules;
 fn train_job_lifecycles_as_its_controller_writes_them() {
     let spec = builtin("train-job");
     let jobs = |active: i64, failed: i64, succeeded: i64, suspended: i64| {
-        json!([{"name": "node", "ready": active, "active": active, "failed": failed,
+        json!([{"name": "node", "ready": active, "active": active + failed, "failed": failed,
                 "succeeded": succeeded, "suspended": suspended}])
     };
     // Succeed: no conditions while running.
@@ -128,7 +128,7 @@ fn train_job_lifecycles_as_its_controller_writes_them() {
         phases(&spec, &resume),
         [
             (Phase::Suspended, "Suspended".to_string()),
-            (Phase::Running, "Active".to_string())
+            (Phase::Running, "Ready".to_string())
         ]
     );
 }

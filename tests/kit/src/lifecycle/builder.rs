@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use chrono::Utc;
 use serde_json::json;
 
@@ -21,11 +21,13 @@ pub struct JobBuilder {
     pub(super) finalizers: Vec<String>,
     pub(super) with_pods: bool,
     pub(super) pace: super::Pace,
+    pub(super) in_order_startup: bool,
+    pub(super) created_suspended: bool,
 }
 
 impl JobBuilder {
-    /// Worker replicas (default 2). Batch jobs get this many pods; the others one more
-    /// (master or launcher).
+    /// Worker replicas (default 2). Batch jobs get this many pods, and so do TrainJobs
+    /// (`trainer.numNodes`); the others one more (master, launcher, JobSet leader, Ray head).
     pub fn workers(mut self, n: u32) -> Self {
         self.workers = n.max(1);
         self
@@ -61,19 +63,55 @@ impl JobBuilder {
         self
     }
 
+    /// JobSet only: `startupPolicy: InOrder` — the leader's Jobs start before the workers',
+    /// and the controller records it in `StartupPolicyInProgress` / `StartupPolicyCompleted`
+    /// conditions (see the [`jobset`](super::jobset) module). Creating any other flavour with
+    /// it is an error.
+    pub fn in_order_startup(mut self) -> Self {
+        self.in_order_startup = true;
+        self
+    }
+
+    /// TrainJob, JobSet and RayJob only: created with `spec.suspend: true`, as Kueue's
+    /// webhook submits every job it manages, and without pods until
+    /// [`JobDriver::admitted`]. What the controller writes before admission differs per kind
+    /// (see the module table): nothing at all for a TrainJob (Kueue admitted it before the
+    /// trainer reconciled it, the case that is easy to misread as running; play
+    /// [`JobDriver::suspended`] to have the condition written). Creating any other flavour
+    /// with it is an error.
+    pub fn created_suspended(mut self) -> Self {
+        self.created_suspended = true;
+        self
+    }
+
     /// Creates the job (and its pods, with logs) in the simulator.
     pub fn create(self, sim: &SimCluster) -> anyhow::Result<JobDriver> {
+        if self.in_order_startup && self.flavor != Flavor::JobSet {
+            bail!("only JobSets have an in-order startup policy");
+        }
+        if self.created_suspended && !self.flavor.is_ai_kind() {
+            bail!(
+                "{} cannot be created suspended (only TrainJob, JobSet and RayJob)",
+                self.flavor.kind()
+            );
+        }
         let mut metadata = json!({ "labels": self.labels, "annotations": self.annotations });
         if !self.finalizers.is_empty() {
             metadata["finalizers"] = json!(self.finalizers);
         }
-        let object = spec::job_object(
+        let mut object = spec::job_object(
             self.flavor,
             &self.namespace,
             &self.name,
             self.workers,
             metadata,
         );
+        if self.in_order_startup {
+            object["spec"]["startupPolicy"] = json!({ "startupPolicyOrder": "InOrder" });
+        }
+        if self.created_suspended {
+            object["spec"]["suspend"] = json!(true);
+        }
         let created = sim.create(&self.flavor.gvr(), object).with_context(|| {
             format!(
                 "creating {:?} job {}/{}",
@@ -88,7 +126,12 @@ impl JobBuilder {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let planned = pods::plan(self.flavor, &self.name, self.workers);
+        let ray_cluster = if self.flavor == Flavor::RayJob {
+            pods::with_suffix(&self.name)
+        } else {
+            String::new()
+        };
+        let planned = pods::plan(self.flavor, &self.name, self.workers, &ray_cluster);
         let mut driver = JobDriver {
             sim: sim.clone(),
             flavor: self.flavor,
@@ -103,8 +146,16 @@ impl JobBuilder {
             pods_started: None,
             restarts: 0,
             last_rv: rv,
+            in_order: self.in_order_startup,
+            deferred_pods: Vec::new(),
+            ray_cluster,
         };
-        if self.with_pods {
+        if self.created_suspended {
+            if self.with_pods {
+                driver.deferred_pods = planned;
+            }
+            driver.settle_created_suspended()?;
+        } else if self.with_pods {
             driver.create_pods(planned)?;
         }
         Ok(driver)

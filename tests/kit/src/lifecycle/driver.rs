@@ -42,6 +42,12 @@ pub struct JobDriver {
     pub(super) pods_started: Option<String>,
     pub(super) restarts: u32,
     pub(super) last_rv: String,
+    /// JobSet: `startupPolicy: InOrder` (see [`JobBuilder::in_order_startup`]).
+    pub(super) in_order: bool,
+    /// Pods of a job created suspended, created when it is admitted.
+    pub(super) deferred_pods: Vec<PodInfo>,
+    /// RayJob: the RayCluster its pods are named after.
+    pub(super) ray_cluster: String,
 }
 
 impl JobDriver {
@@ -57,6 +63,8 @@ impl JobDriver {
             finalizers: Vec::new(),
             with_pods: true,
             pace: Pace::Seconds,
+            in_order_startup: false,
+            created_suspended: false,
         }
     }
 
@@ -229,6 +237,7 @@ impl JobDriver {
                 &self.uid,
                 &pod,
                 &now,
+                &self.ray_cluster,
             );
             self.sim
                 .create(&Gvr::POD, object)

@@ -20,8 +20,21 @@ pub struct PodInfo {
     pub index: u32,
 }
 
-/// Which pods a job of this flavour gets, with `workers` worker replicas.
-pub(crate) fn plan(flavor: Flavor, job: &str, workers: u32) -> Vec<PodInfo> {
+/// Five characters as the apiserver's `generateName` and the Job controller append.
+fn suffix() -> String {
+    (0..5)
+        .map(|_| b"bcdfghjklmnpqrstvwxz2456789"[fastrand::usize(..27)] as char)
+        .collect()
+}
+
+/// `name` and a random suffix, as KubeRay names a RayJob's RayCluster and Ray job id.
+pub(crate) fn with_suffix(name: &str) -> String {
+    format!("{name}-{}", suffix())
+}
+
+/// Which pods a job of this flavour gets, with `workers` worker replicas. `ray_cluster` is a
+/// RayJob's RayCluster (its pods are named after it); the other flavours ignore it.
+pub(crate) fn plan(flavor: Flavor, job: &str, workers: u32, ray_cluster: &str) -> Vec<PodInfo> {
     let pod = |name: String, container: &str, role: &str, index: u32| PodInfo {
         name,
         container: container.to_string(),
@@ -32,10 +45,7 @@ pub(crate) fn plan(flavor: Flavor, job: &str, workers: u32) -> Vec<PodInfo> {
     match flavor {
         Flavor::Batch => {
             for i in 0..workers.max(1) {
-                let suffix: String = (0..5)
-                    .map(|_| b"bcdfghjklmnpqrstvwxz2456789"[fastrand::usize(..27)] as char)
-                    .collect();
-                pods.push(pod(format!("{job}-{suffix}"), "trainer", "trainer", i));
+                pods.push(pod(format!("{job}-{}", suffix()), "trainer", "trainer", i));
             }
         }
         Flavor::Volcano => {
@@ -56,11 +66,42 @@ pub(crate) fn plan(flavor: Flavor, job: &str, workers: u32) -> Vec<PodInfo> {
                 pods.push(pod(format!("{job}-worker-{i}"), "worker", "worker", i));
             }
         }
+        // One child Job `<trainjob>-node-0` of `numNodes` indexed pods.
+        Flavor::TrainJob => {
+            for i in 0..workers {
+                let name = format!("{job}-node-0-{i}-{}", suffix());
+                pods.push(pod(name, "node", "node", i));
+            }
+        }
+        // One single-pod Job per replica: `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>-…`.
+        Flavor::JobSet => {
+            let name = format!("{job}-leader-0-0-{}", suffix());
+            pods.push(pod(name, "leader", "leader", 0));
+            for i in 0..workers {
+                let name = format!("{job}-workers-{i}-0-{}", suffix());
+                pods.push(pod(name, "worker", "workers", i));
+            }
+        }
+        // The RayCluster's head and one worker group.
+        Flavor::RayJob => {
+            let name = format!("{ray_cluster}-head-{}", suffix());
+            pods.push(pod(name, "ray-head", "head", 0));
+            for i in 0..workers {
+                let name = format!("{ray_cluster}-{RAY_GROUP}-worker-{}", suffix());
+                pods.push(pod(name, "ray-worker", "worker", i));
+            }
+        }
     }
     pods
 }
 
-/// The pod object, in phase Pending.
+/// The RayJob's worker group.
+const RAY_GROUP: &str = "workergroup";
+
+/// The pod object, in phase Pending. Its owner reference names the job itself, also for the
+/// kinds whose pods really belong to a child object (a JobSet's or TrainJob's child Jobs, a
+/// RayJob's RayCluster), which the simulator does not model: so deleting the job still
+/// garbage-collects its pods.
 pub(crate) fn pod_object(
     flavor: Flavor,
     namespace: &str,
@@ -68,6 +109,7 @@ pub(crate) fn pod_object(
     job_uid: &str,
     pod: &PodInfo,
     now: &str,
+    ray_cluster: &str,
 ) -> Value {
     let mut labels = json!({});
     labels[flavor.pod_label()] = json!(job);
@@ -99,11 +141,44 @@ pub(crate) fn pod_object(
                 labels["training.kubeflow.org/job-role"] = json!("master");
             }
         }
+        Flavor::TrainJob | Flavor::JobSet => {
+            // TrainJob: job `node`-0, the pod's index within it; JobSet: job `index`, pod 0.
+            let (job_index, pod_index) = if flavor == Flavor::TrainJob {
+                (0, pod.index)
+            } else {
+                (pod.index, 0)
+            };
+            let child = format!("{job}-{}-{job_index}", pod.role);
+            labels["jobset.sigs.k8s.io/replicatedjob-name"] = json!(pod.role);
+            labels["jobset.sigs.k8s.io/job-index"] = json!(job_index.to_string());
+            labels["jobset.sigs.k8s.io/restart-attempt"] = json!("0");
+            labels["batch.kubernetes.io/job-name"] = json!(child);
+            labels["job-name"] = json!(child);
+            labels["batch.kubernetes.io/job-completion-index"] = json!(pod_index.to_string());
+            annotations["batch.kubernetes.io/job-completion-index"] = json!(pod_index.to_string());
+            if flavor == Flavor::TrainJob {
+                labels["trainer.kubeflow.org/trainjob-ancestor-step"] = json!("trainer");
+            }
+        }
+        Flavor::RayJob => {
+            let (node_type, group) = if pod.role == "head" {
+                ("head", "headgroup")
+            } else {
+                ("worker", RAY_GROUP)
+            };
+            labels["ray.io/originated-from-crd"] = json!("RayJob");
+            labels["ray.io/cluster"] = json!(ray_cluster);
+            labels["ray.io/node-type"] = json!(node_type);
+            labels["ray.io/group"] = json!(group);
+            labels["ray.io/is-ray-node"] = json!("yes");
+            labels["app.kubernetes.io/name"] = json!("kuberay");
+            labels["app.kubernetes.io/created-by"] = json!("kuberay-operator");
+        }
     }
-    let restart_policy = if flavor == Flavor::Mpi && pod.role == "worker" {
-        "Never"
-    } else {
-        "OnFailure"
+    let restart_policy = match flavor {
+        Flavor::Mpi if pod.role == "worker" => "Never",
+        Flavor::RayJob => "Always",
+        _ => "OnFailure",
     };
     let scheduler = if flavor == Flavor::Volcano {
         "volcano"

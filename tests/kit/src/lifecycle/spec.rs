@@ -19,6 +19,21 @@ fn container(name: &str) -> Value {
     })
 }
 
+/// A JobSet replicated job: `replicas` single-pod Jobs.
+fn replicated_job(name: &str, container_name: &str, replicas: u32) -> Value {
+    json!({
+        "name": name,
+        "replicas": replicas,
+        "template": { "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "completionMode": "Indexed",
+            "template": template(container_name, "OnFailure"),
+        } },
+    })
+}
+
 fn template(container_name: &str, restart_policy: &str) -> Value {
     json!({
         "metadata": {},
@@ -80,6 +95,56 @@ pub(crate) fn job_object(
             "mpiReplicaSpecs": {
                 "Launcher": { "replicas": 1, "restartPolicy": "OnFailure", "template": template("launcher", "OnFailure") },
                 "Worker": { "replicas": workers, "restartPolicy": "Never", "template": template("worker", "Never") },
+            },
+        }),
+        // The runtime (a ClusterTrainingRuntime) supplies the JobSet; the TrainJob overrides
+        // the trainer's image, command and size.
+        Flavor::TrainJob => json!({
+            "runtimeRef": {
+                "name": "torch-distributed",
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+            },
+            "trainer": {
+                "image": IMAGE,
+                "command": ["torchrun", "train.py"],
+                "args": ["--epochs", "3"],
+                "numNodes": workers,
+                "resourcesPerNode": { "limits": { "cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1" } },
+            },
+            "suspend": false,
+            "managedBy": "trainer.kubeflow.org/trainjob-controller",
+        }),
+        // As the JobSet webhook leaves it: startup, success and network policies defaulted.
+        Flavor::JobSet => json!({
+            "replicatedJobs": [
+                replicated_job("leader", "leader", 1),
+                replicated_job("workers", "worker", workers),
+            ],
+            "failurePolicy": { "maxRestarts": 3, "restartStrategy": "Recreate" },
+            "successPolicy": { "operator": "All", "targetReplicatedJobs": [] },
+            "startupPolicy": { "startupPolicyOrder": "AnyOrder" },
+            "network": { "enableDNSHostnames": true, "publishNotReadyAddresses": true },
+            "suspend": false,
+        }),
+        Flavor::RayJob => json!({
+            "entrypoint": "python -u train.py --epochs 3",
+            "submissionMode": "K8sJobMode",
+            "backoffLimit": 2,
+            "shutdownAfterJobFinishes": true,
+            "ttlSecondsAfterFinished": 600,
+            "suspend": false,
+            "rayClusterSpec": {
+                "rayVersion": "2.46.0",
+                "headGroupSpec": { "rayStartParams": {}, "template": template("ray-head", "Always") },
+                "workerGroupSpecs": [{
+                    "groupName": "workergroup",
+                    "replicas": workers,
+                    "minReplicas": workers,
+                    "maxReplicas": workers,
+                    "rayStartParams": {},
+                    "template": template("ray-worker", "Always"),
+                }],
             },
         }),
     };

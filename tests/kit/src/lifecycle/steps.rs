@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::driver::{first_task, non_empty, rv_of};
 use super::kubeflow::{created_condition, kubeflow_condition, replica_counts};
+use super::play::Step;
 use super::pods;
 use super::volcano::Counts;
 use super::{Flavor, JobDriver, batch, kubeflow, volcano};
@@ -32,6 +33,7 @@ impl JobDriver {
                 created_condition(s, c);
                 replica_counts(s, c, (0, 0, 0), (0, 0, 0));
             }),
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => self.play(Step::Pending, now),
         }
     }
 
@@ -68,6 +70,7 @@ impl JobDriver {
                 }
                 replica_counts(s, c, (1, 0, 0), (c.workers, 0, 0));
             }),
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => self.play(Step::Running, now),
         }
     }
 
@@ -129,12 +132,13 @@ impl JobDriver {
                     replica_counts(s, c, (0, 0, 1), (c.workers, 0, 0));
                 })
             }
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => self.play(Step::Restarting, now),
         }
     }
 
     /// Success criteria met, pods finishing (batch, Volcano). See the module table.
     pub fn completing(&mut self) -> anyhow::Result<String> {
-        if self.flavor.is_kubeflow() {
+        if !matches!(self.flavor, Flavor::Batch | Flavor::Volcano) {
             bail!("{} has no completing phase", self.flavor.kind());
         }
         let now = self.tick();
@@ -189,6 +193,10 @@ impl JobDriver {
                     s["completionTime"] = json!(c.now);
                     replica_counts(s, c, (0, 1, 0), (0, c.workers, 0));
                 })
+            }
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => {
+                let now = self.tick();
+                self.play(Step::Succeeded, now)
             }
         }
     }
@@ -248,6 +256,10 @@ impl JobDriver {
                     replica_counts(s, c, (0, 0, 1), (0, 0, c.workers));
                 })
             }
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => {
+                let now = self.tick();
+                self.play(Step::Failed(reason), now)
+            }
         }
     }
 
@@ -279,6 +291,10 @@ impl JobDriver {
                     }
                     replica_counts(s, c, (0, 0, 0), (0, 0, 0));
                 })
+            }
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => {
+                let now = self.tick();
+                self.play(Step::Suspended, now)
             }
         }
     }
@@ -318,6 +334,10 @@ impl JobDriver {
                     kubeflow::set_condition(s, c, cond);
                     s["startTime"] = json!(c.now);
                 })
+            }
+            Flavor::TrainJob | Flavor::JobSet | Flavor::RayJob => {
+                let now = self.tick();
+                self.play(Step::Resumed, now)
             }
         }
     }

@@ -205,6 +205,14 @@ impl SimCluster {
         self.state().registry.register(kind);
     }
 
+    /// Removes a resource kind, as uninstalling its CRD would hide it: discovery stops listing
+    /// it and its URLs answer 404. Unlike a real CRD deletion, stored objects are kept (out of
+    /// reach), so registering the kind again brings them back. Returns whether it was
+    /// registered.
+    pub fn unregister_kind(&self, gvr: &Gvr) -> bool {
+        self.state().registry.unregister(gvr)
+    }
+
     fn kind(&self, gvr: &Gvr) -> Result<Arc<ResourceKind>, SimError> {
         self.state()
             .registry

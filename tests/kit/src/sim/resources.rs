@@ -37,6 +37,12 @@ impl Gvr {
     pub const MPI_JOB_V1: Gvr = Gvr::fixed("kubeflow.org", "v1", "mpijobs");
     /// mpi-operator `kubeflow.org/v2beta1 mpijobs`.
     pub const MPI_JOB_V2: Gvr = Gvr::fixed("kubeflow.org", "v2beta1", "mpijobs");
+    /// Kubeflow Trainer v2 `trainer.kubeflow.org/v1alpha1 trainjobs`.
+    pub const TRAIN_JOB: Gvr = Gvr::fixed("trainer.kubeflow.org", "v1alpha1", "trainjobs");
+    /// JobSet `jobset.x-k8s.io/v1alpha2 jobsets`.
+    pub const JOBSET: Gvr = Gvr::fixed("jobset.x-k8s.io", "v1alpha2", "jobsets");
+    /// KubeRay `ray.io/v1 rayjobs`.
+    pub const RAY_JOB: Gvr = Gvr::fixed("ray.io", "v1", "rayjobs");
     /// `coordination.k8s.io/v1 leases` (leader election).
     pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
 
@@ -170,7 +176,10 @@ impl ResourceKind {
         format!("{}List", self.kind)
     }
 
-    /// The built-in kinds every simulator starts with.
+    /// The built-in kinds every simulator starts with: pods (and namespaces), batch Jobs,
+    /// leases, and the CRDs of every job kind the lifecycle drivers play, as if installed — so
+    /// a test can drive any [`Flavor`](crate::Flavor) without setting the cluster up first.
+    /// A test that needs one missing removes it with `SimCluster::unregister_kind`.
     pub fn builtins(with_namespaces: bool) -> Vec<ResourceKind> {
         let mut kinds = vec![
             ResourceKind::new("", "v1", "Pod", "pods", true)
@@ -182,6 +191,15 @@ impl ResourceKind {
             ResourceKind::new("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", true),
             ResourceKind::new("kubeflow.org", "v1", "MPIJob", "mpijobs", true),
             ResourceKind::new("kubeflow.org", "v2beta1", "MPIJob", "mpijobs", true),
+            ResourceKind::new(
+                "trainer.kubeflow.org",
+                "v1alpha1",
+                "TrainJob",
+                "trainjobs",
+                true,
+            ),
+            ResourceKind::new("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", true),
+            ResourceKind::new("ray.io", "v1", "RayJob", "rayjobs", true),
             ResourceKind::new("coordination.k8s.io", "v1", "Lease", "leases", true)
                 .with_status_subresource(false),
         ];
@@ -218,6 +236,12 @@ impl Registry {
     pub(crate) fn register(&self, kind: ResourceKind) {
         let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
         kinds.insert(kind.gvr.clone(), Arc::new(kind));
+    }
+
+    /// Removes a kind; returns whether it was registered.
+    pub(crate) fn unregister(&self, gvr: &Gvr) -> bool {
+        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        kinds.remove(gvr).is_some()
     }
 
     pub(crate) fn get(&self, gvr: &Gvr) -> Option<Arc<ResourceKind>> {
