@@ -110,6 +110,15 @@ fn get(url: &str) -> JobEvent {
     }
 }
 
+/// An event asking the probe to POST `n` bytes to `url` through the SDK's HTTP helper.
+fn post(url: &str, n: usize) -> JobEvent {
+    let mut event = get(url);
+    event
+        .labels
+        .insert("jobrelay.test/behave".into(), format!("http-post:{n}"));
+    event
+}
+
 /// Asserts the call gave up with a message naming one of `codes`.
 fn assert_gave_up(result: Result<(), CallError>, codes: &[&str]) -> String {
     match result {
@@ -525,4 +534,50 @@ async fn one_call_cannot_open_more_requests_than_its_grant_allows() {
         silent.connections()
     );
     assert_still_serves().await;
+}
+
+/// The SDK's HTTP helper (`jobrelay_guest::http::send`, what every shipped Rust plugin posts
+/// with) sends a body of any size whole, its length declared: empty, around the stream's
+/// 4,096-byte pieces, and far past them. The request is handed over before its body is
+/// written, in the pieces `check-write` allows; a body written first would stop at what the
+/// host buffers and the call would run into its time limit. The answer's headers come back:
+/// a 429's `Retry-After` reaches the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_posts_bodies_of_every_size_whole() {
+    use crate::common::receiver::{BODY_SIZES, Receiver, pattern, whole};
+
+    let receiver = Receiver::answering(|request| match request.target.as_str() {
+        "/busy" => (429, vec![("retry-after".into(), "7".into())], Vec::new()),
+        _ => (204, Vec::new(), Vec::new()),
+    })
+    .await;
+    let plugin = load("poster", Some(grant(&["http://127.0.0.1:*"], true))).await;
+    for (n, size) in BODY_SIZES.into_iter().enumerate() {
+        let started = Instant::now();
+        plugin
+            .handle(&post(&format!("{}/hook", receiver.url), size))
+            .await
+            .unwrap_or_else(|e| panic!("{size} bytes: {e}"));
+        let requests = receiver.wait_for(n + 1, Duration::from_secs(5)).await;
+        let request = &requests[n];
+        assert_eq!(
+            (request.method.as_str(), request.target.as_str()),
+            ("POST", "/hook")
+        );
+        if let Err(why) = whole(request, &pattern(size)) {
+            panic!("{size} bytes: {why}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{size} bytes took {:?}",
+            started.elapsed()
+        );
+    }
+    match plugin
+        .handle(&post(&format!("{}/busy", receiver.url), 10))
+        .await
+    {
+        Err(CallError::Retry(message)) => assert_eq!(message, "status 429, retry-after 7"),
+        other => panic!("expected the 429 with its Retry-After, got {other:?}"),
+    }
 }

@@ -248,6 +248,144 @@ async fn webhook_posts_through_wasi_http_within_its_grant(dir: &Path, wasm: &Pat
     );
 }
 
+/// The template's `webhook.py` in a component of its own: an app that posts each event's
+/// message as the whole body (to `webhook_url` + `/` + the job's name) sends bodies of 0, 4,095,
+/// 4,096, 4,097 bytes, 64 KiB and 1 MiB whole, with their `content-length`, to a local receiver;
+/// and the answer's headers come back, so a 429's `Retry-After` reaches the app. A helper that
+/// wrote the body before handing the request over would stop at about 4 KiB and time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_templates_webhook_posts_bodies_of_any_size() {
+    use crate::common::receiver::{BODY_SIZES, Receiver, whole};
+    use jobrelay_contract::event::Phase;
+
+    let receiver = Receiver::answering(|request| match request.target.as_str() {
+        "/busy" => (
+            429,
+            vec![("retry-after".into(), "7".into())],
+            b"slow down".to_vec(),
+        ),
+        _ => (204, Vec::new(), Vec::new()),
+    })
+    .await;
+    let parent = tempfile::tempdir().expect("tempdir");
+    let project = plugin_new(&PluginNewArgs {
+        name: "poster".into(),
+        lang: Lang::Python,
+        dir: parent.path().to_path_buf(),
+        sdk: None,
+    })
+    .expect("the project is made");
+    let dir = project.dir.clone();
+    std::fs::write(dir.join("app.py"), POSTER_APP).expect("the poster app");
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugin-new");
+    let built = Command::new(dir.join("build.sh"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("build.sh runs");
+    assert!(
+        built.status.success(),
+        "build.sh failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let manifest = dir.join("poster.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "wasm: poster.wasm\ntimeout_ms: 30000\nmemory_mb: 128\nconfig:\n  webhook_url: {}\n\
+             grants:\n  http:\n    allow: [\"{}\"]\n    allow_private: true\n",
+            receiver.url, receiver.url
+        ),
+    )
+    .expect("manifest");
+    let message = |size: usize| -> String {
+        (0..size)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect()
+    };
+    let mut lines = String::new();
+    for (n, name) in BODY_SIZES
+        .iter()
+        .map(|size| format!("s{size}"))
+        .chain(["busy".to_string()])
+        .enumerate()
+    {
+        let mut job = crate::common::event(
+            &format!("u-{n}"),
+            "2",
+            Phase::Failed,
+            Some(Phase::Running),
+            "2026-11-21T09:32:03Z",
+        );
+        job.name = name;
+        job.message = Some(message(BODY_SIZES.get(n).copied().unwrap_or(5)));
+        lines.push_str(&serde_json::to_string(&job).expect("JSON"));
+        lines.push('\n');
+    }
+    let events = dir.join("bodies.jsonl");
+    std::fs::write(&events, lines).expect("events");
+    let mut args = PluginRunArgs::new(dir.join("poster.wasm"), events);
+    args.manifest = Some(manifest);
+    let run = plugin_run(&args).await.expect("the plugin loads");
+
+    let statuses: Vec<&str> = run.calls.iter().map(|c| c.status()).collect();
+    assert_eq!(
+        statuses,
+        ["ok", "ok", "ok", "ok", "ok", "ok", "give_up"],
+        "{run}"
+    );
+    let refused = run.calls[6].result.as_ref().err().map(|e| e.to_string());
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|m| m.contains("status 429, retry-after 7, body b'slow down'")),
+        "the answer's headers reach the app: {refused:?}"
+    );
+    let requests = receiver.requests();
+    for size in BODY_SIZES {
+        let request = requests
+            .iter()
+            .find(|r| r.target == format!("/s{size}"))
+            .unwrap_or_else(|| panic!("no request of {size} bytes: {run}"));
+        if let Err(why) = whole(request, message(size).as_bytes()) {
+            panic!("{size} bytes: {why}");
+        }
+    }
+}
+
+/// The app of [`the_python_templates_webhook_posts_bodies_of_any_size`]: the template's
+/// `webhook.py` as an author calls it.
+const POSTER_APP: &str = r#"# Posts each event's message to `webhook_url`/<job name> through the template's webhook.py.
+
+import webhook
+import wit_world
+from componentize_py_types import Err
+from wit_world.imports import jobrelay_plugin_types as types
+
+url = None
+
+
+class WitWorld(wit_world.WitWorld):
+    def init(self, config):
+        global url
+        url = dict(config)["webhook_url"]
+
+    def handle(self, event):
+        try:
+            status, headers, body = webhook.post(
+                f"{url}/{event.name}",
+                (event.message or "").encode(),
+                [("content-type", "text/plain")],
+            )
+        except Err as error:
+            raise Err(types.HandlerError_Retry(f"webhook: {error.value}"))
+        if status != 204:
+            wait = dict(headers).get("retry-after")
+            raise Err(types.HandlerError_GiveUp(f"status {status}, retry-after {wait}, body {body!r}"))
+
+    def handle_fleet(self, event):
+        return
+"#;
+
 /// A local HTTP receiver answering 200 to every POST: its base URL and the bodies received.
 fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
     use std::io::{BufRead, BufReader, Read, Write};

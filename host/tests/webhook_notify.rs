@@ -8,6 +8,11 @@
 //! and posting to its own hook, so the 18 MB component is compiled once for every case:
 //! structured and signed, binary with a template, throttled then delivered, refused for a
 //! wrong secret, and a destination the manifest does not grant (both given up, dead-lettered).
+//!
+//! And bodies of any size, through the runtime alone: the job's message as the whole body
+//! (binary mode, a `${message}` text template) at 0, 4,095, 4,096, 4,097 bytes, 64 KiB and
+//! 1 MiB, and a real-sized job object with `include_object`, each checked byte for byte with its
+//! `content-length` by a local receiver.
 
 use std::time::{Duration, Instant};
 
@@ -444,5 +449,188 @@ async fn cloudevents_signed_templated_retried_and_refused() {
             .iter()
             .all(|l| l.plugin == "wrong" || l.plugin == "ungranted"),
         "nothing else was given up: {others:?}"
+    );
+}
+
+/// A real-sized PyTorchJob as the API server returns it: two replica specs with their
+/// containers, environment, volumes and resources, the last-applied annotation that repeats the
+/// spec, managed fields, and a status with conditions — tens of KB, like the objects of
+/// `include_object` in production.
+fn real_sized_object(name: &str) -> Value {
+    let env: Vec<Value> = (0..60)
+        .map(|n| json!({"name": format!("TRAINING_SETTING_{n:02}"), "value": format!("value-{n}-{}", "x".repeat(40))}))
+        .collect();
+    let replica = |role: &str, replicas: u32| {
+        json!({
+            "replicas": replicas,
+            "restartPolicy": "OnFailure",
+            "template": {
+                "metadata": {"labels": {"team": "nlp", "role": role}},
+                "spec": {
+                    "containers": [{
+                        "name": "pytorch",
+                        "image": "registry.example.com/ml/llama-train:2026.11.3",
+                        "command": ["torchrun", "--nnodes=8", "--nproc-per-node=8", "train.py"],
+                        "args": (0..40).map(|n| format!("--option-{n}=value-{n}")).collect::<Vec<_>>(),
+                        "env": env,
+                        "resources": {"limits": {"nvidia.com/gpu": "8", "memory": "900Gi", "cpu": "96"}},
+                        "volumeMounts": (0..12).map(|n| json!({"name": format!("data-{n}"), "mountPath": format!("/data/shard-{n}")})).collect::<Vec<_>>(),
+                    }],
+                    "volumes": (0..12).map(|n| json!({"name": format!("data-{n}"), "persistentVolumeClaim": {"claimName": format!("shard-{n}")}})).collect::<Vec<_>>(),
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            },
+        })
+    };
+    let spec = json!({
+        "pytorchReplicaSpecs": {"Master": replica("master", 1), "Worker": replica("worker", 7)},
+        "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None"},
+    });
+    json!({
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": "u-object",
+            "resourceVersion": "77",
+            "labels": {"team": "nlp"},
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": serde_json::to_string(&spec).unwrap_or_default(),
+            },
+            "managedFields": (0..6).map(|n| json!({"manager": format!("controller-{n}"), "operation": "Update", "time": "2026-11-21T09:00:00Z", "fieldsV1": {"f:status": {"f:conditions": {}}}})).collect::<Vec<_>>(),
+        },
+        "spec": spec,
+        "status": {
+            "startTime": "2026-11-21T08:30:00Z",
+            "conditions": (0..8).map(|n| json!({"type": if n % 2 == 0 { "Running" } else { "Restarting" }, "status": "True", "reason": "PyTorchJobRunning", "message": format!("PyTorchJob {name} is running (restart {n}): {}", "worker log tail ".repeat(20)), "lastTransitionTime": "2026-11-21T09:00:00Z"})).collect::<Vec<_>>(),
+            "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 7, "failed": 1}},
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_of_any_size_and_a_real_sized_object_are_posted_whole() {
+    use std::sync::Arc;
+
+    use jobrelay_capabilities::Grants;
+    use jobrelay_capabilities::http::HttpGrant;
+    use jobrelay_contract::event::Phase;
+    use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
+
+    use crate::common::receiver::{BODY_SIZES, Receiver, whole};
+    use crate::common::{MIB, event, wasm};
+
+    let receiver = Receiver::start().await;
+    let runtime = Runtime::new(RuntimeSettings {
+        max_instances: 8,
+        max_memory_mb: 256,
+        cache_dir: Some(plugins_dir().join("../test-cache/webhook-notify-bodies")),
+        ..RuntimeSettings::default()
+    })
+    .expect("runtime builds");
+    let load = |name: &str, config: &[(&str, String)]| {
+        runtime.load(PluginSpec {
+            name: name.into(),
+            version: format!("{name}-v1"),
+            wasm: wasm("webhook-notify"),
+            wasm_sha256: String::new(),
+            timeout: Duration::from_secs(30),
+            memory_bytes: 128 * MIB,
+            instance_reuse: 1,
+            config: config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            grants: Grants {
+                http: Some(HttpGrant {
+                    allow: vec!["http://127.0.0.1:*".into()],
+                    allow_private: true,
+                    ..HttpGrant::default()
+                }),
+                ..Grants::default()
+            },
+        })
+    };
+
+    // The job's message is the whole body: binary mode, a text template of it alone.
+    let raw = load(
+        "bodies",
+        &[
+            ("url", format!("{}/hooks/bodies", receiver.url)),
+            ("mode", "binary".into()),
+            ("template", "${message}".into()),
+            ("content_type", "text/plain".into()),
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("webhook-notify loads: {e}"));
+    for (n, size) in BODY_SIZES.into_iter().enumerate() {
+        let mut job = event(
+            &format!("u-{size}"),
+            "2",
+            Phase::Failed,
+            Some(Phase::Running),
+            "2026-11-21T09:32:03Z",
+        );
+        let message: String = (0..size)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        job.message = Some(message.clone());
+        let started = Instant::now();
+        raw.handle(&job)
+            .await
+            .unwrap_or_else(|e| panic!("{size} bytes: {e}"));
+        let requests = receiver.wait_for(n + 1, DEADLINE).await;
+        let request = &requests[n];
+        assert_eq!(request.header("content-type"), Some("text/plain"));
+        assert_eq!(request.header("ce-type"), Some("io.jobrelay.job.failed"));
+        if let Err(why) = whole(request, message.as_bytes()) {
+            panic!("{size} bytes: {why}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{size} bytes took {:?}",
+            started.elapsed()
+        );
+    }
+
+    // Structured mode with the job's object: a real-sized one arrives whole, as the object.
+    let whole_object = load(
+        "objects",
+        &[
+            ("url", format!("{}/hooks/objects", receiver.url)),
+            ("include_object", "true".into()),
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("webhook-notify loads: {e}"));
+    let object = real_sized_object("llama-70b-pretrain");
+    let mut job = event(
+        "u-object",
+        "77",
+        Phase::Failed,
+        Some(Phase::Running),
+        "2026-11-21T09:32:03Z",
+    );
+    job.object_json = Arc::from(serde_json::to_string(&object).expect("JSON"));
+    assert!(
+        job.object_json.len() > 30_000,
+        "{} bytes of object",
+        job.object_json.len()
+    );
+    whole_object.handle(&job).await.expect("posted");
+    let requests = receiver.wait_for(BODY_SIZES.len() + 1, DEADLINE).await;
+    let request = requests.last().expect("the object's request");
+    assert_eq!(request.target, "/hooks/objects");
+    if let Err(why) = whole(request, &request.body) {
+        panic!("the object's event: {why}");
+    }
+    let posted: Value = serde_json::from_slice(&request.body).expect("a JSON CloudEvent");
+    assert_eq!(posted["data"]["object"], object);
+    assert!(
+        request.body.len() > job.object_json.len(),
+        "{}",
+        request.body.len()
     );
 }

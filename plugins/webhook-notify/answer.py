@@ -85,9 +85,10 @@ def error_name(code):
     return f"{words} ({value})" if value is not None else words
 
 
-def no_answer(code, target, secret):
+def no_answer(code, target, secret, detail=None):
     """`(outcome, message)` for a request that got no HTTP answer. `code` is the `wasi:http`
-    error code (or a reason string when there is none)."""
+    error code (or a reason string when there is none); `detail`, if given, what else went
+    wrong (the body could not be written whole)."""
     name = type(code).__name__
     if name.endswith("HttpRequestDenied"):
         return GIVE_UP, (
@@ -102,4 +103,6 @@ def no_answer(code, target, secret):
     if name.endswith("HttpRequestUriInvalid"):
         return GIVE_UP, f"the host refused the request to {target.shown}: `url` is not valid"
     reason = code if isinstance(code, str) else error_name(code)
+    if detail is not None:
+        reason = f"{reason} ({detail})"
     return RETRY, f"no answer from {target.shown}: {scrub(reason, target, secret)}"

@@ -81,14 +81,15 @@ def post(settings, message_id, headers, body, what):
         headers = cloudevent.sign(headers, settings.key, message_id, int(time.time()), body)
     wait = None
     try:
-        status, wait, said = outbound.post(target, headers, body)
+        reply = outbound.post(target, headers, body)
     except outbound.NoAnswer as error:
-        outcome, message = answer.no_answer(error.code, target, settings.secret)
+        outcome, message = answer.no_answer(error.code, target, settings.secret, error.detail)
     except outbound.BadHeader as error:
         outcome = answer.GIVE_UP
         message = f"the host's HTTP layer refused the header `{error.name}`"
     else:
-        outcome, message = answer.by_status(status, said, target, settings.secret)
+        wait = reply.header("retry-after")
+        outcome, message = answer.by_status(reply.status, reply.body, target, settings.secret)
     if outcome == answer.DELIVERED:
         log.write(log.Level.INFO, f"{what} posted, {message}")
         return

@@ -14,6 +14,9 @@ use jobrelay_runtime::{PluginSpec, Runtime, RuntimeSettings};
 
 pub const MIB: u64 = 1 << 20;
 
+/// A local HTTP receiver that keeps every request's body whole.
+pub mod receiver;
+
 /// The test MariaDB (`mysql_url`, `unique_prefix`) and stores on both backends: one copy, in
 /// the state store's own tests.
 #[path = "../../state/tests/contract/support.rs"]

@@ -18,7 +18,8 @@ use sha2::Sha256;
 
 use jobrelay_notify::answer::{ErrCode, Outcome};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::message::{Message, fit, plain};
+use jobrelay_notify::markup::dingtalk_markdown;
+use jobrelay_notify::message::{Message, fit};
 use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// DingTalk's body limit.
@@ -103,7 +104,7 @@ impl Provider for DingTalk {
 
 impl DingTalk {
     fn body(&self, message: &Message, settings: &Settings) -> Value {
-        let title = plain(&message.title);
+        let title = dingtalk_markdown(&message.title);
         // A message without links (a fleet event's) has no buttons for an action card.
         let style = if message.links.is_empty() {
             Style::Markdown
@@ -156,9 +157,9 @@ impl DingTalk {
 
 /// The message as DingTalk markdown; the links inline when they are not buttons.
 fn markdown(message: &Message, links: bool) -> String {
-    let mut text = format!("#### {}\n\n", plain(&message.title));
+    let mut text = format!("#### {}\n\n", dingtalk_markdown(&message.title));
     for (label, value) in &message.facts {
-        text.push_str(&format!("- **{label}**: {}\n", plain(value)));
+        text.push_str(&format!("- **{label}**: {}\n", dingtalk_markdown(value)));
     }
     for (label, value) in [
         ("Reason", &message.reason),
@@ -166,7 +167,7 @@ fn markdown(message: &Message, links: bool) -> String {
         ("Labels", &message.labels),
     ] {
         if let Some(value) = value {
-            text.push_str(&format!("\n**{label}**: {}\n", plain(value)));
+            text.push_str(&format!("\n**{label}**: {}\n", dingtalk_markdown(value)));
         }
     }
     if links && !message.links.is_empty() {
@@ -214,6 +215,9 @@ fn hint(code: i64) -> &'static str {
 }
 
 jobrelay_notify::export_notifier!(DingTalk);
+
+#[cfg(test)]
+mod markup_tests;
 
 #[cfg(test)]
 mod tests {

@@ -5,8 +5,9 @@
 //! Layout: the header carries the title and a colour for the phase; a first block of short
 //! fields (cluster, namespace, job, kind, phase, duration) reads as a two-column grid; a second
 //! block holds the long free text (reason, message, labels); a row of buttons holds the
-//! configured links. Values from the cluster go into `lark_md` text with `&`, `<` and `>`
-//! escaped, so a job message cannot smuggle in an `<at id=all>` mention or other markup.
+//! configured links. Values from the cluster go into `lark_md` text through Feishu's neutraliser
+//! ([`feishu_lark_md`]), and into the `plain_text` header through [`feishu_plain_text`], so a
+//! job message cannot smuggle in an `<at id=all>` mention, a link, emphasis or code.
 //!
 //! Feishu refuses bodies over 20 KB, and a failing job's message (a stack trace, a log tail) can
 //! be longer than that on its own. Rather than lose the notification, the free text is cut, at a
@@ -22,6 +23,7 @@ use jobrelay_notify::config::Settings;
 use jobrelay_notify::duration::run_time;
 use jobrelay_notify::fleet::{FleetEvent, fleet_is_trouble};
 use jobrelay_notify::job::{JobEvent, Phase};
+use jobrelay_notify::markup::{feishu_lark_md, feishu_plain_text};
 use jobrelay_notify::message::{Message, fit};
 
 /// Feishu's body limit, signature fields included.
@@ -130,7 +132,10 @@ impl Card {
 
     fn new(job: &JobEvent, settings: &Settings, signature: Option<&Signature>) -> Card {
         let header = json!({
-            "title": { "tag": "plain_text", "content": settings.title.render(job) },
+            "title": {
+                "tag": "plain_text",
+                "content": feishu_plain_text(&settings.title.render(job)),
+            },
             "template": colour(job.phase),
         });
 
@@ -256,7 +261,7 @@ pub fn digest_body(message: &Message, signature: Option<&Signature>) -> Result<V
             "card": {
                 "config": { "wide_screen_mode": true },
                 "header": {
-                    "title": { "tag": "plain_text", "content": m.title },
+                    "title": { "tag": "plain_text", "content": feishu_plain_text(&m.title) },
                     "template": template,
                 },
                 "elements": [
@@ -302,7 +307,7 @@ pub fn fleet_body(
             "card": {
                 "config": { "wide_screen_mode": true },
                 "header": {
-                    "title": { "tag": "plain_text", "content": m.title },
+                    "title": { "tag": "plain_text", "content": feishu_plain_text(&m.title) },
                     "template": template,
                 },
                 "elements": elements,
@@ -316,26 +321,12 @@ pub fn fleet_body(
     })
 }
 
-/// A `lark_md` field: the label in bold, the value escaped on the next line.
+/// A `lark_md` field: the label in bold, the value neutralised on the next line.
 fn field(label: &str, value: &str, short: bool) -> Value {
     json!({
         "is_short": short,
-        "text": { "tag": "lark_md", "content": format!("**{label}**\n{}", escape_md(value)) },
+        "text": { "tag": "lark_md", "content": format!("**{label}**\n{}", feishu_lark_md(value)) },
     })
-}
-
-/// Neutralises the characters that start markup in `lark_md` (tags such as `<at>`, entities).
-fn escape_md(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// `failed`, or `succeeded (Completed)` when the kind's own word says more.

@@ -11,6 +11,8 @@
 
 mod answer;
 mod card;
+#[cfg(test)]
+mod markup_tests;
 mod sign;
 
 use jobrelay_notify::answer::Outcome;

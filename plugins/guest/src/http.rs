@@ -21,8 +21,6 @@ use wasip2::http::types::{
 };
 use wasip2::io::streams::StreamError;
 
-/// `blocking-write-and-flush` takes at most this much per call.
-const WRITE_CHUNK: usize = 4096;
 /// How much of a response body [`send`] keeps unless the request says otherwise.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 1 << 20;
 
@@ -195,22 +193,23 @@ pub fn send(request: &Request<'_>) -> Result<Response, HttpError> {
     let outgoing = outgoing_request.body().map_err(|()| refused("body"))?;
 
     // The request is handed over before the body is written: the host streams the body into the
-    // connection as it arrives, so writing more than its buffer before sending would block.
+    // connection as it arrives and holds little of it meanwhile, so a body written before
+    // `handle` stops at that little and the call waits until its time limit.
     let future = outgoing_handler::handle(outgoing_request, None).map_err(transport)?;
     let written = write_body(outgoing, request.body);
 
     let pollable = future.subscribe();
     pollable.block();
     drop(pollable);
+    // A server that answered although the body could not be written whole (an early 413 or
+    // 429) explains the failure better than the write error, so an answer is what counts; the
+    // write error is kept for a request that got none.
     let response = match future.get() {
         Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(code))) => return Err(transport(code)),
+        Some(Ok(Err(code))) => return Err(unanswered(transport(code), written)),
         Some(Err(())) => return Err(HttpError::Failed("response already taken".to_string())),
         None => return Err(HttpError::Failed("no response after waiting".to_string())),
     };
-    // A server that answered although the body could not be written whole (an early 413 or
-    // 429) explains the failure better than the write error, so the answer is what counts.
-    let _ = written;
     let status = response.status();
     let headers = response
         .headers()
@@ -226,21 +225,42 @@ pub fn send(request: &Request<'_>) -> Result<Response, HttpError> {
     })
 }
 
-/// Writes `body` in chunks and finishes it. On a failure the body is dropped unfinished, which
-/// tells the host the request is incomplete so it does not wait for more.
+/// Writes `body` in the pieces the stream takes, flushes it and finishes it. `check-write`
+/// says how much the host takes now (nothing while the connection catches up: then its
+/// pollable says when); `blocking-write-and-flush` would take at most 4,096 bytes a call. On a
+/// failure the body is dropped unfinished, which tells the host the request is incomplete so it
+/// does not wait for more.
 fn write_body(outgoing: OutgoingBody, body: &[u8]) -> Result<(), String> {
     {
         let stream = outgoing
             .write()
             .map_err(|()| "the request body stream was already taken".to_string())?;
-        for chunk in body.chunks(WRITE_CHUNK) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| format!("writing the request body: {}", stream_error(e)))?;
+        let failed = |e| format!("writing the request body: {}", stream_error(e));
+        let mut rest = body;
+        while !rest.is_empty() {
+            let permitted = stream.check_write().map_err(failed)?;
+            if permitted == 0 {
+                stream.subscribe().block();
+                continue;
+            }
+            let n = usize::try_from(permitted).map_or(rest.len(), |p| p.min(rest.len()));
+            let (piece, after) = rest.split_at(n);
+            stream.write(piece).map_err(failed)?;
+            rest = after;
         }
+        stream.blocking_flush().map_err(failed)?;
         // The stream is a child of the body and must be gone before the body is finished.
     }
     OutgoingBody::finish(outgoing, None).map_err(|code| format!("finishing the body: {code:?}"))
+}
+
+/// The error of a request that got no answer, with why its body could not be written, if it
+/// could not (a refusal stays a refusal: there is nothing more to say).
+fn unanswered(error: HttpError, written: Result<(), String>) -> HttpError {
+    match (error, written) {
+        (HttpError::Failed(why), Err(write)) => HttpError::Failed(format!("{why} ({write})")),
+        (error, _) => error,
+    }
 }
 
 /// Reads the response body up to `max` bytes.

@@ -18,6 +18,9 @@
 //! or given up as for a job's message. They are never put in a digest, and `phases`, `title`,
 //! `link.*` and routes, made of a job's fields, do not apply ([`fleet`]).
 //!
+//! Text from the cluster goes into a message only through its service's neutraliser
+//! ([`markup`]), so it shows as written and can neither mention, link nor format.
+//!
 //! Every module but this file's glue is plain Rust over the guest crate's types, unit-tested on
 //! the host target without building a component.
 
@@ -25,7 +28,10 @@ pub mod answer;
 pub mod config;
 pub mod duration;
 pub mod fleet;
+#[cfg(feature = "hostile")]
+pub mod hostile;
 pub mod job;
+pub mod markup;
 pub mod message;
 pub mod noise;
 pub mod template;

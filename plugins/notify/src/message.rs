@@ -3,9 +3,9 @@
 //! lay it out.
 //!
 //! Values from the cluster (names, reasons, a failing job's message) are untrusted text: a job
-//! message could carry `<@all>` or `<!channel>` and page a whole company. [`plain`] turns the
-//! characters chat markup is built from into look-alikes before a provider puts them in
-//! markdown, so such text shows as written and never acts.
+//! message could carry `<@all>` or `<!channel>` and page a whole company. A message keeps them
+//! as they came; each provider passes every one through its service's neutraliser
+//! ([`crate::markup`]) as it lays the message out, so such text shows as written and never acts.
 //!
 //! Services cap a message's size (DingTalk a 20 KB body, WeCom 4,096 bytes of markdown, Slack
 //! 3,000 characters a section), and a failing job's message can be longer on its own. Rather
@@ -198,29 +198,6 @@ pub fn fit(
     }
 }
 
-/// `text` with the characters of chat markup (`<`, `>`, `&`, `*`, `_`, `` ` ``, `[`, `]`, `#`,
-/// `~`, `|` and `@`) replaced by look-alikes, so text from the cluster reads as written and can
-/// neither format nor mention.
-pub fn plain(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '<' => '‹',
-            '>' => '›',
-            '&' => '＆',
-            '*' => '∗',
-            '_' => 'ˍ',
-            '`' => 'ˋ',
-            '[' => '［',
-            ']' => '］',
-            '#' => '＃',
-            '~' => '∼',
-            '|' => '¦',
-            '@' => '＠',
-            other => other,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,14 +334,5 @@ mod tests {
         ]);
         let offline = crate::fleet::sample_offline();
         assert!(!Message::fleet(&offline, &quiet).mention);
-    }
-
-    #[test]
-    fn plain_text_cannot_format_or_mention() {
-        assert_eq!(
-            plain("<@all> **x** [a](b) <!channel>"),
-            "‹＠all› ∗∗x∗∗ ［a］(b) ‹!channel›"
-        );
-        assert_eq!(plain("exit code 137, OOM"), "exit code 137, OOM");
     }
 }

@@ -72,3 +72,25 @@ pub fn fleet_request<P: Provider>(
     let body = serde_json::from_slice(&body).map_err(|e| format!("the body is not JSON: {e}"))?;
     Ok((url, body))
 }
+
+/// The request announcing a digest of `lines` about `job`'s namespace and phase at `now_ms`,
+/// its body parsed.
+pub fn digest_request<P: Provider>(
+    notifier: &Notifier<P>,
+    job: &JobEvent,
+    lines: &[String],
+    now_ms: i64,
+) -> Result<(String, Value), String> {
+    let settings: &Settings = &notifier.settings;
+    let target = settings
+        .target_for(job)
+        .ok_or("no bot for the job")?
+        .clone();
+    let digest = crate::message::Message::digest(job, lines, settings);
+    let Outgoing { url, body } =
+        notifier
+            .provider
+            .request(Subject::Digest(&digest), settings, &target, now_ms)?;
+    let body = serde_json::from_slice(&body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    Ok((url, body))
+}

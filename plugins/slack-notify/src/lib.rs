@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use jobrelay_notify::answer::{Outcome, by_status};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::message::{Message, fit, plain};
+use jobrelay_notify::markup::{slack_mrkdwn, slack_plain_text};
+use jobrelay_notify::message::{Message, fit};
 use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// A header block's text limit, in characters.
@@ -91,34 +92,58 @@ fn details(message: &Message) -> String {
         ("Labels", &message.labels),
     ]
     .into_iter()
-    .filter_map(|(label, value)| value.as_ref().map(|v| format!("*{label}*: {}", plain(v))))
+    .filter_map(|(label, value)| {
+        value
+            .as_ref()
+            .map(|v| format!("*{label}*: {}", slack_mrkdwn(v)))
+    })
     .collect::<Vec<_>>()
     .join("\n")
 }
 
+/// `text` cut to `max` characters with a mark. Never inside one of the neutraliser's entities
+/// (`&amp;`, `&lt;`, `&gt;`): half of one would show as a stray `&`.
 fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_string();
     }
-    text.chars().take(max - 1).chain(['…']).collect()
+    let mut kept: String = text.chars().take(max - 1).collect();
+    if let Some(at) = kept.rfind('&').filter(|&at| !kept[at..].contains(';')) {
+        kept.truncate(at);
+    }
+    kept.push('…');
+    kept
+}
+
+/// A `mrkdwn` text object of job text. `verbatim` turns off Slack's own parsing of the text
+/// (URLs, channel names and bare mentions made into links), which the neutraliser already keeps
+/// from mattering: it is the service's switch for exactly this.
+fn mrkdwn(text: String) -> Value {
+    json!({ "type": "mrkdwn", "text": text, "verbatim": true })
 }
 
 fn blocks(message: &Message, detail: &str, settings: &Settings) -> Value {
     let mut blocks = vec![json!({
         "type": "header",
-        "text": { "type": "plain_text", "text": cut(&message.title, MAX_HEADER_CHARS) },
+        "text": {
+            "type": "plain_text",
+            "text": cut(&slack_plain_text(&message.title), MAX_HEADER_CHARS),
+        },
     })];
     let fields: Vec<Value> = message
         .facts
         .iter()
         .take(MAX_FIELDS)
         .map(|(label, value)| {
-            json!({ "type": "mrkdwn", "text": cut(&format!("*{label}*\n{}", plain(value)), MAX_FIELD_CHARS) })
+            mrkdwn(cut(
+                &format!("*{label}*\n{}", slack_mrkdwn(value)),
+                MAX_FIELD_CHARS,
+            ))
         })
         .collect();
     blocks.push(json!({ "type": "section", "fields": fields }));
     if !detail.is_empty() {
-        blocks.push(json!({ "type": "section", "text": { "type": "mrkdwn", "text": detail } }));
+        blocks.push(json!({ "type": "section", "text": mrkdwn(detail.to_string()) }));
     }
     if message.mention {
         let named: Vec<String> = settings
@@ -152,10 +177,14 @@ fn blocks(message: &Message, detail: &str, settings: &Settings) -> Value {
             .collect();
         blocks.push(json!({ "type": "actions", "elements": buttons }));
     }
-    json!({ "text": message.title, "blocks": blocks })
+    // What notifications show: mrkdwn, where a mention in it would notify.
+    json!({ "text": slack_mrkdwn(&message.title), "blocks": blocks })
 }
 
 jobrelay_notify::export_notifier!(Slack);
+
+#[cfg(test)]
+mod markup_tests;
 
 #[cfg(test)]
 mod tests {
@@ -232,7 +261,7 @@ mod tests {
             blocks[2]["text"]["text"]
                 .as_str()
                 .unwrap_or("")
-                .contains("failure ratio 0.31 › 0.15"),
+                .contains("failure ratio 0.31 &gt; 0.15"),
             "{body}"
         );
         assert_eq!(blocks[3]["text"]["text"], "<@U012AB3CD>");

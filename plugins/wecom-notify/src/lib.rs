@@ -14,7 +14,8 @@ use serde_json::json;
 
 use jobrelay_notify::answer::{ErrCode, Outcome};
 use jobrelay_notify::config::{Keys, Settings, Target};
-use jobrelay_notify::message::{Message, fit, plain};
+use jobrelay_notify::markup::{wecom_markdown, wecom_text};
+use jobrelay_notify::message::{Message, fit};
 use jobrelay_notify::{Outgoing, Provider, Subject};
 
 /// WeCom's limit on a markdown message's content.
@@ -120,15 +121,15 @@ fn colour(phase: &str) -> &'static str {
 fn markdown(message: &Message, settings: &Settings) -> String {
     let mut content = format!(
         "**{}**\n<font color=\"{}\">{}</font>\n",
-        plain(&message.title),
+        wecom_markdown(&message.title),
         colour(message.phase),
         message.phase
     );
     for (label, value) in &message.facts {
-        content.push_str(&format!("> {label}: {}\n", plain(value)));
+        content.push_str(&format!("> {label}: {}\n", wecom_markdown(value)));
     }
     for (label, value) in free_text(message) {
-        content.push_str(&format!("\n**{label}**: {}\n", plain(value)));
+        content.push_str(&format!("\n**{label}**: {}\n", wecom_markdown(value)));
     }
     if !message.links.is_empty() {
         let shown: Vec<String> = message
@@ -150,14 +151,15 @@ fn markdown(message: &Message, settings: &Settings) -> String {
     content
 }
 
-/// Plain text needs no escaping: nothing in it is markup.
+/// The message as plain text. Nothing in it formats, but WeCom still reads `<@userid>` in a
+/// text's content as a mention and links addresses, so job text goes through [`wecom_text`].
 fn text(message: &Message) -> String {
-    let mut content = format!("{}\n", message.title);
+    let mut content = format!("{}\n", wecom_text(&message.title));
     for (label, value) in &message.facts {
-        content.push_str(&format!("{label}: {value}\n"));
+        content.push_str(&format!("{label}: {}\n", wecom_text(value)));
     }
     for (label, value) in free_text(message) {
-        content.push_str(&format!("{label}: {value}\n"));
+        content.push_str(&format!("{label}: {}\n", wecom_text(value)));
     }
     for (label, url) in &message.links {
         content.push_str(&format!("{label}: {url}\n"));
@@ -185,6 +187,9 @@ fn hint(code: i64) -> &'static str {
 }
 
 jobrelay_notify::export_notifier!(WeCom);
+
+#[cfg(test)]
+mod markup_tests;
 
 #[cfg(test)]
 mod tests {

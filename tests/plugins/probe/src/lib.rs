@@ -26,13 +26,19 @@
 //! | `http-get`     | GETs the URL in the annotation `jobrelay.test/url` (see below)     |
 //! | `http-flood:N` | starts N GETs of that URL at once, waits for them all, and gives up |
 //! |                | with `opened A, refused B (connection-limit-reached), failed C`    |
+//! | `http-post:N`  | POSTs N bytes (byte `i` is `i % 251`) to that URL through the SDK's |
+//! |                | `jobrelay_guest::http::send`; see below                            |
 //!
 //! `http-get` sends a GET through the standard `wasi:http/outgoing-handler` (the `wasip2`
 //! crate, as a real plugin would) and reads the whole body. It gives up with
 //! `http: <error-code debug>` (e.g. `http: ErrorCode::HttpRequestDenied`) if the request or
 //! the body fails, or with `http: body: <io-error debug string>` for a body error that carries
 //! no error code; it asks for a retry with `status <n>` for a non-2xx status; otherwise it
-//! returns `Ok` without recording. The URL travels in an annotation, not in the label, because
+//! returns `Ok` without recording. `http-post:N` is how the SDK's own helper sends a body (the
+//! tests try bodies around the stream's 4 KiB pieces and far past them): `Ok` for a 2xx,
+//! `retry` with `status <n>, retry-after <value or ->` for any other status (the answer's
+//! headers, as the helper returns them), `give-up` with `http: <the helper's error>` when no
+//! answer came. The URL travels in an annotation, not in the label, because
 //! Kubernetes label values are at most 63 characters with no `:` or `/`.
 //!
 //! `jobrelay.test/writes` holds one write per line: `annotate KEY VALUE`, `label KEY VALUE`
@@ -261,6 +267,18 @@ impl Guest for Probe {
                 // Answers without recording: the HTTP tests grant no `/data`.
                 return http_get(url);
             }
+            other if other.starts_with("http-post:") => {
+                let n = other["http-post:".len()..].parse::<usize>().map_err(|_| {
+                    HandlerError::GiveUp(format!("http-post: `{other}` has no byte count"))
+                })?;
+                let url = event
+                    .annotations
+                    .iter()
+                    .find(|(key, _)| key == URL_ANNOTATION)
+                    .map(|(_, value)| value.clone())
+                    .unwrap_or_default();
+                return http_post(&url, n);
+            }
             other if other.starts_with("http-flood:") => {
                 let n = other["http-flood:".len()..].parse::<usize>().unwrap_or(100);
                 let url = event
@@ -289,7 +307,9 @@ impl Guest for Probe {
                 event.id
             ),
         );
-        if matches!(behave.as_str(), "job-writes" | "http-get") || behave.starts_with("http-flood:")
+        if matches!(behave.as_str(), "job-writes" | "http-get")
+            || behave.starts_with("http-flood:")
+            || behave.starts_with("http-post:")
         {
             return Err(HandlerError::GiveUp(format!(
                 "probe: `{behave}` needs a job event"
@@ -503,6 +523,29 @@ fn http_get(url: &str) -> Result<(), HandlerError> {
         return Err(HandlerError::Retry(format!("status {status}")));
     }
     host_log::write(Level::Info, &format!("http-get read {read} bytes"));
+    Ok(())
+}
+
+/// POSTs `n` bytes (byte `i` is `i % 251`, so a piece lost, doubled or out of order shows) to
+/// `url` through the SDK's helper, as a shipped plugin posts.
+fn http_post(url: &str, n: usize) -> Result<(), HandlerError> {
+    use jobrelay_guest::http;
+
+    let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let request = http::Request {
+        headers: vec![("content-type", b"application/octet-stream")],
+        body: &body,
+        ..http::Request::new(http::Method::Post, url)
+    };
+    let answer = http::send(&request).map_err(|e| HandlerError::GiveUp(format!("http: {e}")))?;
+    if !(200..300).contains(&answer.status) {
+        let wait = answer.header("retry-after").unwrap_or("-");
+        return Err(HandlerError::Retry(format!(
+            "status {}, retry-after {wait}",
+            answer.status
+        )));
+    }
+    host_log::write(Level::Info, &format!("http-post sent {n} bytes"));
     Ok(())
 }
 

@@ -18,7 +18,7 @@ import json
 import webhook
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import kv, log
+from wit_world.imports import deferral, kv, log
 # The contract's `types` (the world also imports wasi:http's, hence the longer name).
 from wit_world.imports import jobrelay_plugin_types as types
 
@@ -91,18 +91,24 @@ class WitWorld(wit_world.WitWorld):
             "count": count,
         }
         try:
-            status, _ = webhook.post(
+            reply = webhook.post(
                 webhook_url,
                 json.dumps(message).encode(),
                 [("content-type", "application/json")],
             )
         except Err as error:
             raise Err(types.HandlerError_Retry(f"webhook: {error.value}"))
-        # Throttled or failing on the other side: again later. Refused: giving up.
-        if status == 429 or status >= 500:
-            raise Err(types.HandlerError_Retry(f"webhook answered {status}"))
-        if status >= 300:
-            raise Err(types.HandlerError_GiveUp(f"webhook answered {status}"))
+        # Throttled: again when the receiver's `Retry-After` (seconds) says, spending no retry
+        # attempt. Failing on the other side: again later. Refused: giving up.
+        if reply.status == 429:
+            wait = (reply.header("retry-after") or "").strip()
+            if wait.isdigit():
+                deferral.defer(int(wait))
+            raise Err(types.HandlerError_Retry(f"webhook answered 429 (Retry-After: {wait or '-'})"))
+        if reply.status >= 500:
+            raise Err(types.HandlerError_Retry(f"webhook answered {reply.status}"))
+        if reply.status >= 300:
+            raise Err(types.HandlerError_GiveUp(f"webhook answered {reply.status}"))
 
     def handle_fleet(self, event):
         # Fleet events (a cluster offline or back online, a fleet rule firing or resolved) come
