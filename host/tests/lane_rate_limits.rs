@@ -128,3 +128,86 @@ async fn removing_a_rate_limit_frees_the_calls_already_waiting() {
     }
     lane.close().await;
 }
+
+/// A burst at start, through a real lane with four workers: `per_second: 5` lets no more than
+/// five calls into any second from the first call on — a token bucket let five at once and then
+/// refilled while they ran, so its first second held more. A reload to the same limit counts the
+/// calls made before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_at_start_never_passes_the_limit_in_any_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let plugin = Arc::new(Counter::default());
+    let five_a_second = vec![RateLimitSpec {
+        per_second: Some(5),
+        per_minute: None,
+        burst: None,
+    }];
+    let lane = Lane::open(
+        "limited",
+        plugin.clone(),
+        settings(five_a_second.clone()),
+        store,
+        None,
+    )
+    .await
+    .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    for n in 0..17 {
+        if n == 8 {
+            // Halfway, a reload to the same limits: the calls made so far still count.
+            lane.reconfigure(plugin.clone(), settings(five_a_second.clone()));
+        }
+        let event = common::event(
+            &format!("u-{n}"),
+            "10",
+            Phase::Running,
+            None,
+            "2026-11-26T10:00:00Z",
+        );
+        lane.push(Observed {
+            event,
+            kind: kind.clone(),
+            from_list: false,
+            created: None,
+        });
+    }
+    let started = Instant::now();
+    let calls = loop {
+        let calls = plugin
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if calls.len() == 17 {
+            break calls;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} of 17 calls",
+            calls.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let most = calls
+        .iter()
+        .map(|t| {
+            calls
+                .iter()
+                .filter(|u| **u >= *t && **u < *t + Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(most <= 5, "{most} calls within one second");
+    // 17 calls at 5 a second: the last no sooner than 3 s after the first.
+    let span = calls
+        .iter()
+        .max()
+        .expect("calls")
+        .duration_since(*calls.iter().min().expect("calls"));
+    assert!(span >= Duration::from_secs(3), "{span:?}");
+    lane.close().await;
+}

@@ -176,11 +176,12 @@ pub(super) async fn wait_unless_stopped(
     }
 }
 
-/// Waits until every rate limit of the lane lets one more call go: each call, retries
-/// included, takes one token of each. A reload that changes the limits ends the wait at once
-/// and starts it again under the new ones, so a limit removed or raised applies to the calls
-/// already waiting, not only to the events queued after them. `false`: the lane closed, or
-/// let go of `cluster`, first (a SIGTERM does not wait out a backlog's tokens).
+/// Waits until every rate limit of the lane lets one more call go, and takes it
+/// (`crate::rate_window`): each call, retries included, counts once in each, and only a call
+/// about to be made counts. A reload that changes the limits ends the wait at once and starts
+/// it again under the new ones, so a limit removed or raised applies to the calls already
+/// waiting, not only to the events queued after them. `false`: the lane closed, or let go of
+/// `cluster`, first (a SIGTERM does not wait out a backlog's turns).
 async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
     loop {
         let changed = inner.limits_changed.notified();
@@ -192,14 +193,13 @@ async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
         if inner.stops(cluster) {
             return false;
         }
-        let limiters = inner.limiters.load_full();
-        let ready = async {
-            for limiter in limiters.iter() {
-                limiter.until_ready().await;
-            }
+        let limits = inner.limits.load_full();
+        let ready = match limits.try_take(std::time::Instant::now()) {
+            Ok(()) => return true,
+            Err(at) => at,
         };
         tokio::select! {
-            () = ready => return true,
+            () = tokio::time::sleep_until(ready.into()) => {}
             () = &mut changed => {}
             () = &mut closing => {}
         }
@@ -221,12 +221,11 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         return None;
     }
     loop {
-        if !rate_limited(inner, &event.cluster).await {
-            return None;
-        }
+        // The permit first: a call's turn under the rate limits is taken only when it can be
+        // made at once.
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
-        if inner.stops(&event.cluster) {
+        if !rate_limited(inner, &event.cluster).await {
             return None;
         }
         let plugin = Arc::clone(&**inner.plugin.load());
