@@ -19,7 +19,8 @@ use compact_str::CompactString;
 use serde::Serialize;
 
 use super::interner::{Interner, Sym};
-use super::query::{JobQuery, Position, SortField};
+use super::order::{KeyRef, compare};
+use super::query::{JobQuery, Position};
 use super::record::{JobRecord, LabelSet, Secs, Transition, now_secs, rfc3339, secs_of};
 use super::sli::{Sample, Slis};
 use jobrelay_contract::event::Phase;
@@ -702,93 +703,6 @@ impl<'q> Filter<'q> {
 fn phase_bit(phase: Phase) -> u16 {
     let index = Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0);
     1 << index
-}
-
-/// A job's place in an order, borrowed from its record while the cluster is read.
-struct KeyRef<'a> {
-    missing: bool,
-    time: u32,
-    a: &'a str,
-    b: &'a str,
-    c: &'a str,
-    uid: UidRef<'a>,
-}
-
-enum UidRef<'a> {
-    Text(&'a str),
-    Uid(&'a Uid),
-}
-
-impl UidRef<'_> {
-    fn text(&self) -> std::borrow::Cow<'_, str> {
-        match self {
-            UidRef::Text(t) => std::borrow::Cow::Borrowed(t),
-            UidRef::Uid(u) => std::borrow::Cow::Owned(u.to_string()),
-        }
-    }
-}
-
-impl<'a> KeyRef<'a> {
-    fn of(
-        field: SortField,
-        cluster: &'a str,
-        namespace: &'a str,
-        rec: &'a JobRecord,
-        uid: &'a Uid,
-    ) -> KeyRef<'a> {
-        let (missing, time) = match field {
-            SortField::Cluster | SortField::Name => (false, 0),
-            SortField::Created => (rec.created == 0, rec.created),
-            SortField::Finished => (rec.finished == 0, rec.finished),
-        };
-        let (a, c) = match field {
-            SortField::Name => (rec.name.as_str(), cluster),
-            _ => (cluster, rec.name.as_str()),
-        };
-        KeyRef {
-            missing,
-            time,
-            a,
-            b: namespace,
-            c,
-            uid: UidRef::Uid(uid),
-        }
-    }
-
-    fn owned(&self) -> Position {
-        Position {
-            missing: self.missing,
-            time: self.time,
-            a: self.a.to_string(),
-            b: self.b.to_string(),
-            c: self.c.to_string(),
-            uid: self.uid.text().into_owned(),
-        }
-    }
-}
-
-impl Position {
-    fn key(&self) -> KeyRef<'_> {
-        KeyRef {
-            missing: self.missing,
-            time: self.time,
-            a: &self.a,
-            b: &self.b,
-            c: &self.c,
-            uid: UidRef::Text(&self.uid),
-        }
-    }
-}
-
-/// The order of two keys: jobs without the time last whatever the direction; the rest by
-/// time and names, reversed when descending. The uid is made text only on a tie of names.
-fn compare(descending: bool, x: &KeyRef<'_>, y: &KeyRef<'_>) -> Ordering {
-    x.missing.cmp(&y.missing).then_with(|| {
-        let order = (x.time, x.a, x.b, x.c)
-            .cmp(&(y.time, y.a, y.b, y.c))
-            .then_with(|| x.uid.text().cmp(&y.uid.text()));
-        if descending { order.reverse() } else { order }
-    })
 }
 
 /// A job kept for the page, ordered so the heap's top is the worst kept.

@@ -7,6 +7,7 @@
 //! - [`record`]: what is kept of one job (a few dozen bytes).
 //! - [`interner`]: namespaces, kinds, raw phases and label sets, kept once.
 //! - [`query`]: a request's parameters, checked, and the continue token.
+//! - `order`: where a job falls in a list's order, the key a page is cut at.
 //! - [`rules`]: fleet rules on those SLIs, firing after they held a while and resolving.
 //! - [`sli`]: queue wait, run time, ends and restarts per cluster × namespace × kind, from the
 //!   transitions the view sees live.
@@ -14,6 +15,7 @@
 pub mod availability;
 pub mod interner;
 pub mod jobs;
+mod order;
 pub mod query;
 pub mod record;
 pub mod rules;

@@ -12,7 +12,12 @@
 //! - [`files`] — reading the folder: every relevant file's bytes and hash, within bounds;
 //! - [`manifest`] — a plugin manifest as written;
 //! - [`config_schema`] — a plugin's declared config schema, beside its component;
-//! - [`main_file`] — the main file as written and validated, each of its sections;
+//! - [`sections`] — the main file's sections with rules of their own, each as written and
+//!   checked: [`sections::kinds`], [`sections::finalizers`], [`sections::job_view`],
+//!   [`sections::cluster_health`], [`sections::fleet`];
+//! - [`main_file`] — the main file as written and validated: its struct, its parsing, the
+//!   small sections (`watch:`, `plugin_defaults:`, `telemetry:`, `home_cluster:`) and the
+//!   checks across sections;
 //! - [`sources`] — validated sources: a cluster's kubeconfig, a plugin's resolved manifest;
 //! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
 //! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
@@ -27,6 +32,7 @@ pub mod main_file;
 pub mod manifest;
 #[cfg(test)]
 mod parse_properties;
+pub mod sections;
 pub mod sources;
 pub mod state;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clusters::health::{AvailabilityChange, rfc3339};
-use crate::config::main_file::FleetSettings;
+use crate::config::sections::fleet::FleetSettings;
 use jobrelay_contract::fleet::{FleetEvent, FleetEventKind};
 use jobrelay_fleet::availability::Change;
 use jobrelay_fleet::jobs::JobView;

@@ -1,0 +1,215 @@
+//! The `fleet:` section: rules on the job SLIs, whose firing and resolving are fleet events.
+//! Checked here against the watched kinds and made the rules of `jobrelay-fleet`
+//! ([`FleetRule`]) and the interval they are evaluated at ([`FleetSettings`], which the
+//! daemon's rule book takes). Written here rather than in `jobrelay-fleet` because a rule's
+//! `for` and `window` are written as the clean-up's durations ([`AfterFinished`]), in
+//! `jobrelay-lanes`, a crate above the fleet's.
+
+use serde::{Deserialize, Serialize};
+
+use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
+use jobrelay_lanes::cleanup::{AfterFinished, DurationError};
+
+/// The `fleet:` section as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    /// Time between two evaluations of the rules, in milliseconds (default 15,000).
+    #[serde(default = "default_evaluate_interval_ms")]
+    pub evaluate_interval_ms: u64,
+    #[serde(default)]
+    pub rules: Vec<FleetRuleSpec>,
+}
+
+impl Default for FleetSpec {
+    fn default() -> FleetSpec {
+        FleetSpec {
+            evaluate_interval_ms: default_evaluate_interval_ms(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+fn default_evaluate_interval_ms() -> u64 {
+    15_000
+}
+
+/// One `fleet.rules` entry as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetRuleSpec {
+    pub name: String,
+    pub measure: Measure,
+    pub above: f64,
+    /// How long the condition must hold before the rule fires (default 0: at once).
+    #[serde(default, rename = "for")]
+    pub for_: Option<AfterFinished>,
+    /// The trailing window the measure is taken over (default 10m).
+    #[serde(default)]
+    pub window: Option<AfterFinished>,
+    /// Jobs in the window below which there is no verdict (default 5).
+    #[serde(default = "default_min_jobs")]
+    pub min_jobs: u64,
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+}
+
+fn default_min_jobs() -> u64 {
+    5
+}
+
+/// The most rules the `fleet:` section may hold (each is judged on every cluster).
+const MAX_FLEET_RULES: usize = 100;
+/// The longest `for` or `window` of a rule: a day.
+const MAX_RULE_SECONDS: u64 = 86_400;
+
+/// The `fleet:` section after validation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FleetSettings {
+    pub evaluate_interval: std::time::Duration,
+    pub rules: Vec<FleetRule>,
+}
+
+/// Why the `fleet:` section is refused; the message names the field (`rule` is the index of
+/// the rule in `fleet.rules`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum FleetError {
+    #[error("fleet.evaluate_interval_ms: between 100 and 600000 (10 minutes)")]
+    EvaluateInterval { given: u64 },
+    #[error("fleet.rules: at most {} rules", MAX_FLEET_RULES)]
+    TooManyRules { given: usize },
+    #[error("fleet.rules[{rule}].name: `{name}` must be 1-63 characters of a-z, 0-9 and -")]
+    BadName { rule: usize, name: String },
+    #[error("fleet.rules[{rule}].name: `{name}` is used twice")]
+    NameTwice { rule: usize, name: String },
+    /// Not a finite number, or below 0.
+    #[error("fleet.rules[{rule}].above: a number of at least 0")]
+    BadAbove { rule: usize, above: f64 },
+    #[error(
+        "fleet.rules[{rule}].above: a failure ratio is at most 1, so it can never be above {above}"
+    )]
+    RatioNeverAbove { rule: usize, above: f64 },
+    /// `for` or `window` is not a duration.
+    #[error("fleet.rules[{rule}].{field}: {why}")]
+    Duration {
+        rule: usize,
+        field: &'static str,
+        #[source]
+        why: DurationError,
+    },
+    /// `for` or `window` is longer than a day.
+    #[error("fleet.rules[{rule}].{field}: at most a day")]
+    OverADay {
+        rule: usize,
+        field: &'static str,
+        seconds: u64,
+    },
+    #[error("fleet.rules[{rule}].window: at least 1s")]
+    NoWindow { rule: usize },
+    #[error("fleet.rules[{rule}].min_jobs: at least 1")]
+    NoMinJobs { rule: usize },
+    #[error("fleet.rules[{rule}].kinds: `{kind}` is not a configured kind")]
+    UnknownKind { rule: usize, kind: String },
+}
+
+impl FleetSpec {
+    pub(crate) fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, FleetError> {
+        if !(100..=600_000).contains(&self.evaluate_interval_ms) {
+            return Err(FleetError::EvaluateInterval {
+                given: self.evaluate_interval_ms,
+            });
+        }
+        if self.rules.len() > MAX_FLEET_RULES {
+            return Err(FleetError::TooManyRules {
+                given: self.rules.len(),
+            });
+        }
+        let mut rules: Vec<FleetRule> = Vec::new();
+        for (rule, spec) in self.rules.iter().enumerate() {
+            let name_ok = !spec.name.is_empty()
+                && spec.name.len() <= 63
+                && spec
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !name_ok {
+                return Err(FleetError::BadName {
+                    rule,
+                    name: spec.name.clone(),
+                });
+            }
+            if rules.iter().any(|r| r.name == spec.name) {
+                return Err(FleetError::NameTwice {
+                    rule,
+                    name: spec.name.clone(),
+                });
+            }
+            if !spec.above.is_finite() || spec.above < 0.0 {
+                return Err(FleetError::BadAbove {
+                    rule,
+                    above: spec.above,
+                });
+            }
+            if spec.measure == Measure::FailureRatio && spec.above >= 1.0 {
+                return Err(FleetError::RatioNeverAbove {
+                    rule,
+                    above: spec.above,
+                });
+            }
+            let seconds = |field: &'static str, value: &Option<AfterFinished>, default: u64| {
+                let secs = match value {
+                    Some(v) => v
+                        .duration()
+                        .map_err(|why| FleetError::Duration { rule, field, why })?
+                        .as_secs(),
+                    None => default,
+                };
+                if secs > MAX_RULE_SECONDS {
+                    return Err(FleetError::OverADay {
+                        rule,
+                        field,
+                        seconds: secs,
+                    });
+                }
+                Ok(secs as u32)
+            };
+            let for_seconds = seconds("for", &spec.for_, 0)?;
+            let window_seconds = seconds("window", &spec.window, 600)?;
+            if window_seconds == 0 {
+                return Err(FleetError::NoWindow { rule });
+            }
+            if spec.min_jobs == 0 {
+                return Err(FleetError::NoMinJobs { rule });
+            }
+            if let Some(kind) = spec
+                .kinds
+                .iter()
+                .find(|k| !kind_names.contains(&k.as_str()))
+            {
+                return Err(FleetError::UnknownKind {
+                    rule,
+                    kind: kind.clone(),
+                });
+            }
+            rules.push(FleetRule {
+                name: spec.name.clone(),
+                measure: spec.measure,
+                above: spec.above,
+                for_seconds,
+                window_seconds,
+                min_jobs: spec.min_jobs,
+                clusters: spec.clusters.clone(),
+                namespaces: spec.namespaces.clone(),
+                kinds: spec.kinds.clone(),
+            });
+        }
+        Ok(FleetSettings {
+            evaluate_interval: std::time::Duration::from_millis(self.evaluate_interval_ms),
+            rules,
+        })
+    }
+}

@@ -1,0 +1,113 @@
+//! The fleet families, read from the job view (`jobrelay_fleet`) rather than the lanes: how
+//! jobs themselves fare (queue wait, run time, ends, restarts) and the fleet rules' verdicts,
+//! per cluster, namespace and kind — what a team's job alert reads, with no plugin involved.
+//!
+//! Writes `jobrelay_job_*` (queue wait, run seconds, restarts), `jobrelay_jobs_finished` and
+//! `jobrelay_fleet_rule_*` (firing, value).
+
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::{Labels, family, with_inf};
+use jobrelay_fleet::rules::RuleReading;
+use jobrelay_fleet::sli::{HistogramSnapshot, SliRow};
+
+/// The job SLIs of the job view (see `jobrelay_fleet::sli`): queue wait and run time
+/// histograms, ends by result and restarts, per cluster, namespace and kind.
+pub(super) fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let labels = |r: &SliRow| -> Labels {
+        vec![
+            ("cluster", r.cluster.clone()),
+            // Not `namespace`: Prometheus's Kubernetes discovery puts the scraped pod's
+            // namespace there, and a clash would rename this one `exported_namespace`.
+            ("job_namespace", r.namespace.clone()),
+            ("kind", r.kind.clone()),
+        ]
+    };
+    for (name, help, read) in [
+        (
+            "jobrelay_job_queue_wait_seconds",
+            "Time from a job's creation to its first running, for jobs seen starting live",
+            (|r: &SliRow| &r.queue_wait) as fn(&SliRow) -> &HistogramSnapshot,
+        ),
+        (
+            "jobrelay_job_run_seconds",
+            "Time from a job's first running to its success or failure, for jobs seen ending live",
+            |r: &SliRow| &r.run,
+        ),
+    ] {
+        let mut metric = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for row in rows {
+            let h = read(row);
+            metric
+                .encode_family(&labels(row))?
+                .encode_histogram::<Labels>(
+                    h.sum_seconds,
+                    h.count,
+                    &with_inf(&h.buckets, h.count),
+                    None,
+                )?;
+        }
+    }
+    let finished = rows
+        .iter()
+        .flat_map(|r| {
+            [("succeeded", r.succeeded), ("failed", r.failed)].map(|(result, n)| {
+                let mut l = labels(r);
+                l.push(("result", result.to_string()));
+                (l, ConstCounter::new(n))
+            })
+        })
+        .collect();
+    family(
+        e,
+        "jobrelay_jobs_finished",
+        "Jobs seen ending live, by result (succeeded or failed)",
+        MetricType::Counter,
+        finished,
+    )?;
+    family(
+        e,
+        "jobrelay_job_restarts",
+        "Times jobs were seen entering `restarting`",
+        MetricType::Counter,
+        rows.iter()
+            .map(|r| (labels(r), ConstCounter::new(r.restarts)))
+            .collect(),
+    )
+}
+
+/// Each fleet rule's verdict and last measure on each cluster it judged.
+pub(super) fn rules(
+    e: &mut DescriptorEncoder,
+    readings: &[RuleReading],
+) -> Result<(), std::fmt::Error> {
+    let labels = |r: &RuleReading| -> Labels {
+        vec![("rule", r.rule.clone()), ("cluster", r.cluster.clone())]
+    };
+    family(
+        e,
+        "jobrelay_fleet_rule_firing",
+        "1 while the fleet rule fires on the cluster (its condition held for its `for`)",
+        MetricType::Gauge,
+        readings
+            .iter()
+            .map(|r| (labels(r), ConstGauge::new(i64::from(r.firing))))
+            .collect(),
+    )?;
+    family(
+        e,
+        "jobrelay_fleet_rule_value",
+        "The fleet rule's measure over its window at its last evaluation with enough jobs",
+        MetricType::Gauge,
+        readings
+            .iter()
+            .filter_map(|r| Some((labels(r), ConstGauge::new(r.value?))))
+            .collect::<Vec<(Labels, ConstGauge<f64>)>>(),
+    )
+}
