@@ -35,7 +35,7 @@
 //! place alone, so the writer's copy is the only one until the store has it.
 //!
 //! This is the only batching of a cursor write. The SQLite store's thread
-//! (`jobrelay_state`'s `sqlite_cursors`) merges nothing: it runs each batch it is handed as
+//! (`jobrelay_state`'s `sqlite_writer`) merges nothing: it runs each batch it is handed as
 //! one transaction, in the order the lanes' writers hand them over.
 
 use std::collections::{HashMap, VecDeque};

@@ -1,23 +1,40 @@
 //! What a database backend supplies to the one store in [`sql_store`](super::sql_store): the
-//! few SQL phrases where SQLite and MySQL differ, and the glue that runs a statement on its
-//! driver.
+//! few SQL phrases where SQLite and MySQL differ, the glue that runs a statement on its
+//! driver, its schema's scripts and catalog (for the version logic in
+//! [`schema`](super::schema)), and — the one hook a backend may leave empty — a path of its
+//! own for the lanes' writes ([`Writer`]).
 //!
 //! Everything else — which statements run, in which transactions, how a selection of dead
-//! letters is split, how replays are taken, what a deadlock retry looks like — is written once,
-//! so a promise of the store traits cannot hold on one backend and not on the other. Adding a
-//! backend is one file implementing [`Dialect`] (plus its connection and schema), and a branch
-//! in [`open_stores`](super::open_stores) that chooses it.
+//! letters is split, how replays are taken, what a deadlock retry looks like, which schema
+//! version is refused or migrated — is written once, so a promise of the store traits cannot
+//! hold on one backend and not on the other. Adding a backend is one file implementing
+//! [`Dialect`] (plus its connection), and a branch in [`open_stores`](super::open_stores) that
+//! chooses it.
 //!
 //! Statements carry their parameters as [`Value`]s rather than through sqlx's generic
 //! `Encode`/`Decode` bounds: the store's logic then needs no bound beyond `D: Dialect`, and
 //! each backend writes its glue once against its concrete driver types, where the compiler
 //! already knows every type is supported.
+//!
+//! The writer hook exists for SQLite: the lanes' writes are the hottest of the daemon, and on
+//! the file they run fastest on a thread that owns one connection and keeps its statements
+//! prepared ([`sqlite_writer`](super::sqlite_writer)). The store hands those writes to the
+//! dialect's writer when it has one and runs them on its pool otherwise (MySQL, whose writer
+//! type has no value), so the store itself holds nothing of either backend.
 
+use std::convert::Infallible;
+use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+
+use super::cursor::Cursor;
+use super::error::StoreError;
+use super::inbox::WriteBatch;
+use super::schema::Scripts;
+use super::sql_text::{Statements, Tables};
 
 /// A parameter bound into a statement, or a column read back from a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +186,81 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// Reads a row's columns, in order, as `shape` says.
     fn decode(row: &DbRow<Self>, shape: &[Kind]) -> Result<Vec<Value>, sqlx::Error>;
+
+    // The schema, for `schema::migrate`.
+
+    /// A query of one integer, its one parameter a table name: how many tables of that name
+    /// the database has (0 or 1).
+    const HAS_TABLE: &'static str;
+
+    /// A query of one integer, run when the version table is missing: how many tables show
+    /// that the database is another program's, which is then refused.
+    fn foreign_tables(tables: &Tables) -> Statement;
+
+    /// Records the version bound as the one parameter in the version table `table`.
+    fn record_version(table: &str) -> String;
+
+    /// The schema scripts for `tables`, read on `conn` where they depend on the server.
+    fn schema_scripts<'c>(
+        &'c self,
+        conn: &'c mut Conn<Self>,
+        tables: &'c Tables,
+    ) -> impl Future<Output = Result<Scripts, StoreError>> + Send + 'c;
+
+    /// Runs one entry of a schema script as it is written (no parameters, not prepared).
+    fn execute_script<'c>(
+        conn: &'c mut Conn<Self>,
+        sql: &'c str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
+
+    // The lanes' writes.
+
+    /// The backend's own path for the lanes' writes; [`Infallible`] where it has none and the
+    /// store runs them on its pool.
+    type Writer: Writer;
+
+    /// Starts the writer of a store just opened (its schema in place), with the store's
+    /// statements; `None` where the backend has no writer. Called once, by the store's open.
+    fn start_writer(&self, sql: &Statements<Self>) -> Result<Option<Self::Writer>, StoreError>;
+}
+
+/// A backend's own path for the lanes' writes — the saves of acknowledged cursors, the jobs
+/// seen first, a lane's [`WriteBatch`] — which the store hands over in place of running them
+/// on its pool. A writer keeps every promise the store's method makes (see
+/// [`DeliveryStore`](super::DeliveryStore)): all or nothing, answered once committed.
+pub trait Writer: Debug + Send + Sync + 'static {
+    /// [`DeliveryStore::save_cursors`](super::DeliveryStore::save_cursors), never empty.
+    fn save(&self, cursors: Vec<Cursor>) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`DeliveryStore::remember_jobs`](super::DeliveryStore::remember_jobs).
+    fn remember(&self, cursors: &[Cursor]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`DeliveryStore::write`](super::DeliveryStore::write), never empty.
+    fn write(&self, batch: WriteBatch) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Ends the writer once it has carried out what it was sent, and waits for that; later
+    /// writes fail. The store calls it on close, before it closes its pool.
+    fn stop(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// No writer: a backend whose [`Dialect::Writer`] this is never starts one, so none of these
+/// can be called.
+impl Writer for Infallible {
+    async fn save(&self, _: Vec<Cursor>) -> Result<(), StoreError> {
+        match *self {}
+    }
+
+    async fn remember(&self, _: &[Cursor]) -> Result<(), StoreError> {
+        match *self {}
+    }
+
+    async fn write(&self, _: WriteBatch) -> Result<(), StoreError> {
+        match *self {}
+    }
+
+    async fn stop(&self) {
+        match *self {}
+    }
 }
 
 /// `statement` as a sqlx query of driver `DB`, its parameters bound. For the glue of a

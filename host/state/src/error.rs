@@ -56,7 +56,7 @@ pub enum StoreError {
         source: sqlx::Error,
     },
 
-    /// A cursor write on the SQLite file failed (see `sqlite_cursors`). `operation` names
+    /// A write of the SQLite file's writer thread failed (see `sqlite_writer`). `operation` names
     /// what was being done.
     #[error("state file {path}: cannot {operation}: {source}")]
     CursorWrite {

@@ -1,16 +1,37 @@
-//! The durable state: cursors, dead letters and replay requests.
+//! The durable state: what jobrelay must find again after a restart or on another replica.
 //!
-//! Per (plugin, job) the host records the last delivered resourceVersion and phase, so that
-//! after a restart the initial list re-delivers nothing that was delivered and a phase change
-//! that happened while jobrelay was down is delivered once, with the stored phase as previous
-//! phase. Dead letters live here too, so they survive restarts, and so do operators' replay
-//! requests: `jobrelay dead-letters replay` is a separate process that marks rows in the same
-//! file, and the running daemon takes them from there.
+//! Per (plugin, job) the host records the last delivered resourceVersion and phase (the
+//! cursor), so that after a restart the initial list re-delivers nothing that was delivered
+//! and a phase change that happened while jobrelay was down is delivered once, with the
+//! stored phase as previous phase. The inbox keeps the events a lane took and has not yet
+//! settled, so what the watch saw does not live only in memory. Dead letters live here too,
+//! so they survive restarts, and so do operators' replay requests: `jobrelay dead-letters
+//! replay` is a separate process that marks rows in the same store, and the running daemon
+//! takes them from there. Beside them: when each plugin was first installed, and the
+//! plugins' own key-value entries.
 //!
-//! The store is the [`DeliveryStore`] trait, with two backends: [`SqliteStore`], one SQLite file
-//! (the default, for a single daemon), and [`MySqlStore`], tables in a MySQL or MariaDB
-//! database that several replicas share. See each one's docs for the durability it promises;
-//! the delivery guarantees are the same on both.
+//! The store is two traits, [`DeliveryStore`] and [`PluginKv`], with two backends:
+//! [`SqliteStore`], one SQLite file (the default, for a single daemon), and [`MySqlStore`],
+//! tables in a MySQL or MariaDB database that several replicas share. See each one's docs for
+//! the durability it promises; the delivery guarantees are the same on both, because both are
+//! one [`SqlStore`] written once over a dialect.
+//!
+//! # Map
+//!
+//! - `store.rs`: the traits, the promises every backend keeps.
+//! - `cursor.rs`, `inbox.rs`, `dead_letter.rs`: what is stored, as the lanes and the CLI see it.
+//! - `sql_store.rs`: [`SqlStore`], the traits written once over a dialect: which statement runs
+//!   when, in which transaction, with which deadlock retry.
+//! - `sql_kv.rs`: [`PluginKv`], the plugins' key-value entries, over the same store.
+//! - `sql_text.rs`: the text of every statement the store runs, and how a cursor is bound.
+//! - `schema.rs`: the schema's version — read, judged, migrated and recorded — for both.
+//! - `dialect.rs`: what a backend supplies: the SQL phrases that differ, its driver glue, its
+//!   schema's scripts, and an optional writer of its own for the lanes' writes.
+//! - `sqlite.rs`, `mysql.rs`: the two dialects, their connections and schema scripts.
+//! - `sqlite_writer.rs`: the SQLite dialect's writer, a thread that owns one connection to the
+//!   file and runs the lanes' writes over statements it keeps prepared.
+//! - `rows.rs`: reading cursors and dead letters back from rows, alike on both.
+//! - `error.rs`: [`StoreError`], every error naming the file or the database.
 
 mod cursor;
 mod dead_letter;
@@ -19,9 +40,12 @@ mod error;
 mod inbox;
 mod mysql;
 mod rows;
+mod schema;
+mod sql_kv;
 mod sql_store;
+mod sql_text;
 mod sqlite;
-mod sqlite_cursors;
+mod sqlite_writer;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -42,8 +66,9 @@ pub use self::mysql::{
     DEFAULT_TABLE_PREFIX, MAX_TABLE_PREFIX_LEN, MySqlDialect, MySqlStore, check_table_prefix,
     redacted_url,
 };
+pub use self::schema::SCHEMA_VERSION;
 pub use self::sql_store::{DEADLOCK_TRIES, SqlStore};
-pub use self::sqlite::{SCHEMA_VERSION, SqliteDialect, SqliteStore};
+pub use self::sqlite::{SqliteDialect, SqliteStore};
 pub use self::store::{DeliveryStore, JobDeadLetters, PluginKv, summarize_dead_letters};
 
 /// Where the state file lives when the main file does not say.

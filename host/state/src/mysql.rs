@@ -33,13 +33,15 @@
 //! the marked rows `FOR UPDATE` and deletes exactly those in the same transaction: a second
 //! taker waits for the row locks and then no longer sees the rows. InnoDB resolves a deadlock
 //! by rolling back one of the transactions; the store runs that one again from the start (up
-//! to [`DEADLOCK_TRIES`] times), so a caller sees a deadlock only if it keeps happening. A
-//! statement waits at most [`LOCK_WAIT_SECONDS`] for a row another process holds.
+//! to [`DEADLOCK_TRIES`](super::DEADLOCK_TRIES) times), so a caller sees a deadlock only if it
+//! keeps happening. A statement waits at most [`LOCK_WAIT_SECONDS`] for a row another process
+//! holds.
 //!
 //! Creating or migrating the schema runs under a named lock (`GET_LOCK`), so replicas starting
 //! together on an empty database create the tables once. Plugins' key-value entries expire by
 //! the database server's clock, so replicas whose clocks differ still agree on what expired.
 
+use std::convert::Infallible;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -50,8 +52,9 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
 use super::dialect::{self, Conn, Dialect, Done, Kind, Statement, Value};
 use super::error::{Location, StoreError};
-use super::sql_store::{SqlStore, Tables};
-use super::sqlite::SCHEMA_VERSION;
+use super::schema::{self, Scripts};
+use super::sql_store::SqlStore;
+use super::sql_text::{Statements, Tables};
 
 /// The table prefix when `state.table_prefix` is not given.
 pub const DEFAULT_TABLE_PREFIX: &str = "jobrelay_";
@@ -114,14 +117,14 @@ pub fn redacted_url(url: &str) -> String {
     }
 }
 
-/// The schema scripts, version 1 first, one statement per entry: DDL commits on its own in
-/// MySQL, so each statement is idempotent (`IF NOT EXISTS`) and an interrupted creation is
-/// finished by the next open. The versions are those of the SQLite file: version 1 has the
-/// cursors and dead letters, version 2 adds the plugins' key-value entries, version 3 the
-/// plugins' first install times, version 4 the inbox, version 5 numbers the inbox's marks
+/// The schema scripts, version 1 first (see [`schema`]), one statement per entry: DDL commits
+/// on its own in MySQL, so each statement is idempotent (`IF NOT EXISTS`) and an interrupted
+/// creation is finished by the next open. The versions are those of the SQLite file: version 1
+/// has the cursors and dead letters, version 2 adds the plugins' key-value entries, version 3
+/// the plugins' first install times, version 4 the inbox, version 5 numbers the inbox's marks
 /// (see `sqlite.rs`): the old marks table is copied in its events' order and then dropped, so
 /// an interrupted migration runs again from version 4, whose table is made again if gone.
-fn schema_scripts(t: &Tables, collation: &str) -> [Vec<String>; 5] {
+fn schema_scripts(t: &Tables, collation: &str) -> Scripts {
     let table_options =
         format!("ENGINE=InnoDB ROW_FORMAT=DYNAMIC DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
     // Key lengths: the primary keys stay below InnoDB's 3,072 bytes at 4 bytes a character.
@@ -267,11 +270,17 @@ impl SqlStore<MySqlDialect> {
             )));
         }
         let tables = Tables::new(table_prefix);
+        let location = Location::Database(server.clone());
+        let dialect = MySqlDialect {
+            server,
+            prefix: table_prefix.to_string(),
+        };
 
         // The schema is checked on a connection of its own: it holds the schema lock, and its
         // connect error is the real cause (a pool would only report that it timed out).
-        let mut conn = connect(&options, &server).await?;
-        let migrated = migrate(&mut conn, &tables, &server).await;
+        let server = &dialect.server;
+        let mut conn = connect(&options, server).await?;
+        let migrated = migrate(&dialect, &mut conn, &tables, &location).await;
         if let Err(e) = conn.close().await {
             tracing::debug!(server = %server, error = %e, "closing the schema connection failed");
         }
@@ -282,12 +291,7 @@ impl SqlStore<MySqlDialect> {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }))
             .connect_lazy_with(options);
-        let location = Location::Database(server.clone());
-        let dialect = MySqlDialect {
-            server,
-            prefix: table_prefix.to_string(),
-        };
-        Ok(SqlStore::new(pool, dialect, location, table_prefix))
+        SqlStore::from_pool(pool, dialect, location, table_prefix).await
     }
 
     /// The server and database, as they may be shown (no password).
@@ -366,6 +370,48 @@ impl Dialect for MySqlDialect {
 
     fn decode(row: &MySqlRow, shape: &[Kind]) -> Result<Vec<Value>, sqlx::Error> {
         dialect::decode(row, shape)
+    }
+
+    const HAS_TABLE: &'static str = "SELECT CAST(COUNT(*) AS SIGNED) FROM \
+        information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?";
+
+    /// Tables with the store's names: the database may hold anything besides them.
+    fn foreign_tables(t: &Tables) -> Statement {
+        Statement::once(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?)"
+                .to_string(),
+        )
+        .text(&t.cursors)
+        .text(&t.dead_letters)
+        .text(&t.plugin_kv)
+    }
+
+    fn record_version(table: &str) -> String {
+        Self::insert_or_keep(table, "version", &["version"], "(?)")
+    }
+
+    /// In the best binary collation the server has.
+    async fn schema_scripts(
+        &self,
+        conn: &mut MySqlConnection,
+        tables: &Tables,
+    ) -> Result<Scripts, StoreError> {
+        let collation = binary_collation(conn, &self.server).await?;
+        Ok(schema_scripts(tables, collation))
+    }
+
+    async fn execute_script(conn: &mut MySqlConnection, sql: &str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
+        Ok(())
+    }
+
+    /// None: the lanes' writes are multi-row statements on the pool, whose connections overlap
+    /// their network round trips.
+    type Writer = Infallible;
+
+    fn start_writer(&self, _: &Statements<Self>) -> Result<Option<Infallible>, StoreError> {
+        Ok(None)
     }
 }
 
@@ -467,13 +513,15 @@ async fn connect(
 }
 
 /// Creates the schema of new tables, or checks the version of existing ones and migrates them
-/// forward, under a named lock so that processes opening an empty database together create it
-/// once.
+/// forward (see [`schema`]), under a named lock so that processes opening an empty database
+/// together create it once.
 async fn migrate(
+    dialect: &MySqlDialect,
     conn: &mut MySqlConnection,
     tables: &Tables,
-    server: &str,
+    location: &Location,
 ) -> Result<(), StoreError> {
+    let server = &dialect.server;
     // Lock names are server-wide and at most 64 characters: the prefix (at most 32) keeps
     // installations with different prefixes apart; two with the same prefix in different
     // databases only wait for each other while creating tables.
@@ -486,14 +534,14 @@ async fn migrate(
         .map_err(failed(server, "lock the schema"))?;
     if locked != Some(1) {
         return Err(StoreError::Query {
-            store: Location::Database(server.to_string()),
+            store: location.clone(),
             operation: "lock the schema",
             source: sqlx::Error::Protocol(format!(
                 "another process held the lock `{lock}` for {SCHEMA_LOCK_SECONDS} s"
             )),
         });
     }
-    let result = migrate_locked(conn, tables, server).await;
+    let result = schema::migrate(dialect, conn, tables, location).await;
     let released = sqlx::query("DO RELEASE_LOCK(?)")
         .bind(&lock)
         .execute(&mut *conn)
@@ -501,91 +549,7 @@ async fn migrate(
     if let Err(e) = released {
         tracing::debug!(server = %server, error = %e, "releasing the schema lock failed");
     }
-    result
-}
-
-async fn migrate_locked(
-    conn: &mut MySqlConnection,
-    tables: &Tables,
-    server: &str,
-) -> Result<(), StoreError> {
-    let existing: i64 = sqlx::query_scalar(
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-    )
-    .bind(&tables.schema_version)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(failed(server, "read the schema"))?;
-
-    // How many of the scripts the tables already have (0: new tables).
-    let mut migrate_from = 0;
-    if existing > 0 {
-        let found: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT MAX(version) FROM {}",
-            tables.schema_version
-        )))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(failed(server, "read the schema version"))?;
-        match found {
-            Some(v) if v > SCHEMA_VERSION => {
-                return Err(StoreError::DatabaseNewerSchema {
-                    server: server.to_string(),
-                    table: tables.schema_version.clone(),
-                    found: v,
-                    supported: SCHEMA_VERSION,
-                });
-            }
-            Some(SCHEMA_VERSION) => return Ok(()),
-            Some(v @ 1..SCHEMA_VERSION) => migrate_from = v as usize,
-            Some(v) => {
-                return Err(StoreError::Corrupt {
-                    store: Location::Database(server.to_string()),
-                    what: "schema version",
-                    detail: format!("version {v} never existed"),
-                });
-            }
-            // The table exists but is empty: an earlier creation was interrupted.
-            None => {}
-        }
-    } else {
-        let others: i64 = sqlx::query_scalar(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?, ?)",
-        )
-        .bind(&tables.cursors)
-        .bind(&tables.dead_letters)
-        .bind(&tables.plugin_kv)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(failed(server, "read the schema"))?;
-        if others > 0 {
-            return Err(StoreError::NotAStateDatabase {
-                server: server.to_string(),
-                table: tables.schema_version.clone(),
-            });
-        }
-    }
-
-    let collation = binary_collation(conn, server).await?;
-    for script in schema_scripts(tables, collation).iter().skip(migrate_from) {
-        for statement in script {
-            sqlx::raw_sql(AssertSqlSafe(statement.as_str()))
-                .execute(&mut *conn)
-                .await
-                .map_err(failed(server, "create or migrate the schema"))?;
-        }
-    }
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO {} (version) VALUES (?) ON DUPLICATE KEY UPDATE version = version",
-        tables.schema_version
-    )))
-    .bind(SCHEMA_VERSION)
-    .execute(&mut *conn)
-    .await
-    .map_err(failed(server, "record the schema version"))?;
-    Ok(())
+    result.map(|_| ())
 }
 
 /// The best binary collation of `utf8mb4` the server has: a no-pad one if it can.

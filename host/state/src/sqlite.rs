@@ -15,10 +15,19 @@
 //! a time; the other waits up to [`BUSY_TIMEOUT`]. Every transaction that writes starts with
 //! `BEGIN IMMEDIATE`, because a transaction that reads first and writes later cannot wait for
 //! the lock in WAL mode: SQLite would fail it at once with "database is locked".
+//!
+//! # The writer thread
+//!
+//! The lanes' writes (acknowledged cursors, jobs seen first, a lane's batch) do not go through
+//! the pool: the dialect's writer hook starts [`sqlite_writer`](super::sqlite_writer), a thread
+//! with a connection of its own that runs each request over statements it keeps prepared.
+//! Everything else — reads, a single cursor's save or removal, dead letters and replays,
+//! install times, the plugins' key-value entries — uses the pool.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sqlx::AssertSqlSafe;
 use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
     SqlitePoolOptions, SqliteRow, SqliteSynchronous,
@@ -26,13 +35,10 @@ use sqlx::sqlite::{
 
 use super::dialect::{self, Conn, Dialect, Done, Kind, Statement, Value};
 use super::error::{Location, StoreError};
+use super::schema::{self, Migrated, Scripts};
 use super::sql_store::SqlStore;
-use super::sqlite_cursors::CursorThread;
-use super::store::DeliveryStore;
-
-/// The schema this build writes. A file with a higher version is refused; a lower one is
-/// migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 5;
+use super::sql_text::{Statements, Tables};
+use super::sqlite_writer::SqliteWriter;
 
 /// How long a statement waits for the other process's write lock before failing. Writes are
 /// short (a batch of cursor upserts), so a wait this long means something is wrong.
@@ -118,7 +124,6 @@ CREATE TABLE IF NOT EXISTS inbox (
 CREATE INDEX IF NOT EXISTS inbox_by_event ON inbox (event_id);
 ";
 
-/// The schema scripts, version 1 first: a file at version N runs the scripts after the Nth.
 /// Version 5 numbers the marks (`inbox_marks`, replacing `inbox`): a plugin's inbox is read
 /// back in the order the plugin took its events. The events' own order is not that: an event
 /// is stored by whichever plugin's lane wrote it first, and a lane that kept up writes only
@@ -138,7 +143,11 @@ INSERT OR IGNORE INTO inbox_marks (plugin, event_id)
 DROP TABLE IF EXISTS inbox;
 ";
 
-const SCHEMAS: [&str; 5] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+/// The schema scripts, version 1 first (see [`schema`]), each one entry of several statements:
+/// they run inside the transaction that holds the file's write lock, so a migration is
+/// written whole or not at all.
+const SCHEMAS: [&str; schema::SCHEMA_VERSION as usize] =
+    [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// The SQLite dialect; its value is the state file's path.
 #[derive(Debug, Clone)]
@@ -174,21 +183,13 @@ impl SqlStore<SqliteDialect> {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
         let pool = connect(&path, options).await?;
-        if let Err(e) = migrate(&pool, &path).await {
+        let dialect = SqliteDialect { path };
+        let location = Location::File(dialect.path.clone());
+        if let Err(e) = migrate(&pool, &dialect, &location).await {
             pool.close().await;
             return Err(e);
         }
-        let location = Location::File(path.clone());
-        let mut store = SqlStore::new(pool, SqliteDialect { path }, location, "");
-        let (save, remember, inbox) = store.cursor_writes();
-        match CursorThread::start(store.path(), save, remember, inbox.clone()) {
-            Ok(thread) => store.set_cursor_thread(thread),
-            Err(e) => {
-                store.close().await;
-                return Err(e);
-            }
-        }
-        Ok(store)
+        SqlStore::from_pool(pool, dialect, location, "").await
     }
 
     /// The file this store works on.
@@ -270,14 +271,56 @@ impl Dialect for SqliteDialect {
     fn decode(row: &SqliteRow, shape: &[Kind]) -> Result<Vec<Value>, sqlx::Error> {
         dialect::decode(row, shape)
     }
+
+    const HAS_TABLE: &'static str =
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?";
+
+    /// Any table: a state file holds nothing else.
+    fn foreign_tables(_: &Tables) -> Statement {
+        Statement::once(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                .to_string(),
+        )
+    }
+
+    /// Version 1 gave the table no key; a version is recorded once, after its scripts.
+    fn record_version(table: &str) -> String {
+        format!("INSERT INTO {table} (version) VALUES (?)")
+    }
+
+    async fn schema_scripts(
+        &self,
+        _: &mut SqliteConnection,
+        _: &Tables,
+    ) -> Result<Scripts, StoreError> {
+        Ok(SCHEMAS.map(|script| vec![script.to_string()]))
+    }
+
+    async fn execute_script(conn: &mut SqliteConnection, sql: &str) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(conn).await?;
+        Ok(())
+    }
+
+    type Writer = SqliteWriter;
+
+    /// The writer thread (see [`sqlite_writer`](super::sqlite_writer)), on a connection of
+    /// its own to the file.
+    fn start_writer(&self, sql: &Statements<Self>) -> Result<Option<SqliteWriter>, StoreError> {
+        SqliteWriter::start(&self.path, sql).map(Some)
+    }
 }
 
-/// Creates the schema in a new file, or checks the version of an existing one. Runs under the
-/// write lock so a daemon and a CLI opening a new file at once do not both create it.
-async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
+/// Creates the schema in a new file, or checks and migrates an existing one (see [`schema`]).
+/// Runs under the write lock so a daemon and a CLI opening a new file at once do not both
+/// create it, and in one transaction, so a migration is written whole or not at all.
+async fn migrate(
+    pool: &SqlitePool,
+    dialect: &SqliteDialect,
+    location: &Location,
+) -> Result<(), StoreError> {
     let failed = |operation: &'static str| {
         move |source| StoreError::Query {
-            store: Location::File(path.to_path_buf()),
+            store: location.clone(),
             operation,
             source,
         }
@@ -286,68 +329,9 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(failed("lock the file to check its schema"))?;
-
-    let has_version_table: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(failed("read the schema"))?;
-
-    // How many of `SCHEMAS` the file already has (0: a new file).
-    let mut migrate_from = 0;
-    if has_version_table {
-        let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_version")
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(failed("read the schema version"))?;
-        match found {
-            Some(v) if v > SCHEMA_VERSION => {
-                return Err(StoreError::NewerSchema {
-                    path: path.to_path_buf(),
-                    found: v,
-                    supported: SCHEMA_VERSION,
-                });
-            }
-            Some(SCHEMA_VERSION) => return Ok(()),
-            Some(v @ 1..SCHEMA_VERSION) => migrate_from = v as usize,
-            Some(v) => {
-                return Err(StoreError::Corrupt {
-                    store: Location::File(path.to_path_buf()),
-                    what: "schema version",
-                    detail: format!("version {v} never existed"),
-                });
-            }
-            // The table exists but is empty: treat the file as new.
-            None => {}
-        }
-    } else {
-        let tables: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(failed("read the schema"))?;
-        if tables > 0 {
-            return Err(StoreError::NotAStateFile {
-                path: path.to_path_buf(),
-            });
-        }
+    if schema::migrate(dialect, &mut *tx, &Tables::new(""), location).await? == Migrated::Written {
+        tx.commit().await.map_err(failed("commit the schema"))?;
     }
-
-    // Every script from the file's version on, in order: all of them for a new file.
-    for script in SCHEMAS.iter().skip(migrate_from).copied() {
-        sqlx::raw_sql(script)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed("create or migrate the schema"))?;
-    }
-    sqlx::query("INSERT INTO schema_version (version) VALUES (?)")
-        .bind(SCHEMA_VERSION)
-        .execute(&mut *tx)
-        .await
-        .map_err(failed("record the schema version"))?;
-    tx.commit().await.map_err(failed("commit the schema"))?;
     Ok(())
 }
 

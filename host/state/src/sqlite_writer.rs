@@ -1,4 +1,7 @@
-//! Cursor writes to the SQLite file on a thread of their own.
+//! The SQLite file's writer thread: the lanes' writes — acknowledged cursors, jobs seen
+//! first, and a lane's whole batch (its takes, first sights, saved and removed cursors,
+//! settled marks and sweep) — on a thread of the store's own, as the SQLite dialect's
+//! [`Writer`] (see [`dialect`](super::dialect)).
 //!
 //! Every acknowledged event writes one cursor row, so this is the hottest write of the
 //! daemon. Through sqlx each batch was one multi-row statement handed to the driver's worker
@@ -7,16 +10,18 @@
 //! statement of hundreds of rows holds a large program), every value boxed into the
 //! driver's argument list. A profile put about a fifth of SQLite's time in that preparation.
 //!
-//! Here one thread owns one connection to the file and keeps two single-row statements
-//! prepared (the upsert of an acknowledgement and the insert-or-keep of a job first seen); a
-//! batch is one message to the thread, run as one `BEGIN IMMEDIATE` transaction, one step of
-//! the prepared statement per cursor, and a commit. The caller is answered after the commit,
-//! so a saved cursor is as durable as before (see [`sqlite`](super::sqlite), Durability), and
-//! a batch is still all or nothing.
+//! Here one thread owns one connection to the file and keeps the store's single-row writes
+//! prepared (the upsert of an acknowledgement, the insert-or-keep of a job first seen, and the
+//! inbox's take, mark, settle, cursor removal and sweep); a request is one message to the
+//! thread, run as one `BEGIN IMMEDIATE` transaction, one step of a prepared statement per
+//! row, and a commit. The caller is answered after the commit, so a saved cursor is as durable
+//! as through the pool (see [`sqlite`](super::sqlite), Durability), and a batch is still all
+//! or nothing. Reads stay on the store's pool.
 //!
-//! The thread ends when the store (the last [`CursorThread`]) is dropped, after the requests
-//! already sent. A panic on it (a bug: nothing from outside can cause one) leaves every later
-//! write failing with an error naming the file, never hanging.
+//! The thread ends when the store is closed ([`Writer::stop`]) or dropped (the last
+//! [`SqliteWriter`]), after the requests already sent. A panic on it (a bug: nothing from
+//! outside can cause one) leaves every later write failing with an error naming the file,
+//! never hanging.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, mpsc};
@@ -25,10 +30,11 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::cursor::Cursor;
+use super::dialect::Writer;
 use super::error::StoreError;
 use super::inbox::WriteBatch;
-use super::sql_store::InboxStatements;
-use super::sqlite::BUSY_TIMEOUT;
+use super::sql_text::{InboxStatements, Statements};
+use super::sqlite::{BUSY_TIMEOUT, SqliteDialect};
 
 /// What the thread is asked to write.
 enum Write {
@@ -46,9 +52,9 @@ struct Request {
     done: oneshot::Sender<Result<(), rusqlite::Error>>,
 }
 
-/// The handle to the thread; dropping it (or [`CursorThread::stop`]) ends the thread.
+/// The handle to the thread; dropping it (or [`Writer::stop`]) ends the thread.
 #[derive(Debug)]
-pub(crate) struct CursorThread {
+pub struct SqliteWriter {
     path: PathBuf,
     /// `None` once stopped.
     requests: Mutex<Option<mpsc::Sender<Request>>>,
@@ -56,32 +62,29 @@ pub(crate) struct CursorThread {
     ended: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
-impl CursorThread {
+impl SqliteWriter {
     /// Opens a connection of its own to `path` (whose schema the store has created or
     /// checked) and starts the thread that writes through it with the store's single-row
-    /// statements `save` (an upsert) and `remember` (an insert that keeps what is there),
-    /// each taking a cursor's columns in table order.
-    pub(crate) fn start(
+    /// statements of `sql`.
+    pub(super) fn start(
         path: &Path,
-        save: &str,
-        remember: &str,
-        inbox: InboxStatements,
-    ) -> Result<CursorThread, StoreError> {
+        sql: &Statements<SqliteDialect>,
+    ) -> Result<SqliteWriter, StoreError> {
         let failed = |source| StoreError::CursorWrite {
             path: path.to_path_buf(),
             operation: "open the cursor writer's connection",
             source,
         };
         let conn = open(path).map_err(failed)?;
-        let statements = Statements {
-            save: save.to_string(),
-            remember: remember.to_string(),
-            inbox,
+        let statements = Prepared {
+            save: sql.upsert_cursor.to_string(),
+            remember: sql.remember_cursor.to_string(),
+            inbox: sql.inbox.clone(),
         };
         // Prepared once here, so a file the statements cannot run on is refused at open
         // rather than at the first acknowledgement.
-        for sql in statements.all() {
-            conn.prepare_cached(sql).map_err(failed)?;
+        for text in statements.all() {
+            conn.prepare_cached(text).map_err(failed)?;
         }
         let (requests, queue) = mpsc::channel();
         let (end, ended) = oneshot::channel();
@@ -95,38 +98,11 @@ impl CursorThread {
                 path: path.to_path_buf(),
                 source,
             })?;
-        Ok(CursorThread {
+        Ok(SqliteWriter {
             path: path.to_path_buf(),
             requests: Mutex::new(Some(requests)),
             ended: Mutex::new(Some(ended)),
         })
-    }
-
-    /// Ends the thread once it has carried out what it was sent, and waits for that, so its
-    /// connection is closed when this returns. Later writes fail as stopped.
-    pub(crate) async fn stop(&self) {
-        lock(&self.requests).take();
-        let ended = lock(&self.ended).take();
-        if let Some(ended) = ended {
-            // An error means the thread is gone without saying so: ended all the same.
-            let _ = ended.await;
-        }
-    }
-
-    /// Stores `cursors` in one transaction, returning once it committed.
-    pub(crate) async fn save(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
-        self.run(Write::Save(cursors), "save cursors").await
-    }
-
-    /// Carries out a lane's batch in one transaction, returning once it committed.
-    pub(crate) async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        self.run(Write::Batch(batch), "write a lane's batch").await
-    }
-
-    /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.
-    pub(crate) async fn remember(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
-        self.run(Write::Remember(cursors.to_vec()), "remember jobs")
-            .await
     }
 
     async fn run(&self, write: Write, operation: &'static str) -> Result<(), StoreError> {
@@ -148,6 +124,35 @@ impl CursorThread {
     }
 }
 
+impl Writer for SqliteWriter {
+    /// Stores `cursors` in one transaction, returning once it committed.
+    async fn save(&self, cursors: Vec<Cursor>) -> Result<(), StoreError> {
+        self.run(Write::Save(cursors), "save cursors").await
+    }
+
+    /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.
+    async fn remember(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        self.run(Write::Remember(cursors.to_vec()), "remember jobs")
+            .await
+    }
+
+    /// Carries out a lane's batch in one transaction, returning once it committed.
+    async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        self.run(Write::Batch(batch), "write a lane's batch").await
+    }
+
+    /// Ends the thread once it has carried out what it was sent, and waits for that, so its
+    /// connection is closed when this returns. Later writes fail as stopped.
+    async fn stop(&self) {
+        lock(&self.requests).take();
+        let ended = lock(&self.ended).take();
+        if let Some(ended) = ended {
+            // An error means the thread is gone without saying so: ended all the same.
+            let _ = ended.await;
+        }
+    }
+}
+
 /// The mutex's value even if a holder panicked: a sender or a receiver cannot be left
 /// half-changed.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -157,13 +162,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The statements the thread keeps prepared.
-struct Statements {
+struct Prepared {
     save: String,
     remember: String,
     inbox: InboxStatements,
 }
 
-impl Statements {
+impl Prepared {
     /// Every statement but the load (a read, which the pool does).
     fn all(&self) -> [&str; 7] {
         let i = &self.inbox;
@@ -193,7 +198,7 @@ fn open(path: &Path) -> Result<Connection, rusqlite::Error> {
 
 /// The thread's loop: each request is carried out and answered, until every handle is gone;
 /// the connection is closed on return.
-fn serve(mut conn: Connection, statements: &Statements, queue: mpsc::Receiver<Request>) {
+fn serve(mut conn: Connection, statements: &Prepared, queue: mpsc::Receiver<Request>) {
     while let Ok(Request { write, done }) = queue.recv() {
         let result = match &write {
             Write::Save(cursors) => write_all(&mut conn, &statements.save, cursors, true),
@@ -218,7 +223,7 @@ fn write_all(
     tx.commit()
 }
 
-/// Runs `sql` once per cursor, binding the columns in table order as `sql_store`'s
+/// Runs `sql` once per cursor, binding the columns in table order as `sql_text`'s
 /// `bind_cursor_version` does; with `delivered` false the version is stored empty (seen,
 /// nothing delivered).
 fn bind_each(
@@ -255,7 +260,7 @@ fn bind_each(
 /// whole on an error.
 fn write_batch(
     conn: &mut Connection,
-    statements: &Statements,
+    statements: &Prepared,
     batch: &WriteBatch,
 ) -> Result<(), rusqlite::Error> {
     let i = &statements.inbox;
