@@ -1,6 +1,7 @@
 //! The end-to-end tests, one module per area, linked into one test binary.
 //! Run one area with `cargo test -p jobrelay-e2e --test e2e delivery::`.
 
+mod ai_job_kinds;
 mod chart;
 mod chat_sinks;
 mod cleanup;
