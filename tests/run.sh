@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a fresh machine: installs what it needs, builds
-# the plugins, then runs formatting, lint and every test of the workspace.
+# the plugins, then runs formatting, lint, the container image's build and every test of the
+# workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,6 +83,12 @@ tests/shape.sh
 step "alerts"
 # The chart's alert rules, rendered by real Helm, under promtool check and unit tests.
 tests/alerts/run.sh
+
+step "image"
+# The container image, built here with podman FROM scratch (no registry is reachable for
+# deploy/Dockerfile's bases; podman is installed if missing), its size, files and SBOM; the
+# e2e test image:: runs it as the chart does.
+tests/image/build.sh --plugins-built
 
 step "tests"
 # The plugins' own logic (cards, SQL text, settings) is plain Rust, tested natively.

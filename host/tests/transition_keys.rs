@@ -268,7 +268,12 @@ fn check_life(
                 let as_data = observe(described, &text, false);
                 let same = as_data.as_ref().is_some_and(|d| {
                     (d.phase, &d.raw_phase, &d.reason, &d.transition_key)
-                        == (live.phase, &live.raw_phase, &live.reason, &live.transition_key)
+                        == (
+                            live.phase,
+                            &live.raw_phase,
+                            &live.reason,
+                            &live.transition_key,
+                        )
                 });
                 if !same {
                     differences.push(format!(

@@ -113,9 +113,13 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
 
     let job = |flavor, name: &str| JobDriver::builder(flavor, "ml", name).workers(1);
     // --- Live.
-    let mut tj_ok = job(Flavor::TrainJob, "tj-ok").create(&sim).expect("trainjob");
+    let mut tj_ok = job(Flavor::TrainJob, "tj-ok")
+        .create(&sim)
+        .expect("trainjob");
     tj_ok.running().expect("running");
-    tj_ok.restarting().expect("a child job fails and is recreated");
+    tj_ok
+        .restarting()
+        .expect("a child job fails and is recreated");
     tj_ok.succeeded().expect("succeeded");
 
     let mut tj_queued = job(Flavor::TrainJob, "tj-queued")
@@ -136,7 +140,9 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
     let mut js_down = job(Flavor::JobSet, "js-down").create(&sim).expect("jobset");
     js_down.running().expect("running");
 
-    let mut ray_stop = job(Flavor::RayJob, "ray-stop").create(&sim).expect("rayjob");
+    let mut ray_stop = job(Flavor::RayJob, "ray-stop")
+        .create(&sim)
+        .expect("rayjob");
     ray_stop.running().expect("running");
     ray_stop.restarting().expect("retry");
     ray_stop.running().expect("running again");
@@ -180,7 +186,10 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
         ),
         (
             tj_queued.uid().to_string(),
-            ("tj-queued", vec!["suspended", "pending", "running", "failed"]),
+            (
+                "tj-queued",
+                vec!["suspended", "pending", "running", "failed"],
+            ),
         ),
         (
             js_ordered.uid().to_string(),
@@ -206,14 +215,28 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
             ray_stop.uid().to_string(),
             (
                 "ray-stop",
-                vec!["pending", "running", "restarting", "pending", "running", "failed"],
+                vec![
+                    "pending",
+                    "running",
+                    "restarting",
+                    "pending",
+                    "running",
+                    "failed",
+                ],
             ),
         ),
         (
             ray_queued.uid().to_string(),
             (
                 "ray-queued",
-                vec!["suspended", "pending", "suspended", "pending", "running", "succeeded"],
+                vec![
+                    "suspended",
+                    "pending",
+                    "suspended",
+                    "pending",
+                    "running",
+                    "succeeded",
+                ],
             ),
         ),
     ]);
@@ -273,10 +296,7 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
         ("failed".to_string(), "STOPPED".to_string(), None),
         "a stopped RayJob is no success"
     );
-    assert_eq!(
-        job_row(ray_queued.uid().to_string()).await.0,
-        "succeeded"
-    );
+    assert_eq!(job_row(ray_queued.uid().to_string()).await.0, "succeeded");
     assert_eq!(job_row(js_down.uid().to_string()).await.0, "succeeded");
 
     // --- Feishu: one card per notified transition, each naming its job and phase.
@@ -300,9 +320,7 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
             .map(|(n, _)| *n)
             .find(|n| text.contains(n))
             .unwrap_or_else(|| panic!("a card names its job: {text}"));
-        *per_job
-            .entry((name.to_string(), card.phase()))
-            .or_default() += 1;
+        *per_job.entry((name.to_string(), card.phase())).or_default() += 1;
     }
     for (name, want) in expected.values() {
         for phase in notified {

@@ -9,6 +9,7 @@ mod clusters;
 mod delivery;
 mod finalizers;
 mod fleet_events;
+mod image;
 mod job_view;
 mod job_writes;
 mod jobs_page;
