@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
+use governor::DefaultDirectRateLimiter;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
@@ -50,7 +51,6 @@ use super::queue::{Bound, JobDelivery, Queues};
 use super::read_back::ReadBacks;
 use super::settings::LaneSettings;
 use super::trace::{DeliveryTrace, TraceEntry};
-use crate::rate_window::RateLimits;
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_contract::fleet;
 use jobrelay_runtime::CallError;
@@ -146,9 +146,8 @@ struct Inner {
     settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
-    /// The rate limits and the calls they count (`crate::rate_window`).
-    limits: ArcSwap<RateLimits>,
-    /// Woken when a reload replaces the rate limits: calls waiting for their turn wait again
+    limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
+    /// Woken when a reload replaces the rate limits: calls waiting for a token wait again
     /// under the new ones.
     limits_changed: Notify,
     /// Every job's queue; one lock, held only for a step of the queue state machine.
@@ -224,6 +223,14 @@ pub struct Lane {
     inner: Arc<Inner>,
 }
 
+fn limiters(settings: &LaneSettings) -> Vec<DefaultDirectRateLimiter> {
+    settings
+        .rate_limits
+        .iter()
+        .filter_map(|r| r.limiter())
+        .collect()
+}
+
 impl Lane {
     /// A lane starting from the plugin's stored cursors.
     pub async fn open(
@@ -290,7 +297,7 @@ impl Lane {
                 plugin: ArcSwap::from_pointee(plugin),
                 serving: AtomicBool::new(serving),
                 version_installed: Notify::new(),
-                limits: ArcSwap::from_pointee(RateLimits::new(&settings.rate_limits)),
+                limiters: ArcSwap::from_pointee(limiters(&settings)),
                 limits_changed: Notify::new(),
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
@@ -362,8 +369,7 @@ impl Lane {
             self.inner.filter_changed_at.store(Some(Arc::new(now)));
         }
         if self.inner.settings.load().rate_limits != settings.rate_limits {
-            let kept = self.inner.limits.load().reload(&settings.rate_limits);
-            self.inner.limits.store(Arc::new(kept));
+            self.inner.limiters.store(Arc::new(limiters(&settings)));
             self.inner.limits_changed.notify_waiters();
         }
         self.inner.settings.store(Arc::new(settings));

@@ -17,8 +17,6 @@
 //!   dead-lettered.
 //! - [`lane`]: one plugin's lane: takes versions in (missed transitions first after a gap),
 //!   runs a pool of workers, one per busy job, calls, retries, settles.
-//! - [`rate_window`]: a lane's rate limits as sliding windows over its calls (no window of
-//!   a limit's length ever holds more calls than the limit).
 //! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
 //!   rate limits, kinds, filter, the bound on a job's queue.
 //! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
@@ -51,7 +49,6 @@ pub mod handler;
 pub mod lane;
 pub mod mode;
 pub mod queue;
-pub mod rate_window;
 pub mod read_back;
 pub mod recent;
 pub mod settings;

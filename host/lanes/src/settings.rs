@@ -1,9 +1,11 @@
 //! A lane's delivery settings, as a plugin manifest gives them: mode, concurrency, retries,
 //! rate limits, the kinds taken and the bound on a job's queue.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
 use super::filter::Filter;
@@ -61,9 +63,8 @@ impl RetryPolicy {
     }
 }
 
-/// One rate limit: at most `per_second` calls in any second, or `per_minute` in any minute
-/// (`crate::rate_window`). Several can be set (e.g. 5 per second and 100 per minute); a call
-/// waits for all of them.
+/// One token bucket. Several can be set (e.g. 5 per second and 100 per minute); a call waits
+/// for all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitSpec {
@@ -71,9 +72,7 @@ pub struct RateLimitSpec {
     pub per_second: Option<u32>,
     #[serde(default)]
     pub per_minute: Option<u32>,
-    /// Calls allowed at once after a quiet period, below the rate: at most `burst` in the
-    /// share of the period they stand for. Defaults to the rate itself; a larger value is the
-    /// rate (no window ever holds more than the rate).
+    /// Calls allowed at once after a quiet period; defaults to the rate itself.
     #[serde(default)]
     pub burst: Option<u32>,
 }
@@ -100,6 +99,19 @@ impl RateLimitSpec {
             (Some(_), None) | (None, Some(_)) => Ok(()),
             _ => Err(RateLimitError::NotOneRate),
         }
+    }
+
+    pub fn limiter(&self) -> Option<DefaultDirectRateLimiter> {
+        let quota = match (self.per_second, self.per_minute) {
+            (Some(n), None) => Quota::per_second(NonZeroU32::new(n)?),
+            (None, Some(n)) => Quota::per_minute(NonZeroU32::new(n)?),
+            _ => return None,
+        };
+        let quota = match self.burst.and_then(NonZeroU32::new) {
+            Some(b) => quota.allow_burst(b),
+            None => quota,
+        };
+        Some(RateLimiter::direct(quota))
     }
 }
 
@@ -185,7 +197,7 @@ mod tests {
             per_minute: None,
             burst: None,
         };
-        assert!(ok.validate().is_ok());
+        assert!(ok.validate().is_ok() && ok.limiter().is_some());
         let both = RateLimitSpec {
             per_second: Some(5),
             per_minute: Some(100),

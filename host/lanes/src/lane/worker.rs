@@ -176,12 +176,11 @@ pub(super) async fn wait_unless_stopped(
     }
 }
 
-/// Waits until every rate limit of the lane lets one more call go, and takes it
-/// (`crate::rate_window`): each call, retries included, counts once in each, and only a call
-/// about to be made counts. A reload that changes the limits ends the wait at once and starts
-/// it again under the new ones, so a limit removed or raised applies to the calls already
-/// waiting, not only to the events queued after them. `false`: the lane closed, or let go of
-/// `cluster`, first (a SIGTERM does not wait out a backlog's turns).
+/// Waits until every rate limit of the lane lets one more call go: each call, retries
+/// included, takes one token of each. A reload that changes the limits ends the wait at once
+/// and starts it again under the new ones, so a limit removed or raised applies to the calls
+/// already waiting, not only to the events queued after them. `false`: the lane closed, or
+/// let go of `cluster`, first (a SIGTERM does not wait out a backlog's tokens).
 async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
     loop {
         let changed = inner.limits_changed.notified();
@@ -193,13 +192,14 @@ async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
         if inner.stops(cluster) {
             return false;
         }
-        let limits = inner.limits.load_full();
-        let ready = match limits.try_take(std::time::Instant::now()) {
-            Ok(()) => return true,
-            Err(at) => at,
+        let limiters = inner.limiters.load_full();
+        let ready = async {
+            for limiter in limiters.iter() {
+                limiter.until_ready().await;
+            }
         };
         tokio::select! {
-            () = tokio::time::sleep_until(ready.into()) => {}
+            () = ready => return true,
             () = &mut changed => {}
             () = &mut closing => {}
         }
@@ -221,11 +221,12 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         return None;
     }
     loop {
-        // The permit first: a call's turn under the rate limits is taken only when it can be
-        // made at once.
+        if !rate_limited(inner, &event.cluster).await {
+            return None;
+        }
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
-        if !rate_limited(inner, &event.cluster).await {
+        if inner.stops(&event.cluster) {
             return None;
         }
         let plugin = Arc::clone(&**inner.plugin.load());
