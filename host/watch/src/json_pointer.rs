@@ -19,18 +19,22 @@ pub fn at<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
         return Some(value);
     }
     let rest = pointer.strip_prefix('/')?;
-    rest.split('/').try_fold(value, |target, token| {
-        let token = if token.contains('~') {
-            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-        } else {
-            Cow::Borrowed(token)
-        };
-        match target {
-            Value::Object(map) => map.get(token.as_ref()),
-            Value::Array(list) => index(&token).and_then(|i| list.get(i)),
-            _ => None,
-        }
-    })
+    rest.split('/').try_fold(value, step)
+}
+
+/// The value one token (unescaped here when it holds a `~`) names in `target`: a member of an
+/// object, an element of an array.
+pub(crate) fn step<'a>(target: &'a Value, token: &str) -> Option<&'a Value> {
+    let token = if token.contains('~') {
+        Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(token)
+    };
+    match target {
+        Value::Object(map) => map.get(token.as_ref()),
+        Value::Array(list) => index(&token).and_then(|i| list.get(i)),
+        _ => None,
+    }
 }
 
 /// An array index token: `0`, or decimal digits without a sign or a leading zero.

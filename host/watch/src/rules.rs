@@ -22,7 +22,7 @@ use cel::{Context, Program};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::json_pointer::at;
+use super::json_pointer::{at, step};
 use super::kinds::pointer_problem;
 use super::normalize::Normalized;
 use jobrelay_contract::event::Phase;
@@ -508,27 +508,30 @@ fn condition<'a>(object: &'a Value, ty: &str, test: &Test) -> Option<&'a Value> 
 
 /// The sum of the integers at `path`, where a `*` token takes every element of an array.
 fn sum(object: &Value, path: &str) -> i64 {
-    let Some(rest) = path.strip_prefix('/') else {
-        return 0;
-    };
-    let tokens: Vec<&str> = rest.split('/').collect();
-    sum_of(object, &tokens)
+    path.strip_prefix('/')
+        .map_or(0, |rest| sum_of(object, rest))
 }
 
-fn sum_of(value: &Value, tokens: &[&str]) -> i64 {
-    let Some((first, rest)) = tokens.split_first() else {
-        return value.as_i64().unwrap_or(0);
+/// The sum at the tokens `rest` (`a/*/b`) below `value`, walked token by token without
+/// making a pointer per step: a built-in TrainJob or JobSet sums on every version.
+fn sum_of(value: &Value, rest: &str) -> i64 {
+    let (first, tail) = match rest.split_once('/') {
+        Some((first, tail)) => (first, Some(tail)),
+        None => (rest, None),
     };
-    if *first == "*" {
+    let below = |v: &Value| match tail {
+        Some(tail) => sum_of(v, tail),
+        None => v.as_i64().unwrap_or(0),
+    };
+    if first == "*" {
         return match value {
             Value::Array(items) => items
                 .iter()
-                .fold(0i64, |acc, v| acc.saturating_add(sum_of(v, rest))),
+                .fold(0i64, |acc, v| acc.saturating_add(below(v))),
             _ => 0,
         };
     }
-    let pointer = format!("/{first}");
-    at(value, &pointer).map_or(0, |v| sum_of(v, rest))
+    step(value, first).map_or(0, below)
 }
 
 /// The normalized result of a rule that holds.
