@@ -22,12 +22,13 @@ trap 'rm -rf "$work"' EXIT
 
 # The release every test file assumes: `t` in namespace `platform`, so the rules select
 # job="t-metrics", namespace="platform". Leader and sharded modes need a shared store, and
-# the state volume is a claim (production values).
+# the state volume is a claim (production values). The job SLI alerts, off by default, are
+# switched on so that they are tested too.
 render() { # MODE [helm args...] -> the PrometheusRule on stdout
   local mode=$1
   shift
   local args=(--set metrics.prometheusRule.enabled=true --set "coordination.mode=$mode"
-    --set persistence.enabled=true)
+    --set persistence.enabled=true --set metrics.prometheusRule.jobs.enabled=true)
   if [ "$mode" != single ]; then
     args+=(--set stateUrl=env:JOBRELAY_STATE_URL)
   fi
@@ -57,6 +58,20 @@ if helm template t "$chart" --namespace platform | grep -q '^kind: PrometheusRul
   echo "FAIL: a PrometheusRule is rendered without metrics.prometheusRule.enabled" >&2
   exit 1
 fi
+# The job SLI alerts are about the users' jobs: off unless metrics.prometheusRule.jobs.enabled.
+helm template t "$chart" --namespace platform --set metrics.prometheusRule.enabled=true \
+  --show-only templates/prometheusrule.yaml >"$work/default.prometheusrule.yaml"
+if grep -Eq 'alert: (JobrelayJobFailureRatioHigh|JobrelayJobQueueWaitHigh)' "$work/default.prometheusrule.yaml"; then
+  echo "FAIL: a job SLI alert is rendered without metrics.prometheusRule.jobs.enabled" >&2
+  exit 1
+fi
+# Every switch of the values at once (an alert off, one re-graded, labels on all and on one):
+# the rules stay valid for promtool (checked below with the others).
+render sharded --set metrics.prometheusRule.alerts.JobrelayDeliverySlow.enabled=false \
+  --set metrics.prometheusRule.alerts.JobrelayLaneBehind.severity=critical \
+  --set metrics.prometheusRule.alerts.JobrelayLaneBehind.labels.receiver=pager \
+  --set metrics.prometheusRule.additionalRuleLabels.team=platform >"$work/switched.prometheusrule.yaml"
+extract "$work/switched.prometheusrule.yaml" "$work/rules-switched.yaml"
 # The Lease duration sets the coordination rules' `for`.
 render leader --set coordination.leaseDurationSeconds=40 >"$work/leader-40.yaml"
 render sharded --set coordination.leaseDurationSeconds=40 >"$work/sharded-40.yaml"
@@ -176,7 +191,7 @@ print(f"{len({r['alert'] for r in everything})} alerts, each with severity, summ
 EOF
 
 echo "== promtool check rules"
-for mode in single leader sharded; do
+for mode in single leader sharded switched; do
   promtool check rules "$work/rules-$mode.yaml"
 done
 

@@ -489,7 +489,6 @@ async fn a_plugin_added_to_the_mounted_configmap_is_loaded_by_the_running_daemon
                 "state": {"path": var.join("state.db").display().to_string()},
                 "runtime": {"cache_dir": var.join("cache").display().to_string()},
                 "archive": {"local": var.join("archive").display().to_string()},
-                "telemetry": {"listen": "127.0.0.1:0"},
                 "rescan_seconds": 3600,
                 "debounce_ms": 50,
             },
@@ -503,14 +502,22 @@ async fn a_plugin_added_to_the_mounted_configmap_is_loaded_by_the_running_daemon
         "log-archive": null, "mysql-sync": null,
         "first": log_plugin("first.jsonl"), "second": log_plugin("second.jsonl"),
     }));
-    // What the kubelet would write into each mounted folder.
+    // What the kubelet would write into each mounted folder; but the endpoint, which the
+    // chart puts on metricsPort of every address (and refuses elsewhere), on a free port of
+    // the loopback in this test process.
     let publish = |objects: &[(String, Value)], stamp: &str| {
         for (name, folder) in [("jobrelay-config", &etc), ("jobrelay-plugins", &manifests)] {
             let data = named(objects, "ConfigMap", name)["data"]
                 .as_object()
                 .expect("data")
                 .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().expect("text").to_string()))
+                .map(|(k, v)| {
+                    let text = v.as_str().expect("text");
+                    let listen = "telemetry: {listen: \"0.0.0.0:9464\"}";
+                    assert!(name != "jobrelay-config" || text.contains(listen), "{text}");
+                    let text = text.replace(listen, "telemetry: {listen: \"127.0.0.1:0\"}");
+                    (k.clone(), text)
+                })
                 .collect::<Vec<_>>();
             let files: Vec<(&str, &str)> =
                 data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -690,7 +697,7 @@ fn coordination_without_a_shared_state_store_is_refused() {
     for mode in ["leader", "sharded"] {
         for values in [
             json!({"coordination": {"mode": mode}}),
-            json!({"coordination": {"mode": mode}, "stateUrl": "env:X",
+            json!({"coordination": {"mode": mode},
                    "config": {"state": {"path": "/var/lib/jobrelay/state.db"}}}),
         ] {
             let why = refused(values.clone());
@@ -1262,7 +1269,6 @@ fn config_keys_the_chart_sets_can_be_set_from_values() {
             "telemetry": {"listen": "0.0.0.0:9464"},
             "plugin_manifests_dir": "/etc/jobrelay-plugins",
         },
-        "stateUrl": "env:IGNORED_WHEN_CONFIG_SETS_STATE",
     }));
     let text = named(&objects, "ConfigMap", "jobrelay-config")["data"]["jobrelay.yaml"]
         .as_str()
@@ -1278,7 +1284,6 @@ fn config_keys_the_chart_sets_can_be_set_from_values() {
         let times = text.lines().filter(|l| l.starts_with(key)).count();
         assert_eq!(times, 1, "`{key}` {times} times in:\n{text}");
     }
-    assert!(!text.contains("IGNORED_WHEN_CONFIG_SETS_STATE"), "{text}");
     let main = main_file(&objects);
     assert!(
         matches!(
@@ -1428,9 +1433,19 @@ fn extra_environment_volumes_identity_and_image_knobs_reach_the_pod() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "HTTPS_PROXY", "TOKEN"]);
     assert_eq!(
-        container["env"][3]["valueFrom"]["secretKeyRef"]["name"],
+        env,
+        [
+            "POD_NAME",
+            "POD_NAMESPACE",
+            "JOBRELAY_CONFIG",
+            "JOBRELAY_SERVER",
+            "HTTPS_PROXY",
+            "TOKEN"
+        ]
+    );
+    assert_eq!(
+        container["env"][5]["valueFrom"]["secretKeyRef"]["name"],
         "s"
     );
     assert!(
@@ -1580,8 +1595,17 @@ fn every_rendered_manifest_is_a_valid_kubernetes_object() {
         "networkPolicy": {"enabled": true},
         "metrics": {
             "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
-            "prometheusRule": {"enabled": true},
+            "prometheusRule": {"enabled": true, "jobs": {"enabled": true},
+                               "additionalRuleLabels": {"team": "platform"},
+                               "alerts": {"JobrelayLaneBehind": {"severity": "critical"}}},
         },
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}],
+        "podLabels": {"team": "ml"},
+        "terminationGracePeriodSeconds": 45,
+        "livenessProbe": {"periodSeconds": 20},
+        "readinessProbe": {"successThreshold": 2},
+        "service": {"annotations": {"prometheus.io/scrape": "true"}},
     });
     let one = with(
         with(knobs.clone(), coordinated("leader")),
@@ -2383,4 +2407,864 @@ fn the_grafana_dashboard_is_a_valid_dashboard_of_documented_metrics() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The chart's values schema (`values.schema.json`) as JSON.
+fn values_schema() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema")
+}
+
+/// A schema node with its `$ref` (to `#/definitions/NAME`) followed.
+fn resolved<'a>(root: &'a Value, node: &'a Value) -> &'a Value {
+    match node["$ref"].as_str() {
+        Some(reference) => {
+            let name = reference
+                .strip_prefix("#/definitions/")
+                .unwrap_or_else(|| panic!("a $ref outside the definitions: {reference}"));
+            resolved(root, &root["definitions"][name])
+        }
+        None => node,
+    }
+}
+
+/// A step from a schema node to one below it: a key of an object, the item of an array, the
+/// value of a map's entry.
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Item,
+    Entry,
+}
+
+/// Every node below `node` (itself included), with the steps that reach it.
+fn schema_nodes<'a>(
+    root: &'a Value,
+    node: &'a Value,
+    path: Vec<Step>,
+    out: &mut Vec<(Vec<Step>, &'a Value)>,
+) {
+    let node = resolved(root, node);
+    out.push((path.clone(), node));
+    let below = |step: Step| {
+        let mut path = path.clone();
+        path.push(step);
+        path
+    };
+    if let Some(properties) = node["properties"].as_object() {
+        for (key, child) in properties {
+            schema_nodes(root, child, below(Step::Key(key.clone())), out);
+        }
+    }
+    if node["items"].is_object() {
+        schema_nodes(root, &node["items"], below(Step::Item), out);
+    }
+    if node["additionalProperties"].is_object() {
+        schema_nodes(root, &node["additionalProperties"], below(Step::Entry), out);
+    }
+}
+
+/// A document holding `leaf` at `path`.
+fn document_at(path: &[Step], leaf: Value) -> Value {
+    path.iter().rev().fold(leaf, |inner, step| match step {
+        Step::Key(key) => json!({ key.as_str(): inner }),
+        Step::Item => json!([inner]),
+        Step::Entry => json!({ "entry": inner }),
+    })
+}
+
+fn path_text(path: &[Step]) -> String {
+    path.iter()
+        .map(|step| match step {
+            Step::Key(key) => format!(".{key}"),
+            Step::Item => "[0]".to_string(),
+            Step::Entry => ".entry".to_string(),
+        })
+        .collect()
+}
+
+/// The names serde's error offers after `unknown field `zz_typo`, expected …` (or `unknown
+/// variant`), as the daemon reports a misspelt key or value.
+fn expected_names(error: &str) -> Option<BTreeSet<String>> {
+    let (_, rest) = error
+        .split_once("unknown field `zz_typo`, expected ")
+        .or_else(|| error.split_once("unknown variant `zz_typo`, expected "))?;
+    let rest = rest.split(" at line ").next().unwrap_or(rest);
+    Some(
+        rest.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The names a schema node takes: its properties (an object's keys, or the one-key variants of
+/// a map like `normalizer`), its `enum`, and the alternatives of a `^(a|b)$` pattern (the
+/// names of a normalizer given as a string).
+fn schema_names(node: &Value) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = node["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    for value in node["enum"].as_array().into_iter().flatten() {
+        names.insert(value.as_str().expect("a string enum").to_string());
+    }
+    if let Some(pattern) = node["pattern"].as_str()
+        && let Some(inner) = pattern
+            .strip_prefix("^(")
+            .and_then(|p| p.strip_suffix(")$"))
+    {
+        names.extend(inner.split('|').map(str::to_string));
+    }
+    names
+}
+
+/// The schema of `config` and of each plugin's manifest in `values.schema.json` holds exactly
+/// the keys (and the names of enumerations) the daemon reads, at every level: for each object
+/// of the schema, a document with a key `zz_typo` there is refused by the daemon's own parsing
+/// (serde, `deny_unknown_fields`), whose error lists the keys it knows there, and those are
+/// exactly the schema's; and `helm template` refuses the same document, naming the key. The
+/// same for each enumeration (phases, delivery modes, ...) with a value `zz_typo`.
+#[test]
+fn the_values_schema_holds_the_main_file_and_manifest_keys_as_the_daemon_reads_them() {
+    use jobrelay::config::main_file::MainFile;
+    let schema = values_schema();
+    let daemon = |which: &str, document: &Value| -> Result<(), String> {
+        let text = document.to_string();
+        match which {
+            "config" => serde_yaml_ng::from_str::<MainFile>(&text)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            _ => serde_yaml_ng::from_str::<PluginManifest>(&text)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        }
+    };
+    let mut checked = 0;
+    for (which, definition) in [("config", "mainFile"), ("plugin", "manifest")] {
+        let mut nodes = Vec::new();
+        schema_nodes(
+            &schema,
+            &schema["definitions"][definition],
+            Vec::new(),
+            &mut nodes,
+        );
+        assert!(nodes.len() > 40, "{which}: {} nodes", nodes.len());
+        for (path, node) in nodes {
+            let is_object = node["additionalProperties"] == false;
+            let is_enum = node["enum"].is_array();
+            if !is_object && !is_enum {
+                continue;
+            }
+            let leaf = if is_object {
+                json!({"zz_typo": 1})
+            } else {
+                json!("zz_typo")
+            };
+            let document = document_at(&path, leaf);
+            let at = format!("{which}{}", path_text(&path));
+            let refusal =
+                daemon(which, &document).expect_err(&format!("{at}: the daemon takes {document}"));
+            let known = expected_names(&refusal)
+                .unwrap_or_else(|| panic!("{at}: not refused as a misspelt name: {refusal}"));
+            assert_eq!(
+                schema_names(node),
+                known,
+                "{at}: the schema's names (left) and the daemon's (right) differ"
+            );
+            let (values, mut place) = match which {
+                "config" => (json!({"config": document}), "config".to_string()),
+                _ => (json!({"plugins": {"p": document}}), "plugins.p".to_string()),
+            };
+            for step in &path {
+                place.push_str(&match step {
+                    Step::Key(key) => format!(".{key}"),
+                    Step::Item => ".0".to_string(),
+                    Step::Entry => ".entry".to_string(),
+                });
+            }
+            let why = refused(values.clone());
+            // Helm's words: `PLACE: Additional property zz_typo is not allowed`, or for a
+            // value `PLACE: PLACE must be one of the following: ...`.
+            let named = if is_object {
+                format!("{place}: Additional property zz_typo is not allowed")
+            } else {
+                format!("{place}: {place} must be one of the following")
+            };
+            assert!(
+                why.contains("values don't meet the specifications of the schema")
+                    && why.contains(&named),
+                "{at}: not refused by the schema with `{named}`: {values}\n{why}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "{checked} nodes checked");
+}
+
+/// The operator's report (issue 51, 4.1): a misspelt key of the main file and one of a
+/// plugin's manifest rendered and installed. Both are refused by `helm template` now, at any
+/// depth, each named with its place.
+#[test]
+fn a_misspelt_key_under_config_or_a_plugin_manifest_is_refused_by_helm_template() {
+    for (values, named_in_error) in [
+        (
+            json!({"config": {"kindz": []}}),
+            "Additional property kindz",
+        ),
+        (
+            json!({"plugins": {"foo": {"wasm": "foo.wasm", "deliveryy": "transitions"}}}),
+            "plugins.foo: Additional property deliveryy",
+        ),
+        (
+            json!({"plugins": {"mysql-sync": {"grants": {"sql": ["embedded"], "kv_qouta": {}}}}}),
+            "plugins.mysql-sync.grants: Additional property kv_qouta",
+        ),
+        (
+            json!({"config": {"state": {"pth": "/var/lib/jobrelay/state.db"}}}),
+            "config.state: Additional property pth",
+        ),
+        (
+            json!({"config": {"kinds": [{"name": "volcano-job", "finaliser": true}]}}),
+            "config.kinds.0: Additional property finaliser",
+        ),
+        (
+            json!({"config": {"cleanup": {"rules": [{"kinds": ["volcano-job"], "after": "1h"}]}}}),
+            "config.cleanup.rules.0: Additional property after",
+        ),
+        (
+            json!({"plugins": {"log-archive": {"delivery": "transition"}}}),
+            "plugins.log-archive.delivery",
+        ),
+        (
+            json!({"plugins": {"log-archive": {"timeout_ms": "60s"}}}),
+            "plugins.log-archive.timeout_ms",
+        ),
+    ] {
+        let why = refused(values.clone());
+        assert!(
+            why.contains("values don't meet the specifications of the schema")
+                && why.contains(named_in_error),
+            "{values}: should name {named_in_error}: {why}"
+        );
+    }
+    // The defaults, and a plugin removed with null, still pass.
+    render(json!({"plugins": {"log-archive": null}}));
+}
+
+/// The YAML code blocks of a Markdown text.
+fn yaml_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some((_, after)) = rest.split_once("```yaml\n") {
+        let Some((block, after)) = after.split_once("```") else {
+            break;
+        };
+        blocks.push(block.to_string());
+        rest = after;
+    }
+    blocks
+}
+
+/// Every example config of the docs renders with the chart: each YAML block of README.md,
+/// docs/*.md and the plugins' READMEs, and the example folder's files (config/), that the
+/// daemon reads as a main file (or a fragment of one: a kind's normalizer, rules or samples),
+/// as a plugin manifest (or a fragment: grants, a filter, a config) or as the chart's values,
+/// is given to `helm template` as such and renders (the schema takes it). The only blocks left
+/// are those that are neither (a plugin's test cases).
+#[test]
+fn every_example_config_in_the_docs_renders() {
+    use jobrelay::config::main_file::MainFile;
+    let root = repo_root();
+    let mut sources: Vec<(String, String)> = Vec::new();
+    let mut markdown = vec![root.join("README.md")];
+    for dir in ["docs", "plugins"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("folder").flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "md") {
+                markdown.push(path);
+            } else if path.join("README.md").is_file() {
+                markdown.push(path.join("README.md"));
+            }
+        }
+    }
+    markdown.sort();
+    for path in markdown {
+        let text = std::fs::read_to_string(&path).expect("doc");
+        let name = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for (i, block) in yaml_blocks(&text).into_iter().enumerate() {
+            sources.push((format!("{name} block {}", i + 1), block));
+        }
+    }
+    let mut example_files = vec![root.join("config/jobrelay.yaml")];
+    for dir in ["config/plugins", "config/examples"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("folder").flatten() {
+            example_files.push(entry.path());
+        }
+    }
+    example_files.sort();
+    for path in example_files {
+        let name = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        sources.push((name, std::fs::read_to_string(&path).expect("example")));
+    }
+
+    let main_file_ok = |config: &Value| serde_yaml_ng::from_str::<MainFile>(&config.to_string());
+    let manifest_ok = |m: &Value| serde_yaml_ng::from_str::<PluginManifest>(&m.to_string());
+    // A custom kind to hold a normalizer, rules or samples given alone (each key of `over`
+    // replaces the kind's own: a normalizer is one of its forms, not a merge of two).
+    let kind = |over: Value| {
+        let mut kind = json!({"name": "docs-example", "group": "example.com", "version": "v1",
+               "kind": "Example", "plural": "examples",
+               "normalizer": {"field": {"path": "/status/phase", "phases": {}}}});
+        for (key, value) in over.as_object().into_iter().flatten() {
+            kind[key.as_str()] = value.clone();
+        }
+        kind
+    };
+    let schema = values_schema();
+    let chart_keys: BTreeSet<&String> = schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .collect();
+    let remote_schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(remote_chart_dir().join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema");
+    let remote_keys: BTreeSet<&String> = remote_schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .collect();
+    let (mut rendered, mut skipped) = (Vec::new(), Vec::new());
+    for (source, text) in &sources {
+        let Ok(block) = serde_yaml_ng::from_str::<Value>(text) else {
+            skipped.push(source.clone());
+            continue;
+        };
+        let Some(map) = block.as_object().filter(|m| !m.is_empty()) else {
+            skipped.push(source.clone());
+            continue;
+        };
+        let with_wasm = with(json!({"wasm": "docs-example.wasm"}), block.clone());
+        let values = if main_file_ok(&block).is_ok() {
+            json!({"config": block})
+        } else if manifest_ok(&with_wasm).is_ok() {
+            json!({"plugins": {"docs-example": with_wasm}})
+        } else if main_file_ok(&json!({"kinds": [kind(block.clone())]})).is_ok() {
+            json!({"config": {"kinds": [kind(block.clone())]}})
+        } else if main_file_ok(&json!({"kinds": [kind(json!({"normalizer": {"rules": block}}))]}))
+            .is_ok()
+        {
+            json!({"config": {"kinds": [kind(json!({"normalizer": {"rules": block}}))]}})
+        } else if map.keys().all(|k| chart_keys.contains(k)) {
+            block.clone()
+        } else if map.keys().all(|k| remote_keys.contains(k)) {
+            if let Err(why) = helm_template(&remote_chart_dir(), &block, &[]) {
+                panic!("{source} does not render with the remote kit:\n{text}\n{why}");
+            }
+            rendered.push(source.clone());
+            continue;
+        } else {
+            skipped.push(source.clone());
+            continue;
+        };
+        // The example folder's main file listens on the loopback (it runs on a laptop), which
+        // the probes cannot reach: the chart refuses it, naming the setting, and renders the
+        // rest with its own listener.
+        let listen = values["config"]["telemetry"]["listen"].as_str();
+        let values = if listen.is_some_and(|l| l.starts_with("127.")) {
+            let why = refused(values.clone());
+            assert!(
+                why.contains("config.telemetry.listen") && why.contains("loopback"),
+                "{source}: {why}"
+            );
+            let mut values = values;
+            values["config"]
+                .as_object_mut()
+                .expect("config")
+                .remove("telemetry");
+            values
+        } else {
+            values
+        };
+        if let Err(why) = helm_template(&chart_dir(), &values, &[]) {
+            panic!("{source} does not render with the chart:\n{text}\nas {values}:\n{why}");
+        }
+        rendered.push(source.clone());
+    }
+    assert!(
+        rendered.len() >= 30,
+        "{} rendered: {rendered:?}",
+        rendered.len()
+    );
+    for source in ["config/jobrelay.yaml", "config/plugins/mysql-sync.yaml"] {
+        assert!(
+            rendered.iter().any(|r| r == source),
+            "{source}: {rendered:?}"
+        );
+    }
+    // The blocks that are no config: a plugin's test cases.
+    for source in &skipped {
+        let text = &sources.iter().find(|(s, _)| s == source).expect("source").1;
+        let known = source.starts_with("docs/plugins.md") && text.contains("outcomes:");
+        assert!(known, "{source} is read as no config:\n{text}");
+    }
+}
+
+/// The alert rules the chart renders with `prometheusRule` (merged over "enabled": true), by
+/// alert name (JobrelayCredentialExpiry has two).
+fn alert_rules(prometheus_rule: Value) -> Vec<Value> {
+    let objects = render(json!({
+        "metrics": {"prometheusRule": with(json!({"enabled": true}), prometheus_rule)},
+    }));
+    object(&objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .clone()
+}
+
+fn alert_names(rules: &[Value]) -> BTreeSet<String> {
+    rules
+        .iter()
+        .map(|r| r["alert"].as_str().expect("alert").to_string())
+        .collect()
+}
+
+/// The alerts' switches (issue 51, 4.2): the two alerts about the users' jobs are off unless
+/// `jobs.enabled`; any alert can be left out by name, re-graded and given routing labels, and
+/// `additionalRuleLabels` go on every alert; the other rules are untouched; a name that is no
+/// alert of the chart is refused, and so is a `severity` among the labels.
+#[test]
+fn alerts_can_be_switched_off_re_graded_and_labelled_from_the_values() {
+    let jobs = ["JobrelayJobFailureRatioHigh", "JobrelayJobQueueWaitHigh"];
+    let default = alert_rules(json!({}));
+    let names = alert_names(&default);
+    for alert in jobs {
+        assert!(!names.contains(alert), "{alert} on by default");
+    }
+    assert!(names.contains("JobrelayFinalizerAddFailures"), "{names:?}");
+    let with_jobs = alert_rules(json!({"jobs": {"enabled": true}}));
+    let with_jobs_names = alert_names(&with_jobs);
+    for alert in jobs {
+        assert!(with_jobs_names.contains(alert), "{alert} with jobs.enabled");
+    }
+    assert_eq!(
+        with_jobs_names.len(),
+        names.len() + 2,
+        "{with_jobs_names:?}"
+    );
+
+    let switched = alert_rules(json!({
+        "jobs": {"enabled": true},
+        "additionalRuleLabels": {"team": "platform"},
+        "alerts": {
+            "JobrelayDeliverySlow": {"enabled": false},
+            "JobrelayJobQueueWaitHigh": {"enabled": false},
+            "JobrelayLaneBehind": {"severity": "critical", "labels": {"receiver": "pager", "team": "delivery"}},
+            "JobrelayCredentialExpiry": {"severity": "info"},
+            "JobrelayAbsent": {"enabled": true},
+            // An alert of another coordination mode may be set; it is not rendered here.
+            "JobrelayLeaderCount": {"severity": "warning"},
+        },
+    }));
+    let switched_names = alert_names(&switched);
+    let mut expected = with_jobs_names.clone();
+    expected.remove("JobrelayDeliverySlow");
+    expected.remove("JobrelayJobQueueWaitHigh");
+    assert_eq!(switched_names, expected);
+    for (before, after) in with_jobs
+        .iter()
+        .filter(|r| expected.contains(r["alert"].as_str().unwrap_or_default()))
+        .zip(&switched)
+    {
+        let name = before["alert"].as_str().expect("alert");
+        assert_eq!(before["alert"], after["alert"]);
+        let mut labels = before["labels"].clone();
+        labels["team"] = json!("platform");
+        match name {
+            "JobrelayLaneBehind" => {
+                labels["severity"] = json!("critical");
+                labels["receiver"] = json!("pager");
+                labels["team"] = json!("delivery");
+            }
+            "JobrelayCredentialExpiry" => labels["severity"] = json!("info"),
+            _ => {}
+        }
+        assert_eq!(after["labels"], labels, "{name}");
+        for key in ["expr", "for", "annotations"] {
+            assert_eq!(before[key], after[key], "{name}: {key}");
+        }
+    }
+    // Both rules of JobrelayCredentialExpiry (a week, a day) take its severity.
+    let expiry: Vec<&Value> = switched
+        .iter()
+        .filter(|r| r["alert"] == "JobrelayCredentialExpiry")
+        .collect();
+    assert_eq!(expiry.len(), 2);
+    assert!(expiry.iter().all(|r| r["labels"]["severity"] == "info"));
+    // Everything off: a group with no rules.
+    let all_off: serde_json::Map<String, Value> = names
+        .iter()
+        .map(|n| (n.clone(), json!({"enabled": false})))
+        .collect();
+    assert!(alert_rules(json!({"alerts": all_off})).is_empty());
+
+    let why = refused(json!({"metrics": {"prometheusRule": {"enabled": true,
+        "alerts": {"JobrelayLaneBehnd": {"enabled": false}}}}}));
+    assert!(
+        why.contains("metrics.prometheusRule.alerts.JobrelayLaneBehnd")
+            && why.contains("JobrelayLaneBehind"),
+        "{why}"
+    );
+    for (values, named_in_error) in [
+        (
+            json!({"metrics": {"prometheusRule": {"alerts": {"JobrelayLaneBehind": {"labels": {"severity": "x"}}}}}}),
+            "metrics.prometheusRule.alerts.JobrelayLaneBehind.labels",
+        ),
+        (
+            json!({"metrics": {"prometheusRule": {"additionalRuleLabels": {"severity": "x"}}}}),
+            "metrics.prometheusRule.additionalRuleLabels",
+        ),
+        (
+            json!({"metrics": {"prometheusRule": {"alerts": {"JobrelayLaneBehind": {"disabled": true}}}}}),
+            "disabled",
+        ),
+        (
+            json!({"metrics": {"prometheusRule": {"jobs": {"enabled": "yes"}}}}),
+            "metrics.prometheusRule.jobs.enabled",
+        ),
+    ] {
+        let why = refused(values.clone());
+        assert!(
+            why.contains("values don't meet the specifications of the schema")
+                && why.contains(named_in_error),
+            "{values}: {why}"
+        );
+    }
+}
+
+/// The main file's endpoint is the pod's probes' and the Service's (issue 51, 4.3): a
+/// `config.telemetry` they cannot reach is refused, naming the setting — no `listen`, another
+/// port than metricsPort, a loopback address — and one on metricsPort renders, the probes, the
+/// container port, the Service and the NetworkPolicy all on it. The state store is given once:
+/// `stateUrl` beside `config.state` (either `path` or `url`) is refused, each alone renders.
+#[test]
+fn a_telemetry_or_state_setting_that_cannot_work_is_refused_at_render_time() {
+    for (config, named) in [
+        (
+            json!({"telemetry": {}}),
+            "config.telemetry: without `listen`",
+        ),
+        (
+            json!({"telemetry": {"listen": "0.0.0.0:9000"}}),
+            "port 9000 is not metricsPort (9464)",
+        ),
+        (
+            json!({"telemetry": {"listen": "127.0.0.1:9464"}}),
+            "loopback",
+        ),
+        (json!({"telemetry": {"listen": "[::1]:9464"}}), "loopback"),
+        (
+            json!({"telemetry": {"listen": "9464"}}),
+            "not an address and a port",
+        ),
+    ] {
+        let why = refused(json!({"config": config}));
+        assert!(
+            why.contains("config.telemetry") && why.contains(named),
+            "{config}: {why}"
+        );
+    }
+    for (listen, port) in [("0.0.0.0:9000", 9000), ("[::]:9464", 9464)] {
+        let objects = render(json!({
+            "config": {"telemetry": {"listen": listen}},
+            "metricsPort": port,
+            "networkPolicy": {"enabled": true},
+        }));
+        assert_eq!(
+            main_file(&objects).telemetry.listen.map(|a| a.port()),
+            Some(port)
+        );
+        let container =
+            &object(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["ports"][0]["containerPort"], port);
+        for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+            assert_eq!(container[probe]["httpGet"]["port"], "metrics", "{probe}");
+        }
+        let service = object(&objects, "Service");
+        assert_eq!(service["spec"]["ports"][0]["port"], port);
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+        assert_eq!(
+            object(&objects, "NetworkPolicy")["spec"]["ingress"][0]["ports"][0]["port"],
+            port
+        );
+    }
+
+    for state in [
+        json!({"path": "/var/lib/jobrelay/state/jobrelay.db"}),
+        json!({"url": "env:JOBRELAY_STATE_URL"}),
+    ] {
+        let why = refused(json!({"stateUrl": "env:OTHER", "config": {"state": state}}));
+        assert!(
+            why.contains("stateUrl and config.state") && why.contains("env:OTHER"),
+            "{state}: {why}"
+        );
+        render(json!({"config": {"state": state}}));
+    }
+    let main = main_file(&render(json!({"stateUrl": "env:JOBRELAY_STATE_URL"})));
+    assert!(
+        matches!(main.state, StateBackend::MySql { .. }),
+        "{:?}",
+        main.state
+    );
+}
+
+/// The pod's knobs of issue 51, 4.4 reach the objects: topology spread (a constraint without a
+/// selector gets the pods'), pod labels beside the chart's (which they cannot replace), the
+/// name label, the probes' tuning, the grace period, the Service's annotations; and the pod's
+/// environment names the mounted config folder (JOBRELAY_CONFIG, which `jobrelay run`,
+/// `check`, `dead-letters` and `finalizers release` read) and the daemon's endpoint
+/// (JOBRELAY_SERVER, for `jobrelay jobs`).
+#[test]
+fn topology_labels_name_probes_grace_and_service_knobs_reach_the_objects() {
+    let default = render(json!({}));
+    let pod = &object(&default, "Deployment")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+    assert!(pod["topologySpreadConstraints"].is_null());
+    for (probe, period, threshold) in [
+        ("startupProbe", 10, 60),
+        ("livenessProbe", 10, 6),
+        ("readinessProbe", 5, 3),
+    ] {
+        assert_eq!(container[probe]["periodSeconds"], period, "{probe}");
+        assert_eq!(container[probe]["failureThreshold"], threshold, "{probe}");
+        assert_eq!(container[probe]["timeoutSeconds"], 1, "{probe}");
+    }
+    let env = |container: &Value, name: &str| {
+        container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v["value"].clone())
+            .unwrap_or_else(|| panic!("{name} not set"))
+    };
+    assert_eq!(env(container, "JOBRELAY_CONFIG"), "/etc/jobrelay");
+    assert_eq!(
+        container["args"],
+        json!(["run", "--config", "/etc/jobrelay", "--log-format", "json"]),
+        "JOBRELAY_CONFIG is the folder the daemon runs on"
+    );
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == "config" && m["mountPath"] == "/etc/jobrelay"),
+        "the main file's ConfigMap is mounted there"
+    );
+    assert_eq!(env(container, "JOBRELAY_SERVER"), "http://127.0.0.1:9464");
+    assert!(object(&default, "Service")["metadata"]["annotations"].is_null());
+
+    let objects = render(json!({
+        "nameOverride": "relay",
+        "podLabels": {"team": "ml", "cost-center": "42"},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+            {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"tier": "platform"}}},
+        ],
+        "terminationGracePeriodSeconds": 90,
+        "startupProbe": {"timeoutSeconds": 3},
+        "livenessProbe": {"periodSeconds": 30, "failureThreshold": 4, "timeoutSeconds": 5},
+        "readinessProbe": {"periodSeconds": 15, "failureThreshold": 2, "successThreshold": 3},
+        "service": {"annotations": {"prometheus.io/scrape": "true"}},
+        "metricsPort": 9500,
+    }));
+    let deployment = object(&objects, "Deployment");
+    let template = &deployment["spec"]["template"];
+    let pod = &template["spec"];
+    let container = &pod["containers"][0];
+    let selector =
+        json!({"app.kubernetes.io/name": "relay", "app.kubernetes.io/instance": "jobrelay"});
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], selector);
+    for (_, o) in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/name"], "relay",
+            "{}",
+            o["kind"]
+        );
+    }
+    assert_eq!(object(&objects, "Service")["spec"]["selector"], selector);
+    assert_eq!(
+        object(&objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        selector
+    );
+    assert_eq!(
+        deployment["metadata"]["name"], "jobrelay",
+        "objects keep the release's name"
+    );
+    let labels = &template["metadata"]["labels"];
+    assert_eq!(labels["team"], "ml");
+    assert_eq!(labels["cost-center"], "42");
+    assert_eq!(labels["app.kubernetes.io/name"], "relay");
+    assert_eq!(labels["app.kubernetes.io/instance"], "jobrelay");
+    assert!(deployment["spec"]["selector"]["matchLabels"]["team"].is_null());
+    let spread = pod["topologySpreadConstraints"].as_array().expect("spread");
+    assert_eq!(spread.len(), 2);
+    assert_eq!(spread[0]["labelSelector"]["matchLabels"], selector);
+    assert_eq!(spread[0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(spread[0]["whenUnsatisfiable"], "ScheduleAnyway");
+    assert_eq!(
+        spread[1]["labelSelector"]["matchLabels"],
+        json!({"tier": "platform"})
+    );
+    assert_eq!(spread[1]["maxSkew"], 2);
+    assert_eq!(pod["terminationGracePeriodSeconds"], 90);
+    assert_eq!(container["startupProbe"]["timeoutSeconds"], 3);
+    assert_eq!(
+        container["startupProbe"]["failureThreshold"], 60,
+        "the rest kept"
+    );
+    assert_eq!(container["livenessProbe"]["periodSeconds"], 30);
+    assert_eq!(container["livenessProbe"]["failureThreshold"], 4);
+    assert_eq!(container["livenessProbe"]["timeoutSeconds"], 5);
+    assert_eq!(container["readinessProbe"]["periodSeconds"], 15);
+    assert_eq!(container["readinessProbe"]["failureThreshold"], 2);
+    assert_eq!(container["readinessProbe"]["successThreshold"], 3);
+    assert_eq!(
+        object(&objects, "Service")["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    assert_eq!(env(container, "JOBRELAY_SERVER"), "http://127.0.0.1:9500");
+    // The command line reads them: `--config` of run, check and dead-letters (cli/mod.rs)
+    // and of finalizers release (cli/ops/finalizers.rs) falls back on JOBRELAY_CONFIG, and
+    // `jobs --server` on JOBRELAY_SERVER (their parsing is host/src/cli's own tests').
+    let cli = |file: &str| {
+        std::fs::read_to_string(repo_root().join("host/src/cli").join(file)).expect("cli source")
+    };
+    assert_eq!(
+        cli("mod.rs").matches(r#"env = "JOBRELAY_CONFIG""#).count(),
+        3
+    );
+    assert!(cli("ops/finalizers.rs").contains(r#"env = "JOBRELAY_CONFIG""#));
+    assert!(cli("mod.rs").contains(r#"env = "JOBRELAY_SERVER""#));
+
+    for (values, named_in_error) in [
+        (
+            json!({"podLabels": {"app.kubernetes.io/name": "other"}}),
+            "podLabels",
+        ),
+        (
+            json!({"podLabels": {"app.kubernetes.io/instance": "other"}}),
+            "podLabels",
+        ),
+        (json!({"nameOverride": "Relay_1"}), "nameOverride"),
+        (
+            json!({"livenessProbe": {"successThreshold": 2}}),
+            "successThreshold",
+        ),
+        (
+            json!({"readinessProbe": {"periodSeconds": 0}}),
+            "readinessProbe.periodSeconds",
+        ),
+        (
+            json!({"terminationGracePeriodSeconds": -1}),
+            "terminationGracePeriodSeconds",
+        ),
+        (
+            json!({"topologySpreadConstraints": [{"maxSkew": 1}]}),
+            "topologySpreadConstraints.0",
+        ),
+        (json!({"service": {"annotation": {}}}), "annotation"),
+    ] {
+        let why = refused(values.clone());
+        assert!(
+            why.contains("values don't meet the specifications of the schema")
+                && why.contains(named_in_error),
+            "{values}: {why}"
+        );
+    }
+}
+
+/// The chart's README lists every value the schema describes (the chart's own, down to their
+/// leaves; `config` and `plugins` as wholes) in its table, with the default of `values.yaml`
+/// for each plain one, and no value the chart does not have.
+#[test]
+fn the_chart_readme_lists_every_value_with_its_default() {
+    let schema = values_schema();
+    let defaults: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml"),
+    )
+    .expect("values.yaml");
+    fn leaves(schema: &Value, node: &Value, path: &str, out: &mut Vec<String>) {
+        let node = resolved(schema, node);
+        match node["properties"].as_object() {
+            Some(properties) if !matches!(path, "config" | "plugins") => {
+                for (key, child) in properties {
+                    let below = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    leaves(schema, child, &below, out);
+                }
+            }
+            _ => out.push(path.to_string()),
+        }
+    }
+    let mut values = Vec::new();
+    leaves(&schema, &schema, "", &mut values);
+    let readme =
+        std::fs::read_to_string(chart_dir().join("README.md")).expect("the chart's README.md");
+    // | `value` | default | what it does |
+    let rows: BTreeMap<String, String> = readme
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let value = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((value.to_string(), cells.get(2)?.to_string()))
+        })
+        .collect();
+    for value in &values {
+        let default = rows
+            .get(value)
+            .unwrap_or_else(|| panic!("README.md does not list `{value}`"));
+        let given = value.split('.').fold(&defaults, |node, key| &node[key]);
+        let plain = match given {
+            Value::String(s) if s.is_empty() => Some("\"\"".to_string()),
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            Value::Object(m) if m.is_empty() => Some("{}".to_string()),
+            Value::Array(a) if a.is_empty() => Some("[]".to_string()),
+            _ => None,
+        };
+        if let Some(plain) = plain {
+            assert_eq!(
+                default,
+                &format!("`{plain}`"),
+                "`{value}`'s default in README.md"
+            );
+        }
+    }
+    for listed in rows.keys() {
+        assert!(
+            values.contains(listed),
+            "README.md lists `{listed}`, which the chart does not have"
+        );
+    }
 }

@@ -11,10 +11,10 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 
 {{/*
 Labels that select this release's pods: they never change on upgrade, since a Deployment's
-selector cannot.
+selector cannot. The name is nameOverride, else the chart's name.
 */}}
 {{- define "jobrelay.selectorLabels" -}}
-app.kubernetes.io/name: jobrelay
+app.kubernetes.io/name: {{ .Values.nameOverride | default .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
@@ -191,9 +191,37 @@ Values that render but would not work, refused with the setting named (Helm's `f
   - more than one replica in single mode: each would deliver everything;
   - more than one replica on one state claim: a ReadWriteOnce claim mounts on one node only,
     and two daemons would share one SQLite folder;
-  - a state volume that dies with the pod, unless acknowledgeEphemeralState says so.
+  - a state volume that dies with the pod, unless acknowledgeEphemeralState says so;
+  - stateUrl together with config.state: the chart writes `state` from stateUrl only when
+    config.state is absent, so one of the two would be ignored;
+  - a config.telemetry the probes cannot reach: without `listen` (no endpoint), on a port
+    other than metricsPort (which the probes, the Service and the NetworkPolicy use), or on a
+    loopback address (the kubelet probes the pod's IP).
 */}}
 {{- define "jobrelay.validate" -}}
+{{- if and (hasKey .Values.config "state") .Values.stateUrl }}
+{{- fail (printf "stateUrl and config.state: give the state store once, as stateUrl (the chart writes state.url from it) or as config.state (`path` or `url`), not both; with both, stateUrl %q would be ignored" .Values.stateUrl) }}
+{{- end }}
+{{- if hasKey .Values.config "telemetry" }}
+{{- $listen := "" }}
+{{- if kindIs "map" .Values.config.telemetry }}
+{{- $listen = .Values.config.telemetry.listen | default "" | toString }}
+{{- end }}
+{{- if not $listen }}
+{{- fail (printf "config.telemetry: without `listen` jobrelay serves no /healthz, /readyz or /metrics, and the pod's probes fail; leave config.telemetry out (the chart listens on 0.0.0.0:%d, metricsPort) or set config.telemetry.listen to \"0.0.0.0:%d\"" (int .Values.metricsPort) (int .Values.metricsPort)) }}
+{{- end }}
+{{- $port := regexFind ":[0-9]+$" $listen | trimPrefix ":" }}
+{{- $host := trimSuffix (printf ":%s" $port) $listen }}
+{{- if or (not $port) (not $host) }}
+{{- fail (printf "config.telemetry.listen: `%s` is not an address and a port (e.g. 0.0.0.0:%d)" $listen (int .Values.metricsPort)) }}
+{{- end }}
+{{- if ne (atoi $port) (int .Values.metricsPort) }}
+{{- fail (printf "config.telemetry.listen: port %s is not metricsPort (%d), which the pod's probes, the Service and the NetworkPolicy use; set metricsPort: %s, or leave config.telemetry out" $port (int .Values.metricsPort) $port) }}
+{{- end }}
+{{- if or (hasPrefix "127." $host) (eq $host "[::1]") (hasPrefix "[::ffff:127." $host) }}
+{{- fail (printf "config.telemetry.listen: `%s` is a loopback address, which the kubelet's probes and Prometheus cannot reach (they come to the pod's IP); listen on 0.0.0.0:%s (or [::]:%s)" $listen $port $port) }}
+{{- end }}
+{{- end }}
 {{- $mode := .Values.coordination.mode }}
 {{- if and (hasKey .Values.config "coordination") (kindIs "map" .Values.config.coordination) }}
 {{- $mode = .Values.config.coordination.mode | default "single" }}
