@@ -16,9 +16,10 @@
 //! precondition: a job re-created under the same name is a new entry, never deleted by the old
 //! one's schedule.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -638,8 +639,8 @@ impl Schedule {
         view
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobKey, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<JobKey, Entry>> {
+        self.entries.lock()
     }
 }
 

@@ -1,9 +1,10 @@
 //! The dispatcher: takes observations from every watcher, in observation order, and offers
 //! each to the lanes of the plugins that want its kind and whose filter takes it.
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 
 use tokio::sync::mpsc;
 
@@ -117,28 +118,28 @@ impl Routes {
     }
 
     pub fn insert(&self, name: &str, lane: Lane) {
-        let mut lanes = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.inner.write();
         lanes.insert(name.to_string(), lane);
     }
 
     pub fn remove(&self, name: &str) -> Option<Lane> {
-        let mut lanes = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut lanes = self.inner.write();
         lanes.remove(name)
     }
 
     pub fn get(&self, name: &str) -> Option<Lane> {
-        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let lanes = self.inner.read();
         lanes.get(name).cloned()
     }
 
     pub fn lanes(&self) -> BTreeMap<String, Lane> {
-        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let lanes = self.inner.read();
         lanes.clone()
     }
 
     /// Offer the observation to every lane that wants its kind and whose filter takes it.
     pub fn route(&self, observation: Observation) {
-        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let lanes = self.inner.read();
         match observation {
             Observation::Version(observed) => {
                 let event = &observed.event;
@@ -211,7 +212,7 @@ impl Routes {
         }
         tracing::debug!(event = %event.id, kind = %event.kind, name = %event.name,
             state = %event.raw_phase, "fleet event");
-        let lanes = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let lanes = self.inner.read();
         for lane in lanes.values() {
             lane.push_fleet(event.clone());
         }

@@ -6,8 +6,8 @@
 //! An event carries only its API version and kind, so the name is learnt when a version is
 //! observed (where the configured kind is at hand) and looked up when it is settled.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -59,7 +59,7 @@ impl EventCounts {
     /// Counts one event of the configured kind `kind_name`, and remembers the name for later
     /// counts of events of the same cluster, API version and kind.
     pub fn add_named(&self, event: &JobEvent, kind_name: &str, count: Count) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock();
         let book = &mut *guard;
         learn(&mut book.names, event, kind_name);
         bump(&mut book.counts, &event.cluster, kind_name, count);
@@ -68,14 +68,14 @@ impl EventCounts {
     /// Remembers which configured kind events of `event`'s cluster, API version and kind
     /// belong to.
     pub fn learn(&self, event: &JobEvent, kind_name: &str) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock();
         learn(&mut guard.names, event, kind_name);
     }
 
     /// Counts one event under the configured kind learnt for it (its object kind when none
     /// was: an event replayed from a dead letter of a kind no longer configured).
     pub fn add(&self, event: &JobEvent, count: Count) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock();
         let book = &mut *guard;
         let name = name_of(&book.names, event).unwrap_or(event.kind.as_str());
         bump(&mut book.counts, &event.cluster, name, count);
@@ -83,7 +83,7 @@ impl EventCounts {
 
     /// `(cluster, kind name) → counts`.
     pub fn snapshot(&self) -> Vec<(String, String, Counts)> {
-        let book = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let book = self.inner.lock();
         book.counts
             .iter()
             .flat_map(|(cluster, kinds)| {

@@ -10,8 +10,9 @@
 //! Deletion never hangs forever because of jobrelay: holds older than `max_hold_seconds` are
 //! released by [`FinalizerBook::sweep`], whatever the lanes say.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jobrelay_contract::event::JobKey;
@@ -62,7 +63,7 @@ impl FinalizerBook {
             cluster: job.cluster.clone(),
             uid: job.uid.clone(),
         };
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = self.holds.lock();
         if holds.contains_key(&key) {
             return;
         }
@@ -86,7 +87,7 @@ impl FinalizerBook {
     /// A lane has nothing queued or running for the job.
     pub fn lane_done(&self, lane: &str, key: &JobKey) {
         let released = {
-            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            let mut holds = self.holds.lock();
             let Some(hold) = holds.get_mut(key) else {
                 return;
             };
@@ -108,7 +109,7 @@ impl FinalizerBook {
         if !self.dead_letter_blocks {
             return;
         }
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = self.holds.lock();
         if let Some(hold) = holds.get_mut(key) {
             hold.blocked.insert(lane.to_string());
         }
@@ -117,7 +118,7 @@ impl FinalizerBook {
     /// A plugin was removed: it owes no job anything any more.
     pub fn forget_lane(&self, lane: &str) {
         let released: Vec<HeldJob> = {
-            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            let mut holds = self.holds.lock();
             for hold in holds.values_mut() {
                 hold.waiting.remove(lane);
                 hold.blocked.remove(lane);
@@ -140,14 +141,14 @@ impl FinalizerBook {
     /// Drops the holds on one cluster's jobs without releasing them: another replica took the
     /// cluster over and holds them itself.
     pub fn forget_cluster(&self, cluster: &str) {
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = self.holds.lock();
         holds.retain(|key, _| key.cluster != cluster);
     }
 
     /// Release holds older than `max_hold`.
     pub fn sweep(&self, max_hold: Duration) {
         let expired: Vec<HeldJob> = {
-            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            let mut holds = self.holds.lock();
             let keys: Vec<JobKey> = holds
                 .iter()
                 .filter(|(_, h)| h.since.elapsed() >= max_hold)
@@ -169,7 +170,7 @@ impl FinalizerBook {
 
     /// Number of jobs held now.
     pub fn len(&self) -> usize {
-        self.holds.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.holds.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -186,10 +187,7 @@ mod tests {
 
     impl Release for Recorder {
         fn release(&self, job: HeldJob) {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(job.uid);
+            self.0.lock().push(job.uid);
         }
     }
 
@@ -211,7 +209,7 @@ mod tests {
     }
 
     fn released(r: &Recorder) -> Vec<String> {
-        r.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        r.0.lock().clone()
     }
 
     #[test]

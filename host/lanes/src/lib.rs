@@ -16,7 +16,9 @@
 //! - [`event_counts`]: events by cluster and configured kind: observed, delivered, retried,
 //!   dead-lettered.
 //! - [`lane`]: one plugin's lane: takes versions in (missed transitions first after a gap),
-//!   runs a pool of workers, one per busy job, calls, retries, settles.
+//!   runs a pool of workers, one per busy job, calls, retries, settles; its
+//!   [`writer`](lane::writer) writes everything the lane stores — takes into the inbox, first
+//!   sights, cursors, removals, marks, sweeps — by group commit, one transaction a round.
 //! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
 //!   rate limits, kinds, filter, the bound on a job's queue.
 //! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
@@ -26,8 +28,6 @@
 //! - [`handler`]: what a lane calls for each event: a plugin version, or any
 //!   [`Handler`](handler::Handler).
 //! - [`call_stats`]: how the plugin's calls went: durations and failures by kind.
-//! - [`cursor_writer`]: group commit of the lane's cursor writes, so acknowledgements are made
-//!   durable in batches.
 //! - [`read_back`]: the lane's reads of events waiting only in the inbox, gathered into
 //!   batches.
 //! - [`store_writes`]: whether the lanes' writes reach the store (readiness).
@@ -40,7 +40,6 @@
 pub mod budget;
 pub mod call_stats;
 pub mod cleanup;
-pub mod cursor_writer;
 pub mod dispatcher;
 pub mod event_counts;
 pub mod filter;

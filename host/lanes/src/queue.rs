@@ -15,14 +15,14 @@
 //! in its turn — are property-tested alone (`queue/tests.rs`).
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use compact_str::CompactString;
 
-use super::budget::{MemoryBudget, charge_of};
-use super::mode::{Accepted, Decision, DeliveryMode, is_end};
+use super::budget::MemoryBudget;
+use super::mode::{Accepted, Decision, DeliveryMode};
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
 use jobrelay_contract::uid::Uid;
@@ -30,243 +30,16 @@ use jobrelay_contract::uid_map::UidMap;
 use jobrelay_state::Cursor;
 use jobrelay_watch::tracker::Listed;
 
-/// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
-#[derive(Debug)]
-struct Item {
-    held: Held,
-    /// The event's resourceVersion, known whatever is held: a version being delivered or
-    /// waiting in the inbox counts as queued when the same version is observed again.
-    resource_version: CompactString,
-    replay: bool,
-    /// When it was queued, for the age of the oldest pending event.
-    queued_at: Instant,
-}
+use self::item::{Held, Item};
+use self::job_state::{JobState, Origin, cursor_of, intern, origin_of};
+use self::ledger::Ledger;
+pub use self::workers::MAX_WORKERS;
+use self::workers::{READY_ROOM_KEPT, Workers};
 
-/// Where a queued event is.
-#[derive(Debug)]
-enum Held {
-    /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`]. Shared with the
-    /// lane's writer while it holds the event's take, so taking an event copies nothing.
-    Here { event: Arc<JobEvent>, charge: u64 },
-    /// Out with the job's worker for its call (the head only): the worker holds the event it
-    /// delivers (shared, not copied), and gives it back with [`Queues::release`] when the call
-    /// is cut short. `charge` is still held; `spilled`: the worker read the event back from
-    /// the inbox (nothing charged), and it goes back to waiting there if given back.
-    Out { charge: u64, spilled: bool },
-    /// Waiting only in the inbox (the budget had no room when it was queued), to be read back
-    /// when its turn comes. Its id is not kept: it is the job's cluster and uid and the item's
-    /// resource version ([`JobEvent::make_id`]), and a lane far behind holds a million of
-    /// these.
-    Spilled,
-}
-
-/// Whether `event`'s id is the one [`JobEvent::make_id`] gives its job and version, so that
-/// it can be queued as its place alone and its id made again to read it back. Every event the
-/// watch or catch-up makes is; one that is not is kept whole whatever the budget.
-fn id_is_derived(event: &JobEvent) -> bool {
-    let rest = event.id.strip_prefix(event.cluster.as_str());
-    let rest = rest.and_then(|r| r.strip_prefix('/'));
-    let rest = rest.and_then(|r| r.strip_prefix(event.uid.as_str()));
-    let rest = rest.and_then(|r| r.strip_prefix('/'));
-    rest == Some(event.resource_version.as_str())
-}
-
-/// A job's queued events: no allocation at all while the job is idle, which nearly every
-/// tracked job is (8 bytes instead of an empty `VecDeque`'s 32).
-#[derive(Debug, Default)]
-#[expect(
-    clippy::box_collection,
-    reason = "the box is the point: 8 bytes per idle job instead of an empty VecDeque's 32"
-)]
-struct Waiting(Option<Box<VecDeque<Item>>>);
-
-impl Waiting {
-    fn iter(&self) -> impl Iterator<Item = &Item> {
-        self.0.iter().flat_map(|queue| queue.iter())
-    }
-
-    fn front(&self) -> Option<&Item> {
-        self.0.as_ref()?.front()
-    }
-
-    fn front_mut(&mut self) -> Option<&mut Item> {
-        self.0.as_mut()?.front_mut()
-    }
-
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, |queue| queue.len())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn push_back(&mut self, item: Item) {
-        // Room for one at first: most jobs that wait hold one event, and a lane far behind
-        // holds a million of them (the default growth would make room for four).
-        self.0
-            .get_or_insert_with(|| Box::new(VecDeque::with_capacity(1)))
-            .push_back(item);
-    }
-
-    /// Every change that can empty the queue drops its buffer with it.
-    fn edit(&mut self, change: impl FnOnce(&mut VecDeque<Item>)) {
-        if let Some(queue) = self.0.as_mut() {
-            change(queue);
-            if queue.is_empty() {
-                self.0 = None;
-            }
-        }
-    }
-
-    fn pop_front(&mut self) {
-        self.edit(|queue| {
-            queue.pop_front();
-        });
-    }
-
-    fn retain(&mut self, keep: impl FnMut(&Item) -> bool) {
-        self.edit(|queue| queue.retain(keep));
-    }
-
-    /// Keeps the first `len` items; the rest are handed to `gone` on their way out.
-    fn truncate(&mut self, len: usize, mut gone: impl FnMut(&Item)) {
-        self.edit(|queue| {
-            for item in queue.range(len.min(queue.len())..) {
-                gone(item);
-            }
-            queue.truncate(len);
-        });
-    }
-}
-
-/// The API version, kind and namespace of a job, shared by every job of the lane that has
-/// the same three (a few per cluster): one pointer per job instead of three strings.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Origin {
-    api_version: Box<str>,
-    kind: Box<str>,
-    namespace: Box<str>,
-}
-
-/// The cursor that names a job the lane knows, for its removal.
-fn cursor_of(plugin: &str, key: &JobKey, job: &JobState) -> Cursor {
-    Cursor {
-        plugin: plugin.to_string(),
-        cluster: key.cluster.clone(),
-        uid: key.uid.clone(),
-        api_version: job.origin.api_version.to_string(),
-        kind: job.origin.kind.to_string(),
-        namespace: job.origin.namespace.to_string(),
-        name: job.name.to_string(),
-        resource_version: String::new(),
-        phase: Phase::Unknown,
-        transition_time: String::new(),
-        deleted: false,
-    }
-}
-
-/// The origin parts of an event's job.
-fn origin_of(event: &JobEvent) -> [&str; 3] {
-    [&event.api_version, &event.kind, &event.namespace]
-}
-
-/// The one shared [`Origin`] with these parts. Only a job new to the lane asks, so the
-/// allocations made to look it up are paid once per job.
-fn intern(
-    origins: &mut HashSet<Arc<Origin>>,
-    api_version: &str,
-    kind: &str,
-    namespace: &str,
-) -> Arc<Origin> {
-    let origin = Origin {
-        api_version: api_version.into(),
-        kind: kind.into(),
-        namespace: namespace.into(),
-    };
-    if let Some(shared) = origins.get(&origin) {
-        return shared.clone();
-    }
-    let shared = Arc::new(origin);
-    origins.insert(shared.clone());
-    shared
-}
-
-/// What a lane keeps per job: the projection needed to judge and order its events. Kept
-/// small because a lane holds one for every job of every cluster it serves (about 130 bytes
-/// with its uid; the name and versions inline up to 24 bytes).
-#[derive(Debug)]
-struct JobState {
-    accepted: Accepted,
-    /// Phase of the last version delivered (the `previous_phase` of the next one).
-    delivered_phase: Option<Phase>,
-    queue: Waiting,
-    /// A worker holds the job, or it waits in the lane's ready queue for one: one worker
-    /// alone takes the job's events, one at a time.
-    busy: bool,
-    /// Claimed, and waiting in the ready queue for a worker to be free.
-    ready: bool,
-    /// The head of the queue is being called: it stays there until settled, and nothing
-    /// else may take its place (a `latest` replacement keeps it).
-    in_flight: bool,
-    /// The lane's filter no longer takes the job: it is forgotten once its queue is done.
-    let_go: bool,
-    origin: Arc<Origin>,
-    name: CompactString,
-}
-
-impl JobState {
-    /// A job the lane has not seen before.
-    fn for_event(event: &JobEvent, origin: Arc<Origin>) -> JobState {
-        JobState {
-            accepted: Accepted::default(),
-            delivered_phase: None,
-            queue: Waiting::default(),
-            busy: false,
-            ready: false,
-            in_flight: false,
-            let_go: false,
-            origin,
-            name: CompactString::new(&event.name),
-        }
-    }
-
-    fn from_cursor(c: &Cursor, origin: Arc<Origin>) -> JobState {
-        let delivered = !c.resource_version.is_empty();
-        JobState {
-            accepted: Accepted {
-                resource_version: delivered.then(|| CompactString::new(&c.resource_version)),
-                phase: delivered.then_some(c.phase),
-                transition_time: delivered.then(|| CompactString::new(&c.transition_time)),
-                terminal_done: delivered && is_end(c.phase),
-                deleted: c.deleted,
-            },
-            delivered_phase: delivered.then_some(c.phase),
-            queue: Waiting::default(),
-            busy: false,
-            ready: false,
-            in_flight: false,
-            let_go: false,
-            origin,
-            name: CompactString::new(&c.name),
-        }
-    }
-
-    /// Versions waiting that the mode accepted (replays are not counted against the bound).
-    fn waiting(&self) -> usize {
-        self.queue.iter().filter(|i| !i.replay).count()
-    }
-
-    /// Claims the job for a new worker when it has work and no worker: `true` means the
-    /// caller must start one.
-    fn claim(&mut self) -> bool {
-        if self.busy || self.queue.is_empty() {
-            return false;
-        }
-        self.busy = true;
-        true
-    }
-}
+mod item;
+mod job_state;
+mod ledger;
+mod workers;
 
 /// The bounds a lane's queues keep, and which one a version over them hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,6 +48,42 @@ pub enum Bound {
     Job(usize),
     /// `max_inbox_events` events were already waiting in the lane (its inbox).
     Inbox(u64),
+}
+
+/// Where an offer's changes to the inbox go, as the offer makes them: the versions it queues,
+/// to be taken into the inbox, and the queued versions a newer one replaced, whose marks go.
+///
+/// Handed to [`Queues::offer`] rather than returned from it, so that a version's take is handed
+/// on in the very step that queues it. `offer` holds the queues exclusively (`&mut`), and a
+/// worker takes a queued version to call only through them, so no save can settle a version
+/// before its take was handed on: the lane's writer always sees the take first.
+pub trait InboxChanges {
+    /// A version was queued: take it into the inbox (shared with the queue when kept whole).
+    /// `charge` is what holding it costs in memory ([`charge_of`](crate::budget::charge_of)).
+    fn take(&mut self, event: Arc<JobEvent>, charge: u64);
+    /// A queued version a newer one replaced (`latest`) was let go without a call: its inbox
+    /// mark goes.
+    fn replaced(&mut self, event_id: String);
+}
+
+/// The inbox changes of offers, in the order they were made: for tests and benches, which
+/// look at them instead of writing them.
+#[derive(Debug, Default)]
+pub struct InboxLog {
+    /// The versions taken, with their charges.
+    pub taken: Vec<(Arc<JobEvent>, u64)>,
+    /// The ids of the versions replaced.
+    pub replaced: Vec<String>,
+}
+
+impl InboxChanges for InboxLog {
+    fn take(&mut self, event: Arc<JobEvent>, charge: u64) {
+        self.taken.push((event, charge));
+    }
+
+    fn replaced(&mut self, event_id: String) {
+        self.replaced.push(event_id);
+    }
 }
 
 /// What one offer did, for the lane to act on.
@@ -290,13 +99,6 @@ pub struct Offered {
     pub overflow: Vec<(JobEvent, Bound)>,
     /// How many versions were queued.
     pub queued: usize,
-    /// The versions queued (shared with the queue when kept whole), in order, with what each
-    /// costs in memory ([`charge_of`]), when the offer was `taking`: the lane takes them into
-    /// the store's inbox.
-    pub taken: Vec<(Arc<JobEvent>, u64)>,
-    /// Ids of queued versions a newer one replaced (`latest`): let go without a call, their
-    /// inbox marks go.
-    pub replaced: Vec<String>,
     /// The job was claimed for a new worker: the lane must start one.
     pub start: bool,
     /// The job has nothing waiting and nothing in flight.
@@ -348,147 +150,7 @@ pub struct Queues {
     workers: Workers,
 }
 
-/// The lane's workers: at most `max` ([`MAX_WORKERS`]) at once, each draining one job at a
-/// time; a job claimed while all are busy waits in `ready`, in the order it was claimed, and
-/// the next worker to finish its job takes it. A worker costs a task (about a kilobyte); a
-/// job waiting for one costs its key here, so a backlog over a million jobs does not hold a
-/// million tasks.
-#[derive(Debug)]
-struct Workers {
-    running: usize,
-    max: usize,
-    /// Claimed jobs waiting for a worker. A key whose job was forgotten or let go meanwhile
-    /// (no longer `ready`) is skipped.
-    ready: VecDeque<(Arc<str>, Uid)>,
-}
-
-impl Default for Workers {
-    fn default() -> Workers {
-        Workers {
-            running: 0,
-            max: MAX_WORKERS,
-            ready: VecDeque::new(),
-        }
-    }
-}
-
-impl Workers {
-    /// A worker for a job just claimed: `true` if one may start for it now; otherwise the job
-    /// waits for the next free one.
-    fn assign(&mut self, job: &mut JobState, cluster: Arc<str>, uid: Uid) -> bool {
-        if self.running < self.max {
-            self.running += 1;
-            return true;
-        }
-        job.ready = true;
-        self.ready.push_back((cluster, uid));
-        false
-    }
-}
-
-/// Most workers of one lane at once: calls are bounded by the plugin's concurrency, and the
-/// rest wait for a permit, a rate limit or a retry's backoff. This many lets that many jobs
-/// be in retry waits before the others' turns are delayed, at a kilobyte or so each.
-pub const MAX_WORKERS: usize = 1_024;
-
-/// Room the ready queue keeps once it is empty.
-const READY_ROOM_KEPT: usize = 1_024;
-
 type Jobs = UidMap<JobState>;
-
-/// What the queued items hold, counted as items come and go: the events pending, the bytes
-/// they charge to the process-wide budget, and how many wait only in the inbox. Given back to
-/// the budget when the lane's queues are dropped.
-#[derive(Debug, Default)]
-struct Ledger {
-    budget: Arc<MemoryBudget>,
-    /// Events in all queues, the ones in flight included.
-    pending: u64,
-    /// Of those, replays of dead letters (not in the inbox).
-    replays: u64,
-    /// Bytes charged by the events kept whole (or out for their call).
-    held: u64,
-    /// Events waiting only in the inbox.
-    spilled: u64,
-}
-
-impl Ledger {
-    /// Where a newly queued event is kept: whole while the budget has room, else only in the
-    /// inbox. With `taking`, the event (shared with the queue when it is also kept) goes to
-    /// `taken` with its charge, for the lane to take into the inbox.
-    fn keep(
-        &mut self,
-        event: JobEvent,
-        taking: bool,
-        taken: &mut Vec<(Arc<JobEvent>, u64)>,
-    ) -> Held {
-        self.pending += 1;
-        let charge = charge_of(&event);
-        let room = self.budget.try_hold(charge);
-        if !room && id_is_derived(&event) {
-            self.spill(1);
-            if taking {
-                taken.push((Arc::new(event), charge));
-            }
-            return Held::Spilled;
-        }
-        if !room {
-            // Its id could not be made again to read it back: kept whatever the budget.
-            self.budget.keep(charge);
-        }
-        self.held += charge;
-        let event = Arc::new(event);
-        if taking {
-            taken.push((event.clone(), charge));
-        }
-        Held::Here { event, charge }
-    }
-
-    /// A replay of a dead letter is not in the inbox: it is kept whole, and not charged (see
-    /// [`budget`](crate::budget)).
-    fn keep_replay(&mut self, event: JobEvent) -> Held {
-        self.pending += 1;
-        self.replays += 1;
-        Held::Here {
-            event: Arc::new(event),
-            charge: 0,
-        }
-    }
-
-    fn spill(&mut self, n: u64) {
-        self.spilled += n;
-        self.budget.count_spilled(true, n);
-    }
-
-    fn unspill(&mut self) {
-        self.spilled = self.spilled.saturating_sub(1);
-        self.budget.count_spilled(false, 1);
-    }
-
-    fn release(&mut self, charge: u64) {
-        self.held = self.held.saturating_sub(charge);
-        self.budget.release_kept(charge);
-    }
-
-    /// An item leaves its queue.
-    fn gone(&mut self, item: &Item) {
-        self.pending = self.pending.saturating_sub(1);
-        if item.replay {
-            self.replays = self.replays.saturating_sub(1);
-        }
-        match &item.held {
-            Held::Here { charge, .. } | Held::Out { charge, .. } => self.release(*charge),
-            Held::Spilled => self.unspill(),
-        }
-    }
-}
-
-impl Drop for Ledger {
-    fn drop(&mut self) {
-        self.budget.release_kept(self.held);
-        self.budget.count_spilled(false, self.spilled);
-    }
-}
 
 impl Queues {
     /// The jobs `plugin`'s stored cursors describe, nothing queued, keeping events whole only
@@ -588,14 +250,16 @@ impl Queues {
     /// it — the transitions missed in a gap — from what was accepted for the job so far. The
     /// mode decides each; what it accepts is queued, unless `cap` versions of the job already
     /// wait, or `inbox` events of the lane: those are returned in [`Offered::overflow`]. A job the lane did not know comes back as
-    /// [`Offered::first_sight`]. With `taking`, the versions queued are returned in
-    /// [`Offered::taken`] for the inbox (an event read back from the inbox is there already).
+    /// [`Offered::first_sight`]. With `taking`, the versions queued are handed to `changes` to
+    /// be taken into the inbox (an event read back from the inbox is there already), and with
+    /// or without it so are the ids of versions replaced.
     pub fn offer(
         &mut self,
         event: JobEvent,
         (mode, cap, inbox): (DeliveryMode, usize, u64),
         now: Instant,
         taking: bool,
+        changes: &mut impl InboxChanges,
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
     ) -> Offered {
         let mut offered = Offered::default();
@@ -639,13 +303,13 @@ impl Queues {
                         expected_previous = job.delivered_phase;
                     }
                     let mut head = job.in_flight;
-                    let (replaced, ledger) = (&mut offered.replaced, &mut self.ledger);
+                    let ledger = &mut self.ledger;
                     job.queue.retain(|i| {
                         let keep = std::mem::take(&mut head) || i.replay;
                         if !keep {
                             match &i.held {
-                                Held::Here { event, .. } => replaced.push(event.id.clone()),
-                                Held::Spilled => replaced.push(JobEvent::make_id(
+                                Held::Here { event, .. } => changes.replaced(event.id.clone()),
+                                Held::Spilled => changes.replaced(JobEvent::make_id(
                                     &event.cluster,
                                     &event.uid,
                                     &i.resource_version,
@@ -674,7 +338,7 @@ impl Queues {
             event.previous_phase = expected_previous;
             let resource_version = CompactString::new(&event.resource_version);
             job.queue.push_back(Item {
-                held: self.ledger.keep(event, taking, &mut offered.taken),
+                held: self.ledger.keep(event, taking, changes),
                 resource_version,
                 replay: false,
                 queued_at: now,

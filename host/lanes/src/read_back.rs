@@ -116,7 +116,7 @@ where
 mod tests {
     use super::*;
 
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use tokio::sync::Semaphore;
 
@@ -159,8 +159,8 @@ mod tests {
             async move {
                 gate.acquire().await.map(|p| p.forget()).ok();
                 let answers = ids.iter().map(|id| answer_for(id)).collect::<Vec<_>>();
-                batches.lock().unwrap_or_else(|p| p.into_inner()).push(ids);
-                let failing = fail.lock().unwrap_or_else(|p| p.into_inner()).take();
+                batches.lock().push(ids);
+                let failing = fail.lock().take();
                 match failing {
                     Some("refuse") => Err(StoreError::BadUrl("refused".into())),
                     Some(_) => Ok(answers[1..].to_vec()),
@@ -172,7 +172,7 @@ mod tests {
     }
 
     fn sizes(store: &Store) -> Vec<usize> {
-        let batches = store.batches.lock().unwrap_or_else(|p| p.into_inner());
+        let batches = store.batches.lock();
         batches.iter().map(Vec::len).collect()
     }
 
@@ -219,13 +219,13 @@ mod tests {
     async fn a_failed_query_fails_its_batch_and_the_reader_goes_on() {
         let (reads, store) = reader();
         store.gate.add_permits(3);
-        *store.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some("refuse");
+        *store.fail.lock() = Some("refuse");
         let refused = reads.read("a").await;
         assert!(
             matches!(&refused, Err(ReadError::Store(e)) if e.to_string().contains("refused")),
             "{refused:?}"
         );
-        *store.fail.lock().unwrap_or_else(|p| p.into_inner()) = Some("miscount");
+        *store.fail.lock() = Some("miscount");
         let miscounted = reads.read("b").await;
         assert!(
             matches!(

@@ -1,7 +1,8 @@
 //! The last few job events the dispatcher saw, for the status page: what is moving right now.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -32,7 +33,7 @@ pub struct RecentEvents {
 
 impl RecentEvents {
     pub fn record(&self, event: &JobEvent) {
-        let mut ring = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ring = self.inner.lock();
         if ring.len() == KEPT {
             ring.pop_front();
         }
@@ -50,7 +51,7 @@ impl RecentEvents {
 
     /// Newest first.
     pub fn snapshot(&self) -> Vec<RecentEvent> {
-        let ring = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let ring = self.inner.lock();
         ring.iter().rev().cloned().collect()
     }
 }

@@ -9,7 +9,7 @@
 //! write of cursors alone is not tried again, and a quiet fleet would otherwise leave the
 //! replica unready long after the disk has room again.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long a failure counts without a newer one.
@@ -31,7 +31,7 @@ pub struct WriteFailure {
 impl StoreWrites {
     /// A lane's batch failed with `error`.
     pub fn failed(&self, error: &str) {
-        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failing = self.failing.lock();
         match failing.as_mut() {
             Some((failure, last)) => {
                 failure.error = error.to_string();
@@ -49,7 +49,7 @@ impl StoreWrites {
 
     /// A lane's batch was stored: writes reach the store again.
     pub fn succeeded(&self) {
-        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failing = self.failing.lock();
         if failing.is_some() {
             *failing = None;
         }
@@ -61,7 +61,7 @@ impl StoreWrites {
     }
 
     fn failing_as_of(&self, now: Instant) -> Option<WriteFailure> {
-        let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let failing = self.failing.lock();
         let (failure, last) = failing.as_ref()?;
         (now.saturating_duration_since(*last) < STALE_AFTER).then(|| failure.clone())
     }

@@ -7,8 +7,8 @@
 //! what the lane keeps of it for good (the phase last delivered, the versions pending) and
 //! its dead letters, which the state store keeps.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use compact_str::CompactString;
 use serde::Serialize;
@@ -81,7 +81,7 @@ impl DeliveryTrace {
             attempt,
             error: error.map(|e| truncated(e).into()),
         };
-        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ring = self.ring.lock();
         if ring.len() >= KEPT {
             ring.pop_front();
         }
@@ -91,7 +91,7 @@ impl DeliveryTrace {
     /// The outcomes of one job still in the ring, oldest first.
     pub fn of(&self, key: &JobKey) -> Vec<TraceEntry> {
         let uid = Uid::new(&key.uid);
-        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let ring = self.ring.lock();
         ring.iter()
             .filter(|k| k.uid == uid && k.cluster == key.cluster)
             .map(|k| TraceEntry {
@@ -114,7 +114,7 @@ impl DeliveryTrace {
             .map(|(i, k)| ((Uid::new(&k.uid), k.cluster.as_str()), i))
             .collect();
         let mut errors: Vec<Option<String>> = vec![None; keys.len()];
-        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let ring = self.ring.lock();
         for kept in ring.iter() {
             if let Some(&i) = wanted.get(&(kept.uid.clone(), kept.cluster.as_str())) {
                 errors[i] = kept.error.as_deref().map(str::to_string);

@@ -106,7 +106,9 @@ use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::transition_key::TransitionKey;
 
 mod first_sight;
+mod gap;
 pub use first_sight::{created_after, first_sight_events, recorded_transitions};
+pub use gap::{LastAccepted, gap_events};
 
 /// One transition the status recorded but jobrelay did not see.
 #[derive(Debug, Clone, PartialEq, Eq)]

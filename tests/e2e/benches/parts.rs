@@ -24,7 +24,7 @@
 //! - `call fresh`, `call reuse`: the `noop` plugin called once per event through the runtime
 //!   (a fresh instance per call; an instance serving 256 calls);
 //! - `writer`, `writer + take`, `writer + stored`: the inbox's take alone. Each event's cursor
-//!   saved through a lane's real `CursorWriter` on the SQLite store, 64 saves in flight as a
+//!   saved through a lane's real `LaneWriter` on the SQLite store, 64 saves in flight as a
 //!   lane's workers keep them; then the same with each event taken into the inbox first and
 //!   its take settled by the save before it is due (the lane kept up: nothing is written to
 //!   the inbox, the cursor is copied from the event the writer shares, as the lane does); then
@@ -55,7 +55,7 @@ use jobrelay_contract::event::JobEvent;
 use jobrelay_e2e::built_wasm;
 use jobrelay_e2e::stream_jobs::{volcano_job, volcano_status};
 use jobrelay_lanes::budget::{MemoryBudget, charge_of};
-use jobrelay_lanes::cursor_writer::CursorWriter;
+use jobrelay_lanes::lane::writer::LaneWriter;
 use jobrelay_runtime::{PluginSpec, PluginVersion, Runtime, RuntimeSettings};
 use jobrelay_state::{Cursor, StateBackend, open_store};
 use jobrelay_watch::kinds::JobKind;
@@ -238,7 +238,7 @@ async fn inbox_take(dir: &std::path::Path, events: &[JobEvent]) {
             let store = open_store(&StateBackend::Sqlite(path))
                 .await
                 .expect("store");
-            let writer = CursorWriter::start("noop", store.clone(), MemoryBudget::new(128 << 20));
+            let writer = LaneWriter::start("noop", store.clone(), MemoryBudget::new(128 << 20));
             let owned: Vec<JobEvent> = events.to_vec();
             let (cpu0, wall0) = (cpu(), Instant::now());
             let mut owned = owned.into_iter().peekable();

@@ -3,10 +3,10 @@
 //! and telling a finalizer hold that a skipped deletion leaves nothing of the job here.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Lane;
+use super::counters::add;
 use crate::filter::{Filter, Verdict};
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_state::Cursor;
@@ -28,15 +28,15 @@ impl Lane {
         match &verdict {
             Verdict::Take => {}
             Verdict::NotJob => {
-                self.inner.filtered.fetch_add(1, Ordering::Relaxed);
+                add(&self.inner.counters.filtered, 1);
                 self.let_go(&observed.event);
             }
             Verdict::NotEvent => {
-                self.inner.filtered.fetch_add(1, Ordering::Relaxed);
+                add(&self.inner.counters.filtered, 1);
             }
             Verdict::Failed(why) => {
-                self.inner.filtered.fetch_add(1, Ordering::Relaxed);
-                self.inner.filter_errors.fetch_add(1, Ordering::Relaxed);
+                add(&self.inner.counters.filtered, 1);
+                add(&self.inner.counters.filter_errors, 1);
                 self.warn_failed(&observed.event, why);
             }
         }
@@ -60,7 +60,7 @@ impl Lane {
         }
         let taken = filter.takes_place(event) && filter.takes_event(event, kind) == Verdict::Take;
         if !taken {
-            self.inner.filtered.fetch_add(1, Ordering::Relaxed);
+            add(&self.inner.counters.filtered, 1);
         }
         taken
     }
@@ -69,7 +69,7 @@ impl Lane {
     /// of the job waits here, the finalizer hold need not wait for this lane.
     pub fn pass(&self, key: &JobKey) {
         let idle = {
-            let queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let queues = self.inner.queues.lock();
             queues.idle(key)
         };
         if idle && let Some(book) = &self.inner.book {
@@ -83,17 +83,10 @@ impl Lane {
     /// letters are looked up in the store.)
     pub fn owes(&self, key: &JobKey) -> bool {
         let queued = {
-            let queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let queues = self.inner.queues.lock();
             !queues.idle(key)
         };
-        queued || {
-            let overflow = self
-                .inner
-                .overflow
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            overflow.0.iter().any(|(e, _)| e.job_key() == *key)
-        }
+        queued || self.inner.overflow.holds(key)
     }
 
     /// Lets go of the job of `event` when the lane knows it and nothing of it waits: it is
@@ -101,25 +94,21 @@ impl Lane {
     fn let_go(&self, event: &JobEvent) {
         let key = event.job_key();
         let gone = {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queues = self.inner.queues.lock();
             queues.let_go(&key)
         };
         if gone {
             tracing::debug!(plugin = %self.inner.name, job = %key,
                 "the filter no longer takes the job; let go");
             self.inner
-                .cursor_writer
+                .writer
                 .forget(Cursor::from_event(&self.inner.name, event));
         }
     }
 
     fn warn_failed(&self, event: &JobEvent, why: &str) {
         let now = Instant::now();
-        let mut last = self
-            .inner
-            .filter_warned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut last = self.inner.filter_warned.lock();
         if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
             tracing::debug!(plugin = %self.inner.name, event = %event.id, error = why,
                 "the filter expression failed; the event is not delivered");

@@ -5,15 +5,15 @@
 //! counters, and the head popped from the queue.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use jobrelay_contract::event::{JobEvent, JobKey};
 use jobrelay_runtime::CallError;
 use jobrelay_state::Cursor;
 
 use super::Inner;
+use super::counters::add;
+use super::dead_letters::{dead_letter_stored_later, record_dead_letter};
 use crate::event_counts::Count;
-use crate::trace::TraceOutcome;
 
 /// How a call for a queued event ended.
 pub(super) enum Outcome {
@@ -22,42 +22,6 @@ pub(super) enum Outcome {
     /// The plugin failed for good, or ran out of attempts: the event goes to the dead-letter
     /// list with the last error.
     GaveUp { error: CallError, attempts: u32 },
-}
-
-/// Records a dead letter: counted, logged, stored (replayable), and the finalizer hold on its
-/// job told. Also used for versions over a job's queue bound, which never reach a call.
-/// Whether it was stored.
-pub(super) async fn record_dead_letter(
-    inner: &Inner,
-    event: &JobEvent,
-    error: &CallError,
-    attempts: u32,
-) -> bool {
-    inner.dead_lettered.fetch_add(1, Ordering::SeqCst);
-    inner.by_job_kind.add(event, Count::DeadLettered);
-    inner.trace.record(
-        event,
-        TraceOutcome::DeadLettered,
-        attempts,
-        Some(&error.to_string()),
-    );
-    if let Some(book) = &inner.book {
-        book.lane_dead_lettered(&inner.name, &event.job_key());
-    }
-    tracing::error!(plugin = %inner.name, event = %event.id, attempts, error = %error,
-        "event moved to the dead-letter list");
-    match inner
-        .store
-        .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::error!(plugin = %inner.name, event = %event.id, error = %e,
-                "cannot record the dead letter");
-            false
-        }
-    }
 }
 
 /// Settles the event at the head of the job's queue: the dead letter if the call gave up, the
@@ -74,8 +38,8 @@ pub(super) async fn settle(
 ) -> bool {
     let delivered = match &outcome {
         Outcome::Delivered => {
-            inner.delivered.fetch_add(1, Ordering::SeqCst);
-            inner.by_job_kind.add(&event, Count::Delivered);
+            add(&inner.counters.delivered, 1);
+            inner.counters.by_job_kind.add(&event, Count::Delivered);
             true
         }
         Outcome::GaveUp { error, attempts } => {
@@ -84,11 +48,7 @@ pub(super) async fn settle(
             if !record_dead_letter(inner, &event, error, *attempts).await
                 && !dead_letter_stored_later(inner, &event, error, *attempts).await
             {
-                inner
-                    .queues
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .release(key, Some(event));
+                inner.queues.lock().release(key, Some(event));
                 inner.settled.notify_waiters();
                 return false;
             }
@@ -106,63 +66,22 @@ pub(super) async fn settle(
         };
         let settles = Some(id.clone());
         let saved = if cursor.deleted {
-            inner.cursor_writer.remove(cursor, settles).await
+            inner.writer.remove(cursor, settles).await
         } else {
-            inner.cursor_writer.save(cursor, settles).await
+            inner.writer.save(cursor, settles).await
         };
         if let Err(e) = saved {
             tracing::error!(plugin = %inner.name, event = %id, error = %e,
                 "cannot store the cursor; the event may be delivered again after a restart");
         }
     }
-    let queued_at = inner
-        .queues
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_head(key, replay, phase);
+    let queued_at = inner.queues.lock().pop_head(key, replay, phase);
     // Observed to acknowledged: from the moment the lane received the version (the watch
     // hands it over at once) to its cursor stored. Replays of dead letters are not counted:
     // their wait is the operator's, not the pipeline's.
     if let (true, false, Some(at)) = (delivered, replay, queued_at) {
-        inner.delivery.record(at.elapsed());
+        inner.counters.delivery.record(at.elapsed());
     }
     inner.settled.notify_waiters();
     true
-}
-
-/// Stores the dead letter whose first write failed, trying again with backoff (0.5 s doubling
-/// to 30 s) until the store takes it; `false` if the lane closes, or lets go of the event's
-/// cluster, first.
-async fn dead_letter_stored_later(
-    inner: &Inner,
-    event: &JobEvent,
-    error: &CallError,
-    attempts: u32,
-) -> bool {
-    use backon::BackoffBuilder;
-    let mut delays = backon::ExponentialBuilder::default()
-        .with_min_delay(std::time::Duration::from_millis(500))
-        .with_max_delay(std::time::Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
-        .build();
-    loop {
-        let delay = delays.next().unwrap_or(std::time::Duration::from_secs(30));
-        if !super::worker::wait_unless_stopped(inner, &event.cluster, delay).await {
-            return false;
-        }
-        match inner
-            .store
-            .add_dead_letter(&inner.name, event, &error.to_string(), attempts)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(plugin = %inner.name, event = %event.id,
-                    "the dead letter is stored now");
-                return true;
-            }
-            Err(e) => tracing::warn!(plugin = %inner.name, event = %event.id, error = %e,
-                "still cannot record the dead letter; trying again"),
-        }
-    }
 }

@@ -1,6 +1,6 @@
 //! A lane's worker: drains one job's queue, calling the plugin for each event with retries,
 //! backoff and the plugin's rate limits until the call succeeds or gives up; then hands the
-//! outcome to [`super::settle`], which records it, before taking the job's next event. The
+//! outcome to settling (`lane/settle.rs`), which records it, before taking the job's next event. The
 //! worker writes nothing to the store itself.
 //!
 //! A worker starts with its job's key, not an event, and takes each event from the queue
@@ -19,6 +19,7 @@ use jobrelay_runtime::CallError;
 use jobrelay_state::Stored;
 
 use super::Inner;
+use super::counters::add;
 use super::settle::{Outcome, settle};
 use crate::event_counts::Count;
 use crate::handler::Handler;
@@ -30,12 +31,8 @@ use crate::trace::TraceOutcome;
 pub(super) async fn work(inner: Arc<Inner>, mut key: JobKey) {
     loop {
         drain(&inner, &key).await;
-        let closed = inner.closed.load(Ordering::SeqCst);
-        let next = inner
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next_job(closed);
+        let closed = inner.stops.closed();
+        let next = inner.queues.lock().next_job(closed);
         match next {
             Some(next) => key = next,
             None => return,
@@ -46,15 +43,15 @@ pub(super) async fn work(inner: Arc<Inner>, mut key: JobKey) {
 /// Drains one job's queue, one event at a time, until it is idle, forgotten, or its work is
 /// cut short (the lane closed or let go of its cluster).
 async fn drain(inner: &Arc<Inner>, key: &JobKey) {
-    let queues = || inner.queues.lock().unwrap_or_else(|p| p.into_inner());
+    let queues = || inner.queues.lock();
     loop {
-        let closed = inner.closed.load(Ordering::SeqCst);
+        let closed = inner.stops.closed();
         let next = queues().next(key, closed);
         let (event, replay) = match next {
             Next::Call { event, replay } => (event, replay),
             Next::Fetch { id } => match read_back(inner, key, &id).await {
                 ReadBack::Event(mut event) => {
-                    inner.read_back.fetch_add(1, Ordering::SeqCst);
+                    add(&inner.counters.read_back, 1);
                     if !queues().fetched(key, &mut event) {
                         return;
                     }
@@ -76,7 +73,7 @@ async fn drain(inner: &Arc<Inner>, key: &JobKey) {
             },
             Next::Forgotten => return,
             Next::LetGo(cursor) => {
-                inner.cursor_writer.forget(*cursor);
+                inner.writer.forget(*cursor);
                 if let Some(book) = &inner.book {
                     book.lane_done(&inner.name, key);
                 }
@@ -126,7 +123,7 @@ async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
         .build();
     let mut all_stored = false;
     loop {
-        if inner.stops(&key.cluster) {
+        if inner.stops.stops(&key.cluster) {
             return ReadBack::Stopped;
         }
         match inner.read_backs.read(id).await {
@@ -136,7 +133,7 @@ async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
                 return ReadBack::Refused("its event is missing from the inbox".into());
             }
             Ok(Stored::Missing) => {
-                all_stored = inner.cursor_writer.flush().await;
+                all_stored = inner.writer.flush().await;
                 if all_stored {
                     continue;
                 }
@@ -147,61 +144,8 @@ async fn read_back(inner: &Inner, key: &JobKey, id: &str) -> ReadBack {
             }
         }
         let delay = delays.next().unwrap_or(std::time::Duration::from_secs(5));
-        if !wait_unless_stopped(inner, &key.cluster, delay).await {
+        if !inner.stops.wait(&key.cluster, delay).await {
             return ReadBack::Stopped;
-        }
-    }
-}
-
-/// Waits `delay`, cut short when the lane closes or lets go of `cluster`: `false` then.
-/// Registered for the close signal before the flags are checked, so a close in between still
-/// cuts the wait short; a signal for another cluster leaving only wakes it to check again.
-pub(super) async fn wait_unless_stopped(
-    inner: &Inner,
-    cluster: &str,
-    delay: std::time::Duration,
-) -> bool {
-    let until = tokio::time::Instant::now() + delay;
-    loop {
-        let closing = inner.closing.notified();
-        tokio::pin!(closing);
-        closing.as_mut().enable();
-        if inner.stops(cluster) {
-            return false;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(until) => return true,
-            _ = closing => {}
-        }
-    }
-}
-
-/// Waits until every rate limit of the lane lets one more call go: each call, retries
-/// included, takes one token of each. A reload that changes the limits ends the wait at once
-/// and starts it again under the new ones, so a limit removed or raised applies to the calls
-/// already waiting, not only to the events queued after them. `false`: the lane closed, or
-/// let go of `cluster`, first (a SIGTERM does not wait out a backlog's tokens).
-async fn rate_limited(inner: &Inner, cluster: &str) -> bool {
-    loop {
-        let changed = inner.limits_changed.notified();
-        let closing = inner.closing.notified();
-        tokio::pin!(changed, closing);
-        // Registered before the limits and flags are read: a change between is not missed.
-        changed.as_mut().enable();
-        closing.as_mut().enable();
-        if inner.stops(cluster) {
-            return false;
-        }
-        let limiters = inner.limiters.load_full();
-        let ready = async {
-            for limiter in limiters.iter() {
-                limiter.until_ready().await;
-            }
-        };
-        tokio::select! {
-            () = ready => return true,
-            () = &mut changed => {}
-            () = &mut closing => {}
         }
     }
 }
@@ -217,24 +161,28 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
     let mut delays = settings.retry.delays();
     let mut attempts = 0u32;
     let mut deferrals = 0u32;
-    if !until_serving(inner, &event.cluster).await {
+    if !inner.stops.until_serving(&event.cluster).await {
         return None;
     }
     loop {
-        if !rate_limited(inner, &event.cluster).await {
+        if !inner
+            .stops
+            .rate_limited(&inner.limiters, &event.cluster)
+            .await
+        {
             return None;
         }
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
-        if inner.stops(&event.cluster) {
+        if inner.stops.stops(&event.cluster) {
             return None;
         }
         let plugin = Arc::clone(&**inner.plugin.load());
-        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        add(&inner.counters.in_flight, 1);
         let started = Instant::now();
         let result = plugin.handle(event).await;
-        inner.calls.record(started.elapsed(), &result);
-        inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+        inner.counters.calls.record(started.elapsed(), &result);
+        inner.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
         let error = match result {
             Ok(()) => {
@@ -255,10 +203,10 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
                     ));
                     return Some(Outcome::GaveUp { error, attempts });
                 }
-                inner.deferred.fetch_add(1, Ordering::SeqCst);
+                add(&inner.counters.deferred, 1);
                 tracing::debug!(plugin = %inner.name, version = %plugin.version(),
                     event = %event.id, defer_s = after.as_secs(), reason = %reason, "deferred");
-                if !wait_unless_stopped(inner, &event.cluster, after).await {
+                if !inner.stops.wait(&event.cluster, after).await {
                     return None;
                 }
                 continue;
@@ -266,7 +214,7 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             Err(e) => e,
         };
         attempts += 1;
-        inner.failed_calls.fetch_add(1, Ordering::SeqCst);
+        add(&inner.counters.failed_calls, 1);
         let delay = if error.is_retryable() {
             delays.next()
         } else {
@@ -275,8 +223,8 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         let Some(delay) = delay else {
             return Some(Outcome::GaveUp { error, attempts });
         };
-        inner.retried.fetch_add(1, Ordering::SeqCst);
-        inner.by_job_kind.add(event, Count::Retried);
+        add(&inner.counters.retried, 1);
+        inner.counters.by_job_kind.add(event, Count::Retried);
         inner.trace.record(
             event,
             TraceOutcome::Retrying,
@@ -286,36 +234,14 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         tracing::warn!(plugin = %inner.name, version = %plugin.version(), event = %event.id,
             attempt = attempts, retry_in_ms = delay.as_millis() as u64, error = %error,
             "plugin call failed; retrying");
-        if !wait_unless_stopped(inner, &event.cluster, delay).await {
+        if !inner.stops.wait(&event.cluster, delay).await {
             return None;
         }
     }
 }
 
-/// Waits until the lane has a plugin version. `false`: the lane closed or let go of the
-/// event's cluster first, and the event stays unacknowledged.
-async fn until_serving(inner: &Inner, cluster: &str) -> bool {
-    loop {
-        let installed = inner.version_installed.notified();
-        let closing = inner.closing.notified();
-        tokio::pin!(installed, closing);
-        installed.as_mut().enable();
-        closing.as_mut().enable();
-        if inner.stops(cluster) {
-            return false;
-        }
-        if inner.serving.load(Ordering::SeqCst) {
-            return true;
-        }
-        tokio::select! {
-            _ = installed => {}
-            _ = closing => {}
-        }
-    }
-}
-
 /// Stands in for the plugin in a lane that has no version yet; never called, since workers
-/// wait for a version before calling (see [`until_serving`]).
+/// wait for a version before calling (see `Stops::until_serving`).
 pub(super) struct NotLoaded(pub(super) String);
 
 #[async_trait::async_trait]

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
+use crate::budget::charge_of;
 
 const JOBS: usize = 4;
 
@@ -62,13 +63,21 @@ enum Op {
 
 /// Offers `event` in `every-version` mode with room for 10 and no gap to catch up.
 fn offer_plain(q: &mut Queues, event: JobEvent, now: Instant) -> Offered {
-    q.offer(
+    offer_logged(q, event, now).0
+}
+
+/// [`offer_plain`], with the changes the offer made to the inbox.
+fn offer_logged(q: &mut Queues, event: JobEvent, now: Instant) -> (Offered, InboxLog) {
+    let mut log = InboxLog::default();
+    let offered = q.offer(
         event,
         (DeliveryMode::EveryVersion, 10, u64::MAX),
         now,
         true,
+        &mut log,
         |_, _| Vec::new(),
-    )
+    );
+    (offered, log)
 }
 
 fn phase() -> impl Strategy<Value = Phase> {
@@ -178,19 +187,21 @@ impl Run {
                     }
                 };
                 let before = self.q.job(&key(job)).map(|j| j.accepted.clone());
+                let mut log = InboxLog::default();
                 let offered = self.q.offer(
                     event.clone(),
                     (self.mode, self.cap, self.inbox_cap),
                     Instant::now(),
                     true,
+                    &mut log,
                     |_, _| Vec::new(),
                 );
                 prop_assert_eq!(
-                    offered.taken.len(),
+                    log.taken.len(),
                     offered.queued,
                     "every version queued is taken"
                 );
-                for (taken, charge) in &offered.taken {
+                for (taken, charge) in &log.taken {
                     prop_assert_eq!(*charge, charge_of(taken));
                     self.inbox.insert(taken.id.clone(), (**taken).clone());
                 }
@@ -659,7 +670,7 @@ fn a_taken_version_is_called_uncopied_with_the_phase_delivered_before_it() {
         ("2", Phase::Running),
         ("3", Phase::Failed),
     ] {
-        taken.extend(offer_plain(&mut q, event(0, rv, phase), now).taken);
+        taken.extend(offer_logged(&mut q, event(0, rv, phase), now).1.taken);
     }
     assert_eq!(taken.len(), 3);
     let key = key(0);
@@ -681,13 +692,16 @@ fn a_taken_version_is_called_uncopied_with_the_phase_delivered_before_it() {
     // In `latest` mode a newer version replaces one queued behind the call in flight: the
     // phase it expected is not the one delivered before it, and it is copied to carry that.
     let latest = |q: &mut Queues, rv: &str, phase| {
+        let mut log = InboxLog::default();
         q.offer(
             event(1, rv, phase),
             (DeliveryMode::Latest, 10, u64::MAX),
             now,
             true,
+            &mut log,
             |_, _| Vec::new(),
-        )
+        );
+        log
     };
     let key = self::key(1);
     latest(&mut q, "1", Phase::Pending);
