@@ -118,7 +118,7 @@ where
 /// the others; records what it delivered.
 struct DownFor {
     cluster: &'static str,
-    delivered: std::sync::Mutex<Vec<String>>,
+    delivered: parking_lot::Mutex<Vec<String>>,
 }
 
 #[async_trait::async_trait]
@@ -135,7 +135,6 @@ impl Handler for DownFor {
         }
         self.delivered
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .push(event.id.clone());
         Ok(())
     }
@@ -197,7 +196,6 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
     let delivered = plugin
         .delivered
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .clone();
     assert_eq!(delivered, ["east/e-1/1", "east/e-1/2"]);
     let cursors = store.cursors("half").await.expect("cursors");
@@ -225,7 +223,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
 struct Gated {
     gate: tokio::sync::Semaphore,
     started: tokio::sync::Notify,
-    delivered: std::sync::Mutex<Vec<String>>,
+    delivered: parking_lot::Mutex<Vec<String>>,
 }
 
 #[async_trait::async_trait]
@@ -246,7 +244,6 @@ impl Handler for Gated {
             .forget();
         self.delivered
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .push(event.resource_version.clone());
         Ok(())
     }
@@ -294,7 +291,6 @@ async fn latest_delivers_a_version_that_arrives_during_a_call() {
     let delivered = gated
         .delivered
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .clone();
     assert_eq!(delivered, ["1", "3"], "the newest version is delivered");
     let cursors = store.cursors("gated").await.expect("cursors");
@@ -342,7 +338,6 @@ async fn resumed_events_the_mode_no_longer_wants_leave_the_inbox() {
     let delivered = plugin
         .delivered
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .clone();
     assert_eq!(delivered, [succeeded.id.as_str()]);
     let left = store.inbox("half").await.expect("inbox");
@@ -450,7 +445,6 @@ async fn versions_past_the_memory_budget_wait_in_the_inbox_and_come_back_in_orde
     let delivered = plugin
         .delivered
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .clone();
     for uid in ["u-1", "u-2"] {
         let of = |ids: &[String]| -> Vec<String> {
@@ -477,7 +471,7 @@ async fn versions_past_the_memory_budget_wait_in_the_inbox_and_come_back_in_orde
 /// A plugin whose calls wait for a permit each; records what it delivered.
 struct Gate {
     open: tokio::sync::Semaphore,
-    delivered: std::sync::Mutex<Vec<String>>,
+    delivered: parking_lot::Mutex<Vec<String>>,
 }
 
 impl Default for Gate {
@@ -505,7 +499,6 @@ impl Handler for Gate {
             .map_err(|_| CallError::Retry("closed".into()))?;
         self.delivered
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .push(event.id.clone());
         Ok(())
     }

@@ -6,7 +6,8 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset};
@@ -48,7 +49,7 @@ struct Recorder {
 
 impl Recorder {
     fn got(&self) -> Vec<(Option<Phase>, Phase, bool)> {
-        self.got.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.got.lock().clone()
     }
 }
 
@@ -64,7 +65,7 @@ impl Handler for Recorder {
         if self.down {
             return Err(CallError::Retry("behind".into()));
         }
-        self.got.lock().unwrap_or_else(|p| p.into_inner()).push((
+        self.got.lock().push((
             event.previous_phase,
             event.phase,
             event.synthetic,
