@@ -450,12 +450,25 @@ impl Schedule {
             entries.remove(&key);
             return;
         }
-        if entries.contains_key(&key) {
+        let end_time = DateTime::parse_from_rfc3339(&event.transition_time)
+            .map(|t| t.with_timezone(&Utc))
+            .ok();
+        if let Some(entry) = entries.get_mut(&key) {
+            // A later version of the end can name another deciding condition — a batch Job's
+            // `Complete` after the `SuccessCriteriaMet` a re-list found — and the grace counts
+            // from the time the status gives now, as it would have live. A version that gives
+            // no time keeps the clock it had.
+            if let Some(end) = end_time
+                && end != entry.job.finished_at
+            {
+                entry.job.finished_at = end;
+                if let Stage::Waiting { recheck } = &mut entry.stage {
+                    *recheck = Instant::now();
+                }
+            }
             return;
         }
-        let finished_at = DateTime::parse_from_rfc3339(&event.transition_time)
-            .map(|t| t.with_timezone(&Utc))
-            .unwrap_or_else(|_| Utc::now());
+        let finished_at = end_time.unwrap_or_else(Utc::now);
         entries.insert(
             key,
             Entry {

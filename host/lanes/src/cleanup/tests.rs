@@ -274,6 +274,42 @@ fn a_list_without_the_job_and_a_cluster_let_go_take_it_out() {
     assert!(schedule.is_empty());
 }
 
+/// A batch Job found on a re-list with `SuccessCriteriaMet` and then seen with `Complete`: the
+/// grace counts from `Complete`, the deciding condition of the later version, not from the
+/// version seen first; a later version that gives no time keeps that clock.
+#[test]
+fn a_later_version_of_the_end_moves_the_grace_to_its_deciding_condition() {
+    let schedule = Schedule::new(settings(ONE_RULE));
+    let v = kind("volcano-job");
+    schedule.observe(
+        &event("a", "team-a", Phase::Succeeded, "2026-01-01T00:00:00Z"),
+        &v,
+    );
+    let now = Instant::now();
+    assert!(
+        schedule
+            .take_due(at("2026-01-01T00:59:59Z"), now)
+            .is_empty()
+    );
+    schedule.observe(
+        &event("a", "team-a", Phase::Succeeded, "2026-01-01T00:00:03Z"),
+        &v,
+    );
+    schedule.observe(&event("a", "team-a", Phase::Succeeded, "not a time"), &v);
+    let later = now + Duration::from_secs(1);
+    assert!(
+        schedule
+            .take_due(at("2026-01-01T01:00:02Z"), later)
+            .is_empty(),
+        "due an hour after Complete, not after SuccessCriteriaMet"
+    );
+    let much_later = later + Duration::from_secs(3600);
+    assert_eq!(
+        uids(&schedule.take_due(at("2026-01-01T01:00:03Z"), much_later)),
+        ["a"]
+    );
+}
+
 #[test]
 fn an_unreadable_end_time_counts_from_now() {
     let schedule = Schedule::new(settings(ONE_RULE));
