@@ -261,31 +261,41 @@ pub struct MainConfig {
     pub event_memory_bytes: u64,
 }
 
+/// The sections of the main file a running daemon reads once at start, in the order they are
+/// reported (the metric `jobrelay_restart_pending` has one series each).
+pub const READ_ONCE_SECTIONS: [&str; 10] = [
+    "runtime",
+    "state",
+    "coordination",
+    "sql",
+    "archive",
+    "telemetry",
+    "oci",
+    "event_memory_mb",
+    "clusters_dir",
+    "plugin_manifests_dir",
+];
+
 impl MainConfig {
     /// The sections of the main file a running daemon read once at start, that differ in
     /// `new`: an edit of them takes effect at the next start only.
     pub fn read_once_changes(&self, new: &MainConfig) -> Vec<&'static str> {
-        [
-            ("runtime", self.runtime != new.runtime),
-            ("state", self.state != new.state),
-            ("coordination", self.coordination != new.coordination),
-            ("sql", self.sql != new.sql),
-            ("archive", self.archive != new.archive),
-            ("telemetry", self.telemetry != new.telemetry),
-            ("oci", self.oci != new.oci),
-            (
-                "event_memory_mb",
-                self.event_memory_bytes != new.event_memory_bytes,
-            ),
-            ("clusters_dir", self.clusters_dir != new.clusters_dir),
-            (
-                "plugin_manifests_dir",
-                self.plugin_manifests_dir != new.plugin_manifests_dir,
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(section, changed)| changed.then_some(section))
-        .collect()
+        READ_ONCE_SECTIONS
+            .into_iter()
+            .filter(|section| match *section {
+                "runtime" => self.runtime != new.runtime,
+                "state" => self.state != new.state,
+                "coordination" => self.coordination != new.coordination,
+                "sql" => self.sql != new.sql,
+                "archive" => self.archive != new.archive,
+                "telemetry" => self.telemetry != new.telemetry,
+                "oci" => self.oci != new.oci,
+                "event_memory_mb" => self.event_memory_bytes != new.event_memory_bytes,
+                "clusters_dir" => self.clusters_dir != new.clusters_dir,
+                "plugin_manifests_dir" => self.plugin_manifests_dir != new.plugin_manifests_dir,
+                _ => false,
+            })
+            .collect()
     }
 
     /// Parse and validate the main file's text. `root` is the config folder.
