@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -354,21 +355,21 @@ impl std::fmt::Debug for ApiMeters {
 impl ApiMeters {
     /// The cluster's stats, made on first use.
     pub fn for_cluster(&self, cluster: &str) -> Arc<ApiStats> {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clusters = self.clusters.lock();
         clusters.entry(cluster.to_string()).or_default().clone()
     }
 
     /// Forgets a cluster: its series leave `/metrics`. A client still holding its stats
     /// counts into them unseen.
     pub fn remove(&self, cluster: &str) {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clusters = self.clusters.lock();
         clusters.remove(cluster);
     }
 
     /// Every cluster's verbs used so far; a cluster with none has an empty list.
     pub fn snapshot(&self) -> BTreeMap<String, Vec<VerbSnapshot>> {
         let clusters: Vec<(String, Arc<ApiStats>)> = {
-            let clusters = self.clusters.lock().unwrap_or_else(|p| p.into_inner());
+            let clusters = self.clusters.lock();
             clusters
                 .iter()
                 .map(|(name, stats)| (name.clone(), stats.clone()))

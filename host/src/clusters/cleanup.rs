@@ -15,7 +15,8 @@
 //! short of the call: it logs and counts the job once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+use parking_lot::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -130,7 +131,7 @@ impl Cleaner {
 
     /// A cluster's client is ready (its supervisor connected).
     pub fn register(&self, cluster: &str, client: Client) {
-        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.clients.write();
         clients.insert(cluster.to_string(), client);
     }
 
@@ -139,12 +140,10 @@ impl Cleaner {
     pub fn unregister(&self, cluster: &str) {
         self.clients
             .write()
-            .unwrap_or_else(|p| p.into_inner())
             .remove(cluster);
         if let Some(deleter) = self
             .deleters
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .remove(cluster)
         {
             deleter.stop.cancel();
@@ -172,7 +171,6 @@ impl Cleaner {
             let connected = self
                 .clients
                 .read()
-                .unwrap_or_else(|p| p.into_inner())
                 .contains_key(&job.cluster);
             if !connected {
                 self.schedule
@@ -180,7 +178,7 @@ impl Cleaner {
                 continue;
             }
             let sender = {
-                let mut deleters = self.deleters.lock().unwrap_or_else(|p| p.into_inner());
+                let mut deleters = self.deleters.lock();
                 deleters
                     .entry(job.cluster.clone())
                     .or_insert_with(|| self.start_deleter(&job.cluster))
@@ -251,7 +249,6 @@ impl Cleaner {
             let Some(client) = self
                 .clients
                 .read()
-                .unwrap_or_else(|p| p.into_inner())
                 .get(&cluster)
                 .cloned()
             else {
@@ -331,7 +328,7 @@ impl Cleaner {
     }
 
     fn count(&self, job: &FinishedJob, outcome: Outcome) {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut outcomes = self.outcomes.lock();
         *outcomes
             .entry((job.cluster.clone(), job.kind.name.clone(), outcome))
             .or_default() += 1;
@@ -340,7 +337,7 @@ impl Cleaner {
     /// Clean-up for the status page and the metrics.
     pub fn status(&self) -> CleanupStatus {
         let settings = self.schedule.settings();
-        let outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        let outcomes = self.outcomes.lock();
         CleanupStatus {
             on: settings.is_on(),
             dry_run: settings.dry_run,

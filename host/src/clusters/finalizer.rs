@@ -6,7 +6,8 @@
 //! usually never changes again, so waiting for its next version would hold it forever.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -35,13 +36,13 @@ impl FinalizerService {
 
     /// A cluster's client is ready (its supervisor connected).
     pub fn register(&self, cluster: &str, client: Client) {
-        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.clients.write();
         clients.insert(cluster.to_string(), client);
     }
 
     /// A cluster stopped.
     pub fn unregister(&self, cluster: &str) {
-        let mut clients = self.clients.write().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.clients.write();
         clients.remove(cluster);
     }
 }
@@ -49,7 +50,7 @@ impl FinalizerService {
 impl Release for FinalizerService {
     fn release(&self, job: HeldJob) {
         let client = {
-            let clients = self.clients.read().unwrap_or_else(|p| p.into_inner());
+            let clients = self.clients.read();
             clients.get(&job.cluster).cloned()
         };
         let Some(client) = client else {
@@ -92,7 +93,6 @@ impl Release for FinalizerService {
                 tokio::time::sleep(wait).await;
                 let connected = clients
                     .read()
-                    .unwrap_or_else(|p| p.into_inner())
                     .contains_key(&job.cluster);
                 if !connected {
                     tracing::warn!(cluster = %job.cluster, job = %job.name,

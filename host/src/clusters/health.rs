@@ -7,7 +7,8 @@
 //! ([`HealthBoard::on_change`]): the daemon makes fleet events of them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -163,20 +164,20 @@ pub fn rfc3339(ms: i64) -> String {
 impl HealthBoard {
     /// Who hears of availability crossings (one listener; set again, it replaces the last).
     pub fn on_change(&self, listener: impl Fn(AvailabilityChange) + Send + Sync + 'static) {
-        *self.listener.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(listener));
+        *self.listener.write() = Some(Arc::new(listener));
     }
 
     /// How clusters are checked from now on; every cluster's judge takes the new thresholds.
     pub fn set_check_settings(&self, settings: CheckSettings) {
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
-        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        *self.settings.write() = settings;
+        let mut map = self.inner.write();
         for h in map.values_mut() {
             h.judge.set_thresholds(settings.thresholds);
         }
     }
 
     pub fn check_settings(&self) -> CheckSettings {
-        *self.settings.read().unwrap_or_else(|p| p.into_inner())
+        *self.settings.read()
     }
 
     /// One health check of the cluster: whether its API server answered the probe (and, when
@@ -195,7 +196,7 @@ impl HealthBoard {
     /// Changes one cluster's entry with `f`, and tells of the availability change it made.
     fn change(&self, cluster: &str, f: impl FnOnce(&mut ClusterHealth) -> Option<Change>) {
         let change = {
-            let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.inner.write();
             let Some(h) = map.get_mut(cluster) else {
                 return;
             };
@@ -215,7 +216,6 @@ impl HealthBoard {
         let listener = self
             .listener
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .clone();
         match &change.change {
             Change::Offline { .. } => tracing::warn!(cluster = %change.cluster,
@@ -234,7 +234,7 @@ impl HealthBoard {
     /// A cluster (re)starts: connecting, with `streams` streams to come, of the configured
     /// `kinds`.
     pub fn connecting(&self, cluster: &str, streams: usize, kinds: Vec<String>) {
-        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.write();
         // A counter, so it survives the cluster's restarts.
         let old = map.get(cluster);
         let finalizer_add_failures = old.map_or(0, |h| h.finalizer_add_failures);
@@ -247,7 +247,6 @@ impl HealthBoard {
         let thresholds = self
             .settings
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .thresholds;
         let judge = match old {
             Some(h) => h.judge.clone(),
@@ -278,7 +277,7 @@ impl HealthBoard {
 
     /// The expiries of the credentials of the cluster's kubeconfig, as just loaded.
     pub fn credentials(&self, cluster: &str, expire: Vec<CredentialExpiry>) {
-        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.write();
         if let Some(h) = map.get_mut(cluster) {
             h.credentials_expire = expire;
         }
@@ -323,17 +322,17 @@ impl HealthBoard {
     }
 
     pub fn remove(&self, cluster: &str) {
-        let mut map = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.write();
         map.remove(cluster);
     }
 
     pub fn get(&self, cluster: &str) -> Option<ClusterHealth> {
-        let map = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let map = self.inner.read();
         map.get(cluster).cloned()
     }
 
     pub fn snapshot(&self) -> BTreeMap<String, ClusterHealth> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.read().clone()
     }
 
     /// Changes one cluster's entry, and tells of an availability change it made.
@@ -450,14 +449,13 @@ mod tests {
                 online_after: 2,
             },
         });
-        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let heard = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let sink = heard.clone();
         b.on_change(move |c| {
             sink.lock()
-                .expect("lock")
                 .push((c.cluster, matches!(c.change, Change::Online { .. })));
         });
-        let heard = || heard.lock().expect("lock").clone();
+        let heard = || heard.lock().clone();
         b.connecting("a", 1, vec!["batch-job".into()]);
         b.stream("a", 0, Progress::Synced);
         assert_eq!(heard(), [("a".to_string(), true)], "the first verdict");

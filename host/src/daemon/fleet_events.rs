@@ -4,7 +4,8 @@
 //! the plugins that asked for them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -159,8 +160,8 @@ impl RuleBook {
         self.lock().readings()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Rules> {
-        self.rules.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Rules> {
+        self.rules.lock()
     }
 
     fn interval(&self) -> Duration {

@@ -13,7 +13,8 @@
 //! holds stand) until a version is installed, instead of being dropped.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -222,7 +223,7 @@ impl PluginSet {
             match change {
                 Change::Added(source) | Change::Changed(source) => {
                     let generation = {
-                        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut book = self.book.lock();
                         let g = book.generation.entry(source.spec.name.clone()).or_default();
                         *g += 1;
                         *g
@@ -234,7 +235,7 @@ impl PluginSet {
                 }
                 Change::Removed(name) => {
                     {
-                        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut book = self.book.lock();
                         // Bump the generation so a load still running is not installed.
                         *book.generation.entry(name.clone()).or_default() += 1;
                         book.status.remove(&name);
@@ -267,7 +268,7 @@ impl PluginSet {
         for attempt in 2u32.. {
             let delay = delays.next().unwrap_or(RETRY_MAX);
             {
-                let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+                let mut book = self.book.lock();
                 if let Some(waiting) = book
                     .status
                     .get_mut(&source.spec.name)
@@ -292,7 +293,7 @@ impl PluginSet {
     }
 
     fn superseded(&self, name: &str, generation: u64) -> bool {
-        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let book = self.book.lock();
         book.generation.get(name) != Some(&generation)
     }
 
@@ -361,7 +362,7 @@ impl PluginSet {
             Err(e) => Err((e.kind(), e.to_string())),
         };
         let source = source.clone();
-        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut book = self.book.lock();
         let status = book.status.entry(source.spec.name.clone()).or_default();
         status.waiting = None;
         match result {
@@ -410,7 +411,7 @@ impl PluginSet {
         let reason = error.kind();
         let error = error.to_string();
         let lane = self.ensure_lane(source, None).await;
-        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let mut book = self.book.lock();
         let status = book.status.entry(source.spec.name.clone()).or_default();
         *status.load_failures.entry(reason).or_default() += 1;
         if let Err(lane_error) = lane {
@@ -517,7 +518,7 @@ impl PluginSet {
     }
 
     pub fn status(&self) -> BTreeMap<String, PluginStatus> {
-        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let book = self.book.lock();
         let mut out = book.status.clone();
         let services = self.runtime.services();
         for (name, status) in out.iter_mut() {
