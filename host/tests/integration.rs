@@ -27,6 +27,7 @@ mod oci_registry;
 mod plugin_new;
 mod process;
 mod python_plugin;
+mod read_once_edits;
 mod record_replay;
 mod runtime;
 mod sandbox;

@@ -13,7 +13,10 @@ use super::settings::CoordinationSettings;
 
 /// A client for the home cluster and the namespace its Leases go in.
 pub struct Home {
+    /// A client with the home cluster's credentials, for the Leases.
     pub client: kube::Client,
+    /// Where the Leases live: `coordination.namespace`, else the pod's own (`POD_NAMESPACE`),
+    /// else the credentials' default namespace.
     pub namespace: String,
     /// This replica's name in the Leases.
     pub identity: String,
@@ -25,19 +28,24 @@ pub enum HomeError {
     /// The kubeconfig named by `coordination.kubeconfig` cannot be read or used.
     #[error("coordination.kubeconfig {}", path.display())]
     Kubeconfig {
+        /// The file as configured.
         path: PathBuf,
+        /// What reading or using it failed on.
         #[source]
         source: kube::config::KubeconfigError,
     },
     /// No kubeconfig was named and the pod has no service account to use.
     #[error("coordination: no `kubeconfig` given and no in-cluster service account available")]
     InCluster {
+        /// What is missing or unreadable: the API server's address in the environment, the
+        /// token or the CA file.
         #[source]
         source: kube::config::InClusterError,
     },
     /// The credentials were read, but a client could not be built from them.
     #[error("coordination: cannot build a client for the home cluster")]
     Client {
+        /// What kube could not set up from them (TLS, a proxy, an auth method).
         #[source]
         source: kube::Error,
     },
@@ -73,6 +81,31 @@ pub async fn connect(settings: &CoordinationSettings) -> Result<Home, HomeError>
     })
 }
 
+/// What [`connect`] reads, read and checked without building a client, so it needs no
+/// runtime and makes no request: the kubeconfig `coordination.kubeconfig` names (read, its
+/// current context made a client configuration), else the pod's in-cluster service account.
+/// Nothing to check in `single` mode, which reaches no home cluster. For a running daemon's
+/// edit of the section: what the next start would refuse here is refused at once.
+pub fn check(settings: &CoordinationSettings) -> Result<(), HomeError> {
+    if settings.mode == super::settings::Mode::Single {
+        return Ok(());
+    }
+    match &settings.kubeconfig {
+        Some(path) => {
+            let failed = |source| HomeError::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(failed)?;
+            kube::Config::try_from(kubeconfig).map_err(failed)?;
+        }
+        None => {
+            kube::Config::incluster().map_err(|source| HomeError::InCluster { source })?;
+        }
+    }
+    Ok(())
+}
+
 /// `identity`, else `POD_NAME` (set from the downward API by the chart), else the host name
 /// with the process id, which tells two processes on one machine apart.
 fn identity(settings: &CoordinationSettings) -> String {
@@ -98,6 +131,30 @@ fn non_empty_env(name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check a live edit gets refuses what `connect` refuses, without a runtime: a
+    /// kubeconfig that is not there, named with its setting; `single` reaches nothing.
+    #[test]
+    fn the_check_refuses_a_missing_kubeconfig_and_passes_single_mode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("home.kubeconfig");
+        let mut settings = CoordinationSettings {
+            kubeconfig: Some(missing.clone()),
+            ..CoordinationSettings::default()
+        };
+        check(&settings).expect("single mode reaches no home cluster");
+        settings.mode = crate::settings::Mode::Leader;
+        let error = check(&settings).expect_err("no kubeconfig there");
+        assert!(matches!(&error, HomeError::Kubeconfig { path, .. } if *path == missing));
+        std::fs::write(
+            &missing,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+             https://10.0.0.1:6443\ncontexts:\n- name: c\n  context:\n    cluster: c\n    \
+             user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n",
+        )
+        .expect("kubeconfig");
+        check(&settings).expect("a kubeconfig that works");
+    }
 
     /// A kubeconfig that cannot be read names the setting and its path, and keeps the reason
     /// beneath as the error's source, so the daemon's fatal line shows both.

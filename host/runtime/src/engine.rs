@@ -58,21 +58,24 @@ impl RuntimeSettings {
         self.max_memory_mb.saturating_mul(1 << 20)
     }
 
-    fn validate(&self) -> Result<(), RuntimeError> {
+    /// What building the engine refuses, checked without building it (the main file's parse
+    /// calls it, so `check`, the start and a live edit refuse the same values). Each message
+    /// names the field as the main file writes it.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
         let invalid = |what: String| Err(RuntimeError::Settings(what));
         if self.max_instances == 0 {
-            return invalid("max_instances must be at least 1".into());
+            return invalid("runtime.max_instances: must be at least 1, got 0".into());
         }
         // A 32-bit linear memory cannot exceed 4 GiB.
         if self.max_memory_mb == 0 || self.max_memory_mb > 4096 {
             return invalid(format!(
-                "max_memory_mb must be between 1 and 4096, got {}",
+                "runtime.max_memory_mb: must be from 1 to 4096, got {}",
                 self.max_memory_mb
             ));
         }
         if self.epoch_tick < Duration::from_millis(1) || self.epoch_tick > Duration::from_secs(1) {
             return invalid(format!(
-                "epoch_tick must be between 1ms and 1s, got {:?}",
+                "runtime.epoch_tick: must be from 1ms to 1s, got {:?}",
                 self.epoch_tick
             ));
         }

@@ -17,6 +17,8 @@ use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, ne
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
 
+use super::read_once;
+
 /// Why the folder should be re-read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
@@ -164,15 +166,21 @@ impl FolderWatch {
     }
 }
 
-/// Whether every path of an event lies under one of the `ignored` prefixes (an event without
-/// paths is not ignored).
+/// Whether every path of an event lies under one of the `ignored` prefixes, or is a probe of a
+/// folder's writability ([`read_once::PROBE_PREFIX`]: made and removed at once while an edit
+/// is judged, it would otherwise raise the re-read that judges it again). An event without
+/// paths is not ignored.
 fn all_ignored(paths: &[PathBuf], ignored: &[PathBuf]) -> bool {
     !paths.is_empty()
         && paths.iter().all(|path| {
+            let probe = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(read_once::PROBE_PREFIX));
             let path = path.to_string_lossy();
-            ignored
-                .iter()
-                .any(|prefix| path.starts_with(prefix.to_string_lossy().as_ref()))
+            probe
+                || ignored
+                    .iter()
+                    .any(|prefix| path.starts_with(prefix.to_string_lossy().as_ref()))
         })
 }
 
@@ -266,6 +274,8 @@ mod tests {
                 p("/etc/jobrelay/state/jobrelay.db"),
                 p("/etc/jobrelay/local/embedded/x.db"),
             ],
+            // A probe of a folder's writability, anywhere.
+            vec![p("/etc/jobrelay/other/.jobrelay-check-Ab3dEf")],
         ] {
             assert!(all_ignored(&quiet, &ignored), "{quiet:?}");
         }

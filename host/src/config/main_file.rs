@@ -527,6 +527,14 @@ impl MainFile {
                     .into(),
             ));
         }
+        // What building the engine would refuse at start (`max_instances: 0`, …), refused with
+        // the rest of the file, so a live edit is refused as the next start would be.
+        self.runtime.validate().map_err(|e| {
+            ConfigError::Invalid(match e {
+                jobrelay_runtime::RuntimeError::Settings(why) => why,
+                other => other.to_string(),
+            })
+        })?;
         let mut runtime = self.runtime;
         runtime.cache_dir = runtime.cache_dir.map(|p| root.join(p));
         Ok(MainConfig {

@@ -19,6 +19,8 @@
 //!   small sections (`watch:`, `plugin_defaults:`, `telemetry:`, `home_cluster:`) and the
 //!   checks across sections;
 //! - [`sources`] — validated sources: a cluster's kubeconfig, a plugin's resolved manifest;
+//! - [`read_once`] — the sections read once at start, judged as the next start will judge
+//!   them (what the parse cannot see: secrets, folders, the home cluster's credentials);
 //! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
 //! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
 //! - [`state`] — the last good version of every file, and what each re-read changed;
@@ -32,6 +34,7 @@ pub mod main_file;
 pub mod manifest;
 #[cfg(test)]
 mod parse_properties;
+pub mod read_once;
 pub mod sections;
 pub mod sources;
 pub mod state;
@@ -103,4 +106,8 @@ pub enum ConfigError {
     Parse(String),
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A section read once at start that the next start would refuse (a live edit of it is
+    /// refused at once, like any broken main file).
+    #[error("the next start would refuse it: {0}")]
+    NextStart(read_once::NextStartError),
 }

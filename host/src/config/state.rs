@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::files::{ComponentFiles, FolderScan, Folders, add_clusters, add_manifests, scan};
 use super::folder_watch::WatchedDir;
 use super::main_file::MainConfig;
+use super::read_once;
 use super::sources::{ClusterSource, PluginSource};
 use super::{ConfigError, MAIN_FILE};
 
@@ -242,8 +243,18 @@ impl ConfigState {
                 if self.main_sha256 == sha && *self.main == main {
                     return;
                 }
-                update.watch_changed = self.main.watch_differs(&main);
                 let read_once = self.started.read_once_changes(&main);
+                // Every section that differs from what the daemon started with is what the
+                // next start will read: one it would refuse refuses the whole edit now, and
+                // the last good file stays.
+                if let Err(e) = read_once::judge(&main, &read_once) {
+                    problems.insert(
+                        self.root.join(MAIN_FILE),
+                        ConfigError::NextStart(e).to_string(),
+                    );
+                    return;
+                }
+                update.watch_changed = self.main.watch_differs(&main);
                 if !read_once.is_empty() && read_once != self.restart_pending {
                     tracing::warn!(
                         file = %self.root.join(MAIN_FILE).display(),

@@ -70,6 +70,16 @@ impl ArchiveStore {
         }
     }
 
+    /// What [`ArchiveStore::open`] refuses of an S3 bucket, found without keeping the store:
+    /// a credential's secret reference that does not resolve, settings that make no client.
+    /// No request is made. (A local folder is judged by whoever must not create it.)
+    pub fn check_s3(s3: &S3Settings) -> Result<(), OpenError> {
+        s3_builder(s3)?
+            .build()
+            .map(drop)
+            .map_err(|source| OpenError::ArchiveS3 { source })
+    }
+
     /// Writers open now, across all plugins and calls: each may hold up to a part (5 MiB) in
     /// memory until it is finished or dropped.
     pub fn open_writers(&self) -> usize {

@@ -164,7 +164,15 @@ impl Databases {
     }
 }
 
-fn open_one(name: &str, connection: &SqlConnection) -> Result<Database, OpenError> {
+/// What a connection's URL says, resolved and parsed, before any pool.
+enum Options {
+    MySql(MySqlConnectOptions),
+    Sqlite(SqliteConnectOptions),
+}
+
+/// Resolves the URL's secret and parses it: every way a connection can be refused before a
+/// pool exists, named with the connection.
+fn options(name: &str, connection: &SqlConnection) -> Result<Options, OpenError> {
     let url = secret::resolve(&connection.url).map_err(|source| OpenError::SqlSecret {
         connection: name.to_string(),
         source,
@@ -173,34 +181,58 @@ fn open_one(name: &str, connection: &SqlConnection) -> Result<Database, OpenErro
         connection: name.to_string(),
         why,
     };
-    let acquire = Duration::from_millis(connection.acquire_timeout_ms.max(1));
     if url.starts_with("mysql:") || url.starts_with("mariadb:") {
         let url = url.replacen("mariadb:", "mysql:", 1);
         // The parse error is not shown: it can quote the URL, password included.
-        let options =
-            MySqlConnectOptions::from_str(&url).map_err(|_| bad_url("not a valid mysql:// URL"))?;
-        let limit_ms = connection.max_statement_ms;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(connection.max_connections)
-            .acquire_timeout(acquire)
-            .after_connect(move |conn, _meta| Box::pin(limit_statements(conn, limit_ms)))
-            .connect_lazy_with(options);
-        Ok(Database::MySql(pool))
+        MySqlConnectOptions::from_str(&url)
+            .map(Options::MySql)
+            .map_err(|_| bad_url("not a valid mysql:// URL"))
     } else if url.starts_with("sqlite:") {
-        let options = SqliteConnectOptions::from_str(&url)
-            .map_err(|_| bad_url("not a valid sqlite:// URL"))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(acquire);
-        let pool = fenced(
-            SqlitePoolOptions::new()
-                .max_connections(connection.max_connections)
-                .acquire_timeout(acquire),
-        )
-        .connect_lazy_with(options);
-        Ok(Database::Sqlite(pool))
+        SqliteConnectOptions::from_str(&url)
+            .map(Options::Sqlite)
+            .map_err(|_| bad_url("not a valid sqlite:// URL"))
     } else {
         Err(bad_url("must start with mysql://, mariadb:// or sqlite:"))
+    }
+}
+
+impl Databases {
+    /// What [`Databases::open`] refuses, found without building a pool (so without a runtime):
+    /// a secret reference that does not resolve, a URL that does not parse. For a running
+    /// daemon's edit of the `sql:` section, judged as the next start will judge it.
+    pub fn check(settings: &SqlSettings) -> Result<(), OpenError> {
+        for (name, connection) in &settings.connections {
+            options(name, connection)?;
+        }
+        Ok(())
+    }
+}
+
+fn open_one(name: &str, connection: &SqlConnection) -> Result<Database, OpenError> {
+    let acquire = Duration::from_millis(connection.acquire_timeout_ms.max(1));
+    match options(name, connection)? {
+        Options::MySql(options) => {
+            let limit_ms = connection.max_statement_ms;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(connection.max_connections)
+                .acquire_timeout(acquire)
+                .after_connect(move |conn, _meta| Box::pin(limit_statements(conn, limit_ms)))
+                .connect_lazy_with(options);
+            Ok(Database::MySql(pool))
+        }
+        Options::Sqlite(options) => {
+            let options = options
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(acquire);
+            let pool = fenced(
+                SqlitePoolOptions::new()
+                    .max_connections(connection.max_connections)
+                    .acquire_timeout(acquire),
+            )
+            .connect_lazy_with(options);
+            Ok(Database::Sqlite(pool))
+        }
     }
 }
 

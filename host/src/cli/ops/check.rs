@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use crate::clusters::supervisor::build_client;
 use crate::config::config_schema::ConfigSchema;
 use crate::config::main_file::MainConfig;
+use crate::config::read_once::writable_folder;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
 use jobrelay_runtime::Runtime;
@@ -260,7 +261,8 @@ async fn check_state(backend: &StateBackend, within: Duration) -> anyhow::Result
         // find, is no business of a check.
         if !exists {
             return writable_folder(path)
-                .map(|()| ": not there yet, made at first start".to_string());
+                .map(|()| ": not there yet, made at first start".to_string())
+                .map_err(anyhow::Error::from);
         }
     }
     let tried = tokio::time::timeout(within, async {
@@ -283,39 +285,4 @@ async fn check_state(backend: &StateBackend, within: Duration) -> anyhow::Result
         Ok(Err(e)) => Err(e),
         Err(_) => Err(anyhow!("no answer within {} s", within.as_secs())),
     }
-}
-
-/// Whether the state file `path` can be made: its folder is there and writable, or the nearest
-/// folder above it is, so the daemon can make the rest.
-fn writable_folder(path: &Path) -> anyhow::Result<()> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut dir = parent;
-    loop {
-        match std::fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => break,
-            Ok(_) => return Err(anyhow!("{} is not a folder", dir.display())),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                match dir.parent() {
-                    Some(up) if !up.as_os_str().is_empty() => dir = up,
-                    _ => return Err(anyhow!("no folder of {} exists", parent.display())),
-                }
-            }
-            Err(e) => return Err(anyhow!("cannot look at {}: {e}", dir.display())),
-        }
-    }
-    // Written for real (a temporary file, removed at once): permissions, a read-only mount
-    // and a full disk all say so here.
-    tempfile::Builder::new()
-        .prefix(".jobrelay-check-")
-        .tempfile_in(dir)
-        .map_err(|e| anyhow!("cannot write in {}: {e}", dir.display()))?;
-    Ok(())
 }
