@@ -3268,3 +3268,7 @@ fn the_chart_readme_lists_every_value_with_its_default() {
         );
     }
 }
+
+/// Which `helm upgrade` rolls the pod (the read-once checksum on the pod template).
+#[path = "chart_rollout.rs"]
+mod rollout;

@@ -257,3 +257,68 @@ Values that render but would not work, refused with the setting named (Helm's `f
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The main file, jobrelay.yaml, as the ConfigMap holds it: `config` as written, then the chart's
+own settings for only the keys `config` leaves out, so every key of the main file can be set
+from values without writing it twice.
+*/}}
+{{- define "jobrelay.mainFile" -}}
+{{ toYaml .Values.config }}
+{{- if not (hasKey .Values.config "plugin_dir") }}
+plugin_dir: /opt/jobrelay/plugins
+{{- end }}
+{{- if not (hasKey .Values.config "plugin_manifests_dir") }}
+plugin_manifests_dir: /etc/jobrelay-plugins
+{{- end }}
+{{- if not (hasKey .Values.config "clusters_dir") }}
+{{- if .Values.clusters.secretName }}
+clusters_dir: /etc/jobrelay-clusters
+{{- end }}
+{{- end }}
+{{- if not (hasKey .Values.config "state") }}
+{{- if .Values.stateUrl }}
+state: {url: {{ quote .Values.stateUrl }}}
+{{- else }}
+state: {path: /var/lib/jobrelay/state/jobrelay.db}
+{{- end }}
+{{- end }}
+{{- if not (hasKey .Values.config "home_cluster") }}
+{{- if .Values.homeCluster.name }}
+home_cluster: {name: {{ .Values.homeCluster.name }}}
+{{- end }}
+{{- end }}
+{{- if not (hasKey .Values.config "coordination") }}
+{{- if ne .Values.coordination.mode "single" }}
+coordination:
+  mode: {{ .Values.coordination.mode }}
+  lease_name: {{ .Release.Name }}
+  lease_duration_seconds: {{ .Values.coordination.leaseDurationSeconds }}
+  renew_deadline_seconds: {{ .Values.coordination.renewDeadlineSeconds }}
+  retry_period_seconds: {{ .Values.coordination.retryPeriodSeconds }}
+{{- end }}
+{{- end }}
+{{- if not (hasKey .Values.config "runtime") }}
+# Compiled components kept on the state volume: a restart does not compile them again.
+runtime: {cache_dir: /var/lib/jobrelay/cache}
+{{- end }}
+{{- if not (hasKey .Values.config "archive") }}
+archive: {local: /var/lib/jobrelay/archive}
+{{- end }}
+{{- if not (hasKey .Values.config "telemetry") }}
+telemetry: {listen: "0.0.0.0:{{ .Values.metricsPort }}"}
+{{- end }}
+{{- end }}
+
+{{/*
+The checksum of the main file's sections the daemon reads once at start (docs/config.md):
+`runtime`, `state`, `coordination`, `sql`, `archive`, `telemetry`, `oci`, `event_memory_mb`,
+`clusters_dir` and `plugin_manifests_dir`, as the rendered main file has them. The pod
+template carries it, so a `helm upgrade` that changes one of them rolls the pod (the running
+daemon would only note it as restart_pending), while every other edit of the main file stays a
+live reload of the same pod.
+*/}}
+{{- define "jobrelay.readOnceChecksum" -}}
+{{- $main := include "jobrelay.mainFile" . | fromYaml }}
+{{- pick $main "runtime" "state" "coordination" "sql" "archive" "telemetry" "oci" "event_memory_mb" "clusters_dir" "plugin_manifests_dir" | toJson | sha256sum }}
+{{- end }}
