@@ -25,6 +25,7 @@ mod memory_budget;
 mod mysql_sync;
 mod oci_registry;
 mod plugin_new;
+mod plugin_selection;
 mod process;
 mod python_plugin;
 mod read_once_edits;

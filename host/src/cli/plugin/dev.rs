@@ -1,10 +1,15 @@
-//! `jobrelay plugin dev DIR [--once]`: the edit → build → run loop of a plugin project (as
-//! `plugin new` makes it) in one terminal. A round runs the project's `build.sh`, then the
-//! plugin on its sample events (`events/`, as `plugin run`) and its cases (`tests/cases/`, as
-//! `plugin test`), and prints what each said; the next round starts when a file of the
-//! project is written (its build output — `target/`, the `.wasm`, `Cargo.lock` — excepted;
-//! reading a file is no change). `--once` runs one round and exits with its status, for a
-//! script or CI.
+//! `jobrelay plugin dev DIR [--once] [--manifest FILE] [--all]`: the edit → build → run loop
+//! of a plugin project (as `plugin new` makes it) in one terminal. A round runs the project's
+//! `build.sh`, then the plugin on its sample events (`events/`, as `plugin run`) and its cases
+//! (`tests/cases/`, as `plugin test`), and prints what each said; the next round starts when a
+//! file of the project is written (its build output — `target/`, the `.wasm`, `Cargo.lock` —
+//! excepted; reading a file is no change), or the `--manifest` file outside it. `--once` runs
+//! one round and exits with its status, for a script or CI.
+//!
+//! The manifest is the project's `NAME.yaml` (the production one) unless `--manifest` names a
+//! dev manifest: a local receiver, other config, looser limits. It serves the sample events
+//! and every case without its own `manifest.yaml`; as in `plugin run`, its kinds, filter and
+//! delivery skip the events the daemon would not deliver, unless `--all`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,7 +20,7 @@ use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 
 use super::run::{PluginRunArgs, plugin_run};
-use super::test::{PluginTestArgs, plugin_test};
+use super::test::{PluginTestArgs, plugin_test_events};
 use crate::config::folder_watch::changes_content;
 
 /// Arguments of `plugin dev`.
@@ -26,6 +31,23 @@ pub struct PluginDevArgs {
     /// Run one round and exit: 0 if the build, every sample event and every case passed.
     #[arg(long)]
     pub once: bool,
+    /// A dev manifest for the sample events and for every case without its own
+    /// manifest.yaml, instead of the project's NAME.yaml (its config, limits, grants, kinds,
+    /// filter and delivery); watched like the project's files.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// Call the plugin with every sample event and case event, also those the daemon would
+    /// not deliver to it by the manifest's kinds, filter and delivery.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// What a round runs with, besides the project.
+struct Round {
+    dir: PathBuf,
+    /// `--manifest`, resolved.
+    manifest: Option<PathBuf>,
+    all: bool,
 }
 
 /// How long the loop waits for a burst of writes (an editor's save, a `git checkout`) to end.
@@ -43,11 +65,26 @@ pub async fn command(args: &PluginDevArgs) -> anyhow::Result<ExitCode> {
             dir.display()
         );
     }
+    let manifest = match &args.manifest {
+        Some(path) => Some(
+            path.canonicalize()
+                .with_context(|| format!("cannot resolve the manifest {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let round_of = Round {
+        dir: dir.clone(),
+        manifest: manifest.clone(),
+        all: args.all,
+    };
     if args.once {
-        return Ok(crate::cli::passed(round(&dir).await));
+        return Ok(crate::cli::passed(round(&round_of).await));
     }
     let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel();
     let watched = dir.clone();
+    // A dev manifest outside the project is watched on its own.
+    let outside = manifest.clone().filter(|m| !m.starts_with(&dir));
+    let manifest_file = outside.clone();
     let mut debouncer = new_debouncer(SETTLE, None, move |result: DebounceEventResult| {
         let Ok(events) = result else { return };
         // A round opens and reads the project's files: only writes are changes.
@@ -55,7 +92,7 @@ pub async fn command(args: &PluginDevArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .filter(|event| changes_content(&event.kind))
             .flat_map(|event| &event.paths)
-            .any(|path| is_source(&watched, path))
+            .any(|path| is_source(&watched, path) || manifest_file.as_deref() == Some(path))
         {
             let _ = changed.send(());
         }
@@ -64,8 +101,13 @@ pub async fn command(args: &PluginDevArgs) -> anyhow::Result<ExitCode> {
     debouncer
         .watch(&dir, RecursiveMode::Recursive)
         .with_context(|| format!("cannot watch {}", dir.display()))?;
+    if let Some(folder) = outside.as_deref().and_then(Path::parent) {
+        debouncer
+            .watch(folder, RecursiveMode::NonRecursive)
+            .with_context(|| format!("cannot watch {}", folder.display()))?;
+    }
     loop {
-        round(&dir).await;
+        round(&round_of).await;
         println!("watching {} for changes (Ctrl-C to stop)", dir.display());
         tokio::select! {
             next = changes.recv() => if next.is_none() { break },
@@ -94,7 +136,8 @@ fn is_source(dir: &Path, path: &Path) -> bool {
 }
 
 /// One round: build, sample events, cases; prints each. Whether all of it passed.
-async fn round(dir: &Path) -> bool {
+async fn round(round: &Round) -> bool {
+    let dir = round.dir.as_path();
     println!("── building {}", dir.display());
     let built = tokio::process::Command::new(dir.join("build.sh"))
         .current_dir(dir)
@@ -117,12 +160,26 @@ async fn round(dir: &Path) -> bool {
     };
     let mut passed = true;
     let events = dir.join("events");
+    // The flags the round runs `plugin run` and `plugin test` with, as they are written.
+    let mut flags = String::new();
+    if let Some(manifest) = &round.manifest {
+        let shown = manifest.strip_prefix(dir).unwrap_or(manifest);
+        flags.push_str(&format!(" --manifest {}", shown.display()));
+    }
+    if round.all {
+        flags.push_str(" --all");
+    }
     if events.is_dir() {
         println!(
-            "── sample events (plugin run {} --event events/)",
+            "── sample events (plugin run {} --event events/{flags})",
             file_name(&wasm)
         );
-        match plugin_run(&PluginRunArgs::new(wasm.clone(), events)).await {
+        let args = PluginRunArgs {
+            manifest: round.manifest.clone(),
+            all: round.all,
+            ..PluginRunArgs::new(wasm.clone(), events)
+        };
+        match plugin_run(&args).await {
             Ok(outcome) => {
                 println!("{outcome}");
                 passed &= outcome.is_ok();
@@ -135,14 +192,14 @@ async fn round(dir: &Path) -> bool {
     }
     let cases = dir.join("tests/cases");
     if cases.is_dir() {
-        println!("── cases (plugin test tests/cases)");
+        println!("── cases (plugin test tests/cases{flags})");
         let args = PluginTestArgs {
             dir: cases,
             wasm,
-            manifest: None,
+            manifest: round.manifest.clone(),
             update: false,
         };
-        match plugin_test(&args).await {
+        match plugin_test_events(&args, round.all).await {
             Ok(suite) => {
                 println!("{suite}");
                 passed &= suite.passed();

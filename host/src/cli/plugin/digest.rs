@@ -17,19 +17,19 @@ pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode>
         let (registry, repository, tag) = OciRef::parse_target(target)?;
         let settings = command_line_settings(&registry, plain_http);
         let pinned = resolve_tag(&settings, &registry, &repository, &tag).await?;
-        println!("{pinned}");
+        super::print_out(&format!("{pinned}\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let path = Path::new(target);
     let bytes = std::fs::read(path)
         .map_err(|e| anyhow::anyhow!("cannot read the component {}: {e}", path.display()))?;
     let artifact = Artifact::of(&bytes)?;
-    println!("sha256:{}", artifact.manifest_hex());
     // The layer is the file itself: its digest is the file's own sha256.
-    println!(
-        "(the pin of `plugin push {}`; the file's own {} is not a pin)",
+    super::print_out(&format!(
+        "sha256:{}\n(the pin of `plugin push {}`; the file's own {} is not a pin)\n",
+        artifact.manifest_hex(),
         path.display(),
         artifact.layer_digest
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

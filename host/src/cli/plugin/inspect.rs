@@ -16,7 +16,8 @@ use crate::config::config_schema::ConfigSchema;
 use crate::oci::OciRef;
 use crate::oci::registry::{Artifact, Registries};
 
-/// Prints the component's description; exit status 1 if it is not a plugin this host runs.
+/// Prints the component's description; exit status 1 if it is not a plugin this host runs,
+/// whether or not the reader of standard output read it all.
 pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode> {
     let (wasm, pin): (Arc<[u8]>, String) = if OciRef::is_oci(target) {
         let reference = OciRef::parse(target)?;
@@ -41,17 +42,19 @@ pub async fn command(target: &str, plain_http: bool) -> anyhow::Result<ExitCode>
         .inspect(wasm)
         .await
         .with_context(|| format!("{target}: not a component this host can compile"))?;
-    print!("{}", describe(target, &pin, &inspection));
+    let mut text = describe(target, &pin, &inspection);
     if !OciRef::is_oci(target) {
         match ConfigSchema::beside(Path::new(target))? {
-            Some(schema) => print!(
+            Some(schema) => text.push_str(&format!(
                 "config schema: {}\n{}",
                 schema.path.display(),
                 schema.keys_table()
-            ),
-            None => println!("config schema: none declared (no .schema.json beside it)"),
+            )),
+            None => text.push_str("config schema: none declared (no .schema.json beside it)\n"),
         }
     }
+    // `plugin inspect … | head`: a reader that went away is no error.
+    super::print_out(&text)?;
     Ok(crate::cli::passed(inspection.world.is_ok()))
 }
 

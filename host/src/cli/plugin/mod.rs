@@ -9,7 +9,9 @@
 //! - [`inspect`] — `plugin inspect`: a component's size, digests, world, imports and exports;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
 //! - [`digest`] — `plugin digest`: the pin of a component file or of a tag;
-//! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it.
+//! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it;
+//! - [`selection`] — which events `plugin run`, `test` and `dev` call the plugin with: those
+//!   the daemon would deliver to it by its manifest's kinds, filter and delivery.
 
 pub mod bench;
 pub mod dev;
@@ -20,8 +22,10 @@ pub mod new;
 pub mod push;
 pub mod run;
 pub mod sample_event;
+pub mod selection;
 pub mod test;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -35,12 +39,14 @@ pub enum PluginCommand {
         args: new::PluginNewArgs,
     },
     /// Call a plugin with job events, without any cluster: loaded once, then one call per
-    /// event, in order; exit 1 if any call failed or a replay went differently from its tape.
+    /// event, in order, but for the events the daemon would not deliver to it by the
+    /// manifest's kinds, filter and delivery, which are skipped, saying why (--all calls
+    /// them); exit 1 if any call failed or a replay went differently from its tape.
     Run {
         #[command(flatten)]
         args: run::PluginRunArgs,
-        /// Print one JSON object per call (plugin, event, status, message, elapsed_ms,
-        /// load_ms, host_calls) instead of text.
+        /// Print one JSON object per event (plugin, event, status, message, elapsed_ms,
+        /// load_ms, host_calls, skipped) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -58,7 +64,8 @@ pub enum PluginCommand {
     },
     /// The edit → build → run loop of a plugin project: runs its build.sh, then the plugin on
     /// its sample events (events/) and cases (tests/cases/), and again whenever a file of the
-    /// project changes. --once: one round, exit 1 if anything failed.
+    /// project changes. --once: one round, exit 1 if anything failed. --manifest: a dev
+    /// manifest instead of the project's NAME.yaml.
     Dev {
         #[command(flatten)]
         args: dev::PluginDevArgs,
@@ -92,10 +99,11 @@ pub enum PluginCommand {
     },
     /// Run a plugin's recorded cases offline: each folder of DIR holds events.jsonl, the
     /// tape.jsonl of its capability calls (from `plugin run --record`) and expect.yaml; exit 1
-    /// if any case ends otherwise or its calls differ from its tape.
+    /// if any case ends otherwise or its calls differ from its tape. An event the daemon would
+    /// not deliver by the manifest's kinds, filter and delivery is `skipped`, not called.
     Test {
         #[command(flatten)]
-        args: test::PluginTestArgs,
+        args: test::PluginTestCommand,
     },
     /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
     /// in the given phase, made by that kind's normalizer and the real watch tracker — to try
@@ -114,4 +122,16 @@ pub enum PluginCommand {
         #[arg(long)]
         previous: Option<String>,
     },
+}
+
+/// Writes `text` to standard output, as the plugin tools print what they found. A reader that
+/// went away (`jobrelay plugin inspect PLUGIN.wasm | head`) is not an error: what it wanted, it
+/// got, and the command ends as it would have.
+pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot write to standard output")),
+        Ok(()) => Ok(()),
+    }
 }

@@ -1,11 +1,13 @@
 //! `jobrelay plugin run WASM --event SOURCE [--manifest FILE] [--record FILE | --replay FILE]
-//! [--json]`: calls of a plugin, without a cluster, for plugin authors.
+//! [--json] [--all]`: calls of a plugin, without a cluster, for plugin authors.
 //!
 //! The plugin is loaded exactly as the daemon loads it (same runtime, same checks, same
 //! capabilities), with the limits, config and grants of the manifest — the one given, else
 //! `NAME.yaml` beside the component if there is one — and the daemon's default limits
 //! otherwise, and then handles each event of SOURCE in order: a file holding one event or JSON
-//! lines, a folder of `.json`/`.jsonl` files (in name order), or `-` for standard input.
+//! lines, a folder of `.json`/`.jsonl` files (in name order), or `-` for standard input. An
+//! event the daemon would not deliver to it — by the manifest's `kinds`, `filter` and
+//! `delivery` ([`super::selection`]) — is skipped, and said why, unless `--all`.
 //!
 //! Every capability call of the run goes on a tape (`capabilities::tape`): it is what `--json`
 //! reports per call, what `--record` writes, and, with `--replay`, where the answers come
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use super::selection::{Selection, Skip};
 use crate::clusters::supervisor::build_client;
 use crate::config::main_file::PluginDefaults;
 use crate::config::manifest::PluginManifest;
@@ -68,6 +71,10 @@ pub struct PluginRunArgs {
     /// a call that differs from the tape, or a recorded call not made, fails the run.
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
+    /// Call the plugin with every event, also those the daemon would not deliver to it by the
+    /// manifest's kinds, filter and delivery (which are skipped otherwise, saying why).
+    #[arg(long)]
+    pub all: bool,
 }
 
 impl PluginRunArgs {
@@ -82,6 +89,7 @@ impl PluginRunArgs {
             kubeconfig: None,
             record: None,
             replay: None,
+            all: false,
         }
     }
 }
@@ -96,12 +104,14 @@ pub(super) fn parse_sql_arg(text: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-/// What one call did.
+/// What one call did, or why the plugin was not called with the event.
 #[derive(Debug, Clone)]
 pub struct CallOutcome {
     pub event_id: String,
-    /// Ok, or why the call failed.
+    /// Ok, or why the call failed (Ok for an event skipped).
     pub result: Result<(), CallError>,
+    /// Why the daemon would not deliver the event (the plugin was not called with it).
+    pub skipped: Option<Skip>,
     /// Time of the call itself (fresh instance, `init`, `handle`).
     pub elapsed: Duration,
     /// The capability calls the plugin made during this call, with their answers.
@@ -109,14 +119,19 @@ pub struct CallOutcome {
 }
 
 impl CallOutcome {
-    /// `ok`, `retry`, `give_up`, `trap`, `timeout`, `memory_limit`, `init_refused` or `host`.
+    /// `ok`, `retry`, `give_up`, `trap`, `timeout`, `memory_limit`, `init_refused` or `host`;
+    /// `skipped` when the plugin was not called.
     pub fn status(&self) -> &'static str {
-        match &self.result {
-            Ok(()) => "ok",
-            Err(e) => e.kind(),
+        match (&self.skipped, &self.result) {
+            (Some(_), _) => SKIPPED,
+            (None, Ok(())) => "ok",
+            (None, Err(e)) => e.kind(),
         }
     }
 }
+
+/// The status of an event the plugin was not called with.
+pub const SKIPPED: &str = "skipped";
 
 /// What the run did: the plugin loaded once, then one call per event, in order.
 #[derive(Debug, Clone)]
@@ -137,7 +152,7 @@ pub struct PluginRunOutcome {
 
 impl PluginRunOutcome {
     /// `diverged` when a replay went differently from its tape, else the first failed
-    /// call's status, or `ok` when every call succeeded.
+    /// call's status, or `ok` when every call succeeded (events skipped are no failure).
     pub fn status(&self) -> &'static str {
         if !self.divergences.is_empty() {
             return "diverged";
@@ -145,7 +160,7 @@ impl PluginRunOutcome {
         self.calls
             .iter()
             .map(CallOutcome::status)
-            .find(|s| *s != "ok")
+            .find(|s| *s != "ok" && *s != SKIPPED)
             .unwrap_or("ok")
     }
 
@@ -161,6 +176,11 @@ impl PluginRunOutcome {
         self.divergences.is_empty() && self.calls.iter().all(|c| c.result.is_ok())
     }
 
+    /// How many events the plugin was not called with.
+    pub fn skipped(&self) -> usize {
+        self.calls.iter().filter(|c| c.skipped.is_some()).count()
+    }
+
     /// Every capability call of the run in order: the tape `--record` writes.
     pub fn tape(&self) -> Vec<Entry> {
         let mut entries = self.load_calls.clone();
@@ -171,8 +191,10 @@ impl PluginRunOutcome {
     }
 
     /// One JSON object per call, for `--json`: plugin, event, status, message, elapsed and
-    /// load times in milliseconds, and the capability calls it made (`host_calls`: call,
-    /// args, answer); then, after a replay that diverged, one object per divergence.
+    /// load times in milliseconds, the capability calls it made (`host_calls`: call, args,
+    /// answer) and `skipped` (null, or for an event the plugin was not called with, `by`: the
+    /// manifest's field that decided, and `reason`); then, after a replay that diverged, one
+    /// object per divergence.
     pub fn json_lines(&self) -> Vec<serde_json::Value> {
         let calls = self.calls.iter().map(|call| {
             let host_calls: Vec<serde_json::Value> = call
@@ -194,6 +216,10 @@ impl PluginRunOutcome {
                 "elapsed_ms": call.elapsed.as_secs_f64() * 1000.0,
                 "load_ms": self.load_elapsed.as_secs_f64() * 1000.0,
                 "host_calls": host_calls,
+                "skipped": call.skipped.as_ref().map(|skip| serde_json::json!({
+                    "by": skip.by,
+                    "reason": skip.reason,
+                })),
             })
         });
         let divergences = self.divergences.iter().map(|d| {
@@ -210,11 +236,21 @@ impl PluginRunOutcome {
 
 impl fmt::Display for PluginRunOutcome {
     /// One line per call (`STATUS: plugin P on event E in N ms (load M ms, K host calls)`),
-    /// with the reason of a failed call indented below it; then each divergence of a replay.
+    /// with the reason of a failed call indented below it, or `skipped: plugin P on event E:
+    /// FIELD: REASON` for an event the plugin was not called with; then each divergence of a
+    /// replay, and how many events were skipped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, call) in self.calls.iter().enumerate() {
             if i > 0 {
                 writeln!(f)?;
+            }
+            if let Some(skip) = &call.skipped {
+                write!(
+                    f,
+                    "{SKIPPED}: plugin {} on event {}: {skip}",
+                    self.plugin, call.event_id
+                )?;
+                continue;
             }
             write!(
                 f,
@@ -233,6 +269,16 @@ impl fmt::Display for PluginRunOutcome {
         for divergence in &self.divergences {
             write!(f, "\ndiverged from the tape: {divergence}")?;
         }
+        let skipped = self.skipped();
+        if skipped > 0 {
+            write!(
+                f,
+                "\n{skipped} of {} events skipped: the daemon would not deliver them to this \
+                 plugin (its manifest's kinds, filter or delivery); --all calls it with every \
+                 event",
+                self.calls.len()
+            )?;
+        }
         Ok(())
     }
 }
@@ -244,13 +290,16 @@ pub async fn command(args: &PluginRunArgs, json: bool) -> anyhow::Result<ExitCod
     if let (None, Some(found)) = (&args.manifest, &outcome.manifest) {
         eprintln!("manifest: {} (found beside the component)", found.display());
     }
-    if json {
-        for line in outcome.json_lines() {
-            println!("{line}");
-        }
+    let text = if json {
+        outcome
+            .json_lines()
+            .iter()
+            .map(|line| format!("{line}\n"))
+            .collect()
     } else {
-        println!("{outcome}");
-    }
+        format!("{outcome}\n")
+    };
+    super::print_out(&text)?;
     Ok(crate::cli::passed(outcome.is_ok()))
 }
 
@@ -286,9 +335,24 @@ pub async fn run_events(
 ) -> anyhow::Result<PluginRunOutcome> {
     let loaded = load(args, events, Some(tape.clone()), None).await?;
     let version = loaded.version.clone();
+    let mut selection = if args.all {
+        Selection::all()
+    } else {
+        loaded.selection
+    };
     let load_calls = tape.made();
     let mut calls = Vec::with_capacity(events.len());
     for event in events {
+        if let Some(skip) = selection.judge(event) {
+            calls.push(CallOutcome {
+                event_id: event.id.clone(),
+                result: Ok(()),
+                skipped: Some(skip),
+                elapsed: Duration::ZERO,
+                host_calls: Vec::new(),
+            });
+            continue;
+        }
         let before = tape.made_count();
         let started = Instant::now();
         let result = version.handle(event).await;
@@ -296,6 +360,7 @@ pub async fn run_events(
         calls.push(CallOutcome {
             event_id: event.id.clone(),
             result,
+            skipped: None,
             elapsed,
             host_calls: tape.made_since(before),
         });
@@ -319,6 +384,8 @@ pub(crate) struct Loaded {
     pub manifest: Option<PathBuf>,
     pub version: Arc<jobrelay_runtime::PluginVersion>,
     pub load_elapsed: Duration,
+    /// The events the daemon would deliver to it, by the manifest.
+    pub selection: Selection,
     /// The temporary state folder (without `--state-dir`), removed when dropped.
     _scratch: Option<tempfile::TempDir>,
 }
@@ -346,6 +413,11 @@ pub(crate) async fn load(
         }
         Some(path) => (stem(path), Some(read_manifest(path)?)),
         None => (stem(&args.wasm), None),
+    };
+    let selection = match (&manifest, &manifest_path) {
+        (Some(manifest), Some(path)) => Selection::of(manifest)
+            .with_context(|| format!("{}: invalid manifest", path.display()))?,
+        _ => Selection::unconfigured(),
     };
     let spec = match manifest {
         Some(manifest) => PluginSpec {
@@ -418,6 +490,7 @@ pub(crate) async fn load(
         manifest: manifest_path,
         version,
         load_elapsed: started.elapsed(),
+        selection,
         _scratch: scratch,
     })
 }

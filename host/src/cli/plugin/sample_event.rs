@@ -36,7 +36,7 @@ pub fn command(
     let phase = parse_phase(phase)?;
     let previous = previous.map(parse_phase).transpose()?;
     let event = sample_event(kind, phase, cluster, previous)?;
-    println!("{}", serde_json::to_string_pretty(&event)?);
+    super::print_out(&format!("{}\n", serde_json::to_string_pretty(&event)?))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,5 @@
-//! `jobrelay plugin test DIR --wasm FILE [--manifest FILE]`: a plugin's recorded cases run as
-//! a suite, offline, for the plugin's own CI.
+//! `jobrelay plugin test DIR --wasm FILE [--manifest FILE] [--update] [--all]`: a plugin's
+//! recorded cases run as a suite, offline, for the plugin's own CI.
 //!
 //! Each folder of DIR is one case (run in name order):
 //!
@@ -7,9 +7,11 @@
 //! - `tape.jsonl` — the capability calls the plugin must make and the answers it gets, as
 //!   `plugin run --record` writes them; without it, the plugin must make none;
 //! - `expect.yaml` — `outcomes:`, one status per event (`ok`, `retry`, `give_up`, `trap`,
-//!   `timeout`, `memory_limit`, `init_refused`); optionally `calls:`, assertions on the calls
-//!   made (see `expect_calls`), and `tape: answers` to compare the tape's calls by name and
-//!   order only, not their arguments;
+//!   `timeout`, `memory_limit`, `init_refused`, or `skipped` for an event the daemon would not
+//!   deliver to the plugin by its manifest's kinds, filter and delivery, which is not called
+//!   with it — see `super::selection`; `--all` calls it with every event); optionally
+//!   `calls:`, assertions on the calls made (see `expect_calls`), and `tape: answers` to
+//!   compare the tape's calls by name and order only, not their arguments;
 //! - `manifest.yaml`, optional — the case's own manifest, else `--manifest`, else the one
 //!   beside the component.
 //!
@@ -27,13 +29,29 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use super::expect_calls::ExpectCall;
-use super::run::{PluginRunArgs, PluginRunOutcome, read_events, run_events};
+use super::run::{PluginRunArgs, PluginRunOutcome, SKIPPED, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
 use jobrelay_runtime::CallError;
 
 /// Whether `status` is one a call can end with (see `CallOutcome::status`).
 fn is_status(status: &str) -> bool {
-    status == "ok" || CallError::KINDS.contains(&status)
+    status == "ok" || status == SKIPPED || CallError::KINDS.contains(&status)
+}
+
+/// Every status, for messages: `ok, skipped, retry, …`.
+fn statuses() -> String {
+    format!("ok, {SKIPPED}, {}", CallError::KINDS.join(", "))
+}
+
+/// `plugin test`'s command line: the suite, and whether to call every event (`--all`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct PluginTestCommand {
+    #[command(flatten)]
+    pub suite: PluginTestArgs,
+    /// Call the plugin with every event of a case, also those the daemon would not deliver to
+    /// it by the manifest's kinds, filter and delivery (which end as `skipped` otherwise).
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Arguments of `plugin test`.
@@ -85,6 +103,8 @@ enum TapeUse {
 pub struct CaseResult {
     pub name: String,
     pub events: usize,
+    /// Events the plugin was not called with: the daemon would not deliver them.
+    pub skipped: usize,
     pub host_calls: usize,
     /// Empty when the case passed.
     pub failures: Vec<String>,
@@ -121,9 +141,13 @@ impl fmt::Display for SuiteResult {
                     writeln!(f, "  {change}")?;
                 }
             } else if case.passed() {
+                let skipped = match case.skipped {
+                    0 => String::new(),
+                    n => format!(", {n} {SKIPPED}"),
+                };
                 writeln!(
                     f,
-                    "ok   {} ({} events, {} host calls)",
+                    "ok   {} ({} events{skipped}, {} host calls)",
                     case.name, case.events, case.host_calls
                 )?;
             } else {
@@ -145,14 +169,20 @@ impl fmt::Display for SuiteResult {
 
 /// `jobrelay plugin test` as the binary runs it: prints the suite; exit status 1 if a case
 /// failed.
-pub async fn command(args: &PluginTestArgs) -> anyhow::Result<ExitCode> {
-    let suite = plugin_test(args).await?;
-    println!("{suite}");
+pub async fn command(args: &PluginTestCommand) -> anyhow::Result<ExitCode> {
+    let suite = plugin_test_events(&args.suite, args.all).await?;
+    super::print_out(&format!("{suite}\n"))?;
     Ok(crate::cli::passed(suite.passed()))
 }
 
-/// Runs every case of `args.dir`. Errors: a folder that cannot be listed or holds no case.
+/// Runs every case of `args.dir`, each event the daemon would not deliver to the plugin
+/// skipped. Errors: a folder that cannot be listed or holds no case.
 pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
+    plugin_test_events(args, false).await
+}
+
+/// [`plugin_test`], with `all`: the plugin called with every event (`--all`).
+pub async fn plugin_test_events(args: &PluginTestArgs, all: bool) -> anyhow::Result<SuiteResult> {
     let mut folders: Vec<PathBuf> = std::fs::read_dir(&args.dir)
         .with_context(|| format!("cannot list the cases in {}", args.dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -171,7 +201,7 @@ pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let result = match run_case(args, &folder).await {
+        let result = match run_case(args, &folder, all).await {
             Ok(mut result) => {
                 result.name = name;
                 result
@@ -179,6 +209,7 @@ pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
             Err(error) => CaseResult {
                 name,
                 events: 0,
+                skipped: 0,
                 host_calls: 0,
                 failures: vec![format!("{error:#}")],
                 updated: Vec::new(),
@@ -189,7 +220,7 @@ pub async fn plugin_test(args: &PluginTestArgs) -> anyhow::Result<SuiteResult> {
     Ok(SuiteResult { cases })
 }
 
-async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseResult> {
+async fn run_case(args: &PluginTestArgs, folder: &Path, all: bool) -> anyhow::Result<CaseResult> {
     let expect_file = folder.join("expect.yaml");
     let text = std::fs::read_to_string(&expect_file)
         .with_context(|| format!("cannot read {}", expect_file.display()))?;
@@ -197,9 +228,9 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         .with_context(|| format!("{}: not an expectation", expect_file.display()))?;
     if let Some(unknown) = expect.outcomes.iter().find(|o| !is_status(o)) {
         bail!(
-            "{}: `{unknown}` is not a status (one of ok, {})",
+            "{}: `{unknown}` is not a status (one of {})",
             expect_file.display(),
-            CallError::KINDS.join(", ")
+            statuses()
         );
     }
     let events = read_events(&folder.join("events.jsonl"))?;
@@ -219,6 +250,7 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
         } else {
             args.manifest.clone()
         },
+        all,
         ..PluginRunArgs::new(args.wasm.clone(), folder.join("events.jsonl"))
     };
     let tape = Arc::new(match (args.update, expect.tape) {
@@ -251,12 +283,11 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
     }
     for (index, (call, expected)) in outcome.calls.iter().zip(&expect.outcomes).enumerate() {
         if call.status() != expected {
-            let why = call
-                .result
-                .as_ref()
-                .err()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default();
+            let why = match (&call.skipped, &call.result) {
+                (Some(skip), _) => format!(": {skip}"),
+                (None, Err(e)) => format!(": {e}"),
+                (None, Ok(())) => String::new(),
+            };
             failures.push(format!(
                 "event {} ({}): expected {expected}, got {}{why}",
                 index + 1,
@@ -275,6 +306,7 @@ async fn run_case(args: &PluginTestArgs, folder: &Path) -> anyhow::Result<CaseRe
     Ok(CaseResult {
         name: String::new(),
         events: outcome.calls.len(),
+        skipped: outcome.skipped(),
         host_calls: made.len(),
         failures,
         updated: Vec::new(),
@@ -292,6 +324,7 @@ fn update_case(
     let mut result = CaseResult {
         name: String::new(),
         events: outcome.calls.len(),
+        skipped: outcome.skipped(),
         host_calls: outcome.tape().len(),
         failures: Vec::new(),
         updated: Vec::new(),
@@ -325,8 +358,8 @@ fn update_case(
             serde_yaml_ng::Value::Sequence(now.iter().map(|s| (*s).into()).collect()),
         );
         let text = format!(
-            "# One status per event: ok, {}.\n{}",
-            CallError::KINDS.join(", "),
+            "# One status per event: {}.\n{}",
+            statuses(),
             serde_yaml_ng::to_string(&document)?
         );
         std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
