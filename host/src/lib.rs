@@ -7,6 +7,12 @@
 //! clusters and their watchers, replicas' coordination, telemetry, the control loop and the
 //! commands. Nothing below knows this crate.
 
+#[expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the command line's output is its interface: reports, tables and errors for the \
+              person at the terminal, where the daemon's own output goes through `tracing`"
+)]
 pub mod cli;
 pub mod clusters;
 pub mod config;

@@ -805,6 +805,10 @@ async fn sigkill_mid_stream_loses_nothing_and_repeats_only_calls_in_flight() {
 
 /// After the last run: every job still in the cluster has the plugin's cursor at its current
 /// version (every-version delivers every version), and no deleted job has a cursor left.
+#[expect(
+    clippy::print_stdout,
+    reason = "the run's figures, beside those its tests print, for whoever runs it"
+)]
 pub(crate) fn assert_cursors_current(
     sim: &SimCluster,
     cluster: &str,

@@ -74,6 +74,10 @@ struct Container {
 }
 
 impl Drop for Container {
+    #[expect(
+        clippy::print_stderr,
+        reason = "a failed test's container logs, for the runner to show with the failure"
+    )]
     fn drop(&mut self) {
         let conf = repo_root().join("tests/image/containers.conf");
         let podman = |args: &[&str]| {

@@ -15,8 +15,10 @@ use wasmtime::component::Resource;
 /// Why a handle was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandleError {
+    /// The bound is reached; the bound.
     #[error("at most {0} may be open at once")]
     Full(usize),
+    /// No object is kept under the handle's number: never opened here, or already dropped.
     #[error("the handle is not open")]
     NotOpen,
 }
@@ -61,10 +63,12 @@ impl<T> Handles<T> {
         Ok(Resource::new_own(rep))
     }
 
+    /// The object behind `handle`, for a call on the resource.
     pub fn get<W: 'static>(&self, handle: &Resource<W>) -> Result<&T, HandleError> {
         self.items.get(&handle.rep()).ok_or(HandleError::NotOpen)
     }
 
+    /// The object behind `handle`, for a call on the resource that changes it.
     pub fn get_mut<W: 'static>(&mut self, handle: &Resource<W>) -> Result<&mut T, HandleError> {
         self.items
             .get_mut(&handle.rep())
@@ -81,6 +85,7 @@ impl<T> Handles<T> {
         self.items.len()
     }
 
+    /// Whether none is open.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

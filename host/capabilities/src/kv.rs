@@ -34,8 +34,10 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvQuota {
+    /// Live entries; default [`DEFAULT_MAX_ENTRIES`].
     #[serde(default)]
     pub max_entries: Option<u64>,
+    /// Bytes of keys and values together; default [`DEFAULT_MAX_BYTES`].
     #[serde(default)]
     pub max_bytes: Option<u64>,
 }

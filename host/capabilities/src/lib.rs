@@ -22,6 +22,10 @@
 //! client), a field in [`Services`] too. A call that asks a service something passes through
 //! the run's tape ([`tape::through`]), so `plugin run --record/--replay` covers it.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod archive;
 pub mod deferral;
 pub mod filesystem;
@@ -88,7 +92,9 @@ pub struct Grants {
 /// Who is running: attached to every log line and captured output of the call.
 #[derive(Debug, Clone)]
 pub struct CallLabels {
+    /// The plugin's name.
     pub plugin: Arc<str>,
+    /// The plugin version's `version`, as its manifest gives it.
     pub version: Arc<str>,
     /// The id of the event being handled; `None` while only `init` runs (at load).
     pub event: Option<Arc<str>>,
@@ -105,6 +111,7 @@ impl CallLabels {
 pub struct LoadScope<'a> {
     /// The plugin's name.
     pub plugin: &'a str,
+    /// The process-wide resources a grant may name (pools, stores, clients).
     pub services: &'a Services,
 }
 
@@ -114,6 +121,7 @@ pub struct CallScope<'a> {
     pub plugin: &'a str,
     /// The grants as prepared at load.
     pub grants: &'a Grants,
+    /// The process-wide resources the call's state draws on.
     pub services: &'a Services,
     /// The event being handled; `None` while only `init` runs.
     pub event: Option<&'a JobEvent>,
@@ -170,22 +178,35 @@ pub static ALL: &[&dyn Capability] = &[
 /// What the capabilities build for one store before it exists, or for a kept store before
 /// its next call (then `wasi` is `None`: the instance keeps the WASI context it started with).
 pub struct StoreSetup {
+    /// The WASI context the store is built with, which capabilities add to (preopened
+    /// directories, captured output).
     pub wasi: Option<WasiCtxBuilder>,
+    /// The capabilities' per-call state, filled in by each one's `configure`.
     pub state: CapabilityState,
 }
 
 /// Per-store state of the capabilities, kept in the store's data.
 #[derive(Default)]
 pub struct CapabilityState {
+    /// The call's captured stdout and stderr.
     pub stdio: wasi::Stdio,
+    /// The call's log line budget.
     pub log: log::LogThrottle,
+    /// Whether the call is the load-time `init`.
     pub lifecycle: lifecycle::Stage,
+    /// The retry delay the call asked for, if any.
     pub deferral: deferral::Requested,
+    /// What the call may write on its event's job.
     pub job: job::JobAccess,
+    /// The SQL pools the call may use.
     pub sql: sql::SqlAccess,
+    /// The plugin's key-value store, if granted.
     pub kv: kv::KvAccess,
+    /// The call's outbound HTTP: its WASI HTTP context and the grant's policy.
     pub http: http::HttpAccess,
+    /// Which pod logs the call may read, and the logs it has open.
     pub pod_logs: pod_logs::PodLogAccess,
+    /// The plugin's archive prefix and its open writers, if granted.
     pub archive: archive::ArchiveAccess,
 }
 
@@ -209,7 +230,9 @@ impl CapabilityState {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{capability}: {problem}")]
 pub struct GrantError {
+    /// The capability's [`Capability::name`].
     pub capability: &'static str,
+    /// What is wrong.
     #[source]
     pub problem: GrantProblem,
 }
@@ -223,7 +246,9 @@ pub enum GrantProblem {
     /// What the grant names could not be made ready on this host (a granted directory).
     #[error("{what}: {source}")]
     Io {
+        /// What was being done, with the path (`cannot create /data/x`).
         what: String,
+        /// The file system's error, shared so the problem can be cloned.
         #[source]
         source: Arc<std::io::Error>,
     },

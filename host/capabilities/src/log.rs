@@ -86,7 +86,9 @@ fn level_index(level: Level) -> usize {
 
 /// What the log functions of one call reach: its line budget, and who is calling.
 pub struct LogView<'a> {
+    /// The call's line budget, spent by every line written.
     pub throttle: &'a mut LogThrottle,
+    /// The plugin, version and event every line is tagged with.
     pub labels: &'a CallLabels,
 }
 

@@ -12,7 +12,9 @@ pub enum OpenError {
     /// A connection's URL is a secret reference that cannot be resolved.
     #[error("sql.connections.{connection}: url")]
     SqlSecret {
+        /// The connection's name under `sql.connections`.
         connection: String,
+        /// Which reference failed and why.
         #[source]
         source: SecretError,
     },
@@ -20,33 +22,42 @@ pub enum OpenError {
     /// can quote the URL, password included.
     #[error("sql.connections.{connection}: url: {why}")]
     SqlUrl {
+        /// The connection's name under `sql.connections`.
         connection: String,
+        /// What is wrong with the URL, in words that quote none of it.
         why: &'static str,
     },
     /// The local archive folder cannot be created.
     #[error("archive.local: cannot create `{}`", path.display())]
     ArchiveFolder {
+        /// The folder, resolved against the config folder.
         path: PathBuf,
+        /// Why the file system refused.
         #[source]
         source: std::io::Error,
     },
     /// The local archive folder cannot be used as a store.
     #[error("archive.local: `{}`", path.display())]
     ArchiveLocal {
+        /// The folder, resolved against the config folder.
         path: PathBuf,
+        /// object_store's reason.
         #[source]
         source: object_store::Error,
     },
     /// An S3 credential is a secret reference that cannot be resolved.
     #[error("archive.s3.{field}")]
     ArchiveSecret {
+        /// `access_key_id` or `secret_access_key`.
         field: &'static str,
+        /// Which reference failed and why.
         #[source]
         source: SecretError,
     },
     /// The S3 settings do not make a store.
     #[error("archive.s3")]
     ArchiveS3 {
+        /// What object_store refused in them.
         #[source]
         source: object_store::Error,
     },

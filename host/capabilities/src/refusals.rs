@@ -35,6 +35,7 @@ impl Limit {
         Limit::JobWrites,
     ];
 
+    /// The limit as the refusals metric's `limit` label names it.
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::KvQuota => "kv_quota",

@@ -64,28 +64,40 @@ pub struct Entry {
 pub struct Divergence {
     /// The call's number on the tape, from 1.
     pub position: usize,
+    /// What the plugin did and what the tape has there.
     pub reason: String,
 }
 
 /// A tape file that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum TapeError {
+    /// The file could not be read (`--replay`, a test case's tape).
     #[error("cannot read the tape {path}: {source}")]
     Read {
+        /// The tape's path, as given.
         path: String,
+        /// Why the file system refused.
         #[source]
         source: std::io::Error,
     },
+    /// The file could not be written (`--record`).
     #[error("cannot write the tape {path}: {source}")]
     Write {
+        /// The tape's path, as given.
         path: String,
+        /// Why the file system refused.
         #[source]
         source: std::io::Error,
     },
+    /// A line that is no entry, or a first line (the header) that cannot be used.
     #[error("{path}, line {line}: not a tape entry: {reason}")]
     Parse {
+        /// The tape's path, or what the text came from.
         path: String,
+        /// The line's number, from 1.
         line: usize,
+        /// The JSON decoder's error, or what is wrong with the header (an unknown format, a
+        /// clock that is no RFC 3339 time).
         reason: String,
     },
 }
@@ -109,7 +121,12 @@ pub enum DecodeError {
     /// A variant the interface does not have; `of` names the interface's error, as in
     /// "an sql error".
     #[error("`{case}` is not {of}")]
-    UnknownCase { case: String, of: &'static str },
+    UnknownCase {
+        /// The case as the tape names it.
+        case: String,
+        /// The interface's error, as in "an sql error".
+        of: &'static str,
+    },
     /// JSON that is no SQL value.
     #[error("{0} is not a value")]
     NotAValue(String),
@@ -132,6 +149,7 @@ pub enum DecodeError {
 pub struct TapeFile {
     /// Time since the Unix epoch (whole milliseconds).
     pub clock: Duration,
+    /// The calls, in the order the plugin made them.
     pub entries: Vec<Entry>,
 }
 
@@ -401,6 +419,7 @@ pub struct CallTape {
 }
 
 impl CallTape {
+    /// The view of `tape` for a call that handles `event` (its id), or for a load's `init`.
     pub fn new(tape: &Arc<Tape>, event: Option<&str>) -> CallTape {
         CallTape {
             tape: tape.clone(),
@@ -514,18 +533,22 @@ pub async fn through<A: Answer>(
 
 /// A value as it is written on a tape, and read back.
 pub trait Taped: Sized {
+    /// The value as JSON on the tape.
     fn to_tape(&self) -> Value;
+    /// The value a tape's JSON stands for; an error names what does not fit.
     fn from_tape(value: &Value) -> Result<Self, DecodeError>;
 }
 
 /// An answer a call can give when its replay diverged: the interface's own error, so the
 /// plugin goes on as it would after a failed call, and the run reports the divergence.
 pub trait Answer: Taped {
+    /// The error answer the plugin gets for a call that diverged, carrying `reason`.
     fn diverged(reason: String) -> Self;
 }
 
 /// An interface's error type, made from a divergence's reason.
 pub trait FromDivergence {
+    /// The error, as the interface would report a failed call, carrying `reason`.
     fn from_divergence(reason: String) -> Self;
 }
 

@@ -85,7 +85,9 @@ impl wasmtime_wasi::HostWallClock for StoppedClock {
 /// The captured stdout and stderr of one call.
 #[derive(Default)]
 pub struct Stdio {
+    /// What the plugin wrote to stdout: its tail, up to the capture's cap.
     pub stdout: CapturedStream,
+    /// What the plugin wrote to stderr: its tail, where a Rust panic message lands.
     pub stderr: CapturedStream,
 }
 
@@ -123,7 +125,6 @@ impl Stdio {
         }
     }
 
-    /// The last `max_lines` non-empty lines of stderr, joined with ` | `, for error messages.
     /// Forgets what was captured, for an instance that serves another call.
     pub fn clear(&self) {
         for captured in [&self.stdout, &self.stderr] {
@@ -133,6 +134,7 @@ impl Stdio {
         }
     }
 
+    /// The last `max_lines` non-empty lines of stderr, joined with ` | `, for error messages.
     pub fn stderr_tail(&self, max_lines: usize) -> String {
         let tail = self.stderr.lock();
         let (front, back) = tail.bytes.as_slices();

@@ -15,14 +15,24 @@ use crate::transition_key::TransitionKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Accepted by the cluster but not running yet (queued, scheduling, pulling images).
     Pending,
+    /// At least one worker is running.
     Running,
+    /// The controller is restarting workers after a failure; the job may run again.
     Restarting,
+    /// Suspended by the user or a queueing system; the job holds no workers.
     Suspended,
+    /// Finished successfully. Terminal.
     Succeeded,
+    /// Finished unsuccessfully, including aborted or terminated by the controller. Terminal.
     Failed,
+    /// Deletion was requested (the object has a deletionTimestamp) but the object still exists,
+    /// usually held by a finalizer.
     Terminating,
+    /// The object is gone from the cluster; always a job's last event.
     Deleted,
+    /// The status could not be interpreted: missing, partial or unknown to the normalizer.
     Unknown,
 }
 
@@ -45,6 +55,7 @@ impl Phase {
         matches!(self, Phase::Succeeded | Phase::Failed)
     }
 
+    /// The name as the WIT enum, the state store and the logs spell it (`terminating`).
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "pending",
@@ -77,28 +88,44 @@ pub struct JobEvent {
     /// in an event file that leaves it out; [`JobEvent::transition_key`] then derives it.
     #[serde(default)]
     pub transition_key: String,
+    /// The cluster's name in jobrelay: the stem of its kubeconfig file.
     pub cluster: String,
+    /// The job's `apiVersion`, e.g. `batch/v1`.
     pub api_version: String,
+    /// The job's `kind`, e.g. `PyTorchJob`.
     pub kind: String,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
+    /// The job's `metadata.uid`: a job deleted and re-created under the same name has a new one.
     pub uid: String,
+    /// The `metadata.resourceVersion` of this version; opaque, compared for equality only.
     pub resource_version: String,
+    /// `metadata.generation`, when the object has one.
     #[serde(default)]
     pub generation: Option<i64>,
+    /// The normalized phase of this version.
     pub phase: Phase,
+    /// The kind's own phase or deciding condition, verbatim (Volcano `Completing`); empty when
+    /// the status says nothing.
     #[serde(default)]
     pub raw_phase: String,
+    /// Machine-readable reason from the deciding status field.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Human-readable message from the deciding status field.
     #[serde(default)]
     pub message: Option<String>,
+    /// The phase of the previous version delivered to this plugin for this job, if any.
     #[serde(default)]
     pub previous_phase: Option<Phase>,
     /// RFC 3339.
     pub transition_time: String,
+    /// `metadata.labels`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`, without `kubectl.kubernetes.io/last-applied-configuration`.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// The observed object as JSON text; shared, because every plugin lane gets the same event.
@@ -142,7 +169,9 @@ impl JobEvent {
 /// Identifies one job across the fleet; uids are unique per cluster only.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobKey {
+    /// The cluster's name in jobrelay.
     pub cluster: String,
+    /// The job's `metadata.uid`, unique within its cluster only.
     pub uid: String,
 }
 

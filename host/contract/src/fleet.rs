@@ -32,13 +32,18 @@ pub const KIND_RULE: &str = "FleetRule";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FleetEventKind {
+    /// The cluster failed `offline_after` health checks in a row: jobrelay cannot watch it.
     ClusterOffline,
+    /// An offline cluster passed `online_after` health checks in a row.
     ClusterOnline,
+    /// A rule's condition has held on the cluster for the rule's `for`.
     RuleFiring,
+    /// A firing rule's condition no longer holds.
     RuleResolved,
 }
 
 impl FleetEventKind {
+    /// The kind as WIT and JSON spell it (`cluster-offline`).
     pub fn as_str(self) -> &'static str {
         match self {
             FleetEventKind::ClusterOffline => "cluster-offline",
@@ -79,18 +84,25 @@ pub struct FleetEvent {
     /// The carrier's id (`cluster/uid/resource_version`): stable across retries and restarts.
     #[serde(default)]
     pub id: String,
+    /// What happened.
     pub kind: FleetEventKind,
+    /// The cluster the event is about.
     pub cluster: String,
+    /// The rule's name, for rule events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// The rule's measured value when it was judged (a ratio, or seconds), for rule events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
+    /// The rule's threshold, for rule events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
     /// RFC 3339: when the new state began.
     pub since: String,
     /// RFC 3339: when the event was made.
     pub time: String,
+    /// One line for people: an offline cluster's last error, or the rule's condition with its
+    /// value.
     pub summary: String,
 }
 

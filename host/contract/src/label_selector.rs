@@ -17,17 +17,24 @@ use std::collections::BTreeMap;
 /// Why a selector is refused: its shape, or which requirement is wrong and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
+    /// Nothing but whitespace; to select every job the setting is left out instead.
     #[error("is empty; leave it out to select every job")]
     Empty,
+    /// A `(` inside a value list; Kubernetes' grammar has one level.
     #[error("nested parentheses")]
     NestedParentheses,
+    /// A `)` with no value list open.
     #[error("a `)` without its `(`")]
     UnopenedParenthesis,
+    /// A value list still open at the end of the text.
     #[error("a `(` without its `)`")]
     UnclosedParenthesis,
+    /// One comma-separated requirement is wrong.
     #[error("`{requirement}`: {why}")]
     Requirement {
+        /// The requirement as written, trimmed.
         requirement: String,
+        /// What is wrong with it.
         why: RequirementError,
     },
 }
@@ -35,32 +42,65 @@ pub enum SelectorError {
 /// What is wrong with one requirement; the message names the key or value at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {
+    /// Nothing between two commas, or after the last one.
     #[error("empty requirement (two commas in a row, or a trailing comma)")]
     Empty,
+    /// `in` or `notin` not followed by a parenthesized list.
     #[error("`{op}` needs a list of values in parentheses")]
-    NoValueList { op: &'static str },
+    NoValueList {
+        /// The operator, `in` or `notin`.
+        op: &'static str,
+    },
+    /// `in ()` or `notin ()`: a list with no value in it.
     #[error("`{op}` needs at least one value")]
-    NoValue { op: &'static str },
+    NoValue {
+        /// The operator, `in` or `notin`.
+        op: &'static str,
+    },
+    /// A key followed by something that is not an operator.
     #[error("expected `=`, `==`, `!=`, `in` or `notin` after the key, found `{rest}`")]
-    NoOperator { rest: String },
+    NoOperator {
+        /// The text after the key.
+        rest: String,
+    },
+    /// The part of a key before `/` is not a DNS subdomain.
     #[error(
         "key prefix `{prefix}` is not a DNS subdomain (lowercase letters, digits, `-` and `.`, \
          at most 253 characters)"
     )]
-    KeyPrefix { prefix: String },
+    KeyPrefix {
+        /// The prefix, without its `/`.
+        prefix: String,
+    },
+    /// A requirement without a key (`=x`, a lone `!`), or a prefix with nothing after its `/`.
     #[error("a key is missing")]
     NoKey,
+    /// The name part of a key (after any prefix) is not a valid label name.
     #[error("key `{key}`: {why}")]
-    Key { key: String, why: NameError },
+    Key {
+        /// The whole key, prefix included.
+        key: String,
+        /// What is wrong with its name part.
+        why: NameError,
+    },
+    /// A value is not a valid label value.
     #[error("value `{value}`: {why}")]
-    Value { value: String, why: NameError },
+    Value {
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        why: NameError,
+    },
 }
 
 /// What is wrong with a key's name part or a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
+    /// Past the 63 characters Kubernetes allows in a label name or value.
     #[error("longer than 63 characters")]
     TooLong,
+    /// A character other than letters, digits, `-`, `_` and `.`, or a first or last character
+    /// that is not a letter or digit.
     #[error(
         "must be letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit"
     )]

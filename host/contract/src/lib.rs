@@ -5,6 +5,10 @@
 //! secret; tamed text is how anything a plugin says is kept and printed. Nothing here knows Kubernetes, WebAssembly or a database, so every layer above can
 //! depend on it and it depends on none of them.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod event;
 pub mod fleet;
 pub mod label_selector;

@@ -14,10 +14,18 @@ use std::path::Path;
 /// A reference that could not be resolved. Names the reference, never a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
+    /// `env:NAME` where the variable `NAME` (the payload) is unset or not UTF-8.
     #[error("environment variable `{0}` is not set (or not valid UTF-8)")]
     MissingEnv(String),
+    /// `file:/path` where the file cannot be read.
     #[error("cannot read secret file `{path}`: {reason}")]
-    File { path: String, reason: String },
+    File {
+        /// The path after `file:`.
+        path: String,
+        /// The I/O error's kind (`not found`, `permission denied`), never the file's content.
+        reason: String,
+    },
+    /// `env:` or `file:` (the payload) with nothing after it.
     #[error("`{0}` is an empty secret reference")]
     Empty(&'static str),
 }

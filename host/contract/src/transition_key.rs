@@ -15,10 +15,15 @@ pub enum TransitionKey<'a> {
     /// The stay a job is in from its creation until its status records anything else: a job
     /// is created once, so this stay needs no time.
     Created,
-    /// The status records when the phase was entered, as the text `at`; `n` numbers the stays
-    /// in this phase entered at that same text (1 for the first), so two entries within one
-    /// second of a status's one-second times still differ.
-    Entered { at: &'a str, n: u32 },
+    /// The status records when the phase was entered.
+    Entered {
+        /// The entry time as the status writes it.
+        at: &'a str,
+        /// The stay's number among the stays in this phase entered at that same text (1 for
+        /// the first), so two entries within one second of a status's one-second times still
+        /// differ.
+        n: u32,
+    },
     /// The job is gone: a job is deleted once.
     Deletion,
     /// Nothing records the entry: the version the stay was first observed in.

@@ -21,6 +21,8 @@ enum Repr {
 }
 
 impl Uid {
+    /// Keeps `text` as 16 bytes when it is a canonical (lowercase, hyphenated) UUID, else as
+    /// the text itself.
     pub fn new(text: &str) -> Uid {
         Uid(match parse_uuid(text) {
             Some(bytes) => Repr::Uuid(bytes),

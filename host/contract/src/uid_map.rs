@@ -40,44 +40,54 @@ impl<V> UidMap<V> {
         &mut self.shards[uid.spread() % SHARDS]
     }
 
+    /// How many uids the map holds: a sum over the tables, so not free on a hot path.
     pub fn len(&self) -> usize {
         self.shards.iter().map(HashMap::len).sum()
     }
 
+    /// Whether no table holds a uid.
     pub fn is_empty(&self) -> bool {
         self.shards.iter().all(HashMap::is_empty)
     }
 
+    /// The value kept for `uid`.
     pub fn get(&self, uid: &Uid) -> Option<&V> {
         self.shard(uid).get(uid)
     }
 
+    /// The value kept for `uid`, to change in place.
     pub fn get_mut(&mut self, uid: &Uid) -> Option<&mut V> {
         self.shard_mut(uid).get_mut(uid)
     }
 
+    /// Whether the map holds `uid`.
     pub fn contains_key(&self, uid: &Uid) -> bool {
         self.shard(uid).contains_key(uid)
     }
 
+    /// Keeps `value` for `uid`; returns the value it replaces.
     pub fn insert(&mut self, uid: Uid, value: V) -> Option<V> {
         self.shard_mut(&uid).insert(uid, value)
     }
 
+    /// Takes `uid`'s value out of the map.
     pub fn remove(&mut self, uid: &Uid) -> Option<V> {
         self.shard_mut(uid).remove(uid)
     }
 
+    /// The `HashMap` entry for `uid` in its table, to insert or update with one lookup.
     pub fn entry(&mut self, uid: Uid) -> Entry<'_, Uid, V> {
         self.shard_mut(&uid).entry(uid)
     }
 
+    /// Keeps only the entries `keep` says yes to, table by table.
     pub fn retain(&mut self, mut keep: impl FnMut(&Uid, &mut V) -> bool) {
         for shard in self.shards.iter_mut() {
             shard.retain(&mut keep);
         }
     }
 
+    /// Every entry, a table at a time.
     pub fn iter(&self) -> impl Iterator<Item = (&Uid, &V)> {
         self.shards.iter().flat_map(HashMap::iter)
     }
@@ -88,14 +98,17 @@ impl<V> UidMap<V> {
         self.shards.get(part).into_iter().flat_map(HashMap::iter)
     }
 
+    /// Every entry, a table at a time, values changeable in place.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Uid, &mut V)> {
         self.shards.iter_mut().flat_map(HashMap::iter_mut)
     }
 
+    /// Every value, a table at a time.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.shards.iter().flat_map(HashMap::values)
     }
 
+    /// Every value, a table at a time, changeable in place.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
         self.shards.iter_mut().flat_map(HashMap::values_mut)
     }

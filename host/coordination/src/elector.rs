@@ -23,16 +23,21 @@ use super::settings::Timings;
 pub enum Role {
     /// No election: the only replica, always delivering.
     Single,
-    /// Waiting; `holder` is the leader as last seen (none while the Lease is free).
-    Follower { holder: Option<String> },
+    /// Waiting for the Lease.
+    Follower {
+        /// The leader as last seen; none while the Lease is free.
+        holder: Option<String>,
+    },
     /// Holds the Lease and delivers.
     Leader,
-    /// Sharding: delivers the clusters whose Leases it holds; `members` are the live replicas;
-    /// `clusters` every cluster configured (held here or not), so each replica can report the
-    /// ones it does not hold and a cluster nobody holds is visible.
+    /// Sharding: delivers the clusters whose Leases it holds.
     Sharded {
+        /// The clusters whose Leases this replica holds, which it delivers.
         owned: Vec<String>,
+        /// The live replicas, this one included.
         members: Vec<String>,
+        /// Every cluster configured, held here or not, so each replica can report the ones it
+        /// does not hold and a cluster nobody holds is visible.
         clusters: Vec<String>,
         /// This replica's identity among `members`.
         identity: String,

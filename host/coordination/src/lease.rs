@@ -22,13 +22,18 @@ use kube::api::PostParams;
 /// A failed read or write of the Lease (a lost race is not an error: see [`LeaseLock::try_hold`]).
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
+    /// The API server refused the call or could not be reached.
     #[error("Lease {namespace}/{name}: {source}")]
     Api {
+        /// The Lease's namespace.
         namespace: String,
+        /// The Lease's name.
         name: String,
+        /// kube's error, with the API's status when there is one.
         #[source]
         source: kube::Error,
     },
+    /// The call hung past the limit [`bounded`] gave it.
     #[error("no answer from the home cluster in time")]
     TimedOut,
 }
@@ -102,6 +107,8 @@ pub struct LeaseLock {
 }
 
 impl LeaseLock {
+    /// A handle on the Lease `namespace/name`, held as `identity` for `duration` at a time.
+    /// Nothing is read or written until the first [`try_hold`](LeaseLock::try_hold).
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -126,10 +133,12 @@ impl LeaseLock {
         self
     }
 
+    /// The Lease's name, for logs and status.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The holder identity this replica writes into the Lease.
     pub fn identity(&self) -> &str {
         &self.identity
     }

@@ -10,6 +10,10 @@
 //! With `coordination.mode: sharded` the clusters are spread over the replicas instead: each
 //! holds one Lease per cluster it delivers (see [`shards`]).
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod coordinator;
 pub mod elector;
 pub mod home;

@@ -45,6 +45,9 @@ pub struct Members {
 }
 
 impl Members {
+    /// This replica's membership of `group` in `namespace`: its own member Lease (named from
+    /// the group and `identity`, renewed every `duration`) and, through the group's label, the
+    /// others'. Makes no request yet.
     pub fn new(
         client: kube::Client,
         namespace: &str,

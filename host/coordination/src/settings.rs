@@ -50,6 +50,7 @@ impl std::fmt::Display for Mode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "snake_case", deny_unknown_fields)]
 pub struct CoordinationSettings {
+    /// Whether replicas share the work, and how; `single` needs none of the other fields.
     pub mode: Mode,
     /// Name of the Lease object; with `sharded`, the prefix of the member and cluster Leases
     /// (`<lease_name>-member-<identity>`, `<lease_name>-cluster-<cluster>`).
@@ -91,13 +92,16 @@ impl Default for CoordinationSettings {
 /// A `coordination:` field the host cannot use; the text names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
+    /// The Lease name as written is not a Kubernetes object name.
     #[error(
         "coordination.lease_name: `{0}` is not a valid object name (lowercase letters, \
          digits, '-' and '.', at most 253 characters)"
     )]
     LeaseName(String),
+    /// The namespace as written is not a Kubernetes object name.
     #[error("coordination.namespace: `{0}` is not a valid namespace")]
     Namespace(String),
+    /// `identity` is set to blank text, which would make every such replica the same holder.
     #[error("coordination.identity: must not be empty")]
     EmptyIdentity,
     /// The three durations, in seconds, out of their order.
@@ -106,8 +110,11 @@ pub enum SettingsError {
          renew_deadline_seconds ({deadline}) < lease_duration_seconds ({lease})"
     )]
     Timings {
+        /// `retry_period_seconds`.
         retry: u32,
+        /// `renew_deadline_seconds`.
         deadline: u32,
+        /// `lease_duration_seconds`.
         lease: u32,
     },
 }
@@ -115,8 +122,11 @@ pub enum SettingsError {
 /// The timings of an election, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
+    /// How long a Lease not renewed keeps other replicas out.
     pub lease_duration: Duration,
+    /// How long a holder may fail to renew before it must stop delivering.
     pub renew_deadline: Duration,
+    /// The pause between attempts to take or renew (see [`Timings::next_attempt`]).
     pub retry_period: Duration,
 }
 
@@ -165,6 +175,8 @@ impl CoordinationSettings {
         Ok(self)
     }
 
+    /// The section's three durations as [`Timings`]; their order is checked by
+    /// [`resolve`](CoordinationSettings::resolve), not here.
     pub fn timings(&self) -> Timings {
         Timings {
             lease_duration: Duration::from_secs(self.lease_duration_seconds.into()),

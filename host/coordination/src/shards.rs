@@ -32,11 +32,15 @@ pub enum ShardCommand {
 
 /// Where the Leases live and who this replica is.
 pub struct ShardSetup {
+    /// A client for the home cluster, where the Leases live.
     pub client: kube::Client,
+    /// The Leases' namespace.
     pub namespace: String,
     /// Prefix of every Lease name (`coordination.lease_name`).
     pub group: String,
+    /// This replica's name in its member Lease and as holder of cluster Leases.
     pub identity: String,
+    /// How long a Lease lasts, the renew deadline and the retry period, for every Lease.
     pub timings: Timings,
 }
 
@@ -65,6 +69,8 @@ impl Sharding {
         (Sharding { role, task }, received)
     }
 
+    /// This replica's [`Role::Sharded`], updated whenever the clusters it holds, the live
+    /// members or the configured clusters change.
     pub fn role(&self) -> watch::Receiver<Role> {
         self.role.clone()
     }

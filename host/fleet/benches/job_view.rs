@@ -5,6 +5,11 @@
 //! Run: `cargo bench -p jobrelay-fleet --bench job_view` (`-- --jobs N` for another size).
 //! Results and method: docs/BENCHMARKS.md, "Job view".
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,6 +6,11 @@
 //! Run: `cargo bench -p jobrelay-fleet --bench rules`.
 //! Results and method: docs/BENCHMARKS.md, "Fleet rules".
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 

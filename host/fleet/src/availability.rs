@@ -61,13 +61,17 @@ pub enum Streams {
 pub enum Availability {
     /// No verdict yet: neither a good check or a full sync, nor `offline_after` failures.
     Connecting,
+    /// Reachable: the last check passed and no stream is failing.
     Online,
     /// Reachable, but a check failed lately or some streams are failing.
     Degraded,
+    /// `offline_after` checks failed in a row, and `online_after` good ones have not followed.
     Offline,
 }
 
 impl Availability {
+    /// Every verdict, so a metric can set each state's series (1 for the current, 0 for the
+    /// rest).
     pub const ALL: [Availability; 4] = [
         Availability::Connecting,
         Availability::Online,
@@ -75,6 +79,7 @@ impl Availability {
         Availability::Offline,
     ];
 
+    /// The verdict as the metrics' `state` label and the status spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Availability::Connecting => "connecting",
@@ -88,11 +93,17 @@ impl Availability {
 /// A crossing of a threshold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// `offline_after` checks failed in a row; `since`: the first of them (ms since the epoch).
-    Offline { since: i64 },
+    /// `offline_after` checks failed in a row.
+    Offline {
+        /// The first failed check of the run (ms since the epoch).
+        since: i64,
+    },
     /// `online_after` checks passed in a row after an outage, or the first verdict is that
-    /// the cluster is reachable; `since`: the first good check (or the full sync).
-    Online { since: i64 },
+    /// the cluster is reachable.
+    Online {
+        /// The first good check of the run, or the full sync (ms since the epoch).
+        since: i64,
+    },
 }
 
 /// One cluster's judge.
@@ -115,6 +126,8 @@ pub struct Judge {
 }
 
 impl Judge {
+    /// A judge with no verdict yet (`connecting`); `now` (ms since the epoch) is when the
+    /// cluster was first configured.
     pub fn new(thresholds: Thresholds, now: i64) -> Judge {
         Judge {
             thresholds,
@@ -135,6 +148,7 @@ impl Judge {
         self.thresholds = thresholds;
     }
 
+    /// The current verdict.
     pub fn state(&self) -> Availability {
         self.state
     }
@@ -144,10 +158,13 @@ impl Judge {
         self.since
     }
 
+    /// When the cluster was last wholly in sync (ms since the epoch); none before the first
+    /// time.
     pub fn last_sync(&self) -> Option<i64> {
         self.last_sync
     }
 
+    /// Checks failed since the last good one, as the status and the metrics show them.
     pub fn failed_in_a_row(&self) -> u32 {
         self.failed_in_a_row
     }

@@ -113,6 +113,7 @@ impl<T: Eq + Hash> Interner<T> {
         self.index.len()
     }
 
+    /// Whether no value is held (free slots may remain).
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }

@@ -31,7 +31,9 @@ use jobrelay_watch::tracker::{Listed, Observed};
 /// How long deleted jobs stay, and how many at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ViewSettings {
+    /// How long a deleted job stays visible (`job_view.keep_deleted`).
     pub keep_deleted_seconds: u32,
+    /// The most deleted jobs kept, all clusters together; the oldest go first.
     pub max_deleted: usize,
     /// Namespaces per cluster the SLI metrics label by name; the rest are `other`.
     pub metrics_namespaces: usize,
@@ -145,44 +147,61 @@ pub struct JobView {
 /// One job in a list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobSummary {
+    /// The cluster's name in jobrelay.
     pub cluster: String,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
     /// The configured kind's name.
     pub kind: String,
+    /// The job's `metadata.uid`.
     pub uid: String,
+    /// The phase of the latest version seen.
     pub phase: Phase,
+    /// The kind's own phase of that version (see `JobEvent::raw_phase`).
     pub raw_phase: String,
+    /// RFC 3339: the object's `creationTimestamp`, else when the view first saw it.
     pub created: Option<String>,
+    /// RFC 3339: when it first entered `running`.
     pub started: Option<String>,
+    /// RFC 3339: when it last succeeded or failed; absent again once it runs again.
     pub finished: Option<String>,
     /// When it was seen deleted.
     pub deleted: Option<String>,
     /// Seconds from its start to its end, or to now while it runs.
     pub duration_seconds: Option<u32>,
+    /// How many times it entered `restarting`.
     pub restarts: u16,
 }
 
 /// One job with what was observed of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobDetail {
+    /// What a list shows of it.
     #[serde(flatten)]
     pub summary: JobSummary,
+    /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// The phases it entered, oldest first (the first, then the latest ones).
     pub transitions: Vec<TransitionView>,
 }
 
+/// One phase a job entered, as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TransitionView {
+    /// RFC 3339: when it entered the phase, as its status records it or as observed.
     pub at: Option<String>,
+    /// The phase entered.
     pub phase: Phase,
+    /// Rebuilt from status timestamps after a watch gap rather than observed.
     pub synthetic: bool,
 }
 
 /// One page of a list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobPage {
+    /// The jobs of this page, in the query's order.
     pub items: Vec<JobSummary>,
     /// Jobs that match after this page.
     pub remaining: u64,
@@ -192,6 +211,7 @@ pub struct JobPage {
 }
 
 impl JobView {
+    /// An empty view.
     pub fn new(settings: ViewSettings) -> JobView {
         JobView {
             clusters: RwLock::default(),
@@ -200,6 +220,8 @@ impl JobView {
         }
     }
 
+    /// New settings (the main file changed): the deleted jobs' limits apply from the next
+    /// [`sweep`](JobView::sweep), the SLI namespace cap to namespaces not labeled yet.
     pub fn set_settings(&self, settings: ViewSettings) {
         self.slis.set_max_namespaces(settings.metrics_namespaces);
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
@@ -222,6 +244,7 @@ impl JobView {
             .collect()
     }
 
+    /// The settings in force.
     pub fn settings(&self) -> ViewSettings {
         *self.settings.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -250,6 +273,7 @@ impl JobView {
         self.shards().iter().map(|(_, s)| read(s).jobs.len()).sum()
     }
 
+    /// Whether no cluster holds a job, deleted or not.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -12,6 +12,10 @@
 //! - [`sli`]: queue wait, run time, ends and restarts per cluster × namespace × kind, from the
 //!   transitions the view sees live.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod availability;
 pub mod interner;
 pub mod jobs;

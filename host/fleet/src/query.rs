@@ -26,15 +26,23 @@ pub const MAX_VALUES: usize = 256;
 /// Why a request is refused; the message names the parameter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
+    /// The query string is past [`MAX_QUERY_BYTES`] (its length is the payload).
     #[error("the query is {0} bytes; at most {MAX_QUERY_BYTES} are read")]
     TooLong(usize),
+    /// A parameter this API does not take (its name is the payload).
     #[error(
         "`{0}` is not a parameter (cluster, namespace, kind, phase, labelSelector, name, sort, \
          limit, continue)"
     )]
     Unknown(String),
+    /// A known parameter with a value out of shape.
     #[error("{param}: {why}")]
-    Invalid { param: &'static str, why: String },
+    Invalid {
+        /// The parameter's name as the URL spells it.
+        param: &'static str,
+        /// What is wrong with its value.
+        why: String,
+    },
 }
 
 fn invalid(param: &'static str, why: impl Into<String>) -> QueryError {
@@ -61,7 +69,9 @@ pub enum SortField {
 /// An order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sort {
+    /// What jobs are ordered by.
     pub field: SortField,
+    /// Largest first (`-` in front of the field's name).
     pub descending: bool,
 }
 
@@ -106,17 +116,22 @@ impl Sort {
 
 /// Where a job stands in an order: the key a page ends at, and the next begins after.
 ///
-/// `missing` puts jobs without the time sorted by after all others, in either direction;
-/// `time` is that time; `a`, `b`, `c` are the names in the order's precedence (cluster,
-/// namespace, name for every order but `name`'s, which is name, namespace, cluster); the uid
-/// tells apart a deleted job and a new one of the same name.
+/// `a`, `b`, `c` are the names in the order's precedence: cluster, namespace, name for every
+/// order but `name`'s, which is name, namespace, cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Position {
+    /// The job lacks the time sorted by (not finished, for `finished`): such jobs come after
+    /// all others, in either direction.
     pub missing: bool,
+    /// The time sorted by, in seconds since the epoch; 0 for the orders by name.
     pub time: u32,
+    /// The first name in the order's precedence.
     pub a: String,
+    /// The second.
     pub b: String,
+    /// The third.
     pub c: String,
+    /// Tells apart a deleted job and a new one of the same name.
     pub uid: String,
 }
 
@@ -133,16 +148,23 @@ struct Token {
 /// One request, checked.
 #[derive(Debug, Clone, Default)]
 pub struct JobQuery {
+    /// Only jobs on these clusters; every cluster when empty.
     pub clusters: Vec<String>,
+    /// Only jobs in these namespaces; every namespace when empty.
     pub namespaces: Vec<String>,
     /// Configured kind names.
     pub kinds: Vec<String>,
+    /// Only jobs in these phases; every phase when empty.
     pub phases: Vec<Phase>,
+    /// Only jobs whose labels match (`labelSelector`).
     pub selector: Option<Selector>,
     /// The raw selector, for the continue token's filter hash.
     selector_text: String,
+    /// Only jobs whose name starts with this (`name`).
     pub name_prefix: Option<String>,
+    /// The order asked for; `cluster` when none was.
     pub sort: Option<Sort>,
+    /// The most jobs on the page, 1 to [`MAX_LIMIT`].
     pub limit: usize,
     /// Jobs after this one (from `continue`).
     pub after: Option<Position>,

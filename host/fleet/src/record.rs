@@ -17,6 +17,7 @@ use jobrelay_contract::event::Phase;
 pub struct LabelSet(Box<[(Box<str>, Box<str>)]>);
 
 impl LabelSet {
+    /// The set of `labels`, copied.
     pub fn of(labels: &std::collections::BTreeMap<String, String>) -> LabelSet {
         LabelSet(
             labels
@@ -44,6 +45,7 @@ impl LabelSet {
                 .all(|((k, v), (lk, lv))| **k == **lk && **v == **lv)
     }
 
+    /// The labels as a map again, for an answer of the API.
     pub fn to_map(&self) -> std::collections::BTreeMap<String, String> {
         self.0
             .iter()
@@ -64,6 +66,7 @@ pub const MAX_HISTORY: usize = 16;
 pub struct Transition {
     /// When it entered the phase: the time its status records, or when it was observed.
     pub at: Secs,
+    /// The phase entered.
     pub phase: Phase,
     /// Reconstructed from status timestamps after a watch gap, not observed.
     pub synthetic: bool,
@@ -72,12 +75,17 @@ pub struct Transition {
 /// One job.
 #[derive(Debug)]
 pub struct JobRecord {
+    /// The job's name.
     pub name: CompactString,
+    /// The job's namespace, interned in its cluster's strings.
     pub namespace: Sym,
     /// The configured kind's name (`batch-job`, `volcano-job`, …).
     pub kind: Sym,
+    /// The kind's own phase of the latest version, interned.
     pub raw_phase: Sym,
+    /// The job's label set, interned in its cluster's label sets.
     pub labels: Sym,
+    /// The object's `creationTimestamp`, else when the view first saw it.
     pub created: Secs,
     /// When it first ran.
     pub started: Secs,
@@ -85,6 +93,7 @@ pub struct JobRecord {
     pub finished: Secs,
     /// When it was seen deleted (0: it exists).
     pub gone: Secs,
+    /// The phase of the latest version seen.
     pub phase: Phase,
     /// Times it entered `restarting`.
     pub restarts: u16,

@@ -38,6 +38,7 @@ pub enum Measure {
 }
 
 impl Measure {
+    /// The measure in words, with its unit, as a rule's summary line shows it.
     pub fn describe(self) -> &'static str {
         match self {
             Measure::FailureRatio => "job failure ratio",
@@ -50,7 +51,9 @@ impl Measure {
 /// One rule, checked (main file `fleet.rules`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
+    /// The rule's name, unique in the main file; fleet events and metrics carry it.
     pub name: String,
+    /// The SLI the rule measures.
     pub measure: Measure,
     /// The rule holds while the measure is above this.
     pub above: f64,
@@ -122,15 +125,19 @@ fn round(v: f64) -> String {
 /// A rule's judgement on one cluster changed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleChange {
+    /// The rule's name.
     pub rule: String,
+    /// The cluster it was judged on.
     pub cluster: String,
     /// Firing (true) or resolved.
     pub firing: bool,
     /// The measure at this evaluation.
     pub value: f64,
+    /// The rule's `above`, which the value is judged against.
     pub threshold: f64,
     /// Firing: the first evaluation the condition held at; resolved: this evaluation.
     pub since: i64,
+    /// The one line the fleet event carries ([`Rule::summary`]).
     pub summary: String,
 }
 
@@ -283,13 +290,18 @@ pub struct Rules {
 /// One rule on one cluster, as read by metrics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleReading {
+    /// The rule's name.
     pub rule: String,
+    /// The cluster it was judged on.
     pub cluster: String,
+    /// Whether the rule fires there; false also before its first verdict.
     pub firing: bool,
+    /// The last measure taken; none while no evaluation had enough jobs.
     pub value: Option<f64>,
 }
 
 impl Rules {
+    /// The rules, with no verdict and no history yet.
     pub fn new(rules: Vec<Rule>) -> Rules {
         Rules {
             rules,
@@ -310,6 +322,7 @@ impl Rules {
         self.rules = rules;
     }
 
+    /// The rules in force.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }

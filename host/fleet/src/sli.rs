@@ -66,8 +66,11 @@ impl Histogram {
 /// A histogram as read: `(upper bound, samples at or under it)`, cumulative, without `+Inf`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HistogramSnapshot {
+    /// One pair per bound of [`BUCKETS`], in order.
     pub buckets: Vec<(f64, u64)>,
+    /// Every sample, those above the last bound included (Prometheus's `+Inf` bucket).
     pub count: u64,
+    /// The samples' sum, in seconds.
     pub sum_seconds: f64,
 }
 
@@ -83,14 +86,22 @@ struct Series {
 /// One cluster × namespace × kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SliRow {
+    /// The cluster's name in jobrelay.
     pub cluster: String,
     /// The namespace, or [`OTHER`] past the cluster's cap.
     pub namespace: String,
+    /// The configured kind's name.
     pub kind: String,
+    /// Seconds from creation to first running, per job that started.
     pub queue_wait: HistogramSnapshot,
+    /// Seconds from first running to the end, per job that ended after a start this process
+    /// saw.
     pub run: HistogramSnapshot,
+    /// Jobs that succeeded.
     pub succeeded: u64,
+    /// Jobs that failed.
     pub failed: u64,
+    /// Times a job entered `restarting`.
     pub restarts: u64,
 }
 
@@ -99,13 +110,17 @@ pub struct SliRow {
 pub enum Sample {
     /// First running, after waiting this long since creation.
     Started {
+        /// Seconds from the job's creation to its first running.
         waited: f64,
     },
     /// Succeeded or failed, having run this long (unknown when its start was not seen).
     Ended {
+        /// Succeeded (true) or failed.
         succeeded: bool,
+        /// Seconds from its first running to this end.
         ran: Option<f64>,
     },
+    /// Entered `restarting`.
     Restarted,
 }
 
@@ -132,6 +147,7 @@ impl Default for Slis {
 }
 
 impl Slis {
+    /// No series yet; each cluster labels its first `max_namespaces` namespaces by name.
     pub fn new(max_namespaces: usize) -> Slis {
         Slis {
             inner: Mutex::default(),
@@ -145,6 +161,9 @@ impl Slis {
             .store(max, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts one live transition of a job of `kind` in `namespace` on `cluster`, under
+    /// `other` when the cluster has labeled its quota of namespaces and this one is not among
+    /// them.
     pub fn record(&self, cluster: &str, namespace: &str, kind: &str, sample: Sample) {
         let max = self
             .max_namespaces
@@ -209,6 +228,8 @@ impl Slis {
         inner.lag.remove(cluster);
     }
 
+    /// Every series' counters now, ordered by cluster, namespace and kind, for a scrape or a
+    /// rules evaluation.
     pub fn snapshot(&self) -> Vec<SliRow> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner

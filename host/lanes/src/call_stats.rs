@@ -43,7 +43,9 @@ pub struct Durations {
 pub struct DurationSnapshot {
     /// `(upper bound in seconds, samples at or under it)`, cumulative, without `+Inf`.
     pub buckets: Vec<(f64, u64)>,
+    /// Every sample, those above the last bound included.
     pub count: u64,
+    /// The samples' sum, in seconds.
     pub sum_seconds: f64,
 }
 
@@ -60,6 +62,8 @@ impl Durations {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// The histogram now, cumulative as Prometheus reads it. Each counter is read on its
+    /// own, so a sample recorded meanwhile may show in the buckets and not yet in the sum.
     pub fn snapshot(&self) -> DurationSnapshot {
         let mut cumulative = 0;
         let mut buckets = Vec::with_capacity(BUCKETS.len());
@@ -81,7 +85,9 @@ impl Durations {
 pub struct CallSnapshot {
     /// `(upper bound in seconds, calls at or under it)`, cumulative, without `+Inf`.
     pub buckets: Vec<(f64, u64)>,
+    /// Every call, failed or not.
     pub count: u64,
+    /// The calls' durations summed, in seconds.
     pub sum_seconds: f64,
     /// Failed calls by kind (`trap`, `timeout`, `memory_limit`, `retry`, ...).
     pub failures: BTreeMap<&'static str, u64>,
@@ -98,6 +104,7 @@ impl CallStats {
         }
     }
 
+    /// The durations and failure counts now.
     pub fn snapshot(&self) -> CallSnapshot {
         let DurationSnapshot {
             buckets,

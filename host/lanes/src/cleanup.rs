@@ -90,6 +90,7 @@ pub enum Propagation {
 }
 
 impl Propagation {
+    /// The policy as Kubernetes spells it (`Background`), for logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Propagation::Background => "Background",
@@ -120,11 +121,14 @@ pub struct RuleSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum AfterFinished {
+    /// A whole number: seconds.
     Seconds(u64),
+    /// Text for `humantime` to read (`30m`, `2h`, `7days`).
     Text(String),
 }
 
 impl AfterFinished {
+    /// The duration written; an error for text that is no duration.
     pub fn duration(&self) -> Result<Duration, DurationError> {
         match self {
             AfterFinished::Seconds(s) => Ok(Duration::from_secs(*s)),
@@ -144,7 +148,9 @@ pub enum DurationError {
     /// Text that `humantime` does not read as a duration.
     #[error("`{text}` is not a duration ({source}); write e.g. 30m, 2h, 7days")]
     NotADuration {
+        /// The text as written.
         text: String,
+        /// What `humantime` could not read.
         source: humantime::DurationError,
     },
 }
@@ -152,31 +158,58 @@ pub enum DurationError {
 /// Why the `cleanup:` section is refused; the message names the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CleanupError {
+    /// `per_cluster_per_second` outside 1 to 1000.
     #[error("cleanup.per_cluster_per_second: must be between 1 and 1000")]
-    Rate { given: u32 },
+    Rate {
+        /// The rate as written.
+        given: u32,
+    },
+    /// A rule with an empty `kinds`, which would cover no job.
     #[error("cleanup.rules[{rule}].kinds: name at least one kind")]
-    NoKinds { rule: usize },
+    NoKinds {
+        /// The rule's place in `rules`, from 0.
+        rule: usize,
+    },
+    /// A rule names a kind that is not watched, so no job of it could ever be seen finished.
     #[error(
         "cleanup.rules[{rule}].kinds[{index}]: `{kind}` is not a watched kind (kinds: {})",
         .watched.join(", ")
     )]
     NotWatched {
+        /// The rule's place in `rules`, from 0.
         rule: usize,
+        /// The kind's place in the rule's `kinds`, from 0.
         index: usize,
+        /// The kind as written.
         kind: String,
         /// The names of the watched kinds.
         watched: Vec<String>,
     },
+    /// A blank namespace pattern, which covers nothing.
     #[error(
         "cleanup.rules[{rule}].namespaces[{index}]: an empty pattern covers nothing; leave the \
          list out to cover every namespace"
     )]
-    EmptyNamespace { rule: usize, index: usize },
+    EmptyNamespace {
+        /// The rule's place in `rules`, from 0.
+        rule: usize,
+        /// The pattern's place in the rule's `namespaces`, from 0.
+        index: usize,
+    },
+    /// A blank name in `once_delivered`, which no plugin could confirm.
     #[error("cleanup.rules[{rule}].once_delivered[{index}]: empty plugin name")]
-    EmptyPluginName { rule: usize, index: usize },
+    EmptyPluginName {
+        /// The rule's place in `rules`, from 0.
+        rule: usize,
+        /// The name's place in `once_delivered`, from 0.
+        index: usize,
+    },
+    /// An `after_finished` that is no duration.
     #[error("cleanup.rules[{rule}].after_finished: {why}")]
     AfterFinished {
+        /// The rule's place in `rules`, from 0.
         rule: usize,
+        /// What is wrong with it.
         #[source]
         why: DurationError,
     },
@@ -185,9 +218,13 @@ pub enum CleanupError {
 /// The `cleanup:` section after validation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CleanupSettings {
+    /// Count and log what would be deleted; delete nothing.
     pub dry_run: bool,
+    /// The most deletions a second on one cluster, 1 to 1000.
     pub per_cluster_per_second: NonZeroU32,
+    /// What happens to a deleted job's pods and other dependents.
     pub propagation: Propagation,
+    /// The rules in order; the first that covers a job applies.
     pub rules: Vec<Rule>,
 }
 
@@ -205,11 +242,15 @@ impl Default for CleanupSettings {
 /// One rule after validation.
 #[derive(Debug, Clone)]
 pub struct Rule {
+    /// The configured kinds covered, each a watched one.
     pub kinds: Vec<String>,
     /// As written, for the status and errors.
     pub namespaces: Vec<String>,
     patterns: Vec<WildMatch>,
+    /// How long after its end a job is due.
     pub after_finished: Duration,
+    /// The plugins that must have delivered the job's end first; `None`: every plugin whose
+    /// lane wants the kind.
     pub once_delivered: Option<Vec<String>>,
 }
 
@@ -296,10 +337,15 @@ impl CleanupSettings {
 /// A finished job, as the deleter needs it.
 #[derive(Debug, Clone)]
 pub struct FinishedJob {
+    /// The job's cluster.
     pub cluster: String,
+    /// The configured kind, for the resource the DELETE goes to.
     pub kind: Arc<JobKind>,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
+    /// The job's uid, the DELETE's precondition: a job re-created under the name is spared.
     pub uid: String,
     /// When the job finished: the time its status gives for its end, or when jobrelay saw it
     /// finished if the status gives none (after a restart that is later, never sooner).
@@ -307,6 +353,7 @@ pub struct FinishedJob {
 }
 
 impl FinishedJob {
+    /// The job's key in the schedule and the lanes.
     pub fn key(&self) -> JobKey {
         JobKey {
             cluster: self.cluster.clone(),
@@ -386,12 +433,19 @@ pub struct ScheduleView {
 /// One held job, for the status page.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct HeldView {
+    /// The job's cluster.
     pub cluster: String,
+    /// The configured kind's name.
     pub kind: String,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
+    /// The job's uid.
     pub uid: String,
+    /// RFC 3339: when the job finished, as the schedule counts it.
     pub finished_at: String,
+    /// What holds it.
     #[serde(flatten)]
     pub held: Held,
 }
@@ -400,6 +454,7 @@ pub struct HeldView {
 pub const VIEW_HELD: usize = 50;
 
 impl Schedule {
+    /// An empty schedule under `settings`; the dispatcher fills it.
     pub fn new(settings: CleanupSettings) -> Arc<Schedule> {
         Arc::new(Schedule {
             settings: ArcSwap::from_pointee(settings),
@@ -407,6 +462,7 @@ impl Schedule {
         })
     }
 
+    /// The settings in force.
     pub fn settings(&self) -> Arc<CleanupSettings> {
         self.settings.load_full()
     }
@@ -599,10 +655,12 @@ impl Schedule {
         self.lock().retain(|key, _| key.cluster != cluster);
     }
 
+    /// Jobs in the schedule, in every stage.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
+    /// Whether no job is in the schedule.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

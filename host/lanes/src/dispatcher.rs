@@ -117,21 +117,27 @@ impl Routes {
         &self.recent
     }
 
+    /// Routes plugin `name`'s observations to `lane` from the next one on, in place of any
+    /// lane it had.
     pub fn insert(&self, name: &str, lane: Lane) {
         let mut lanes = self.inner.write();
         lanes.insert(name.to_string(), lane);
     }
 
+    /// Stops routing to plugin `name` and hands its lane back, for the caller to close.
     pub fn remove(&self, name: &str) -> Option<Lane> {
         let mut lanes = self.inner.write();
         lanes.remove(name)
     }
 
+    /// Plugin `name`'s lane, if it has one (a handle to it, not a copy).
     pub fn get(&self, name: &str) -> Option<Lane> {
         let lanes = self.inner.read();
         lanes.get(name).cloned()
     }
 
+    /// Every lane by plugin name, as of now: handles, so the lock is not held while the
+    /// caller walks them.
     pub fn lanes(&self) -> BTreeMap<String, Lane> {
         let lanes = self.inner.read();
         lanes.clone()

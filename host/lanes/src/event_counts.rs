@@ -16,18 +16,26 @@ use jobrelay_contract::event::JobEvent;
 /// What happened to events, for one (cluster, kind).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct Counts {
+    /// Versions the watchers saw, delivered or not.
     pub observed: u64,
+    /// Events a plugin handled, one per lane that delivered it.
     pub delivered: u64,
+    /// Failed calls that were retried: an event retried three times counts three.
     pub retried: u64,
+    /// Events stored as dead letters, one per lane.
     pub dead_lettered: u64,
 }
 
 /// Which count to bump.
 #[derive(Debug, Clone, Copy)]
 pub enum Count {
+    /// [`Counts::observed`].
     Observed,
+    /// [`Counts::delivered`].
     Delivered,
+    /// [`Counts::retried`].
     Retried,
+    /// [`Counts::dead_lettered`].
     DeadLettered,
 }
 

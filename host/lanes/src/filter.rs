@@ -58,8 +58,10 @@ pub struct FilterSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Exclude {
+    /// Cluster names never taken, `*` and `?` patterns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<String>,
+    /// Namespaces never taken, `*` and `?` patterns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
 }
@@ -73,16 +75,27 @@ impl Exclude {
 /// A filter that cannot be used as written; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
+    /// An empty pattern in a list, which takes nothing.
     #[error(
         "filter.{field}[{index}]: an empty pattern takes nothing; leave the list out to take all"
     )]
-    EmptyPattern { field: &'static str, index: usize },
+    EmptyPattern {
+        /// The list, as the manifest names it under `filter` (`exclude.clusters`).
+        field: &'static str,
+        /// The pattern's place in the list, from 0.
+        index: usize,
+    },
+    /// `labels` is no label selector.
     #[error("filter.labels: {0}")]
     Labels(SelectorError),
+    /// The expression does not compile; the CEL parser's message.
     #[error("filter.expression: {0}")]
     Expression(String),
+    /// The expression names a variable other than `event`; the name.
     #[error("filter.expression: names `{0}`; the only name it can use is `event`")]
     UnknownName(String),
+    /// The expression gives something other than a boolean on a sample event with every field
+    /// set; the type it gave.
     #[error("filter.expression: gives {0}, not true or false")]
     NotBool(String),
 }

@@ -21,15 +21,22 @@ use jobrelay_watch::kinds::JobKind;
 /// A held job, as the releaser needs it.
 #[derive(Debug, Clone)]
 pub struct HeldJob {
+    /// The job's cluster.
     pub cluster: String,
+    /// The configured kind, for the resource the patch goes to.
     pub kind: Arc<JobKind>,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
+    /// The job's uid, so a job re-created under the name is not touched.
     pub uid: String,
 }
 
 /// Removes jobrelay's finalizer from a job (implemented by the clusters, which own the clients).
 pub trait Release: Send + Sync {
+    /// Starts removing the finalizer from `job` and returns at once: the book must not wait
+    /// on a cluster's API server, and a failed removal is the releaser's to retry.
     fn release(&self, job: HeldJob);
 }
 
@@ -48,6 +55,8 @@ pub struct FinalizerBook {
 }
 
 impl FinalizerBook {
+    /// An empty book whose holds end through `releaser`. With `dead_letter_blocks`, a lane
+    /// that dead-lettered an event of a held job keeps the hold until the sweep.
     pub fn new(releaser: Arc<dyn Release>, dead_letter_blocks: bool) -> FinalizerBook {
         FinalizerBook {
             holds: Mutex::new(HashMap::new()),
@@ -173,6 +182,7 @@ impl FinalizerBook {
         self.holds.lock().len()
     }
 
+    /// Whether no job is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -37,6 +37,10 @@
 //! - [`cleanup`]: the finished jobs that `cleanup:` deletes, when each is due and what still
 //!   holds it; the daemon makes the deletions.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod budget;
 pub mod call_stats;
 pub mod cleanup;

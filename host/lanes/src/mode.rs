@@ -60,6 +60,7 @@ pub enum Decision {
     Replace,
 }
 
+/// Why a version is not for the plugin, as `jobrelay plugin run` explains a skip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
     /// The same resourceVersion was already accepted (re-list, reconnect, restart).

@@ -125,11 +125,19 @@ pub struct JobDelivery {
 pub enum Next {
     /// Call the plugin with this event: the head of the queue, handed over (not copied); its
     /// place stays at the head until [`Queues::pop_head`], or [`Queues::release`] gives it back.
-    Call { event: Arc<JobEvent>, replay: bool },
+    Call {
+        /// The event to call with.
+        event: Arc<JobEvent>,
+        /// A dead letter queued again by the operator: settling it moves no cursor.
+        replay: bool,
+    },
     /// The head waits only in the inbox: read it back by this id, hand it to
     /// [`Queues::fetched`], then call the plugin with it as with [`Next::Call`]. Its place is
     /// held as for a call meanwhile.
-    Fetch { id: String },
+    Fetch {
+        /// The event's id in the inbox.
+        id: String,
+    },
     /// Nothing to do (or the lane closed): the worker ends and the job is free.
     Idle,
     /// Nothing left to do for a job the filter let go: it is forgotten, and the worker

@@ -30,7 +30,12 @@ pub enum ReadError {
     /// The store answered another number of events than it was asked for (a bug of the
     /// store's); the worker asks again.
     #[error("the state store answered {answered} inbox events for {asked} ids")]
-    Miscounted { asked: usize, answered: usize },
+    Miscounted {
+        /// Ids in the query.
+        asked: usize,
+        /// Events the store answered.
+        answered: usize,
+    },
     /// The reading task is gone (the lane is being dropped).
     #[error("the inbox reader has stopped")]
     Stopped,

@@ -16,12 +16,19 @@ pub const KEPT: usize = 25;
 pub struct RecentEvent {
     /// When it was observed (RFC 3339).
     pub at: String,
+    /// The event's id (`cluster/uid/resource_version`).
     pub id: String,
+    /// The job's cluster.
     pub cluster: String,
+    /// The object's `kind` (`Job`), not the configured kind's name.
     pub kind: String,
+    /// The job's namespace.
     pub namespace: String,
+    /// The job's name.
     pub name: String,
+    /// The normalized phase, as text.
     pub phase: String,
+    /// Rebuilt after a watch gap rather than observed.
     pub synthetic: bool,
 }
 
@@ -32,6 +39,7 @@ pub struct RecentEvents {
 }
 
 impl RecentEvents {
+    /// Keeps `event`, stamped now, dropping the oldest past [`KEPT`].
     pub fn record(&self, event: &JobEvent) {
         let mut ring = self.inner.lock();
         if ring.len() == KEPT {

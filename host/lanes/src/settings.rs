@@ -20,8 +20,10 @@ pub struct RetryPolicy {
     /// Calls in all, the first one included; after the last the event is dead-lettered.
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,
+    /// The wait before the first retry, in milliseconds (default 500).
     #[serde(default = "default_min_delay")]
     pub min_delay_ms: u64,
+    /// The longest wait the doubling reaches, in milliseconds (default 60,000).
     #[serde(default = "default_max_delay")]
     pub max_delay_ms: u64,
 }
@@ -68,8 +70,10 @@ impl RetryPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitSpec {
+    /// Calls a second; give this or `per_minute`.
     #[serde(default)]
     pub per_second: Option<u32>,
+    /// Calls a minute; give this or `per_second`.
     #[serde(default)]
     pub per_minute: Option<u32>,
     /// Calls allowed at once after a quiet period; defaults to the rate itself.
@@ -80,8 +84,10 @@ pub struct RateLimitSpec {
 /// A rate limit that cannot be applied as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RateLimitError {
+    /// `burst: 0`, which would let no call through.
     #[error("rate_limits: burst must be at least 1")]
     ZeroBurst,
+    /// A rate of 0, which would let no call through.
     #[error("rate_limits: rates must be at least 1")]
     ZeroRate,
     /// Both rates, or neither.
@@ -90,6 +96,7 @@ pub enum RateLimitError {
 }
 
 impl RateLimitSpec {
+    /// Whether the limit can be applied as written, checked when the manifest is read.
     pub fn validate(&self) -> Result<(), RateLimitError> {
         if self.burst == Some(0) {
             return Err(RateLimitError::ZeroBurst);
@@ -101,6 +108,8 @@ impl RateLimitSpec {
         }
     }
 
+    /// The token bucket for the limit; `None` for one that [`validate`](Self::validate)
+    /// refuses.
     pub fn limiter(&self) -> Option<DefaultDirectRateLimiter> {
         let quota = match (self.per_second, self.per_minute) {
             (Some(n), None) => Quota::per_second(NonZeroU32::new(n)?),
@@ -118,9 +127,13 @@ impl RateLimitSpec {
 /// Everything a lane needs besides the plugin version itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneSettings {
+    /// Which of a job's versions the plugin receives.
     pub mode: DeliveryMode,
+    /// How many jobs' events are handled at once; a job's own are handled one at a time.
     pub concurrency: usize,
+    /// How failed calls are retried.
     pub retry: RetryPolicy,
+    /// The limits every call waits for, all of them.
     pub rate_limits: Vec<RateLimitSpec>,
     /// Kind names (empty: all).
     pub kinds: Vec<String>,
@@ -154,6 +167,7 @@ impl FleetEvents {
         }
     }
 
+    /// Whether the lane takes fleet events at all, so its plugin must export `handle-fleet`.
     pub fn any(&self) -> bool {
         self.clusters || self.rules
     }

@@ -24,7 +24,9 @@ pub struct StoreWrites {
 /// Why and since when the lanes' writes fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteFailure {
+    /// The latest failed write's error.
     pub error: String,
+    /// When the first write of this run of failures failed.
     pub since: SystemTime,
 }
 

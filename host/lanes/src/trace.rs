@@ -36,11 +36,15 @@ pub enum TraceOutcome {
 pub struct TraceEntry {
     /// RFC 3339, milliseconds.
     pub at: String,
+    /// The version's `resourceVersion`.
     pub resource_version: String,
+    /// The version's phase.
     pub phase: Phase,
+    /// What became of it.
     pub outcome: TraceOutcome,
     /// Which attempt this was (1 for the first call; 0 for a version dead-lettered unsent).
     pub attempt: u32,
+    /// The call's error, cut to 512 bytes; none for a delivery.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -64,6 +68,7 @@ pub struct DeliveryTrace {
 }
 
 impl DeliveryTrace {
+    /// Keeps one outcome for `event`'s version, dropping the oldest past [`KEPT`].
     pub fn record(
         &self,
         event: &JobEvent,

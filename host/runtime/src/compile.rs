@@ -40,6 +40,7 @@ pub enum ComponentSource {
 }
 
 impl ComponentSource {
+    /// The source as the load's log line names it (`memory_cache`).
     pub fn as_str(self) -> &'static str {
         match self {
             ComponentSource::Compiled => "compiled",
@@ -52,8 +53,11 @@ impl ComponentSource {
 /// Counters of the component cache since the runtime was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Components compiled from their bytes: neither cache had them.
     pub compiled: u64,
+    /// Loads answered from the in-memory cache.
     pub memory_hits: u64,
+    /// Loads answered from the on-disk cache.
     pub disk_hits: u64,
     /// Cache files ignored because they did not match their key or checksum.
     pub disk_rejected: u64,
@@ -360,13 +364,20 @@ pub enum CompileError {
     /// The blocking task that hashed or compiled the bytes panicked or was cancelled.
     #[error("{what} task failed: {source}")]
     Task {
+        /// What the task did: `hashing` or `compilation`.
         what: &'static str,
+        /// tokio's error, shared so the error can be cloned.
         #[source]
         source: Arc<tokio::task::JoinError>,
     },
     /// The manifest's `wasm_sha256` is not the hash of the bytes.
     #[error("the given sha256 {expected} does not match the bytes ({actual})")]
-    Sha256Mismatch { expected: String, actual: String },
+    Sha256Mismatch {
+        /// The hash the manifest gives, hex.
+        expected: String,
+        /// The hash of the bytes, hex.
+        actual: String,
+    },
 }
 
 impl CompileError {

@@ -14,8 +14,12 @@ use thiserror::Error;
 /// The runtime could not be built: invalid settings or an engine wasmtime refuses.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
+    /// A setting out of its range (`runtime.max_instances` of 0, an epoch tick past 1 s); the
+    /// text names the field.
     #[error("invalid runtime settings: {0}")]
     Settings(String),
+    /// wasmtime refused the engine's configuration, the host capabilities could not be linked,
+    /// or the epoch ticker's thread did not start; with the chain of causes.
     #[error("cannot build the WebAssembly engine: {0}")]
     Engine(String),
 }
@@ -27,17 +31,29 @@ pub enum LoadError {
     /// wasmtime does not support).
     #[error("plugin `{plugin}`: cannot compile the component: {source}")]
     Compile {
+        /// The plugin's name.
         plugin: String,
+        /// Why no component could be had.
         #[source]
         source: CompileError,
     },
     /// A valid component, but not of the `jobrelay:plugin/plugin` world: it misses an export or
     /// imports something the host does not provide.
     #[error("plugin `{plugin}`: not a jobrelay plugin component: {reason}")]
-    WrongWorld { plugin: String, reason: String },
+    WrongWorld {
+        /// The plugin's name.
+        plugin: String,
+        /// The exports it lacks or the imports the host lacks.
+        reason: String,
+    },
     /// The plugin's `init` refused its configuration (or failed while checking it).
     #[error("plugin `{plugin}`: init refused the configuration: {reason}")]
-    InitRefused { plugin: String, reason: String },
+    InitRefused {
+        /// The plugin's name.
+        plugin: String,
+        /// `init`'s error text, as the plugin gave it.
+        reason: String,
+    },
     /// A config value is a secret reference (`env:NAME`, `file:/path`) that cannot be
     /// resolved: `init` did not run. Names the key and the reference, never a value.
     #[error(
@@ -45,26 +61,41 @@ pub enum LoadError {
         secret_hint(why)
     )]
     Secret {
+        /// The plugin's name.
         plugin: String,
+        /// The key under the manifest's `config`.
         key: String,
+        /// Which reference failed and why.
         why: jobrelay_contract::secret::SecretError,
     },
     /// A grant in the manifest cannot be honoured (a directory cannot be created, a guest path
     /// is invalid or used twice).
     #[error("plugin `{plugin}`: invalid grant: {source}")]
     Grant {
+        /// The plugin's name.
         plugin: String,
+        /// The capability that refused, and why.
         #[source]
         source: GrantError,
     },
     /// The manifest's limits are outside what the runtime allows.
     #[error("plugin `{plugin}`: invalid limits: {reason}")]
-    Limits { plugin: String, reason: String },
+    Limits {
+        /// The plugin's name.
+        plugin: String,
+        /// Which limit, and the range it must be in.
+        reason: String,
+    },
     /// `init` failed for a reason that may pass: it ran out of time, the host could not run
     /// it, a capability it used answered "unavailable" (a database down), or it asked to be
     /// tried again (an error text starting with `retry:`). The load is tried again later.
     #[error("plugin `{plugin}`: init could not finish for now: {reason}")]
-    Unavailable { plugin: String, reason: String },
+    Unavailable {
+        /// The plugin's name.
+        plugin: String,
+        /// What `init` ran into, as text.
+        reason: String,
+    },
 }
 
 impl LoadError {
@@ -139,7 +170,12 @@ pub enum CallError {
     /// The plugin called `deferral.defer` and returned `retry`: not a failure, the event is
     /// to be handled again after `after` without spending the retry budget.
     #[error("plugin deferred the event for {after:?}: {reason}")]
-    Deferred { after: Duration, reason: String },
+    Deferred {
+        /// The wait `defer` asked for.
+        after: Duration,
+        /// The `retry` text the plugin returned with it.
+        reason: String,
+    },
     /// `init` returned an error on this instance. It accepted the same configuration when the
     /// version was loaded, so the plugin is inconsistent; retrying will not help.
     #[error("plugin init refused its configuration: {0}")]
@@ -149,7 +185,10 @@ pub enum CallError {
     Timeout(Duration),
     /// The plugin needed more linear memory than its limit and trapped.
     #[error("plugin exceeded its memory limit of {limit_bytes} bytes")]
-    MemoryLimit { limit_bytes: u64 },
+    MemoryLimit {
+        /// The limit the plugin ran into.
+        limit_bytes: u64,
+    },
     /// The plugin trapped (a panic, an invalid memory access, `unreachable`, a host function
     /// refusing an argument). The text has the trap, a few wasm frames and the tail of the
     /// plugin's stderr, where a Rust panic message lands.

@@ -11,6 +11,10 @@
 //! the host lacks, the grants can be honoured, the limits fit the engine, and `init` accepts
 //! the configuration.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 mod compile;
 mod engine;
 mod error;
@@ -67,6 +71,7 @@ pub struct PluginSpec {
 pub struct Inspection {
     /// Of the component's bytes, hex.
     pub sha256: String,
+    /// The component's size in bytes.
     pub bytes: usize,
     /// The names it imports (interfaces such as `wasi:http/outgoing-handler@0.2.x`), sorted.
     pub imports: Vec<String>,

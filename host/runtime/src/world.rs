@@ -28,13 +28,19 @@ pub const SERVED: [&str; 3] = [
 /// text with their whole chain of causes (they are not standard errors that could be sources).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum WorldError {
-    /// It lacks `init` or `handle`: `missing` and `found` are the export names, as listed.
+    /// It lacks `init` or `handle`.
     #[error(
         "it does not export {missing} (it exports {found}); build it against world `plugin` \
          of {served}",
         served = SERVED[0]
     )]
-    MissingExports { missing: String, found: String },
+    MissingExports {
+        /// The exports it lacks, quoted and joined for the message (`` `init` and `handle` ``).
+        missing: String,
+        /// What it does export, quoted and joined, or `nothing`.
+        found: String,
+    },
+    /// An import the host does not provide; wasmtime's linking error.
     #[error("it imports something this host does not provide: {0}")]
     Imports(String),
     /// Its exports match no served world; the mismatch with the current one.
@@ -44,15 +50,21 @@ pub enum WorldError {
 
 /// A component pre-instantiated against the world it was built for.
 pub enum WorldPre {
+    /// `jobrelay:plugin@0.2.1`, the current world.
     V0_2_1(bindings::PluginPre<HostState>),
+    /// `jobrelay:plugin@0.2.0`: no `handle-fleet`.
     V0_2_0(v0_2::PluginPre<HostState>),
+    /// `jobrelay:plugin@0.1.0`: no `handle-fleet`, and a job event without `transition-key`.
     V0_1_0(v0_1::PluginPre<HostState>),
 }
 
 /// One instance of a plugin, in its world.
 pub enum WorldInstance {
+    /// Of a `jobrelay:plugin@0.2.1` component.
     V0_2_1(bindings::Plugin),
+    /// Of a `jobrelay:plugin@0.2.0` component.
     V0_2_0(v0_2::Plugin),
+    /// Of a `jobrelay:plugin@0.1.0` component.
     V0_1_0(v0_1::Plugin),
 }
 
@@ -91,6 +103,7 @@ impl WorldPre {
         }
     }
 
+    /// The engine the component was compiled with, which every store for it must use.
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
             WorldPre::V0_2_1(pre) => pre.engine(),
@@ -99,6 +112,7 @@ impl WorldPre {
         }
     }
 
+    /// A new instance of the component in `store`, its imports linked as pre-instantiated.
     pub async fn instantiate_async(
         &self,
         store: &mut Store<HostState>,
@@ -121,6 +135,8 @@ impl WorldInstance {
         }
     }
 
+    /// Calls `init` with the plugin's configuration: the outer error is a trap, the inner one
+    /// the text `init` refused with.
     pub async fn call_init(
         &self,
         store: &mut Store<HostState>,

@@ -13,11 +13,17 @@ use jobrelay_contract::event::{JobEvent, Phase};
 pub struct Cursor {
     /// The plugin (lane) this cursor belongs to; cursors are never shared between plugins.
     pub plugin: String,
+    /// The job's cluster, as events name it.
     pub cluster: String,
+    /// The job's `metadata.uid`; with the cluster, the job.
     pub uid: String,
+    /// The job's `apiVersion`, for a synthetic deletion's event.
     pub api_version: String,
+    /// The job's `kind`, for a synthetic deletion's event.
     pub kind: String,
+    /// The job's namespace, for a synthetic deletion's event.
     pub namespace: String,
+    /// The job's name, for a synthetic deletion's event.
     pub name: String,
     /// The last delivered resourceVersion. Opaque: compared for equality only, as Kubernetes
     /// requires.

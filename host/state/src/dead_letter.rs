@@ -14,7 +14,9 @@ pub struct DeadLetter {
     /// Unique in the file and never reused, even after a drop, so an id an operator copied
     /// from `list` can never hit a different dead letter later.
     pub seq: i64,
+    /// The plugin that gave up on it; a replay delivers it to this plugin's lane only.
     pub plugin: String,
+    /// The event as it was offered, so a replay delivers exactly what failed.
     pub event: JobEvent,
     /// The last error, as the plugin or the host reported it.
     pub error: String,

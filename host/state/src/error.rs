@@ -13,7 +13,9 @@ pub enum StoreError {
     /// The folder that should hold the state file could not be created.
     #[error("cannot create the folder {path} for the state file: {source}")]
     CreateDir {
+        /// The folder.
         path: PathBuf,
+        /// Why the file system refused.
         #[source]
         source: std::io::Error,
     },
@@ -22,7 +24,9 @@ pub enum StoreError {
     /// place, or a file that is not SQLite at all.
     #[error("cannot open the state file {path}: {source}")]
     Open {
+        /// The state file, as `state.path` resolves.
         path: PathBuf,
+        /// What SQLite or sqlx said.
         #[source]
         source: sqlx::Error,
     },
@@ -34,8 +38,11 @@ pub enum StoreError {
          version {supported}; run the newer jobrelay that wrote it, or point `state.path` at another file"
     )]
     NewerSchema {
+        /// The state file, as `state.path` resolves.
         path: PathBuf,
+        /// The schema version the file records.
         found: i64,
+        /// The newest schema version this build knows.
         supported: i64,
     },
 
@@ -45,13 +52,19 @@ pub enum StoreError {
         "the file {path} is an SQLite database but not a jobrelay state file (it has tables but no \
          schema_version); point `state.path` at another file"
     )]
-    NotAStateFile { path: PathBuf },
+    NotAStateFile {
+        /// The file.
+        path: PathBuf,
+    },
 
     /// A statement failed. `operation` names what the store was doing.
     #[error("{store}: cannot {operation}: {source}")]
     Query {
+        /// The file or database.
         store: Location,
+        /// What the store was doing, as a verb phrase (`lock the schema`).
         operation: &'static str,
+        /// The driver's error.
         #[source]
         source: sqlx::Error,
     },
@@ -60,8 +73,11 @@ pub enum StoreError {
     /// what was being done.
     #[error("state file {path}: cannot {operation}: {source}")]
     CursorWrite {
+        /// The state file, as `state.path` resolves.
         path: PathBuf,
+        /// What the writer was doing, as a verb phrase.
         operation: &'static str,
+        /// SQLite's error.
         #[source]
         source: rusqlite::Error,
     },
@@ -69,7 +85,9 @@ pub enum StoreError {
     /// The thread that writes cursors to the SQLite file could not be started.
     #[error("state file {path}: cannot start the cursor writer's thread: {source}")]
     CursorThreadStart {
+        /// The state file, as `state.path` resolves.
         path: PathBuf,
+        /// Why the thread could not be spawned.
         #[source]
         source: std::io::Error,
     },
@@ -77,21 +95,29 @@ pub enum StoreError {
     /// The thread that writes cursors to the SQLite file has stopped (it only does when the
     /// store is dropped, or on a bug); no cursor can be saved until the daemon restarts.
     #[error("state file {path}: the cursor writer's thread has stopped")]
-    CursorThreadStopped { path: PathBuf },
+    CursorThreadStopped {
+        /// The state file, as `state.path` resolves.
+        path: PathBuf,
+    },
 
     /// A stored row could not be read back (an unknown phase, undecodable event JSON, ...):
     /// the file or tables were changed by hand or damaged.
     #[error("{store}: stored {what} is unreadable: {detail}")]
     Corrupt {
+        /// The file or database.
         store: Location,
+        /// What kind of row (`cursor`, `dead letter`, `schema version`).
         what: &'static str,
+        /// What is wrong with it.
         detail: String,
     },
 
     /// A value could not be encoded for storage.
     #[error("cannot encode {what} for the state store: {source}")]
     Encode {
+        /// What was being stored.
         what: &'static str,
+        /// serde_json's error.
         #[source]
         source: serde_json::Error,
     },
@@ -105,7 +131,9 @@ pub enum StoreError {
     /// goes into table names, so nothing else is let through.
     #[error("state.table_prefix {prefix:?} {reason}: use 1 to 32 ASCII letters, digits and `_`")]
     BadTablePrefix {
+        /// The prefix as configured.
         prefix: String,
+        /// What is wrong with it (`is longer than 32 characters`).
         reason: &'static str,
     },
 
@@ -113,7 +141,9 @@ pub enum StoreError {
     /// `mysql://user@host:port/database`, without the password.
     #[error("cannot connect to the state database {server}: {source}")]
     Connect {
+        /// `mysql://user@host:port/database`, without the password.
         server: String,
+        /// The driver's error.
         #[source]
         source: sqlx::Error,
     },
@@ -126,9 +156,13 @@ pub enum StoreError {
          it, or point `state.url` or `state.table_prefix` at other tables"
     )]
     DatabaseNewerSchema {
+        /// `mysql://user@host:port/database`, without the password.
         server: String,
+        /// The schema-version table, with its prefix.
         table: String,
+        /// The schema version the table records.
         found: i64,
+        /// The newest schema version this build knows.
         supported: i64,
     },
 
@@ -138,7 +172,12 @@ pub enum StoreError {
         "the state database {server} has tables named like jobrelay's but no {table}, so they \
          are not jobrelay's; choose another `state.table_prefix`"
     )]
-    NotAStateDatabase { server: String, table: String },
+    NotAStateDatabase {
+        /// `mysql://user@host:port/database`, without the password.
+        server: String,
+        /// The schema-version table that is missing, with its prefix.
+        table: String,
+    },
 
     /// A dead-letter selection that is empty or ambiguous; refused rather than guessed, since
     /// guessing could drop every dead letter.

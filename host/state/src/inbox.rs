@@ -26,7 +26,9 @@ pub const SWEEP_AFTER_SECONDS: i64 = 600;
 /// One event a lane took: stored with a mark for the plugin until a cursor settles it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
+    /// The plugin whose lane took it.
     pub plugin: String,
+    /// The event's id (`cluster/uid/resource_version`), its key in the inbox.
     pub event_id: String,
     /// The event as JSON (`JobEvent`'s serde form), written once per event id.
     pub event_json: String,
@@ -46,7 +48,9 @@ impl Taken {
 /// A mark to remove: the plugin is done with the event (delivered or dead-lettered).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settled {
+    /// The plugin whose mark goes.
     pub plugin: String,
+    /// The event the mark is on.
     pub event_id: String,
 }
 
@@ -55,10 +59,16 @@ pub struct Settled {
 /// removed, the marks settled. A mark taken and settled in one batch is gone at its end.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct WriteBatch {
+    /// Events taken: each stored (if not already) with a mark for its plugin.
     pub taken: Vec<Taken>,
+    /// Jobs first seen, as cursors with nothing delivered
+    /// ([`remember_job`](crate::DeliveryStore::remember_job)); a cursor already there stays.
     pub remembered: Vec<Cursor>,
+    /// Cursors to write over by (plugin, cluster, uid).
     pub saved: Vec<Cursor>,
+    /// Cursors to delete by (plugin, cluster, uid): the job's deletion was acknowledged.
     pub removed: Vec<Cursor>,
+    /// Marks to delete.
     pub settled: Vec<Settled>,
     /// Also sweep events without marks older than [`SWEEP_AFTER_SECONDS`]. The sweep reads
     /// every event that old, marked or not, so a writer asks for it now and then, not with
@@ -67,6 +77,7 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
+    /// Whether the batch writes nothing, sweep included, so needs no transaction.
     pub fn is_empty(&self) -> bool {
         self.taken.is_empty()
             && self.remembered.is_empty()
@@ -82,7 +93,9 @@ impl WriteBatch {
 /// operator can find them; those are left in place and the rest flow.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Inbox {
+    /// The page's events, in the order the plugin took them.
     pub events: Vec<JobEvent>,
+    /// The page's marks that gave no event.
     pub damaged: Vec<Damaged>,
     /// Where the next page starts (pass it as `after`); `None` once the end was read.
     pub next: Option<i64>,
@@ -99,6 +112,7 @@ pub const READ_BACK_BATCH: usize = 256;
 /// One event of the inbox, read back by id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stored {
+    /// The event, decoded.
     Event(Box<JobEvent>),
     /// The row is there but does not decode (damaged by hand, or by a bug): why.
     Damaged(String),
@@ -109,6 +123,9 @@ pub enum Stored {
 /// A mark whose event could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damaged {
+    /// The id the mark names.
     pub event_id: String,
+    /// Why no event came of it: its event does not decode (with the decoder's error), or
+    /// is missing.
     pub reason: String,
 }

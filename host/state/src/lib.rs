@@ -33,6 +33,10 @@
 //! - `rows.rs`: reading cursors and dead letters back from rows, alike on both.
 //! - `error.rs`: [`StoreError`], every error naming the file or the database.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 mod cursor;
 mod dead_letter;
 mod dialect;
@@ -169,18 +173,22 @@ impl StateSettings {
 /// What is wrong with the `state:` section; each message names the field.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
+    /// Both backends are named; which one holds the cursors must not be guessed.
     #[error(
         "state.path and state.url: give one, not both (`path` is an SQLite file for one \
          daemon, `url` a MySQL or MariaDB database that replicas share)"
     )]
     PathAndUrl,
+    /// `url` is given but blank.
     #[error("state.url: must not be empty")]
     EmptyUrl,
+    /// `url` is neither a MySQL URL nor a secret reference.
     #[error(
         "state.url: must be a mysql:// or mariadb:// URL, or an env:NAME or file:/path secret \
          reference to one"
     )]
     NotMySqlUrl,
+    /// `table_prefix` without `url`: a prefix that would silently do nothing.
     #[error(
         "state.table_prefix: only used with state.url (a MySQL or MariaDB database); the \
          SQLite file has no prefix"

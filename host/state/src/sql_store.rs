@@ -18,7 +18,7 @@ use super::cursor::Cursor;
 use super::dead_letter::{DeadLetter, Selection};
 use super::dialect::{Dialect, Done, Kind, Statement, Value, Writer};
 use super::error::{Location, StoreError};
-use super::inbox::{Damaged, Inbox, READ_BACK_BATCH, Stored, WriteBatch};
+use super::inbox::{Damaged, Inbox, READ_BACK_BATCH, Stored, Taken, WriteBatch};
 use super::rows::{self, CURSOR_SHAPE, DEAD_LETTER_SHAPE};
 use super::sql_text::{SelectionVerb, Statements, Tables, bind_cursor, bind_cursor_version};
 use super::store::{DeliveryStore, JobDeadLetters, summarize_dead_letters};
@@ -31,6 +31,29 @@ pub const DEADLOCK_TRIES: u32 = 5;
 /// placeholder limit (SQLite's 32,766, MySQL's 65,535), and small enough to keep one
 /// statement's packet modest.
 const CHUNK: usize = 500;
+
+/// Most bytes of events in one statement that takes them into the inbox: well under a MySQL
+/// server's smallest `max_allowed_packet` (4 MiB), however large the jobs' objects are.
+const TAKEN_BYTES: usize = 2 << 20;
+
+/// `taken` in runs of at most [`CHUNK`] events and `bytes` of their JSON, in order; an event
+/// larger than that alone.
+fn chunks_within(taken: &[Taken], bytes: usize) -> impl Iterator<Item = &[Taken]> {
+    let mut rest = taken;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut n, mut size) = (0, 0);
+        while n < rest.len() && n < CHUNK && (n == 0 || size + rest[n].event_json.len() <= bytes) {
+            size += rest[n].event_json.len();
+            n += 1;
+        }
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        Some(chunk)
+    })
+}
 
 /// Runs the same attempt again while the database picks it as a deadlock victim (the whole
 /// transaction was rolled back, so running it again is safe), with a short growing pause.
@@ -175,8 +198,9 @@ impl<D: Dialect> SqlStore<D> {
         cursors.iter().fold(statement, bind_cursor)
     }
 
-    /// [`DeliveryStore::write`] through the pool: one transaction, a statement per row (the
-    /// saves chunked into multi-row upserts).
+    /// [`DeliveryStore::write`] through the pool: one transaction, the rows of each kind
+    /// written by multi-row statements of up to [`CHUNK`] rows (a removed cursor and a job
+    /// first seen a statement each).
     async fn try_write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         const OPERATION: &str = "write a lane's batch";
         let i = &self.sql.inbox;
@@ -187,15 +211,19 @@ impl<D: Dialect> SqlStore<D> {
                 .map(|_| ())
                 .map_err(self.failed(OPERATION))
         };
-        for taken in &batch.taken {
-            run(Statement::new(&i.take_event)
-                .text(&taken.event_id)
-                .text(&taken.event_json))
-            .await?;
-            run(Statement::new(&i.take_mark)
-                .text(&taken.plugin)
-                .text(&taken.event_id))
-            .await?;
+        // The events, then their marks, each a statement per chunk: the marks are numbered in
+        // the order the batch took them.
+        for chunk in chunks_within(&batch.taken, TAKEN_BYTES) {
+            let events = chunk
+                .iter()
+                .fold(self.sql.take_events(chunk.len()), |s, t| {
+                    s.text(&t.event_id).text(&t.event_json)
+                });
+            run(events).await?;
+            let marks = chunk.iter().fold(self.sql.take_marks(chunk.len()), |s, t| {
+                s.text(&t.plugin).text(&t.event_id)
+            });
+            run(marks).await?;
         }
         for cursor in &batch.remembered {
             run(bind_cursor_version(
@@ -215,11 +243,15 @@ impl<D: Dialect> SqlStore<D> {
                 .text(&cursor.uid))
             .await?;
         }
-        for settled in &batch.settled {
-            run(Statement::new(&i.settle_mark)
-                .text(&settled.plugin)
-                .text(&settled.event_id))
-            .await?;
+        // A statement per run of one plugin's marks (a lane's batch is all its own plugin's).
+        for run_of_plugin in batch.settled.chunk_by(|a, b| a.plugin == b.plugin) {
+            for chunk in run_of_plugin.chunks(CHUNK) {
+                let statement = chunk.iter().fold(
+                    self.sql.settle_marks(chunk.len()).text(&chunk[0].plugin),
+                    |s, m| s.text(&m.event_id),
+                );
+                run(statement).await?;
+            }
         }
         if batch.sweep {
             run(Statement::new(&i.sweep)).await?;
@@ -729,5 +761,35 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             writer.stop().await;
         }
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken(bytes: usize) -> Taken {
+        Taken {
+            plugin: "p".into(),
+            event_id: "e".into(),
+            event_json: "x".repeat(bytes),
+        }
+    }
+
+    /// Takes go to the server in runs bounded by count and by bytes, in order, none lost; an
+    /// event over the bytes goes alone.
+    #[test]
+    fn takes_are_chunked_by_count_and_bytes() {
+        let sizes = |rows: &[Taken], bytes| {
+            chunks_within(rows, bytes)
+                .map(|c| c.iter().map(|t| t.event_json.len()).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        let rows: Vec<Taken> = [3, 3, 3, 9, 1, 1].map(taken).into();
+        assert_eq!(sizes(&rows, 6), [vec![3, 3], vec![3], vec![9], vec![1, 1]]);
+        let many: Vec<Taken> = (0..CHUNK + 1).map(|_| taken(1)).collect();
+        let counts: Vec<usize> = chunks_within(&many, usize::MAX).map(<[_]>::len).collect();
+        assert_eq!(counts, [CHUNK, 1]);
+        assert_eq!(chunks_within(&[], 6).count(), 0);
     }
 }

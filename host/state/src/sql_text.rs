@@ -315,6 +315,49 @@ impl<D: Dialect> Statements<D> {
         }
     }
 
+    /// One multi-row insert of `rows` taken events, keeping an event stored already (by
+    /// another plugin's lane): event id, JSON per row.
+    pub fn take_events(&self, rows: usize) -> Statement {
+        let row = format!("(?, ?, {})", D::NOW);
+        let sql = D::insert_or_keep(
+            &self.tables.inbox_events,
+            "event_id, event_json, at",
+            &["event_id"],
+            &vec![row.as_str(); rows].join(", "),
+        );
+        Statement {
+            persistent: keep_prepared(rows),
+            ..Statement::once(sql)
+        }
+    }
+
+    /// One multi-row insert of `rows` marks, numbered in row order: plugin, event id per row.
+    pub fn take_marks(&self, rows: usize) -> Statement {
+        let sql = D::insert_or_keep(
+            &self.tables.inbox_marks,
+            "plugin, event_id",
+            &["plugin", "event_id"],
+            &vec!["(?, ?)"; rows].join(", "),
+        );
+        Statement {
+            persistent: keep_prepared(rows),
+            ..Statement::once(sql)
+        }
+    }
+
+    /// Removes `rows` marks of one plugin: plugin, then the event ids.
+    pub fn settle_marks(&self, rows: usize) -> Statement {
+        let sql = format!(
+            "DELETE FROM {} WHERE plugin = ? AND event_id IN ({})",
+            self.tables.inbox_marks,
+            vec!["?"; rows].join(", ")
+        );
+        Statement {
+            persistent: keep_prepared(rows),
+            ..Statement::once(sql)
+        }
+    }
+
     /// Drops or marks dead letters: of the plugin bound first if `of_plugin`, or, with `seqs`,
     /// those of that many seqs (bound first) and of the plugin bound after them if `of_plugin`.
     pub fn selected_dead_letters(

@@ -246,9 +246,13 @@ pub trait PluginKv: Send + Sync {
 /// [`DeliveryStore::dead_letters_of_jobs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobDeadLetters {
+    /// The plugin that gave up on them.
     pub plugin: String,
+    /// The job's cluster.
     pub cluster: String,
+    /// The job's uid.
     pub uid: String,
+    /// How many of the job's events are dead letters of this plugin.
     pub count: u64,
     /// The error of the latest.
     pub last_error: String,

@@ -1,6 +1,6 @@
 //! Helpers shared by the capability tests: components from `target/plugins/`, a runtime with
 //! host services, events, and the test MariaDB.
-#![allow(dead_code)] // each test file uses its own subset
+#![expect(dead_code, reason = "each test file uses its own subset")]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -113,10 +113,13 @@ pub use gap::{LastAccepted, gap_events};
 /// One transition the status recorded but jobrelay did not see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissedTransition {
+    /// The phase entered.
     pub phase: Phase,
     /// The kind's own phase or condition type.
     pub raw_phase: String,
+    /// The recorded entry's reason, where the history keeps one (a condition's `reason`).
     pub reason: Option<String>,
+    /// The recorded entry's message, where the history keeps one.
     pub message: Option<String>,
     /// When the phase was entered, RFC 3339, exactly as the status wrote it.
     pub at: String,
@@ -139,10 +142,15 @@ pub enum Recorded {
     /// The job has not left the stay it was created in (built-in kinds only, see
     /// `first_stay`).
     Created,
-    /// The status records the phase entered at `at` (its text as written); `n` numbers the
-    /// entries of this phase at that same text in the history, from 1: a Volcano job that
-    /// runs, restarts and runs again within one second has `running` at `at` twice.
-    Entered { at: String, n: u32 },
+    /// The status records when the phase was entered.
+    Entered {
+        /// The entry time, its text as the status writes it.
+        at: String,
+        /// Numbers the entries of this phase at that same text in the history, from 1: a
+        /// Volcano job that runs, restarts and runs again within one second has `running` at
+        /// `at` twice.
+        n: u32,
+    },
     /// Nothing in the status tells when this stay began.
     Unrecorded,
 }

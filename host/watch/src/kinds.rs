@@ -20,10 +20,15 @@ use super::rules::{Rules, RulesSpec};
 pub struct JobKind {
     /// Identifier used by plugin manifests (`kinds: [volcano-job]`).
     pub name: String,
+    /// The resource's API group (`batch`, `batch.volcano.sh`).
     pub group: String,
+    /// The API version watched (`v1alpha1`).
     pub version: String,
+    /// The resource's `kind` (`Job`), as events carry it.
     pub kind: String,
+    /// The resource's plural name in API paths (`jobs`).
     pub plural: String,
+    /// How the status becomes a phase.
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub normalizer: NormalizerSpec,
     /// Label that pods of this job carry with the job's name as value.
@@ -66,9 +71,11 @@ pub struct Sample {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("samples[{index}]{name}: {what}")]
 pub struct SampleMismatch {
+    /// The sample's place in `samples`, from 0.
     pub index: usize,
     /// ` (name)` when the sample has one.
     pub name: String,
+    /// What the normalizer gave instead of what the sample says.
     pub what: String,
 }
 
@@ -241,8 +248,11 @@ impl JobKind {
 /// The built-in kinds written in the rules language, as shipped beside this file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuiltinRules {
+    /// `train-job`: Kubeflow Trainer's `TrainJob`.
     TrainJob,
+    /// `jobset`: the JobSet API's `JobSet`.
     JobSet,
+    /// `ray-job`: KubeRay's `RayJob`.
     RayJob,
 }
 
@@ -354,17 +364,20 @@ impl NormalizerSpec {
     }
 }
 
-/// What is wrong with a JSON pointer (RFC 6901), if anything.
 /// A normalizer rule that would read nothing as written; the text names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NormalizerError {
-    /// A field rule's pointer that is no JSON pointer: which field, the pointer, and why.
+    /// A field rule's pointer that is no JSON pointer.
     #[error("normalizer.field.{field} `{pointer}`: {why}")]
     Pointer {
+        /// The field rule's setting (`path`, `time_path`, …).
         field: &'static str,
+        /// The pointer as written.
         pointer: String,
+        /// What is wrong with it.
         why: &'static str,
     },
+    /// A conditions rule with no condition: every job would be `pending`.
     #[error("normalizer.conditions: the list is empty; give at least one `{{type, phase}}`")]
     NoConditions,
     /// The condition at this index has an empty `type`.
@@ -372,6 +385,7 @@ pub enum NormalizerError {
     UntypedCondition(usize),
 }
 
+/// What is wrong with a JSON pointer (RFC 6901), if anything.
 pub(crate) fn pointer_problem(pointer: &str) -> Option<&'static str> {
     if !pointer.starts_with('/') {
         return Some("a JSON pointer starts with `/`");
@@ -385,6 +399,8 @@ pub(crate) fn pointer_problem(pointer: &str) -> Option<&'static str> {
     None
 }
 
+/// A normalizer that reads the phase from one string field of the object and maps it through
+/// a table (`normalizer: {field: {...}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldRule {
@@ -392,21 +408,26 @@ pub struct FieldRule {
     pub path: String,
     /// Raw value → phase. Values not listed normalise to `unknown`.
     pub phases: BTreeMap<String, Phase>,
-    /// Optional JSON pointers for reason, message and transition time.
+    /// JSON pointer to the event's reason, e.g. `/status/reason`.
     #[serde(default)]
     pub reason_path: Option<String>,
+    /// JSON pointer to the event's message.
     #[serde(default)]
     pub message_path: Option<String>,
+    /// JSON pointer to when the phase began (RFC 3339), the event's transition time.
     #[serde(default)]
     pub time_path: Option<String>,
 }
 
+/// One entry of a conditions normalizer: a condition type and the phase it means while its
+/// status is `True`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConditionRule {
     /// Condition `type`.
     #[serde(rename = "type")]
     pub type_: String,
+    /// The phase a `True` condition of this type means.
     pub phase: Phase,
 }
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters (cluster names

@@ -29,6 +29,7 @@ pub struct LenientObject(pub Result<JobObject, Unreadable>);
 pub struct Unreadable {
     /// What could be read of its metadata (nothing, at worst).
     pub metadata: ObjectMeta,
+    /// Why it could not be read: the JSON decoder's error, with where in the text it stopped.
     pub reason: String,
     /// Its text as it came, for an object whose metadata was read: it is delivered as a version
     /// with an unreadable status ([`JobObject::status_unreadable`]).

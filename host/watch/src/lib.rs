@@ -34,6 +34,10 @@
 //! - [`finalizer`]: jobrelay's finalizer on job objects: added while a job lives, removed once
 //!   every plugin is done with its deletion.
 
+// A layer crate: every public item says what it is for, since the next layer up reads its
+// API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
+#![warn(missing_docs)]
+
 pub mod catch_up;
 pub mod finalizer;
 mod json_pointer;

@@ -14,10 +14,13 @@ use jobrelay_contract::event::Phase;
 /// What a normalizer concluded about one version of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Normalized {
+    /// The phase the status means.
     pub phase: Phase,
     /// The kind's own phase or deciding condition type; empty when the status said nothing.
     pub raw_phase: String,
+    /// Machine-readable reason from the deciding status field.
     pub reason: Option<String>,
+    /// Human-readable message from the deciding status field.
     pub message: Option<String>,
     /// RFC 3339, when the status records when this phase began.
     pub transition_time: Option<String>,

@@ -46,6 +46,7 @@ fn pending() -> Phase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseRule {
+    /// The phase the job is in while every test holds.
     pub phase: Phase,
     /// Every test must hold; at least one.
     pub when: Vec<Test>,
@@ -53,12 +54,14 @@ pub struct PhaseRule {
     /// first field test's value, else empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
-    /// JSON pointers for the reason, message and transition time; where not given, a
-    /// condition test's condition supplies them.
+    /// JSON pointer to the event's reason; where not given, the first condition test's
+    /// condition supplies it (as it does the message and the time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason_path: Option<String>,
+    /// JSON pointer to the event's message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_path: Option<String>,
+    /// JSON pointer to when the phase began (RFC 3339), the event's transition time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_path: Option<String>,
 }
@@ -80,12 +83,14 @@ pub struct Test {
     /// `""`; booleans and numbers as their text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The values a field test holds for: strings, booleans or numbers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub is: Vec<Value>,
     /// The sum of the integers at this path (a `*` token takes every element of an array) is
     /// above `above` (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sum: Option<String>,
+    /// The bound a sum test's sum must be above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub above: Option<i64>,
     /// A CEL expression over `status` (the object's status, `{}` when it has none) and
@@ -116,50 +121,87 @@ struct Compiled {
 /// A rules normalizer that cannot be used as written; the text names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RulesError {
+    /// `first_match` lists no rule: every job would get `otherwise`.
     #[error("normalizer.rules.first_match: the list is empty; give at least one rule")]
     Empty,
+    /// The rule at this index has an empty `when`, so it would always hold.
     #[error("normalizer.rules.first_match[{0}].when: give at least one test")]
     NoTests(usize),
+    /// A test gives none, or more than one, of the four kinds of test.
     #[error(
         "normalizer.rules.first_match[{rule}].when[{test}]: give exactly one of `condition`, \
          `field`, `sum`, `expression` (found {found})"
     )]
     TestKind {
+        /// The rule's place in `first_match`, from 0.
         rule: usize,
+        /// The test's place in the rule's `when`, from 0.
         test: usize,
+        /// How many of the four it gives.
         found: usize,
     },
+    /// A setting that belongs to another kind of test (`is` without `field`).
     #[error("normalizer.rules.first_match[{rule}].when[{test}].{key}: only with `{with}`")]
     Stray {
+        /// The rule's place in `first_match`, from 0.
         rule: usize,
+        /// The test's place in the rule's `when`, from 0.
         test: usize,
+        /// The stray setting.
         key: &'static str,
+        /// The kind of test it belongs to.
         with: &'static str,
     },
+    /// A field test with an empty `is`, which could never hold.
     #[error("normalizer.rules.first_match[{rule}].when[{test}].is: give the values that hold")]
-    NoValues { rule: usize, test: usize },
+    NoValues {
+        /// The rule's place in `first_match`, from 0.
+        rule: usize,
+        /// The test's place in the rule's `when`, from 0.
+        test: usize,
+    },
+    /// A value of `is` that is a list or a map, which a field's text never equals.
     #[error(
         "normalizer.rules.first_match[{rule}].when[{test}].is[{index}]: a string, boolean or \
          number"
     )]
     NotScalar {
+        /// The rule's place in `first_match`, from 0.
         rule: usize,
+        /// The test's place in the rule's `when`, from 0.
         test: usize,
+        /// The value's place in `is`, from 0.
         index: usize,
     },
+    /// A JSON pointer that is not one (RFC 6901).
     #[error("normalizer.rules.first_match[{rule}].{field} `{pointer}`: {why}")]
     Pointer {
+        /// The rule's place in `first_match`, from 0.
         rule: usize,
+        /// Where the pointer is written, under the rule (`time_path`, `when[0].field`).
         field: String,
+        /// The pointer as written.
         pointer: String,
+        /// What is wrong with it.
         why: &'static str,
     },
+    /// A condition test with an empty type.
     #[error("normalizer.rules.first_match[{rule}].when[{test}].condition: must not be empty")]
-    EmptyCondition { rule: usize, test: usize },
+    EmptyCondition {
+        /// The rule's place in `first_match`, from 0.
+        rule: usize,
+        /// The test's place in the rule's `when`, from 0.
+        test: usize,
+    },
+    /// An expression test whose CEL does not compile, or names a variable other than
+    /// `status` and `object`.
     #[error("normalizer.rules.first_match[{rule}].when[{test}].expression: {why}")]
     Expression {
+        /// The rule's place in `first_match`, from 0.
         rule: usize,
+        /// The test's place in the rule's `when`, from 0.
         test: usize,
+        /// The CEL parser's message, or the name it cannot use.
         why: String,
     },
 }

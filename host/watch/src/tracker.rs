@@ -34,9 +34,11 @@ use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::UidMap;
 
 /// What a stream tells the lanes.
-// Versions are the common case and move through a channel once; boxing them would add an
-// allocation per event to save space in the rare `Listed`.
-#[allow(clippy::large_enum_variant)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "versions are the common case and move through a channel once; boxing them would \
+              add an allocation per event to save space in the rare `Listed`"
+)]
 #[derive(Debug, Clone)]
 pub enum Observation {
     /// One version of one job.
@@ -48,6 +50,7 @@ pub enum Observation {
 /// One version of one job, as its stream saw it: what the lanes are offered, unchanged.
 #[derive(Debug, Clone)]
 pub struct Observed {
+    /// The event this version makes, as plugins would get it.
     pub event: JobEvent,
     /// The configured kind the stream watches (its name, normalizer, finalizer setting).
     pub kind: Arc<JobKind>,
@@ -63,10 +66,14 @@ pub struct Observed {
 /// lane reports the jobs it knows and that are not here as deleted.
 #[derive(Debug, Clone)]
 pub struct Listed {
+    /// The cluster listed.
     pub cluster: Arc<str>,
+    /// The configured kind listed.
     pub kind: Arc<JobKind>,
     /// `None`: the stream watches every namespace.
     pub namespace: Option<String>,
+    /// Every job the list found, unreadable objects included (they exist, so they are not
+    /// deleted).
     pub uids: Arc<HashSet<Uid>>,
 }
 
@@ -94,6 +101,8 @@ struct Seen {
 }
 
 impl Tracker {
+    /// A tracker for the stream of `kind` on `cluster`, in `namespace` or (`None`) in every
+    /// namespace, with no job seen yet.
     pub fn new(cluster: Arc<str>, kind: Arc<JobKind>, namespace: Option<String>) -> Self {
         Tracker {
             cluster,
@@ -117,6 +126,7 @@ impl Tracker {
         self.jobs.len()
     }
 
+    /// Whether no job is tracked.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }

@@ -37,10 +37,14 @@ pub type Sink = mpsc::Sender<Observation>;
 /// What one stream watches.
 #[derive(Debug, Clone)]
 pub struct WatchTarget {
+    /// The cluster's name in jobrelay.
     pub cluster: Arc<str>,
+    /// The configured kind watched.
     pub kind: Arc<JobKind>,
     /// `None` watches all namespaces.
     pub namespace: Option<String>,
+    /// The main file's `watch.label_selector`, sent with every list and watch so the API
+    /// server filters; checked before it gets here.
     pub label_selector: Option<String>,
     /// Seconds per watch request; a silent connection is dropped after this plus 5 s.
     pub timeout_seconds: u32,

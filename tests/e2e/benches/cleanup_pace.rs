@@ -8,6 +8,11 @@
 //! The simulator runs in the same process, so the CPU figure is both of them together; its
 //! garbage collector is off (it looks at every object on each deletion).
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::time::{Duration, Instant};
 
 use jobrelay::daemon::Daemon;

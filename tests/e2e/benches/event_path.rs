@@ -24,6 +24,11 @@
 //! - **backlog**: see [`backlog`].
 //! - **latency**: see [`latency`].
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -12,6 +12,11 @@
 //!
 //! Run: `cargo bench -p jobrelay-e2e --bench filter_cost`.
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -14,6 +14,11 @@
 //!
 //! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench lane_throughput`.
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -339,7 +344,11 @@ fn trimmed_rss() -> u64 {
 /// Resident set size of this process, in bytes.
 fn rss() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|resident| resident.parse().ok())
+        .expect("statm's second field, the resident pages");
     pages * 4096
 }
 

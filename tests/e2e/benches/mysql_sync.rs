@@ -18,6 +18,11 @@
 //! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench mysql_sync`
 //! (MariaDB at `JOBRELAY_TEST_MYSQL_URL`, default root@127.0.0.1:3306/test).
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -48,6 +48,11 @@
 //! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench parts` (`-- --only writer`
 //! for the `writer` parts alone).
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -8,6 +8,11 @@
 //! Run: `plugins/build.sh && cargo bench -p jobrelay-e2e --bench reload_latency`.
 //! Each change is made by an atomic rename, as a careful tool or the kubelet does.
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a bench's figures are its output, printed for whoever runs it"
+)]
+
 use std::time::{Duration, Instant};
 
 use jobrelay::clusters::health::HealthState;

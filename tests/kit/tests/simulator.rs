@@ -1318,7 +1318,7 @@ async fn http_request(client: &Client, method: &str, path: &str, body: &[u8]) ->
         .uri(path)
         .header("content-type", "application/json")
         .body(body.to_vec())
-        .unwrap();
+        .expect("a request of a method, a path and a header");
     match client.request::<Value>(request).await {
         Ok(_) => 200,
         Err(kube::Error::Api(status)) => status.code,
@@ -1335,12 +1335,20 @@ async fn raw_exchange(
     during: impl AsyncFnOnce(),
 ) -> String {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut socket = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
-    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut socket = tokio::net::TcpStream::connect(sim.addr())
+        .await
+        .expect("connect to the simulator");
+    socket
+        .write_all(request.as_bytes())
+        .await
+        .expect("send the request");
     let mut received = Vec::new();
     let mut buf = [0u8; 4096];
     // Read the head and first chunks, then trigger the fault, then read to the end.
-    let first = timeout(WAIT, socket.read(&mut buf)).await.unwrap().unwrap();
+    let first = timeout(WAIT, socket.read(&mut buf))
+        .await
+        .expect("the first bytes in time")
+        .expect("read the first bytes");
     received.extend_from_slice(&buf[..first]);
     during().await;
     let deadline = Instant::now() + within;

@@ -13,10 +13,15 @@ pub enum KeyError {
     /// Empty, or longer than [`MAX_KEY_BYTES`]; the length.
     #[error("a key must be 1 to {MAX_KEY_BYTES} bytes, got {0}")]
     Length(usize),
+    /// Starts with `/`; the key.
     #[error("key `{0}` is absolute; keys are relative to the plugin's prefix")]
     Absolute(String),
+    /// Holds a backslash (a path separator to some file systems) or a control character;
+    /// the key.
     #[error("key `{}` contains a backslash or a control character", .0.escape_debug())]
     Character(String),
+    /// A segment that is empty (`a//b`), `.` or `..`, which could climb out of the prefix;
+    /// the key.
     #[error("key `{0}` has an empty, `.` or `..` segment; it must stay under the prefix")]
     Segment(String),
 }

@@ -25,7 +25,9 @@ pub struct ArchiveSettings {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct S3Settings {
+    /// The bucket every plugin's prefix lives in.
     pub bucket: String,
+    /// The bucket's region; default: the environment's (`AWS_REGION`, …).
     #[serde(default)]
     pub region: Option<String>,
     /// Endpoint for non-AWS stores (MinIO, Ceph), e.g. `http://minio:9000`.
@@ -34,6 +36,7 @@ pub struct S3Settings {
     /// Key id and secret; secret references (`env:NAME`, `file:/path`) are the expected form.
     #[serde(default)]
     pub access_key_id: Option<String>,
+    /// The secret for `access_key_id`; like it, by default the environment's credentials.
     #[serde(default)]
     pub secret_access_key: Option<String>,
     /// Allow a plain-HTTP endpoint.
@@ -58,5 +61,6 @@ impl std::fmt::Debug for S3Settings {
 pub enum ArchiveLocation {
     /// A local folder, absolute.
     Local(PathBuf),
+    /// An S3-compatible bucket.
     S3(S3Settings),
 }

@@ -259,6 +259,11 @@ impl Backend {
 impl Drop for Backend {
     /// Drops a MySQL backend's tables, on a thread of its own since `Drop` cannot await.
     /// Never panics: this also runs while a failed assertion unwinds.
+    #[expect(
+        clippy::print_stderr,
+        reason = "a `Drop` cannot return the failure and must not panic; stderr is where the \
+                  test runner shows it"
+    )]
     fn drop(&mut self) {
         let Backend::MySql { url, prefix } = self else {
             return;

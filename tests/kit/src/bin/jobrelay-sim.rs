@@ -8,6 +8,11 @@
 //! Usage: `jobrelay-sim --kubeconfig PATH [--name NAME] [--interval-ms N] [--jobs N]`
 //! (`--jobs 0`, the default, runs until killed).
 
+#![expect(
+    clippy::print_stdout,
+    reason = "a command line: the cluster's address and each step played are its output"
+)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 

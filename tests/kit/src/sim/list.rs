@@ -140,7 +140,6 @@ pub(crate) fn list(store: &StoreInner, gvr: &Gvr, query: &ListQuery) -> Result<L
 /// last one when the limit cut the page, and how many matching objects are left after it —
 /// counted only without selectors (the only case the count is reported); with them, 1 if any
 /// is left, so a page never matches the rest of the resource.
-#[allow(clippy::type_complexity)]
 fn page<'a>(
     objects: impl Iterator<Item = ((&'a str, &'a str), &'a Arc<Value>)>,
     query: &ListQuery,

@@ -262,7 +262,11 @@ pub(crate) fn update(
 /// Applies a patch to the current object and stores the result as an update would. A patched
 /// `metadata.resourceVersion` that differs from the current one is a 409, as on the apiserver.
 /// With `create_missing` (server-side apply), a missing object is created from the patch.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts of one PATCH request, as both callers (the HTTP router and the kit's \
+              own patches) hold them apart"
+)]
 pub(crate) fn patch(
     store: &mut StoreInner,
     kind: &ResourceKind,
