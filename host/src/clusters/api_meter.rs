@@ -11,12 +11,12 @@
 //! dashboard can set jobrelay's view of a cluster beside the cluster's:
 //! see [`Verb::classify`].
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 

@@ -14,9 +14,9 @@
 //! name answers 409 and is left alone) and the configured propagation. A dry run stops
 //! short of the call: it logs and counts the job once.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use parking_lot::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -138,14 +138,8 @@ impl Cleaner {
     /// A cluster stopped (removed, restarted, or handed to another replica): its deleter ends
     /// and its jobs leave the schedule; whoever lists the cluster next schedules them again.
     pub fn unregister(&self, cluster: &str) {
-        self.clients
-            .write()
-            .remove(cluster);
-        if let Some(deleter) = self
-            .deleters
-            .lock()
-            .remove(cluster)
-        {
+        self.clients.write().remove(cluster);
+        if let Some(deleter) = self.deleters.lock().remove(cluster) {
             deleter.stop.cancel();
         }
         self.schedule.forget_cluster(cluster);
@@ -168,10 +162,7 @@ impl Cleaner {
         let due = self.schedule.take_due(chrono::Utc::now(), Instant::now());
         for (job, rule) in due {
             let key = job.key();
-            let connected = self
-                .clients
-                .read()
-                .contains_key(&job.cluster);
+            let connected = self.clients.read().contains_key(&job.cluster);
             if !connected {
                 self.schedule
                     .hold(&key, Held::NotConnected, RECHECK_BLOCKED);
@@ -246,12 +237,7 @@ impl Cleaner {
                 self.hold(&cluster, &job, held);
                 continue;
             }
-            let Some(client) = self
-                .clients
-                .read()
-                .get(&cluster)
-                .cloned()
-            else {
+            let Some(client) = self.clients.read().get(&cluster).cloned() else {
                 self.schedule
                     .hold(&key, Held::NotConnected, RECHECK_BLOCKED);
                 continue;

@@ -5,9 +5,9 @@
 //! own timer until it lands, the job is gone, or its cluster is removed: a job being deleted
 //! usually never changes again, so waiting for its next version would hold it forever.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
-use parking_lot::RwLock;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -91,9 +91,7 @@ impl Release for FinalizerService {
                 tracing::warn!(cluster = %job.cluster, job = %job.name, error = %error, attempt,
                     retry_in_ms = wait.as_millis() as u64, "cannot release the finalizer; retrying");
                 tokio::time::sleep(wait).await;
-                let connected = clients
-                    .read()
-                    .contains_key(&job.cluster);
+                let connected = clients.read().contains_key(&job.cluster);
                 if !connected {
                     tracing::warn!(cluster = %job.cluster, job = %job.name,
                         "cluster removed before the finalizer could be released; \

@@ -6,9 +6,9 @@
 //! crossings of availability (offline, back online) go to whoever listens
 //! ([`HealthBoard::on_change`]): the daemon makes fleet events of them.
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use parking_lot::RwLock;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -213,10 +213,7 @@ impl HealthBoard {
     }
 
     fn tell(&self, change: AvailabilityChange) {
-        let listener = self
-            .listener
-            .read()
-            .clone();
+        let listener = self.listener.read().clone();
         match &change.change {
             Change::Offline { .. } => tracing::warn!(cluster = %change.cluster,
                 failed_checks = change.failed_checks,
@@ -244,10 +241,7 @@ impl HealthBoard {
         let credentials_expire = old
             .map(|h| h.credentials_expire.clone())
             .unwrap_or_default();
-        let thresholds = self
-            .settings
-            .read()
-            .thresholds;
+        let thresholds = self.settings.read().thresholds;
         let judge = match old {
             Some(h) => h.judge.clone(),
             None => Judge::new(thresholds, now_ms()),

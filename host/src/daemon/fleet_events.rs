@@ -3,9 +3,9 @@
 //! evaluation), made into carriers ([`jobrelay_contract::fleet`]) and routed to the lanes of
 //! the plugins that asked for them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;

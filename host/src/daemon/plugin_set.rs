@@ -12,9 +12,9 @@
 //! has no version yet, it still gets a lane, whose events queue and wait (and whose finalizer
 //! holds stand) until a version is installed, instead of being dropped.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use parking_lot::Mutex;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};

@@ -133,9 +133,7 @@ impl Handler for DownFor {
         if event.cluster == self.cluster {
             return Err(CallError::Retry("that cluster's peer is down".into()));
         }
-        self.delivered
-            .lock()
-            .push(event.id.clone());
+        self.delivered.lock().push(event.id.clone());
         Ok(())
     }
 }
@@ -193,10 +191,7 @@ async fn a_lane_lets_go_of_one_cluster_at_once_and_takes_it_back() {
     push("west", "w-1", 4); // still arriving from a stopping watcher: ignored
     push("east", "e-1", 2);
     common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
-    let delivered = plugin
-        .delivered
-        .lock()
-        .clone();
+    let delivered = plugin.delivered.lock().clone();
     assert_eq!(delivered, ["east/e-1/1", "east/e-1/2"]);
     let cursors = store.cursors("half").await.expect("cursors");
     assert!(
@@ -242,9 +237,7 @@ impl Handler for Gated {
         permit
             .map_err(|_| CallError::Host("gate closed".into()))?
             .forget();
-        self.delivered
-            .lock()
-            .push(event.resource_version.clone());
+        self.delivered.lock().push(event.resource_version.clone());
         Ok(())
     }
 }
@@ -288,10 +281,7 @@ async fn latest_delivers_a_version_that_arrives_during_a_call() {
     tokio::time::timeout(Duration::from_secs(20), lane.idle())
         .await
         .expect("the lane settles");
-    let delivered = gated
-        .delivered
-        .lock()
-        .clone();
+    let delivered = gated.delivered.lock().clone();
     assert_eq!(delivered, ["1", "3"], "the newest version is delivered");
     let cursors = store.cursors("gated").await.expect("cursors");
     assert_eq!(cursors.len(), 1);
@@ -335,10 +325,7 @@ async fn resumed_events_the_mode_no_longer_wants_leave_the_inbox() {
     lane.reload(None).await.expect("resume");
     common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
     lane.close().await;
-    let delivered = plugin
-        .delivered
-        .lock()
-        .clone();
+    let delivered = plugin.delivered.lock().clone();
     assert_eq!(delivered, [succeeded.id.as_str()]);
     let left = store.inbox("half").await.expect("inbox");
     assert!(
@@ -442,10 +429,7 @@ async fn versions_past_the_memory_budget_wait_in_the_inbox_and_come_back_in_orde
     common_wait(|| async { (budget.held() <= budget.limit()).then_some(()) }).await;
     plugin.open.add_permits(1_000);
     common_wait(|| async { (lane.stats().pending == 0).then_some(()) }).await;
-    let delivered = plugin
-        .delivered
-        .lock()
-        .clone();
+    let delivered = plugin.delivered.lock().clone();
     for uid in ["u-1", "u-2"] {
         let of = |ids: &[String]| -> Vec<String> {
             ids.iter()
@@ -497,9 +481,7 @@ impl Handler for Gate {
             .await
             .map(|p| p.forget())
             .map_err(|_| CallError::Retry("closed".into()))?;
-        self.delivered
-            .lock()
-            .push(event.id.clone());
+        self.delivered.lock().push(event.id.clone());
         Ok(())
     }
 }

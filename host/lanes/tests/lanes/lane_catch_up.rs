@@ -6,8 +6,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset};
@@ -65,11 +65,9 @@ impl Handler for Recorder {
         if self.down {
             return Err(CallError::Retry("behind".into()));
         }
-        self.got.lock().push((
-            event.previous_phase,
-            event.phase,
-            event.synthetic,
-        ));
+        self.got
+            .lock()
+            .push((event.previous_phase, event.phase, event.synthetic));
         Ok(())
     }
 }

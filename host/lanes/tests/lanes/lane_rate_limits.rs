@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jobrelay_contract::event::{JobEvent, Phase};
@@ -32,9 +32,7 @@ impl Handler for Counter {
         "0"
     }
     async fn handle(&self, _event: &JobEvent) -> Result<(), CallError> {
-        self.calls
-            .lock()
-            .push(Instant::now());
+        self.calls.lock().push(Instant::now());
         Ok(())
     }
 }
@@ -96,11 +94,7 @@ async fn removing_a_rate_limit_frees_the_calls_already_waiting() {
     }
     // The first call takes the minute's one token; the others wait for theirs.
     let started = Instant::now();
-    while plugin
-        .calls
-        .lock()
-        .is_empty()
-    {
+    while plugin.calls.lock().is_empty() {
         assert!(started.elapsed() < Duration::from_secs(10), "no first call");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
