@@ -118,11 +118,13 @@ async fn measure(
             before = round.iter().collect();
         }
         if take {
-            let mut batch = WriteBatch::default();
-            batch.saved = before
-                .iter()
-                .map(|e| Cursor::from_event(&plugin, e))
-                .collect();
+            let batch = WriteBatch {
+                saved: before
+                    .iter()
+                    .map(|e| Cursor::from_event(&plugin, e))
+                    .collect(),
+                ..WriteBatch::default()
+            };
             store.write(batch).await.expect("the last batch is written");
         }
         if run > 0 {

@@ -124,13 +124,17 @@ pub enum UsageError {
     /// The prefix is no store path.
     #[error("prefix `{prefix}`: {source}")]
     Prefix {
+        /// The plugin's prefix.
         prefix: String,
+        /// What object_store's path parser refused.
         source: object_store::path::Error,
     },
     /// The store could not list the prefix.
     #[error("listing `{prefix}`: {source}")]
     Listing {
+        /// The plugin's prefix.
         prefix: String,
+        /// The store's error.
         source: object_store::Error,
     },
 }

@@ -28,7 +28,10 @@ pub const EMBEDDED: &str = "embedded";
 /// One pool, of either dialect. Clones share the pool.
 #[derive(Clone)]
 pub enum Database {
+    /// A MySQL or MariaDB connection of `sql.connections`.
     MySql(MySqlPool),
+    /// An SQLite file: a connection of `sql.connections`, or a plugin's `embedded` file,
+    /// fenced by [`sqlite_sandbox`].
     Sqlite(SqlitePool),
 }
 
