@@ -78,7 +78,7 @@ async fn the_python_plugin_obeys_config_grants_and_its_tape() {
     assert_eq!(
         calls,
         [vec!["kv.get", "archive.put", "kv.set"], vec!["kv.get"]],
-        "written once, then remembered"
+        "written once, then first_sights"
     );
     let document = dir
         .path()

@@ -2,6 +2,9 @@
 //! memory, and how available each cluster is.
 //!
 //! - [`availability`]: a cluster's online / degraded / offline verdict, with hysteresis.
+//! - [`cleanup`]: the finished jobs `cleanup:` deletes — which are due, and what still holds
+//!   each — as pure state fed by every observation, beside the view that is fed the same way;
+//!   the daemon makes the deletions.
 //! - [`jobs`]: the view — fed with every observation, queried with filters, an order and
 //!   pages; deleted jobs kept for a while.
 //! - [`record`]: what is kept of one job (a few dozen bytes).
@@ -17,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod availability;
+pub mod cleanup;
 pub mod interner;
 pub mod jobs;
 mod order;

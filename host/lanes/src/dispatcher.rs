@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
 use super::budget::MemoryBudget;
-use super::cleanup::Schedule;
 use super::event_counts::{Count, Counts, EventCounts};
 use super::filter::Verdict;
 use super::finalizer_book::{FinalizerBook, HeldJob};
 use super::lane::{Lane, Observed};
 use super::recent::RecentEvents;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_fleet::cleanup::Schedule;
 use jobrelay_fleet::jobs::JobView;
 use jobrelay_watch::finalizer::has_finalizer;
 use jobrelay_watch::watcher::{Observation, Sink};

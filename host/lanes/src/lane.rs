@@ -89,7 +89,7 @@ pub mod writer;
 
 /// Where an offered event comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Intake {
+enum Provenance {
     /// Seen by a watch (or made from what one saw): taken into the inbox when queued.
     Observed,
     /// Read back from the inbox: already there.
@@ -217,7 +217,7 @@ impl Lane {
             (Some(installed), Some(changed)) => Some(installed.max(changed)),
             (installed, changed) => installed.or(changed),
         };
-        self.offer(event, Intake::Observed, |accepted, event| {
+        self.offer(event, Provenance::Observed, |accepted, event| {
             if !catch_up {
                 return Vec::new();
             }
@@ -235,7 +235,7 @@ impl Lane {
     fn offer(
         &self,
         event: JobEvent,
-        intake: Intake,
+        provenance: Provenance,
         before: impl FnOnce(&Accepted, &JobEvent) -> Vec<JobEvent>,
     ) {
         let settings = self.inner.settings.load();
@@ -248,8 +248,8 @@ impl Lane {
         let key = event.job_key();
         // A resumed event the mode does not queue again (a delivery mode changed since, say)
         // has nothing left to wait for: its mark goes, or it would come back at every start.
-        let resumed_id = (intake == Intake::Resumed).then(|| event.id.clone());
-        let taking = intake == Intake::Observed;
+        let resumed_id = (provenance == Provenance::Resumed).then(|| event.id.clone());
+        let taking = provenance == Provenance::Observed;
         let offered = {
             let mut queues = self.inner.queues.lock();
             let mut to_writer = ToWriter(&self.inner.writer);
@@ -273,13 +273,13 @@ impl Lane {
             }
             offered
         };
-        // A job seen for the first time in the store (see [`DeliveryStore::remember_job`]),
+        // A job seen for the first time in the store (see [`DeliveryStore::note_first_sight`]),
         // noted with the writer's next batch. Not waited for: losing it only weakens deletion
         // detection across a crash. A job first seen deleted has nothing left to detect.
         if let Some(cursor) = offered.first_sight
             && !cursor.deleted
         {
-            self.inner.writer.remember(cursor);
+            self.inner.writer.note_first_sight(cursor);
         }
         add(&self.inner.counters.skipped, offered.skipped);
         if offered.start {
@@ -308,7 +308,7 @@ impl Lane {
             .counters
             .by_job_kind
             .learn(&event, fleet::KIND_NAME);
-        self.offer(event, Intake::Observed, |_, _| Vec::new());
+        self.offer(event, Provenance::Observed, |_, _| Vec::new());
     }
 
     /// Queue a dead letter again, as the operator asked: it bypasses the delivery mode and

@@ -34,8 +34,6 @@
 //! - [`finalizer_book`]: which lanes still owe a held job its deletion; the finalizer is
 //!   released once none does, or the hold is too old.
 //! - [`trace`]: what became of a plugin's latest calls, job by job, for the job view.
-//! - [`cleanup`]: the finished jobs that `cleanup:` deletes, when each is due and what still
-//!   holds it; the daemon makes the deletions.
 
 // A layer crate: every public item says what it is for, since the next layer up reads its
 // API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
@@ -43,7 +41,6 @@
 
 pub mod budget;
 pub mod call_stats;
-pub mod cleanup;
 pub mod dispatcher;
 pub mod event_counts;
 pub mod filter;

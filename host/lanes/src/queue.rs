@@ -30,7 +30,7 @@ use jobrelay_contract::uid_map::UidMap;
 use jobrelay_state::Cursor;
 use jobrelay_watch::tracker::Listed;
 
-use self::item::{Held, Item};
+use self::item::{Item, Kept};
 use self::job_state::{JobState, Origin, cursor_of, intern, origin_of};
 use self::ledger::Ledger;
 pub use self::workers::MAX_WORKERS;
@@ -316,13 +316,13 @@ impl Queues {
                         let keep = std::mem::take(&mut head) || i.replay;
                         if !keep {
                             match &i.held {
-                                Held::Here { event, .. } => changes.replaced(event.id.clone()),
-                                Held::Spilled => changes.replaced(JobEvent::make_id(
+                                Kept::Here { event, .. } => changes.replaced(event.id.clone()),
+                                Kept::Spilled => changes.replaced(JobEvent::make_id(
                                     &event.cluster,
                                     &event.uid,
                                     &i.resource_version,
                                 )),
-                                Held::Out { .. } => {}
+                                Kept::Out { .. } => {}
                             }
                             ledger.gone(i);
                             offered.skipped += 1;
@@ -431,9 +431,9 @@ impl Queues {
         };
         match job.queue.front_mut() {
             Some(item) if !closed => {
-                let out = |charge, spilled| Held::Out { charge, spilled };
+                let out = |charge, spilled| Kept::Out { charge, spilled };
                 match std::mem::replace(&mut item.held, out(0, false)) {
-                    Held::Here { mut event, charge } => {
+                    Kept::Here { mut event, charge } => {
                         item.held = out(charge, false);
                         job.in_flight = true;
                         // Set when it was queued (see `offer`), so this differs only when the
@@ -447,7 +447,7 @@ impl Queues {
                             replay: item.replay,
                         }
                     }
-                    Held::Spilled => {
+                    Kept::Spilled => {
                         item.held = out(0, true);
                         job.in_flight = true;
                         self.ledger.unspill();
@@ -458,7 +458,7 @@ impl Queues {
                     // The head is out only between this and its `pop_head` or `release`, and
                     // only the job's one worker asks: an event out cannot be seen here. Were
                     // it seen, the job is left as it is, to whoever holds the event.
-                    held @ Held::Out { .. } => {
+                    held @ Kept::Out { .. } => {
                         item.held = held;
                         Next::Forgotten
                     }
@@ -508,12 +508,12 @@ impl Queues {
             return;
         };
         match (&mut head.held, event) {
-            (Held::Out { spilled: true, .. }, _) => {
-                head.held = Held::Spilled;
+            (Kept::Out { spilled: true, .. }, _) => {
+                head.held = Kept::Spilled;
                 self.ledger.spill(1);
             }
-            (Held::Out { charge, .. }, Some(event)) => {
-                head.held = Held::Here {
+            (Kept::Out { charge, .. }, Some(event)) => {
+                head.held = Kept::Here {
                     event,
                     charge: *charge,
                 };

@@ -1,5 +1,5 @@
 //! Deleting finished jobs once their plugins have delivered them: the task that works through
-//! the clean-up schedule ([`jobrelay_lanes::cleanup`]) with the clusters' clients.
+//! the clean-up schedule ([`jobrelay_fleet::cleanup`]) with the clusters' clients.
 //!
 //! Once a second the due jobs are taken from the schedule and queued to their cluster's
 //! deleter: one task per cluster, spacing its deletions by `per_cluster_per_second` (a
@@ -28,8 +28,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use jobrelay_lanes::cleanup::{
-    CleanupSettings, FinishedJob, Held, Propagation, Rule, Schedule, ScheduleView,
+use jobrelay_fleet::cleanup::{
+    CleanupRule, CleanupSettings, FinishedJob, Held, Propagation, Schedule, ScheduleView,
 };
 use jobrelay_lanes::dispatcher::Routes;
 use jobrelay_state::DeliveryStore;
@@ -93,7 +93,7 @@ pub struct OutcomeCount {
     pub count: u64,
 }
 
-type Work = (FinishedJob, Rule);
+type Work = (FinishedJob, CleanupRule);
 
 /// A cluster's deleter task, as the cleaner reaches it.
 struct Deleter {
@@ -268,7 +268,7 @@ impl Cleaner {
 
     /// The plugins in scope for the job: `once_delivered`, or every plugin whose lane wants
     /// the kind.
-    fn scope(&self, job: &FinishedJob, rule: &Rule) -> Vec<String> {
+    fn scope(&self, job: &FinishedJob, rule: &CleanupRule) -> Vec<String> {
         match &rule.once_delivered {
             Some(names) => names.clone(),
             None => self

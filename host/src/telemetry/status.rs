@@ -384,14 +384,14 @@ mod tests {
         s.cleanup
             .schedule
             .held
-            .push(jobrelay_lanes::cleanup::HeldView {
+            .push(jobrelay_fleet::cleanup::HeldView {
                 cluster: "east".into(),
                 kind: "volcano-job".into(),
                 namespace: "ml".into(),
                 name: "<b>x</b>".into(),
                 uid: "u".into(),
                 finished_at: "2026-11-27T00:00:00Z".into(),
-                held: jobrelay_lanes::cleanup::Held::DeadLettered("probe".into()),
+                held: jobrelay_fleet::cleanup::Held::DeadLettered("probe".into()),
             });
         let page = super::super::page::render(&s);
         assert!(page.contains("Clean-up of finished jobs"), "{page}");

@@ -145,8 +145,8 @@ mod tests {
         async fn save_cursor(&self, c: &Cursor) -> Result<(), StoreError> {
             self.0.save_cursor(c).await
         }
-        async fn remember_job(&self, c: &Cursor) -> Result<(), StoreError> {
-            self.0.remember_job(c).await
+        async fn note_first_sight(&self, c: &Cursor) -> Result<(), StoreError> {
+            self.0.note_first_sight(c).await
         }
         async fn install_time(&self, p: &str, now: &str) -> Result<String, StoreError> {
             self.0.install_time(p, now).await

@@ -232,8 +232,11 @@ pub trait Writer: Debug + Send + Sync + 'static {
     /// [`DeliveryStore::save_cursors`](super::DeliveryStore::save_cursors), never empty.
     fn save(&self, cursors: Vec<Cursor>) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// [`DeliveryStore::remember_jobs`](super::DeliveryStore::remember_jobs).
-    fn remember(&self, cursors: &[Cursor]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// [`DeliveryStore::note_first_sights`](super::DeliveryStore::note_first_sights).
+    fn note_first_sight(
+        &self,
+        cursors: &[Cursor],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// [`DeliveryStore::write`](super::DeliveryStore::write), never empty.
     fn write(&self, batch: WriteBatch) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -250,7 +253,7 @@ impl Writer for Infallible {
         match *self {}
     }
 
-    async fn remember(&self, _: &[Cursor]) -> Result<(), StoreError> {
+    async fn note_first_sight(&self, _: &[Cursor]) -> Result<(), StoreError> {
         match *self {}
     }
 

@@ -62,8 +62,8 @@ pub struct WriteBatch {
     /// Events taken: each stored (if not already) with a mark for its plugin.
     pub taken: Vec<Taken>,
     /// Jobs first seen, as cursors with nothing delivered
-    /// ([`remember_job`](crate::DeliveryStore::remember_job)); a cursor already there stays.
-    pub remembered: Vec<Cursor>,
+    /// ([`note_first_sight`](crate::DeliveryStore::note_first_sight)); a cursor already there stays.
+    pub first_sights: Vec<Cursor>,
     /// Cursors to write over by (plugin, cluster, uid).
     pub saved: Vec<Cursor>,
     /// Cursors to delete by (plugin, cluster, uid): the job's deletion was acknowledged.
@@ -80,7 +80,7 @@ impl WriteBatch {
     /// Whether the batch writes nothing, sweep included, so needs no transaction.
     pub fn is_empty(&self) -> bool {
         self.taken.is_empty()
-            && self.remembered.is_empty()
+            && self.first_sights.is_empty()
             && self.saved.is_empty()
             && self.removed.is_empty()
             && self.settled.is_empty()

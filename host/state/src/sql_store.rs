@@ -5,7 +5,7 @@
 //! the backends ([`sqlite`](super::sqlite), [`mysql`](super::mysql)) only connect, hold their
 //! schema lock, and say how their SQL differs.
 //!
-//! Nothing here is one backend's. The lanes' writes (`save_cursors`, `remember_jobs`, `write`)
+//! Nothing here is one backend's. The lanes' writes (`save_cursors`, `note_first_sights`, `write`)
 //! go to the dialect's [`Writer`] where it has one (SQLite's writer thread) and through the
 //! pool otherwise; either way the promise is the trait's.
 
@@ -225,9 +225,9 @@ impl<D: Dialect> SqlStore<D> {
             });
             run(marks).await?;
         }
-        for cursor in &batch.remembered {
+        for cursor in &batch.first_sights {
             run(bind_cursor_version(
-                Statement::new(&self.sql.remember_cursor),
+                Statement::new(&self.sql.first_sight_cursor),
                 cursor,
                 "",
             ))
@@ -404,22 +404,22 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         Ok(())
     }
 
-    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError> {
-        self.remember_jobs(std::slice::from_ref(cursor)).await
+    async fn note_first_sight(&self, cursor: &Cursor) -> Result<(), StoreError> {
+        self.note_first_sights(std::slice::from_ref(cursor)).await
     }
 
-    async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+    async fn note_first_sights(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         if let Some(writer) = &self.writer {
-            return writer.remember(cursors).await;
+            return writer.note_first_sight(cursors).await;
         }
         for chunk in cursors.chunks(CHUNK) {
             // Stored with an empty version: seen, nothing delivered.
             let statement = chunk
                 .iter()
-                .fold(self.sql.remember_cursors(chunk.len()), |s, cursor| {
+                .fold(self.sql.first_sight_cursors(chunk.len()), |s, cursor| {
                     bind_cursor_version(s, cursor, "")
                 });
-            retry_deadlocks!(self.execute(statement.clone(), "remember jobs").await)?;
+            retry_deadlocks!(self.execute(statement.clone(), "note first sights").await)?;
         }
         Ok(())
     }

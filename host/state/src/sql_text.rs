@@ -70,7 +70,7 @@ pub struct Statements<D> {
     /// Saves one cursor, replacing a stored one: its columns in table order.
     pub upsert_cursor: Arc<str>,
     /// Notes one job as seen, keeping a stored cursor: its columns in table order.
-    pub remember_cursor: Arc<str>,
+    pub first_sight_cursor: Arc<str>,
     pub remove_cursor: Arc<str>,
     pub add_dead_letter: Arc<str>,
     pub list_dead_letters: Arc<str>,
@@ -210,7 +210,7 @@ impl<D: Dialect> Statements<D> {
                 CURSOR_ROW,
                 1,
             )),
-            remember_cursor: sql(D::insert_or_keep(
+            first_sight_cursor: sql(D::insert_or_keep(
                 &t.cursors,
                 CURSOR_COLUMNS,
                 &CURSOR_KEY,
@@ -302,7 +302,7 @@ impl<D: Dialect> Statements<D> {
 
     /// One multi-row insert of `rows` jobs seen, keeping the cursors stored (their columns
     /// bound with [`bind_cursor_version`], the version empty).
-    pub fn remember_cursors(&self, rows: usize) -> Statement {
+    pub fn first_sight_cursors(&self, rows: usize) -> Statement {
         let sql = D::insert_or_keep(
             &self.tables.cursors,
             CURSOR_COLUMNS,

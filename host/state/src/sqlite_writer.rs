@@ -41,7 +41,7 @@ enum Write {
     /// Acknowledged cursors: inserted, or replacing the stored ones.
     Save(Vec<Cursor>),
     /// Jobs seen for the first time: inserted with an empty version unless already stored.
-    Remember(Vec<Cursor>),
+    FirstSights(Vec<Cursor>),
     /// A lane's batch (see [`WriteBatch`]), in one transaction.
     Batch(WriteBatch),
 }
@@ -78,7 +78,7 @@ impl SqliteWriter {
         let conn = open(path).map_err(failed)?;
         let statements = Prepared {
             save: sql.upsert_cursor.to_string(),
-            remember: sql.remember_cursor.to_string(),
+            first_sight: sql.first_sight_cursor.to_string(),
             inbox: sql.inbox.clone(),
         };
         // Prepared once here, so a file the statements cannot run on is refused at open
@@ -131,8 +131,8 @@ impl Writer for SqliteWriter {
     }
 
     /// Notes the jobs of `cursors` as seen, keeping any cursor already stored.
-    async fn remember(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
-        self.run(Write::Remember(cursors.to_vec()), "remember jobs")
+    async fn note_first_sight(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+        self.run(Write::FirstSights(cursors.to_vec()), "note first sights")
             .await
     }
 
@@ -164,7 +164,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The statements the thread keeps prepared.
 struct Prepared {
     save: String,
-    remember: String,
+    first_sight: String,
     inbox: InboxStatements,
 }
 
@@ -174,7 +174,7 @@ impl Prepared {
         let i = &self.inbox;
         [
             &self.save,
-            &self.remember,
+            &self.first_sight,
             &i.take_event,
             &i.take_mark,
             &i.settle_mark,
@@ -202,7 +202,9 @@ fn serve(mut conn: Connection, statements: &Prepared, queue: mpsc::Receiver<Requ
     while let Ok(Request { write, done }) = queue.recv() {
         let result = match &write {
             Write::Save(cursors) => write_all(&mut conn, &statements.save, cursors, true),
-            Write::Remember(cursors) => write_all(&mut conn, &statements.remember, cursors, false),
+            Write::FirstSights(cursors) => {
+                write_all(&mut conn, &statements.first_sight, cursors, false)
+            }
             Write::Batch(batch) => write_batch(&mut conn, statements, batch),
         };
         // The caller may have given up waiting (its task was dropped); nothing to do then.
@@ -273,7 +275,7 @@ fn write_batch(
             mark.execute(rusqlite::params![taken.plugin, taken.event_id])?;
         }
     }
-    bind_each(&tx, &statements.remember, &batch.remembered, false)?;
+    bind_each(&tx, &statements.first_sight, &batch.first_sights, false)?;
     bind_each(&tx, &statements.save, &batch.saved, true)?;
     {
         let mut remove = tx.prepare_cached(&i.remove_cursor)?;

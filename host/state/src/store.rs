@@ -54,13 +54,13 @@ pub trait DeliveryStore: Send + Sync {
     /// a job seen but never delivered (its versions did not match the delivery mode) must
     /// still get its deletion if it vanishes while jobrelay is down. Stored with an empty
     /// resourceVersion, meaning "nothing delivered".
-    async fn remember_job(&self, cursor: &Cursor) -> Result<(), StoreError>;
+    async fn note_first_sight(&self, cursor: &Cursor) -> Result<(), StoreError>;
 
-    /// [`remember_job`](DeliveryStore::remember_job) for several jobs at once, in statements of
+    /// [`note_first_sight`](DeliveryStore::note_first_sight) for several jobs at once, in statements of
     /// up to 500 jobs. The default remembers them one by one.
-    async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+    async fn note_first_sights(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         for cursor in cursors {
-            self.remember_job(cursor).await?;
+            self.note_first_sight(cursor).await?;
         }
         Ok(())
     }

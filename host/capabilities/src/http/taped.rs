@@ -19,13 +19,13 @@ use crate::tape::{self, CallTape, DecodeError, FromDivergence, Taped};
 pub const CALL: &str = "http.request";
 
 /// A response as recorded.
-pub struct Recorded {
+pub struct TapedResponse {
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
-impl Recorded {
+impl TapedResponse {
     /// The response and its already finished connection, as the send hook hands them over.
     pub fn into_sent(self) -> Result<Sent, Error> {
         let mut builder = Response::builder()
@@ -43,7 +43,7 @@ impl Recorded {
 }
 
 /// `{"status": 200, "headers": [["content-type", "..."]], "body": {"text": "..."}}`.
-impl Taped for Recorded {
+impl Taped for TapedResponse {
     fn to_tape(&self) -> Value {
         json!({
             "status": self.status,
@@ -52,7 +52,7 @@ impl Taped for Recorded {
         })
     }
 
-    fn from_tape(value: &Value) -> Result<Recorded, DecodeError> {
+    fn from_tape(value: &Value) -> Result<TapedResponse, DecodeError> {
         let status = u64::from_tape(tape::field(value, "status")?)?;
         let headers = match value.get("headers") {
             None => Vec::new(),
@@ -64,7 +64,7 @@ impl Taped for Recorded {
                 }
             })?,
         };
-        Ok(Recorded {
+        Ok(TapedResponse {
             status: u16::try_from(status).map_err(|_| DecodeError::BadStatus(status))?,
             headers,
             body: match value.get("body") {
@@ -111,18 +111,18 @@ pub async fn request_args(request: Request<WasiBody>) -> Result<(Value, Request<
 /// Replays one exchange: nothing is sent.
 pub async fn replay(tape: CallTape, request: Request<WasiBody>) -> Result<Sent, Error> {
     let (args, _request) = request_args(request).await?;
-    let answer: Result<Recorded, Failed> = tape.replay(CALL, args);
+    let answer: Result<TapedResponse, Failed> = tape.replay(CALL, args);
     answer.map_err(|Failed(e)| e)?.into_sent()
 }
 
 /// Reads a whole response (driving its connection meanwhile) into what the tape keeps.
-pub async fn read_response(sent: Sent) -> Result<Recorded, Error> {
+pub async fn read_response(sent: Sent) -> Result<TapedResponse, Error> {
     let (response, io) = sent;
     let (parts, body) = response.into_parts();
     let (done, collected) = tokio::join!(Box::into_pin(io), body.collect());
     let body = collected?.to_bytes();
     done?;
-    Ok(Recorded {
+    Ok(TapedResponse {
         status: parts.status.as_u16(),
         headers: parts
             .headers
@@ -218,15 +218,15 @@ mod tests {
 
     #[test]
     fn a_recorded_response_reads_back() {
-        let recorded = Recorded {
+        let recorded = TapedResponse {
             status: 201,
             headers: vec![("content-type".into(), "application/json".into())],
             body: br#"{"code":0}"#.to_vec(),
         };
-        let again = Recorded::from_tape(&recorded.to_tape()).expect("reads back");
+        let again = TapedResponse::from_tape(&recorded.to_tape()).expect("reads back");
         assert_eq!(again.status, 201);
         assert_eq!(again.headers, recorded.headers);
         assert_eq!(again.body, recorded.body);
-        assert!(Recorded::from_tape(&json!({"status": 70000})).is_err());
+        assert!(TapedResponse::from_tape(&json!({"status": 70000})).is_err());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{Intake, Lane};
+use super::{Lane, Provenance};
 use jobrelay_contract::event::JobKey;
 use jobrelay_state::{DeliveryStore, Inbox, StoreError};
 
@@ -57,7 +57,7 @@ impl Lane {
                     continue;
                 }
                 resumed += 1;
-                self.offer(event, Intake::Resumed, |_, _| Vec::new());
+                self.offer(event, Provenance::Resumed, |_, _| Vec::new());
             }
             match page.next {
                 Some(next) => after = next,

@@ -113,7 +113,7 @@ enum Pending {
     /// letter), answered once stored.
     Save(Cursor, Option<String>, Answer),
     /// A job seen, nothing delivered yet; nobody waits for it.
-    Remember(Cursor),
+    FirstSight(Cursor),
     /// A deleted job's cursor to forget (its deletion was acknowledged), with the mark it
     /// settles, answered once done.
     Remove(Cursor, Option<String>, Answer),
@@ -192,10 +192,10 @@ impl LaneWriter {
         answer.await.map_err(|_| WriteError::Unanswered)?
     }
 
-    /// Notes a job seen for the first time ([`DeliveryStore::remember_job`]) with the next
+    /// Notes a job seen for the first time ([`DeliveryStore::note_first_sight`]) with the next
     /// batch, without waiting: losing it only weakens deletion detection across a crash.
-    pub fn remember(&self, cursor: Cursor) {
-        if self.queue.send(Pending::Remember(cursor)).is_err() {
+    pub fn note_first_sight(&self, cursor: Cursor) {
+        if self.queue.send(Pending::FirstSight(cursor)).is_err() {
             tracing::debug!("the cursor writer has stopped; a newly seen job is not noted");
         }
     }
@@ -347,7 +347,7 @@ async fn write_batches(
                     takes.settle(&mut batch, &plugin, settles, &budget);
                     waiters.push(done);
                 }
-                Pending::Remember(cursor) => batch.remembered.push(cursor),
+                Pending::FirstSight(cursor) => batch.first_sights.push(cursor),
                 Pending::Remove(cursor, settles, done) => {
                     batch.removed.push(cursor);
                     takes.settle(&mut batch, &plugin, settles, &budget);
@@ -388,7 +388,7 @@ async fn write_batches(
             }
         }
         if !batch.is_empty() {
-            let (taken, noted) = (batch.taken.len(), batch.remembered.len());
+            let (taken, noted) = (batch.taken.len(), batch.first_sights.len());
             let result = store
                 .write(batch)
                 .await

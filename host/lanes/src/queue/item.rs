@@ -12,7 +12,7 @@ use jobrelay_contract::event::JobEvent;
 /// A queued event; replays of dead letters bypass the mode and leave the cursor alone.
 #[derive(Debug)]
 pub(super) struct Item {
-    pub(super) held: Held,
+    pub(super) held: Kept,
     /// The event's resourceVersion, known whatever is held: a version being delivered or
     /// waiting in the inbox counts as queued when the same version is observed again.
     pub(super) resource_version: CompactString,
@@ -23,7 +23,7 @@ pub(super) struct Item {
 
 /// Where a queued event is.
 #[derive(Debug)]
-pub(super) enum Held {
+pub(super) enum Kept {
     /// Kept whole, charging `charge` bytes to the lane's [`MemoryBudget`]. Shared with the
     /// lane's writer while it holds the event's take, so taking an event copies nothing.
     Here { event: Arc<JobEvent>, charge: u64 },

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::InboxChanges;
-use super::item::{Held, Item, id_is_derived};
+use super::item::{Item, Kept, id_is_derived};
 use crate::budget::{MemoryBudget, charge_of};
 use jobrelay_contract::event::JobEvent;
 
@@ -32,7 +32,7 @@ impl Ledger {
         event: JobEvent,
         taking: bool,
         inbox: &mut impl InboxChanges,
-    ) -> Held {
+    ) -> Kept {
         self.pending += 1;
         let charge = charge_of(&event);
         let room = self.budget.try_hold(charge);
@@ -41,7 +41,7 @@ impl Ledger {
             if taking {
                 inbox.take(Arc::new(event), charge);
             }
-            return Held::Spilled;
+            return Kept::Spilled;
         }
         if !room {
             // Its id could not be made again to read it back: kept whatever the budget.
@@ -52,15 +52,15 @@ impl Ledger {
         if taking {
             inbox.take(event.clone(), charge);
         }
-        Held::Here { event, charge }
+        Kept::Here { event, charge }
     }
 
     /// A replay of a dead letter is not in the inbox: it is kept whole, and not charged (see
     /// [`budget`](crate::budget)).
-    pub(super) fn keep_replay(&mut self, event: JobEvent) -> Held {
+    pub(super) fn keep_replay(&mut self, event: JobEvent) -> Kept {
         self.pending += 1;
         self.replays += 1;
-        Held::Here {
+        Kept::Here {
             event: Arc::new(event),
             charge: 0,
         }
@@ -88,8 +88,8 @@ impl Ledger {
             self.replays = self.replays.saturating_sub(1);
         }
         match &item.held {
-            Held::Here { charge, .. } | Held::Out { charge, .. } => self.release(*charge),
-            Held::Spilled => self.unspill(),
+            Kept::Here { charge, .. } | Kept::Out { charge, .. } => self.release(*charge),
+            Kept::Spilled => self.unspill(),
         }
     }
 }

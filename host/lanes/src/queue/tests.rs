@@ -343,7 +343,7 @@ impl Run {
             Some((event, replay)) => {
                 let head = self.q.job(&k).and_then(|j| j.queue.front()).map(|i| {
                     (
-                        matches!(i.held, Held::Out { .. }),
+                        matches!(i.held, Kept::Out { .. }),
                         i.resource_version.to_string(),
                     )
                 });
@@ -384,7 +384,7 @@ impl Run {
             self.inbox_cap
         );
         let items = || self.q.each().flat_map(|(_, j)| j.queue.iter());
-        let spilled = items().filter(|i| matches!(i.held, Held::Spilled)).count() as u64;
+        let spilled = items().filter(|i| matches!(i.held, Kept::Spilled)).count() as u64;
         prop_assert_eq!(
             self.q.spilled(),
             spilled,
@@ -393,8 +393,8 @@ impl Run {
         prop_assert_eq!(self.budget.spilled(), spilled);
         let charged: u64 = items()
             .map(|i| match &i.held {
-                Held::Here { charge, .. } | Held::Out { charge, .. } => *charge,
-                Held::Spilled => 0,
+                Kept::Here { charge, .. } | Kept::Out { charge, .. } => *charge,
+                Kept::Spilled => 0,
             })
             .sum();
         prop_assert_eq!(

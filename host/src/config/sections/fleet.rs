@@ -7,8 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use jobrelay_fleet::cleanup::{AfterFinished, DurationError};
 use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
-use jobrelay_lanes::cleanup::{AfterFinished, DurationError};
 
 /// The `fleet:` section as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use jobrelay_fleet::cleanup::{AfterFinished, DurationError};
 use jobrelay_fleet::jobs::ViewSettings;
-use jobrelay_lanes::cleanup::{AfterFinished, DurationError};
 
 /// The `job_view:` section as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,13 +21,13 @@ on_both_backends! {
     replay_marks_and_take_removes_once => contract_replay_selection("replay");
     two_takers_never_get_the_same_dead_letter => contract_two_takers("takers");
     daemon_and_cli_share_the_store_without_lock_errors => contract_two_stores_share("share");
-    remembering_a_job_never_overwrites_a_delivered_cursor => contract_remember_job("remember");
+    remembering_a_job_never_overwrites_a_delivered_cursor => contract_note_first_sight("remember");
     plugin_kv_entries_are_per_plugin_and_expire => contract_kv_expiry("kv");
     keys_compare_byte_for_byte => contract_exact_keys("keys");
     a_plugins_first_install_time_is_kept_for_good => contract_install_time("install");
     kv_usage_counts_a_plugins_live_entries => contract_kv_usage("kvusage");
     damaged_rows_are_refused_naming_the_store_and_kept => contract_damaged_rows("damaged");
-    remembering_many_jobs_at_once_keeps_delivered_cursors => contract_remember_jobs("rememberx");
+    remembering_many_jobs_at_once_keeps_delivered_cursors => contract_note_first_sights("rememberx");
     the_inbox_keeps_each_event_once_per_plugin_in_order => contract_inbox_order("inbox");
     a_batch_settles_marks_with_its_cursors_or_not_at_all => contract_inbox_atomic("inboxtx");
     damaged_inbox_rows_are_named_and_the_rest_flow => contract_inbox_damaged("inboxbad");
@@ -483,25 +483,25 @@ async fn contract_two_stores_share(b: &Backend) {
     cli.close().await;
 }
 
-async fn contract_remember_job(b: &Backend) {
+async fn contract_note_first_sight(b: &Backend) {
     let store = b.store().await;
     // First sight: stored with an empty version ("nothing delivered").
     store
-        .remember_job(&cursor("p", "c", "seen", "5", Phase::Running))
+        .note_first_sight(&cursor("p", "c", "seen", "5", Phase::Running))
         .await
         .expect("remember");
-    // Delivered first, remembered late: the delivered cursor wins.
+    // Delivered first, first_sights late: the delivered cursor wins.
     store
         .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
         .await
         .expect("save");
     store
-        .remember_job(&cursor("p", "c", "done", "3", Phase::Pending))
+        .note_first_sight(&cursor("p", "c", "done", "3", Phase::Pending))
         .await
         .expect("remember");
     // Remembered twice: still nothing delivered.
     store
-        .remember_job(&cursor("p", "c", "seen", "6", Phase::Running))
+        .note_first_sight(&cursor("p", "c", "seen", "6", Phase::Running))
         .await
         .expect("remember again");
     let mut all = store.cursors("p").await.expect("cursors");
@@ -600,7 +600,7 @@ async fn contract_damaged_rows(b: &Backend) {
 /// The batched form the cursor writer uses: one statement for many jobs, with the same rule
 /// as one at a time (a delivered cursor is never overwritten), across more jobs than one
 /// statement holds.
-async fn contract_remember_jobs(b: &Backend) {
+async fn contract_note_first_sights(b: &Backend) {
     let store = b.store().await;
     store
         .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
@@ -610,8 +610,8 @@ async fn contract_remember_jobs(b: &Backend) {
         .map(|i| cursor("p", "c", &format!("u{i:03}"), "4", Phase::Running))
         .collect();
     seen.push(cursor("p", "c", "done", "3", Phase::Pending));
-    store.remember_jobs(&seen).await.expect("remember");
-    store.remember_jobs(&seen[..10]).await.expect("again");
+    store.note_first_sights(&seen).await.expect("remember");
+    store.note_first_sights(&seen[..10]).await.expect("again");
     let all = store.cursors("p").await.expect("cursors");
     assert_eq!(all.len(), 701);
     let done = all.iter().find(|c| c.uid == "done").expect("done");

@@ -102,7 +102,10 @@ async fn closing_ends_the_cursor_thread_and_folds_the_log_back() {
         .map(|i| cursor("p", "c", &format!("u{i}"), "1", Phase::Running))
         .collect();
     store.save_cursors(batch.clone()).await.expect("save");
-    store.remember_jobs(&batch[..3]).await.expect("remember");
+    store
+        .note_first_sights(&batch[..3])
+        .await
+        .expect("remember");
     let wal = PathBuf::from(format!("{}-wal", path.display()));
     assert!(wal.exists(), "a write in WAL mode leaves a log while open");
     store.close().await;

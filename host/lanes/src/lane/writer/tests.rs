@@ -51,14 +51,14 @@ impl DeliveryStore for Recording {
     async fn save_cursor(&self, c: &Cursor) -> Result<(), StoreError> {
         self.save_cursors(vec![c.clone()]).await
     }
-    async fn remember_job(&self, _: &Cursor) -> Result<(), StoreError> {
+    async fn note_first_sight(&self, _: &Cursor) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn remember_jobs(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
+    async fn note_first_sights(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         self.batches.lock().push(
             cursors
                 .iter()
-                .map(|c| format!("remember {}", c.uid))
+                .map(|c| format!("first sight {}", c.uid))
                 .collect(),
         );
         Ok(())
@@ -88,9 +88,9 @@ impl DeliveryStore for Recording {
         );
         part(
             batch
-                .remembered
+                .first_sights
                 .iter()
-                .map(|c| format!("remember {}", c.uid))
+                .map(|c| format!("first sight {}", c.uid))
                 .collect(),
         );
         part(batch.saved.iter().map(|c| c.uid.clone()).collect());
@@ -255,22 +255,22 @@ async fn a_small_batch_waits_a_moment_for_company_and_no_longer() {
     assert_eq!(batches, vec![vec!["a", "b"], vec!["c"]]);
 }
 
-/// Jobs only remembered ride with the next batch, written before its saves (an insert
+/// Jobs only first_sights ride with the next batch, written before its saves (an insert
 /// that keeps what is there, so it cannot undo an acknowledgement), and hold nobody up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn remembered_jobs_go_with_the_next_batch_before_its_saves() {
+async fn first_sights_go_with_the_next_batch_before_its_saves() {
     let store = Arc::new(Recording::default());
     let writer = LaneWriter::start("p", store.clone(), MemoryBudget::unbounded());
     let first = saving(&writer, "a");
     settle().await;
-    writer.remember(cursor("new"));
+    writer.note_first_sight(cursor("new"));
     let second = saving(&writer, "b");
     settle().await;
     store.gate.add_permits(2);
     assert_eq!(first.await.expect("join"), Ok(()));
     assert_eq!(second.await.expect("join"), Ok(()));
     let batches = store.batches.lock().clone();
-    assert_eq!(batches, vec![vec!["a"], vec!["remember new"], vec!["b"]]);
+    assert_eq!(batches, vec![vec!["a"], vec!["first sight new"], vec!["b"]]);
 }
 
 /// A job noted and then removed before the writer got to either: the note is written
@@ -281,7 +281,7 @@ async fn a_removal_is_never_overtaken_by_an_earlier_note() {
     let writer = LaneWriter::start("p", store.clone(), MemoryBudget::unbounded());
     let first = saving(&writer, "a");
     settle().await;
-    writer.remember(cursor("gone"));
+    writer.note_first_sight(cursor("gone"));
     let removed = tokio::spawn({
         let writer = writer.clone();
         async move { writer.remove(cursor("gone"), None).await }
@@ -293,7 +293,7 @@ async fn a_removal_is_never_overtaken_by_an_earlier_note() {
     let batches = store.batches.lock().clone();
     assert_eq!(
         batches,
-        vec![vec!["a"], vec!["remember gone"], vec!["remove gone"]]
+        vec![vec!["a"], vec!["first sight gone"], vec!["remove gone"]]
     );
 }
 

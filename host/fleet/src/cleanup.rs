@@ -225,7 +225,7 @@ pub struct CleanupSettings {
     /// What happens to a deleted job's pods and other dependents.
     pub propagation: Propagation,
     /// The rules in order; the first that covers a job applies.
-    pub rules: Vec<Rule>,
+    pub rules: Vec<CleanupRule>,
 }
 
 impl Default for CleanupSettings {
@@ -241,7 +241,7 @@ impl Default for CleanupSettings {
 
 /// One rule after validation.
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub struct CleanupRule {
     /// The configured kinds covered, each a watched one.
     pub kinds: Vec<String>,
     /// As written, for the status and errors.
@@ -254,8 +254,8 @@ pub struct Rule {
     pub once_delivered: Option<Vec<String>>,
 }
 
-impl PartialEq for Rule {
-    fn eq(&self, other: &Rule) -> bool {
+impl PartialEq for CleanupRule {
+    fn eq(&self, other: &CleanupRule) -> bool {
         self.kinds == other.kinds
             && self.namespaces == other.namespaces
             && self.after_finished == other.after_finished
@@ -263,7 +263,7 @@ impl PartialEq for Rule {
     }
 }
 
-impl Rule {
+impl CleanupRule {
     fn covers(&self, kind: &str, namespace: &str) -> bool {
         self.kinds.iter().any(|k| k == kind)
             && (self.patterns.is_empty() || self.patterns.iter().any(|p| p.matches(namespace)))
@@ -305,7 +305,7 @@ impl CleanupSpec {
                 .after_finished
                 .duration()
                 .map_err(|why| CleanupError::AfterFinished { rule: i, why })?;
-            rules.push(Rule {
+            rules.push(CleanupRule {
                 patterns: rule.namespaces.iter().map(|n| WildMatch::new(n)).collect(),
                 kinds: rule.kinds,
                 namespaces: rule.namespaces,
@@ -324,7 +324,7 @@ impl CleanupSpec {
 
 impl CleanupSettings {
     /// The first rule covering jobs of `kind` (its configured name) in `namespace`.
-    pub fn rule_for(&self, kind: &str, namespace: &str) -> Option<&Rule> {
+    pub fn rule_for(&self, kind: &str, namespace: &str) -> Option<&CleanupRule> {
         self.rules.iter().find(|r| r.covers(kind, namespace))
     }
 
@@ -564,7 +564,11 @@ impl Schedule {
     /// [`Schedule::done`] says what became of it, or an observation takes it out
     /// ([`Schedule::still_taken`] tells). Jobs no rule covers any more were taken out by the
     /// edit ([`Schedule::set_settings`]).
-    pub fn take_due(&self, now: DateTime<Utc>, instant: Instant) -> Vec<(FinishedJob, Rule)> {
+    pub fn take_due(
+        &self,
+        now: DateTime<Utc>,
+        instant: Instant,
+    ) -> Vec<(FinishedJob, CleanupRule)> {
         let settings = self.settings.load_full();
         let mut entries = self.lock();
         let mut due = Vec::new();

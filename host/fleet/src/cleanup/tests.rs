@@ -60,7 +60,7 @@ fn at(text: &str) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-fn uids(due: &[(FinishedJob, Rule)]) -> Vec<String> {
+fn uids(due: &[(FinishedJob, CleanupRule)]) -> Vec<String> {
     let mut uids: Vec<String> = due.iter().map(|(j, _)| j.uid.clone()).collect();
     uids.sort();
     uids
