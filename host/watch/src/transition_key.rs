@@ -27,7 +27,7 @@
 //!   before, the record is of an earlier visit (a resumed Kubeflow job back in `pending` shows
 //!   only its creation's entry), and the stay is keyed by the version it was first seen in.
 //!
-//! What is first_sights is lost with the process, so after a restart the key is what the status
+//! What is remembered is lost with the process, so after a restart the key is what the status
 //! alone tells; `docs/delivery.md` says per kind exactly which identity holds where.
 
 use std::cmp::Ordering;

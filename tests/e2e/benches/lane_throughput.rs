@@ -272,7 +272,7 @@ impl DeliveryStore for NullStore {
     async fn save_cursor(&self, _cursor: &Cursor) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn remember_job(&self, _cursor: &Cursor) -> Result<(), StoreError> {
+    async fn note_first_sight(&self, _cursor: &Cursor) -> Result<(), StoreError> {
         Ok(())
     }
     async fn install_time(&self, _plugin: &str, now: &str) -> Result<String, StoreError> {
@@ -382,7 +382,7 @@ async fn rss_per_job(
         routes.route(o);
     }
     lane.idle().await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // background `remember_job` writes
+    tokio::time::sleep(Duration::from_millis(200)).await; // background `note_first_sight` writes
     let before = trimmed_rss();
     for chunk in (0..jobs).step_by(1_000) {
         for o in events(kind, chunk, 1_000.min(jobs - chunk), 1) {

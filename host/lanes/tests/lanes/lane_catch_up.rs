@@ -172,7 +172,7 @@ const HISTORY_THEN_TERMINATING: [(Option<Phase>, Phase, bool); 4] = [
     (Some(Phase::Succeeded), Phase::Terminating, false),
 ];
 
-/// jobrelay killed while the plugin was behind: the job was seen (and first_sights) but nothing
+/// jobrelay killed while the plugin was behind: the job was seen (its first sight noted) but nothing
 /// of it delivered. After the restart the list shows it terminating, after it succeeded: the
 /// plugin gets every recorded transition, then the real version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -490,7 +490,7 @@ async fn contract_note_first_sight(b: &Backend) {
         .note_first_sight(&cursor("p", "c", "seen", "5", Phase::Running))
         .await
         .expect("remember");
-    // Delivered first, first_sights late: the delivered cursor wins.
+    // Delivered first, its first sight noted late: the delivered cursor wins.
     store
         .save_cursor(&cursor("p", "c", "done", "9", Phase::Succeeded))
         .await

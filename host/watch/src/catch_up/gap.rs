@@ -25,7 +25,7 @@ pub struct LastAccepted<'a> {
 }
 
 /// The missed transitions of a job seen again after a gap, as synthetic events, oldest first.
-/// A job the lane accepted nothing of (first seen in a list, or first_sights but never delivered
+/// A job the lane accepted nothing of (first seen in a list, or noted at its first sight but never delivered
 /// before a restart) gets every transition its status records, unless it already existed at
 /// `history_from` (when the plugin was installed, or its filter last changed): then only its
 /// current state, which is `event` itself. Empty when the version is the one accepted last, when

@@ -255,7 +255,7 @@ async fn a_small_batch_waits_a_moment_for_company_and_no_longer() {
     assert_eq!(batches, vec![vec!["a", "b"], vec!["c"]]);
 }
 
-/// Jobs only first_sights ride with the next batch, written before its saves (an insert
+/// First sights of jobs ride with the next batch, written before its saves (an insert
 /// that keeps what is there, so it cannot undo an acknowledgement), and hold nobody up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_sights_go_with_the_next_batch_before_its_saves() {
