@@ -78,17 +78,20 @@ pub struct KvAccess {
     tape: Option<CallTape>,
 }
 
+/// Why a key-value call is refused before it reaches the store; the plugin receives the text.
+#[derive(Debug, thiserror::Error)]
+enum KvRefusal {
+    #[error("kv is not granted to this plugin (grants.kv), or this host has no state store")]
+    NotGranted,
+    #[error("a key must be 1 to {MAX_KEY_BYTES} bytes, got {0}")]
+    KeySize(usize),
+}
+
 impl KvAccess {
-    fn store(&self, key: &str) -> Result<&Arc<dyn PluginKv>, String> {
-        let store = self.store.as_ref().ok_or_else(|| {
-            "kv is not granted to this plugin (grants.kv), or this host has no state store"
-                .to_string()
-        })?;
+    fn store(&self, key: &str) -> Result<&Arc<dyn PluginKv>, KvRefusal> {
+        let store = self.store.as_ref().ok_or(KvRefusal::NotGranted)?;
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
-            return Err(format!(
-                "a key must be 1 to {MAX_KEY_BYTES} bytes, got {}",
-                key.len()
-            ));
+            return Err(KvRefusal::KeySize(key.len()));
         }
         Ok(store)
     }
@@ -107,7 +110,7 @@ pub fn add_to_linker<T: Send + 'static>(
 impl wit::Host for KvAccess {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, String> {
         let access = &*self;
-        let store = access.store(&key)?;
+        let store = access.store(&key).map_err(|e| e.to_string())?;
         let real = async {
             store
                 .kv_get(&access.plugin, &key)
@@ -130,7 +133,7 @@ impl wit::Host for KvAccess {
         ttl_seconds: Option<u32>,
     ) -> Result<(), String> {
         let access = &*self;
-        let store = access.store(&key)?;
+        let store = access.store(&key).map_err(|e| e.to_string())?;
         if value.len() > MAX_VALUE_BYTES {
             return Err(format!(
                 "a value is at most {MAX_VALUE_BYTES} bytes, got {}",
@@ -174,7 +177,7 @@ impl wit::Host for KvAccess {
 
     async fn delete(&mut self, key: String) -> Result<bool, String> {
         let access = &*self;
-        let store = access.store(&key)?;
+        let store = access.store(&key).map_err(|e| e.to_string())?;
         let real = async {
             store
                 .kv_delete(&access.plugin, &key)
