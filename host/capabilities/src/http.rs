@@ -517,13 +517,11 @@ fn said_lately(plugin: &str, key: String) -> bool {
     const SAID_AT_MOST: usize = 256;
     const AGAIN_AFTER: Duration = Duration::from_secs(60);
     type Quotas = governor::DefaultKeyedRateLimiter<String>;
-    static SAID: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
-        std::sync::OnceLock::new();
+    static SAID: std::sync::OnceLock<
+        parking_lot::Mutex<std::collections::HashMap<String, Instant>>,
+    > = std::sync::OnceLock::new();
     static QUOTAS: std::sync::OnceLock<Quotas> = std::sync::OnceLock::new();
-    let mut said = SAID
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut said = SAID.get_or_init(Default::default).lock();
     let now = Instant::now();
     if said
         .get(&key)

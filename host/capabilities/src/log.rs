@@ -14,8 +14,9 @@
 //! key again with another origin) — without reading logs.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use wasmtime::component::{HasData, Linker};
 
 use super::CallLabels;
@@ -52,7 +53,7 @@ pub struct LogLines {
 impl LogLines {
     /// Adds one call's lines of `plugin`, by level (in [`LEVELS`] order).
     fn add(&self, plugin: &str, by_level: &[u32; 5]) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.counts.lock();
         for (level, n) in LEVELS.iter().zip(by_level) {
             if *n > 0 {
                 *counts.entry((plugin.to_string(), *level)).or_default() += u64::from(*n);
@@ -62,7 +63,7 @@ impl LogLines {
 
     /// The counts of one plugin, by level name (levels it never wrote at are left out).
     pub fn of(&self, plugin: &str) -> BTreeMap<&'static str, u64> {
-        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = self.counts.lock();
         counts
             .iter()
             .filter(|((p, _), _)| p == plugin)

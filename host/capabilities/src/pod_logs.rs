@@ -128,9 +128,7 @@ impl PodLogAccess {
         self.scope.as_ref().map_err(|why| match why {
             // A cluster not connected yet (the daemon starting, a take-over, a restart of the
             // cluster's supervisor) is a passing state: the plugin may try again.
-            NoScope::NotConnected(_) | NoScope::DirectoryUnavailable => {
-                LogError::Unavailable(why.to_string())
-            }
+            NoScope::NotConnected(_) => LogError::Unavailable(why.to_string()),
             _ => LogError::Denied(why.to_string()),
         })
     }

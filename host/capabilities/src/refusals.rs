@@ -10,7 +10,8 @@
 //! [`Services`]: super::services::Services
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// The limits counted, as they appear in the `resource` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,13 +56,13 @@ pub struct Refusals {
 impl Refusals {
     /// One more refusal of `plugin` by `limit`.
     pub fn count(&self, plugin: &str, limit: Limit) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = self.counts.lock();
         *counts.entry((plugin.to_string(), limit)).or_default() += 1;
     }
 
     /// The counts of one plugin, by limit name.
     pub fn of(&self, plugin: &str) -> BTreeMap<&'static str, u64> {
-        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = self.counts.lock();
         counts
             .iter()
             .filter(|((p, _), _)| p == plugin)

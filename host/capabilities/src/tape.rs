@@ -33,11 +33,12 @@
 //! diverges on replay.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -400,7 +401,7 @@ impl Tape {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a list that every holder leaves whole: a panic elsewhere cannot tear it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 }
 

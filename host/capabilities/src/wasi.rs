@@ -21,10 +21,11 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::io::AsyncWrite;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiView;
@@ -165,9 +166,7 @@ struct Tail {
 impl CapturedStream {
     fn lock(&self) -> MutexGuard<'_, Tail> {
         // A panic while holding this lock cannot leave the buffer inconsistent.
-        self.tail
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.tail.lock()
     }
 
     fn push(&self, data: &[u8]) {

@@ -13,9 +13,10 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use compact_str::CompactString;
+use parking_lot::RwLock;
 use serde::Serialize;
 
 use super::interner::{Interner, Sym};
@@ -224,7 +225,7 @@ impl JobView {
     /// [`sweep`](JobView::sweep), the SLI namespace cap to namespaces not labeled yet.
     pub fn set_settings(&self, settings: ViewSettings) {
         self.slis.set_max_namespaces(settings.metrics_namespaces);
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.settings.write() = settings;
     }
 
     /// The SLIs of the transitions seen live (see [`crate::sli`]).
@@ -246,11 +247,11 @@ impl JobView {
 
     /// The settings in force.
     pub fn settings(&self) -> ViewSettings {
-        *self.settings.read().unwrap_or_else(|p| p.into_inner())
+        *self.settings.read()
     }
 
     fn shard(&self, cluster: &str) -> Option<Shard> {
-        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        let clusters = self.clusters.read();
         clusters.get(cluster).cloned()
     }
 
@@ -258,13 +259,13 @@ impl JobView {
         if let Some(shard) = self.shard(cluster) {
             return shard;
         }
-        let mut clusters = self.clusters.write().unwrap_or_else(|p| p.into_inner());
+        let mut clusters = self.clusters.write();
         clusters.entry(cluster.to_string()).or_default().clone()
     }
 
     /// The clusters with jobs here.
     pub fn clusters(&self) -> Vec<String> {
-        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        let clusters = self.clusters.read();
         clusters.keys().cloned().collect()
     }
 
@@ -279,7 +280,7 @@ impl JobView {
     }
 
     fn shards(&self) -> Vec<(String, Shard)> {
-        let clusters = self.clusters.read().unwrap_or_else(|p| p.into_inner());
+        let clusters = self.clusters.read();
         clusters
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))
@@ -457,7 +458,7 @@ impl JobView {
 
     /// A cluster is no longer watched here (removed, or handed to another replica).
     pub fn forget_cluster(&self, cluster: &str) {
-        let mut clusters = self.clusters.write().unwrap_or_else(|p| p.into_inner());
+        let mut clusters = self.clusters.write();
         clusters.remove(cluster);
         self.slis.forget_cluster(cluster);
     }
@@ -629,12 +630,12 @@ impl JobView {
     }
 }
 
-fn read(shard: &Shard) -> std::sync::RwLockReadGuard<'_, ClusterJobs> {
-    shard.read().unwrap_or_else(|p| p.into_inner())
+fn read(shard: &Shard) -> parking_lot::RwLockReadGuard<'_, ClusterJobs> {
+    shard.read()
 }
 
-fn write(shard: &Shard) -> std::sync::RwLockWriteGuard<'_, ClusterJobs> {
-    shard.write().unwrap_or_else(|p| p.into_inner())
+fn write(shard: &Shard) -> parking_lot::RwLockWriteGuard<'_, ClusterJobs> {
+    shard.write()
 }
 
 fn summary(cluster: &str, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, now: Secs) -> JobSummary {

@@ -11,8 +11,8 @@
 //! (clusters × (max_namespaces + 1) × kinds).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use serde::Serialize;
 
 /// Upper bounds, in seconds, of the queue-wait and run-time buckets: a second to a day.
@@ -168,7 +168,7 @@ impl Slis {
         let max = self
             .max_namespaces
             .load(std::sync::atomic::Ordering::Relaxed);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock();
         let named = inner.named.entry(cluster.to_string()).or_default();
         let label = if named.contains(namespace) {
             namespace
@@ -199,7 +199,7 @@ impl Slis {
     /// Watch lag: a live transition reached this process `seconds` after the time its job's
     /// status records for it (whole seconds, as statuses keep them; clocks apart count in).
     pub fn record_lag(&self, cluster: &str, seconds: f64) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock();
         match inner.lag.get_mut(cluster) {
             Some(h) => h.record(seconds.max(0.0)),
             None => {
@@ -212,7 +212,7 @@ impl Slis {
 
     /// The watch lag of every cluster that had a live transition.
     pub fn lags(&self) -> Vec<(String, HistogramSnapshot)> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock();
         inner
             .lag
             .iter()
@@ -222,7 +222,7 @@ impl Slis {
 
     /// A cluster is no longer watched here: its series go (its new holder reports them).
     pub fn forget_cluster(&self, cluster: &str) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock();
         inner.series.retain(|(c, _, _), _| c != cluster);
         inner.named.remove(cluster);
         inner.lag.remove(cluster);
@@ -231,7 +231,7 @@ impl Slis {
     /// Every series' counters now, ordered by cluster, namespace and kind, for a scrape or a
     /// rules evaluation.
     pub fn snapshot(&self) -> Vec<SliRow> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock();
         inner
             .series
             .iter()

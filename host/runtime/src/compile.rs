@@ -20,9 +20,10 @@ use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use wasmtime::Engine;
@@ -178,11 +179,7 @@ impl ComponentCache {
         sha256: &str,
         wasm: Arc<[u8]>,
     ) -> Result<(Component, ComponentSource), CompileError> {
-        let slot = self
-            .memory
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .slot(sha256);
+        let slot = self.memory.lock().slot(sha256);
         let ran_here = Arc::new(AtomicBool::new(false));
         let result = slot
             .get_or_try_init(|| {
@@ -209,10 +206,7 @@ impl ComponentCache {
             }
             Err(e) => {
                 // Do not keep a slot for bytes that do not compile.
-                let mut memory = self
-                    .memory
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut memory = self.memory.lock();
                 if memory
                     .entries
                     .get(sha256)

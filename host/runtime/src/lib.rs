@@ -231,7 +231,7 @@ impl Runtime {
             timeout,
             memory_bytes,
             instance_reuse: instance_reuse.max(1),
-            idle: std::sync::Mutex::new(Vec::new()),
+            idle: parking_lot::Mutex::new(Vec::new()),
             memory_high_water: std::sync::atomic::AtomicU64::new(0),
             config: config.into_iter().collect(),
             grants,

@@ -53,7 +53,7 @@ pub struct PluginVersion {
     /// Calls one instance may serve; 1 means a fresh instance per call.
     pub(crate) instance_reuse: u32,
     /// Instances that served a call successfully and may serve more (`instance_reuse` > 1).
-    pub(crate) idle: std::sync::Mutex<Vec<Warm>>,
+    pub(crate) idle: parking_lot::Mutex<Vec<Warm>>,
     /// The most linear memory any call of this version used, in bytes.
     pub(crate) memory_high_water: std::sync::atomic::AtomicU64,
     pub(crate) config: Vec<(String, String)>,
@@ -255,7 +255,7 @@ impl PluginVersion {
             version: self.version.clone(),
             event: Some(Arc::from(event.id.as_str())),
         };
-        let warm = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let warm = self.idle.lock().pop();
         let (mut store, instance, calls) = match warm {
             Some(mut warm) => {
                 self.renew(&mut warm.store, labels, event)?;
@@ -286,9 +286,8 @@ impl PluginVersion {
                     && calls + 1 < self.instance_reuse
                 {
                     store.data().caps.stdio.clear();
-                    if let Ok(mut idle) = self.idle.lock()
-                        && idle.len() < MAX_IDLE
-                    {
+                    let mut idle = self.idle.lock();
+                    if idle.len() < MAX_IDLE {
                         idle.push(Warm {
                             store,
                             instance,

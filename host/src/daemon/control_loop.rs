@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Interval;
@@ -120,11 +121,8 @@ impl ControlLoop {
         if trigger == Trigger::Rescan && !update.is_empty() {
             tracing::info!("periodic re-scan found changes that file events missed");
         }
-        *self.problems.write().unwrap_or_else(|p| p.into_inner()) = self.state.problems().clone();
-        *self
-            .restart_pending
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = self.state.restart_pending().to_vec();
+        *self.problems.write() = self.state.problems().clone();
+        *self.restart_pending.write() = self.state.restart_pending().to_vec();
         let relist = self.apply_cleanup();
         if let Some(view) = self.routes.view() {
             view.set_settings(self.state.main().job_view);

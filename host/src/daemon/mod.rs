@@ -15,10 +15,11 @@ pub mod plugin_set;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use parking_lot::RwLock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -251,10 +252,7 @@ impl Daemon {
 
     /// Config files currently refused, with the reason.
     pub fn problems(&self) -> BTreeMap<PathBuf, String> {
-        self.problems
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.problems.read().clone()
     }
 
     /// Stop watching, then let calls in flight finish for up to `grace`. Cursors are written as

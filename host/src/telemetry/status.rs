@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
+use parking_lot::RwLock;
 use serde::Serialize;
 
 use super::store_check::{StoreHealth, StoreStatus};
@@ -105,11 +106,7 @@ impl StatusSources {
     pub fn snapshot(&self) -> Status {
         let clusters = self.health.snapshot();
         let plugins = self.plugins.status();
-        let problems = self
-            .problems
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let problems = self.problems.read().clone();
         let coordination = self.role.borrow().clone();
         let mut state_store = self.store.snapshot();
         state_store.writes_failing = self.routes.budget().writes().failing().map(|f| {
@@ -125,11 +122,7 @@ impl StatusSources {
             plugins,
             state_store,
             problems,
-            restart_pending: self
-                .restart_pending
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            restart_pending: self.restart_pending.read().clone(),
             recent_events: self.routes.recent().snapshot(),
             observed: self
                 .routes

@@ -5,9 +5,10 @@
 //! from the last result, and a store that hangs costs one timed-out check, not a hanging probe.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,11 +54,11 @@ pub struct StoreHealth(Arc<RwLock<StoreStatus>>);
 
 impl StoreHealth {
     pub fn snapshot(&self) -> StoreStatus {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read().clone()
     }
 
     fn set(&self, status: StoreStatus) {
-        let mut slot = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.0.write();
         if slot.reachable != status.reachable {
             match &status.error {
                 Some(error) => tracing::warn!(%error, "the state store does not answer; not ready"),

@@ -28,7 +28,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -41,6 +41,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use parking_lot::{Mutex, MutexGuard};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio::net::TcpListener;
@@ -297,10 +298,10 @@ struct State {
 }
 
 impl State {
-    /// The bot table. A panic while it was held cannot leave it half-updated (every update is a
-    /// single assignment or push), so a poisoned lock is used as is.
+    /// The bot table. The lock does not poison: a panic while it was held cannot leave the
+    /// table half-updated (every update is a single assignment or push).
     fn bots(&self) -> MutexGuard<'_, HashMap<String, Bot>> {
-        self.bots.lock().unwrap_or_else(|e| e.into_inner())
+        self.bots.lock()
     }
 
     fn with_bot<T>(&self, token: &str, f: impl FnOnce(&mut Bot) -> T) -> Option<T> {

@@ -24,7 +24,7 @@ pub struct ArchiveStore {
     /// Writers alive now, all plugins together (each holds up to a part in memory).
     pub(super) open_writers: Arc<std::sync::atomic::AtomicUsize>,
     /// Bytes held under each prefix, objects being written included (reserved).
-    usage: Arc<std::sync::Mutex<HashMap<String, Arc<AtomicU64>>>>,
+    usage: Arc<parking_lot::Mutex<HashMap<String, Arc<AtomicU64>>>>,
 }
 
 impl std::fmt::Debug for ArchiveStore {
@@ -104,7 +104,7 @@ impl ArchiveStore {
             })?;
             bytes += meta.size;
         }
-        let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let mut usage = self.usage.lock();
         Ok(usage
             .entry(prefix.to_string())
             .or_insert_with(|| Arc::new(AtomicU64::new(bytes)))
@@ -113,7 +113,7 @@ impl ArchiveStore {
 
     /// The byte count of `prefix` if it was listed already.
     pub(super) fn known_usage(&self, prefix: &str) -> Option<Arc<AtomicU64>> {
-        let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        let usage = self.usage.lock();
         usage.get(prefix).cloned()
     }
 }

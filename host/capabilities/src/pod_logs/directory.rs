@@ -5,10 +5,11 @@
 //! plugins run); a call only reads the scope of its own event from it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use jobrelay_contract::event::JobEvent;
 use jobrelay_watch::kinds::JobKind;
+use parking_lot::RwLock;
 
 /// The clients of the clusters being watched, and the pod label of each job kind. Kept up to
 /// date by the cluster manager as clusters come and go.
@@ -35,42 +36,39 @@ impl std::fmt::Debug for ClusterDirectory {
 impl ClusterDirectory {
     /// Records the client of a cluster (replacing an older one).
     pub fn set_client(&self, cluster: &str, client: kube::Client) {
-        if let Ok(mut directory) = self.inner.write() {
-            directory.clients.insert(cluster.to_string(), client);
-        }
+        let mut directory = self.inner.write();
+        directory.clients.insert(cluster.to_string(), client);
     }
 
     /// Forgets a removed cluster.
     pub fn remove_client(&self, cluster: &str) {
-        if let Ok(mut directory) = self.inner.write() {
-            directory.clients.remove(cluster);
-        }
+        let mut directory = self.inner.write();
+        directory.clients.remove(cluster);
     }
 
     /// Records the API resource of every kind, and the pod label of every kind that has one.
     pub fn set_kinds(&self, kinds: &[JobKind]) {
-        if let Ok(mut directory) = self.inner.write() {
-            directory.resources = kinds
-                .iter()
-                .map(|kind| {
-                    let resource = kube::discovery::ApiResource {
-                        group: kind.group.clone(),
-                        version: kind.version.clone(),
-                        api_version: kind.api_version(),
-                        kind: kind.kind.clone(),
-                        plural: kind.plural.clone(),
-                    };
-                    ((kind.api_version(), kind.kind.clone()), resource)
-                })
-                .collect();
-            directory.pod_labels = kinds
-                .iter()
-                .filter_map(|kind| {
-                    let label = kind.pod_label.clone()?;
-                    Some(((kind.api_version(), kind.kind.clone()), label))
-                })
-                .collect();
-        }
+        let mut directory = self.inner.write();
+        directory.resources = kinds
+            .iter()
+            .map(|kind| {
+                let resource = kube::discovery::ApiResource {
+                    group: kind.group.clone(),
+                    version: kind.version.clone(),
+                    api_version: kind.api_version(),
+                    kind: kind.kind.clone(),
+                    plural: kind.plural.clone(),
+                };
+                ((kind.api_version(), kind.kind.clone()), resource)
+            })
+            .collect();
+        directory.pod_labels = kinds
+            .iter()
+            .filter_map(|kind| {
+                let label = kind.pod_label.clone()?;
+                Some(((kind.api_version(), kind.kind.clone()), label))
+            })
+            .collect();
     }
 
     /// The client of `cluster` and the API resource of a kind, for a write to a job of it; or
@@ -81,10 +79,7 @@ impl ClusterDirectory {
         api_version: &str,
         kind: &str,
     ) -> Result<(kube::Client, kube::discovery::ApiResource), NoScope> {
-        let directory = self
-            .inner
-            .read()
-            .map_err(|_| NoScope::DirectoryUnavailable)?;
+        let directory = self.inner.read();
         let client = directory
             .clients
             .get(cluster)
@@ -103,10 +98,7 @@ impl ClusterDirectory {
 
     /// The scope of a call handling `event`, or why there is none.
     pub(super) fn scope(&self, event: &JobEvent) -> Result<JobScope, NoScope> {
-        let directory = self
-            .inner
-            .read()
-            .map_err(|_| NoScope::DirectoryUnavailable)?;
+        let directory = self.inner.read();
         let client = directory
             .clients
             .get(&*event.cluster)
@@ -143,8 +135,6 @@ pub(crate) enum NoScope {
     /// A fleet event's call (`handle-fleet`) is about a cluster or a rule, not a job.
     #[error("a fleet event has no job, so no pods")]
     FleetEvent,
-    #[error("the cluster directory is unavailable")]
-    DirectoryUnavailable,
     #[error("cluster `{0}` is not connected")]
     NotConnected(String),
     #[error(

@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sqlx::AssertSqlSafe;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -54,7 +55,7 @@ struct EmbeddedFiles {
 
 impl EmbeddedFiles {
     fn pool(&self, plugin: &str) -> SqlitePool {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools = self.pools.lock();
         pools
             .entry(plugin.to_string())
             .or_insert_with(|| {
@@ -157,7 +158,7 @@ impl Databases {
             .embedded
             .iter()
             .flat_map(|files| {
-                let pools = files.pools.lock().unwrap_or_else(|p| p.into_inner());
+                let pools = files.pools.lock();
                 pools.values().cloned().collect::<Vec<_>>()
             })
             .collect();

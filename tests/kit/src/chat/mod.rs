@@ -36,7 +36,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -47,6 +47,7 @@ use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
+use parking_lot::{Mutex, MutexGuard};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio::{net::TcpListener, sync::Notify};
@@ -618,10 +619,10 @@ impl State {
         }
     }
 
-    /// The bot table. Every update is a single assignment or push, so a panic while it was
-    /// held cannot have left it half-updated: a poisoned lock is used as is.
+    /// The bot table. The lock does not poison: every update is a single assignment or push,
+    /// so a panic while it was held cannot have left it half-updated.
     fn bots(&self) -> MutexGuard<'_, HashMap<String, Bot>> {
-        self.bots.lock().unwrap_or_else(|e| e.into_inner())
+        self.bots.lock()
     }
 
     fn with_bot(&self, token: &str, f: impl FnOnce(&mut Bot)) {

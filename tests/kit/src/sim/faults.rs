@@ -11,10 +11,10 @@
 //!
 //! Compaction (`compact`) lives with the store, since it is a store operation.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 /// Shared fault switches, read by the HTTP layer and by every watch stream.
@@ -55,7 +55,7 @@ impl Faults {
     }
 
     fn set_failures(&self, n: usize, code: u16, until: Option<Instant>) {
-        *self.fail_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+        *self.fail_until.lock() = until;
         self.fail_code.store(code, Ordering::SeqCst);
         self.fail_remaining.store(n, Ordering::SeqCst);
     }
@@ -68,7 +68,6 @@ impl Faults {
         let over = self
             .fail_until
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|until| Instant::now() >= until);
         if over {
             self.fail_remaining.store(0, Ordering::SeqCst);

@@ -8,7 +8,9 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 /// Group, version and plural resource name: how a resource is addressed in URLs.
 ///
@@ -234,18 +236,18 @@ impl Registry {
 
     /// Adds or replaces a kind.
     pub(crate) fn register(&self, kind: ResourceKind) {
-        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        let mut kinds = self.kinds.write();
         kinds.insert(kind.gvr.clone(), Arc::new(kind));
     }
 
     /// Removes a kind; returns whether it was registered.
     pub(crate) fn unregister(&self, gvr: &Gvr) -> bool {
-        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        let mut kinds = self.kinds.write();
         kinds.remove(gvr).is_some()
     }
 
     pub(crate) fn get(&self, gvr: &Gvr) -> Option<Arc<ResourceKind>> {
-        let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
+        let kinds = self.kinds.read();
         kinds.get(gvr).cloned()
     }
 
@@ -262,7 +264,7 @@ impl Registry {
 
     /// All kinds, sorted by group, version, plural.
     pub(crate) fn all(&self) -> Vec<Arc<ResourceKind>> {
-        let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
+        let kinds = self.kinds.read();
         kinds.values().cloned().collect()
     }
 }

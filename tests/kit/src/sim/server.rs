@@ -6,10 +6,11 @@
 //! stay valid.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -58,13 +59,13 @@ impl Server {
             "simulator",
             move |req| handle(state.clone(), req),
         ));
-        let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        let mut listening = self.listening.lock();
         *listening = Some(token);
     }
 
     /// Closes the listener and every open connection.
     pub(crate) fn stop_listening(&self) {
-        let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
+        let mut listening = self.listening.lock();
         if let Some(token) = listening.take() {
             token.cancel();
         }
@@ -99,10 +100,7 @@ impl Server {
     }
 
     pub(crate) fn is_listening(&self) -> bool {
-        self.listening
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.listening.lock().is_some()
     }
 
     /// Stops everything: listener, connections, and with them the watch streams.

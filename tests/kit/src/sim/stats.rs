@@ -2,8 +2,9 @@
 //! watch connections did it open? is a watch still open?) rather than only on outcomes.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 
 use super::resources::Gvr;
 
@@ -66,12 +67,12 @@ impl Stats {
     }
 
     fn with_resource(&self, gvr: &Gvr, f: impl FnOnce(&mut PerResource)) {
-        let mut map = self.per_resource.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.per_resource.lock();
         f(map.entry(gvr.clone()).or_default());
     }
 
     pub(crate) fn record(&self, record: RequestRecord) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.lock();
         if recent.len() >= RECENT_LIMIT {
             recent.pop_front();
         }
@@ -79,19 +80,16 @@ impl Stats {
     }
 
     pub(crate) fn record_deletion(&self, record: DeletionRecord) {
-        let mut deletions = self.deletions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut deletions = self.deletions.lock();
         deletions.push(record);
     }
 
     pub(crate) fn deletions(&self) -> Vec<DeletionRecord> {
-        self.deletions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.deletions.lock().clone()
     }
 
     pub(crate) fn recent(&self) -> Vec<RequestRecord> {
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let recent = self.recent.lock();
         recent.iter().cloned().collect()
     }
 
@@ -117,7 +115,7 @@ impl Stats {
     }
 
     fn sum(&self, pick: impl Fn(&Gvr) -> bool, field: impl Fn(&PerResource) -> usize) -> usize {
-        let map = self.per_resource.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.per_resource.lock();
         map.iter()
             .filter(|(g, _)| pick(g))
             .map(|(_, r)| field(r))

@@ -13,9 +13,10 @@
 //! `writes.rs`, and list pagination in `list.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -282,9 +283,9 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, StoreInner> {
-        // A panic while holding the lock cannot leave the maps half-updated in a way that
-        // matters for tests, so a poisoned lock is simply reused.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        // The lock does not poison: a panic while holding it cannot leave the maps
+        // half-updated in a way that matters for tests.
+        self.inner.lock()
     }
 
     /// Runs a read-only closure under the lock.
