@@ -48,7 +48,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use governor::DefaultDirectRateLimiter;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
@@ -58,6 +57,7 @@ use super::finalizer_book::FinalizerBook;
 use super::handler::Handler;
 use super::mode::{Accepted, DeliveryMode};
 use super::queue::{InboxChanges, JobDelivery, Queues};
+use super::rate_limit::RateLimits;
 use super::read_back::ReadBacks;
 use super::settings::LaneSettings;
 use super::trace::{DeliveryTrace, TraceEntry};
@@ -72,7 +72,7 @@ pub use jobrelay_watch::tracker::{Listed, Observed};
 pub use self::counters::LaneStats;
 use self::counters::{Counters, add};
 use self::dead_letters::{Overflow, overflow_to_dead_letters};
-use self::open::limiters;
+use self::open::windows;
 use self::stops::Stops;
 use self::worker::work;
 use self::writer::LaneWriter;
@@ -104,7 +104,9 @@ struct Inner {
     settings: ArcSwap<LaneSettings>,
     permits: ArcSwap<Semaphore>,
     concurrency: AtomicUsize,
-    limiters: ArcSwap<Vec<DefaultDirectRateLimiter>>,
+    /// The rate limits and the calls they count; one log for the lane's life, so a reload
+    /// that changes the limits counts the calls made before it.
+    limits: RateLimits,
     /// Every job's queue; one lock, held only for a step of the queue state machine.
     queues: Mutex<Queues>,
     store: Arc<dyn DeliveryStore>,
@@ -189,8 +191,11 @@ impl Lane {
             let now = chrono::Utc::now().fixed_offset();
             self.inner.filter_changed_at.store(Some(Arc::new(now)));
         }
+        // Unchanged limits are left alone; changed ones keep the log of the calls made, so
+        // the new windows count the calls of the last minute too.
         if self.inner.settings.load().rate_limits != settings.rate_limits {
-            self.inner.limiters.store(Arc::new(limiters(&settings)));
+            let windows = windows(&self.inner.name, &settings);
+            self.inner.limits.set_windows(windows);
             self.inner.stops.limits_changed();
         }
         self.inner.settings.store(Arc::new(settings));

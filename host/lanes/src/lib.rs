@@ -21,6 +21,9 @@
 //!   sights, cursors, removals, marks, sweeps — by group commit, one transaction a round.
 //! - [`settings`]: a lane's settings from the plugin's manifest: mode, concurrency, retries,
 //!   rate limits, kinds, filter, the bound on a job's queue.
+//! - [`rate_limit`]: the rate limits as sliding windows over the calls made, so a limit of N a
+//!   minute never lets more than N meet any sixty seconds — from the first call, across a
+//!   reload and a restart.
 //! - [`mode`]: which observed versions of a job the plugin receives (a pure decision).
 //! - [`queue`]: the lane's per-job queues, as a state machine with no tasks and no I/O.
 //! - [`budget`]: the process-wide bound on the bytes of events the lanes keep in memory;
@@ -49,6 +52,7 @@ pub mod handler;
 pub mod lane;
 pub mod mode;
 pub mod queue;
+pub mod rate_limit;
 pub mod read_back;
 pub mod recent;
 pub mod settings;

@@ -1,15 +1,14 @@
 //! A lane's delivery settings, as a plugin manifest gives them: mode, concurrency, retries,
 //! rate limits, the kinds taken and the bound on a job's queue.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
 use super::filter::Filter;
 use super::mode::DeliveryMode;
+use super::rate_limit::Window;
 
 /// How failed calls are retried. Backoff is exponential (doubling from `min_delay_ms` up to
 /// `max_delay_ms`), each wait plus a random part of up to as much again, per job: the job's
@@ -65,18 +64,23 @@ impl RetryPolicy {
     }
 }
 
-/// One token bucket. Several can be set (e.g. 5 per second and 100 per minute); a call waits
-/// for all of them.
+/// One limit on the plugin's calls: at most `per_second` calls in any second, or
+/// `per_minute` in any sixty seconds, from the lane's first call on (a sliding window over the
+/// calls made, see [`crate::rate_limit`]). Several can be set (e.g. 5 per second and 100 per
+/// minute); a call waits for all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitSpec {
-    /// Calls a second; give this or `per_minute`.
+    /// Calls in any second; give this or `per_minute`.
     #[serde(default)]
     pub per_second: Option<u32>,
-    /// Calls a minute; give this or `per_second`.
+    /// Calls in any sixty seconds; give this or `per_second`.
     #[serde(default)]
     pub per_minute: Option<u32>,
-    /// Calls allowed at once after a quiet period; defaults to the rate itself.
+    /// The most calls back to back, below the rate: `burst: b` of N a period also lets at most
+    /// b calls meet any stretch of b/N of the period (`{per_minute: 60, burst: 3}`: 60 in any
+    /// minute, 3 in any 3 s). Unset, or at least the rate: the rate's own window alone (a
+    /// burst above the rate would break it, so it is the rate).
     #[serde(default)]
     pub burst: Option<u32>,
 }
@@ -108,19 +112,39 @@ impl RateLimitSpec {
         }
     }
 
-    /// The token bucket for the limit; `None` for one that [`validate`](Self::validate)
-    /// refuses.
-    pub fn limiter(&self) -> Option<DefaultDirectRateLimiter> {
-        let quota = match (self.per_second, self.per_minute) {
-            (Some(n), None) => Quota::per_second(NonZeroU32::new(n)?),
-            (None, Some(n)) => Quota::per_minute(NonZeroU32::new(n)?),
-            _ => return None,
+    /// The calls allowed and the period they are counted over; `None` for a limit that
+    /// [`validate`](Self::validate) refuses.
+    fn rate(&self) -> Option<(u32, Duration)> {
+        match (self.per_second, self.per_minute) {
+            (Some(n), None) if n > 0 => Some((n, Duration::from_secs(1))),
+            (None, Some(n)) if n > 0 => Some((n, Duration::from_secs(60))),
+            _ => None,
+        }
+    }
+
+    /// Whether `burst` is above the rate, so has no effect (the lane warns of it: the
+    /// manifest asks for more than the window lets through).
+    pub fn burst_above_rate(&self) -> bool {
+        matches!((self.rate(), self.burst), (Some((n, _)), Some(b)) if b > n)
+    }
+
+    /// The sliding windows the limit is made of: the rate's, and the burst's when it is below
+    /// the rate (its period b/N of the rate's, rounded up to the nanosecond so that b in it
+    /// is never above the rate). Empty for a limit that [`validate`](Self::validate) refuses.
+    pub fn windows(&self) -> Vec<Window> {
+        let Some((calls, period)) = self.rate() else {
+            return Vec::new();
         };
-        let quota = match self.burst.and_then(NonZeroU32::new) {
-            Some(b) => quota.allow_burst(b),
-            None => quota,
-        };
-        Some(RateLimiter::direct(quota))
+        let mut windows = vec![Window { calls, period }];
+        if let Some(burst) = self.burst.filter(|b| *b > 0 && *b < calls) {
+            let nanos = (period.as_nanos() * u128::from(burst)).div_ceil(u128::from(calls));
+            let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+            windows.push(Window {
+                calls: burst,
+                period: Duration::from_nanos(nanos),
+            });
+        }
+        windows
     }
 }
 
@@ -211,7 +235,7 @@ mod tests {
             per_minute: None,
             burst: None,
         };
-        assert!(ok.validate().is_ok() && ok.limiter().is_some());
+        assert!(ok.validate().is_ok() && !ok.windows().is_empty());
         let both = RateLimitSpec {
             per_second: Some(5),
             per_minute: Some(100),
@@ -224,5 +248,54 @@ mod tests {
             burst: None,
         };
         assert!(zero.validate().is_err());
+        assert!(zero.windows().is_empty());
+    }
+
+    #[test]
+    fn a_burst_below_the_rate_adds_its_own_window_and_one_above_it_is_the_rate() {
+        let spec = |per_minute, burst| RateLimitSpec {
+            per_second: None,
+            per_minute: Some(per_minute),
+            burst,
+        };
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            spec(60, Some(3)).windows(),
+            vec![
+                Window {
+                    calls: 60,
+                    period: minute
+                },
+                Window {
+                    calls: 3,
+                    period: Duration::from_secs(3)
+                }
+            ]
+        );
+        // 20 a minute, 7 at once: 7 in any 21 s (7 × 3 s).
+        assert_eq!(
+            spec(20, Some(7)).windows()[1].period,
+            Duration::from_secs(21)
+        );
+        // Rounded up: 2 of 3 a second is 2 in any 666,666,667 ns.
+        let thirds = RateLimitSpec {
+            per_second: Some(3),
+            per_minute: None,
+            burst: Some(2),
+        };
+        assert_eq!(
+            thirds.windows()[1].period,
+            Duration::from_nanos(666_666_667)
+        );
+        for burst in [None, Some(20), Some(25)] {
+            assert_eq!(
+                spec(20, burst).windows(),
+                vec![Window {
+                    calls: 20,
+                    period: minute
+                }]
+            );
+        }
+        assert!(spec(20, Some(25)).burst_above_rate() && !spec(20, Some(20)).burst_above_rate());
     }
 }

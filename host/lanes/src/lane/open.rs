@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use governor::DefaultDirectRateLimiter;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
@@ -19,6 +18,7 @@ use crate::budget::MemoryBudget;
 use crate::finalizer_book::FinalizerBook;
 use crate::handler::Handler;
 use crate::queue::Queues;
+use crate::rate_limit::{RateLimits, Window};
 use crate::read_back::ReadBacks;
 use crate::settings::LaneSettings;
 use crate::trace::DeliveryTrace;
@@ -31,13 +31,25 @@ const CURSOR_PAGE: u32 = 10_000;
 /// cursors when install times began to be kept.
 const BEFORE_ANY_JOB: &str = "1970-01-01T00:00:00Z";
 
-/// The rate limiters of a lane's settings.
-pub(super) fn limiters(settings: &LaneSettings) -> Vec<DefaultDirectRateLimiter> {
-    settings
-        .rate_limits
-        .iter()
-        .filter_map(|r| r.limiter())
-        .collect()
+/// The sliding windows of a lane's rate limits, all of them; a `burst` above its rate is
+/// warned of (it asks for more than the window lets through, so it has no effect).
+pub(super) fn windows(plugin: &str, settings: &LaneSettings) -> Vec<Window> {
+    let mut windows = Vec::new();
+    for (i, spec) in settings.rate_limits.iter().enumerate() {
+        if spec.burst_above_rate() {
+            tracing::warn!(
+                plugin,
+                limit = i,
+                burst = spec.burst,
+                per_second = spec.per_second,
+                per_minute = spec.per_minute,
+                "rate_limits: a burst above the rate has no effect; no more calls than the \
+                 rate meet any one window"
+            );
+        }
+        windows.extend(spec.windows());
+    }
+    windows
 }
 
 impl Lane {
@@ -98,13 +110,18 @@ impl Lane {
             }
             after = page.last().map(|c| (c.cluster.clone(), c.uid.clone()));
         }
-        let installed_at = install_time(name, queues.jobs() > 0, store.as_ref()).await?;
+        let (installed_at, first_install) =
+            install_time(name, queues.jobs() > 0, store.as_ref()).await?;
+        // A plugin some process may have called before: its calls of the last minute are not
+        // known here, so every window counts as full at this opening (see
+        // `crate::rate_limit`). One installed now has none behind it.
+        let unknown_until = (!first_install).then(tokio::time::Instant::now);
         let concurrency = settings.concurrency.max(1);
         Ok(Lane {
             inner: Arc::new(Inner {
                 name: name.to_string(),
                 plugin: ArcSwap::from_pointee(plugin),
-                limiters: ArcSwap::from_pointee(limiters(&settings)),
+                limits: RateLimits::new(windows(name, &settings), unknown_until),
                 settings: ArcSwap::from_pointee(settings),
                 permits: ArcSwap::from_pointee(Semaphore::new(concurrency)),
                 concurrency: AtomicUsize::new(concurrency),
@@ -127,27 +144,32 @@ impl Lane {
     }
 }
 
-/// The plugin's install time, recorded now if the store has none. A plugin that has cursors
-/// but no install time was installed by a release that did not record it, long before the
-/// jobs it has not seen yet: those get their history. A stored time that does not parse is
-/// logged and treated the same way.
+/// The plugin's install time, recorded now if the store has none, and whether it was recorded
+/// now (no process of this store has called the plugin before, so its rate limits start with
+/// no calls behind them). A plugin that has cursors but no install time was installed by a
+/// release that did not record it, long before the jobs it has not seen yet: those get their
+/// history. A stored time that does not parse is logged and treated the same way.
+///
+/// "Recorded now" is the stored time being the one this opening offered, to the second: two
+/// processes opening the same new plugin within one second take it as theirs both.
 async fn install_time(
     plugin: &str,
     has_cursors: bool,
     store: &dyn DeliveryStore,
-) -> Result<Option<chrono::DateTime<chrono::FixedOffset>>, StoreError> {
+) -> Result<(Option<chrono::DateTime<chrono::FixedOffset>>, bool), StoreError> {
     let now = if !has_cursors {
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     } else {
         BEFORE_ANY_JOB.to_string()
     };
     let stored = store.install_time(plugin, &now).await?;
+    let first_install = !has_cursors && stored == now;
     match chrono::DateTime::parse_from_rfc3339(&stored) {
-        Ok(at) => Ok(Some(at)),
+        Ok(at) => Ok((Some(at), first_install)),
         Err(e) => {
             tracing::warn!(plugin, installed_at = %stored, error = %e,
                 "the stored install time does not parse; every job gets its recorded history");
-            Ok(None)
+            Ok((None, false))
         }
     }
 }

@@ -11,10 +11,10 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use governor::DefaultDirectRateLimiter;
 use parking_lot::RwLock;
 use tokio::sync::Notify;
+
+use crate::rate_limit::{CallSlot, RateLimits, Wait};
 
 /// The lane's stop and wait signals.
 pub(super) struct Stops {
@@ -29,8 +29,8 @@ pub(super) struct Stops {
     serving: AtomicBool,
     /// Woken when a version is installed.
     version_installed: Notify,
-    /// Woken when a reload replaces the rate limits: calls waiting for a token wait again
-    /// under the new ones.
+    /// Woken when a reload replaces the rate limits: calls waiting for room wait again under
+    /// the new ones.
     limits_changed: Notify,
 }
 
@@ -92,7 +92,7 @@ impl Stops {
         }
     }
 
-    /// The rate limits were replaced: the calls waiting for a token wait again under the new.
+    /// The rate limits were replaced: the calls waiting for room wait again under the new.
     pub(super) fn limits_changed(&self) {
         self.limits_changed.notify_waiters();
     }
@@ -137,34 +137,46 @@ impl Stops {
         }
     }
 
-    /// Waits until every one of `limiters` lets one more call go: each call, retries included,
-    /// takes one token of each. A reload that changes the limits ends the wait at once and
-    /// starts it again under the new ones, so a limit removed or raised applies to the calls
-    /// already waiting, not only to the events queued after them. `false`: the lane closed, or
-    /// let go of `cluster`, first (a SIGTERM does not wait out a backlog's tokens).
-    pub(super) async fn rate_limited(
+    /// Waits until every window of `limits` lets one more call go, and admits it: the call
+    /// counts as running from now until the returned slot is dropped, so the caller calls at
+    /// once, with nothing to wait for in between (a call counted and not made would spend
+    /// room for nothing; one made later than counted could crowd a window). Each call counts,
+    /// retries included. A reload that changes the limits ends the wait at once and starts it
+    /// again under the new ones, so a limit removed or raised applies to the calls already
+    /// waiting, not only to the events queued after them. `None`: the lane closed, or let go
+    /// of `cluster`, first (a SIGTERM does not wait out a backlog's windows).
+    pub(super) async fn rate_limited<'a>(
         &self,
-        limiters: &ArcSwap<Vec<DefaultDirectRateLimiter>>,
+        limits: &'a RateLimits,
         cluster: &str,
-    ) -> bool {
+    ) -> Option<CallSlot<'a>> {
         loop {
             let changed = self.limits_changed.notified();
             let closing = self.closing.notified();
-            tokio::pin!(changed, closing);
-            // Registered before the limits and flags are read: a change between is not missed.
+            let ended = limits.an_end();
+            tokio::pin!(changed, closing, ended);
+            // Registered before the limits and flags are read: a change, a close or a call's
+            // end between is not missed.
             changed.as_mut().enable();
             closing.as_mut().enable();
+            ended.as_mut().enable();
             if self.stops(cluster) {
-                return false;
+                return None;
             }
-            let limiters = limiters.load_full();
-            let ready = async {
-                for limiter in limiters.iter() {
-                    limiter.until_ready().await;
+            let until = match limits.admit() {
+                Ok(slot) => return Some(slot),
+                Err(Wait::Until(at)) => Some(at),
+                Err(Wait::ForAnEnd) => None,
+            };
+            let room = async {
+                match until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                () = ready => return true,
+                () = room => {}
+                () = &mut ended => {}
                 () = &mut changed => {}
                 () = &mut closing => {}
             }

@@ -1,5 +1,5 @@
 //! A lane's worker: drains one job's queue, calling the plugin for each event with retries,
-//! backoff and the plugin's rate limits until the call succeeds or gives up; then hands the
+//! backoff and the plugin's rate limits (`crate::rate_limit`) until the call succeeds or gives up; then hands the
 //! outcome to settling (`lane/settle.rs`), which records it, before taking the job's next event. The
 //! worker writes nothing to the store itself.
 //!
@@ -165,22 +165,22 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
         return None;
     }
     loop {
-        if !inner
-            .stops
-            .rate_limited(&inner.limiters, &event.cluster)
-            .await
-        {
-            return None;
-        }
+        // The permit first, then the rate limits: a call is counted by the limits at the
+        // moment it is made, so nothing may be waited for between the two (a call counted
+        // while it still waited for a permit would be counted earlier than it was made, and
+        // one that then stopped would be counted and not made).
         let permits = inner.permits.load_full();
         let permit = permits.acquire().await.ok()?;
-        if inner.stops.stops(&event.cluster) {
-            return None;
-        }
+        let slot = inner
+            .stops
+            .rate_limited(&inner.limits, &event.cluster)
+            .await?;
         let plugin = Arc::clone(&**inner.plugin.load());
         add(&inner.counters.in_flight, 1);
         let started = Instant::now();
         let result = plugin.handle(event).await;
+        // The call's end, as the limits count it: its requests were made by now.
+        drop(slot);
         inner.counters.calls.record(started.elapsed(), &result);
         inner.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
