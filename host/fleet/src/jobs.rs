@@ -10,6 +10,9 @@
 //! Deleted jobs stay visible, marked with when they went, for `keep_deleted`, and at most
 //! `max_deleted` of them across the view (the oldest go first): a fleet that churns through
 //! jobs does not grow the view without bound.
+//!
+//! [`spec`] is the main file's `job_view:` section, checked into the [`ViewSettings`] the view
+//! runs with.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -28,6 +31,8 @@ use jobrelay_contract::event::Phase;
 use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::{SHARDS, UidMap};
 use jobrelay_watch::tracker::{Listed, Observed};
+
+pub mod spec;
 
 /// How long deleted jobs stay, and how many at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

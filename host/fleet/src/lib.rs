@@ -6,12 +6,13 @@
 //!   each — as pure state fed by every observation, beside the view that is fed the same way;
 //!   the daemon makes the deletions.
 //! - [`jobs`]: the view — fed with every observation, queried with filters, an order and
-//!   pages; deleted jobs kept for a while.
+//!   pages; deleted jobs kept for a while; its `job_view:` section in [`jobs::spec`].
 //! - [`record`]: what is kept of one job (a few dozen bytes).
 //! - [`interner`]: namespaces, kinds, raw phases and label sets, kept once.
 //! - [`query`]: a request's parameters, checked, and the continue token.
 //! - `order`: where a job falls in a list's order, the key a page is cut at.
-//! - [`rules`]: fleet rules on those SLIs, firing after they held a while and resolving.
+//! - [`rules`]: fleet rules on those SLIs, firing after they held a while and resolving; the
+//!   `fleet:` section that writes them in [`rules::spec`].
 //! - [`sli`]: queue wait, run time, ends and restarts per cluster × namespace × kind, from the
 //!   transitions the view sees live.
 

@@ -16,6 +16,9 @@
 //! "resolved" into news only when it ends a firing delivered before).
 //!
 //! A pure state machine: no I/O, no clock; the caller passes the time and the SLIs.
+//!
+//! [`spec`] is the main file's `fleet:` section, checked against the configured kinds into
+//! these rules and the interval they are judged at.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -24,6 +27,8 @@ use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
 use crate::sli::{BUCKETS, OTHER, SliRow};
+
+pub mod spec;
 
 /// What a rule measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,8 +1,9 @@
 //! The main file, `jobrelay.yaml`: the file as written and validated — which job kinds to
 //! watch and where, the defaults that plugins inherit, the folders, and the sections read once
-//! at start. The sections with rules of their own are written and checked in
-//! [`super::sections`], one file each; this file calls their checks in turn and the checks
-//! that join sections (a shared store for replicas, the archive's default folder).
+//! at start. The sections with rules of their own are written and checked beside the crate
+//! that owns what they configure (see [`super::sections`] for where each is); this file
+//! calls their checks in turn and the checks that join sections (a shared store for
+//! replicas, the archive's default folder).
 
 use std::path::PathBuf;
 
@@ -16,15 +17,15 @@ use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_coordination::{CoordinationSettings, Mode};
 use jobrelay_fleet::cleanup::{CleanupSettings, CleanupSpec};
 use jobrelay_fleet::jobs::ViewSettings;
+use jobrelay_fleet::jobs::spec::JobViewSpec;
+use jobrelay_fleet::rules::spec::{FleetSettings, FleetSpec};
 use jobrelay_runtime::RuntimeSettings;
 use jobrelay_state::{StateBackend, StateSettings};
+use jobrelay_watch::finalizer::spec::FinalizerSettings;
 use jobrelay_watch::kinds::JobKind;
+use jobrelay_watch::kinds::spec::KindEntry;
 
 use super::sections::cluster_health::ClusterHealthSpec;
-use super::sections::finalizers::FinalizerSettings;
-use super::sections::fleet::{FleetSettings, FleetSpec};
-use super::sections::job_view::JobViewSpec;
-use super::sections::kinds::KindEntry;
 use super::{CLUSTERS_DIR, ConfigError, PLUGIN_MANIFESTS_DIR};
 
 /// The main file as written.
@@ -603,5 +604,82 @@ mod tests {
         let err =
             MainConfig::parse("kinds: [{name: tf-job}]\n", Path::new("/cfg")).expect_err("unknown");
         assert!(err.to_string().contains("tf-job"), "{err}");
+    }
+    #[test]
+    fn a_custom_kind_whose_rule_reads_nothing_is_refused_naming_the_field() {
+        let kind = |normalizer: &str| {
+            format!(
+                "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n    \
+                 kind: TrainJob\n    plural: trainjobs\n    normalizer: {normalizer}\n"
+            )
+        };
+        let bad_escape = MainConfig::parse(
+            &kind("{field: {path: /status/phase, time_path: /status/~2since, phases: {}}}"),
+            Path::new("/cfg"),
+        )
+        .expect_err("a bad escape");
+        assert!(
+            bad_escape
+                .to_string()
+                .contains("normalizer.field.time_path"),
+            "{bad_escape}"
+        );
+        let empty = MainConfig::parse(&kind("{conditions: []}"), Path::new("/cfg"))
+            .expect_err("no conditions");
+        assert!(
+            empty.to_string().contains("normalizer.conditions"),
+            "{empty}"
+        );
+    }
+
+    /// A kind written as rules, with samples: the samples are tried when the file is read,
+    /// and one the rules read otherwise refuses the file naming the kind and the sample.
+    #[test]
+    fn kind_samples_are_tried_when_the_file_is_read() {
+        let file = |phase: &str| {
+            format!(
+                "kinds:\n  - name: mljob\n    group: example.com\n    version: v1\n    \
+                 kind: MLJob\n    plural: mljobs\n    normalizer:\n      rules:\n        \
+                 first_match:\n          - {{phase: running, when: [{{condition: Suspended, \
+                 status: \"False\", reason: [Resumed]}}]}}\n    samples:\n      - name: resumed\n        \
+                 status: {{conditions: [{{type: Suspended, status: \"False\", reason: Resumed}}]}}\n        \
+                 phase: {phase}\n  - name: jobset\n    samples:\n      - {{status: {{}}, spec: \
+                 {{suspend: true}}, phase: suspended}}\n"
+            )
+        };
+        let ok = MainConfig::parse(&file("running"), Path::new("/cfg")).expect("valid");
+        assert_eq!(ok.kinds[0].samples.len(), 1);
+        let err = MainConfig::parse(&file("failed"), Path::new("/cfg"))
+            .expect_err("a sample the rules read otherwise")
+            .to_string();
+        assert!(
+            err.contains(
+                "`mljob`: samples[0] (resumed): normalizes to running, the sample says failed"
+            ),
+            "{err}"
+        );
+    }
+    #[test]
+    fn custom_kind_needs_every_field() {
+        let err = MainConfig::parse(
+            "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n",
+            Path::new("/cfg"),
+        )
+        .expect_err("incomplete kind");
+        assert!(err.to_string().contains("kinds[0]"), "{err}");
+        assert!(err.to_string().contains("kind"), "{err}");
+    }
+    #[test]
+    fn custom_kind_with_field_rule() {
+        let c = MainConfig::parse(
+            "kinds:\n  - name: volcano-job\n  - name: trainjob\n    group: example.com\n    version: v1\n    kind: TrainJob\n    plural: trainjobs\n    normalizer:\n      field:\n        path: /status/phase\n        phases: {Done: succeeded}\n",
+            Path::new("/cfg"),
+        )
+        .expect("valid");
+        assert_eq!(c.kinds.len(), 2);
+        assert_eq!(
+            c.kind("trainjob").map(|k| k.api_version()),
+            Some("example.com/v1".into())
+        );
     }
 }

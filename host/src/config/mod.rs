@@ -12,9 +12,10 @@
 //! - [`files`] — reading the folder: every relevant file's bytes and hash, within bounds;
 //! - [`manifest`] — a plugin manifest as written;
 //! - [`config_schema`] — a plugin's declared config schema, beside its component;
-//! - [`sections`] — the main file's sections with rules of their own, each as written and
-//!   checked: [`sections::kinds`], [`sections::finalizers`], [`sections::job_view`],
-//!   [`sections::cluster_health`], [`sections::fleet`];
+//! - [`sections`] — where each main-file section with rules of its own is written and
+//!   checked: beside the crate that owns it (`kinds:` and `finalizers:` in `jobrelay-watch`,
+//!   `job_view:`, `fleet:` and `cleanup:` in `jobrelay-fleet`), `cluster_health:` here in
+//!   [`sections::cluster_health`];
 //! - [`main_file`] — the main file as written and validated: its struct, its parsing, the
 //!   small sections (`watch:`, `plugin_defaults:`, `telemetry:`, `home_cluster:`) and the
 //!   checks across sections;

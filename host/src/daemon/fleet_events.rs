@@ -11,10 +11,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clusters::health::{AvailabilityChange, rfc3339};
-use crate::config::sections::fleet::FleetSettings;
 use jobrelay_contract::fleet::{FleetEvent, FleetEventKind};
 use jobrelay_fleet::availability::Change;
 use jobrelay_fleet::jobs::JobView;
+use jobrelay_fleet::rules::spec::FleetSettings;
 use jobrelay_fleet::rules::{RuleChange, RuleReading, Rules};
 use jobrelay_lanes::dispatcher::Routes;
 

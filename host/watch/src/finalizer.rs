@@ -6,6 +6,9 @@
 //! of its own ([`keep_adding`]) until the finalizer is on, or the job is gone or being
 //! deleted: a job must not go unprotected because the few versions it had all met an API
 //! error.
+//!
+//! [`spec`] is the main file's `finalizers:` section: the finalizer's name these patches
+//! write, and how long and by what a deletion is held.
 
 use std::time::Duration;
 
@@ -16,6 +19,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::kinds::JobKind;
+
+pub mod spec;
 
 /// Whether jobrelay should add its finalizer to this version: not there yet, and the job is
 /// not being deleted (a finalizer must never be added to a job already being deleted).

@@ -2,6 +2,9 @@
 //!
 //! New CRDs need no code: a kind names its group/version/plural and picks a normalizer,
 //! either one of the built-in ones or a generic field/conditions rule.
+//!
+//! [`spec`] is the main file's `kinds:` entries as written, each resolved into a [`JobKind`]
+//! (a built-in by name, or a complete custom kind) with its samples tried.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use jobrelay_contract::event::Phase;
 
 use super::rules::{Rules, RulesSpec};
+
+pub mod spec;
 
 /// One kind of training job, as configured in the main file's `kinds:` list.
 ///

@@ -10,7 +10,7 @@
 //! The modules, in the order a job's version goes through them:
 //!
 //! - [`kinds`]: the job kinds as configured: which resource to watch, on which clusters, and
-//!   which normalizer reads its status.
+//!   which normalizer reads its status; the `kinds:` section's entries in [`kinds::spec`].
 //! - [`watcher`]: the task that runs one stream: kube's watcher for one
 //!   [`WatchTarget`](watcher::WatchTarget), its [`Progress`](watcher::Progress) for the
 //!   cluster's health, finalizer adders, the observations sent on.
@@ -32,7 +32,8 @@
 //! - [`catch_up`]: a status's recorded history: when the current stay began (for its key),
 //!   and the transitions missed in a gap, rebuilt as synthetic events.
 //! - [`finalizer`]: jobrelay's finalizer on job objects: added while a job lives, removed once
-//!   every plugin is done with its deletion.
+//!   every plugin is done with its deletion; the `finalizers:` section in
+//!   [`finalizer::spec`].
 
 // A layer crate: every public item says what it is for, since the next layer up reads its
 // API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).

@@ -1,6 +1,8 @@
-//! The `finalizers:` section: jobrelay's finalizer, for kinds with `finalizer: true` — its
-//! name, whether a dead letter holds a deletion, and the longest a deletion is held. Used as
-//! written once it is checked here.
+//! The main file's `finalizers:` section: jobrelay's finalizer, for kinds with
+//! `finalizer: true` — its name, whether a dead letter holds a deletion, and the longest a
+//! deletion is held. Written here, beside the patches that add and remove the finalizer,
+//! because its name is what they write on job objects; the lanes' hold book and the daemon
+//! read the other two fields as written once the host's main file has checked them.
 
 use serde::{Deserialize, Serialize};
 
@@ -38,14 +40,15 @@ impl Default for FinalizerSettings {
     }
 }
 
-/// Why the `finalizers:` section is refused.
+/// Why the `finalizers:` section is refused: a name the API server would refuse as a
+/// finalizer, or a hold that ends before it starts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("finalizers: `name` must be qualified (domain/name) and max_hold_seconds at least 1")]
-pub(crate) struct FinalizerError;
+pub struct FinalizerError;
 
 impl FinalizerSettings {
     /// Checks that the name is qualified and that a deletion is held at least a second.
-    pub(crate) fn validate(&self) -> Result<(), FinalizerError> {
+    pub fn validate(&self) -> Result<(), FinalizerError> {
         if !self.name.contains('/') || self.max_hold_seconds == 0 {
             return Err(FinalizerError);
         }

@@ -1,13 +1,12 @@
-//! The `job_view:` section: how long the fleet's job view (`/api/v1/jobs`) keeps deleted jobs,
-//! and how many namespaces the job SLI metrics name. Checked here and made the view's
-//! [`ViewSettings`]; written here rather than beside them in `jobrelay-fleet` because its
-//! durations are written as the clean-up's ([`AfterFinished`]), in `jobrelay-lanes`, a crate
-//! above the fleet's.
+//! The main file's `job_view:` section: how long the job view keeps deleted jobs, and how
+//! many namespaces the job SLI metrics name. Checked here and made the view's
+//! [`ViewSettings`], beside the view that runs with them; its durations are written as the
+//! clean-up's ([`AfterFinished`]).
 
 use serde::{Deserialize, Serialize};
 
-use jobrelay_fleet::cleanup::{AfterFinished, DurationError};
-use jobrelay_fleet::jobs::ViewSettings;
+use super::ViewSettings;
+use crate::cleanup::{AfterFinished, DurationError};
 
 /// The `job_view:` section as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,25 +56,39 @@ const MAX_DELETED: usize = 10_000_000;
 
 /// Why the `job_view:` section is refused; the message names the field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum JobViewError {
+pub enum JobViewError {
+    /// `keep_deleted` is not a duration.
     #[error("job_view.keep_deleted: {0}")]
     KeepDeleted(#[source] DurationError),
+    /// `keep_deleted` is longer than a week: the view is memory, not a history.
     #[error(
         "job_view.keep_deleted: at most a week ({} seconds)",
         MAX_KEEP_DELETED_SECONDS
     )]
-    KeepDeletedTooLong { seconds: u64 },
+    KeepDeletedTooLong {
+        /// The duration given, in seconds.
+        seconds: u64,
+    },
+    /// `max_deleted` is past what memory can be expected to hold.
     #[error("job_view.max_deleted: at most {}", MAX_DELETED)]
-    TooManyDeleted { given: usize },
+    TooManyDeleted {
+        /// The number given.
+        given: usize,
+    },
+    /// `metrics_namespaces` is past what the metrics' series count can bear.
     #[error(
         "job_view.metrics_namespaces: at most {} (each is a set of series per cluster and kind)",
         MAX_METRICS_NAMESPACES
     )]
-    TooManyMetricsNamespaces { given: usize },
+    TooManyMetricsNamespaces {
+        /// The number given.
+        given: usize,
+    },
 }
 
 impl JobViewSpec {
-    pub(crate) fn validate(&self) -> Result<ViewSettings, JobViewError> {
+    /// The view's settings, or the first field out of bounds.
+    pub fn validate(&self) -> Result<ViewSettings, JobViewError> {
         let keep = self
             .keep_deleted
             .duration()

@@ -1,27 +1,36 @@
-//! The `kinds:` section: the job kinds to watch, each a built-in kind by name or a full
-//! definition for any CRD, made a [`JobKind`] of `jobrelay-watch` when the file is read — its
-//! normalizer checked and its samples tried then, so a kind whose rules read one of its own
-//! samples otherwise refuses the file.
+//! The main file's `kinds:` section as written: each entry a built-in kind by name or a full
+//! definition for any CRD, made a [`JobKind`] when the file is read — its normalizer checked
+//! and its samples tried then, so a kind whose rules read one of its own samples otherwise
+//! refuses the file. Written here, beside [`JobKind`], because what makes a kind complete is
+//! this crate's knowledge; the host's main file holds a list of these and names the entry's
+//! index in its error.
 
 use serde::{Deserialize, Serialize};
 
-use jobrelay_watch::kinds::{JobKind, NormalizerSpec, Sample};
+use super::{JobKind, NormalizerError, NormalizerSpec, Sample, SampleMismatch};
 
 /// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KindEntry {
+    /// A built-in kind's name, or the name manifests use for a custom kind.
     pub name: String,
+    /// The resource's API group (a custom kind only).
     #[serde(default)]
     pub group: Option<String>,
+    /// The API version watched (a custom kind only).
     #[serde(default)]
     pub version: Option<String>,
+    /// The resource's `kind` (a custom kind only).
     #[serde(default)]
     pub kind: Option<String>,
+    /// The resource's plural name in API paths (a custom kind only).
     #[serde(default)]
     pub plural: Option<String>,
+    /// How the status becomes a phase (a custom kind only).
     #[serde(default, with = "serde_yaml_ng::with::singleton_map")]
     pub normalizer: Option<NormalizerSpec>,
+    /// Label that pods of this job carry with the job's name as value.
     #[serde(default)]
     pub pod_label: Option<String>,
     /// Hold deletion of these jobs with jobrelay's finalizer (see `finalizers`).
@@ -38,32 +47,56 @@ pub struct KindEntry {
 
 /// Why a `kinds:` entry is refused; the message names the kind, and the field at fault.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum KindError {
+pub enum KindError {
+    /// The entry has no name, so nothing could refer to it.
     #[error("`name` must not be empty")]
     NoName,
+    /// A name alone that names no built-in kind.
     #[error(
         "`{name}` is not a built-in kind (built-in: {}); give group, version, kind, plural and \
          normalizer",
         JobKind::BUILTINS.join(", ")
     )]
-    NotBuiltin { name: String },
+    NotBuiltin {
+        /// The name as written.
+        name: String,
+    },
+    /// A custom kind without one of the fields that locate its resource.
     #[error("`{name}`: `{field}` is missing or empty")]
-    Missing { name: String, field: &'static str },
+    Missing {
+        /// The kind's name.
+        name: String,
+        /// The field missing.
+        field: &'static str,
+    },
+    /// A custom kind without a normalizer.
     #[error("`{name}`: missing `normalizer`")]
-    NoNormalizer { name: String },
-    /// The normalizer's own check (`jobrelay-watch`), in its words.
+    NoNormalizer {
+        /// The kind's name.
+        name: String,
+    },
+    /// The normalizer's own check, in its words.
     #[error("`{name}`: {why}")]
-    Normalizer { name: String, why: String },
+    Normalizer {
+        /// The kind's name.
+        name: String,
+        /// What the normalizer's check refused, naming its field.
+        why: NormalizerError,
+    },
     /// A sample the normalizer does not read as the file says.
     #[error("`{name}`: {why}")]
     Sample {
+        /// The kind's name.
         name: String,
-        why: jobrelay_watch::kinds::SampleMismatch,
+        /// The sample and what the normalizer made of it.
+        why: SampleMismatch,
     },
 }
 
 impl KindEntry {
-    pub(crate) fn named(name: &str) -> KindEntry {
+    /// An entry selecting the built-in kind `name`, as if the file had written only its name
+    /// (the main file's default kinds).
+    pub fn named(name: &str) -> KindEntry {
         KindEntry {
             name: name.to_string(),
             group: None,
@@ -78,8 +111,10 @@ impl KindEntry {
         }
     }
 
-    /// A name alone selects a built-in kind; anything else must be a complete definition.
-    pub(crate) fn resolve(self) -> Result<JobKind, KindError> {
+    /// The kind this entry describes. A name alone selects a built-in kind; anything else
+    /// must be a complete definition. Either way its samples are tried here, so a kind that
+    /// reads one of them otherwise is refused when the file is read, not when a job arrives.
+    pub fn resolve(self) -> Result<JobKind, KindError> {
         let is_bare = self.group.is_none()
             && self.version.is_none()
             && self.kind.is_none()
@@ -139,97 +174,12 @@ impl KindEntry {
             .check()
             .map_err(|why| KindError::Normalizer {
                 name: kind.name.clone(),
-                why: why.to_string(),
+                why,
             })?;
         kind.check_samples().map_err(|why| KindError::Sample {
             name: kind.name.clone(),
             why,
         })?;
         Ok(kind)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use crate::config::main_file::MainConfig;
-
-    #[test]
-    fn a_custom_kind_whose_rule_reads_nothing_is_refused_naming_the_field() {
-        let kind = |normalizer: &str| {
-            format!(
-                "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n    \
-                 kind: TrainJob\n    plural: trainjobs\n    normalizer: {normalizer}\n"
-            )
-        };
-        let bad_escape = MainConfig::parse(
-            &kind("{field: {path: /status/phase, time_path: /status/~2since, phases: {}}}"),
-            Path::new("/cfg"),
-        )
-        .expect_err("a bad escape");
-        assert!(
-            bad_escape
-                .to_string()
-                .contains("normalizer.field.time_path"),
-            "{bad_escape}"
-        );
-        let empty = MainConfig::parse(&kind("{conditions: []}"), Path::new("/cfg"))
-            .expect_err("no conditions");
-        assert!(
-            empty.to_string().contains("normalizer.conditions"),
-            "{empty}"
-        );
-    }
-
-    /// A kind written as rules, with samples: the samples are tried when the file is read,
-    /// and one the rules read otherwise refuses the file naming the kind and the sample.
-    #[test]
-    fn kind_samples_are_tried_when_the_file_is_read() {
-        let file = |phase: &str| {
-            format!(
-                "kinds:\n  - name: mljob\n    group: example.com\n    version: v1\n    \
-                 kind: MLJob\n    plural: mljobs\n    normalizer:\n      rules:\n        \
-                 first_match:\n          - {{phase: running, when: [{{condition: Suspended, \
-                 status: \"False\", reason: [Resumed]}}]}}\n    samples:\n      - name: resumed\n        \
-                 status: {{conditions: [{{type: Suspended, status: \"False\", reason: Resumed}}]}}\n        \
-                 phase: {phase}\n  - name: jobset\n    samples:\n      - {{status: {{}}, spec: \
-                 {{suspend: true}}, phase: suspended}}\n"
-            )
-        };
-        let ok = MainConfig::parse(&file("running"), Path::new("/cfg")).expect("valid");
-        assert_eq!(ok.kinds[0].samples.len(), 1);
-        let err = MainConfig::parse(&file("failed"), Path::new("/cfg"))
-            .expect_err("a sample the rules read otherwise")
-            .to_string();
-        assert!(
-            err.contains(
-                "`mljob`: samples[0] (resumed): normalizes to running, the sample says failed"
-            ),
-            "{err}"
-        );
-    }
-    #[test]
-    fn custom_kind_needs_every_field() {
-        let err = MainConfig::parse(
-            "kinds:\n  - name: trainjob\n    group: example.com\n    version: v1\n",
-            Path::new("/cfg"),
-        )
-        .expect_err("incomplete kind");
-        assert!(err.to_string().contains("kinds[0]"), "{err}");
-        assert!(err.to_string().contains("kind"), "{err}");
-    }
-    #[test]
-    fn custom_kind_with_field_rule() {
-        let c = MainConfig::parse(
-            "kinds:\n  - name: volcano-job\n  - name: trainjob\n    group: example.com\n    version: v1\n    kind: TrainJob\n    plural: trainjobs\n    normalizer:\n      field:\n        path: /status/phase\n        phases: {Done: succeeded}\n",
-            Path::new("/cfg"),
-        )
-        .expect("valid");
-        assert_eq!(c.kinds.len(), 2);
-        assert_eq!(
-            c.kind("trainjob").map(|k| k.api_version()),
-            Some("example.com/v1".into())
-        );
     }
 }

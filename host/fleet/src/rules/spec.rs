@@ -1,14 +1,13 @@
-//! The `fleet:` section: rules on the job SLIs, whose firing and resolving are fleet events.
-//! Checked here against the watched kinds and made the rules of `jobrelay-fleet`
-//! ([`FleetRule`]) and the interval they are evaluated at ([`FleetSettings`], which the
-//! daemon's rule book takes). Written here rather than in `jobrelay-fleet` because a rule's
-//! `for` and `window` are written as the clean-up's durations ([`AfterFinished`]), in
-//! `jobrelay-lanes`, a crate above the fleet's.
+//! The main file's `fleet:` section: rules on the job SLIs, whose firing and resolving are
+//! fleet events. Checked here against the watched kinds and made the [`Rule`]s this module's
+//! parent judges, with the interval they are evaluated at ([`FleetSettings`], which the
+//! daemon's rule book takes). A rule's `for` and `window` are written as the clean-up's
+//! durations ([`AfterFinished`]).
 
 use serde::{Deserialize, Serialize};
 
-use jobrelay_fleet::cleanup::{AfterFinished, DurationError};
-use jobrelay_fleet::rules::{Measure, Rule as FleetRule};
+use super::{Measure, Rule};
+use crate::cleanup::{AfterFinished, DurationError};
 
 /// The `fleet:` section as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,6 +16,7 @@ pub struct FleetSpec {
     /// Time between two evaluations of the rules, in milliseconds (default 15,000).
     #[serde(default = "default_evaluate_interval_ms")]
     pub evaluate_interval_ms: u64,
+    /// The rules, each judged on every cluster.
     #[serde(default)]
     pub rules: Vec<FleetRuleSpec>,
 }
@@ -38,8 +38,11 @@ fn default_evaluate_interval_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetRuleSpec {
+    /// The rule's name, unique in the main file; fleet events and metrics carry it.
     pub name: String,
+    /// The SLI the rule measures.
     pub measure: Measure,
+    /// The rule holds while the measure is above this.
     pub above: f64,
     /// How long the condition must hold before the rule fires (default 0: at once).
     #[serde(default, rename = "for")]
@@ -50,10 +53,13 @@ pub struct FleetRuleSpec {
     /// Jobs in the window below which there is no verdict (default 5).
     #[serde(default = "default_min_jobs")]
     pub min_jobs: u64,
+    /// Cluster name patterns (`*` and `?`); empty: every cluster.
     #[serde(default)]
     pub clusters: Vec<String>,
+    /// Namespaces (empty: all); `other` names those past a cluster's cap of labelled ones.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// Configured kind names (empty: all).
     #[serde(default)]
     pub kinds: Vec<String>,
 }
@@ -70,54 +76,109 @@ const MAX_RULE_SECONDS: u64 = 86_400;
 /// The `fleet:` section after validation.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FleetSettings {
+    /// Time between two evaluations of the rules.
     pub evaluate_interval: std::time::Duration,
-    pub rules: Vec<FleetRule>,
+    /// The rules, checked, in the order written.
+    pub rules: Vec<Rule>,
 }
 
 /// Why the `fleet:` section is refused; the message names the field (`rule` is the index of
 /// the rule in `fleet.rules`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum FleetError {
+pub enum FleetError {
+    /// The interval is below 100 ms (a busy loop) or above 10 minutes (no verdict in time).
     #[error("fleet.evaluate_interval_ms: between 100 and 600000 (10 minutes)")]
-    EvaluateInterval { given: u64 },
+    EvaluateInterval {
+        /// The interval given, in milliseconds.
+        given: u64,
+    },
+    /// More rules than every cluster can be judged on.
     #[error("fleet.rules: at most {} rules", MAX_FLEET_RULES)]
-    TooManyRules { given: usize },
+    TooManyRules {
+        /// The number of rules given.
+        given: usize,
+    },
+    /// A name that cannot be a label value of the rule's events and metrics.
     #[error("fleet.rules[{rule}].name: `{name}` must be 1-63 characters of a-z, 0-9 and -")]
-    BadName { rule: usize, name: String },
+    BadName {
+        /// The rule's index.
+        rule: usize,
+        /// The name as written.
+        name: String,
+    },
+    /// Two rules with one name: their events could not be told apart.
     #[error("fleet.rules[{rule}].name: `{name}` is used twice")]
-    NameTwice { rule: usize, name: String },
+    NameTwice {
+        /// The index of the second rule with the name.
+        rule: usize,
+        /// The name.
+        name: String,
+    },
     /// Not a finite number, or below 0.
     #[error("fleet.rules[{rule}].above: a number of at least 0")]
-    BadAbove { rule: usize, above: f64 },
+    BadAbove {
+        /// The rule's index.
+        rule: usize,
+        /// The figure as written.
+        above: f64,
+    },
+    /// A failure ratio above a figure it can never pass.
     #[error(
         "fleet.rules[{rule}].above: a failure ratio is at most 1, so it can never be above {above}"
     )]
-    RatioNeverAbove { rule: usize, above: f64 },
+    RatioNeverAbove {
+        /// The rule's index.
+        rule: usize,
+        /// The figure as written.
+        above: f64,
+    },
     /// `for` or `window` is not a duration.
     #[error("fleet.rules[{rule}].{field}: {why}")]
     Duration {
+        /// The rule's index.
         rule: usize,
+        /// `for` or `window`.
         field: &'static str,
+        /// Why it is not a duration.
         #[source]
         why: DurationError,
     },
     /// `for` or `window` is longer than a day.
     #[error("fleet.rules[{rule}].{field}: at most a day")]
     OverADay {
+        /// The rule's index.
         rule: usize,
+        /// `for` or `window`.
         field: &'static str,
+        /// The duration given, in seconds.
         seconds: u64,
     },
+    /// A window of nothing, over which no job ends.
     #[error("fleet.rules[{rule}].window: at least 1s")]
-    NoWindow { rule: usize },
+    NoWindow {
+        /// The rule's index.
+        rule: usize,
+    },
+    /// No jobs needed for a verdict: one job would decide it.
     #[error("fleet.rules[{rule}].min_jobs: at least 1")]
-    NoMinJobs { rule: usize },
+    NoMinJobs {
+        /// The rule's index.
+        rule: usize,
+    },
+    /// A kind the main file does not watch, so the rule would never see its jobs.
     #[error("fleet.rules[{rule}].kinds: `{kind}` is not a configured kind")]
-    UnknownKind { rule: usize, kind: String },
+    UnknownKind {
+        /// The rule's index.
+        rule: usize,
+        /// The kind as written.
+        kind: String,
+    },
 }
 
 impl FleetSpec {
-    pub(crate) fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, FleetError> {
+    /// The rules and their interval, checked against the configured kinds' names; or the
+    /// first field at fault.
+    pub fn validate(&self, kind_names: &[&str]) -> Result<FleetSettings, FleetError> {
         if !(100..=600_000).contains(&self.evaluate_interval_ms) {
             return Err(FleetError::EvaluateInterval {
                 given: self.evaluate_interval_ms,
@@ -128,7 +189,7 @@ impl FleetSpec {
                 given: self.rules.len(),
             });
         }
-        let mut rules: Vec<FleetRule> = Vec::new();
+        let mut rules: Vec<Rule> = Vec::new();
         for (rule, spec) in self.rules.iter().enumerate() {
             let name_ok = !spec.name.is_empty()
                 && spec.name.len() <= 63
@@ -195,7 +256,7 @@ impl FleetSpec {
                     kind: kind.clone(),
                 });
             }
-            rules.push(FleetRule {
+            rules.push(Rule {
                 name: spec.name.clone(),
                 measure: spec.measure,
                 above: spec.above,
