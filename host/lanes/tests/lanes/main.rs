@@ -4,6 +4,7 @@
 //! Run one area with `cargo test -p jobrelay-lanes --test lanes lane_bound::`.
 
 mod common;
+mod memory_store;
 
 mod lane_bound;
 mod lane_catch_up;
