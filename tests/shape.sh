@@ -75,9 +75,7 @@ done
 # (`.lock().unwrap_or_else(|p| p.into_inner())`) or turns the poison into an error nobody can
 # act on. `parking_lot` locks do not poison (a tokio lock, where a guard crosses an `.await`,
 # does not either): the shim, `PoisonError` and the std locks themselves stay out of the code.
-declare -A poison_locks_allowed=(
-  [host/state/src/sqlite_writer.rs]="the SQLite writer thread's channel ends, in the store crate another change is reworking"
-)
+declare -A poison_locks_allowed=()
 
 poison_lock_lines() {
   # `file:line: text` of every std lock, poison type or poison shim (comments left out; an
