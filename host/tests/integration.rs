@@ -34,6 +34,5 @@ mod runtime;
 mod sandbox;
 mod sharding;
 mod state_store;
-mod transition_keys;
 mod watch_retry;
 mod webhook_notify;

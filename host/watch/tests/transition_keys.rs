@@ -37,13 +37,38 @@ use jobrelay_watch::catch_up::{
     first_sight_events, missed_transitions, recorded_transitions, stay_unchanged, synthetic_events,
 };
 use jobrelay_watch::kinds::JobKind;
+use jobrelay_watch::kinds::spec::KindEntry;
 use jobrelay_watch::object::JobObject;
 use jobrelay_watch::watcher::{Observation, Tracker};
 use kube::runtime::watcher::Event;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::common;
+/// An event as a lane holds one, of a batch Job on cluster `east`.
+fn event(uid: &str, rv: &str, phase: Phase, previous: Option<Phase>, at: &str) -> JobEvent {
+    JobEvent {
+        id: JobEvent::make_id("east", uid, rv),
+        cluster: "east".into(),
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        namespace: "ml".into(),
+        name: format!("train-{uid}"),
+        uid: uid.into(),
+        resource_version: rv.into(),
+        generation: Some(1),
+        phase,
+        raw_phase: format!("{phase:?}"),
+        reason: None,
+        message: None,
+        previous_phase: previous,
+        transition_time: at.into(),
+        labels: BTreeMap::from([("team".to_string(), "nlp".to_string())]),
+        annotations: BTreeMap::new(),
+        object_json: Arc::from(r#"{"kind":"Job","status":{}}"#),
+        transition_key: String::new(),
+        synthetic: false,
+    }
+}
 
 fn kind_of(flavor: Flavor) -> &'static str {
     match flavor {
@@ -57,11 +82,18 @@ fn kind_of(flavor: Flavor) -> &'static str {
     }
 }
 
+/// The main file's `kinds:` section alone, as the main file's parser reads it.
+#[derive(serde::Deserialize)]
+struct KindsSection {
+    kinds: Vec<KindEntry>,
+}
+
 /// The kind `flavor` plays, as a user writes it in a main file: the rules text
-/// `docs/job-kinds.md` shows for the built-in, read by the main file's own parser.
+/// `docs/job-kinds.md` shows for the built-in, read by the `kinds:` section's own spec (what
+/// the main file's parser reads each entry with).
 fn described(flavor: Flavor) -> Option<JobKind> {
     let docs = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/job-kinds.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/job-kinds.md"),
     )
     .expect("docs/job-kinds.md");
     let name = kind_of(flavor);
@@ -75,9 +107,13 @@ fn described(flavor: Flavor) -> Option<JobKind> {
          plural: {}\n    normalizer:\n      rules:\n{indented}",
         builtin.group, builtin.version, builtin.kind, builtin.plural
     );
-    let config = jobrelay::config::main_file::MainConfig::parse(&main, std::path::Path::new("/"))
+    let section: KindsSection = serde_yaml_ng::from_str(&main)
         .unwrap_or_else(|e| panic!("the {name} rules as docs/job-kinds.md shows them: {e}"));
-    config.kinds.into_iter().next()
+    let entry = section.kinds.into_iter().next()?;
+    let kind = entry
+        .resolve()
+        .unwrap_or_else(|e| panic!("the {name} rules as docs/job-kinds.md shows them: {e}"));
+    Some(kind)
 }
 
 /// A step of a generated life.
@@ -433,7 +469,7 @@ fn check_life(
             continue;
         }
         let missed = missed_transitions(spec, &object, cursor.phase, Some(&cursor.transition_time));
-        let mut current = common::event(&met.uid, &met.resource_version, met.phase, None, "x");
+        let mut current = event(&met.uid, &met.resource_version, met.phase, None, "x");
         current.object_json = met.object_json.clone();
         let rebuilt = synthetic_events(&current, cursor.phase, &missed);
         for event in &rebuilt {
@@ -493,9 +529,9 @@ fn keys_tell_every_transition_apart_through_gaps_kills_and_fast_reentries() {
 /// existed) gets one from its version; a deletion's is the job's single deletion key.
 #[test]
 fn an_event_without_a_key_derives_one() {
-    let running = common::event("u-1", "41", Phase::Running, None, "2026-01-01T00:00:00Z");
+    let running = event("u-1", "41", Phase::Running, None, "2026-01-01T00:00:00Z");
     assert_eq!(running.transition_key(), "east/u-1/running@rv=41");
-    let gone = common::event(
+    let gone = event(
         "u-1",
         "41-gone",
         Phase::Deleted,
