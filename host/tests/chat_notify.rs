@@ -283,3 +283,82 @@ async fn quiet_hours_defer_every_message_to_their_end() {
         "nothing sent in quiet hours"
     );
 }
+
+/// `rate_limits: [{per_minute: 20}]` — the README's, DingTalk's and WeCom's own 20 a minute
+/// per robot — through a whole lane, the real plugin and the receiver, which answers the 21st
+/// message of any sixty seconds with the service's throttle: a burst of 27 at the start
+/// reaches the robot once each, none throttled. (A full token bucket let about 27 into the
+/// first minute: 7 throttle answers, each message sent again after its wait.) A minute of real
+/// time: the receiver's window is the service's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_under_twenty_a_minute_reaches_each_robot_once_unthrottled() {
+    let (dingtalk, wecom) = tokio::join!(
+        burst_under_the_limit(Provider::DingTalk),
+        burst_under_the_limit(Provider::WeCom)
+    );
+    for (provider, (messages, attempts, refusals)) in
+        [(Provider::DingTalk, dingtalk), (Provider::WeCom, wecom)]
+    {
+        assert_eq!(messages, 27, "{provider}: every message arrived");
+        assert_eq!(
+            attempts, 27,
+            "{provider}: none was throttled and sent again: {refusals:?}"
+        );
+    }
+}
+
+/// 27 failures at once through a lane of `provider`'s plugin limited to 20 a minute: the
+/// messages the robot accepted, the requests it got, and its refusals.
+async fn burst_under_the_limit(provider: Provider) -> (usize, usize, Vec<String>) {
+    use jobrelay_lanes::lane::{Lane, Observed};
+    use jobrelay_lanes::settings::{LaneSettings, RateLimitSpec};
+    use jobrelay_state::{StateBackend, open_store};
+    use jobrelay_watch::kinds::JobKind;
+
+    let s = setup(provider).await;
+    let signed = provider == Provider::DingTalk;
+    let url = s.receiver.add_bot("team", signed.then_some(SECRET));
+    let mut config = vec![("webhook", url.as_str())];
+    if signed {
+        config.push(("secret", SECRET));
+    }
+    let plugin = load(&s.rt, provider, &config).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("lanes.db")))
+        .await
+        .expect("store");
+    let settings = LaneSettings {
+        mode: jobrelay_lanes::mode::DeliveryMode::EveryVersion,
+        concurrency: 4,
+        retry: Default::default(),
+        rate_limits: vec![RateLimitSpec {
+            per_second: None,
+            per_minute: Some(20),
+            burst: None,
+        }],
+        kinds: Vec::new(),
+        filter: Default::default(),
+        max_queued_per_job: 1_000,
+        max_inbox_events: 1_000_000,
+        fleet_events: Default::default(),
+    };
+    let lane = Lane::open(&format!("{provider}"), plugin, settings, store, None)
+        .await
+        .expect("lane");
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    for n in 0..27 {
+        lane.push(Observed {
+            event: failed(&format!("u-{n}")),
+            kind: kind.clone(),
+            from_list: false,
+            created: None,
+        });
+    }
+    lane.idle().await;
+    lane.close().await;
+    (
+        s.receiver.messages("team").len(),
+        s.receiver.attempts("team"),
+        s.receiver.refusals("team"),
+    )
+}
