@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod event;
+pub mod event_head;
 pub mod fleet;
 pub mod label_selector;
 pub mod secret;

@@ -40,6 +40,8 @@ use super::sql_text::{Statements, Tables};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     Text(String),
+    /// A text column that may be NULL (and, bound, NULL when `None`).
+    OptText(Option<String>),
     Int(i64),
     /// An integer column that may be NULL (and, bound, NULL when `None`).
     OptInt(Option<i64>),
@@ -51,6 +53,7 @@ pub enum Value {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Text,
+    OptText,
     Int,
     OptInt,
     Bool,
@@ -272,6 +275,7 @@ pub fn query<'q, DB>(statement: &Statement) -> Query<'q, DB, <DB as Database>::A
 where
     DB: Database + sqlx::database::HasStatementCache,
     String: Encode<'q, DB> + Type<DB>,
+    Option<String>: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
     Option<i64>: Encode<'q, DB> + Type<DB>,
     bool: Encode<'q, DB> + Type<DB>,
@@ -282,6 +286,7 @@ where
     for value in &statement.args {
         query = match value {
             Value::Text(v) => query.bind(v.clone()),
+            Value::OptText(v) => query.bind(v.clone()),
             Value::Int(v) => query.bind(*v),
             Value::OptInt(v) => query.bind(*v),
             Value::Bool(v) => query.bind(*v),
@@ -298,6 +303,7 @@ where
     R: Row,
     usize: ColumnIndex<R>,
     for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> u32: Decode<'r, R::Database> + Type<R::Database>,
     for<'r> Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
@@ -310,6 +316,7 @@ where
         .map(|(i, kind)| {
             Ok(match kind {
                 Kind::Text => Value::Text(row.try_get(i)?),
+                Kind::OptText => Value::OptText(row.try_get(i)?),
                 Kind::Int => Value::Int(
                     row.try_get::<i64, _>(i)
                         .or_else(|_| row.try_get::<u32, _>(i).map(i64::from))?,

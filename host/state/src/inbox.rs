@@ -17,6 +17,8 @@
 //!
 //! [`DeliveryStore::inbox`]: super::DeliveryStore::inbox
 
+use std::sync::Arc;
+
 use super::cursor::Cursor;
 use jobrelay_contract::event::JobEvent;
 
@@ -24,14 +26,19 @@ use jobrelay_contract::event::JobEvent;
 pub const SWEEP_AFTER_SECONDS: i64 = 600;
 
 /// One event a lane took: stored with a mark for the plugin until a cursor settles it.
+///
+/// The event is stored in two parts ([`JobEvent::head_json`]): its head as JSON and its
+/// object's text as it is, shared with the event rather than copied or parsed again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taken {
     /// The plugin whose lane took it.
     pub plugin: String,
     /// The event's id (`cluster/uid/resource_version`), its key in the inbox.
     pub event_id: String,
-    /// The event as JSON (`JobEvent`'s serde form), written once per event id.
-    pub event_json: String,
+    /// The event without its object, as JSON; written once per event id, with the object.
+    pub head_json: String,
+    /// The object's JSON text, the event's own.
+    pub object_json: Arc<str>,
 }
 
 impl Taken {
@@ -40,8 +47,14 @@ impl Taken {
         Ok(Taken {
             plugin: plugin.to_string(),
             event_id: event.id.clone(),
-            event_json: serde_json::to_string(event)?,
+            head_json: event.head_json()?,
+            object_json: event.object_json.clone(),
         })
+    }
+
+    /// The bytes of the event as stored: what a statement carries.
+    pub fn stored_len(&self) -> usize {
+        self.head_json.len() + self.object_json.len()
     }
 }
 

@@ -124,7 +124,10 @@ pub fn redacted_url(url: &str) -> String {
 /// the plugins' first install times, version 4 the inbox, version 5 numbers the inbox's marks
 /// (see `sqlite.rs`): the old marks table is copied in its events' order and then dropped, so
 /// an interrupted migration runs again from version 4, whose table is made again if gone.
-fn schema_scripts(t: &Tables, collation: &str) -> Scripts {
+/// Version 6 adds the events' `object` column (see `sqlite.rs`); MySQL has no
+/// `ADD COLUMN IF NOT EXISTS`, so the script is left out when `has_object` says the column is
+/// there already (a migration interrupted after it).
+fn schema_scripts(t: &Tables, collation: &str, has_object: bool) -> Scripts {
     let table_options =
         format!("ENGINE=InnoDB ROW_FORMAT=DYNAMIC DEFAULT CHARSET=utf8mb4 COLLATE={collation}");
     // Key lengths: the primary keys stay below InnoDB's 3,072 bytes at 4 bytes a character.
@@ -237,7 +240,15 @@ fn schema_scripts(t: &Tables, collation: &str) -> Scripts {
         ),
         format!("DROP TABLE IF EXISTS {}", t.inbox_v4),
     ];
-    [v1, v2, v3, v4, v5]
+    let v6 = if has_object {
+        Vec::new()
+    } else {
+        vec![format!(
+            "ALTER TABLE {} ADD COLUMN object LONGTEXT NULL",
+            t.inbox_events
+        )]
+    };
+    [v1, v2, v3, v4, v5, v6]
 }
 
 /// The MySQL and MariaDB dialect; its value is the server (as shown) and the table prefix.
@@ -398,7 +409,8 @@ impl Dialect for MySqlDialect {
         tables: &Tables,
     ) -> Result<Scripts, StoreError> {
         let collation = binary_collation(conn, &self.server).await?;
-        Ok(schema_scripts(tables, collation))
+        let has_object = has_column(conn, &self.server, &tables.inbox_events, "object").await?;
+        Ok(schema_scripts(tables, collation, has_object))
     }
 
     async fn execute_script(conn: &mut MySqlConnection, sql: &str) -> Result<(), sqlx::Error> {
@@ -571,6 +583,25 @@ async fn binary_collation(
         }
     }
     Ok(PAD_BIN_COLLATION)
+}
+
+/// Whether `table` of the connection's database has `column`.
+async fn has_column(
+    conn: &mut MySqlConnection,
+    server: &str,
+    table: &str,
+    column: &str,
+) -> Result<bool, StoreError> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+    )
+    .bind(table)
+    .bind(column)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(failed(server, "read the inbox's columns"))?;
+    Ok(found > 0)
 }
 
 #[cfg(test)]

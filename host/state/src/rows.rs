@@ -161,3 +161,16 @@ mod tests {
         assert_eq!(parse_phase("Running"), None);
     }
 }
+
+/// An inbox event from its row: `json` and `object` as version 6 writes them (the event
+/// without its object, and the object's text), or, with no `object`, the whole event as rows
+/// written before version 6 have it.
+pub(super) fn stored_event(
+    json: &str,
+    object: Option<&str>,
+) -> Result<JobEvent, serde_json::Error> {
+    match object {
+        Some(object) => JobEvent::from_parts(json, object.into()),
+        None => serde_json::from_str(json),
+    }
+}

@@ -20,7 +20,10 @@ use super::dialect::{Dialect, Done, Kind, Statement, Value, Writer};
 use super::error::{Location, StoreError};
 use super::inbox::{Damaged, Inbox, READ_BACK_BATCH, Stored, Taken, WriteBatch};
 use super::rows::{self, CURSOR_SHAPE, DEAD_LETTER_SHAPE};
-use super::sql_text::{SelectionVerb, Statements, Tables, bind_cursor, bind_cursor_version};
+use super::sql_text::{
+    SelectionVerb, Statements, Tables, bind_cursor, bind_cursor_version, keep_prepared,
+    prepared_runs,
+};
 use super::store::{DeliveryStore, JobDeadLetters, summarize_dead_letters};
 use jobrelay_contract::event::JobEvent;
 
@@ -36,7 +39,7 @@ const CHUNK: usize = 500;
 /// server's smallest `max_allowed_packet` (4 MiB), however large the jobs' objects are.
 const TAKEN_BYTES: usize = 2 << 20;
 
-/// `taken` in runs of at most [`CHUNK`] events and `bytes` of their JSON, in order; an event
+/// `taken` in runs of at most [`CHUNK`] events and `bytes` of stored text, in order; an event
 /// larger than that alone.
 fn chunks_within(taken: &[Taken], bytes: usize) -> impl Iterator<Item = &[Taken]> {
     let mut rest = taken;
@@ -45,8 +48,8 @@ fn chunks_within(taken: &[Taken], bytes: usize) -> impl Iterator<Item = &[Taken]
             return None;
         }
         let (mut n, mut size) = (0, 0);
-        while n < rest.len() && n < CHUNK && (n == 0 || size + rest[n].event_json.len() <= bytes) {
-            size += rest[n].event_json.len();
+        while n < rest.len() && n < CHUNK && (n == 0 || size + rest[n].stored_len() <= bytes) {
+            size += rest[n].stored_len();
             n += 1;
         }
         let (chunk, tail) = rest.split_at(n);
@@ -192,15 +195,24 @@ impl<D: Dialect> SqlStore<D> {
             .collect()
     }
 
-    /// One multi-row upsert of `cursors` (at most [`CHUNK`]), kept prepared when small.
+    /// One multi-row insert of jobs first seen, keeping stored cursors (a run of
+    /// [`prepared_runs`]): stored with an empty version, seen and nothing delivered.
+    fn first_sight_cursors(&self, cursors: &[Cursor]) -> Statement {
+        let statement = self.sql.first_sight_cursors(cursors.len());
+        cursors
+            .iter()
+            .fold(statement, |s, cursor| bind_cursor_version(s, cursor, ""))
+    }
+
+    /// One multi-row upsert of `cursors` (a run of [`prepared_runs`]), kept prepared.
     fn upsert_cursors(&self, cursors: &[Cursor]) -> Statement {
         let statement = self.sql.upsert_cursors(cursors.len());
         cursors.iter().fold(statement, bind_cursor)
     }
 
     /// [`DeliveryStore::write`] through the pool: one transaction, the rows of each kind
-    /// written by multi-row statements of up to [`CHUNK`] rows (a removed cursor and a job
-    /// first seen a statement each).
+    /// written by multi-row statements in runs of [`prepared_runs`] (a removed cursor a
+    /// statement of its own).
     async fn try_write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         const OPERATION: &str = "write a lane's batch";
         let i = &self.sql.inbox;
@@ -213,11 +225,11 @@ impl<D: Dialect> SqlStore<D> {
         };
         // The events, then their marks, each a statement per chunk: the marks are numbered in
         // the order the batch took them.
-        for chunk in chunks_within(&batch.taken, TAKEN_BYTES) {
+        for chunk in chunks_within(&batch.taken, TAKEN_BYTES).flat_map(prepared_runs) {
             let events = chunk
                 .iter()
                 .fold(self.sql.take_events(chunk.len()), |s, t| {
-                    s.text(&t.event_id).text(&t.event_json)
+                    s.text(&t.event_id).text(&t.head_json).text(&t.object_json)
                 });
             run(events).await?;
             let marks = chunk.iter().fold(self.sql.take_marks(chunk.len()), |s, t| {
@@ -225,15 +237,10 @@ impl<D: Dialect> SqlStore<D> {
             });
             run(marks).await?;
         }
-        for cursor in &batch.first_sights {
-            run(bind_cursor_version(
-                Statement::new(&self.sql.first_sight_cursor),
-                cursor,
-                "",
-            ))
-            .await?;
+        for chunk in prepared_runs(&batch.first_sights) {
+            run(self.first_sight_cursors(chunk)).await?;
         }
-        for chunk in batch.saved.chunks(CHUNK) {
+        for chunk in prepared_runs(&batch.saved) {
             run(self.upsert_cursors(chunk)).await?;
         }
         for cursor in &batch.removed {
@@ -245,7 +252,7 @@ impl<D: Dialect> SqlStore<D> {
         }
         // A statement per run of one plugin's marks (a lane's batch is all its own plugin's).
         for run_of_plugin in batch.settled.chunk_by(|a, b| a.plugin == b.plugin) {
-            for chunk in run_of_plugin.chunks(CHUNK) {
+            for chunk in prepared_runs(run_of_plugin) {
                 let statement = chunk.iter().fold(
                     self.sql.settle_marks(chunk.len()).text(&chunk[0].plugin),
                     |s, m| s.text(&m.event_id),
@@ -262,13 +269,13 @@ impl<D: Dialect> SqlStore<D> {
     async fn try_save_cursors(&self, cursors: &[Cursor]) -> Result<(), StoreError> {
         // One statement is atomic by itself: a batch that fits one needs no transaction
         // around it, and saves the driver two round trips.
-        if cursors.len() <= CHUNK {
+        if keep_prepared(cursors.len()) {
             self.execute(self.upsert_cursors(cursors), "save cursors")
                 .await?;
             return Ok(());
         }
         let mut tx = self.begin_write("begin saving cursors").await?;
-        for chunk in cursors.chunks(CHUNK) {
+        for chunk in prepared_runs(cursors) {
             let statement = self.upsert_cursors(chunk);
             D::execute(&mut *tx, &statement)
                 .await
@@ -412,13 +419,8 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         if let Some(writer) = &self.writer {
             return writer.note_first_sight(cursors).await;
         }
-        for chunk in cursors.chunks(CHUNK) {
-            // Stored with an empty version: seen, nothing delivered.
-            let statement = chunk
-                .iter()
-                .fold(self.sql.first_sight_cursors(chunk.len()), |s, cursor| {
-                    bind_cursor_version(s, cursor, "")
-                });
+        for chunk in prepared_runs(cursors) {
+            let statement = self.first_sight_cursors(chunk);
             retry_deadlocks!(self.execute(statement.clone(), "note first sights").await)?;
         }
         Ok(())
@@ -477,7 +479,7 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         let rows = self
             .fetch(
                 statement,
-                &[Kind::Int, Kind::Text, Kind::Text],
+                &[Kind::Int, Kind::Text, Kind::Text, Kind::OptText],
                 "read a plugin's inbox",
                 "inbox entry",
             )
@@ -506,13 +508,17 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         let mut last = after;
         for row in rows {
             let mut values = row.into_iter();
-            let (Some(Value::Int(seq)), Some(Value::Text(event_id)), Some(Value::Text(json))) =
-                (values.next(), values.next(), values.next())
+            let (
+                Some(Value::Int(seq)),
+                Some(Value::Text(event_id)),
+                Some(Value::Text(json)),
+                Some(Value::OptText(object)),
+            ) = (values.next(), values.next(), values.next(), values.next())
             else {
                 continue; // the shape was checked by `fetch`
             };
             last = seq;
-            match serde_json::from_str::<JobEvent>(&json) {
+            match rows::stored_event(&json, object.as_deref()) {
                 Ok(event) => inbox.events.push(event),
                 Err(e) => inbox.damaged.push(Damaged {
                     event_id,
@@ -541,22 +547,24 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
             let rows = self
                 .fetch(
                     statement,
-                    &[Kind::Text, Kind::Text],
+                    &[Kind::Text, Kind::Text, Kind::OptText],
                     "read events of the inbox",
                     "inbox entry",
                 )
                 .await?;
-            let mut json: HashMap<String, String> = HashMap::with_capacity(rows.len());
+            let mut found: HashMap<String, (String, Option<String>)> =
+                HashMap::with_capacity(rows.len());
             for row in rows {
-                if let [Value::Text(id), Value::Text(text)] = <[Value; 2]>::try_from(row)
-                    .map_err(|_| self.corrupt("inbox entry", "a row of the wrong shape"))?
+                if let [Value::Text(id), Value::Text(text), Value::OptText(object)] =
+                    <[Value; 3]>::try_from(row)
+                        .map_err(|_| self.corrupt("inbox entry", "a row of the wrong shape"))?
                 {
-                    json.insert(id, text);
+                    found.insert(id, (text, object));
                 }
             }
-            stored.extend(chunk.iter().map(|id| match json.get(*id) {
+            stored.extend(chunk.iter().map(|id| match found.get(*id) {
                 None => Stored::Missing,
-                Some(text) => match serde_json::from_str::<JobEvent>(text) {
+                Some((text, object)) => match rows::stored_event(text, object.as_deref()) {
                     Ok(event) => Stored::Event(Box::new(event)),
                     Err(e) => Stored::Damaged(format!("its event does not decode: {e}")),
                 },
@@ -772,7 +780,8 @@ mod tests {
         Taken {
             plugin: "p".into(),
             event_id: "e".into(),
-            event_json: "x".repeat(bytes),
+            head_json: "x".repeat(bytes),
+            object_json: "".into(),
         }
     }
 
@@ -782,7 +791,7 @@ mod tests {
     fn takes_are_chunked_by_count_and_bytes() {
         let sizes = |rows: &[Taken], bytes| {
             chunks_within(rows, bytes)
-                .map(|c| c.iter().map(|t| t.event_json.len()).collect::<Vec<_>>())
+                .map(|c| c.iter().map(Taken::stored_len).collect::<Vec<_>>())
                 .collect::<Vec<_>>()
         };
         let rows: Vec<Taken> = [3, 3, 3, 9, 1, 1].map(taken).into();

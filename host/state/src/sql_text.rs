@@ -95,7 +95,7 @@ pub struct Statements<D> {
 /// writes among them prepared beside the cursor writes.
 #[derive(Debug, Clone)]
 pub struct InboxStatements {
-    /// Stores an event once: event id, JSON.
+    /// Stores an event once: event id, head JSON, object JSON.
     pub take_event: Arc<str>,
     /// Marks an event as taken by a plugin: plugin, event id.
     pub take_mark: Arc<str>,
@@ -106,12 +106,12 @@ pub struct InboxStatements {
     /// Removes events without marks taken more than [`SWEEP_AFTER_SECONDS`] ago.
     pub sweep: Arc<str>,
     /// A page of a plugin's marks with their events, oldest first: plugin, after seq, limit →
-    /// seq, event id, JSON.
+    /// seq, event id, JSON, object (see [`rows::stored_event`](super::rows::stored_event)).
     pub load: Arc<str>,
     /// A plugin's marks whose event is missing: plugin → event id.
     pub missing: Arc<str>,
     /// Events by id, `2^k` ids for entry `k` (the last id repeated to fill a batch): event
-    /// id → event id, JSON. A few fixed sizes keep every statement prepared.
+    /// id → event id, JSON, object. A few fixed sizes keep every statement prepared.
     pub events: Vec<Arc<str>>,
 }
 
@@ -121,9 +121,9 @@ impl InboxStatements {
         InboxStatements {
             take_event: D::insert_or_keep(
                 &t.inbox_events,
-                "event_id, event_json, at",
+                "event_id, event_json, object, at",
                 &["event_id"],
-                &format!("(?, ?, {now})"),
+                &format!("(?, ?, ?, {now})"),
             )
             .into(),
             take_mark: D::insert_or_keep(
@@ -151,7 +151,7 @@ impl InboxStatements {
             )
             .into(),
             load: format!(
-                "SELECT m.seq, m.event_id, e.event_json FROM {} m {} JOIN {} e \
+                "SELECT m.seq, m.event_id, e.event_json, e.object FROM {} m {} JOIN {} e \
                  ON e.event_id = m.event_id WHERE m.plugin = ? AND m.seq > ? \
                  ORDER BY m.seq LIMIT ?",
                 t.inbox_marks,
@@ -170,7 +170,7 @@ impl InboxStatements {
                 .map(|k| {
                     let ids = vec!["?"; 1 << k].join(", ");
                     format!(
-                        "SELECT event_id, event_json FROM {} WHERE event_id IN ({ids})",
+                        "SELECT event_id, event_json, object FROM {} WHERE event_id IN ({ids})",
                         t.inbox_events
                     )
                     .into()
@@ -316,12 +316,12 @@ impl<D: Dialect> Statements<D> {
     }
 
     /// One multi-row insert of `rows` taken events, keeping an event stored already (by
-    /// another plugin's lane): event id, JSON per row.
+    /// another plugin's lane): event id, head JSON, object JSON per row.
     pub fn take_events(&self, rows: usize) -> Statement {
-        let row = format!("(?, ?, {})", D::NOW);
+        let row = format!("(?, ?, ?, {})", D::NOW);
         let sql = D::insert_or_keep(
             &self.tables.inbox_events,
-            "event_id, event_json, at",
+            "event_id, event_json, object, at",
             &["event_id"],
             &vec![row.as_str(); rows].join(", "),
         );
@@ -429,13 +429,34 @@ fn select_replays<D: Dialect>(table: &str, clusters: Option<usize>) -> String {
     )
 }
 
-/// Whether a batch statement of `rows` rows is kept prepared on its connection. Small batches
-/// are the common ones and repeat, so preparing them once pays; a large batch is prepared
-/// for its one run, since every size would otherwise stay in each connection's statement
-/// cache (up to 100 a connection), and a statement of hundreds of rows holds a large compiled
-/// program — measured, that was ~500 bytes per tracked job of resident memory.
-fn keep_prepared(rows: usize) -> bool {
-    rows <= 4
+/// The most rows of a batch statement kept prepared. The store splits a batch into runs whose
+/// lengths are powers of two up to this ([`prepared_runs`]), so each kind of batch statement
+/// has at most eight shapes, each prepared once per connection and kept: a statement prepared
+/// for its one run costs the server a round trip and the client its parameter and column
+/// descriptions each time (on MySQL, half the client's CPU of a stored take, measured), and a
+/// cache of every size a batch can have (up to 100 a connection) held ~500 bytes per
+/// tracked job of resident memory, measured when SQLite's writes still went this way.
+pub const PREPARED_ROWS: usize = 128;
+
+/// `rows` in runs whose lengths are powers of two of at most [`PREPARED_ROWS`], in order,
+/// the longest first: 100 rows are runs of 64, 32 and 4.
+pub fn prepared_runs<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let n = PREPARED_ROWS.min(1 << rest.len().ilog2());
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        Some(run)
+    })
+}
+
+/// Whether a batch statement of `rows` rows is kept prepared on its connection: the lengths
+/// [`prepared_runs`] gives, each one statement.
+pub fn keep_prepared(rows: usize) -> bool {
+    rows.is_power_of_two() && rows <= PREPARED_ROWS
 }
 
 /// A cursor's columns bound in table order, for the statements that write one.
@@ -468,6 +489,27 @@ mod tests {
     use sqlx::{AssertSqlSafe, Row};
 
     use super::*;
+
+    /// Every row once, in order, in runs of prepared lengths only.
+    #[test]
+    fn batches_run_in_prepared_lengths() {
+        for len in [0, 1, 2, 3, 64, 100, 127, 128, 129, 500, 1000] {
+            let rows: Vec<usize> = (0..len).collect();
+            let runs: Vec<&[usize]> = prepared_runs(&rows).collect();
+            assert!(
+                runs.iter().all(|r| keep_prepared(r.len())),
+                "{len}: {runs:?}"
+            );
+            assert_eq!(runs.concat(), rows, "{len}");
+        }
+        let lengths = |len: usize| {
+            let rows = vec![(); len];
+            prepared_runs(&rows).map(<[()]>::len).collect::<Vec<_>>()
+        };
+        assert_eq!(lengths(100), [64, 32, 4]);
+        assert_eq!(lengths(300), [128, 128, 32, 8, 4]);
+        assert!(!keep_prepared(3) && !keep_prepared(256) && keep_prepared(1));
+    }
     use crate::mysql::MySqlDialect;
     use crate::sqlite::SqliteDialect;
     use crate::{MySqlStore, SqliteStore};

@@ -143,11 +143,18 @@ INSERT OR IGNORE INTO inbox_marks (plugin, event_id)
 DROP TABLE IF EXISTS inbox;
 ";
 
+/// Version 6 keeps an event in two parts (see `inbox`): `event_json` is the event without its
+/// object, `object` the object's JSON text as it is. A row written before has the whole event
+/// in `event_json` and no `object`, and is read back as it was. Left out where the column is
+/// there already (see `schema_scripts`), as on a server database.
+const SCHEMA_V6: &str = "ALTER TABLE inbox_events ADD COLUMN object TEXT;";
+
 /// The schema scripts, version 1 first (see [`schema`]), each one entry of several statements:
 /// they run inside the transaction that holds the file's write lock, so a migration is
 /// written whole or not at all.
-const SCHEMAS: [&str; schema::SCHEMA_VERSION as usize] =
-    [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const SCHEMAS: [&str; schema::SCHEMA_VERSION as usize] = [
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+];
 
 /// The SQLite dialect; its value is the state file's path.
 #[derive(Debug, Clone)]
@@ -288,12 +295,27 @@ impl Dialect for SqliteDialect {
         format!("INSERT INTO {table} (version) VALUES (?)")
     }
 
+    /// Each version one script; version 6's only where the events have no `object` column
+    /// yet (SQLite has no `ADD COLUMN IF NOT EXISTS`).
     async fn schema_scripts(
         &self,
-        _: &mut SqliteConnection,
-        _: &Tables,
+        conn: &mut SqliteConnection,
+        tables: &Tables,
     ) -> Result<Scripts, StoreError> {
-        Ok(SCHEMAS.map(|script| vec![script.to_string()]))
+        let found: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'object'")
+                .bind(&tables.inbox_events)
+                .fetch_one(conn)
+                .await
+                .map_err(|source| StoreError::Query {
+                    store: Location::File(self.path.clone()),
+                    operation: "read the inbox's columns",
+                    source,
+                })?;
+        Ok(SCHEMAS.map(|script| match script {
+            SCHEMA_V6 if found > 0 => Vec::new(),
+            script => vec![script.to_string()],
+        }))
     }
 
     async fn execute_script(conn: &mut SqliteConnection, sql: &str) -> Result<(), sqlx::Error> {

@@ -24,7 +24,9 @@
 //! never hanging.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, mpsc};
+use std::sync::mpsc;
+
+use parking_lot::Mutex;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
@@ -115,7 +117,8 @@ impl SqliteWriter {
             path: self.path.clone(),
         };
         let (done, answer) = oneshot::channel();
-        lock(&self.requests)
+        self.requests
+            .lock()
             .as_ref()
             .ok_or_else(gone)?
             .send(Request { write, done })
@@ -144,21 +147,13 @@ impl Writer for SqliteWriter {
     /// Ends the thread once it has carried out what it was sent, and waits for that, so its
     /// connection is closed when this returns. Later writes fail as stopped.
     async fn stop(&self) {
-        lock(&self.requests).take();
-        let ended = lock(&self.ended).take();
+        self.requests.lock().take();
+        let ended = self.ended.lock().take();
         if let Some(ended) = ended {
             // An error means the thread is gone without saying so: ended all the same.
             let _ = ended.await;
         }
     }
-}
-
-/// The mutex's value even if a holder panicked: a sender or a receiver cannot be left
-/// half-changed.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The statements the thread keeps prepared.
@@ -271,7 +266,11 @@ fn write_batch(
         let mut event = tx.prepare_cached(&i.take_event)?;
         let mut mark = tx.prepare_cached(&i.take_mark)?;
         for taken in &batch.taken {
-            event.execute(rusqlite::params![taken.event_id, taken.event_json])?;
+            event.execute(rusqlite::params![
+                taken.event_id,
+                taken.head_json,
+                &*taken.object_json
+            ])?;
             mark.execute(rusqlite::params![taken.plugin, taken.event_id])?;
         }
     }

@@ -35,6 +35,7 @@ on_both_backends! {
     cursors_read_in_pages_give_each_once_in_key_order => contract_cursor_pages("cursorpage");
     a_plugins_inbox_keeps_the_order_it_took_events_in => contract_inbox_mark_order("inboxorder");
     a_version_4_inbox_keeps_its_order_through_the_migration => contract_inbox_v4("inboxv4");
+    events_stored_whole_before_version_6_read_back_after_it => contract_inbox_v5_rows("inboxv5");
 }
 
 async fn contract_upsert_and_isolation(b: &Backend) {
@@ -1239,6 +1240,71 @@ async fn contract_inbox_v4(b: &Backend) {
         ids(&store.inbox("m").await.expect("inbox").events),
         ids(&events),
         "the marks keep their events' order"
+    );
+    crate::support::assert_inbox_works(store.as_ref()).await;
+    store.close().await;
+}
+
+/// Rows written before version 6 — the whole event's JSON in `event_json`, no `object`
+/// column — read back after the upgrade as they were, in order with events taken after it,
+/// by page and by id.
+async fn contract_inbox_v5_rows(b: &Backend) {
+    let store = b.store().await;
+    store.close().await;
+    let old: Vec<_> = (0..3)
+        .map(|i| {
+            event(
+                "c",
+                &format!("o{i}"),
+                &format!("{}", 60 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    b.raw("ALTER TABLE {p}inbox_events DROP COLUMN object", &[])
+        .await;
+    b.raw("UPDATE {p}schema_version SET version = 5", &[]).await;
+    for e in &old {
+        let json = serde_json::to_string(e).expect("an event encodes");
+        b.raw(
+            "INSERT INTO {p}inbox_events (event_id, event_json, at) VALUES (?, ?, 0)",
+            &[&e.id, &json],
+        )
+        .await;
+        b.raw(
+            "INSERT INTO {p}inbox_marks (plugin, event_id) VALUES ('m', ?)",
+            &[&e.id],
+        )
+        .await;
+    }
+
+    let store = b.store().await;
+    let new = event("c", "n0", "70", Phase::Succeeded);
+    store
+        .write(WriteBatch {
+            taken: vec![taken("m", &new)],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take after the upgrade");
+    let mut expected = old.clone();
+    expected.push(new.clone());
+    let inbox = store.inbox("m").await.expect("the inbox reads");
+    assert!(inbox.damaged.is_empty(), "{:?}", inbox.damaged);
+    assert_eq!(
+        inbox.events, expected,
+        "old rows and new, whole and in order"
+    );
+    let by_id = store
+        .inbox_events(&[&old[1].id, &new.id])
+        .await
+        .expect("read back by id");
+    assert_eq!(
+        by_id,
+        [
+            Stored::Event(Box::new(old[1].clone())),
+            Stored::Event(Box::new(new))
+        ]
     );
     crate::support::assert_inbox_works(store.as_ref()).await;
     store.close().await;
