@@ -440,6 +440,7 @@ async fn the_shipped_example_config_checks_clean() {
 }
 
 /// `jobrelay demo` playing `jobs` jobs in `folder`, on a free port, with the built plugins.
+#[cfg(feature = "demo")]
 async fn demo(folder: &Path, jobs: usize) -> Output {
     jobrelay(&[
         "demo",
@@ -457,6 +458,7 @@ async fn demo(folder: &Path, jobs: usize) -> Output {
     .await
 }
 
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -490,6 +492,7 @@ async fn demo_plays_jobs_through_the_three_plugins_and_sums_up() {
 
 /// `demo --dir` empties only a folder an earlier demo made: pointed at a folder with other
 /// files, it refuses, names the folder and leaves the files alone.
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_refuses_to_empty_a_folder_it_did_not_make() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1091,6 +1094,7 @@ async fn plugin_bench_measures_both_modes_and_says_why_calls_fail() {
 /// `demo --config DIR` runs a user's own folder on simulated clusters, one per file of its
 /// clusters/ folder under the same name: its plugin gets the jobs of both, its files land in
 /// the demo folder, and the user's folder is left as it was.
+#[cfg(feature = "demo")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
     let dir = tempfile::tempdir().expect("tempdir");

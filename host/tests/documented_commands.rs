@@ -231,6 +231,11 @@ fn every_documented_command_line_parses() {
         for found in command_lines(&text) {
             let line = found.line;
             for words in expand(&found.args) {
+                // Without the `demo` feature the binary has no `demo` command; the default
+                // build checks those lines.
+                if cfg!(not(feature = "demo")) && words.first().is_some_and(|w| w == "demo") {
+                    continue;
+                }
                 checked += 1;
                 let argv = std::iter::once("jobrelay".to_string()).chain(words.iter().cloned());
                 if let Err(e) = Cli::try_parse_from(argv) {
