@@ -423,8 +423,9 @@ async fn rate_limits_space_calls_out_across_jobs() {
             .then_some(lines)
     })
     .await;
-    // A bucket of 5 per second with a burst of 1 lets the first call through at once and
-    // each later one 200 ms after the previous: a lower bound no scheduler can beat.
+    // 5 in any second with a burst of 1 (1 in any 200 ms) lets the first call through at once
+    // and each later one 200 ms after the previous one's end at the earliest: a lower bound no
+    // scheduler can beat.
     let elapsed = started.elapsed();
     let floor = Duration::from_millis(200) * (lines.len() as u32 - 1);
     assert!(
