@@ -149,19 +149,6 @@ pub(super) fn parse_phase(text: &str) -> Option<Phase> {
     Phase::deserialize(de).ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_phase_round_trips_through_its_stored_text() {
-        for phase in Phase::ALL {
-            assert_eq!(parse_phase(phase.as_str()), Some(phase));
-        }
-        assert_eq!(parse_phase("Running"), None);
-    }
-}
-
 /// An inbox event from its row: `json` and `object` as version 6 writes them (the event
 /// without its object, and the object's text), or, with no `object`, the whole event as rows
 /// written before version 6 have it.
@@ -172,5 +159,18 @@ pub(super) fn stored_event(
     match object {
         Some(object) => JobEvent::from_parts(json, object.into()),
         None => serde_json::from_str(json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_phase_round_trips_through_its_stored_text() {
+        for phase in Phase::ALL {
+            assert_eq!(parse_phase(phase.as_str()), Some(phase));
+        }
+        assert_eq!(parse_phase("Running"), None);
     }
 }
