@@ -31,6 +31,8 @@
 //! - [`transition_key`]: the stay a version is in, and the transition key made of it.
 //! - [`catch_up`]: a status's recorded history: when the current stay began (for its key),
 //!   and the transitions missed in a gap, rebuilt as synthetic events.
+//! - [`story`]: what the objects around a job say of it (its Kueue Workload, its pods' failing
+//!   containers), each read into facts by a pure function; not yet joined to events.
 //! - [`finalizer`]: jobrelay's finalizer on job objects: added while a job lives, removed once
 //!   every plugin is done with its deletion; the `finalizers:` section in
 //!   [`finalizer::spec`].
@@ -48,6 +50,7 @@ pub mod normalize;
 pub mod object;
 pub mod retry;
 pub mod rules;
+pub mod story;
 pub mod tracker;
 pub mod transition_key;
 pub mod watcher;

@@ -1,0 +1,281 @@
+//! A Kueue `Workload` (`kueue.x-k8s.io/v1beta2`) read for its job's story: where the job is in
+//! its queue and why, and what it has been through there.
+//!
+//! Kueue keeps the facts on the Workload, not on the job: a job it manages is created
+//! suspended and says only that (`Suspended=True`), so a job waiting two hours for quota looks
+//! like any pending job, and a preempted one like a failure. The Workload's conditions
+//! (`QuotaReserved`, `Admitted`, `Evicted`, `Preempted`, `Requeued`, `Finished`) say which, with
+//! Kueue's reasons and messages, and its status counts evictions and requeues.
+//!
+//! The state is decided in this order, the first that holds: `Finished=True`, `Evicted=True`
+//! (with the `Preempted=True` reason when Kueue preempted it), `Admitted=True`,
+//! `QuotaReserved=True` (reserved, its admission checks not yet passed), and otherwise queued,
+//! with `QuotaReserved=False`'s reason and message when Kueue wrote them. When the wait began
+//! is Kueue's own rule for its queued wait time: the last `Requeued` condition's transition,
+//! or the Workload's creation.
+//!
+//! Accelerators are read from the admission's pod sets (`resourceUsage`, the pod set's total):
+//! every resource whose name has a domain (`nvidia.com/gpu`, `amd.com/gpu`,
+//! `google.com/tpu`) and a whole-number quantity. Extended resources are whole numbers by
+//! Kubernetes' rule, so nothing is lost by reading no other quantity form.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, FixedOffset};
+use serde::Deserialize;
+
+/// A Workload that is not one: its JSON does not decode as a Workload's shape.
+#[derive(Debug, thiserror::Error)]
+#[error("a Kueue Workload that does not decode: {0}")]
+pub struct WorkloadError(#[from] serde_json::Error);
+
+/// Where a Workload is in its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueState {
+    /// Waiting for quota: Kueue's reason (`WaitingForQuota`, `NoMatchingFlavor`, …) and message,
+    /// empty before Kueue wrote any.
+    Queued {
+        /// `QuotaReserved=False`'s reason.
+        reason: String,
+        /// `QuotaReserved=False`'s message.
+        message: String,
+    },
+    /// Quota reserved in a cluster queue; admission checks not yet passed.
+    Reserved,
+    /// Admitted: its pods may run.
+    Admitted,
+    /// Evicted (and not yet requeued and admitted again).
+    Evicted {
+        /// `Evicted=True`'s reason: `Preempted`, `PodsReadyTimeout`, `ClusterQueueStopped`, …
+        reason: String,
+        /// `Evicted=True`'s message.
+        message: String,
+        /// `Preempted=True`'s reason when Kueue preempted it (`InClusterQueue`,
+        /// `InCohortReclamation`, …), with its message, which names the preemptor.
+        preempted: Option<(String, String)>,
+    },
+    /// Finished: `Succeeded`, `Failed`, …, with its message.
+    Finished {
+        /// `Finished=True`'s reason.
+        reason: String,
+        /// `Finished=True`'s message.
+        message: String,
+    },
+}
+
+/// What one version of a Workload says of its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadFacts {
+    /// The job's uid: the `kueue.x-k8s.io/job-uid` label, or the controlling owner's uid.
+    pub job_uid: Option<String>,
+    /// Where it is in its queue.
+    pub state: QueueState,
+    /// The cluster queue of its admission (or of the quota reserved).
+    pub cluster_queue: Option<String>,
+    /// Its LocalQueue (`spec.queueName`).
+    pub local_queue: Option<String>,
+    /// When its current wait began, by Kueue's rule: the last `Requeued` transition, or the
+    /// Workload's creation. `None` when neither is written.
+    pub waiting_since: Option<DateTime<FixedOffset>>,
+    /// When it was admitted last (`Admitted=True`'s transition), while admitted.
+    pub admitted_at: Option<DateTime<FixedOffset>>,
+    /// Seconds admitted in earlier admit–evict cycles (`accumulatedPastExecutionTimeSeconds`).
+    pub past_execution_seconds: i64,
+    /// Evictions counted by Kueue, by reason (`schedulingStats.evictions`).
+    pub evictions: BTreeMap<String, u32>,
+    /// Times requeued (`requeueState.count`).
+    pub requeues: u32,
+    /// Accelerators its admission holds, all pod sets together, by resource name.
+    pub accelerators: BTreeMap<String, u64>,
+}
+
+impl WorkloadFacts {
+    /// Evictions by preemption.
+    pub fn preemptions(&self) -> u32 {
+        self.evictions.get("Preempted").copied().unwrap_or(0)
+    }
+}
+
+/// The facts of a Workload's JSON text.
+pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
+    let w: Workload = serde_json::from_str(json)?;
+    let status = w.status.unwrap_or_default();
+    let condition = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
+    let holds = |kind: &str| condition(kind).filter(|c| c.status == "True");
+    let text = |c: Option<&Condition>, f: fn(&Condition) -> &Option<String>| {
+        c.and_then(|c| f(c).clone()).unwrap_or_default()
+    };
+    let state = if let Some(done) = holds("Finished") {
+        QueueState::Finished {
+            reason: text(Some(done), |c| &c.reason),
+            message: text(Some(done), |c| &c.message),
+        }
+    } else if let Some(evicted) = holds("Evicted") {
+        QueueState::Evicted {
+            reason: text(Some(evicted), |c| &c.reason),
+            message: text(Some(evicted), |c| &c.message),
+            preempted: holds("Preempted")
+                .map(|p| (text(Some(p), |c| &c.reason), text(Some(p), |c| &c.message))),
+        }
+    } else if holds("Admitted").is_some() {
+        QueueState::Admitted
+    } else if holds("QuotaReserved").is_some() {
+        QueueState::Reserved
+    } else {
+        let waiting = condition("QuotaReserved");
+        QueueState::Queued {
+            reason: text(waiting, |c| &c.reason),
+            message: text(waiting, |c| &c.message),
+        }
+    };
+    let when = |c: Option<&Condition>| {
+        c.and_then(|c| c.last_transition_time.as_deref())
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+    };
+    let created = w
+        .metadata
+        .creation_timestamp
+        .as_deref()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+    let admission = status.admission.unwrap_or_default();
+    let mut accelerators = BTreeMap::new();
+    for usage in admission
+        .pod_set_assignments
+        .iter()
+        .flat_map(|a| &a.resource_usage)
+    {
+        let (name, quantity) = usage;
+        let whole = match quantity {
+            serde_json::Value::String(text) => text.parse::<u64>().ok(),
+            number => number.as_u64(),
+        };
+        if let Some(n) = whole.filter(|_| name.contains('/')) {
+            *accelerators.entry(name.clone()).or_insert(0) += n;
+        }
+    }
+    let job_uid = w
+        .metadata
+        .labels
+        .get("kueue.x-k8s.io/job-uid")
+        .cloned()
+        .or_else(|| {
+            w.metadata
+                .owner_references
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone())
+        });
+    Ok(WorkloadFacts {
+        job_uid,
+        cluster_queue: admission.cluster_queue,
+        local_queue: w.spec.and_then(|s| s.queue_name),
+        waiting_since: when(condition("Requeued").filter(|c| c.status == "True")).or(created),
+        admitted_at: matches!(state, QueueState::Admitted)
+            .then(|| when(holds("Admitted")))
+            .flatten(),
+        past_execution_seconds: status.accumulated_past_execution_time_seconds.unwrap_or(0),
+        evictions: status
+            .scheduling_stats
+            .map(|s| s.evictions)
+            .unwrap_or_default()
+            .into_iter()
+            .fold(BTreeMap::new(), |mut by, e| {
+                *by.entry(e.reason).or_insert(0) += e.count;
+                by
+            }),
+        requeues: status.requeue_state.and_then(|r| r.count).unwrap_or(0),
+        accelerators,
+        state,
+    })
+}
+
+// The Workload's fields this reads, each optional: an older or newer Kueue that leaves one
+// out gives fewer facts, not an error.
+
+#[derive(Deserialize)]
+struct Workload {
+    #[serde(default)]
+    metadata: Metadata,
+    spec: Option<Spec>,
+    status: Option<Status>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Metadata {
+    creation_timestamp: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    owner_references: Vec<OwnerReference>,
+}
+
+#[derive(Deserialize)]
+struct OwnerReference {
+    uid: String,
+    controller: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    queue_name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    #[serde(default)]
+    conditions: Vec<Condition>,
+    admission: Option<Admission>,
+    requeue_state: Option<RequeueState>,
+    accumulated_past_execution_time_seconds: Option<i64>,
+    scheduling_stats: Option<SchedulingStats>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Condition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    reason: Option<String>,
+    message: Option<String>,
+    last_transition_time: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Admission {
+    cluster_queue: Option<String>,
+    #[serde(default)]
+    pod_set_assignments: Vec<PodSetAssignment>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSetAssignment {
+    /// Quantities, strings as the API server writes them (a number is read too).
+    #[serde(default)]
+    resource_usage: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RequeueState {
+    count: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct SchedulingStats {
+    #[serde(default)]
+    evictions: Vec<EvictionCount>,
+}
+
+#[derive(Deserialize)]
+struct EvictionCount {
+    reason: String,
+    count: u32,
+}
+
+#[cfg(test)]
+mod tests;
