@@ -46,12 +46,7 @@ async fn main() -> ExitCode {
             cli::plugin::digest::command(&target, plain_http).await
         }
         Command::Plugin(PluginCommand::Test { args }) => test::command(&args).await,
-        Command::Plugin(PluginCommand::SampleEvent {
-            kind,
-            phase,
-            cluster,
-            previous,
-        }) => sample_event::command(&kind, &phase, &cluster, previous.as_deref()),
+        Command::Plugin(PluginCommand::SampleEvent { args }) => sample_event::command(&args),
         #[cfg(feature = "demo")]
         Command::Demo {
             dir,

@@ -24,6 +24,7 @@ mod log_archive;
 mod memory_budget;
 mod mysql_sync;
 mod oci_registry;
+mod plugin_fleet;
 mod plugin_new;
 mod plugin_selection;
 mod process;

@@ -62,41 +62,10 @@ impl FleetAnnouncer {
 
     /// A cluster went offline or came back online.
     pub fn availability(&self, change: AvailabilityChange) {
-        let now = chrono::Utc::now().timestamp_millis();
-        let (kind, since, summary) = match change.change {
-            Change::Offline { since } => (
-                FleetEventKind::ClusterOffline,
-                since,
-                format!(
-                    "cluster {} is offline: {} health checks failed in a row since {}; last \
-                     error: {}",
-                    change.cluster,
-                    change.failed_checks,
-                    rfc3339(since),
-                    change.last_error.as_deref().unwrap_or("none recorded")
-                ),
-            ),
-            Change::Online { since } => (
-                FleetEventKind::ClusterOnline,
-                since,
-                format!(
-                    "cluster {} is back online: its health checks pass again since {}",
-                    change.cluster,
-                    rfc3339(since)
-                ),
-            ),
-        };
-        self.send(FleetEvent {
-            id: String::new(),
-            kind,
-            cluster: change.cluster,
-            rule: None,
-            value: None,
-            threshold: None,
-            since: rfc3339(since),
-            time: rfc3339(now),
-            summary,
-        });
+        self.send(availability_event(
+            change,
+            chrono::Utc::now().timestamp_millis(),
+        ));
     }
 
     /// A rule started or ceased to hold on a cluster.
@@ -108,27 +77,71 @@ impl FleetAnnouncer {
             tracing::info!(rule = %change.rule, cluster = %change.cluster, value = change.value,
                 "fleet rule resolved (or first judged not holding): {}", change.summary);
         }
-        self.send(FleetEvent {
-            id: String::new(),
-            kind: if change.firing {
-                FleetEventKind::RuleFiring
-            } else {
-                FleetEventKind::RuleResolved
-            },
-            cluster: change.cluster,
-            rule: Some(change.rule),
-            value: Some(change.value),
-            threshold: Some(change.threshold),
-            since: rfc3339(change.since.saturating_mul(1000)),
-            time: rfc3339(now_ms),
-            summary: change.summary,
-        });
+        self.send(rule_event(change, now_ms));
     }
 
     /// Routes one event (its id is set from its carrier).
     pub fn send(&self, event: FleetEvent) {
         let carrier = event.into_job_event(self.versions.next());
         self.routes.route_fleet(carrier);
+    }
+}
+
+/// The fleet event of a cluster's availability change, made at `now_ms`: what the daemon
+/// hands plugins, and what `plugin sample-event --fleet cluster-offline` prints.
+pub fn availability_event(change: AvailabilityChange, now_ms: i64) -> FleetEvent {
+    let (kind, since, summary) = match change.change {
+        Change::Offline { since } => (
+            FleetEventKind::ClusterOffline,
+            since,
+            format!(
+                "cluster {} is offline: {} health checks failed in a row since {}; last \
+                 error: {}",
+                change.cluster,
+                change.failed_checks,
+                rfc3339(since),
+                change.last_error.as_deref().unwrap_or("none recorded")
+            ),
+        ),
+        Change::Online { since } => (
+            FleetEventKind::ClusterOnline,
+            since,
+            format!(
+                "cluster {} is back online: its health checks pass again since {}",
+                change.cluster,
+                rfc3339(since)
+            ),
+        ),
+    };
+    FleetEvent {
+        id: String::new(),
+        kind,
+        cluster: change.cluster,
+        rule: None,
+        value: None,
+        threshold: None,
+        since: rfc3339(since),
+        time: rfc3339(now_ms),
+        summary,
+    }
+}
+
+/// The fleet event of a rule's change, made at `now_ms` (see [`availability_event`]).
+pub fn rule_event(change: RuleChange, now_ms: i64) -> FleetEvent {
+    FleetEvent {
+        id: String::new(),
+        kind: if change.firing {
+            FleetEventKind::RuleFiring
+        } else {
+            FleetEventKind::RuleResolved
+        },
+        cluster: change.cluster,
+        rule: Some(change.rule),
+        value: Some(change.value),
+        threshold: Some(change.threshold),
+        since: rfc3339(change.since.saturating_mul(1000)),
+        time: rfc3339(now_ms),
+        summary: change.summary,
     }
 }
 

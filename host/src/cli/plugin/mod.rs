@@ -2,20 +2,22 @@
 //! a running daemon.
 //!
 //! - [`new`] — `plugin new`: a ready plugin project (its templates in `new/`);
-//! - [`run`] — `plugin run`: calls of a plugin with job events, recorded or replayed;
+//! - [`run`] — `plugin run`: calls of a plugin with job and fleet events, recorded or replayed;
 //! - [`test`] — `plugin test`: a plugin's recorded cases run as a suite;
 //! - [`dev`] — `plugin dev`: build, run the samples and cases, and again on every change;
 //! - [`bench`] — `plugin bench`: calls per second, µs per call and memory, fresh and reused;
 //! - [`inspect`] — `plugin inspect`: a component's size, digests, world, imports and exports;
 //! - [`push`] — `plugin push`: a component published to an OCI registry;
 //! - [`digest`] — `plugin digest`: the pin of a component file or of a tag;
-//! - [`sample_event`] — `plugin sample-event`: a job event as the daemon would make it;
+//! - [`sample_event`] — `plugin sample-event`: a job or fleet event as the daemon would make it;
+//! - [`events`] — the event files of `plugin run`, `test` and `bench`, fleet events among them;
 //! - [`selection`] — which events `plugin run`, `test` and `dev` call the plugin with: those
-//!   the daemon would deliver to it by its manifest's kinds, filter and delivery.
+//!   the daemon would deliver to it by its manifest's kinds, filter, delivery and fleet_events.
 
 pub mod bench;
 pub mod dev;
 pub mod digest;
+pub mod events;
 pub mod expect_calls;
 pub mod inspect;
 pub mod new;
@@ -106,21 +108,12 @@ pub enum PluginCommand {
         args: test::PluginTestCommand,
     },
     /// Print a job event as the daemon would hand it to a plugin — a job of a built-in kind
-    /// in the given phase, made by that kind's normalizer and the real watch tracker — to try
-    /// a plugin with `plugin run --event -`.
+    /// in the given phase, made by that kind's normalizer and the real watch tracker — or with
+    /// --fleet a fleet event as `handle-fleet` gets it, to try a plugin with
+    /// `plugin run --event -`.
     SampleEvent {
-        /// batch-job, volcano-job, pytorch-job, mpi-job or mpi-job-v1.
-        #[arg(long)]
-        kind: String,
-        /// pending, running, restarting, suspended, succeeded, failed, terminating or deleted.
-        #[arg(long)]
-        phase: String,
-        /// The cluster the event names.
-        #[arg(long, default_value = "example")]
-        cluster: String,
-        /// The phase the plugin saw before (a lane fills this in from its cursor).
-        #[arg(long)]
-        previous: Option<String>,
+        #[command(flatten)]
+        args: sample_event::SampleEventArgs,
     },
 }
 

@@ -7,7 +7,10 @@
 //! otherwise, and then handles each event of SOURCE in order: a file holding one event or JSON
 //! lines, a folder of `.json`/`.jsonl` files (in name order), or `-` for standard input. An
 //! event the daemon would not deliver to it — by the manifest's `kinds`, `filter` and
-//! `delivery` ([`super::selection`]) — is skipped, and said why, unless `--all`.
+//! `delivery`, or a fleet event by its `fleet_events` ([`super::selection`]) — is skipped,
+//! and said why, unless `--all`. SOURCE may hold fleet events too, in the form plugins get them
+//! (`plugin sample-event --fleet`): the run calls the plugin's `handle-fleet` with each, as the
+//! daemon does ([`super::events`]).
 //!
 //! Every capability call of the run goes on a tape (`capabilities::tape`): it is what `--json`
 //! reports per call, what `--record` writes, and, with `--replay`, where the answers come
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub(crate) use super::events::read_events;
 use super::selection::{Selection, Skip};
 use crate::clusters::supervisor::build_client;
 use crate::config::main_file::PluginDefaults;
@@ -42,8 +46,9 @@ use jobrelay_watch::kinds::JobKind;
 pub struct PluginRunArgs {
     /// The plugin component (.wasm).
     pub wasm: PathBuf,
-    /// The events (the JSON format of `JobEvent`): a file with one event or several as JSON
-    /// lines, a folder of .json/.jsonl files (in name order), or - for standard input.
+    /// The events (job events in the JSON format of `JobEvent`, fleet events in that of
+    /// `FleetEvent`, as `plugin sample-event` prints both): a file with one event or several
+    /// as JSON lines, a folder of .json/.jsonl files (in name order), or - for standard input.
     #[arg(long)]
     pub event: PathBuf,
     /// A plugin manifest for its config, limits and grants. Default: NAME.yaml beside the
@@ -274,8 +279,8 @@ impl fmt::Display for PluginRunOutcome {
             write!(
                 f,
                 "\n{skipped} of {} events skipped: the daemon would not deliver them to this \
-                 plugin (its manifest's kinds, filter or delivery); --all calls it with every \
-                 event",
+                 plugin (its manifest's kinds, filter, delivery or fleet_events); --all calls \
+                 it with every event",
                 self.calls.len()
             )?;
         }
@@ -485,6 +490,14 @@ pub(crate) async fn load(
     let runtime = Runtime::with_services(settings, services)?;
     let started = Instant::now();
     let version = runtime.load(spec).await?;
+    // The daemon refuses this manifest for this component (`LoadFailure::NoFleetExport`).
+    if selection.asks_for_fleet_events() && !version.takes_fleet_events() {
+        bail!(
+            "fleet_events: the component targets {}, which has no handle-fleet; build it \
+             against jobrelay:plugin@0.2.1 or later, or remove fleet_events",
+            version.package()
+        );
+    }
     Ok(Loaded {
         name,
         manifest: manifest_path,
@@ -572,71 +585,6 @@ fn stem(path: &Path) -> String {
         .unwrap_or_else(|| "plugin".to_string())
 }
 
-/// The events of `source`: `-` (standard input), a folder (its `.json` and `.jsonl` files in
-/// name order) or a file; each holds one event, or several as JSON lines (or simply one after
-/// another).
-pub(crate) fn read_events(source: &Path) -> anyhow::Result<Vec<JobEvent>> {
-    let mut events = Vec::new();
-    if source.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .context("cannot read events from standard input")?;
-        events.extend(parse_events(&text, "standard input")?);
-    } else if source.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(source)
-            .with_context(|| format!("cannot list the event folder {}", source.display()))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json" || e == "jsonl"))
-            .collect();
-        files.sort();
-        for file in files {
-            events.extend(read_event_file(&file)?);
-        }
-    } else {
-        events.extend(read_event_file(source)?);
-    }
-    if events.is_empty() {
-        bail!("{}: no event in it", source.display());
-    }
-    Ok(events)
-}
-
-fn read_event_file(path: &Path) -> anyhow::Result<Vec<JobEvent>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the event file {}", path.display()))?;
-    parse_events(&text, &path.display().to_string())
-}
-
-/// One or more events, one JSON value after another; an error names `origin`, and the
-/// event's number and field when there are several.
-fn parse_events(text: &str, origin: &str) -> anyhow::Result<Vec<JobEvent>> {
-    let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(text)
-        .into_iter::<serde_json::Value>()
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("{origin}: not JSON: {e}"))?;
-    let several = values.len() > 1;
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(i, value)| {
-            let which = if several {
-                format!(" (event {})", i + 1)
-            } else {
-                String::new()
-            };
-            serde_path_to_error::deserialize::<_, JobEvent>(value).map_err(|e| {
-                let at = e.path().to_string();
-                let inner = e.into_inner();
-                if at == "." {
-                    anyhow::anyhow!("{origin}{which}: not a job event: {inner}")
-                } else {
-                    anyhow::anyhow!("{origin}{which}: not a job event: at `{at}`: {inner}")
-                }
-            })
-        })
-        .collect()
-}
-
 /// Reads a manifest; its `wasm:` may be absent (the command line names the component), and
 /// relative grant paths are made absolute against the manifest's folder.
 fn read_manifest(path: &Path) -> anyhow::Result<PluginManifest> {
@@ -680,72 +628,6 @@ fn read_manifest(path: &Path) -> anyhow::Result<PluginManifest> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bad_event_names_file_and_path() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let file = tmp.path().join("event.json");
-        std::fs::write(
-            &file,
-            r#"{"id":"c/u/1","cluster":"c","api_version":"batch/v1","kind":"Job",
-               "namespace":"ns","name":"n","uid":"u","resource_version":"1",
-               "phase":"runing","transition_time":"2026-01-01T00:00:00Z"}"#,
-        )
-        .expect("write");
-        let err = read_events(&file).expect_err("bad phase").to_string();
-        assert!(err.contains("event.json"), "{err}");
-        assert!(err.contains("phase"), "{err}");
-    }
-
-    fn event_json(rv: u32) -> String {
-        format!(
-            r#"{{"id":"c/u/{rv}","cluster":"c","api_version":"batch/v1","kind":"Job","namespace":"ns","name":"n","uid":"u","resource_version":"{rv}","phase":"running","transition_time":"2026-01-01T00:00:00Z"}}"#
-        )
-    }
-
-    /// One event, JSON lines, and a folder of both, in name order; a bad line is named by its
-    /// number; an empty source is an error.
-    #[test]
-    fn events_come_from_a_file_json_lines_or_a_folder() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let ids = |events: Vec<JobEvent>| events.into_iter().map(|e| e.id).collect::<Vec<_>>();
-        std::fs::write(tmp.path().join("b.json"), event_json(1)).expect("write");
-        std::fs::write(
-            tmp.path().join("a.jsonl"),
-            format!("{}\n{}\n", event_json(2), event_json(3)),
-        )
-        .expect("write");
-        std::fs::write(tmp.path().join("notes.txt"), "not an event").expect("write");
-        assert_eq!(
-            ids(read_events(&tmp.path().join("b.json")).expect("one")),
-            ["c/u/1"]
-        );
-        assert_eq!(
-            ids(read_events(&tmp.path().join("a.jsonl")).expect("lines")),
-            ["c/u/2", "c/u/3"]
-        );
-        assert_eq!(
-            ids(read_events(tmp.path()).expect("folder")),
-            ["c/u/2", "c/u/3", "c/u/1"]
-        );
-        let bad = format!(
-            "{}\n{}\n",
-            event_json(4),
-            event_json(5).replace("running", "runing")
-        );
-        let err = parse_events(&bad, "lines.jsonl")
-            .expect_err("bad second")
-            .to_string();
-        assert!(
-            err.contains("lines.jsonl (event 2)") && err.contains("phase"),
-            "{err}"
-        );
-        std::fs::write(tmp.path().join("empty.jsonl"), "\n").expect("write");
-        let err = read_events(&tmp.path().join("empty.jsonl"))
-            .expect_err("empty")
-            .to_string();
-        assert!(err.contains("no event"), "{err}");
-    }
 
     #[test]
     fn manifest_without_wasm_and_with_relative_grant() {

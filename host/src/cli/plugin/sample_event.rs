@@ -1,5 +1,8 @@
 //! `jobrelay plugin sample-event --kind KIND --phase PHASE`: a job event as the daemon would
-//! hand it to a plugin, for trying a plugin with `plugin run` without a cluster.
+//! hand it to a plugin, for trying a plugin with `plugin run` without a cluster; and
+//! `jobrelay plugin sample-event --fleet KIND`: a fleet event as a plugin's `handle-fleet` gets
+//! it, made by the daemon's own makers (`daemon::fleet_events`) from a cluster's change of
+//! availability or a rule's change (its summary the rule's own, [`Rule::summary`]).
 //!
 //! The event is not written by hand: a job object of the kind is built with a status that the
 //! kind's own normalizer reads as the wanted phase, and the real watch tracker turns it into
@@ -13,7 +16,12 @@ use anyhow::{Context, bail};
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
+use crate::clusters::health::AvailabilityChange;
+use crate::daemon::fleet_events::{availability_event, rule_event};
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::fleet::{FleetEvent, FleetEventKind};
+use jobrelay_fleet::availability::Change;
+use jobrelay_fleet::rules::{Measure, Rule, RuleChange};
 use jobrelay_watch::kinds::{JobKind, NormalizerSpec};
 use jobrelay_watch::normalize::normalize;
 use jobrelay_watch::object::JobObject;
@@ -26,18 +34,113 @@ fn phases() -> impl Iterator<Item = Phase> {
 
 const TIME: &str = "2026-01-15T08:30:00Z";
 
+/// Arguments of `plugin sample-event`: a job event (`--kind`, `--phase`) or a fleet event
+/// (`--fleet`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SampleEventArgs {
+    /// batch-job, volcano-job, pytorch-job, mpi-job or mpi-job-v1.
+    #[arg(long, required_unless_present = "fleet")]
+    pub kind: Option<String>,
+    /// pending, running, restarting, suspended, succeeded, failed, terminating or deleted.
+    #[arg(long, required_unless_present = "fleet")]
+    pub phase: Option<String>,
+    /// The cluster the event names.
+    #[arg(long, default_value = "example")]
+    pub cluster: String,
+    /// The phase the plugin saw before (a lane fills this in from its cursor).
+    #[arg(long, conflicts_with = "fleet")]
+    pub previous: Option<String>,
+    /// A fleet event instead, as `handle-fleet` gets it: cluster-offline, cluster-online,
+    /// rule-firing or rule-resolved (for a manifest with `fleet_events`).
+    #[arg(long, value_name = "KIND", conflicts_with_all = ["kind", "phase"])]
+    pub fleet: Option<String>,
+    /// The rule a rule-firing or rule-resolved event names.
+    #[arg(long, default_value = "batch-failures", requires = "fleet")]
+    pub rule: String,
+}
+
 /// `jobrelay plugin sample-event` as the binary runs it: prints the event as pretty JSON.
-pub fn command(
-    kind: &str,
-    phase: &str,
-    cluster: &str,
-    previous: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    let phase = parse_phase(phase)?;
-    let previous = previous.map(parse_phase).transpose()?;
-    let event = sample_event(kind, phase, cluster, previous)?;
-    super::print_out(&format!("{}\n", serde_json::to_string_pretty(&event)?))?;
+pub fn command(args: &SampleEventArgs) -> anyhow::Result<ExitCode> {
+    let text = match (&args.fleet, &args.kind, &args.phase) {
+        (Some(fleet), _, _) => serde_json::to_string_pretty(&sample_fleet_event(
+            parse_fleet_kind(fleet)?,
+            &args.cluster,
+            &args.rule,
+        ))?,
+        (None, Some(kind), Some(phase)) => {
+            let phase = parse_phase(phase)?;
+            let previous = args.previous.as_deref().map(parse_phase).transpose()?;
+            serde_json::to_string_pretty(&sample_event(kind, phase, &args.cluster, previous)?)?
+        }
+        _ => bail!("give --kind and --phase for a job event, or --fleet for a fleet event"),
+    };
+    super::print_out(&format!("{text}\n"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A fleet event's kind by its name (`cluster-offline`, ...).
+pub fn parse_fleet_kind(text: &str) -> anyhow::Result<FleetEventKind> {
+    serde_json::from_value(Value::String(text.to_string())).map_err(|_| {
+        anyhow::anyhow!(
+            "`{text}` is no fleet event; one of cluster-offline, cluster-online, rule-firing, \
+             rule-resolved"
+        )
+    })
+}
+
+/// A fleet event of `kind` about `cluster` (and rule `rule`, for a rule's event), made as the
+/// daemon makes it: an outage of three failed checks since a minute before [`TIME`], or the
+/// example rule of docs/fleet-events.md (`failure_ratio` above 0.15 for 2m over 10m, kinds:
+/// batch-job) measured at 0.31 (firing) or 0.08 (resolved).
+pub fn sample_fleet_event(kind: FleetEventKind, cluster: &str, rule: &str) -> FleetEvent {
+    let now = chrono::DateTime::parse_from_rfc3339(TIME)
+        .map(|t| t.timestamp_millis())
+        .unwrap_or_default();
+    let since = now - 60_000;
+    let availability = |change| AvailabilityChange {
+        cluster: cluster.to_string(),
+        change,
+        last_error: Some("connection refused (tcp connect to 10.0.0.1:6443)".into()),
+        failed_checks: 3,
+    };
+    let example = Rule {
+        name: rule.to_string(),
+        measure: Measure::FailureRatio,
+        above: 0.15,
+        for_seconds: 120,
+        window_seconds: 600,
+        min_jobs: 5,
+        clusters: Vec::new(),
+        namespaces: Vec::new(),
+        kinds: vec!["batch-job".into()],
+    };
+    let rule_change = |firing: bool, value: f64| RuleChange {
+        rule: rule.to_string(),
+        cluster: cluster.to_string(),
+        firing,
+        value,
+        threshold: example.above,
+        since: since / 1000,
+        summary: example.summary(cluster, value, firing),
+    };
+    let mut event = match kind {
+        FleetEventKind::ClusterOffline => {
+            availability_event(availability(Change::Offline { since }), now)
+        }
+        FleetEventKind::ClusterOnline => {
+            let mut change = availability(Change::Online { since });
+            change.last_error = None;
+            availability_event(change, now)
+        }
+        FleetEventKind::RuleFiring => rule_event(rule_change(true, 0.31), now),
+        FleetEventKind::RuleResolved => rule_event(rule_change(false, 0.08), now),
+    };
+    // The id the plugin gets: its carrier's, at the version the daemon gives it then.
+    event.id = event
+        .clone()
+        .into_job_event(u64::try_from(now).unwrap_or_default())
+        .id;
+    event
 }
 
 /// A phase by its name as events write it (`running`, `succeeded`, ...).
@@ -249,5 +352,41 @@ mod tests {
         assert_eq!(parse_phase("failed").expect("a phase"), Phase::Failed);
         let err = parse_phase("Failed").expect_err("names are lower case");
         assert!(err.to_string().contains("succeeded"), "{err}");
+    }
+
+    /// Each fleet kind has a sample, of its own kind and shape: a rule's names the rule and
+    /// carries its value and threshold, a cluster's does not; an unknown kind is refused,
+    /// naming the four.
+    #[test]
+    fn every_fleet_kind_has_a_sample() {
+        for name in [
+            "cluster-offline",
+            "cluster-online",
+            "rule-firing",
+            "rule-resolved",
+        ] {
+            let kind = parse_fleet_kind(name).expect("a fleet kind");
+            let event = sample_fleet_event(kind, "east", "batch-failures");
+            assert_eq!(event.kind, kind);
+            assert_eq!(event.cluster, "east");
+            let rule = name.starts_with("rule-");
+            assert_eq!(event.rule.is_some(), rule, "{name}");
+            assert_eq!(event.threshold, rule.then_some(0.15), "{name}");
+            assert_eq!(event.time, "2026-01-15T08:30:00.000Z");
+            assert!(event.id.starts_with("east/"), "{}", event.id);
+            assert!(event.summary.contains("east"), "{}", event.summary);
+        }
+        let firing = sample_fleet_event(FleetEventKind::RuleFiring, "east", "r");
+        assert!(
+            firing
+                .summary
+                .starts_with("rule r: job failure ratio 0.31 > 0.15 for 120s"),
+            "{}",
+            firing.summary
+        );
+        let err = parse_fleet_kind("offline")
+            .expect_err("not a kind")
+            .to_string();
+        assert!(err.contains("rule-resolved"), "{err}");
     }
 }

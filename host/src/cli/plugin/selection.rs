@@ -17,16 +17,24 @@
 //!   replay of the daemon calls it, and is not judged by the mode a second time.
 //!
 //! `latest` skips nothing here: no version waits behind a call, so none is replaced.
+//!
+//! A fleet event (its carrier, [`jobrelay_contract::fleet`]) is judged as a lane judges it:
+//! by the manifest's `fleet_events` (`clusters`, `rules`) and by the subject's state, never by
+//! the kinds, filter and delivery, which are for jobs: a state the run delivered last is not
+//! delivered again, and a subject's first event of the run is delivered only if it is news
+//! (offline or firing; a cluster back online that was never offline is none).
 
 use std::collections::HashMap;
 use std::fmt;
 
 use jobrelay_contract::event::{JobEvent, JobKey, Phase};
+use jobrelay_contract::fleet;
 use jobrelay_lanes::filter::{Exclude, Filter, FilterError, FilterSpec, Verdict};
 use jobrelay_lanes::mode::{Accepted, Decision, DeliveryMode, SkipReason, is_end};
+use jobrelay_lanes::settings::FleetEvents;
 use jobrelay_watch::kinds::JobKind;
 
-use crate::config::manifest::PluginManifest;
+use crate::config::manifest::{FleetEventSort, PluginManifest};
 
 /// A manifest whose selection cannot be used as written (the daemon refuses it too).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,7 +50,8 @@ pub enum SelectionError {
 pub struct Skip {
     /// The manifest's field that decided: `kinds` (or `filter.kinds`), `filter.clusters`,
     /// `filter.exclude.clusters`, `filter.namespaces`, `filter.exclude.namespaces`,
-    /// `filter.labels`, `filter.phases`, `filter.expression` or `delivery`.
+    /// `filter.labels`, `filter.phases`, `filter.expression`, `delivery`, or for a fleet
+    /// event `fleet_events`.
     pub by: &'static str,
     /// What it said, for people.
     pub reason: String,
@@ -62,7 +71,9 @@ pub struct Selection {
     kinds_field: &'static str,
     filter: Filter,
     mode: DeliveryMode,
-    /// Per job: what the mode accepted, as a lane keeps it.
+    /// The fleet events the manifest asks for.
+    fleet: FleetEvents,
+    /// Per job (and per fleet subject): what the mode accepted, as a lane keeps it.
     accepted: HashMap<JobKey, Accepted>,
     builtins: Vec<JobKind>,
 }
@@ -91,12 +102,13 @@ impl Selection {
             _ => return Err(SelectionError::KindsTwice),
         };
         let filter = Filter::new(manifest.filter.clone())?;
-        Ok(Selection::new(
-            kinds_field,
-            kinds,
-            filter,
-            manifest.delivery,
-        ))
+        Ok(Selection {
+            fleet: FleetEvents {
+                clusters: manifest.fleet_events.contains(&FleetEventSort::Clusters),
+                rules: manifest.fleet_events.contains(&FleetEventSort::Rules),
+            },
+            ..Selection::new(kinds_field, kinds, filter, manifest.delivery)
+        })
     }
 
     fn new(
@@ -111,12 +123,19 @@ impl Selection {
             kinds_field,
             filter,
             mode,
+            fleet: FleetEvents::default(),
             accepted: HashMap::new(),
             builtins: JobKind::BUILTINS
                 .iter()
                 .filter_map(|name| JobKind::builtin(name))
                 .collect(),
         }
+    }
+
+    /// Whether the manifest asks for fleet events, so the component must export
+    /// `handle-fleet` (the daemon refuses it otherwise).
+    pub fn asks_for_fleet_events(&self) -> bool {
+        self.fleet.any()
     }
 
     /// Whether anything is judged (not `--all`).
@@ -129,6 +148,9 @@ impl Selection {
     pub fn judge(&mut self, event: &JobEvent) -> Option<Skip> {
         if self.all {
             return None;
+        }
+        if fleet::is_fleet(event) {
+            return self.judge_fleet(event);
         }
         let kind = match self.kind(event) {
             Ok(kind) => kind,
@@ -168,6 +190,53 @@ impl Selection {
                 by: "delivery",
                 reason: skipped_by_mode(self.mode, why, event.phase, seen),
             }),
+        }
+    }
+
+    /// A fleet event, as a lane judges one (`Lane::push_fleet`): asked for, and news.
+    fn judge_fleet(&mut self, event: &JobEvent) -> Option<Skip> {
+        let (sort, asked) = if fleet::is_rule(event) {
+            ("a rule's", self.fleet.rules)
+        } else {
+            ("a cluster's", self.fleet.clusters)
+        };
+        if !asked {
+            return Some(Skip {
+                by: "fleet_events",
+                reason: format!(
+                    "the manifest does not ask for {sort} fleet events (fleet_events: [{}])",
+                    [
+                        ("clusters", self.fleet.clusters),
+                        ("rules", self.fleet.rules)
+                    ]
+                    .into_iter()
+                    .filter_map(|(name, on)| on.then_some(name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                ),
+            });
+        }
+        let accepted = self.accepted.entry(event.job_key()).or_default();
+        if accepted.resource_version.as_deref() == Some(event.resource_version.as_str()) {
+            return None;
+        }
+        let seen = accepted.phase;
+        match DeliveryMode::FleetStates.decide(accepted, event, |_| false) {
+            Decision::Append | Decision::Replace => None,
+            Decision::Skip(_) => {
+                let state = event.reason.as_deref().unwrap_or(event.raw_phase.as_str());
+                let why = match seen {
+                    Some(_) => format!("{state} after {state}: the state did not change"),
+                    None => format!(
+                        "{state} with nothing delivered before it: a good state is news only \
+                         after a bad one"
+                    ),
+                };
+                Some(Skip {
+                    by: "fleet_events",
+                    reason: format!("{why} (the daemon delivers a fleet subject's changes)"),
+                })
+            }
         }
     }
 

@@ -194,3 +194,64 @@ fn repeats_latest_all_and_no_manifest() {
     assert!(none.judges());
     assert_eq!(none.judge(&event(1, "running", Some("running"))), None);
 }
+
+/// A fleet event (as `plugin run` reads one) about `cluster`, of `kind`, at version `rv`.
+fn fleet_event(kind: &str, cluster: &str, rv: u64) -> JobEvent {
+    let rule = kind.starts_with("rule-").then(|| "failures".to_string());
+    jobrelay_contract::fleet::FleetEvent {
+        id: String::new(),
+        kind: serde_json::from_value(serde_json::json!(kind)).expect("a fleet kind"),
+        cluster: cluster.into(),
+        rule,
+        value: None,
+        threshold: None,
+        since: "2026-01-01T00:00:00Z".into(),
+        time: "2026-01-01T00:00:00Z".into(),
+        summary: "s".into(),
+    }
+    .into_job_event(rv)
+}
+
+/// Fleet events are judged by `fleet_events` and by their subject's state, as a lane judges
+/// them, never by the kinds, filter and delivery (which take no fleet event here); the same
+/// event again is called again; `--all` calls every one.
+#[test]
+fn fleet_events_are_judged_by_fleet_events_and_their_state() {
+    let mut s = selection(
+        "kinds: [batch-job]\nfilter: {phases: [succeeded]}\ndelivery: terminal\n\
+         fleet_events: [clusters]",
+    );
+    assert!(s.asks_for_fleet_events());
+    let offline = fleet_event("cluster-offline", "east", 1);
+    assert_eq!(s.judge(&offline), None);
+    assert_eq!(s.judge(&offline), None, "the same event again");
+    let again = s
+        .judge(&fleet_event("cluster-offline", "east", 2))
+        .expect("no change");
+    assert_eq!(again.by, "fleet_events");
+    assert!(again.reason.contains("did not change"), "{}", again.reason);
+    assert_eq!(s.judge(&fleet_event("cluster-online", "east", 3)), None);
+    let first_online = s
+        .judge(&fleet_event("cluster-online", "west", 4))
+        .expect("no news");
+    assert!(
+        first_online.reason.contains("nothing delivered before"),
+        "{}",
+        first_online.reason
+    );
+    let rule = s
+        .judge(&fleet_event("rule-firing", "east", 5))
+        .expect("not asked for");
+    assert_eq!(
+        rule.reason,
+        "the manifest does not ask for a rule's fleet events (fleet_events: [clusters])"
+    );
+    let mut none = selection("");
+    assert!(!none.asks_for_fleet_events());
+    assert_eq!(
+        by(none.judge(&fleet_event("cluster-offline", "east", 1))),
+        Some("fleet_events")
+    );
+    let mut all = Selection::all();
+    assert_eq!(all.judge(&fleet_event("rule-resolved", "east", 1)), None);
+}
