@@ -17,6 +17,7 @@ mod feishu_notify;
 mod filters;
 mod http_capability;
 mod inbox;
+mod job_tape;
 mod job_view_sharded;
 mod jobs_cli;
 mod leader_election;

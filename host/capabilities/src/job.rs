@@ -19,6 +19,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::pod_logs::ClusterDirectory;
 use super::refusals::{Limit, Refusals};
+use super::tape::{self, CallTape};
 use super::{CallScope, Capability, GrantProblem, Grants, LoadScope, StoreSetup};
 use jobrelay_bindings::jobrelay::plugin::job as wit;
 use jobrelay_contract::event::JobEvent;
@@ -108,6 +109,7 @@ impl Capability for Job {
                 refusals: call.services.refusals.clone(),
                 plugin: Arc::from(call.plugin),
                 writes: 0,
+                tape: call.tape(),
             },
             (None, _) => JobAccess::default(),
         };
@@ -212,6 +214,9 @@ pub struct JobAccess {
     refusals: Arc<Refusals>,
     plugin: Arc<str>,
     writes: u32,
+    /// The run's tape, if calls are recorded or replayed (`plugin run`, `plugin test`): a
+    /// write is a call whose answer the plugin acts on, so it is taped as reads are.
+    tape: Option<CallTape>,
 }
 
 /// Annotations or labels.
@@ -314,9 +319,24 @@ impl JobAccess {
         let Some(target) = &self.event else {
             return Err(JobError::Denied("no job in scope".into()));
         };
-        let event = target;
-        let (client, resource) = self
-            .clusters
+        let real = Self::patch(&self.clusters, target, field, &key, value.as_deref());
+        let call = match field {
+            Field::Annotations => "job.annotate",
+            Field::Labels => "job.label",
+        };
+        let args = || json!({ "key": key, "value": value });
+        tape::through(self.tape.as_ref(), call, args, real).await
+    }
+
+    /// The write itself: a merge patch of the job's metadata on its cluster.
+    async fn patch(
+        clusters: &ClusterDirectory,
+        event: &Target,
+        field: Field,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<(), JobError> {
+        let (client, resource) = clusters
             .job_resource(&event.cluster, &event.api_version, &event.kind)
             .map_err(|why| JobError::Unavailable(why.to_string()))?;
         let api: kube::Api<kube::api::DynamicObject> =
@@ -326,7 +346,7 @@ impl JobAccess {
         let patch = json!({
             "metadata": {
                 "uid": event.uid,
-                field.as_str(): { key.as_str(): value },
+                field.as_str(): { key: value },
             }
         });
         let params = kube::api::PatchParams::default();
@@ -392,6 +412,8 @@ impl wit::Host for JobAccess {
         self.write(Field::Labels, key, value).await
     }
 }
+
+mod taped;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,8 @@
 //! behaviour testable offline and deterministically: the same events and the same answers must
 //! lead to the same calls and the same outcome.
 //!
-//! A tape is a list of [`Entry`]s — the call (`kv.get`, `sql.query`, `http.request`, ...), its
+//! A tape is a list of [`Entry`]s — the call (`kv.get`, `sql.query`, `http.request`,
+//! `job.annotate`, ...), its
 //! arguments, the host's answer and the event being handled — in the order the plugin made
 //! the calls. While recording, every call runs for real and its answer is appended. While
 //! replaying, no service is touched: each call takes the next entry, which must be the same
