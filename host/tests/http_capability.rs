@@ -107,6 +107,7 @@ fn get(url: &str) -> JobEvent {
         object_json: Arc::from(r#"{"kind":"Job"}"#),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

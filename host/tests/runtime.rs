@@ -99,6 +99,7 @@ fn event(rv: u32, behave: Option<&str>) -> JobEvent {
         object_json: Arc::from(r#"{"kind":"Job","spec":{"parallelism":2}}"#),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::story::Story;
 use crate::transition_key::TransitionKey;
 
 /// A job's state, normalised across job kinds. Mirrors `phase` in `wit/plugin.wit`.
@@ -134,6 +135,11 @@ pub struct JobEvent {
     /// Reconstructed from status timestamps after a watch gap, not observed.
     #[serde(default)]
     pub synthetic: bool,
+    /// What the objects around the job said of it when this version was seen (its Kueue
+    /// Workload, its pods): `None` when its kind watches none of them, or none named it yet.
+    /// Shared: every lane's copy of the event points at the same snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub story: Option<Arc<Story>>,
 }
 
 impl JobEvent {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::event::{JobEvent, Phase};
+use crate::story::Story;
 
 /// Every field of [`JobEvent`] but `object_json`, by reference, in the event's serde names.
 /// A field added to the event and not here fails `the_head_is_the_event_without_its_object`.
@@ -36,6 +37,8 @@ struct Head<'a> {
     labels: &'a std::collections::BTreeMap<String, String>,
     annotations: &'a std::collections::BTreeMap<String, String>,
     synthetic: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    story: Option<&'a Story>,
 }
 
 impl JobEvent {
@@ -61,6 +64,7 @@ impl JobEvent {
             labels: &self.labels,
             annotations: &self.annotations,
             synthetic: self.synthetic,
+            story: self.story.as_deref(),
         })
     }
 
@@ -81,6 +85,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::story::FailureCause;
 
     /// Every field set to something other than its default, so a field the head leaves out
     /// comes back different.
@@ -106,6 +111,17 @@ mod tests {
             annotations: BTreeMap::from([("note".into(), "<b>x</b>".into())]),
             object_json: Arc::from(r#"{"spec":{"minAvailable":4},"s":"a\"b"}"#),
             synthetic: true,
+            story: Some(Arc::new(Story {
+                workload: None,
+                failure: Some(FailureCause {
+                    container: "trainer".into(),
+                    init: false,
+                    reason: "OOMKilled".into(),
+                    exit_code: Some(137),
+                    last_reason: None,
+                    message: Some("killed".into()),
+                }),
+            })),
         }
     }
 

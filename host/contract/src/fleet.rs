@@ -168,6 +168,7 @@ impl FleetEvent {
             annotations: Default::default(),
             object_json,
             synthetic: false,
+            story: None,
         }
     }
 

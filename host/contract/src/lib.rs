@@ -14,6 +14,7 @@ pub mod event_head;
 pub mod fleet;
 pub mod label_selector;
 pub mod secret;
+pub mod story;
 pub mod text;
 pub mod transition_key;
 pub mod uid;

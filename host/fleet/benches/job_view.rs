@@ -81,6 +81,7 @@ fn observed(i: usize, phase: Phase, at: i64, kinds: &[Arc<JobKind>], unique: boo
             annotations: BTreeMap::new(),
             object_json: Arc::from("{}"),
             synthetic: false,
+            story: None,
         },
         kind: kinds[i % kinds.len()].clone(),
         from_list: false,

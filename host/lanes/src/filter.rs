@@ -422,6 +422,7 @@ fn sample() -> JobEvent {
         transition_time: "2026-01-01T00:00:00Z".into(),
         object_json: std::sync::Arc::from("{}"),
         synthetic: false,
+        story: None,
     }
 }
 

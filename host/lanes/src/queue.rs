@@ -770,6 +770,7 @@ fn gone_event(cluster: &str, uid: &Uid, job: &JobState) -> JobEvent {
         annotations: Default::default(),
         object_json: Arc::from(object.to_string()),
         synthetic: false,
+        story: None,
     }
 }
 

@@ -171,6 +171,7 @@ mod tests {
             object_json: Arc::from("{}"),
             transition_key: String::new(),
             synthetic: false,
+            story: None,
         }
     }
 

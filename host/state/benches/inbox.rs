@@ -235,6 +235,7 @@ fn events() -> Vec<JobEvent> {
                 object_json: Arc::from(object.to_string()),
                 transition_key: String::new(),
                 synthetic: false,
+                story: None,
             });
         }
     }

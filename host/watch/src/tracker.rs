@@ -283,6 +283,7 @@ impl Tracker {
             annotations,
             object_json: text,
             synthetic: false,
+            story: None,
         };
         (event, stay)
     }

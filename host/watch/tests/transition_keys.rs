@@ -67,6 +67,7 @@ fn event(uid: &str, rv: &str, phase: Phase, previous: Option<Phase>, at: &str) -
         object_json: Arc::from(r#"{"kind":"Job","status":{}}"#),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

@@ -82,6 +82,7 @@ fn observation(kind: &Arc<JobKind>, i: usize) -> Observation {
             annotations: Default::default(),
             object_json: Arc::from("{}"),
             synthetic: false,
+            story: None,
         },
         kind: Arc::clone(kind),
         from_list: false,

@@ -163,6 +163,7 @@ fn event(kind: &JobKind, job: usize, v: usize, versions: usize, index: usize) ->
             object_json: Arc::from(object),
             transition_key: String::new(),
             synthetic: false,
+            story: None,
         },
         kind: Arc::new(kind.clone()),
         from_list: false,

@@ -97,6 +97,7 @@ fn events() -> Vec<Vec<JobEvent>> {
                         ),
                         transition_key: String::new(),
                         synthetic: false,
+                        story: None,
                     }
                 })
                 .collect()

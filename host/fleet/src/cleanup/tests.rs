@@ -44,6 +44,7 @@ fn event(uid: &str, ns: &str, phase: Phase, at: &str) -> JobEvent {
         object_json: Arc::from("{}"),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

@@ -55,6 +55,7 @@ impl Job<'_> {
                 object_json: Arc::from("{}"),
                 transition_key: String::new(),
                 synthetic: false,
+                story: None,
             },
             kind: kind(self.kind),
             from_list: false,

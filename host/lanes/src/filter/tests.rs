@@ -29,6 +29,7 @@ fn event(cluster: &str, namespace: &str, phase: Phase, labels: &[(&str, &str)]) 
         annotations: Default::default(),
         object_json: Arc::from("{}"),
         synthetic: false,
+        story: None,
     }
 }
 

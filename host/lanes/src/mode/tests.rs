@@ -29,6 +29,7 @@ fn event(rv: u32, phase: Phase) -> JobEvent {
         object_json: Arc::from("{}"),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn event(job: usize, rv: &str, phase: Phase) -> JobEvent {
         object_json: Arc::from("{}"),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

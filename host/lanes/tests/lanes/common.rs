@@ -29,5 +29,6 @@ pub fn event(uid: &str, rv: &str, phase: Phase, previous: Option<Phase>, at: &st
         object_json: Arc::from(r#"{"kind":"Job","status":{}}"#),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }

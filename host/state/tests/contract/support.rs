@@ -81,6 +81,7 @@ pub fn event(cluster: &str, uid: &str, rv: &str, phase: Phase) -> JobEvent {
         object_json: Arc::from(r#"{"spec": {"b":2, "a":[1,2.50,"x"]},"status":{}}"#),
         transition_key: String::new(),
         synthetic: true,
+        story: None,
     }
 }
 

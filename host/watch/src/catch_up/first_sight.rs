@@ -148,6 +148,7 @@ mod tests {
             object_json: job.to_string().into(),
             transition_key: String::new(),
             synthetic: false,
+            story: None,
         };
         let events = first_sight_events(&current, &recorded_transitions(&volcano(), &job));
         let chain: Vec<(Option<Phase>, Phase)> =

@@ -761,6 +761,7 @@ fn current_event(object: &Value) -> JobEvent {
         object_json: Arc::from(object.to_string()),
         transition_key: String::new(),
         synthetic: false,
+        story: None,
     }
 }
 

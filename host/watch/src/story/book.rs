@@ -23,6 +23,9 @@
 //! named, and the bounded orphans, links and gone uids.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+pub use jobrelay_contract::story::Story;
 
 use super::pod_cause::FailureCause;
 use super::workload::WorkloadFacts;
@@ -52,16 +55,6 @@ impl Default for BookLimits {
     }
 }
 
-/// What the objects around one job say of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Story {
-    /// Its Kueue Workload's facts, the latest version read.
-    pub workload: Option<WorkloadFacts>,
-    /// The first failure cause its pods showed (the first is the one that explains the
-    /// rest: later pods fail because the first did, or are torn down).
-    pub failure: Option<FailureCause>,
-}
-
 /// Whether an observation changed a known job's story.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Noted {
@@ -76,7 +69,7 @@ pub enum Noted {
 pub struct StoryBook {
     limits: BookLimits,
     /// Jobs seen and not deleted, by uid; a story once an object named the job.
-    jobs: HashMap<String, Option<Box<Story>>>,
+    jobs: HashMap<String, Option<Arc<Story>>>,
     orphans: Bounded<Story>,
     links: Bounded<String>,
     gone: Bounded<()>,
@@ -97,7 +90,7 @@ impl StoryBook {
         if self.jobs.contains_key(uid) {
             return;
         }
-        let story = self.orphans.remove(uid).map(Box::new);
+        let story = self.orphans.remove(uid).map(Arc::new);
         self.gone.remove(uid);
         self.jobs.insert(uid.to_string(), story);
     }
@@ -143,11 +136,13 @@ impl StoryBook {
     }
 
     /// The story of a job, if an object named it.
-    pub fn story(&self, uid: &str) -> Option<&Story> {
+    /// Shared, not copied: an event takes this snapshot, and the next change to the story
+    /// makes a new one (copy on write) without touching the events already made.
+    pub fn story(&self, uid: &str) -> Option<Arc<Story>> {
         self.jobs
             .get(uid)
-            .and_then(|s| s.as_deref())
-            .filter(|s| **s != Story::default())
+            .and_then(|s| s.clone())
+            .filter(|s| !s.is_empty())
     }
 
     /// Orphan stories let go for room since the book began.
@@ -167,7 +162,7 @@ impl StoryBook {
             return Noted::Unchanged;
         }
         if let Some(story) = self.jobs.get_mut(&root) {
-            return if change(story.get_or_insert_with(Box::default)) {
+            return if change(Arc::make_mut(story.get_or_insert_with(Arc::default))) {
                 Noted::Changed
             } else {
                 Noted::Unchanged

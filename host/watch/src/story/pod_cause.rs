@@ -12,6 +12,8 @@
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
+pub use jobrelay_contract::story::FailureCause;
+
 /// Waiting reasons that mean the container cannot start until someone changes something.
 pub const STUCK_REASONS: [&str; 7] = [
     "CrashLoopBackOff",
@@ -22,25 +24,6 @@ pub const STUCK_REASONS: [&str; 7] = [
     "CreateContainerError",
     "RunContainerError",
 ];
-
-/// Why a pod failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureCause {
-    /// The failing container's name; empty when the cause is the pod's own.
-    pub container: String,
-    /// Whether the container is an init container.
-    pub init: bool,
-    /// The kubelet's reason: `OOMKilled`, `Error`, `ImagePullBackOff`, `CrashLoopBackOff`, or
-    /// the pod's (`Evicted`).
-    pub reason: String,
-    /// The exit code of the container's termination (the last one, for `CrashLoopBackOff`).
-    pub exit_code: Option<i32>,
-    /// The reason of the last termination of a container waiting in `CrashLoopBackOff`
-    /// (`OOMKilled`, `Error`); `None` otherwise.
-    pub last_reason: Option<String>,
-    /// The kubelet's message, as written (text from the cluster: shown, never as markup).
-    pub message: Option<String>,
-}
 
 /// The pod's failure cause, if it has one (see the module's rules).
 pub fn failure_cause(pod: &Pod) -> Option<FailureCause> {

@@ -24,77 +24,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, FixedOffset};
 use serde::Deserialize;
 
+pub use jobrelay_contract::story::{Preemption, QueueState, WorkloadFacts};
+
 /// A Workload that is not one: its JSON does not decode as a Workload's shape.
 #[derive(Debug, thiserror::Error)]
 #[error("a Kueue Workload that does not decode: {0}")]
 pub struct WorkloadError(#[from] serde_json::Error);
-
-/// Where a Workload is in its queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QueueState {
-    /// Waiting for quota: Kueue's reason (`WaitingForQuota`, `NoMatchingFlavor`, …) and message,
-    /// empty before Kueue wrote any.
-    Queued {
-        /// `QuotaReserved=False`'s reason.
-        reason: String,
-        /// `QuotaReserved=False`'s message.
-        message: String,
-    },
-    /// Quota reserved in a cluster queue; admission checks not yet passed.
-    Reserved,
-    /// Admitted: its pods may run.
-    Admitted,
-    /// Evicted (and not yet requeued and admitted again).
-    Evicted {
-        /// `Evicted=True`'s reason: `Preempted`, `PodsReadyTimeout`, `ClusterQueueStopped`, …
-        reason: String,
-        /// `Evicted=True`'s message.
-        message: String,
-        /// `Preempted=True`'s reason when Kueue preempted it (`InClusterQueue`,
-        /// `InCohortReclamation`, …), with its message, which names the preemptor.
-        preempted: Option<(String, String)>,
-    },
-    /// Finished: `Succeeded`, `Failed`, …, with its message.
-    Finished {
-        /// `Finished=True`'s reason.
-        reason: String,
-        /// `Finished=True`'s message.
-        message: String,
-    },
-}
-
-/// What one version of a Workload says of its job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkloadFacts {
-    /// The job's uid: the `kueue.x-k8s.io/job-uid` label, or the controlling owner's uid.
-    pub job_uid: Option<String>,
-    /// Where it is in its queue.
-    pub state: QueueState,
-    /// The cluster queue of its admission (or of the quota reserved).
-    pub cluster_queue: Option<String>,
-    /// Its LocalQueue (`spec.queueName`).
-    pub local_queue: Option<String>,
-    /// When its current wait began, by Kueue's rule: the last `Requeued` transition, or the
-    /// Workload's creation. `None` when neither is written.
-    pub waiting_since: Option<DateTime<FixedOffset>>,
-    /// When it was admitted last (`Admitted=True`'s transition), while admitted.
-    pub admitted_at: Option<DateTime<FixedOffset>>,
-    /// Seconds admitted in earlier admit–evict cycles (`accumulatedPastExecutionTimeSeconds`).
-    pub past_execution_seconds: i64,
-    /// Evictions counted by Kueue, by reason (`schedulingStats.evictions`).
-    pub evictions: BTreeMap<String, u32>,
-    /// Times requeued (`requeueState.count`).
-    pub requeues: u32,
-    /// Accelerators its admission holds, all pod sets together, by resource name.
-    pub accelerators: BTreeMap<String, u64>,
-}
-
-impl WorkloadFacts {
-    /// Evictions by preemption.
-    pub fn preemptions(&self) -> u32 {
-        self.evictions.get("Preempted").copied().unwrap_or(0)
-    }
-}
 
 /// The facts of a Workload's JSON text.
 pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
@@ -114,8 +49,10 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
         QueueState::Evicted {
             reason: text(Some(evicted), |c| &c.reason),
             message: text(Some(evicted), |c| &c.message),
-            preempted: holds("Preempted")
-                .map(|p| (text(Some(p), |c| &c.reason), text(Some(p), |c| &c.message))),
+            preempted: holds("Preempted").map(|p| Preemption {
+                reason: text(Some(p), |c| &c.reason),
+                message: text(Some(p), |c| &c.message),
+            }),
         }
     } else if holds("Admitted").is_some() {
         QueueState::Admitted

@@ -125,9 +125,9 @@ fn a_pod_before_its_links_waits_under_the_uid_it_named() {
     book.pod("batch-job", Some(oom("node-1")));
     assert_eq!(
         book.story("trainjob")
-            .and_then(|s| s.failure.as_ref())
-            .map(|f| f.container.as_str()),
-        Some("node-1"),
+            .and_then(|s| s.failure.clone())
+            .map(|f| f.container),
+        Some("node-1".to_string()),
         "facts after the link are joined"
     );
 }
@@ -246,7 +246,7 @@ proptest! {
                         workload: m.workload.map(|r| facts(&uid(*u), &reason(r))),
                         failure: m.failure.map(|c| oom(&c.to_string())),
                     });
-                prop_assert_eq!(story, expected.as_ref(), "uid-{} after {:?}", u, step);
+                prop_assert_eq!(story.as_deref(), expected.as_ref(), "uid-{} after {:?}", u, step);
             }
         }
     }

@@ -96,7 +96,11 @@ fn a_workload_goes_reserved_admitted_preempted_requeued_and_admitted_again() {
     match &preempted.state {
         QueueState::Evicted {
             reason,
-            preempted: Some((how, message)),
+            preempted:
+                Some(Preemption {
+                    reason: how,
+                    message,
+                }),
             ..
         } => {
             assert_eq!(

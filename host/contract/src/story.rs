@@ -1,0 +1,195 @@
+//! A job's story: what the objects around a job said of it when one of its versions was seen —
+//! its Kueue `Workload` (where it is in its queue and why, what it went through there, the
+//! accelerators its admission holds) and its pods (the first failing container and why).
+//!
+//! A job's own status says it is pending or failed; these say why. They travel on the job's
+//! event ([`JobEvent::story`](crate::event::JobEvent::story)) as a snapshot taken when the
+//! version was seen, so an event read back from the inbox after a restart carries what it
+//! carried when it was made. The readers of each object live in the watch layer
+//! (`jobrelay_watch::story`); this is the vocabulary they produce.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, FixedOffset};
+use serde::{Deserialize, Serialize};
+
+/// What the objects around one job say of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Story {
+    /// Its Kueue Workload's facts, the latest version read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadFacts>,
+    /// The first failure cause its pods showed (the first is the one that explains the
+    /// rest: later pods fail because the first did, or are torn down).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureCause>,
+}
+
+impl Story {
+    /// Whether nothing is known: no Workload read, no failing pod seen.
+    pub fn is_empty(&self) -> bool {
+        self.workload.is_none() && self.failure.is_none()
+    }
+}
+
+/// Where a Workload is in its queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum QueueState {
+    /// Waiting for quota: Kueue's reason (`WaitingForQuota`, `NoMatchingFlavor`, …) and message,
+    /// empty before Kueue wrote any.
+    Queued {
+        /// `QuotaReserved=False`'s reason.
+        reason: String,
+        /// `QuotaReserved=False`'s message.
+        message: String,
+    },
+    /// Quota reserved in a cluster queue; admission checks not yet passed.
+    Reserved,
+    /// Admitted: its pods may run.
+    Admitted,
+    /// Evicted (and not yet requeued and admitted again).
+    Evicted {
+        /// `Evicted=True`'s reason: `Preempted`, `PodsReadyTimeout`, `ClusterQueueStopped`, …
+        reason: String,
+        /// `Evicted=True`'s message.
+        message: String,
+        /// Set when Kueue preempted it: `Preempted=True`'s reason and message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preempted: Option<Preemption>,
+    },
+    /// Finished: `Succeeded`, `Failed`, …, with its message.
+    Finished {
+        /// `Finished=True`'s reason.
+        reason: String,
+        /// `Finished=True`'s message.
+        message: String,
+    },
+}
+
+/// How Kueue preempted a Workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preemption {
+    /// `Preempted=True`'s reason: `InClusterQueue`, `InCohortReclamation`,
+    /// `InCohortFairSharing`, `InCohortReclaimWhileBorrowing`.
+    pub reason: String,
+    /// `Preempted=True`'s message, which names the preemptor where Kueue says it.
+    pub message: String,
+}
+
+/// What one version of a Workload says of its job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadFacts {
+    /// The job's uid: the `kueue.x-k8s.io/job-uid` label, or the controlling owner's uid. How
+    /// the Workload is joined to its job; not carried on the job's own event (it is the
+    /// event's `uid`, or a child's).
+    #[serde(skip)]
+    pub job_uid: Option<String>,
+    /// Where it is in its queue.
+    #[serde(flatten)]
+    pub state: QueueState,
+    /// The cluster queue of its admission (or of the quota reserved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// Its LocalQueue (`spec.queueName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue: Option<String>,
+    /// When its current wait began, by Kueue's rule: the last `Requeued` transition, or the
+    /// Workload's creation. `None` when neither is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since: Option<DateTime<FixedOffset>>,
+    /// When it was admitted last (`Admitted=True`'s transition), while admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<DateTime<FixedOffset>>,
+    /// Seconds admitted in earlier admit–evict cycles (`accumulatedPastExecutionTimeSeconds`).
+    #[serde(default)]
+    pub past_execution_seconds: i64,
+    /// Evictions counted by Kueue, by reason (`schedulingStats.evictions`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub evictions: BTreeMap<String, u32>,
+    /// Times requeued (`requeueState.count`).
+    #[serde(default)]
+    pub requeues: u32,
+    /// Accelerators its admission holds, all pod sets together, by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accelerators: BTreeMap<String, u64>,
+}
+
+impl WorkloadFacts {
+    /// Evictions by preemption.
+    pub fn preemptions(&self) -> u32 {
+        self.evictions.get("Preempted").copied().unwrap_or(0)
+    }
+}
+
+/// Why a pod failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureCause {
+    /// The failing container's name; empty when the cause is the pod's own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    /// Whether the container is an init container.
+    #[serde(default)]
+    pub init: bool,
+    /// The kubelet's reason: `OOMKilled`, `Error`, `ImagePullBackOff`, `CrashLoopBackOff`, or
+    /// the pod's (`Evicted`).
+    pub reason: String,
+    /// The exit code of the container's termination (the last one, for `CrashLoopBackOff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The reason of the last termination of a container waiting in `CrashLoopBackOff`
+    /// (`OOMKilled`, `Error`); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reason: Option<String>,
+    /// The kubelet's message, as written (text from the cluster: shown, never as markup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_story_reads_back_as_written() {
+        let story = Story {
+            workload: Some(WorkloadFacts {
+                job_uid: None,
+                state: QueueState::Evicted {
+                    reason: "Preempted".into(),
+                    message: "Preempted to accommodate a workload".into(),
+                    preempted: Some(Preemption {
+                        reason: "InCohortReclamation".into(),
+                        message: "by ml/other (UID: 9)".into(),
+                    }),
+                },
+                cluster_queue: Some("gpu".into()),
+                local_queue: Some("team-a".into()),
+                waiting_since: DateTime::parse_from_rfc3339("2026-12-01T10:00:00+00:00").ok(),
+                admitted_at: None,
+                past_execution_seconds: 3595,
+                evictions: BTreeMap::from([("Preempted".into(), 1)]),
+                requeues: 1,
+                accelerators: BTreeMap::from([("nvidia.com/gpu".into(), 8)]),
+            }),
+            failure: Some(FailureCause {
+                container: "trainer".into(),
+                init: false,
+                reason: "OOMKilled".into(),
+                exit_code: Some(137),
+                last_reason: None,
+                message: None,
+            }),
+        };
+        let json = serde_json::to_value(&story).expect("encodes");
+        assert_eq!(json["workload"]["state"], "evicted");
+        assert_eq!(
+            json["workload"]["preempted"]["reason"],
+            "InCohortReclamation"
+        );
+        assert_eq!(json["workload"]["waiting_since"], "2026-12-01T10:00:00Z");
+        assert_eq!(json["failure"]["exit_code"], 137);
+        let back: Story = serde_json::from_value(json).expect("decodes");
+        assert_eq!(back, story);
+    }
+}
