@@ -28,6 +28,7 @@ mod oci_registry;
 mod plugin_fleet;
 mod plugin_new;
 mod plugin_selection;
+mod plugin_update;
 mod process;
 mod python_plugin;
 mod read_once_edits;

@@ -620,7 +620,10 @@ async fn update_rewrites_a_case_to_what_the_plugin_does_now() {
         panic!("three cases: {report}")
     };
     assert!(!third.passed(), "{report}");
-    assert!(third.failures[0].starts_with("calls[0]: "), "{report}");
+    assert!(
+        third.failures[0].contains("3-assertion/expect.yaml: calls[0]: "),
+        "the failure names the case's file: {report}"
+    );
     assert!(first.passed(), "{report}");
     assert_eq!(first.updated.len(), 3, "{report}");
     assert!(
@@ -692,6 +695,11 @@ async fn a_case_asserts_on_its_calls_and_uses_the_tape_for_answers() {
         "3-wrong-assertion",
         "outcomes: [ok]\ntape: answers\ncalls:\n  - call: http.request\n    json: {msg_type: text}\n",
     );
+    // A list of another length than the call's: said where, naming the case's file.
+    case(
+        "4-wrong-length",
+        "outcomes: [ok]\ntape: answers\ncalls:\n  - call: http.request\n    json: {card: {elements: []}}\n",
+    );
     let result = plugin_test(&PluginTestArgs {
         dir: suite,
         wasm: plugins_dir().join("feishu-notify.wasm"),
@@ -702,7 +710,15 @@ async fn a_case_asserts_on_its_calls_and_uses_the_tape_for_answers() {
     .expect("the suite runs");
     let report = result.to_string();
     let passed: Vec<bool> = result.cases.iter().map(|c| c.passed()).collect();
-    assert_eq!(passed, [true, false, false], "{report}");
+    assert_eq!(passed, [true, false, false, false], "{report}");
+    assert!(
+        report.contains(
+            "4-wrong-length/expect.yaml: calls[0]: expected at least one http.request call whose \
+             JSON body has {\"card\":{\"elements\":[]}}, found 0 (1 http.request calls in all); \
+             the first differs at json.card.elements: the case lists 0 items, the call has"
+        ),
+        "{report}"
+    );
     assert!(
         report.contains(".card.header.title.content: the tape has \"the old title\""),
         "the exact case diverges on the title: {report}"

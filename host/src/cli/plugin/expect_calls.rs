@@ -56,14 +56,37 @@ impl ExpectCall {
             Some(count) => format!("exactly {count}"),
             None => "at least one".to_string(),
         };
-        let same_name = made.iter().filter(|e| e.call == self.call).count();
+        let same_name: Vec<&Entry> = made.iter().filter(|e| e.call == self.call).collect();
+        // Why the first call of the name is not one, when none is: the place that differs.
+        let first_miss = match (matching, same_name.first()) {
+            (0, Some(entry)) => self
+                .mismatch(entry)
+                .map(|why| format!("; the first differs at {why}"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         Some(format!(
-            "calls[{index}]: expected {wanted} {} call{}, found {matching} ({same_name} {} calls \
-             in all)",
+            "calls[{index}]: expected {wanted} {} call{}, found {matching} ({} {} calls \
+             in all){first_miss}",
             self.call,
             self.describe(),
+            same_name.len(),
             self.call
         ))
+    }
+
+    /// Where `entry` (a call of this name) does not hold what the assertion says.
+    fn mismatch(&self, entry: &Entry) -> Option<String> {
+        if let Some(want) = &self.args
+            && let Some(why) = differs(want, &entry.args, "args")
+        {
+            return Some(why);
+        }
+        let want = self.json.as_ref()?;
+        match body_json(&entry.args) {
+            Some(got) => differs(want, &got, "json"),
+            None => Some("json: the call has no JSON body".to_string()),
+        }
     }
 
     fn matches(&self, entry: &Entry) -> bool {
@@ -98,6 +121,34 @@ impl ExpectCall {
 fn body_json(args: &Value) -> Option<Value> {
     let text = args.get("body")?.get("text")?.as_str()?;
     serde_json::from_str(text).ok()
+}
+
+/// The first place where `got` does not hold what `want` says (`path` leading to it), said
+/// for the author: a key missing, a list of another length, another value.
+fn differs(want: &Value, got: &Value, path: &str) -> Option<String> {
+    match (want, got) {
+        (Value::Object(want), Value::Object(got)) => want.iter().find_map(|(key, w)| {
+            let at = format!("{path}.{key}");
+            match got.get(key) {
+                Some(g) => differs(w, g, &at),
+                None => Some(format!("{at}: the call has no such key")),
+            }
+        }),
+        (Value::Array(want), Value::Array(got)) if want.len() != got.len() => Some(format!(
+            "{path}: the case lists {} item{}, the call has {} (lists are matched item by item, \
+             whole)",
+            want.len(),
+            if want.len() == 1 { "" } else { "s" },
+            got.len()
+        )),
+        (Value::Array(want), Value::Array(got)) => want
+            .iter()
+            .zip(got)
+            .enumerate()
+            .find_map(|(n, (w, g))| differs(w, g, &format!("{path}[{n}]"))),
+        _ if holds(want, got) => None,
+        _ => Some(format!("{path}: the case has {want}, the call {got}")),
+    }
 }
 
 /// Whether `got` holds everything `want` says.
@@ -163,6 +214,38 @@ mod tests {
         assert!(twice.check(&made, 0).is_some());
         let none = expect("call: kv.set\ncount: 0\n");
         assert_eq!(none.check(&made, 0), None);
+    }
+
+    /// A call that is not one says where: a list of another length, a value, a key.
+    #[test]
+    fn a_miss_says_where_the_first_call_differs() {
+        let made = [post(
+            "https://example.test/hook",
+            json!({"to": ["a", "b", "c"], "card": {"title": "Job failed"}}),
+        )];
+        let cases = [
+            (
+                "call: http.request\njson: {to: [a, b]}\n",
+                "; the first differs at json.to: the case lists 2 items, the call has 3 \
+                 (lists are matched item by item, whole)",
+            ),
+            (
+                "call: http.request\njson: {to: [a, x, c]}\n",
+                "; the first differs at json.to[1]: the case has \"x\", the call \"b\"",
+            ),
+            (
+                "call: http.request\njson: {card: {text: hi}}\n",
+                "; the first differs at json.card.text: the call has no such key",
+            ),
+            (
+                "call: http.request\nargs: {method: GET}\n",
+                "; the first differs at args.method: the case has \"GET\", the call \"POST\"",
+            ),
+        ];
+        for (yaml, said) in cases {
+            let why = expect(yaml).check(&made, 0).expect("fails");
+            assert!(why.ends_with(said), "{yaml}: {why}");
+        }
     }
 
     #[test]

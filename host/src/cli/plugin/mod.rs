@@ -21,6 +21,7 @@ pub mod events;
 pub mod expect_calls;
 pub mod inspect;
 pub mod new;
+pub mod outcomes_edit;
 pub mod push;
 pub mod run;
 pub mod sample_event;

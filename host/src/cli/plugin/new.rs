@@ -111,6 +111,11 @@ const SDK_CARGO_TOML: &str = include_str!("new/sdk.Cargo.toml");
 const PROJECT_CARGO_TOML: &str = include_str!("new/Cargo.toml");
 const PROJECT_LIB_RS: &str = include_str!("new/lib.rs");
 const PROJECT_MANIFEST: &str = include_str!("new/manifest.yaml");
+/// A Python project's limits, in place of the Rust template's `memory_mb: 32`.
+const PYTHON_LIMITS: &str = "# The Python interpreter alone uses 20-30 MB.\nmemory_mb: 64\n\
+    # One instance serves up to 64 events: a fresh one per event restores the interpreter's\n\
+    # memory image (milliseconds). Keep nothing per event in globals, only what init reads.\n\
+    instance_reuse: 64\n";
 const PROJECT_BUILD_SH: &str = include_str!("new/build.sh");
 /// The config schema, beside the component (`check` reads it there): the same for both
 /// languages, whose templates take the same keys.
@@ -211,8 +216,15 @@ pub fn plugin_new(args: &PluginNewArgs) -> anyhow::Result<NewProject> {
         Lang::Rust => PROJECT_SCHEMA,
         Lang::Python => PYTHON_SCHEMA,
     };
+    let manifest = match args.lang {
+        Lang::Rust => fill(PROJECT_MANIFEST),
+        // The interpreter alone takes 20–30 MB, and a fresh instance per event restores its
+        // memory image each time (milliseconds); the template keeps nothing per event, so its
+        // instances may serve many (docs/python-plugins.md, "What it costs, and the advice").
+        Lang::Python => fill(PROJECT_MANIFEST).replace("memory_mb: 32\n", PYTHON_LIMITS),
+    };
     let mut files: Vec<(PathBuf, String)> = vec![
-        (format!("{name}.yaml").into(), fill(PROJECT_MANIFEST)),
+        (format!("{name}.yaml").into(), manifest),
         (format!("{name}.schema.json").into(), fill(schema)),
     ];
     match args.lang {
@@ -392,6 +404,31 @@ mod tests {
         };
         let error = plugin_new(&args).expect_err("not empty").to_string();
         assert!(error.contains("not empty"), "{error}");
+    }
+
+    /// A Python project's manifest gives what docs/python-plugins.md advises for Python: 64 MB
+    /// and instances kept for many events; a Rust one stays small and fresh.
+    #[test]
+    fn a_python_manifest_has_the_guides_limits() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let limits = |lang: Lang, name: &str| {
+            let project = plugin_new(&PluginNewArgs {
+                name: name.into(),
+                lang,
+                dir: tmp.path().to_path_buf(),
+                sdk: None,
+            })
+            .expect("made");
+            let text = std::fs::read_to_string(project.dir.join(format!("{name}.yaml")))
+                .expect("the manifest");
+            let manifest: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+            (
+                manifest["memory_mb"].as_u64(),
+                manifest.get("instance_reuse").and_then(|v| v.as_u64()),
+            )
+        };
+        assert_eq!(limits(Lang::Python, "py"), (Some(64), Some(64)));
+        assert_eq!(limits(Lang::Rust, "rs"), (Some(32), None));
     }
 
     /// Every source file of the SDK crate is carried: a module added to the crate and not to

@@ -29,6 +29,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use super::expect_calls::ExpectCall;
+use super::outcomes_edit::rewrite_outcomes;
 use super::run::{PluginRunArgs, PluginRunOutcome, SKIPPED, read_events, run_events};
 use jobrelay_capabilities::tape::{self, Tape, TapeFile};
 use jobrelay_runtime::CallError;
@@ -67,10 +68,13 @@ pub struct PluginTestArgs {
     /// component NAME.wasm, if it exists.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
-    /// Rewrite each case's tape and expect.yaml to what the plugin does now, and say what
-    /// changed: calls whose arguments changed keep their recorded answers, recorded calls it no
-    /// longer makes are dropped, outcomes are taken as they came. A call the tape has no answer
-    /// for (another call, one more) cannot be updated offline: record the case again.
+    /// Rewrite each case that fails to what the plugin does now, and say what changed (each
+    /// outcome on standard error: `case C: event N (ID): retry -> ok`); a case that passes is
+    /// left as it is. Calls whose arguments changed keep their recorded answers, recorded calls
+    /// it no longer makes are dropped, outcomes are taken as they came, but for one the case's
+    /// own run confirmed: if it comes out otherwise, the case is left as it was. expect.yaml
+    /// is edited in place (its comments stay). A call the tape has no answer for (another
+    /// call, one more) cannot be updated offline: record the case again.
     #[arg(long)]
     pub update: bool,
 }
@@ -110,6 +114,9 @@ pub struct CaseResult {
     pub failures: Vec<String>,
     /// With `--update`: what was rewritten, one line each.
     pub updated: Vec<String>,
+    /// With `--update`: each outcome rewritten, `event 2 (ID): retry -> ok`, said on standard
+    /// error whatever the report's form, so no expectation changes unseen.
+    pub outcome_changes: Vec<String>,
 }
 
 impl CaseResult {
@@ -171,6 +178,11 @@ impl fmt::Display for SuiteResult {
 /// failed.
 pub async fn command(args: &PluginTestCommand) -> anyhow::Result<ExitCode> {
     let suite = plugin_test_events(&args.suite, args.all).await?;
+    for case in &suite.cases {
+        for change in &case.outcome_changes {
+            eprintln!("case {}: {change}", case.name);
+        }
+    }
     super::print_out(&format!("{suite}\n"))?;
     Ok(crate::cli::passed(suite.passed()))
 }
@@ -213,6 +225,7 @@ pub async fn plugin_test_events(args: &PluginTestArgs, all: bool) -> anyhow::Res
                 host_calls: 0,
                 failures: vec![format!("{error:#}")],
                 updated: Vec::new(),
+                outcome_changes: Vec::new(),
             },
         };
         cases.push(result);
@@ -253,26 +266,39 @@ async fn run_case(args: &PluginTestArgs, folder: &Path, all: bool) -> anyhow::Re
         all,
         ..PluginRunArgs::new(args.wasm.clone(), folder.join("events.jsonl"))
     };
-    let tape = Arc::new(match (args.update, expect.tape) {
-        (true, _) => Tape::updater(recorded),
-        (false, TapeUse::Answers) => Tape::answers_only(recorded),
-        (false, TapeUse::Exact) => Tape::player(recorded),
+    // The case as it is, first, also with `--update`: a case that passes is not rewritten.
+    let tape = Arc::new(match expect.tape {
+        TapeUse::Answers => Tape::answers_only(recorded.clone()),
+        TapeUse::Exact => Tape::player(recorded.clone()),
     });
-    let outcome = run_events(&run, &events, tape.clone()).await?;
+    let tested = run_events(&run, &events, tape).await?;
+    let result = judge(&expect, &expect_file, &tested);
+    if !args.update || result.passed() {
+        return Ok(result);
+    }
+    let tape = Arc::new(Tape::updater(recorded));
+    let again = run_events(&run, &events, tape.clone()).await?;
+    let mut result = update_case(folder, &text, &tape, &tested, &again, &expect.outcomes)?;
+    result
+        .failures
+        .extend(broken_calls(&expect, &expect_file, &again));
+    Ok(result)
+}
+
+/// The case's `calls:` assertions that the run's calls break, each naming the file.
+fn broken_calls(expect: &Expect, file: &Path, outcome: &PluginRunOutcome) -> Vec<String> {
     let made = outcome.tape();
-    // The case's own assertions hold whether or not its tape and outcomes are rewritten.
-    let broken: Vec<String> = expect
+    expect
         .calls
         .iter()
         .enumerate()
         .filter_map(|(index, assertion)| assertion.check(&made, index))
-        .collect();
-    if args.update {
-        let mut result = update_case(folder, &tape, &outcome, &expect.outcomes)?;
-        result.failures.extend(broken);
-        return Ok(result);
-    }
+        .map(|why| format!("{}: {why}", file.display()))
+        .collect()
+}
 
+/// How the run went against the case: each outcome, the tape, the assertions.
+fn judge(expect: &Expect, file: &Path, outcome: &PluginRunOutcome) -> CaseResult {
     let mut failures = Vec::new();
     if expect.outcomes.len() != outcome.calls.len() {
         failures.push(format!(
@@ -302,38 +328,86 @@ async fn run_case(args: &PluginTestArgs, folder: &Path, all: bool) -> anyhow::Re
             .iter()
             .map(|d| format!("diverged from the tape: {d}")),
     );
-    failures.extend(broken);
-    Ok(CaseResult {
-        name: String::new(),
-        events: outcome.calls.len(),
-        skipped: outcome.skipped(),
-        host_calls: made.len(),
-        failures,
-        updated: Vec::new(),
-    })
-}
-
-/// `--update`: writes the case's tape and expect.yaml anew from the run, unless it diverged
-/// in a way only a new recording can answer; says what changed.
-fn update_case(
-    folder: &Path,
-    tape: &Tape,
-    outcome: &PluginRunOutcome,
-    expected: &[String],
-) -> anyhow::Result<CaseResult> {
-    let mut result = CaseResult {
+    failures.extend(broken_calls(expect, file, outcome));
+    CaseResult {
         name: String::new(),
         events: outcome.calls.len(),
         skipped: outcome.skipped(),
         host_calls: outcome.tape().len(),
+        failures,
+        updated: Vec::new(),
+        outcome_changes: Vec::new(),
+    }
+}
+
+/// How many of a run's first events ended before its first divergence: their outcomes came
+/// from the tape's answers, where a later event's may have come from the divergence's error.
+fn before_divergence(outcome: &PluginRunOutcome) -> usize {
+    let Some(first) = outcome.divergences.iter().map(|d| d.position).min() else {
+        return outcome.calls.len();
+    };
+    let mut made = outcome.load_calls.len();
+    if first <= made {
+        return 0;
+    }
+    for (index, call) in outcome.calls.iter().enumerate() {
+        made += call.host_calls.len();
+        if first <= made {
+            return index;
+        }
+    }
+    outcome.calls.len() // a recorded call not made: every call had the tape's answers
+}
+
+/// `--update` of a case that failed: its tape and its outcomes rewritten to what the update
+/// run did, unless it diverged in a way only a new recording can answer, or it would change
+/// an outcome the case's own run confirmed (one that matched, before any divergence) — the
+/// two runs then disagree, and neither is written. Says what changed; `expect.yaml` is
+/// edited in place (its comments stay, see `outcomes_edit`).
+fn update_case(
+    folder: &Path,
+    text: &str,
+    tape: &Tape,
+    tested: &PluginRunOutcome,
+    again: &PluginRunOutcome,
+    expected: &[String],
+) -> anyhow::Result<CaseResult> {
+    let mut result = CaseResult {
+        name: String::new(),
+        events: again.calls.len(),
+        skipped: again.skipped(),
+        host_calls: again.tape().len(),
         failures: Vec::new(),
         updated: Vec::new(),
+        outcome_changes: Vec::new(),
     };
-    if let Some(divergence) = outcome.divergences.first() {
+    if let Some(divergence) = again.divergences.first() {
         result.failures.push(format!(
             "cannot update: diverged from the tape: {divergence} — the tape has no answer for \
              that call; record the case again (plugin run --record)"
         ));
+        return Ok(result);
+    }
+    let now: Vec<&str> = again.calls.iter().map(|c| c.status()).collect();
+    let confirmed = before_divergence(tested);
+    for (index, (call, want)) in tested
+        .calls
+        .iter()
+        .zip(expected)
+        .enumerate()
+        .take(confirmed)
+    {
+        let then = now.get(index).copied().unwrap_or("(none)");
+        if call.status() == want && then != want {
+            result.failures.push(format!(
+                "cannot update: event {} ({}) ends {want} as the case expects, but {then} \
+                 with the tape updated; the case is left as it was",
+                index + 1,
+                call.event_id
+            ));
+        }
+    }
+    if !result.failures.is_empty() {
         return Ok(result);
     }
     let changes = tape.changes();
@@ -345,29 +419,31 @@ fn update_case(
             .updated
             .extend(changes.into_iter().map(|c| format!("tape.jsonl: {c}")));
     }
-    let now: Vec<&str> = outcome.calls.iter().map(|c| c.status()).collect();
     if now != expected {
-        // Only `outcomes` is rewritten; the file's other keys (`calls`, `tape`) stay.
         let file = folder.join("expect.yaml");
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let mut document: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(&text)
-            .with_context(|| format!("{}: not an expectation", file.display()))?;
-        document.insert(
-            "outcomes".into(),
-            serde_yaml_ng::Value::Sequence(now.iter().map(|s| (*s).into()).collect()),
-        );
-        let text = format!(
-            "# One status per event: {}.\n{}",
-            statuses(),
-            serde_yaml_ng::to_string(&document)?
-        );
-        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+        let edited = rewrite_outcomes(text, &now)
+            .with_context(|| format!("{}: cannot rewrite its outcomes", file.display()))?;
+        std::fs::write(&file, edited)
+            .with_context(|| format!("cannot write {}", file.display()))?;
         result.updated.push(format!(
             "expect.yaml: outcomes were [{}], now [{}]",
             expected.join(", "),
             now.join(", ")
         ));
+        for index in 0..now.len().max(expected.len()) {
+            let old = expected.get(index).map_or("(none)", String::as_str);
+            let new = now.get(index).copied().unwrap_or("(none)");
+            if old != new {
+                let id = again
+                    .calls
+                    .get(index)
+                    .map(|c| format!(" ({})", c.event_id))
+                    .unwrap_or_default();
+                result
+                    .outcome_changes
+                    .push(format!("event {}{id}: {old} -> {new}", index + 1));
+            }
+        }
     }
     Ok(result)
 }
