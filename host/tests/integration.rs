@@ -37,5 +37,6 @@ mod runtime;
 mod sandbox;
 mod sharding;
 mod state_store;
+mod story_watch;
 mod watch_retry;
 mod webhook_notify;

@@ -22,6 +22,7 @@ fn target(cluster: &str, kind: JobKind) -> WatchTarget {
         label_selector: None,
         timeout_seconds: 30,
         finalizer: None,
+        stories: None,
     }
 }
 

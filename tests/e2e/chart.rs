@@ -31,7 +31,7 @@ use jobrelay_coordination::Mode;
 use jobrelay_e2e::*;
 use jobrelay_state::StateBackend;
 use jobrelay_testkit::configmap::kubelet_write;
-use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster};
+use jobrelay_testkit::{Flavor, Gvr, JobDriver, ResourceKind, SimCluster};
 use jobrelay_watch::kinds::JobKind;
 use serde_json::{Value, json};
 
@@ -858,6 +858,60 @@ async fn the_cluster_role_grants_exactly_what_the_daemon_calls() {
             needed.2.to_string(),
         );
         assert!(used.contains(&needed), "the run exercised {needed:?}");
+    }
+}
+
+/// A kind that tells its jobs' story makes the daemon watch Kueue Workloads and pods as well,
+/// and the chart rendered with that kind grants exactly those watches: the run's calls are
+/// all granted, and every verb granted on the resources it called was used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_that_tells_its_story_is_granted_the_watches_it_makes() {
+    init_logs();
+    let sim = SimCluster::start("east").await.expect("sim");
+    let (group, version, kind, plural) = jobrelay_watch::story::sources::WORKLOAD;
+    sim.register_kind(ResourceKind::new(group, version, kind, plural, true));
+    let setup = Setup::new("kinds: [{name: batch-job, story: {kueue: true, pods: true}}]\n");
+    setup.add_cluster(&sim);
+    let daemon = Daemon::start(setup.config_dir()).await.expect("daemon");
+    wait_synced(&daemon, "east").await;
+    wait_for("the Workload and pod watches", || {
+        (sim.watch_requests("workloads") > 0 && sim.watch_requests("pods") > 0).then_some(())
+    })
+    .await;
+    daemon.shutdown(Duration::from_secs(5)).await;
+    let used: BTreeSet<(String, String, String)> = sim
+        .recent_requests()
+        .iter()
+        .filter_map(|r| access(&r.method, &r.uri))
+        .collect();
+    let role = render(json!({"homeCluster": {"name": "home"},
+        "config": {"kinds": [{"name": "batch-job", "story": {"kueue": true, "pods": true}}]}}))
+    .into_iter()
+    .map(|(_, o)| o)
+    .find(|o| o["kind"] == "ClusterRole")
+    .expect("ClusterRole");
+    let granted = granted(&role);
+    for (group, resource, verb) in &used {
+        assert!(
+            granted
+                .get(&(group.clone(), resource.clone()))
+                .is_some_and(|verbs| verbs.contains(verb)),
+            "the daemon calls {verb} on {group}/{resource}, which the chart does not grant"
+        );
+    }
+    for (group, resource) in [("kueue.x-k8s.io", "workloads"), ("", "pods")] {
+        let key = (group.to_string(), resource.to_string());
+        let verbs = granted.get(&key).expect("granted");
+        for verb in verbs {
+            assert!(
+                used.contains(&(key.0.clone(), key.1.clone(), verb.clone())),
+                "the chart grants {verb} on {group}/{resource}, which the daemon never calls"
+            );
+        }
+        assert!(
+            verbs.contains("watch"),
+            "{group}/{resource} is watched: {verbs:?}"
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 //! exactly its streams; dropping the stream tasks closes their HTTP connections, so nothing is
 //! left watching a removed cluster.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ use super::health::{CheckFailure, HealthBoard};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
+use jobrelay_watch::story::book::BookLimits;
+use jobrelay_watch::story::sources::{self, Stories};
 use jobrelay_watch::watcher::Sink;
 use jobrelay_watch::watcher::{self, WatchTarget};
 
@@ -141,8 +144,18 @@ fn targets(cluster: &str, main: &MainConfig, passive: bool) -> Vec<WatchTarget> 
     } else {
         main.watch.namespaces.iter().cloned().map(Some).collect()
     };
+    let watched: Vec<_> = main
+        .kinds
+        .iter()
+        .filter(|k| k.watched_on(&cluster))
+        .collect();
+    // One story book for the cluster, when a kind watched here tells its jobs' stories.
+    let stories = watched
+        .iter()
+        .any(|k| !k.story.is_off())
+        .then(|| Stories::new(BookLimits::default()));
     let mut targets = Vec::new();
-    for kind in main.kinds.iter().filter(|k| k.watched_on(&cluster)) {
+    for kind in watched {
         let kind = Arc::new(kind.clone());
         for ns in &namespaces {
             targets.push(WatchTarget {
@@ -152,6 +165,7 @@ fn targets(cluster: &str, main: &MainConfig, passive: bool) -> Vec<WatchTarget> 
                 label_selector: main.watch.label_selector.clone(),
                 timeout_seconds: main.watch.timeout_seconds,
                 finalizer: (kind.finalizer && !passive).then(|| main.finalizers.name.clone()),
+                stories: stories.clone(),
             });
         }
     }
@@ -174,6 +188,7 @@ async fn supervise(
     };
     users.register(&name, &client);
     let mut streams = JoinSet::new();
+    let story_sources = story_sources(&name, &client, &targets);
     for (index, target) in targets.into_iter().enumerate() {
         let health = health.clone();
         let cluster = name.clone();
@@ -187,12 +202,61 @@ async fn supervise(
             .instrument(span),
         );
     }
+    for source in story_sources {
+        streams.spawn(source);
+    }
     streams.spawn(check_health(client.clone(), name.clone(), health.clone()));
     tracing::info!(cluster = %name, streams = streams.len() - 1, "cluster watched");
     cancel.cancelled().await;
     streams.shutdown().await;
     users.unregister(&name);
     tracing::info!(cluster = %name, "cluster stopped");
+}
+
+/// One watch of the objects around a cluster's jobs, run beside its job streams.
+type StorySource = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The watches of the objects around the cluster's jobs that its kinds ask for
+/// (`kinds[].story`): one Workload stream and one pod stream per watched namespace (or for
+/// all), whichever kinds ask. Not counted among the job streams of the cluster's health: a
+/// cluster without Kueue is no less healthy for it.
+fn story_sources(cluster: &str, client: &Client, targets: &[WatchTarget]) -> Vec<StorySource> {
+    let mut kueue = BTreeSet::new();
+    let mut pods = BTreeSet::new();
+    let mut book = None;
+    for WatchTarget {
+        kind,
+        namespace,
+        stories,
+        ..
+    } in targets
+    {
+        let asks = kind.story;
+        if asks.kueue {
+            kueue.insert(namespace.clone());
+        }
+        if asks.pods {
+            pods.insert(namespace.clone());
+        }
+        book = book.or_else(|| stories.clone());
+    }
+    let Some(book) = book else {
+        return Vec::new();
+    };
+    let cluster: Arc<str> = Arc::from(cluster);
+    let mut sources: Vec<StorySource> = Vec::new();
+    for namespace in kueue {
+        let span = tracing::info_span!("story", cluster = %cluster, source = "workloads");
+        let run =
+            sources::watch_workloads(client.clone(), namespace, book.clone(), cluster.clone());
+        sources.push(Box::pin(run.instrument(span)));
+    }
+    for namespace in pods {
+        let span = tracing::info_span!("story", cluster = %cluster, source = "pods");
+        let run = sources::watch_pods(client.clone(), namespace, book.clone(), cluster.clone());
+        sources.push(Box::pin(run.instrument(span)));
+    }
+    sources
 }
 
 /// The cluster's health checks, one per check interval (main file `cluster_health`): the API

@@ -50,6 +50,33 @@ pub struct JobKind {
     /// Statuses with the phase the normalizer must give them, tried by `jobrelay check`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<Sample>,
+    /// Which objects around these jobs are watched for their story (off by default).
+    #[serde(default, skip_serializing_if = "StorySources::is_off")]
+    pub story: StorySources,
+}
+
+/// The objects around a kind's jobs that are watched for their story
+/// ([`crate::story`]). Each is one more watch per cluster (and namespace) the kind is watched
+/// on, shared by every kind that asks for it; a kind that asks for none costs nothing per job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorySources {
+    /// Kueue's Workloads (`kueue.x-k8s.io/v1beta2`): queued and why, admitted where,
+    /// evicted or preempted and why, requeued, the accelerators admitted.
+    #[serde(default)]
+    pub kueue: bool,
+    /// The pods: the first failing container of a job's pods and why (`OOMKilled`, exit 137,
+    /// `ImagePullBackOff`). Every pod of the watched namespaces is read, so this is the
+    /// costlier source.
+    #[serde(default)]
+    pub pods: bool,
+}
+
+impl StorySources {
+    /// Whether no source is watched.
+    pub fn is_off(&self) -> bool {
+        !self.kueue && !self.pods
+    }
 }
 
 /// A status written as a kind's controller writes it, and the phase it must normalize to.
@@ -163,6 +190,7 @@ impl JobKind {
             finalizer: false,
             clusters: Vec::new(),
             samples: Vec::new(),
+            story: StorySources::default(),
         };
         Some(match name {
             "batch-job" => k(

@@ -5,16 +5,20 @@
 //! Each part here is pure: no client, no clock. The readers turn one object into facts, tested
 //! against the objects Kueue and the kubelet write; the book joins the facts to their job (by
 //! Kueue's `kueue.x-k8s.io/job-uid` label or the owner references), whichever object comes
-//! first. Watching Workloads and pods and carrying a story on a job's events is not built yet.
+//! first; the sources watch Workloads and pods into the book, and the job streams take its
+//! snapshot onto each event of a kind that tells its story.
 //!
 //! - [`workload`]: a Workload's state in the queue, its cluster queue, when it started to
 //!   wait (as Kueue computes it), its evictions, preemptions and requeues, and the accelerators
 //!   its admission holds.
 //! - [`book`]: the stories of one cluster's jobs, each object's facts joined to its job by uid
 //!   in whatever order they come, bounded (a pure state machine).
+//! - [`sources`]: the Workload and pod watches of one cluster, and [`sources::Stories`], the
+//!   book they share with the job streams.
 //! - [`pod_cause`]: the first failing container of a pod and why: `OOMKilled` and its exit
 //!   code, `ImagePullBackOff`, `CrashLoopBackOff`, or the pod's own reason (an eviction).
 
 pub mod book;
 pub mod pod_cause;
+pub mod sources;
 pub mod workload;

@@ -25,6 +25,7 @@ use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::LenientObject;
 use super::retry::{self, Failure, Retry};
+use super::story::sources::{self, Stories};
 use super::tracker::readable;
 
 pub use super::tracker::{Listed, Observation, Observed, Tracker};
@@ -50,6 +51,10 @@ pub struct WatchTarget {
     pub timeout_seconds: u32,
     /// jobrelay's finalizer name, when this kind's deletions are held.
     pub finalizer: Option<String>,
+    /// The cluster's story book, when a kind watched on it tells its jobs' stories: this
+    /// stream links its jobs to their owners there, and takes the book's snapshot onto each
+    /// event when its own kind tells stories (`kind.story`).
+    pub stories: Option<Arc<Stories>>,
 }
 
 impl WatchTarget {
@@ -278,7 +283,20 @@ pub async fn run(
                     Event::Apply(_) | Event::Delete(_) => listed_once && !healthy,
                     Event::Init | Event::InitApply(_) => false,
                 };
-                for observation in tracker.observe(event) {
+                // The job's controlling owner, for its story (a JobSet's TrainJob).
+                let owner = match (&target.stories, &event) {
+                    (Some(_), Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj)) => {
+                        sources::controller(&obj.metadata).map(str::to_string)
+                    }
+                    _ => None,
+                };
+                for mut observation in tracker.observe(event) {
+                    if let (Some(stories), Observation::Version(seen)) =
+                        (&target.stories, &mut observation)
+                    {
+                        let tells = !target.kind.story.is_off();
+                        stories.job_version(&mut seen.event, owner.as_deref(), tells);
+                    }
                     if sink.send(observation).await.is_err() {
                         return; // the dispatcher is gone: shutting down
                     }

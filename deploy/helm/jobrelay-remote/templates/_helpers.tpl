@@ -44,6 +44,8 @@ the jobrelay chart gives it on its home cluster.
 {{- end }}
 {{- $resources := dict }}
 {{- $deletes := dict }}
+{{- $kueue := false }}
+{{- $podWatch := false }}
 {{- range $i, $kind := .Values.kinds }}
 {{- $group := "" }}
 {{- $plural := "" }}
@@ -60,6 +62,12 @@ the jobrelay chart gives it on its home cluster.
 {{- $key := printf "%s/%s" $group $plural }}
 {{- $_ := set $resources $key (or (get $resources $key | default false) ($kind.finalizer | default false) ($.Values.jobWrites | default false)) }}
 {{- $_ := set $deletes $key (or (get $deletes $key | default false) (has $kind.name ($.Values.cleanupKinds | default list))) }}
+{{- if and (kindIs "map" $kind.story) $kind.story.kueue }}
+{{- $kueue = true }}
+{{- end }}
+{{- if and (kindIs "map" $kind.story) $kind.story.pods }}
+{{- $podWatch = true }}
+{{- end }}
 {{- end }}
 {{- range $key := keys $resources | sortAlpha }}
 {{- $parts := splitList "/" $key }}
@@ -67,10 +75,22 @@ the jobrelay chart gives it on its home cluster.
   resources: [{{ index $parts 1 }}]
   verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}{{ if get $deletes $key }}, delete{{ end }}]
 {{- end }}
+{{- if $kueue }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: [workloads]
+  verbs: [list, watch]
+{{- end }}
+{{- if $podWatch }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+{{- end }}
 {{- if .Values.podLogs }}
+{{- if not $podWatch }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+{{- end }}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

@@ -69,6 +69,8 @@ and their logs (get) only when a plugin's manifest grants `pod_logs`. Nothing el
 {{- $deleted := include "jobrelay.cleanupKinds" . | fromJsonArray }}
 {{- $resources := dict }}
 {{- $deletes := dict }}
+{{- $kueue := false }}
+{{- $podWatch := false }}
 {{- range $i, $kind := $kinds }}
 {{- $watched := true }}
 {{- if $kind.clusters }}
@@ -96,6 +98,12 @@ and their logs (get) only when a plugin's manifest grants `pod_logs`. Nothing el
 {{- $held := or (get $resources $key | default false) ($kind.finalizer | default false) (eq (include "jobrelay.jobWrites" $) "true") }}
 {{- $_ := set $resources $key $held }}
 {{- $_ := set $deletes $key (or (get $deletes $key | default false) (has $kind.name $deleted)) }}
+{{- if and (kindIs "map" $kind.story) $kind.story.kueue }}
+{{- $kueue = true }}
+{{- end }}
+{{- if and (kindIs "map" $kind.story) $kind.story.pods }}
+{{- $podWatch = true }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- range $key := keys $resources | sortAlpha }}
@@ -104,10 +112,22 @@ and their logs (get) only when a plugin's manifest grants `pod_logs`. Nothing el
   resources: [{{ index $parts 1 }}]
   verbs: [list, watch{{ if get $resources $key }}, get, patch{{ end }}{{ if get $deletes $key }}, delete{{ end }}]
 {{- end }}
+{{- if $kueue }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: [workloads]
+  verbs: [list, watch]
+{{- end }}
+{{- if $podWatch }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+{{- end }}
 {{- if eq (include "jobrelay.podLogs" .) "true" }}
+{{- if not $podWatch }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+{{- end }}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{JobKind, NormalizerError, NormalizerSpec, Sample, SampleMismatch};
+use super::{JobKind, NormalizerError, NormalizerSpec, Sample, SampleMismatch, StorySources};
 
 /// A `kinds:` entry: a built-in kind by name, or a full kind definition for any CRD.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +43,9 @@ pub struct KindEntry {
     /// Statuses and the phase each must give, tried when the file is read (and by `check`).
     #[serde(default)]
     pub samples: Vec<Sample>,
+    /// The objects around these jobs watched for their story (`kueue`, `pods`).
+    #[serde(default)]
+    pub story: StorySources,
 }
 
 /// Why a `kinds:` entry is refused; the message names the kind, and the field at fault.
@@ -108,6 +111,7 @@ impl KindEntry {
             finalizer: false,
             clusters: Vec::new(),
             samples: Vec::new(),
+            story: StorySources::default(),
         }
     }
 
@@ -124,12 +128,14 @@ impl KindEntry {
             return Err(KindError::NoName);
         }
         if is_bare {
-            let (finalizer, clusters, samples) = (self.finalizer, self.clusters, self.samples);
+            let (finalizer, clusters, samples, story) =
+                (self.finalizer, self.clusters, self.samples, self.story);
             let kind = JobKind::builtin(&self.name)
                 .map(|k| JobKind {
                     finalizer,
                     clusters,
                     samples,
+                    story,
                     ..k
                 })
                 .ok_or_else(|| KindError::NotBuiltin {
@@ -168,6 +174,7 @@ impl KindEntry {
             finalizer: self.finalizer,
             clusters: self.clusters,
             samples: self.samples,
+            story: self.story,
             name: self.name,
         };
         kind.normalizer

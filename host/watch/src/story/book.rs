@@ -112,8 +112,9 @@ impl StoryBook {
 
     /// A version of a Workload: the story of the job it names (following links, since a
     /// Workload may name a child) takes its facts.
-    pub fn workload(&mut self, facts: WorkloadFacts) -> Noted {
-        let Some(named) = facts.job_uid.clone() else {
+    /// The facts are kept without the uid they named (it is the story's own job, or a child).
+    pub fn workload(&mut self, mut facts: WorkloadFacts) -> Noted {
+        let Some(named) = facts.job_uid.take() else {
             return Noted::Unchanged;
         };
         self.note(&named, |story| {

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, FixedOffset};
+use chrono::DateTime;
 use serde::Deserialize;
 
 pub use jobrelay_contract::story::{Preemption, QueueState, WorkloadFacts};

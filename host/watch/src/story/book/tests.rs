@@ -5,6 +5,14 @@ use proptest::prelude::*;
 use super::*;
 use crate::story::workload::QueueState;
 
+/// The facts as the book keeps them: without the uid they named.
+fn kept(facts: WorkloadFacts) -> WorkloadFacts {
+    WorkloadFacts {
+        job_uid: None,
+        ..facts
+    }
+}
+
 fn facts(job: &str, reason: &str) -> WorkloadFacts {
     WorkloadFacts {
         job_uid: Some(job.to_string()),
@@ -45,7 +53,10 @@ fn a_workload_before_its_job_is_joined_when_the_job_comes() {
     assert_eq!(book.story("uid-1"), None, "not a job yet");
     book.job_seen("uid-1");
     let story = book.story("uid-1").expect("joined");
-    assert_eq!(story.workload, Some(facts("uid-1", "WaitingForQuota")));
+    assert_eq!(
+        story.workload,
+        Some(kept(facts("uid-1", "WaitingForQuota")))
+    );
     assert_eq!(book.orphans(), 0);
     assert_eq!(
         book.workload(facts("uid-1", "WaitingForQuota")),
@@ -243,7 +254,7 @@ proptest! {
                 let story = book.story(&uid(*u));
                 let expected = (m.alive && (m.workload.is_some() || m.failure.is_some()))
                     .then(|| Story {
-                        workload: m.workload.map(|r| facts(&uid(*u), &reason(r))),
+                        workload: m.workload.map(|r| kept(facts(&uid(*u), &reason(r)))),
                         failure: m.failure.map(|c| oom(&c.to_string())),
                     });
                 prop_assert_eq!(story.as_deref(), expected.as_ref(), "uid-{} after {:?}", u, step);

@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use chrono::FixedOffset;
 
 fn condition(kind: &str, status: &str, reason: &str, message: &str, at: &str) -> serde_json::Value {
     json!({"type": kind, "status": status, "reason": reason, "message": message,

@@ -1,0 +1,264 @@
+//! A job's story through real watches: the simulator serves a batch Job, its Kueue Workload
+//! and its pod over HTTP; the Workload and pod streams feed the cluster's book, and the job
+//! stream's events carry the book's snapshot. The Workload is seen before its job (kept as an
+//! orphan, joined when the job comes), a later admission reaches the job's next version, a
+//! failing pod's cause reaches the one after, and a kind that asks for no story carries none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jobrelay::clusters::supervisor::build_client;
+use jobrelay_contract::event::JobEvent;
+use jobrelay_contract::story::QueueState;
+use jobrelay_testkit::{Gvr, ResourceKind, SimCluster};
+use jobrelay_watch::kinds::{JobKind, StorySources};
+use jobrelay_watch::story::book::BookLimits;
+use jobrelay_watch::story::sources::{self, Stories};
+use jobrelay_watch::watcher::{self, Observation, WatchTarget};
+use kube::config::Kubeconfig;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+fn workload_gvr() -> Gvr {
+    let (group, version, _, plural) = sources::WORKLOAD;
+    Gvr::new(group, version, plural)
+}
+
+fn batch_job(story: StorySources) -> JobKind {
+    JobKind {
+        story,
+        ..JobKind::builtin("batch-job").expect("a built-in kind")
+    }
+}
+
+/// The next event of the stream for job `name`, within 10 s.
+async fn next_event(events: &mut mpsc::Receiver<Observation>, name: &str) -> JobEvent {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no event for {name} within 10 s"))
+            .expect("the stream runs");
+        if let Observation::Version(seen) = seen
+            && seen.event.name == name
+        {
+            return seen.event;
+        }
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_events_carry_its_workload_and_its_failing_pod() {
+    let sim = SimCluster::start("story").await.expect("sim");
+    let (group, version, kind, plural) = sources::WORKLOAD;
+    sim.register_kind(ResourceKind::new(group, version, kind, plural, true));
+    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
+    let client = build_client(&kubeconfig, None).await.expect("client");
+    let cluster: Arc<str> = Arc::from("story");
+    let stories = Stories::new(BookLimits::default());
+    let workloads = tokio::spawn(sources::watch_workloads(
+        client.clone(),
+        None,
+        stories.clone(),
+        cluster.clone(),
+    ));
+    let pods = tokio::spawn(sources::watch_pods(
+        client.clone(),
+        None,
+        stories.clone(),
+        cluster.clone(),
+    ));
+
+    // The job exists, its Workload is seen, and only then the job stream starts: the
+    // Workload waits in the book as an orphan until the job is seen.
+    let job = sim
+        .create(
+            &Gvr::BATCH_JOB,
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": "llama-ft", "namespace": "ml",
+                                "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+                   "spec": {"suspend": true, "template": {"spec": {"containers": []}}}}),
+        )
+        .expect("job created");
+    let uid = job["metadata"]["uid"].as_str().expect("a uid").to_string();
+    sim.create(
+        &workload_gvr(),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+               "metadata": {"name": "job-llama-ft", "namespace": "ml",
+                            "labels": {"kueue.x-k8s.io/job-uid": uid}},
+               "spec": {"queueName": "team-a"},
+               "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                   "reason": "Pending", "message": "insufficient quota for nvidia.com/gpu",
+                   "lastTransitionTime": "2026-12-02T10:00:00Z"}]}}),
+    )
+    .expect("workload created");
+    until("the Workload is kept as an orphan", || {
+        stories.orphans().1 == 1
+    })
+    .await;
+
+    let (sink, mut events) = mpsc::channel(64);
+    let target = |kind: JobKind| WatchTarget {
+        cluster: cluster.clone(),
+        kind: Arc::new(kind),
+        namespace: None,
+        label_selector: None,
+        timeout_seconds: 30,
+        finalizer: None,
+        stories: Some(stories.clone()),
+    };
+    let telling = target(batch_job(StorySources {
+        kueue: true,
+        pods: true,
+    }));
+    let stream = tokio::spawn(watcher::run(client.clone(), telling, sink, |_| {}));
+    let first = next_event(&mut events, "llama-ft").await;
+    let story = first
+        .story
+        .clone()
+        .expect("the orphan Workload joined the job");
+    let facts = story.workload.as_ref().expect("its Workload");
+    assert_eq!(facts.local_queue.as_deref(), Some("team-a"));
+    assert_eq!(
+        facts.state,
+        QueueState::Queued {
+            reason: "Pending".into(),
+            message: "insufficient quota for nvidia.com/gpu".into()
+        }
+    );
+    assert_eq!(stories.orphans().1, 0, "joined, no longer an orphan");
+
+    // Admitted: Kueue writes the Workload, then unsuspends the job, whose next version
+    // carries the admission.
+    sim.patch_status(
+        &workload_gvr(),
+        "ml",
+        "job-llama-ft",
+        json!({"status": {
+            "admission": {"clusterQueue": "gpu", "podSetAssignments": [
+                {"name": "main", "resourceUsage": {"nvidia.com/gpu": "8", "cpu": "16"}}]},
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                 "lastTransitionTime": "2026-12-02T10:05:00Z"},
+                {"type": "Admitted", "status": "True", "reason": "Admitted",
+                 "lastTransitionTime": "2026-12-02T10:05:00Z"}]}}),
+    )
+    .expect("admitted");
+    until("the admission is in the book", || {
+        let mut probe = first_probe(&uid);
+        stories.job_version(&mut probe, None, true);
+        probe
+            .story
+            .as_ref()
+            .and_then(|s| s.workload.as_ref())
+            .map(|w| &w.state)
+            == Some(&QueueState::Admitted)
+    })
+    .await;
+    sim.patch_merge(
+        &Gvr::BATCH_JOB,
+        "ml",
+        "llama-ft",
+        json!({"spec": {"suspend": false}}),
+    )
+    .expect("unsuspended");
+    let admitted = next_event(&mut events, "llama-ft").await;
+    let facts = admitted
+        .story
+        .as_ref()
+        .and_then(|s| s.workload.clone())
+        .expect("its Workload");
+    assert_eq!(facts.state, QueueState::Admitted);
+    assert_eq!(facts.cluster_queue.as_deref(), Some("gpu"));
+    assert_eq!(facts.accelerators.get("nvidia.com/gpu"), Some(&8));
+    assert!(
+        first.story.is_some() && !Arc::ptr_eq(&story, admitted.story.as_ref().expect("a story")),
+        "the earlier event keeps its own snapshot"
+    );
+
+    // A pod of the job dies of OOM: the job's next version says why.
+    sim.create(
+        &Gvr::POD,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "llama-ft-0", "namespace": "ml",
+                   "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                       "name": "llama-ft", "uid": uid, "controller": true}]},
+               "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+               "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer",
+                   "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                   "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}),
+    )
+    .expect("pod created");
+    until("the pod's cause is in the book", || {
+        let mut probe = first_probe(&uid);
+        stories.job_version(&mut probe, None, true);
+        probe.story.as_ref().is_some_and(|s| s.failure.is_some())
+    })
+    .await;
+    sim.patch_status(
+        &Gvr::BATCH_JOB,
+        "ml",
+        "llama-ft",
+        json!({"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+               "reason": "BackoffLimitExceeded",
+               "message": "Job has reached the specified backoff limit"}]}}),
+    )
+    .expect("failed");
+    let failed = next_event(&mut events, "llama-ft").await;
+    let cause = failed
+        .story
+        .as_ref()
+        .and_then(|s| s.failure.clone())
+        .expect("a failure cause");
+    assert_eq!(
+        (
+            cause.container.as_str(),
+            cause.reason.as_str(),
+            cause.exit_code
+        ),
+        ("trainer", "OOMKilled", Some(137))
+    );
+    let head = failed.head_json().expect("the head encodes");
+    let back = JobEvent::from_parts(&head, failed.object_json.clone()).expect("decodes");
+    assert_eq!(back.story, failed.story, "the inbox's head keeps the story");
+    stream.abort();
+
+    // The same job seen by a stream whose kind asks for no story: no story on its events.
+    let (sink, mut events) = mpsc::channel(64);
+    let quiet = tokio::spawn(watcher::run(
+        client.clone(),
+        target(batch_job(StorySources::default())),
+        sink,
+        |_| {},
+    ));
+    let plain = next_event(&mut events, "llama-ft").await;
+    assert!(
+        plain.story.is_none(),
+        "a kind without story sources carries none"
+    );
+    quiet.abort();
+    workloads.abort();
+    pods.abort();
+}
+
+/// An event of the job `uid`, to read the book's current story through its public door.
+fn first_probe(uid: &str) -> JobEvent {
+    JobEvent::from_parts(
+        &json!({"id": "probe", "cluster": "story", "api_version": "batch/v1", "kind": "Job",
+                "namespace": "ml", "name": "llama-ft", "uid": uid, "resource_version": "0",
+                "phase": "running", "transition_time": "2026-12-02T10:00:00Z"})
+        .to_string(),
+        Arc::from("{}"),
+    )
+    .expect("a probe event")
+}

@@ -1,0 +1,176 @@
+//! The watches that feed one cluster's [`StoryBook`]: Kueue's Workloads and the pods, each
+//! one stream for the cluster (or per watched namespace), shared by every kind that asks for
+//! it ([`StorySources`](crate::kinds::StorySources)). The job streams tell the book which jobs
+//! exist ([`Stories::job_version`]) and take its snapshot onto each event they make.
+//!
+//! Why the story is a snapshot taken when the job's version is seen, and a change of the
+//! story alone makes no event: an event is one version of the job (its id is the job's
+//! resourceVersion), and the moments teams ask about move the job itself — Kueue suspends a
+//! job it evicts and unsuspends one it admits — so the next version carries the new facts. A
+//! Workload change seen after the job's own (separate streams keep no order between them)
+//! reaches the job's next version, not the one before.
+//!
+//! A source the cluster does not serve (Kueue not installed) is retried with kube's backoff
+//! and said once in the log; the job streams go on without its facts.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, pin_mut};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::ObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+
+use jobrelay_contract::event::{JobEvent, Phase};
+
+use super::book::{BookLimits, StoryBook};
+use super::{pod_cause, workload};
+
+/// The API group, version and plural of Kueue's Workloads as read here.
+pub const WORKLOAD: (&str, &str, &str, &str) =
+    ("kueue.x-k8s.io", "v1beta2", "Workload", "workloads");
+
+/// One cluster's story book, shared by its job streams and its story sources. One lock, held
+/// for one step of the book (a lookup or an insert), never across an await.
+#[derive(Debug)]
+pub struct Stories {
+    book: Mutex<StoryBook>,
+}
+
+impl Stories {
+    /// An empty book for one cluster.
+    pub fn new(limits: BookLimits) -> Arc<Stories> {
+        Arc::new(Stories {
+            book: Mutex::new(StoryBook::new(limits)),
+        })
+    }
+
+    /// A version of a job was seen, by a stream whose kind tells its story (`tells`) or not.
+    /// Either way the job's controlling owner is linked (a JobSet's TrainJob), so the objects
+    /// of a child reach the root; a kind that tells its story is tracked by the book and its
+    /// event takes the story's snapshot; a deletion ends the story after its last event took it.
+    pub fn job_version(&self, event: &mut JobEvent, owner: Option<&str>, tells: bool) {
+        let mut book = self.book.lock();
+        if let Some(owner) = owner {
+            book.link(&event.uid, owner);
+        }
+        if !tells {
+            return;
+        }
+        if event.phase == Phase::Deleted {
+            event.story = book.story(&event.uid);
+            book.job_gone(&event.uid);
+        } else {
+            book.job_seen(&event.uid);
+            event.story = book.story(&event.uid);
+        }
+    }
+
+    /// Orphan stories let go for room, and those kept now.
+    pub fn orphans(&self) -> (u64, usize) {
+        let book = self.book.lock();
+        (book.dropped(), book.orphans())
+    }
+
+    fn workload(&self, facts: workload::WorkloadFacts) {
+        self.book.lock().workload(facts);
+    }
+
+    fn pod(&self, pod: &Pod) {
+        let Some(owner) = controller(&pod.metadata) else {
+            return;
+        };
+        let cause = pod_cause::failure_cause(pod);
+        if cause.is_some() {
+            self.book.lock().pod(owner, cause);
+        }
+    }
+}
+
+/// The uid of an object's controlling owner.
+pub fn controller(metadata: &ObjectMeta) -> Option<&str> {
+    metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// Watches Kueue's Workloads (of one namespace, or all) into `stories` until cancelled.
+pub async fn watch_workloads(
+    client: Client,
+    namespace: Option<String>,
+    stories: Arc<Stories>,
+    cluster: Arc<str>,
+) {
+    let (group, version, kind, plural) = WORKLOAD;
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    pin_mut!(stream);
+    let mut failing = false;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Event::Apply(object) | Event::InitApply(object)) => {
+                failing = false;
+                let facts = serde_json::to_string(&object)
+                    .map_err(workload::WorkloadError::from)
+                    .and_then(|text| workload::read(&text));
+                match facts {
+                    Ok(facts) => stories.workload(facts),
+                    Err(e) => tracing::warn!(cluster = %cluster,
+                        workload = %crate::lenient::label(&object.metadata), error = %e,
+                        "a Kueue Workload cannot be read; its job's story goes without it"),
+                }
+            }
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(cluster = %cluster, error = %e,
+                        "cannot watch Kueue Workloads (is Kueue installed?); jobs' stories go \
+                         without them, retrying with backoff");
+                }
+            }
+        }
+    }
+}
+
+/// Watches the pods (of one namespace, or all) into `stories` until cancelled.
+pub async fn watch_pods(
+    client: Client,
+    namespace: Option<String>,
+    stories: Arc<Stories>,
+    cluster: Arc<str>,
+) {
+    let api: Api<Pod> = match &namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    pin_mut!(stream);
+    let mut failing = false;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
+                failing = false;
+                stories.pod(&pod);
+            }
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(cluster = %cluster, error = %e,
+                        "cannot watch pods; jobs' stories go without their failure causes, \
+                         retrying with backoff");
+                }
+            }
+        }
+    }
+}
