@@ -357,6 +357,87 @@ async fn a_plugin_built_against_0_2_0_runs_and_takes_no_fleet_events() {
     }
 }
 
+/// A job's story reaches a plugin through `story.get` (the WIT's `story` interface): event-log
+/// writes what it gets, field for field as the host holds it; an event without a story
+/// gets `none`, and the line has no `story`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reads_its_events_story_through_the_story_interface() {
+    use jobrelay_contract::story::{FailureCause, Preemption, QueueState, Story, WorkloadFacts};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let plugin = rt
+        .load(spec("event-log", "event-log", data_grant(dir.path())))
+        .await
+        .expect("event-log loads");
+    let mut told = event(200, None);
+    told.story = Some(Arc::new(Story {
+        workload: Some(WorkloadFacts {
+            job_uid: None,
+            state: QueueState::Evicted {
+                reason: "Preempted".into(),
+                message: "Preempted to accommodate a workload (UID: w-9) due to reclamation".into(),
+                preempted: Some(Preemption {
+                    reason: "InCohortReclamation".into(),
+                    message: "<@U999> [x](http://evil.example)".into(),
+                }),
+            },
+            cluster_queue: Some("gpu".into()),
+            local_queue: Some("team-a".into()),
+            waiting_since: chrono::DateTime::parse_from_rfc3339("2026-12-02T10:00:00Z").ok(),
+            admitted_at: None,
+            past_execution_seconds: 3595,
+            evictions: BTreeMap::from([("Preempted".into(), 2)]),
+            requeues: 2,
+            accelerators: BTreeMap::from([("nvidia.com/gpu".into(), 8)]),
+        }),
+        failure: Some(FailureCause {
+            container: "trainer".into(),
+            init: false,
+            reason: "CrashLoopBackOff".into(),
+            exit_code: Some(137),
+            last_reason: Some("OOMKilled".into()),
+            message: None,
+        }),
+    }));
+    plugin.handle(&told).await.expect("told");
+    plugin.handle(&event(201, None)).await.expect("untold");
+    let all = lines(&dir.path().join("events.jsonl"));
+    let line: serde_json::Value = serde_json::from_str(&all[0]).expect("json line");
+    assert_eq!(
+        line["story"],
+        serde_json::json!({
+            "workload": {
+                "state": "evicted",
+                "reason": "Preempted",
+                "message": "Preempted to accommodate a workload (UID: w-9) due to reclamation",
+                "preempted": {"reason": "InCohortReclamation",
+                              "message": "<@U999> [x](http://evil.example)"},
+                "cluster_queue": "gpu",
+                "local_queue": "team-a",
+                "waiting_since": "2026-12-02T10:00:00+00:00",
+                "admitted_at": null,
+                "past_execution_seconds": 3595,
+                "evictions": {"Preempted": 2},
+                "requeues": 2,
+                "accelerators": {"nvidia.com/gpu": 8},
+            },
+            "failure": {
+                "container": "trainer",
+                "init": false,
+                "reason": "CrashLoopBackOff",
+                "exit_code": 137,
+                "last_reason": "OOMKilled",
+                "message": null,
+            },
+        })
+    );
+    let untold: serde_json::Value = serde_json::from_str(&all[1]).expect("json line");
+    assert!(
+        untold.get("story").is_none(),
+        "no story, no field: {untold}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_log_refuses_unknown_config_and_retries_on_io_errors() {
     let dir = tempfile::tempdir().expect("tempdir");

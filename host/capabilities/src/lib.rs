@@ -41,6 +41,7 @@ pub mod refusals;
 pub mod services;
 pub mod sql;
 pub mod sqlite_sandbox;
+pub mod story;
 pub mod tape;
 pub mod wasi;
 
@@ -173,6 +174,7 @@ pub static ALL: &[&dyn Capability] = &[
     &http::Http,
     &pod_logs::PodLogs,
     &archive::Archive,
+    &story::StoryCapability,
 ];
 
 /// What the capabilities build for one store before it exists, or for a kept store before
@@ -208,6 +210,8 @@ pub struct CapabilityState {
     pub pod_logs: pod_logs::PodLogAccess,
     /// The plugin's archive prefix and its open writers, if granted.
     pub archive: archive::ArchiveAccess,
+    /// The story of the call's event.
+    pub story: story::EventStory,
 }
 
 impl CapabilityState {

@@ -7,7 +7,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::HostState;
 use jobrelay_bindings as bindings;
 use jobrelay_capabilities::{
-    archive, deferral, http, job, kv, lifecycle, log, pod_logs, sql, wasi,
+    archive, deferral, http, job, kv, lifecycle, log, pod_logs, sql, story, wasi,
 };
 
 /// Links the plugin worlds' imports: the type-only interfaces, then every capability.
@@ -30,5 +30,6 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     kv::add_to_linker(linker, |s| &mut s.caps.kv)?;
     pod_logs::add_to_linker(linker, |s| &mut s.caps.pod_logs)?;
     archive::add_to_linker(linker, |s| &mut s.caps.archive)?;
+    story::add_to_linker(linker, |s| &mut s.caps.story)?;
     Ok(())
 }

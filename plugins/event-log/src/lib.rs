@@ -86,6 +86,49 @@ struct Line<'a> {
     labels: BTreeMap<&'a str, &'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     synthetic: bool,
+    /// What the job's Kueue Workload and pods said (`story::get`), when its kind tells it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    story: Option<serde_json::Value>,
+}
+
+/// The job's story as JSON, in the host's field names (`docs/job-kinds.md`).
+fn story_json(story: &jobrelay_guest::story::JobStory) -> serde_json::Value {
+    use jobrelay_guest::story::QueueState;
+    let workload = story.workload.as_ref().map(|w| {
+        let state = match w.state {
+            QueueState::Queued => "queued",
+            QueueState::Reserved => "reserved",
+            QueueState::Admitted => "admitted",
+            QueueState::Evicted => "evicted",
+            QueueState::Finished => "finished",
+        };
+        serde_json::json!({
+            "state": state,
+            "reason": w.reason,
+            "message": w.message,
+            "preempted": w.preempted.as_ref().map(|p| serde_json::json!({
+                "reason": p.reason, "message": p.message})),
+            "cluster_queue": w.cluster_queue,
+            "local_queue": w.local_queue,
+            "waiting_since": w.waiting_since,
+            "admitted_at": w.admitted_at,
+            "past_execution_seconds": w.past_execution_seconds,
+            "evictions": w.evictions.iter().cloned().collect::<BTreeMap<_, _>>(),
+            "requeues": w.requeues,
+            "accelerators": w.accelerators.iter().cloned().collect::<BTreeMap<_, _>>(),
+        })
+    });
+    let failure = story.failure.as_ref().map(|f| {
+        serde_json::json!({
+            "container": f.container,
+            "init": f.init,
+            "reason": f.reason,
+            "exit_code": f.exit_code,
+            "last_reason": f.last_reason,
+            "message": f.message,
+        })
+    });
+    serde_json::json!({"workload": workload, "failure": failure})
 }
 
 fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
@@ -112,6 +155,7 @@ fn render(event: &JobEvent) -> Result<Vec<u8>, String> {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect(),
         synthetic: event.synthetic,
+        story: jobrelay_guest::story::get().as_ref().map(story_json),
     };
     let mut bytes = serde_json::to_vec(&line).map_err(|e| format!("cannot encode event: {e}"))?;
     bytes.push(b'\n');

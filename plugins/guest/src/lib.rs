@@ -67,6 +67,12 @@ pub mod job {
 pub mod deferral {
     pub use crate::bindings::jobrelay::plugin::deferral::defer;
 }
+/// What the objects around the event's job said of it (its Kueue Workload, its first failing
+/// pod): `story::get()` inside `handle`, `None` when its kind tells no story
+/// (`docs/job-kinds.md`, "A job's story").
+pub mod story {
+    pub use crate::bindings::jobrelay::plugin::story::*;
+}
 pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::{Guest, HandlerError, JobEvent};
 
