@@ -709,3 +709,190 @@ async fn mariadb_one_row_per_transition() {
 async fn sqlite_one_row_per_transition() {
     one_row_per_transition("embedded").await;
 }
+
+/// A job's story (its Kueue Workload, its failing pod) fills the story columns, each kept
+/// when a later event knows nothing of it; a jobs table as the release before the story wrote
+/// it gains the columns at load (its rows keep theirs, the new columns empty) and takes the
+/// story from then on.
+async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
+    use jobrelay_contract::story::{FailureCause, QueueState, Story, WorkloadFacts};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix("story");
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+    handle_all(&plugin, &lifecycle("u-before", 10, Phase::Succeeded)).await;
+    drop(plugin);
+    for column in [
+        "local_queue",
+        "cluster_queue",
+        "queue_state",
+        "queued_since",
+        "admitted_at",
+        "queued_seconds",
+        "preemptions",
+        "requeues",
+        "accelerators_json",
+        "failure_reason",
+        "failure_exit_code",
+        "failure_container",
+    ] {
+        db.execute(format!("ALTER TABLE {prefix}_jobs DROP COLUMN {column}"))
+            .await;
+    }
+    let plugin = load(&rt, connection, &prefix).await;
+
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    let workload = |state: QueueState, admitted: Option<&str>| WorkloadFacts {
+        job_uid: None,
+        state,
+        cluster_queue: admitted.map(|_| "gpu".to_string()),
+        local_queue: Some("team-a".into()),
+        waiting_since: at("2026-11-21T10:00:00Z"),
+        admitted_at: admitted.and_then(at),
+        past_execution_seconds: 0,
+        evictions: BTreeMap::from([("Preempted".into(), 1)]),
+        requeues: 1,
+        accelerators: admitted
+            .map(|_| BTreeMap::from([("nvidia.com/gpu".to_string(), 8)]))
+            .unwrap_or_default(),
+    };
+    let mut events = lifecycle("u-story", 30, Phase::Failed);
+    events[0].story = Some(Arc::new(Story {
+        workload: Some(workload(
+            QueueState::Queued {
+                reason: "Pending".into(),
+                message: "insufficient quota".into(),
+            },
+            None,
+        )),
+        failure: None,
+    }));
+    events[1].story = Some(Arc::new(Story {
+        workload: Some(workload(QueueState::Admitted, Some("2026-11-21T10:05:00Z"))),
+        failure: None,
+    }));
+    events[2].story = Some(Arc::new(Story {
+        workload: Some(workload(QueueState::Admitted, Some("2026-11-21T10:05:00Z"))),
+        failure: Some(FailureCause {
+            container: "trainer".into(),
+            init: false,
+            reason: "OOMKilled".into(),
+            exit_code: Some(137),
+            last_reason: None,
+            message: None,
+        }),
+    }));
+    handle_all(&plugin, &events).await;
+    // A later event without a story (a deletion noticed on a re-list) blanks none of it.
+    plugin
+        .handle(&deletion_noticed_on_relist(
+            "u-story",
+            "33",
+            "2026-11-21T12:00:00Z",
+        ))
+        .await
+        .expect("handled");
+
+    type StoryRow = (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
+    let time = |c: &str| match &db {
+        Db::Maria(_) => format!("CAST({c} AS CHAR)"),
+        Db::Lite(_) => c.to_string(),
+    };
+    let query = |uid: &str| {
+        format!(
+            "SELECT local_queue, cluster_queue, queue_state, {}, queued_seconds, preemptions, \
+             accelerators_json, failure_reason, failure_exit_code FROM {prefix}_jobs \
+             WHERE uid = '{uid}'",
+            time("queued_since")
+        )
+    };
+    let row = |uid: &str| {
+        let text = query(uid);
+        async {
+            let row: StoryRow = match &db {
+                Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                    .fetch_one(pool)
+                    .await
+                    .expect("row"),
+                Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+                    .fetch_one(pool)
+                    .await
+                    .expect("row"),
+            };
+            row
+        }
+    };
+    assert_eq!(
+        row("u-story").await,
+        (
+            Some("team-a".into()),
+            Some("gpu".into()),
+            Some("admitted".into()),
+            Some("2026-11-21 10:00:00.000".into()),
+            Some(300),
+            Some(1),
+            Some(r#"{"nvidia.com/gpu":8}"#.into()),
+            Some("OOMKilled".into()),
+            Some(137),
+        )
+    );
+    assert_eq!(
+        row("u-before").await,
+        (None, None, None, None, None, None, None, None, None),
+        "a row written before the story keeps its values, the new columns empty"
+    );
+    assert_eq!(db.job(&prefix, "u-before").await.0, "succeeded");
+
+    // The README's two queries, as written there but for the table's name.
+    if let Db::Maria(pool) = &db {
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/mysql-sync/README.md"),
+        )
+        .expect("the README");
+        let queries: Vec<String> = readme
+            .split("```sql\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .map(|q| q.replace("FROM jobs ", &format!("FROM {prefix}_jobs ")))
+            .collect();
+        assert_eq!(queries.len(), 2, "the README's queries");
+        let hours: (String, Option<String>, f64) = sqlx::query_as(sqlx::AssertSqlSafe(
+            queries[0].replace("DATE(finish_time)", "CAST(DATE(finish_time) AS CHAR)"),
+        ))
+        .fetch_one(pool)
+        .await
+        .expect("the GPU-hours query runs");
+        assert_eq!(
+            (hours.0.as_str(), hours.1.as_deref()),
+            ("team-a", Some("2026-11-21"))
+        );
+        assert!((hours.2 - 8.0 * 3605.0 / 3600.0).abs() < 1e-9, "{hours:?}");
+        let p95: (String, i64) = sqlx::query_as(sqlx::AssertSqlSafe(queries[1].clone()))
+            .fetch_one(pool)
+            .await
+            .expect("the p95 query runs");
+        assert_eq!(p95, ("team-a".to_string(), 300));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_the_story_fills_its_columns_on_a_migrated_table() {
+    the_story_fills_its_columns_on_a_migrated_table("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_story_fills_its_columns_on_a_migrated_table() {
+    the_story_fills_its_columns_on_a_migrated_table("embedded").await;
+}

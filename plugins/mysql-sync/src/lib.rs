@@ -26,6 +26,7 @@ mod plugin {
     use super::statements::{self, Dialect};
 
     use jobrelay_guest::sql::{self, Error as SqlError, Statement, Value};
+    use jobrelay_guest::story::{JobStory, QueueState};
     use jobrelay_guest::{
         FleetEvent, Guest, HandlerError, JobEvent, Phase, is_terminal, lifecycle, log, phase_name,
     };
@@ -240,10 +241,50 @@ mod plugin {
                 (event.phase == Phase::Deleted)
                     .then(|| row::sql_time(&event.transition_time).unwrap_or_else(|| now.into())),
             ),
-            Value::Int(version.minor),
-            Value::Int(version.major),
         ]);
+        values.extend(story_values(jobrelay_guest::story::get().as_ref()));
+        values.extend([Value::Int(version.minor), Value::Int(version.major)]);
         values
+    }
+
+    /// The story columns (`statements::STORY_COLUMNS`, in order): what the job's Kueue
+    /// Workload and pods said, NULL for what the event does not know (the stored value stays).
+    fn story_values(story: Option<&JobStory>) -> Vec<Value> {
+        let workload = story.and_then(|s| s.workload.as_ref());
+        let failure = story.and_then(|s| s.failure.as_ref());
+        let int = |n: Option<i64>| n.map_or(Value::Null, Value::Int);
+        let state = workload.map(|w| {
+            match (w.state, w.preempted.is_some()) {
+                (QueueState::Evicted, true) => "preempted",
+                (QueueState::Evicted, false) => "evicted",
+                (QueueState::Queued, _) => "queued",
+                (QueueState::Reserved, _) => "reserved",
+                (QueueState::Admitted, _) => "admitted",
+                (QueueState::Finished, _) => "finished",
+            }
+            .to_string()
+        });
+        let queued = workload.and_then(|w| match (&w.waiting_since, &w.admitted_at) {
+            (Some(since), Some(admitted)) => row::seconds_between(since, admitted),
+            _ => None,
+        });
+        let accelerators = workload
+            .filter(|w| !w.accelerators.is_empty())
+            .map(|w| row::accelerators_json(&w.accelerators));
+        vec![
+            optional(workload.and_then(|w| w.local_queue.as_deref().map(|q| row::cut(q, 253)))),
+            optional(workload.and_then(|w| w.cluster_queue.as_deref().map(|q| row::cut(q, 253)))),
+            optional(state),
+            optional(workload.and_then(|w| w.waiting_since.as_deref().and_then(row::sql_time))),
+            optional(workload.and_then(|w| w.admitted_at.as_deref().and_then(row::sql_time))),
+            int(queued),
+            int(workload.map(|w| i64::from(row::preemptions(&w.evictions)))),
+            int(workload.map(|w| i64::from(w.requeues))),
+            optional(accelerators),
+            optional(failure.map(|f| row::cut(&f.reason, 128))),
+            int(failure.and_then(|f| f.exit_code).map(i64::from)),
+            optional(failure.map(|f| row::cut(&f.container, 253))),
+        ]
     }
 
     /// Brings tables created by an earlier release up to date (see

@@ -41,8 +41,36 @@ pub const JOB_COLUMNS: &[&str] = &[
     "updated_at",
     "outcome",
     "deleted_at",
+    "local_queue",
+    "cluster_queue",
+    "queue_state",
+    "queued_since",
+    "admitted_at",
+    "queued_seconds",
+    "preemptions",
+    "requeues",
+    "accelerators_json",
+    "failure_reason",
+    "failure_exit_code",
+    "failure_container",
     "version_minor",
     "version_major",
+];
+
+/// The columns of the job's story, each kept until a later event knows better.
+pub const STORY_COLUMNS: &[&str] = &[
+    "local_queue",
+    "cluster_queue",
+    "queue_state",
+    "queued_since",
+    "admitted_at",
+    "queued_seconds",
+    "preemptions",
+    "requeues",
+    "accelerators_json",
+    "failure_reason",
+    "failure_exit_code",
+    "failure_container",
 ];
 
 /// Columns of the transitions table in insert order.
@@ -90,6 +118,18 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     updated_at DATETIME(3) NOT NULL,
                     outcome VARCHAR(16) NULL,
                     deleted_at DATETIME(3) NULL,
+                    local_queue VARCHAR(253) NULL,
+                    cluster_queue VARCHAR(253) NULL,
+                    queue_state VARCHAR(16) NULL,
+                    queued_since DATETIME(3) NULL,
+                    admitted_at DATETIME(3) NULL,
+                    queued_seconds BIGINT NULL,
+                    preemptions BIGINT NULL,
+                    requeues BIGINT NULL,
+                    accelerators_json TEXT NULL,
+                    failure_reason VARCHAR(128) NULL,
+                    failure_exit_code BIGINT NULL,
+                    failure_container VARCHAR(253) NULL,
                     version_minor BIGINT NOT NULL,
                     version_major BIGINT NOT NULL,
                     PRIMARY KEY (cluster, uid),
@@ -142,6 +182,18 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
                     updated_at TEXT NOT NULL,
                     outcome TEXT,
                     deleted_at TEXT,
+                    local_queue TEXT,
+                    cluster_queue TEXT,
+                    queue_state TEXT,
+                    queued_since TEXT,
+                    admitted_at TEXT,
+                    queued_seconds INTEGER,
+                    preemptions INTEGER,
+                    requeues INTEGER,
+                    accelerators_json TEXT,
+                    failure_reason TEXT,
+                    failure_exit_code INTEGER,
+                    failure_container TEXT,
                     version_minor INTEGER NOT NULL,
                     version_major INTEGER NOT NULL,
                     PRIMARY KEY (cluster, uid)
@@ -224,6 +276,8 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
             "start_time" | "finish_time" | "reason" | "message" | "outcome" | "deleted_at" => {
                 format!("COALESCE({n}, {o})")
             }
+            // A story's facts: the latest known, never blanked by an event without a story.
+            c if STORY_COLUMNS.contains(&c) => format!("COALESCE({n}, {o})"),
             "labels_json" => format!(
                 "CASE WHEN {} = 'deleted' THEN {o} ELSE {n} END",
                 new("phase")
@@ -279,6 +333,19 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
 pub const ADDED_JOB_COLUMNS: &[(&str, &str, &str)] = &[
     ("outcome", "VARCHAR(16) NULL", "TEXT"),
     ("deleted_at", "DATETIME(3) NULL", "TEXT"),
+    // The job's story (its kind's `story` in jobrelay's main file): empty without one.
+    ("local_queue", "VARCHAR(253) NULL", "TEXT"),
+    ("cluster_queue", "VARCHAR(253) NULL", "TEXT"),
+    ("queue_state", "VARCHAR(16) NULL", "TEXT"),
+    ("queued_since", "DATETIME(3) NULL", "TEXT"),
+    ("admitted_at", "DATETIME(3) NULL", "TEXT"),
+    ("queued_seconds", "BIGINT NULL", "INTEGER"),
+    ("preemptions", "BIGINT NULL", "INTEGER"),
+    ("requeues", "BIGINT NULL", "INTEGER"),
+    ("accelerators_json", "TEXT NULL", "TEXT"),
+    ("failure_reason", "VARCHAR(128) NULL", "TEXT"),
+    ("failure_exit_code", "BIGINT NULL", "INTEGER"),
+    ("failure_container", "VARCHAR(253) NULL", "TEXT"),
 ];
 
 /// The query listing a table's columns (one bound parameter: the table name).
@@ -414,8 +481,48 @@ mod tests {
         for dialect in [Dialect::MySql, Dialect::Sqlite] {
             assert!(migrate_jobs(dialect, "jobs", "t", &all).is_empty());
             let steps = migrate_jobs(dialect, "jobs", "t", &old);
-            assert_eq!(steps.len(), 4, "{steps:?}");
+            // Every added column, then the two back-fills of outcome and deleted_at.
+            assert_eq!(steps.len(), ADDED_JOB_COLUMNS.len() + 2, "{steps:?}");
             assert!(steps[0].starts_with("ALTER TABLE jobs ADD COLUMN outcome"));
+            // A table of the release before the story: only the story's columns are added.
+            let before_story: Vec<String> = JOB_COLUMNS
+                .iter()
+                .filter(|c| !STORY_COLUMNS.contains(c))
+                .map(|c| c.to_string())
+                .collect();
+            let steps = migrate_jobs(dialect, "jobs", "t", &before_story);
+            assert_eq!(steps.len(), STORY_COLUMNS.len(), "{steps:?}");
+            for (step, column) in steps.iter().zip(STORY_COLUMNS) {
+                assert!(
+                    step.starts_with(&format!("ALTER TABLE jobs ADD COLUMN {column} ")),
+                    "{step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_story_column_is_created_inserted_and_kept() {
+        for dialect in [Dialect::MySql, Dialect::Sqlite] {
+            let created = schema(dialect, "jobs", "t").join("\n");
+            let upsert = upsert_job(dialect, "jobs");
+            for column in STORY_COLUMNS {
+                assert!(JOB_COLUMNS.contains(column), "{column} inserted");
+                assert!(
+                    created.contains(&format!("{column} ")),
+                    "{dialect:?}: {column} created"
+                );
+                assert!(
+                    upsert.contains(&format!(
+                        "COALESCE({}",
+                        match dialect {
+                            Dialect::MySql => format!("VALUES({column})"),
+                            Dialect::Sqlite => format!("excluded.{column}"),
+                        }
+                    )),
+                    "{dialect:?}: {column} kept when an event knows nothing of it"
+                );
+            }
         }
     }
 
