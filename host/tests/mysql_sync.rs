@@ -715,7 +715,7 @@ async fn sqlite_one_row_per_transition() {
 /// it gains the columns at load (its rows keep theirs, the new columns empty) and takes the
 /// story from then on.
 async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
-    use jobrelay_contract::story::{FailureCause, QueueState, Story, WorkloadFacts};
+    use jobrelay_contract::story::{Counts, FailureCause, QueueState, Story, WorkloadFacts};
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime(services(dir.path()));
     let prefix = unique_prefix("story");
@@ -751,10 +751,10 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         waiting_since: at("2026-11-21T10:00:00Z"),
         admitted_at: admitted.and_then(at),
         past_execution_seconds: 0,
-        evictions: BTreeMap::from([("Preempted".into(), 1)]),
+        evictions: Counts::from([("Preempted".into(), 1)]),
         requeues: 1,
         accelerators: admitted
-            .map(|_| BTreeMap::from([("nvidia.com/gpu".to_string(), 8)]))
+            .map(|_| Counts::from([("nvidia.com/gpu".to_string(), 8)]))
             .unwrap_or_default(),
     };
     let mut events = lifecycle("u-story", 30, Phase::Failed);

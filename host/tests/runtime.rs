@@ -362,7 +362,9 @@ async fn a_plugin_built_against_0_2_0_runs_and_takes_no_fleet_events() {
 /// gets `none`, and the line has no `story`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_reads_its_events_story_through_the_story_interface() {
-    use jobrelay_contract::story::{FailureCause, Preemption, QueueState, Story, WorkloadFacts};
+    use jobrelay_contract::story::{
+        Counts, FailureCause, Preemption, QueueState, Story, WorkloadFacts,
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime();
     let plugin = rt
@@ -386,9 +388,9 @@ async fn a_plugin_reads_its_events_story_through_the_story_interface() {
             waiting_since: chrono::DateTime::parse_from_rfc3339("2026-12-02T10:00:00Z").ok(),
             admitted_at: None,
             past_execution_seconds: 3595,
-            evictions: BTreeMap::from([("Preempted".into(), 2)]),
+            evictions: Counts::from([("Preempted".into(), 2)]),
             requeues: 2,
-            accelerators: BTreeMap::from([("nvidia.com/gpu".into(), 8)]),
+            accelerators: Counts::from([("nvidia.com/gpu".into(), 8)]),
         }),
         failure: Some(FailureCause {
             container: "trainer".into(),

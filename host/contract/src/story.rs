@@ -8,8 +8,6 @@
 //! carried when it was made. The readers of each object live in the watch layer
 //! (`jobrelay_watch::story`); this is the vocabulary they produce.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, FixedOffset};
 use serde::{Deserialize, Serialize};
 
@@ -105,20 +103,81 @@ pub struct WorkloadFacts {
     #[serde(default)]
     pub past_execution_seconds: i64,
     /// Evictions counted by Kueue, by reason (`schedulingStats.evictions`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub evictions: BTreeMap<String, u32>,
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub evictions: Counts<u32>,
     /// Times requeued (`requeueState.count`).
     #[serde(default)]
     pub requeues: u32,
     /// Accelerators its admission holds, all pod sets together, by resource name.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub accelerators: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub accelerators: Counts<u64>,
 }
 
 impl WorkloadFacts {
     /// Evictions by preemption.
     pub fn preemptions(&self) -> u32 {
         self.evictions.get("Preempted").copied().unwrap_or(0)
+    }
+}
+
+/// Counts by name (evictions by reason, accelerators by resource), as a map in JSON.
+///
+/// Why not a `BTreeMap`: a story holds one or two entries per count, and a B-tree's first
+/// node is some 400 bytes whatever it holds, which made two counts most of a story's memory
+/// (docs/BENCHMARKS.md, "A job's story"). Kept sorted by name, each name once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts<V>(Vec<(String, V)>);
+
+impl<V: Copy + std::ops::AddAssign> Counts<V> {
+    /// Adds `n` to the count of `name`.
+    pub fn add(&mut self, name: &str, n: V) {
+        match self.0.binary_search_by(|(k, _)| k.as_str().cmp(name)) {
+            Ok(at) => self.0[at].1 += n,
+            Err(at) => self.0.insert(at, (name.to_string(), n)),
+        }
+    }
+
+    /// The count of `name`.
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_str().cmp(name))
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+}
+
+impl<V> Counts<V> {
+    /// Whether nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The counts, by name in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, (String, V)> {
+        self.0.iter()
+    }
+}
+
+impl<V: Copy + std::ops::AddAssign, const N: usize> From<[(String, V); N]> for Counts<V> {
+    fn from(pairs: [(String, V); N]) -> Counts<V> {
+        let mut counts = Counts(Vec::with_capacity(N));
+        for (name, n) in pairs {
+            counts.add(&name, n);
+        }
+        counts
+    }
+}
+
+impl<V: Serialize> Serialize for Counts<V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de, V: Deserialize<'de> + Copy + std::ops::AddAssign> Deserialize<'de> for Counts<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, V>::deserialize(deserializer)?;
+        Ok(Counts(map.into_iter().collect()))
     }
 }
 
@@ -168,9 +227,9 @@ mod tests {
                 waiting_since: DateTime::parse_from_rfc3339("2026-12-01T10:00:00+00:00").ok(),
                 admitted_at: None,
                 past_execution_seconds: 3595,
-                evictions: BTreeMap::from([("Preempted".into(), 1)]),
+                evictions: Counts::from([("Preempted".into(), 1)]),
                 requeues: 1,
-                accelerators: BTreeMap::from([("nvidia.com/gpu".into(), 8)]),
+                accelerators: Counts::from([("nvidia.com/gpu".into(), 8)]),
             }),
             failure: Some(FailureCause {
                 container: "trainer".into(),

@@ -95,6 +95,16 @@ impl StoryBook {
         self.jobs.insert(uid.to_string(), story);
     }
 
+    /// A version of a job seen: [`StoryBook::job_seen`] and [`StoryBook::story`] in one
+    /// lookup for a job already known, as every version after a job's first is.
+    pub fn seen(&mut self, uid: &str) -> Option<Arc<Story>> {
+        if let Some(story) = self.jobs.get(uid) {
+            return story.clone().filter(|s| !s.is_empty());
+        }
+        self.job_seen(uid);
+        self.story(uid)
+    }
+
     /// A job deleted: its story ends, and later facts naming it are let go.
     pub fn job_gone(&mut self, uid: &str) {
         self.jobs.remove(uid);
@@ -103,8 +113,10 @@ impl StoryBook {
     }
 
     /// A child object (`child` uid) owned by `owner` (a job, or another child).
+    /// A link already known is left as it is (no copy of either uid), so a job's every
+    /// version can report its owner for the cost of one lookup.
     pub fn link(&mut self, child: &str, owner: &str) {
-        if child != owner {
+        if child != owner && self.links.get(child).map(String::as_str) != Some(owner) {
             self.links
                 .insert(child.to_string(), owner.to_string(), self.limits.links);
         }

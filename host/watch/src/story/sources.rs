@@ -64,8 +64,7 @@ impl Stories {
             event.story = book.story(&event.uid);
             book.job_gone(&event.uid);
         } else {
-            book.job_seen(&event.uid);
-            event.story = book.story(&event.uid);
+            event.story = book.seen(&event.uid);
         }
     }
 
@@ -75,11 +74,13 @@ impl Stories {
         (book.dropped(), book.orphans())
     }
 
-    fn workload(&self, facts: workload::WorkloadFacts) {
+    /// A version of a Workload read.
+    pub fn workload(&self, facts: workload::WorkloadFacts) {
         self.book.lock().workload(facts);
     }
 
-    fn pod(&self, pod: &Pod) {
+    /// A version of a pod: its failure cause, if it has one, for the job its owner leads to.
+    pub fn pod(&self, pod: &Pod) {
         let Some(owner) = controller(&pod.metadata) else {
             return;
         };

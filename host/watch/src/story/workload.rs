@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use chrono::DateTime;
 use serde::Deserialize;
 
-pub use jobrelay_contract::story::{Preemption, QueueState, WorkloadFacts};
+pub use jobrelay_contract::story::{Counts, Preemption, QueueState, WorkloadFacts};
 
 /// A Workload that is not one: its JSON does not decode as a Workload's shape.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +75,7 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
         .as_deref()
         .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
     let admission = status.admission.unwrap_or_default();
-    let mut accelerators = BTreeMap::new();
+    let mut accelerators = Counts::default();
     for usage in admission
         .pod_set_assignments
         .iter()
@@ -87,7 +87,7 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
             number => number.as_u64(),
         };
         if let Some(n) = whole.filter(|_| name.contains('/')) {
-            *accelerators.entry(name.clone()).or_insert(0) += n;
+            accelerators.add(name, n);
         }
     }
     let job_uid = w
@@ -116,8 +116,8 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
             .map(|s| s.evictions)
             .unwrap_or_default()
             .into_iter()
-            .fold(BTreeMap::new(), |mut by, e| {
-                *by.entry(e.reason).or_insert(0) += e.count;
+            .fold(Counts::default(), |mut by, e| {
+                by.add(&e.reason, e.count);
                 by
             }),
         requeues: status.requeue_state.and_then(|r| r.count).unwrap_or(0),

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::story::workload::QueueState;
+use crate::story::workload::{Counts, QueueState};
 
 /// The facts as the book keeps them: without the uid they named.
 fn kept(facts: WorkloadFacts) -> WorkloadFacts {
@@ -25,9 +25,9 @@ fn facts(job: &str, reason: &str) -> WorkloadFacts {
         waiting_since: None,
         admitted_at: None,
         past_execution_seconds: 0,
-        evictions: BTreeMap::new(),
+        evictions: Counts::default(),
         requeues: 0,
-        accelerators: BTreeMap::new(),
+        accelerators: Counts::default(),
     }
 }
 

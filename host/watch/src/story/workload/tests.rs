@@ -76,7 +76,7 @@ fn a_workload_goes_reserved_admitted_preempted_requeued_and_admitted_again() {
     assert_eq!(admitted.admitted_at, at("2026-12-01T09:00:05Z"));
     assert_eq!(
         admitted.accelerators,
-        BTreeMap::from([("nvidia.com/gpu".to_string(), 32)]),
+        Counts::from([("nvidia.com/gpu".to_string(), 32)]),
         "both pod sets' totals, no cpu or memory"
     );
 
