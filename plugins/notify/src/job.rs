@@ -4,7 +4,33 @@
 //! module is unit-tested on the host target without building a component); this file adds the
 //! few questions the plugin asks of them.
 
+pub use jobrelay_guest::story::JobStory;
 pub use jobrelay_guest::{JobEvent, Phase};
+
+/// The story of the event being handled (`story.get`): its Kueue Workload, its first
+/// failing pod. A host import, so only inside the component; the unit tests, built for the
+/// host target, set the one they are about with [`tell`].
+#[cfg(target_arch = "wasm32")]
+pub fn story() -> Option<JobStory> {
+    jobrelay_guest::story::get()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+thread_local! {
+    static TOLD: std::cell::RefCell<Option<JobStory>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The story a unit test set with [`tell`] on this thread.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn story() -> Option<JobStory> {
+    TOLD.with(|told| told.borrow().clone())
+}
+
+/// Sets the story [`story`] answers on this thread (unit tests on the host target only).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn tell(story: Option<JobStory>) {
+    TOLD.with(|told| *told.borrow_mut() = story);
+}
 
 /// Whether this event changes the phase. A first event (no previous phase) counts: the plugin
 /// has not reported this job yet.

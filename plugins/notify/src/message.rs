@@ -17,7 +17,7 @@ use jobrelay_guest::phase_name;
 use crate::config::Settings;
 use crate::duration::run_time;
 use crate::fleet::{self, FleetEvent};
-use crate::job::{JobEvent, Phase};
+use crate::job::{JobEvent, JobStory, Phase};
 
 /// Appended where text was cut.
 pub const TRUNCATED: &str = "…(truncated)";
@@ -44,6 +44,71 @@ pub struct Message {
     pub mention: bool,
 }
 
+/// What a job's story adds to its message: where it is in its Kueue queue and what Kueue
+/// did to it, and why its pods failed (`docs/job-kinds.md`, "A job's story"). Text from the
+/// cluster, laid out by each provider through its neutraliser like every other fact.
+pub fn story_facts(story: &JobStory) -> Vec<(&'static str, String)> {
+    use jobrelay_guest::story::QueueState;
+    let mut facts = Vec::new();
+    if let Some(w) = &story.workload {
+        let queue = match (&w.local_queue, &w.cluster_queue) {
+            (Some(local), Some(cluster)) => Some(format!("{local} → {cluster}")),
+            (Some(one), None) | (None, Some(one)) => Some(one.clone()),
+            (None, None) => None,
+        };
+        if let Some(queue) = queue {
+            facts.push(("Queue", queue));
+        }
+        let said = |what: &str, why: &str| {
+            if why.is_empty() {
+                what.to_string()
+            } else {
+                format!("{what} ({why})")
+            }
+        };
+        let state = match (w.state, &w.preempted) {
+            (QueueState::Evicted, Some(p)) => said("preempted", &p.reason),
+            (QueueState::Evicted, None) => said("evicted", &w.reason),
+            (QueueState::Queued, _) => {
+                let since = w.waiting_since.as_deref().map(|t| format!(" since {t}"));
+                format!(
+                    "{}{}",
+                    said("waiting for quota", &w.reason),
+                    since.unwrap_or_default()
+                )
+            }
+            (QueueState::Reserved, _) => "quota reserved".to_string(),
+            (QueueState::Admitted, _) => "admitted".to_string(),
+            (QueueState::Finished, _) => said("finished", &w.reason),
+        };
+        facts.push(("Queue state", state));
+        let preemptions: u32 = w
+            .evictions
+            .iter()
+            .filter(|(reason, _)| reason == "Preempted")
+            .map(|(_, n)| *n)
+            .sum();
+        if preemptions > 0 {
+            facts.push(("Preemptions", preemptions.to_string()));
+        }
+    }
+    if let Some(f) = &story.failure {
+        let mut cause = if f.container.is_empty() {
+            f.reason.clone()
+        } else {
+            format!("{}: {}", f.container, f.reason)
+        };
+        if let Some(last) = &f.last_reason {
+            cause.push_str(&format!(" (last {last})"));
+        }
+        if let Some(code) = f.exit_code {
+            cause.push_str(&format!(", exit {code}"));
+        }
+        facts.push(("Failure", cause));
+    }
+    facts
+}
+
 impl Message {
     pub fn of(job: &JobEvent, settings: &Settings) -> Message {
         let phase = phase_name(job.phase);
@@ -62,6 +127,9 @@ impl Message {
             facts.push(("Run time", took));
         }
         facts.push(("At", job.transition_time.clone()));
+        if let Some(story) = crate::job::story() {
+            facts.extend(story_facts(&story));
+        }
         let labels = (!job.labels.is_empty()).then(|| {
             job.labels
                 .iter()
@@ -260,6 +328,80 @@ mod tests {
             )]
         );
         assert!(message.mention);
+    }
+
+    #[test]
+    fn a_jobs_story_adds_its_queue_and_its_failure() {
+        use jobrelay_guest::story::{FailureCause, Preemption, QueueState, Workload};
+        let settings = settings(&[("webhook", "https://chat.example/hook/abcdefgh")]);
+        let workload = |state, preempted| Workload {
+            state,
+            reason: "Preempted".to_string(),
+            message: String::new(),
+            preempted,
+            cluster_queue: Some("gpu".to_string()),
+            local_queue: Some("team-a".to_string()),
+            waiting_since: Some("2026-12-02T10:00:00+00:00".to_string()),
+            admitted_at: None,
+            past_execution_seconds: 0,
+            evictions: vec![("Preempted".to_string(), 2)],
+            requeues: 2,
+            accelerators: Vec::new(),
+        };
+        crate::job::tell(Some(JobStory {
+            workload: Some(workload(
+                QueueState::Evicted,
+                Some(Preemption {
+                    reason: "InCohortReclamation".to_string(),
+                    message: String::new(),
+                }),
+            )),
+            failure: Some(FailureCause {
+                container: "trainer".to_string(),
+                init: false,
+                reason: "CrashLoopBackOff".to_string(),
+                exit_code: Some(137),
+                last_reason: Some("OOMKilled".to_string()),
+                message: None,
+            }),
+        }));
+        let message = Message::of(&sample(), &settings);
+        crate::job::tell(None);
+        for fact in [
+            ("Queue", "team-a → gpu"),
+            ("Queue state", "preempted (InCohortReclamation)"),
+            ("Preemptions", "2"),
+            (
+                "Failure",
+                "trainer: CrashLoopBackOff (last OOMKilled), exit 137",
+            ),
+        ] {
+            assert!(
+                message.facts.contains(&(fact.0, fact.1.to_string())),
+                "{fact:?} in {:?}",
+                message.facts
+            );
+        }
+        // Without a story, none of them.
+        let plain = Message::of(&sample(), &settings);
+        assert!(
+            !plain
+                .facts
+                .iter()
+                .any(|(label, _)| label.starts_with("Queue"))
+        );
+        // A job waiting for quota says since when.
+        let mut queued = workload(QueueState::Queued, None);
+        queued.reason = "Pending".to_string();
+        queued.evictions.clear();
+        let facts = story_facts(&JobStory {
+            workload: Some(queued),
+            failure: None,
+        });
+        assert!(facts.contains(&(
+            "Queue state",
+            "waiting for quota (Pending) since 2026-12-02T10:00:00+00:00".to_string()
+        )));
     }
 
     #[test]
