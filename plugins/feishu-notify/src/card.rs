@@ -149,6 +149,12 @@ impl Card {
         if let Some(duration) = run_time(&job.object_json, &job.transition_time) {
             short_fields.push(field("Duration", &duration, true));
         }
+        // The job's story, when its kind tells it: queue, queue state, preemptions, failure.
+        if let Some(story) = jobrelay_notify::job::story() {
+            for (label, value) in jobrelay_notify::message::story_facts(&story) {
+                short_fields.push(field(label, &value, true));
+            }
+        }
 
         let links = (!settings.links.is_empty()).then(|| {
             let buttons: Vec<Value> = settings
@@ -425,6 +431,57 @@ mod tests {
         assert_eq!(first["text"]["tag"], "lark_md");
         assert_eq!(body["card"]["elements"][1]["fields"][0]["is_short"], false);
         assert!(body.get("timestamp").is_none() && body.get("sign").is_none());
+    }
+
+    #[test]
+    fn a_jobs_story_is_shown_as_text() {
+        use jobrelay_guest::story::{FailureCause, JobStory, Preemption, QueueState, Workload};
+        jobrelay_notify::job::tell(Some(JobStory {
+            workload: Some(Workload {
+                state: QueueState::Evicted,
+                reason: "Preempted".to_string(),
+                message: String::new(),
+                preempted: Some(Preemption {
+                    reason: "**BOLD** [x](http://evil.example)".to_string(),
+                    message: String::new(),
+                }),
+                cluster_queue: Some("gpu".to_string()),
+                local_queue: Some("team-a".to_string()),
+                waiting_since: None,
+                admitted_at: None,
+                past_execution_seconds: 0,
+                evictions: Vec::new(),
+                requeues: 0,
+                accelerators: Vec::new(),
+            }),
+            failure: Some(FailureCause {
+                container: "trainer".to_string(),
+                init: false,
+                reason: "OOMKilled".to_string(),
+                exit_code: Some(137),
+                last_reason: None,
+                message: None,
+            }),
+        }));
+        let body = parse(&body(&sample(), &settings(&[]), None).expect("fits"));
+        jobrelay_notify::job::tell(None);
+        let texts = texts(&body);
+        assert!(
+            texts.contains(&"**Queue**\nteam-a → gpu".to_string()),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&"**Failure**\ntrainer: OOMKilled, exit 137".to_string()),
+            "{texts:?}"
+        );
+        let state = texts
+            .iter()
+            .find(|t| t.starts_with("**Queue state**"))
+            .expect("the queue state");
+        assert!(
+            !state.contains("**BOLD**") && !state.contains("](http"),
+            "job text never becomes lark_md: {state}"
+        );
     }
 
     #[test]
