@@ -262,3 +262,112 @@ fn first_probe(uid: &str) -> JobEvent {
     )
     .expect("a probe event")
 }
+
+/// The whole daemon: a kind with `story: {kueue: true, pods: true}` in the main file, its
+/// Workload and pod streams started by the cluster's supervisor, event-log writing each
+/// event's story as `story.get()` gives it. The job is touched (a label) until a line says
+/// what the Workload or pod said: separate streams keep no order between them, so a version
+/// made just before the book learned a fact carries it on the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_writes_a_jobs_story_through_event_log() {
+    use crate::process::{DEADLINE, plugin_dir, read_lines, write};
+    use jobrelay::daemon::Daemon;
+
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let (group, version, kind, plural) = sources::WORKLOAD;
+    sim.register_kind(ResourceKind::new(group, version, kind, plural, true));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\ndebounce_ms: 100\n\
+             kinds:\n  - {{name: batch-job, story: {{kueue: true, pods: true}}}}\n",
+            plugin_dir().display()
+        ),
+    );
+    write(&root.join("clusters/alpha.yaml"), &sim.kubeconfig_yaml());
+    write(
+        &root.join("plugins/log.yaml"),
+        "wasm: event-log.wasm\ndelivery: every-version\n\
+         grants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n",
+    );
+    let daemon = Daemon::start(root).await.expect("daemon starts");
+
+    let job = sim
+        .create(
+            &Gvr::BATCH_JOB,
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": "llama-ft", "namespace": "ml"},
+                   "spec": {"suspend": true, "template": {"spec": {"containers": []}}}}),
+        )
+        .expect("job created");
+    let uid = job["metadata"]["uid"].as_str().expect("a uid").to_string();
+    sim.create(
+        &workload_gvr(),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+               "metadata": {"name": "job-llama-ft", "namespace": "ml",
+                            "labels": {"kueue.x-k8s.io/job-uid": uid}},
+               "spec": {"queueName": "team-a"},
+               "status": {
+                   "admission": {"clusterQueue": "gpu", "podSetAssignments": [
+                       {"name": "main", "resourceUsage": {"nvidia.com/gpu": "8"}}]},
+                   "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted",
+                       "lastTransitionTime": "2026-12-02T10:05:00Z"}]}}),
+    )
+    .expect("workload created");
+    sim.create(
+        &Gvr::POD,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "llama-ft-0", "namespace": "ml",
+                   "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                       "name": "llama-ft", "uid": uid, "controller": true}]},
+               "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+               "status": {"phase": "Running", "containerStatuses": [{"name": "trainer",
+                   "image": "x", "imageID": "", "ready": false, "restartCount": 2,
+                   "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                   "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}),
+    )
+    .expect("pod created");
+
+    let out = root.join("out/events.jsonl");
+    let started = tokio::time::Instant::now();
+    let mut touch = 0;
+    let story = loop {
+        let told = read_lines(&out)
+            .0
+            .into_iter()
+            .filter(|l| l["name"] == "llama-ft")
+            .filter_map(|l| l.get("story").cloned())
+            .find(|s| s["workload"]["state"] == "admitted" && !s["failure"].is_null());
+        if let Some(story) = told {
+            break story;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no line with the Workload and the pod's cause: {:?}",
+            read_lines(&out).0
+        );
+        touch += 1;
+        sim.patch_merge(
+            &Gvr::BATCH_JOB,
+            "ml",
+            "llama-ft",
+            json!({"metadata": {"labels": {"touch": touch.to_string()}}}),
+        )
+        .expect("touched");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(story["workload"]["local_queue"], "team-a");
+    assert_eq!(story["workload"]["cluster_queue"], "gpu");
+    assert_eq!(
+        story["workload"]["accelerators"],
+        json!({"nvidia.com/gpu": 8})
+    );
+    assert_eq!(
+        story["failure"],
+        json!({"container": "trainer", "init": false, "reason": "CrashLoopBackOff",
+               "exit_code": 137, "last_reason": "OOMKilled", "message": null})
+    );
+    daemon.shutdown(Duration::from_secs(5)).await;
+}
