@@ -377,7 +377,8 @@ impl JobAccess {
                 )),
             }),
             Err(other) => Err(JobError::Unavailable(format!(
-                "the cluster could not be reached: {other}"
+                "the cluster could not be reached: {}",
+                crate::open_error::chain(&other)
             ))),
         }
     }

@@ -63,14 +63,20 @@ pub enum OpenError {
     },
 }
 
-/// An error and every source beneath it, joined by `: ` — the one line a log or `check`
-/// prints.
+/// An error and every source beneath it, joined by `: ` — the one line a log, a plugin's
+/// error value or `check` prints. A client's error often says only its kind (kube's
+/// `ServiceError: client error (Connect)`) and keeps the cause beneath it (`tcp connect
+/// error: Connection refused`), which is what the reader can act on. A source whose text the
+/// line already ends with (an error that prints its source itself) is not said twice.
 pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut next = error.source();
     while let Some(source) = next {
-        text.push_str(": ");
-        text.push_str(&source.to_string());
+        let said = source.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         next = source.source();
     }
     text
@@ -79,6 +85,28 @@ pub fn chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that prints its source in its own text, as kube's `ServiceError: {0}` does.
+    #[derive(Debug, thiserror::Error)]
+    #[error("ServiceError: {0}")]
+    struct Service(#[source] Client);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (Connect)")]
+    struct Client(#[source] std::io::Error);
+
+    #[test]
+    fn the_chain_says_the_cause_once() {
+        let e = Service(Client(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "tcp connect error: Connection refused (os error 111)",
+        )));
+        assert_eq!(
+            chain(&e),
+            "ServiceError: client error (Connect): tcp connect error: Connection refused (os \
+             error 111)"
+        );
+    }
 
     #[test]
     fn the_chain_names_the_field_then_the_cause() {

@@ -185,7 +185,8 @@ impl HealthBoard {
     pub fn check(&self, cluster: &str, answered: Result<(), CheckFailure>) {
         self.change(cluster, |h| {
             if let Err(error) = &answered {
-                h.last_error = Some(error.to_string());
+                // The cause beneath a client's error is what an operator can act on.
+                h.last_error = Some(jobrelay_capabilities::open_error::chain(error));
             }
             let change = h.judge.check(answered.is_ok(), now_ms());
             h.publish_availability();

@@ -79,6 +79,6 @@ pub(super) fn unavailable(what: &str, error: kube::Error) -> LogError {
         kube::Error::Api(status) if status.code == 400 => {
             LogError::NotFound(format!("{what}: {}", status.message))
         }
-        _ => LogError::Unavailable(format!("{what}: {error}")),
+        _ => LogError::Unavailable(format!("{what}: {}", crate::open_error::chain(&error))),
     }
 }

@@ -25,6 +25,7 @@ use crate::config::main_file::MainConfig;
 use crate::config::read_once::writable_folder;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
+use jobrelay_capabilities::open_error::chain;
 use jobrelay_runtime::Runtime;
 use jobrelay_state::{StateBackend, open_store};
 
@@ -77,7 +78,7 @@ pub async fn command(
     ) {
         Ok(services) => services,
         Err(e) => {
-            let e = jobrelay_capabilities::open_error::chain(&e);
+            let e = chain(&e);
             println!("FAIL  main     {}: {e}", main_path.display());
             println!("{} problem(s) found", failures + 1);
             return Ok(ExitCode::FAILURE);
@@ -215,7 +216,7 @@ async fn probe_cluster(
     let version = client
         .apiserver_version()
         .await
-        .map_err(|e| anyhow!("version: {e}"))?;
+        .map_err(|e| anyhow!("version: {}", chain(&e)))?;
     let mut listed = Vec::new();
     let mut not_served = Vec::new();
     for kind in main.kinds.iter().filter(|k| k.watched_on(name)) {
@@ -230,7 +231,7 @@ async fn probe_cluster(
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 not_served.push(kind.name.clone())
             }
-            Err(e) => return Err(anyhow!("cannot list {}: {e}", kind.name)),
+            Err(e) => return Err(anyhow!("cannot list {}: {}", kind.name, chain(&e))),
         }
     }
     Ok(ClusterReport {
