@@ -11,6 +11,25 @@
 use chrono::{DateTime, FixedOffset};
 use serde::{Deserialize, Serialize};
 
+/// The longest text of a story kept (a condition's reason or message, a kubelet's message),
+/// in bytes. The text comes from objects anyone who can create a pod or a Workload writes, is
+/// held for every job in memory and handed to every plugin call: cut, it costs a bounded
+/// share of both; what teams need of it (the reason, the message's start) fits.
+pub const MAX_TEXT_BYTES: usize = 1024;
+
+/// `text` cut to at most [`MAX_TEXT_BYTES`] at a character boundary, with `…` where it was cut.
+pub fn bounded(mut text: String) -> String {
+    if text.len() > MAX_TEXT_BYTES {
+        let mut end = MAX_TEXT_BYTES - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// What the objects around one job say of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Story {
@@ -208,6 +227,21 @@ pub struct FailureCause {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn story_text_is_bounded_at_a_character_boundary() {
+        assert_eq!(bounded("short".into()), "short");
+        let exact = "a".repeat(MAX_TEXT_BYTES);
+        assert_eq!(bounded(exact.clone()), exact);
+        for long in ["a".repeat(MAX_TEXT_BYTES + 1), "é".repeat(MAX_TEXT_BYTES)] {
+            let cut = bounded(long);
+            assert!(
+                cut.len() <= MAX_TEXT_BYTES && cut.ends_with('…'),
+                "{}",
+                cut.len()
+            );
+        }
+    }
 
     #[test]
     fn a_story_reads_back_as_written() {

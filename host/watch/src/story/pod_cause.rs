@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 pub use jobrelay_contract::story::FailureCause;
 
+use jobrelay_contract::story::bounded;
+
 /// Waiting reasons that mean the container cannot start until someone changes something.
 pub const STUCK_REASONS: [&str; 7] = [
     "CrashLoopBackOff",
@@ -37,10 +39,10 @@ pub fn failure_cause(pod: &Pod) -> Option<FailureCause> {
             status.reason.as_ref().map(|reason| FailureCause {
                 container: String::new(),
                 init: false,
-                reason: reason.clone(),
+                reason: bounded(reason.clone()),
                 exit_code: None,
                 last_reason: None,
-                message: status.message.clone(),
+                message: status.message.clone().map(bounded),
             })
         })
 }
@@ -51,10 +53,10 @@ fn container_cause(status: &ContainerStatus, init: bool) -> Option<FailureCause>
     let cause = |reason: &str, exit_code, last_reason, message: &Option<String>| FailureCause {
         container: status.name.clone(),
         init,
-        reason: reason.to_string(),
+        reason: bounded(reason.to_string()),
         exit_code,
         last_reason,
-        message: message.clone(),
+        message: message.clone().map(bounded),
     };
     if let Some(ended) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
         let reason = ended.reason.as_deref().unwrap_or("Error");

@@ -53,6 +53,9 @@ impl Stories {
     /// of a child reach the root; a kind that tells its story is tracked by the book and its
     /// event takes the story's snapshot; a deletion ends the story after its last event took it.
     pub fn job_version(&self, event: &mut JobEvent, owner: Option<&str>, tells: bool) {
+        if owner.is_none() && !tells {
+            return; // nothing to link, nothing to take: the book's lock is not taken
+        }
         let mut book = self.book.lock();
         if let Some(owner) = owner {
             book.link(&event.uid, owner);

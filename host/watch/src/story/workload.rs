@@ -26,6 +26,8 @@ use serde::Deserialize;
 
 pub use jobrelay_contract::story::{Counts, Preemption, QueueState, WorkloadFacts};
 
+use jobrelay_contract::story::bounded;
+
 /// A Workload that is not one: its JSON does not decode as a Workload's shape.
 #[derive(Debug, thiserror::Error)]
 #[error("a Kueue Workload that does not decode: {0}")]
@@ -38,7 +40,7 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
     let condition = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind);
     let holds = |kind: &str| condition(kind).filter(|c| c.status == "True");
     let text = |c: Option<&Condition>, f: fn(&Condition) -> &Option<String>| {
-        c.and_then(|c| f(c).clone()).unwrap_or_default()
+        bounded(c.and_then(|c| f(c).clone()).unwrap_or_default())
     };
     let state = if let Some(done) = holds("Finished") {
         QueueState::Finished {

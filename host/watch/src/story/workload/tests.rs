@@ -178,3 +178,23 @@ fn a_workload_without_status_or_label_reads_with_fewer_facts_and_garbage_is_an_e
     assert!(read("{\"status\": 7}").is_err());
     assert!(read("not json").is_err());
 }
+
+#[test]
+fn a_huge_message_is_kept_bounded() {
+    let long = "x".repeat(1_000_000);
+    let facts = read(&workload(json!({
+        "conditions": [condition("QuotaReserved", "False", "Pending", &long, "2026-12-01T09:00:00Z")]
+    })))
+    .expect("reads");
+    match facts.state {
+        QueueState::Queued { message, .. } => {
+            assert!(
+                message.len() <= jobrelay_contract::story::MAX_TEXT_BYTES,
+                "{}",
+                message.len()
+            );
+            assert!(message.ends_with('…'));
+        }
+        other => panic!("queued, not {other:?}"),
+    }
+}
