@@ -52,6 +52,7 @@ pub mod kv;
 pub mod log;
 pub mod pod_logs;
 pub mod sql;
+pub mod story;
 
 pub use self::bindings::jobrelay::plugin::lifecycle;
 
@@ -66,12 +67,6 @@ pub mod job {
 /// spending no attempt of the retry budget (`docs/delivery.md`, "Deferral").
 pub mod deferral {
     pub use crate::bindings::jobrelay::plugin::deferral::defer;
-}
-/// What the objects around the event's job said of it (its Kueue Workload, its first failing
-/// pod): `story::get()` inside `handle`, `None` when its kind tells no story
-/// (`docs/job-kinds.md`, "A job's story").
-pub mod story {
-    pub use crate::bindings::jobrelay::plugin::story::*;
 }
 pub use self::bindings::jobrelay::plugin::types::Phase;
 pub use self::bindings::{Guest, HandlerError, JobEvent};

@@ -278,7 +278,7 @@ mod plugin {
             optional(workload.and_then(|w| w.waiting_since.as_deref().and_then(row::sql_time))),
             optional(workload.and_then(|w| w.admitted_at.as_deref().and_then(row::sql_time))),
             int(queued),
-            int(workload.map(|w| i64::from(row::preemptions(&w.evictions)))),
+            int(workload.map(|w| i64::from(jobrelay_guest::story::preemptions(&w.evictions)))),
             int(workload.map(|w| i64::from(w.requeues))),
             optional(accelerators),
             optional(failure.map(|f| row::cut(&f.reason, 128))),

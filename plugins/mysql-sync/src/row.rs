@@ -110,15 +110,6 @@ pub fn completion_time(object: &Json) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Evictions by preemption, of Kueue's evictions by reason.
-pub fn preemptions(evictions: &[(String, u32)]) -> u32 {
-    evictions
-        .iter()
-        .filter(|(reason, _)| reason == "Preempted")
-        .map(|(_, n)| *n)
-        .sum()
-}
-
 /// Accelerators by resource name as a JSON object text (`{"nvidia.com/gpu":8}`).
 pub fn accelerators_json(accelerators: &[(String, u64)]) -> String {
     let map: serde_json::Map<String, Json> = accelerators

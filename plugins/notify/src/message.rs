@@ -82,12 +82,7 @@ pub fn story_facts(story: &JobStory) -> Vec<(&'static str, String)> {
             (QueueState::Finished, _) => said("finished", &w.reason),
         };
         facts.push(("Queue state", state));
-        let preemptions: u32 = w
-            .evictions
-            .iter()
-            .filter(|(reason, _)| reason == "Preempted")
-            .map(|(_, n)| *n)
-            .sum();
+        let preemptions = jobrelay_guest::story::preemptions(&w.evictions);
         if preemptions > 0 {
             facts.push(("Preemptions", preemptions.to_string()));
         }
