@@ -18,60 +18,146 @@ pub enum Dialect {
     Sqlite,
 }
 
-/// Columns of the jobs table in insert order; the first two are the key. The version columns
-/// come last: MySQL applies `ON DUPLICATE KEY UPDATE` assignments left to right, and every
-/// assignment's guard must still see the old version.
-pub const JOB_COLUMNS: &[&str] = &[
-    "cluster",
-    "uid",
-    "namespace",
-    "name",
-    "api_version",
-    "kind",
-    "phase",
-    "raw_phase",
-    "reason",
-    "message",
-    "start_time",
-    "finish_time",
-    "duration_seconds",
-    "labels_json",
-    "resource_version",
-    "transition_time",
-    "updated_at",
-    "outcome",
-    "deleted_at",
-    "local_queue",
-    "cluster_queue",
-    "queue_state",
-    "queued_since",
-    "admitted_at",
-    "queued_seconds",
-    "preemptions",
-    "requeues",
-    "accelerators_json",
-    "failure_reason",
-    "failure_exit_code",
-    "failure_container",
-    "version_minor",
-    "version_major",
+/// One column of the jobs table: everything the statements below say of it, so a new column is
+/// written here once.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    pub name: &'static str,
+    /// Its type on MySQL, as `CREATE TABLE` and the migration's `ADD COLUMN` declare it.
+    pub mysql: &'static str,
+    /// Its type on SQLite, likewise.
+    pub sqlite: &'static str,
+    /// A fact of the job's story: the latest known is kept (`COALESCE`), never blanked by a
+    /// later event without a story.
+    pub story: bool,
+    /// Added after the jobs table's first release: [`migrate_jobs`] adds it to an older table
+    /// that lacks it.
+    pub added: bool,
+}
+
+impl Column {
+    /// A column of the first release's table.
+    const fn first(name: &'static str, mysql: &'static str, sqlite: &'static str) -> Column {
+        Column {
+            name,
+            mysql,
+            sqlite,
+            story: false,
+            added: false,
+        }
+    }
+
+    /// A column added since.
+    const fn added(name: &'static str, mysql: &'static str, sqlite: &'static str) -> Column {
+        Column {
+            added: true,
+            ..Column::first(name, mysql, sqlite)
+        }
+    }
+
+    /// A column of the job's story (its kind's `story` in jobrelay's main file; NULL without
+    /// one), added with the story.
+    const fn story(name: &'static str, mysql: &'static str, sqlite: &'static str) -> Column {
+        Column {
+            story: true,
+            ..Column::added(name, mysql, sqlite)
+        }
+    }
+
+    /// Its type in `dialect`.
+    pub fn ty(&self, dialect: Dialect) -> &'static str {
+        match dialect {
+            Dialect::MySql => self.mysql,
+            Dialect::Sqlite => self.sqlite,
+        }
+    }
+}
+
+/// The jobs table, its columns in insert (and `CREATE TABLE`) order; the first two are the
+/// key. The version columns come last: MySQL applies `ON DUPLICATE KEY UPDATE` assignments
+/// left to right, and every assignment's guard must still see the old version.
+pub const JOBS: &[Column] = &[
+    Column::first("cluster", "VARCHAR(253) NOT NULL", "TEXT NOT NULL"),
+    Column::first("uid", "VARCHAR(64) NOT NULL", "TEXT NOT NULL"),
+    Column::first("namespace", "VARCHAR(253) NOT NULL", "TEXT NOT NULL"),
+    Column::first("name", "VARCHAR(253) NOT NULL", "TEXT NOT NULL"),
+    Column::first("api_version", "VARCHAR(253) NOT NULL", "TEXT NOT NULL"),
+    Column::first("kind", "VARCHAR(128) NOT NULL", "TEXT NOT NULL"),
+    Column::first("phase", "VARCHAR(16) NOT NULL", "TEXT NOT NULL"),
+    Column::first("raw_phase", "VARCHAR(256) NOT NULL", "TEXT NOT NULL"),
+    Column::first("reason", "VARCHAR(1024) NULL", "TEXT"),
+    Column::first("message", "MEDIUMTEXT NULL", "TEXT"),
+    Column::first("start_time", "DATETIME(3) NULL", "TEXT"),
+    Column::first("finish_time", "DATETIME(3) NULL", "TEXT"),
+    Column::first("duration_seconds", "BIGINT NULL", "INTEGER"),
+    Column::first("labels_json", "MEDIUMTEXT NOT NULL", "TEXT NOT NULL"),
+    Column::first("resource_version", "VARCHAR(128) NOT NULL", "TEXT NOT NULL"),
+    Column::first("transition_time", "DATETIME(3) NULL", "TEXT"),
+    Column::first("updated_at", "DATETIME(3) NOT NULL", "TEXT NOT NULL"),
+    Column::added("outcome", "VARCHAR(16) NULL", "TEXT"),
+    Column::added("deleted_at", "DATETIME(3) NULL", "TEXT"),
+    Column::story("local_queue", "VARCHAR(253) NULL", "TEXT"),
+    Column::story("cluster_queue", "VARCHAR(253) NULL", "TEXT"),
+    Column::story("queue_state", "VARCHAR(16) NULL", "TEXT"),
+    Column::story("queued_since", "DATETIME(3) NULL", "TEXT"),
+    Column::story("admitted_at", "DATETIME(3) NULL", "TEXT"),
+    Column::story("queued_seconds", "BIGINT NULL", "INTEGER"),
+    Column::story("preemptions", "BIGINT NULL", "INTEGER"),
+    Column::story("requeues", "BIGINT NULL", "INTEGER"),
+    Column::story("accelerators_json", "TEXT NULL", "TEXT"),
+    Column::story("failure_reason", "VARCHAR(128) NULL", "TEXT"),
+    Column::story("failure_exit_code", "BIGINT NULL", "INTEGER"),
+    Column::story("failure_container", "VARCHAR(253) NULL", "TEXT"),
+    // Last (see above).
+    Column::first("version_minor", "BIGINT NOT NULL", "INTEGER NOT NULL"),
+    Column::first("version_major", "BIGINT NOT NULL", "INTEGER NOT NULL"),
 ];
 
-/// The columns of the job's story, each kept until a later event knows better.
-pub const STORY_COLUMNS: &[&str] = &[
-    "local_queue",
-    "cluster_queue",
-    "queue_state",
-    "queued_since",
-    "admitted_at",
-    "queued_seconds",
-    "preemptions",
-    "requeues",
-    "accelerators_json",
-    "failure_reason",
-    "failure_exit_code",
-    "failure_container",
-];
+/// Which of [`JOBS`] a list of names takes.
+#[derive(Clone, Copy)]
+enum Which {
+    All,
+    Story,
+}
+
+const fn takes(which: Which, column: &Column) -> bool {
+    match which {
+        Which::All => true,
+        Which::Story => column.story,
+    }
+}
+
+const fn count(which: Which) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < JOBS.len() {
+        if takes(which, &JOBS[i]) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The names of the columns of [`JOBS`] that `which` takes, in table order.
+const fn names<const N: usize>(which: Which) -> [&'static str; N] {
+    let mut names = [""; N];
+    let (mut i, mut n) = (0, 0);
+    while i < JOBS.len() {
+        if takes(which, &JOBS[i]) {
+            names[n] = JOBS[i].name;
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N);
+    names
+}
+
+/// Columns of the jobs table in insert order (of [`JOBS`]).
+pub const JOB_COLUMNS: &[&str] = &names::<{ count(Which::All) }>(Which::All);
+
+/// The columns of the job's story, each kept until a later event knows better (of [`JOBS`]).
+pub const STORY_COLUMNS: &[&str] = &names::<{ count(Which::Story) }>(Which::Story);
 
 /// Columns of the transitions table in insert order.
 pub const TRANSITION_COLUMNS: &[&str] = &[
@@ -92,50 +178,26 @@ pub const TRANSITION_COLUMNS: &[&str] = &[
     "transition_key",
 ];
 
+/// The jobs table's column declarations in `CREATE TABLE`, from [`JOBS`]: each on a line of its
+/// own, indented like the rest of the statement.
+fn declared(dialect: Dialect) -> String {
+    JOBS.iter()
+        .map(|c| format!("\n                    {} {},", c.name, c.ty(dialect)))
+        .collect()
+}
+
 /// The schema, one statement per entry. `CREATE ... IF NOT EXISTS` throughout: run at every
 /// load, it creates what is missing and leaves existing tables alone.
 pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
     match dialect {
         Dialect::MySql => vec![
             format!(
-                "CREATE TABLE IF NOT EXISTS {jobs} (
-                    cluster VARCHAR(253) NOT NULL,
-                    uid VARCHAR(64) NOT NULL,
-                    namespace VARCHAR(253) NOT NULL,
-                    name VARCHAR(253) NOT NULL,
-                    api_version VARCHAR(253) NOT NULL,
-                    kind VARCHAR(128) NOT NULL,
-                    phase VARCHAR(16) NOT NULL,
-                    raw_phase VARCHAR(256) NOT NULL,
-                    reason VARCHAR(1024) NULL,
-                    message MEDIUMTEXT NULL,
-                    start_time DATETIME(3) NULL,
-                    finish_time DATETIME(3) NULL,
-                    duration_seconds BIGINT NULL,
-                    labels_json MEDIUMTEXT NOT NULL,
-                    resource_version VARCHAR(128) NOT NULL,
-                    transition_time DATETIME(3) NULL,
-                    updated_at DATETIME(3) NOT NULL,
-                    outcome VARCHAR(16) NULL,
-                    deleted_at DATETIME(3) NULL,
-                    local_queue VARCHAR(253) NULL,
-                    cluster_queue VARCHAR(253) NULL,
-                    queue_state VARCHAR(16) NULL,
-                    queued_since DATETIME(3) NULL,
-                    admitted_at DATETIME(3) NULL,
-                    queued_seconds BIGINT NULL,
-                    preemptions BIGINT NULL,
-                    requeues BIGINT NULL,
-                    accelerators_json TEXT NULL,
-                    failure_reason VARCHAR(128) NULL,
-                    failure_exit_code BIGINT NULL,
-                    failure_container VARCHAR(253) NULL,
-                    version_minor BIGINT NOT NULL,
-                    version_major BIGINT NOT NULL,
+                "CREATE TABLE IF NOT EXISTS {jobs} ({}
                     PRIMARY KEY (cluster, uid),
                     KEY {jobs}_by_name (namespace, name),
                     KEY {jobs}_by_phase (phase)
-                ) DEFAULT CHARSET = utf8mb4"
+                ) DEFAULT CHARSET = utf8mb4",
+                declared(dialect)
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {transitions} (
@@ -162,42 +224,10 @@ pub fn schema(dialect: Dialect, jobs: &str, transitions: &str) -> Vec<String> {
         ],
         Dialect::Sqlite => vec![
             format!(
-                "CREATE TABLE IF NOT EXISTS {jobs} (
-                    cluster TEXT NOT NULL,
-                    uid TEXT NOT NULL,
-                    namespace TEXT NOT NULL,
-                    name TEXT NOT NULL,
-                    api_version TEXT NOT NULL,
-                    kind TEXT NOT NULL,
-                    phase TEXT NOT NULL,
-                    raw_phase TEXT NOT NULL,
-                    reason TEXT,
-                    message TEXT,
-                    start_time TEXT,
-                    finish_time TEXT,
-                    duration_seconds INTEGER,
-                    labels_json TEXT NOT NULL,
-                    resource_version TEXT NOT NULL,
-                    transition_time TEXT,
-                    updated_at TEXT NOT NULL,
-                    outcome TEXT,
-                    deleted_at TEXT,
-                    local_queue TEXT,
-                    cluster_queue TEXT,
-                    queue_state TEXT,
-                    queued_since TEXT,
-                    admitted_at TEXT,
-                    queued_seconds INTEGER,
-                    preemptions INTEGER,
-                    requeues INTEGER,
-                    accelerators_json TEXT,
-                    failure_reason TEXT,
-                    failure_exit_code INTEGER,
-                    failure_container TEXT,
-                    version_minor INTEGER NOT NULL,
-                    version_major INTEGER NOT NULL,
+                "CREATE TABLE IF NOT EXISTS {jobs} ({}
                     PRIMARY KEY (cluster, uid)
-                )"
+                )",
+                declared(dialect)
             ),
             format!("CREATE INDEX IF NOT EXISTS {jobs}_by_name ON {jobs} (namespace, name)"),
             format!("CREATE INDEX IF NOT EXISTS {jobs}_by_phase ON {jobs} (phase)"),
@@ -328,26 +358,6 @@ pub fn upsert_job(dialect: Dialect, table: &str) -> String {
     }
 }
 
-/// Columns added to the jobs table after its first release, with their type per dialect:
-/// [`migrate_jobs`] adds those an existing table lacks.
-pub const ADDED_JOB_COLUMNS: &[(&str, &str, &str)] = &[
-    ("outcome", "VARCHAR(16) NULL", "TEXT"),
-    ("deleted_at", "DATETIME(3) NULL", "TEXT"),
-    // The job's story (its kind's `story` in jobrelay's main file): empty without one.
-    ("local_queue", "VARCHAR(253) NULL", "TEXT"),
-    ("cluster_queue", "VARCHAR(253) NULL", "TEXT"),
-    ("queue_state", "VARCHAR(16) NULL", "TEXT"),
-    ("queued_since", "DATETIME(3) NULL", "TEXT"),
-    ("admitted_at", "DATETIME(3) NULL", "TEXT"),
-    ("queued_seconds", "BIGINT NULL", "INTEGER"),
-    ("preemptions", "BIGINT NULL", "INTEGER"),
-    ("requeues", "BIGINT NULL", "INTEGER"),
-    ("accelerators_json", "TEXT NULL", "TEXT"),
-    ("failure_reason", "VARCHAR(128) NULL", "TEXT"),
-    ("failure_exit_code", "BIGINT NULL", "INTEGER"),
-    ("failure_container", "VARCHAR(253) NULL", "TEXT"),
-];
-
 /// The query listing a table's columns (one bound parameter: the table name).
 pub fn column_names(dialect: Dialect) -> &'static str {
     match dialect {
@@ -372,21 +382,12 @@ pub fn migrate_jobs(
     existing: &[String],
 ) -> Vec<String> {
     let has = |c: &str| existing.iter().any(|e| e.eq_ignore_ascii_case(c));
-    let missing: Vec<&(&str, &str, &str)> = ADDED_JOB_COLUMNS
-        .iter()
-        .filter(|(c, _, _)| !has(c))
-        .collect();
+    let missing: Vec<&Column> = JOBS.iter().filter(|c| c.added && !has(c.name)).collect();
     let mut statements: Vec<String> = missing
         .iter()
-        .map(|(column, mysql, sqlite)| {
-            let ty = match dialect {
-                Dialect::MySql => mysql,
-                Dialect::Sqlite => sqlite,
-            };
-            format!("ALTER TABLE {jobs} ADD COLUMN {column} {ty}")
-        })
+        .map(|c| format!("ALTER TABLE {jobs} ADD COLUMN {} {}", c.name, c.ty(dialect)))
         .collect();
-    if missing.iter().any(|(c, _, _)| *c == "outcome") {
+    if missing.iter().any(|c| c.name == "outcome") {
         statements.push(format!(
             "UPDATE {jobs} SET outcome = COALESCE((SELECT t.to_phase FROM {transitions} t \
              WHERE t.cluster = {jobs}.cluster AND t.uid = {jobs}.uid \
@@ -396,7 +397,7 @@ pub fn migrate_jobs(
              WHERE outcome IS NULL"
         ));
     }
-    if missing.iter().any(|(c, _, _)| *c == "deleted_at") {
+    if missing.iter().any(|c| c.name == "deleted_at") {
         statements.push(format!(
             "UPDATE {jobs} SET deleted_at = COALESCE(transition_time, updated_at) \
              WHERE phase = 'deleted' AND deleted_at IS NULL"
@@ -472,17 +473,18 @@ mod tests {
 
     #[test]
     fn migration_adds_only_what_is_missing() {
-        let old: Vec<String> = JOB_COLUMNS
+        let added = JOBS.iter().filter(|c| c.added).count();
+        let old: Vec<String> = JOBS
             .iter()
-            .filter(|c| !ADDED_JOB_COLUMNS.iter().any(|(a, _, _)| a == *c))
-            .map(|c| c.to_string())
+            .filter(|c| !c.added)
+            .map(|c| c.name.to_string())
             .collect();
         let all: Vec<String> = JOB_COLUMNS.iter().map(|c| c.to_uppercase()).collect();
         for dialect in [Dialect::MySql, Dialect::Sqlite] {
             assert!(migrate_jobs(dialect, "jobs", "t", &all).is_empty());
             let steps = migrate_jobs(dialect, "jobs", "t", &old);
             // Every added column, then the two back-fills of outcome and deleted_at.
-            assert_eq!(steps.len(), ADDED_JOB_COLUMNS.len() + 2, "{steps:?}");
+            assert_eq!(steps.len(), added + 2, "{steps:?}");
             assert!(steps[0].starts_with("ALTER TABLE jobs ADD COLUMN outcome"));
             // A table of the release before the story: only the story's columns are added.
             let before_story: Vec<String> = JOB_COLUMNS
