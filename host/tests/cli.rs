@@ -299,6 +299,44 @@ async fn check_refuses_a_broken_main_file() {
     );
 }
 
+/// A cluster whose API server is not listening fails the check with the refused connection
+/// itself, not only kube's kind of failure (`ServiceError: client error (Connect)`), and the
+/// token stays out of the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_why_a_cluster_cannot_be_reached() {
+    let sim = SimCluster::start("alpha").await.expect("sim");
+    let dir = folder(&sim);
+    // A port nobody listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    write(
+        &dir.path().join("clusters/dead.yaml"),
+        &jobrelay_testkit::kubeconfig::render(&jobrelay_testkit::kubeconfig::KubeconfigSpec {
+            name: "dead",
+            server: &format!("http://127.0.0.1:{port}"),
+            token: "s3cret-token",
+            namespace: None,
+        }),
+    );
+    let config = dir.path().to_string_lossy().to_string();
+    let out = jobrelay(&["check", "--config", &config, "--cluster-timeout", "20"]).await;
+    let report = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("FAIL  cluster  dead"))
+        .unwrap_or_else(|| panic!("no line for the dead cluster:\n{report}"));
+    assert!(line.contains("dead.yaml"), "{line}");
+    assert!(
+        line.to_lowercase().contains("connection refused"),
+        "the cause beneath kube's error is said: {line}"
+    );
+    assert!(report.contains("ok    cluster  alpha"), "{report}");
+    assert!(!report.contains("s3cret-token"), "{report}");
+}
+
 #[tokio::test]
 async fn plugin_run_calls_a_plugin_once_without_a_cluster() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1181,6 +1219,11 @@ async fn check_no_init_refuses_a_config_that_breaks_the_plugins_schema() {
         "{report}"
     );
     assert!(report.contains("config.file: "), "{report}");
+    // Told in the schema's own description, not as its raw regex.
+    assert!(
+        report.contains("a plain name without `/`") && !report.contains("^[^/]+$"),
+        "{report}"
+    );
     assert!(
         report.contains("config: ") && report.contains("fiel"),
         "{report}"

@@ -12,8 +12,11 @@
 //!   upgraded host never loads code compiled for another configuration. A cache file is
 //!   written atomically (temporary file, then rename) and carries its own key and a checksum
 //!   of its payload; a file that does not match is ignored, deleted and rebuilt. Files of
-//!   other engine configurations are deleted when the runtime starts; files of wasm no longer
-//!   in use stay until the folder is cleaned (one file per distinct component).
+//!   other engine configurations are deleted when the runtime starts. The folder is kept
+//!   under `runtime.cache_max_mb`: when the runtime starts and after each file it writes, the
+//!   least recently used files are deleted until the rest fit (a hit refreshes its file's
+//!   time). Why a bound and not only the old engines' files: an author's `plugin dev` loop
+//!   writes a new file at every save, so an afternoon's builds filled hundreds of MB.
 
 use std::collections::HashMap;
 use std::fs;
@@ -22,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -79,6 +83,8 @@ pub(crate) struct ComponentCache {
     /// sha256 of the engine's `precompile_compatibility_hash`.
     compat: [u8; 32],
     disk: Option<PathBuf>,
+    /// The most the disk cache's files may hold, in bytes.
+    disk_max_bytes: u64,
     memory: Mutex<MemoryCache>,
     compiled: AtomicU64,
     memory_hits: AtomicU64,
@@ -127,8 +133,13 @@ impl MemoryCache {
 
 impl ComponentCache {
     /// `disk`: the cache folder, created if missing; if it cannot be created the disk cache is
-    /// off (with a warning) rather than the runtime failing.
-    pub(crate) fn new(engine: Engine, disk: Option<PathBuf>) -> ComponentCache {
+    /// off (with a warning) rather than the runtime failing. `disk_max_bytes`: what its files
+    /// may hold (least recently used deleted first).
+    pub(crate) fn new(
+        engine: Engine,
+        disk: Option<PathBuf>,
+        disk_max_bytes: u64,
+    ) -> ComponentCache {
         let disk = disk.and_then(|dir| match fs::create_dir_all(&dir) {
             Ok(()) => Some(dir),
             Err(e) => {
@@ -143,11 +154,13 @@ impl ComponentCache {
         let compat = compatibility_hash(&engine);
         if let Some(dir) = &disk {
             prune_foreign_files(dir, &hex::encode(&compat[..8]));
+            keep_under(dir, disk_max_bytes, None);
         }
         ComponentCache {
             engine,
             compat,
             disk,
+            disk_max_bytes,
             memory: Mutex::new(MemoryCache::default()),
             compiled: AtomicU64::new(0),
             memory_hits: AtomicU64::new(0),
@@ -230,6 +243,7 @@ impl ComponentCache {
             match self.read_cache_file(path, sha256) {
                 Ok(Some(component)) => {
                     self.disk_hits.fetch_add(1, Ordering::Relaxed);
+                    touch(path);
                     prepare_image(&component);
                     return Ok((component, ComponentSource::DiskCache));
                 }
@@ -259,15 +273,22 @@ impl ComponentCache {
             "compiled");
         self.compiled.fetch_add(1, Ordering::Relaxed);
         prepare_image(&component);
-        if let Some(path) = &path
-            && let Err(e) = self.write_cache_file(path, sha256, &component)
-        {
-            self.disk_write_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                file = %path.display(),
-                error = %e,
-                "cannot write the component cache file; the next start will compile again"
-            );
+        if let Some(path) = &path {
+            match self.write_cache_file(path, sha256, &component) {
+                Ok(()) => {
+                    if let Some(dir) = &self.disk {
+                        keep_under(dir, self.disk_max_bytes, Some(path));
+                    }
+                }
+                Err(e) => {
+                    self.disk_write_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        file = %path.display(),
+                        error = %e,
+                        "cannot write the component cache file; the next start will compile again"
+                    );
+                }
+            }
         }
         Ok((component, ComponentSource::Compiled))
     }
@@ -468,6 +489,62 @@ fn prune_foreign_files(dir: &Path, compat_hex: &str) {
     }
 }
 
+/// Deletes the least recently used cache files (by modification time, which a hit refreshes)
+/// until the cache files in `dir` hold at most `max_bytes`; `keep`, the file just written, is
+/// never deleted, even when it alone is larger. Touches only names this module writes.
+/// Returns how many files were deleted.
+fn keep_under(dir: &Path, max_bytes: u64, keep: Option<&Path>) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter(|entry| is_cache_file_name(&entry.file_name().to_string_lossy()))
+        .filter_map(|entry| {
+            let meta = entry.metadata().ok()?;
+            let used = meta.modified().unwrap_or(UNIX_EPOCH);
+            Some((used, meta.len(), entry.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    if total <= max_bytes {
+        return 0;
+    }
+    files.sort_by_key(|(used, _, _)| *used);
+    let mut removed = 0;
+    for (_, len, path) in files {
+        if total <= max_bytes {
+            break;
+        }
+        if keep == Some(path.as_path()) {
+            continue;
+        }
+        if fs::remove_file(&path).is_ok() {
+            total = total.saturating_sub(len);
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            dir = %dir.display(),
+            removed,
+            max_mb = max_bytes >> 20,
+            "removed the least recently used compiled components to keep the cache under \
+             runtime.cache_max_mb"
+        );
+    }
+    removed
+}
+
+/// Marks a cache file as just used, for [`keep_under`]. A failure only makes the file look
+/// older than it is.
+fn touch(path: &Path) {
+    let _ = fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(SystemTime::now()));
+}
+
 /// `<64 hex>-<16 hex>.cwasm`
 fn is_cache_file_name(name: &str) -> bool {
     let Some(stem) = name.strip_suffix(".cwasm") else {
@@ -561,6 +638,39 @@ mod tests {
         assert!(!dir.path().join(&old).exists());
         assert!(!dir.path().join(&temp).exists());
         assert!(dir.path().join("notes.txt").exists());
+    }
+
+    /// The folder is kept under its bound by deleting the least recently used files; a hit's
+    /// file counts as just used; the file just written stays even when it alone is over.
+    #[test]
+    fn the_disk_cache_keeps_under_its_bound_least_recently_used_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let name = |i: u8| format!("{}-{}.cwasm", format!("{i:02x}").repeat(32), "1".repeat(16));
+        let start = SystemTime::now() - std::time::Duration::from_secs(3600);
+        for i in 0..5u8 {
+            let path = dir.path().join(name(i));
+            fs::write(&path, vec![0u8; 1000]).expect("write");
+            let file = fs::File::options().write(true).open(&path).expect("open");
+            file.set_modified(start + std::time::Duration::from_secs(u64::from(i) * 60))
+                .expect("set time");
+        }
+        fs::write(dir.path().join("notes.txt"), vec![0u8; 10_000]).expect("write");
+        // The oldest, used now: it is the newest.
+        touch(&dir.path().join(name(0)));
+        assert_eq!(keep_under(dir.path(), 5000, None), 0, "within the bound");
+        assert_eq!(keep_under(dir.path(), 3000, None), 2);
+        let left: Vec<bool> = (0..5).map(|i| dir.path().join(name(i)).exists()).collect();
+        assert_eq!(left, [true, false, false, true, true]);
+        assert!(
+            dir.path().join("notes.txt").exists(),
+            "not ours, not counted"
+        );
+        // The file just written is kept even when it alone is over the bound.
+        let kept = dir.path().join(name(1));
+        fs::write(&kept, vec![0u8; 4000]).expect("write");
+        keep_under(dir.path(), 2000, Some(&kept));
+        let left: Vec<bool> = (0..5).map(|i| dir.path().join(name(i)).exists()).collect();
+        assert_eq!(left, [false, true, false, false, false]);
     }
 
     #[test]

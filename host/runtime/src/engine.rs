@@ -39,6 +39,10 @@ pub struct RuntimeSettings {
     /// Folder for compiled components, so a restart does not recompile unchanged plugins.
     /// Must be writable by jobrelay only. None: compile on every start.
     pub cache_dir: Option<PathBuf>,
+    /// The most the files of `cache_dir` may hold, in MiB; past it the least recently used
+    /// are deleted (one file is one distinct component, a few MB for a release Rust plugin,
+    /// tens of MB for a Python or debug one).
+    pub cache_max_mb: u64,
 }
 
 impl Default for RuntimeSettings {
@@ -48,6 +52,7 @@ impl Default for RuntimeSettings {
             max_memory_mb: 512,
             epoch_tick: Duration::from_millis(10),
             cache_dir: None,
+            cache_max_mb: 1024,
         }
     }
 }
@@ -72,6 +77,9 @@ impl RuntimeSettings {
                 "runtime.max_memory_mb: must be from 1 to 4096, got {}",
                 self.max_memory_mb
             ));
+        }
+        if self.cache_max_mb == 0 {
+            return invalid("runtime.cache_max_mb: must be at least 1, got 0".into());
         }
         if self.epoch_tick < Duration::from_millis(1) || self.epoch_tick > Duration::from_secs(1) {
             return invalid(format!(

@@ -144,6 +144,17 @@ impl LoadError {
     }
 }
 
+/// A limit in bytes as a manifest writes it: in MiB (`memory_mb`), or in bytes when it is not
+/// a whole number of MiB (a limit set through the library, not a manifest).
+fn mebibytes(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// What to do about a secret reference that cannot be resolved.
 fn secret_hint(error: &jobrelay_contract::secret::SecretError) -> &'static str {
     use jobrelay_contract::secret::SecretError;
@@ -184,7 +195,7 @@ pub enum CallError {
     #[error("plugin call exceeded its time limit of {0:?}")]
     Timeout(Duration),
     /// The plugin needed more linear memory than its limit and trapped.
-    #[error("plugin exceeded its memory limit of {limit_bytes} bytes")]
+    #[error("plugin exceeded its memory limit of {} (memory_mb)", mebibytes(*limit_bytes))]
     MemoryLimit {
         /// The limit the plugin ran into.
         limit_bytes: u64,
@@ -286,6 +297,20 @@ mod tests {
         ];
         let kinds: Vec<&str> = all.iter().map(CallError::kind).collect();
         assert_eq!(kinds, CallError::KINDS);
+    }
+
+    /// The limit is said in the unit the manifest's `memory_mb` is written in.
+    #[test]
+    fn a_memory_limit_is_said_in_mib() {
+        let e = CallError::MemoryLimit {
+            limit_bytes: 64 << 20,
+        };
+        assert_eq!(
+            e.to_string(),
+            "plugin exceeded its memory limit of 64 MiB (memory_mb)"
+        );
+        let odd = CallError::MemoryLimit { limit_bytes: 1000 };
+        assert!(odd.to_string().contains("1000 bytes"), "{odd}");
     }
 
     #[test]

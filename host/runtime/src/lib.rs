@@ -125,6 +125,7 @@ impl Runtime {
         let cache = Arc::new(ComponentCache::new(
             engine.clone(),
             settings.cache_dir.clone(),
+            settings.cache_max_mb.saturating_mul(1 << 20),
         ));
         Ok(Runtime {
             inner: Arc::new(Inner {

@@ -24,6 +24,7 @@ use super::finalizer::FinalizerService;
 use super::health::{CheckFailure, HealthBoard};
 use crate::config::main_file::MainConfig;
 use crate::config::sources::ClusterSource;
+use jobrelay_capabilities::open_error::chain;
 use jobrelay_capabilities::pod_logs::ClusterDirectory;
 use jobrelay_watch::story::book::BookLimits;
 use jobrelay_watch::story::sources::{self, Stories};
@@ -306,12 +307,15 @@ async fn connect(
     }
 }
 
-/// Why no client could be made for a cluster.
+/// Why no client could be made for a cluster. The text carries every cause beneath kube's
+/// (a kubeconfig's unreadable certificate file, the I/O error under a TLS setup), because
+/// kube's own text often names only the kind of failure; so the cause is not kept as a
+/// `source` as well, which would say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("kubeconfig: {0}")]
+    #[error("kubeconfig: {}", chain(.0))]
     Kubeconfig(kube::config::KubeconfigError),
-    #[error("client: {0}")]
+    #[error("client: {}", chain(.0))]
     Client(kube::Error),
 }
 

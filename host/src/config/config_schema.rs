@@ -98,7 +98,17 @@ impl ConfigSchema {
                 match key {
                     // A secret reference's value is not known here.
                     Some(key) if config.get(&key).is_some_and(|v| secret::is_reference(v)) => None,
-                    Some(key) if !key.is_empty() => Some(format!("config.{key}: {error}")),
+                    Some(key) if !key.is_empty() => match self.description(&key) {
+                        // The author's words for what the key takes say more than the rule's
+                        // raw form (a regex, a `not`), and the value, which may be a
+                        // credential, is not repeated.
+                        Some(what) => Some(format!(
+                            "config.{key}: the value breaks the schema's `{}` rule; the key \
+                             takes: {what}",
+                            error.kind().keyword()
+                        )),
+                        None => Some(format!("config.{key}: {error}")),
+                    },
                     _ => Some(format!("config: {error}")),
                 }
             })
@@ -106,6 +116,16 @@ impl ConfigSchema {
         problems.sort();
         problems.dedup();
         problems
+    }
+
+    /// The description the schema gives the key `key` (under `properties`), if any.
+    fn description(&self, key: &str) -> Option<&str> {
+        self.schema
+            .get("properties")?
+            .get(key)?
+            .get("description")?
+            .as_str()
+            .filter(|d| !d.trim().is_empty())
     }
 
     /// The keys the schema names (`properties`), with their descriptions; patterns of keys
@@ -193,6 +213,20 @@ mod tests {
                 .iter()
                 .any(|p| p.starts_with("config: ") && p.contains("fiel")),
             "{problems:?}"
+        );
+        // A key with a description is told in the author's words, not the rule's raw form.
+        let described = schema(
+            dir.path(),
+            r#"{"type": "object", "properties": {"file": {"type": "string",
+                "pattern": "^[^/]+$", "description": "a plain file name, without `/`"}}}"#,
+        );
+        let told = described.check(&config(&[("file", "nested/secret-ish")]));
+        assert_eq!(
+            told,
+            [
+                "config.file: the value breaks the schema's `pattern` rule; the key takes: \
+              a plain file name, without `/`"
+            ],
         );
         // A reference's value is not known before load: only the key is judged.
         assert!(s.check(&config(&[("webhook", "env:HOOK")])).is_empty());
