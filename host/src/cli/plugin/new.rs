@@ -102,6 +102,10 @@ const SDK_FILES: &[(&str, &str)] = &[
         "src/sql.rs",
         include_str!("../../../../plugins/guest/src/sql.rs"),
     ),
+    (
+        "src/story.rs",
+        include_str!("../../../../plugins/guest/src/story.rs"),
+    ),
     ("wit/plugin.wit", include_str!("../../../../wit/plugin.wit")),
 ];
 
