@@ -38,5 +38,6 @@ mod sandbox;
 mod sharding;
 mod state_store;
 mod story_watch;
+mod timer_kills;
 mod watch_retry;
 mod webhook_notify;

@@ -187,6 +187,7 @@ fn fleet_event(kind: FleetEventKind, cluster: &str, rule: Option<&str>) -> Fleet
         kind,
         cluster: cluster.into(),
         rule: rule.map(str::to_string),
+        job_uid: None,
         value: rule.map(|_| 0.31),
         threshold: rule.map(|_| 0.15),
         since: "2026-11-28T10:00:00Z".into(),

@@ -341,6 +341,113 @@ async fn a_rule_fires_resolves_and_fires_again_as_feishu_cards() {
     daemon.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A timer on one job through the whole daemon: a batch Job left pending past
+/// `longer_than` fires once, as a red Feishu card whose summary names the job and a
+/// `rule-firing` line for the probe; `/metrics` counts it; a job that runs before its time
+/// never fires; the stuck one running resolves, once, as a green card.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_on_a_job_fires_once_as_a_card_and_resolves_when_it_runs() {
+    init_logs();
+    let east = SimCluster::start("east").await.expect("sim");
+    let feishu = FeishuReceiver::start().await.expect("feishu receiver");
+    let token = "timer-bot";
+    let webhook = feishu.add_bot(token, Some("SEC-timer"), None);
+    let setup = setup_with(
+        "fleet:\n  evaluate_interval_ms: 200\n  timers:\n\
+         \x20   - {name: pending-long, state: pending, longer_than: 2s, kinds: [batch-job]}\n",
+        &[&east],
+    );
+    setup.install_wasm("feishu-notify", "feishu-notify.wasm");
+    setup.write_manifest(
+        "feishu",
+        &format!(
+            "wasm: feishu-notify.wasm\nfleet_events: [rules]\n\
+             filter: {{namespaces: [no-such-namespace]}}\n\
+             grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
+             config:\n  webhook: \"{webhook}\"\n  secret: \"SEC-timer\"\n"
+        ),
+    );
+    let daemon = start(&setup, &[&east]).await;
+    let mut stuck = JobDriver::builder(Flavor::Batch, "ml", "stuck")
+        .without_pods()
+        .create(&east)
+        .expect("create");
+    let mut quick = JobDriver::builder(Flavor::Batch, "ml", "quick")
+        .without_pods()
+        .create(&east)
+        .expect("create");
+    quick.running().expect("running");
+    let timer_lines = |setup: &Setup| -> Vec<String> {
+        fleet_lines(setup)
+            .into_iter()
+            .filter(|(_, _, rule)| rule.as_deref() == Some("pending-long"))
+            .map(|(kind, _, _)| kind)
+            .collect()
+    };
+    wait_for("the timer firing", || {
+        (!timer_lines(&setup).is_empty()).then_some(())
+    })
+    .await;
+    let addr = daemon.telemetry_addr().expect("telemetry");
+    let (_, metrics) = http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("jobrelay_fleet_timers_firing{timer=\"pending-long\"} 1"),
+        "{metrics}"
+    );
+    // Many more evaluations: still one firing.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(timer_lines(&setup), ["rule-firing"]);
+
+    stuck.running().expect("running");
+    wait_for("the timer resolving", || {
+        (timer_lines(&setup).len() >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(timer_lines(&setup), ["rule-firing", "rule-resolved"]);
+    let (_, metrics) = http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("jobrelay_fleet_timers_firing{timer=\"pending-long\"} 0"),
+        "{metrics}"
+    );
+
+    let cards = feishu
+        .wait_for_messages(token, 2, Duration::from_secs(30))
+        .await
+        .expect("two cards");
+    let summaries: Vec<(String, String)> = cards
+        .iter()
+        .map(|c| {
+            (
+                c.body["card"]["header"]["template"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                c.field("Summary").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(summaries.len(), 2, "{summaries:?}");
+    assert_eq!(summaries[0].0, "red", "{summaries:?}");
+    assert!(
+        summaries[0].1.starts_with("ml/stuck pending ")
+            && summaries[0].1.ends_with("on east (longer than 2s)"),
+        "{summaries:?}"
+    );
+    assert_eq!(summaries[1].0, "green", "{summaries:?}");
+    assert!(
+        summaries[1]
+            .1
+            .starts_with("ml/stuck is no longer pending on east"),
+        "{summaries:?}"
+    );
+    assert!(
+        !summaries.iter().any(|(_, s)| s.contains("quick")),
+        "a job that ran in time never fires: {summaries:?}"
+    );
+    daemon.shutdown(Duration::from_secs(5)).await;
+}
+
 /// A manifest asking for fleet events for a plugin built against an older world is refused
 /// with the field named; the rest of the daemon runs on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

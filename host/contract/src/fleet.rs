@@ -88,9 +88,14 @@ pub struct FleetEvent {
     pub kind: FleetEventKind,
     /// The cluster the event is about.
     pub cluster: String,
-    /// The rule's name, for rule events.
+    /// The rule's name, for rule events (a timer's name for a timer's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// For a timer's event (`fleet.timers`), the job it is about: its uid. A timer on one job is
+    /// a subject of its own, so its firing and resolution are told once each per job. Not in
+    /// the WIT record: plugins read the job from the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_uid: Option<String>,
     /// The rule's measured value when it was judged (a ratio, or seconds), for rule events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -131,6 +136,7 @@ impl FleetEvent {
         subject_uid(
             &self.cluster,
             self.rule.as_deref().filter(|_| self.kind.is_rule()),
+            self.job_uid.as_deref().filter(|_| self.kind.is_rule()),
         )
     }
 
@@ -186,10 +192,11 @@ impl FleetEvent {
 
 /// A UUID-shaped uid made from the subject's name: two 64-bit FNV-1a hashes of it (different
 /// offsets), with the version nibble set to 8 (a custom UUID) so it reads as one.
-fn subject_uid(cluster: &str, rule: Option<&str>) -> String {
-    let subject = match rule {
-        Some(rule) => format!("rule\u{0}{rule}\u{0}{cluster}"),
-        None => format!("cluster\u{0}{cluster}"),
+fn subject_uid(cluster: &str, rule: Option<&str>, job: Option<&str>) -> String {
+    let subject = match (rule, job) {
+        (Some(rule), Some(job)) => format!("timer\u{0}{rule}\u{0}{cluster}\u{0}{job}"),
+        (Some(rule), None) => format!("rule\u{0}{rule}\u{0}{cluster}"),
+        (None, _) => format!("cluster\u{0}{cluster}"),
     };
     let fnv = |offset: u64| {
         subject.bytes().fold(offset, |h, b| {
@@ -223,6 +230,7 @@ mod tests {
             kind: FleetEventKind::ClusterOffline,
             cluster: cluster.into(),
             rule: None,
+            job_uid: None,
             value: None,
             threshold: None,
             since: "2026-11-28T10:00:00Z".into(),
@@ -251,8 +259,12 @@ mod tests {
             rule.subject_uid(),
             rule_west.subject_uid(),
             // Names that join to the same text without the separator.
-            subject_uid("ea", Some("st")),
-            subject_uid("st", Some("ea")),
+            subject_uid("ea", Some("st"), None),
+            subject_uid("st", Some("ea"), None),
+            // A timer on two jobs, and on a job whose uid is another's cluster.
+            subject_uid("east", Some("east"), Some("u1")),
+            subject_uid("east", Some("east"), Some("u2")),
+            subject_uid("u1", Some("east"), Some("east")),
         ];
         let distinct: std::collections::HashSet<_> = uids.iter().collect();
         assert_eq!(distinct.len(), uids.len(), "{uids:?}");

@@ -27,7 +27,9 @@ use super::order::{KeyRef, compare};
 use super::query::{JobQuery, Position};
 use super::record::{JobRecord, LabelSet, Secs, Transition, now_secs, rfc3339, secs_of};
 use super::sli::{Sample, Slis};
-use jobrelay_contract::event::Phase;
+use super::timers::{Stay, TimedState};
+use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::story::QueueState;
 use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::{SHARDS, UidMap};
 use jobrelay_watch::tracker::{Listed, Observed};
@@ -125,12 +127,43 @@ impl ClusterJobs {
             strings.release(rec.namespace);
             strings.release(rec.kind);
             strings.release(rec.raw_phase);
+            if let Some(queue) = rec.queue {
+                strings.release(queue);
+            }
             labels.release(rec.labels);
             if rec.gone != 0 {
                 deleted.sub();
             }
             false
         });
+    }
+}
+
+/// Notes whether Kueue holds the job for quota, as its event's story says, and since when and
+/// in which queue; a kind that tells no story is never queued.
+fn set_queued(rec: &mut JobRecord, strings: &mut Interner<String>, event: &JobEvent) {
+    let queued = event
+        .story
+        .as_deref()
+        .and_then(|story| story.workload.as_ref())
+        .filter(|w| matches!(w.state, QueueState::Queued { .. }) && event.phase != Phase::Deleted);
+    rec.queued_since = queued.map_or(0, |w| {
+        w.waiting_since
+            .and_then(|t| Secs::try_from(t.timestamp()).ok())
+            .filter(|t| *t != 0)
+            .unwrap_or(rec.created)
+    });
+    let name = queued.and_then(|w| w.cluster_queue.as_deref().or(w.local_queue.as_deref()));
+    let same = match (rec.queue, name) {
+        (Some(sym), Some(name)) => strings.get(sym).map(String::as_str) == Some(name),
+        (None, None) => true,
+        _ => false,
+    };
+    if !same {
+        if let Some(old) = rec.queue.take() {
+            strings.release(old);
+        }
+        rec.queue = name.map(|n| strings.intern(n.to_string()));
     }
 }
 
@@ -292,6 +325,48 @@ impl JobView {
             .collect()
     }
 
+    /// Hands `see` every job in a state a timer measures ([`crate::timers`]): queued for
+    /// quota, else pending or running, with when that stay began. One cluster at a time,
+    /// under its read lock.
+    pub fn for_each_stay(&self, mut see: impl FnMut(&Stay<'_>)) {
+        for (cluster, shard) in self.shards() {
+            let guard = read(&shard);
+            let text = |sym| guard.text(sym);
+            for (uid, rec) in guard.jobs.iter() {
+                if rec.gone != 0 {
+                    continue;
+                }
+                let entered = rec
+                    .history
+                    .last()
+                    .filter(|t| t.phase == rec.phase)
+                    .map_or(rec.created, |t| t.at);
+                let (state, since) = if rec.queued_since != 0 {
+                    (TimedState::Queued, rec.queued_since)
+                } else {
+                    match rec.phase {
+                        // A job waits from its creation unless it left pending and came back.
+                        Phase::Pending if rec.started == 0 => (TimedState::Pending, rec.created),
+                        Phase::Pending => (TimedState::Pending, entered),
+                        Phase::Running => (TimedState::Running, entered),
+                        _ => continue,
+                    }
+                };
+                let uid = uid.to_string();
+                see(&Stay {
+                    cluster: &cluster,
+                    namespace: text(rec.namespace),
+                    name: &rec.name,
+                    kind: text(rec.kind),
+                    uid: &uid,
+                    state,
+                    since,
+                    queue: rec.queue.map(text),
+                });
+            }
+        }
+    }
+
     /// One observed version.
     pub fn observe(&self, observed: &Observed) {
         let event = &observed.event;
@@ -351,6 +426,7 @@ impl JobView {
                 let before = (rec.phase, rec.started);
                 lag(rec.phase != event.phase);
                 rec.enter(transition);
+                set_queued(rec, strings, event);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, rec, before);
                 }
@@ -381,8 +457,11 @@ impl JobView {
                     phase: event.phase,
                     restarts: 0,
                     history: Box::default(),
+                    queued_since: 0,
+                    queue: None,
                 };
                 rec.enter(transition);
+                set_queued(&mut rec, strings, event);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0));
                 }

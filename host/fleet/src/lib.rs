@@ -13,6 +13,8 @@
 //! - `order`: where a job falls in a list's order, the key a page is cut at.
 //! - [`rules`]: fleet rules on those SLIs, firing after they held a while and resolving; the
 //!   `fleet:` section that writes them in [`rules::spec`].
+//! - [`timers`]: a job that stays too long pending, queued or running fires its timer once
+//!   and resolves it when it moves on; the `fleet.timers` that write them in [`timers::spec`].
 //! - [`sli`]: queue wait, run time, ends and restarts per cluster × namespace × kind, from the
 //!   transitions the view sees live.
 
@@ -29,3 +31,4 @@ pub mod query;
 pub mod record;
 pub mod rules;
 pub mod sli;
+pub mod timers;

@@ -99,6 +99,11 @@ pub struct JobRecord {
     pub restarts: u16,
     /// The phases it entered, oldest first: the first, then the latest [`MAX_HISTORY`] − 1.
     pub history: Box<[Transition]>,
+    /// While Kueue holds its Workload for quota: since when, by Kueue's rule (the last
+    /// requeue, else the Workload's creation); 0 otherwise or when the kind tells no story.
+    pub queued_since: Secs,
+    /// The queue it waits in while queued (the ClusterQueue, else the LocalQueue), interned.
+    pub queue: Option<Sym>,
 }
 
 impl JobRecord {

@@ -16,6 +16,7 @@ use jobrelay_fleet::availability::Change;
 use jobrelay_fleet::jobs::JobView;
 use jobrelay_fleet::rules::spec::FleetSettings;
 use jobrelay_fleet::rules::{RuleChange, RuleReading, Rules};
+use jobrelay_fleet::timers::{TimerChange, Timers};
 use jobrelay_lanes::dispatcher::Routes;
 
 /// Makes and routes fleet events.
@@ -80,6 +81,20 @@ impl FleetAnnouncer {
         self.send(rule_event(change, now_ms));
     }
 
+    /// A timer started or stopped firing on a job.
+    pub fn timer(&self, change: TimerChange, now_ms: i64) {
+        if change.firing {
+            tracing::warn!(timer = %change.timer, cluster = %change.cluster,
+                namespace = %change.namespace, job = %change.name, stayed_seconds = change.stayed,
+                "timer firing: {}", change.summary);
+        } else {
+            tracing::info!(timer = %change.timer, cluster = %change.cluster,
+                namespace = %change.namespace, job = %change.name, "timer resolved: {}",
+                change.summary);
+        }
+        self.send(timer_event(change, now_ms));
+    }
+
     /// Routes one event (its id is set from its carrier).
     pub fn send(&self, event: FleetEvent) {
         let carrier = event.into_job_event(self.versions.next());
@@ -118,6 +133,7 @@ pub fn availability_event(change: AvailabilityChange, now_ms: i64) -> FleetEvent
         kind,
         cluster: change.cluster,
         rule: None,
+        job_uid: None,
         value: None,
         threshold: None,
         since: rfc3339(since),
@@ -137,9 +153,31 @@ pub fn rule_event(change: RuleChange, now_ms: i64) -> FleetEvent {
         },
         cluster: change.cluster,
         rule: Some(change.rule),
+        job_uid: None,
         value: Some(change.value),
         threshold: Some(change.threshold),
         since: rfc3339(change.since.saturating_mul(1000)),
+        time: rfc3339(now_ms),
+        summary: change.summary,
+    }
+}
+
+/// The fleet event of a timer's change on one job, made at `now_ms`: a rule event whose
+/// subject is the timer on that job, so each job's firing and resolution are told once.
+pub fn timer_event(change: TimerChange, now_ms: i64) -> FleetEvent {
+    FleetEvent {
+        id: String::new(),
+        kind: if change.firing {
+            FleetEventKind::RuleFiring
+        } else {
+            FleetEventKind::RuleResolved
+        },
+        cluster: change.cluster,
+        rule: Some(change.timer),
+        job_uid: Some(change.uid),
+        value: Some(f64::from(change.stayed)),
+        threshold: Some(f64::from(change.longer_than)),
+        since: rfc3339(i64::from(change.since).saturating_mul(1000)),
         time: rfc3339(now_ms),
         summary: change.summary,
     }
@@ -150,6 +188,7 @@ pub fn rule_event(change: RuleChange, now_ms: i64) -> FleetEvent {
 #[derive(Default)]
 pub struct RuleBook {
     rules: Mutex<Rules>,
+    timers: Mutex<Timers>,
     interval_ms: AtomicU64,
 }
 
@@ -167,6 +206,21 @@ impl RuleBook {
             Ordering::SeqCst,
         );
         self.lock().set_rules(settings.rules.clone());
+        self.timers.lock().set_timers(settings.timers.clone());
+    }
+
+    /// Per configured timer, how many jobs it fires on.
+    pub fn timers_firing(&self) -> Vec<(String, usize)> {
+        let timers = self.timers.lock();
+        let firing = timers.firing();
+        timers
+            .timers()
+            .iter()
+            .map(|t| {
+                let n = firing.iter().filter(|(name, _)| *name == t.name).count();
+                (t.name.clone(), n)
+            })
+            .collect()
     }
 
     pub fn readings(&self) -> Vec<RuleReading> {
@@ -182,8 +236,8 @@ impl RuleBook {
     }
 }
 
-/// Judges the rules on the job view's SLIs every `fleet.evaluate_interval_ms`, and announces
-/// what changed. Runs on a follower too (its verdicts stay current; the routes deliver nothing
+/// Judges the rules on the job view's SLIs and the timers on its jobs every
+/// `fleet.evaluate_interval_ms`, and announces what changed. Runs on a follower too (its verdicts stay current; the routes deliver nothing
 /// there), until `cancel`.
 pub async fn evaluate_rules(
     book: Arc<RuleBook>,
@@ -196,14 +250,25 @@ pub async fn evaluate_rules(
             _ = tokio::time::sleep(book.interval()) => {}
             _ = cancel.cancelled() => return,
         }
-        if book.lock().rules().is_empty() {
-            continue;
-        }
-        let rows = view.slis().snapshot();
         let now = chrono::Utc::now();
-        let changes = book.lock().evaluate(&rows, now.timestamp());
+        if !book.lock().rules().is_empty() {
+            let rows = view.slis().snapshot();
+            let changes = book.lock().evaluate(&rows, now.timestamp());
+            for change in changes {
+                announcer.rule(change, now.timestamp_millis());
+            }
+        }
+        let changes = {
+            let mut timers = book.timers.lock();
+            if timers.timers().is_empty() {
+                continue;
+            }
+            let mut pass = timers.pass(u32::try_from(now.timestamp()).unwrap_or(u32::MAX));
+            view.for_each_stay(|stay| pass.see(stay));
+            pass.end()
+        };
         for change in changes {
-            announcer.rule(change, now.timestamp_millis());
+            announcer.timer(change, now.timestamp_millis());
         }
     }
 }

@@ -646,3 +646,84 @@ fn watch_lag_counts_live_transitions_only() {
     view.forget_cluster("east");
     assert!(view.slis().lags().is_empty());
 }
+
+/// The stays a timer judges: a job Kueue holds is `queued` since the Workload's wait began
+/// (whatever its phase), a pending one since its creation, a running one since it entered
+/// running as its status says; a finished or deleted job is in none, and a job admitted
+/// leaves `queued` (and lets go of its queue's name).
+#[test]
+fn stays_come_from_the_jobs_objects() {
+    use crate::timers::TimedState;
+    use jobrelay_contract::story::{QueueState, Story, WorkloadFacts};
+    let view = JobView::new(ViewSettings::default());
+    let queued_story = |state: QueueState| {
+        let waiting = chrono::DateTime::parse_from_rfc3339("2027-01-15T08:00:00Z").expect("time");
+        Arc::new(Story {
+            workload: Some(WorkloadFacts {
+                job_uid: None,
+                state,
+                cluster_queue: None,
+                local_queue: Some("team-a".into()),
+                waiting_since: Some(waiting),
+                admitted_at: None,
+                past_execution_seconds: 0,
+                evictions: Default::default(),
+                requeues: 0,
+                accelerators: Default::default(),
+            }),
+            failure: None,
+        })
+    };
+    let mut held = job("east", "ml", "held").at(Phase::Suspended, 1_800_000_100);
+    held.event.story = Some(queued_story(QueueState::Queued {
+        reason: "Pending".into(),
+        message: "waiting for quota".into(),
+    }));
+    view.observe(&held);
+    view.observe(&job("east", "ml", "waits").at(Phase::Pending, 1_800_000_200));
+    view.observe(&job("east", "ml", "runs").at(Phase::Running, 1_800_000_300));
+    view.observe(&job("east", "ml", "done").at(Phase::Succeeded, 1_800_000_400));
+    view.observe(&job("east", "ml", "gone").at(Phase::Running, 1_800_000_500));
+    view.observe(&job("east", "ml", "gone").at(Phase::Deleted, 1_800_000_600));
+    let stays = |view: &JobView| {
+        let mut all = Vec::new();
+        view.for_each_stay(|s| {
+            all.push((
+                s.name.to_string(),
+                s.state,
+                s.since,
+                s.queue.map(str::to_string),
+            ))
+        });
+        all.sort();
+        all
+    };
+    let waiting = secs_of("2027-01-15T08:00:00Z").expect("secs");
+    assert_eq!(
+        stays(&view),
+        [
+            (
+                "held".to_string(),
+                TimedState::Queued,
+                waiting,
+                Some("team-a".to_string())
+            ),
+            ("runs".to_string(), TimedState::Running, 1_800_000_300, None),
+            (
+                "waits".to_string(),
+                TimedState::Pending,
+                1_800_000_000,
+                None
+            ),
+        ]
+    );
+    // Admitted: the next version's story says so, and the job is no longer queued.
+    let mut admitted = job("east", "ml", "held").at(Phase::Running, 1_800_000_700);
+    admitted.event.story = Some(queued_story(QueueState::Admitted));
+    view.observe(&admitted);
+    let now = stays(&view);
+    assert_eq!(
+        now[0],
+        ("held".to_string(), TimedState::Running, 1_800_000_700, None)
+    );
+}

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Measure, Rule};
 use crate::cleanup::{AfterFinished, DurationError};
+use crate::timers::spec::{TimerError, TimerSpec};
+use crate::timers::{self, Timer};
 
 /// The `fleet:` section as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,6 +21,9 @@ pub struct FleetSpec {
     /// The rules, each judged on every cluster.
     #[serde(default)]
     pub rules: Vec<FleetRuleSpec>,
+    /// Timers on how long one job stays in a state, judged at the same interval.
+    #[serde(default)]
+    pub timers: Vec<TimerSpec>,
 }
 
 impl Default for FleetSpec {
@@ -26,6 +31,7 @@ impl Default for FleetSpec {
         FleetSpec {
             evaluate_interval_ms: default_evaluate_interval_ms(),
             rules: Vec::new(),
+            timers: Vec::new(),
         }
     }
 }
@@ -80,6 +86,8 @@ pub struct FleetSettings {
     pub evaluate_interval: std::time::Duration,
     /// The rules, checked, in the order written.
     pub rules: Vec<Rule>,
+    /// The timers, checked, in the order written.
+    pub timers: Vec<Timer>,
 }
 
 /// Why the `fleet:` section is refused; the message names the field (`rule` is the index of
@@ -173,6 +181,9 @@ pub enum FleetError {
         /// The kind as written.
         kind: String,
     },
+    /// A timer is refused (the message names its field).
+    #[error(transparent)]
+    Timer(#[from] TimerError),
 }
 
 impl FleetSpec {
@@ -268,9 +279,12 @@ impl FleetSpec {
                 kinds: spec.kinds.clone(),
             });
         }
+        let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+        let timers = timers::spec::validate(&self.timers, kind_names, &names)?;
         Ok(FleetSettings {
             evaluate_interval: std::time::Duration::from_millis(self.evaluate_interval_ms),
             rules,
+            timers,
         })
     }
 }

@@ -82,6 +82,28 @@ pub(super) fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(),
     )
 }
 
+/// How many jobs each timer fires on (every configured timer, 0 included).
+pub(super) fn timers(
+    e: &mut DescriptorEncoder,
+    firing: &[(String, usize)],
+) -> Result<(), std::fmt::Error> {
+    family(
+        e,
+        "jobrelay_fleet_timers_firing",
+        "Jobs the timer fires on: they stayed in its state longer than its `longer_than`",
+        MetricType::Gauge,
+        firing
+            .iter()
+            .map(|(timer, n)| {
+                (
+                    vec![("timer", timer.clone())],
+                    ConstGauge::new(i64::try_from(*n).unwrap_or(i64::MAX)),
+                )
+            })
+            .collect(),
+    )
+}
+
 /// Each fleet rule's verdict and last measure on each cluster it judged.
 pub(super) fn rules(
     e: &mut DescriptorEncoder,

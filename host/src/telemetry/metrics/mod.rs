@@ -138,6 +138,7 @@ impl Collector for DaemonCollector {
             clusters::watch_lag(e, view)?;
         }
         fleet::rules(e, &self.sources.fleet_rules.readings())?;
+        fleet::timers(e, &self.sources.fleet_rules.timers_firing())?;
         process::encode(e)?;
         coordination::encode(e, &status.coordination)
     }

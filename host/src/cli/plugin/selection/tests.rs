@@ -203,6 +203,7 @@ fn fleet_event(kind: &str, cluster: &str, rv: u64) -> JobEvent {
         kind: serde_json::from_value(serde_json::json!(kind)).expect("a fleet kind"),
         cluster: cluster.into(),
         rule,
+        job_uid: None,
         value: None,
         threshold: None,
         since: "2026-01-01T00:00:00Z".into(),

@@ -1,0 +1,272 @@
+use super::*;
+
+fn timer(name: &str, state: TimedState, longer_than: u32) -> Timer {
+    Timer {
+        name: name.to_string(),
+        state,
+        longer_than,
+        clusters: Vec::new(),
+        namespaces: Vec::new(),
+        kinds: Vec::new(),
+    }
+}
+
+fn stay<'a>(uid: &'a str, state: TimedState, since: Secs) -> Stay<'a> {
+    Stay {
+        cluster: "east",
+        namespace: "ml",
+        name: uid,
+        kind: "pytorch-job",
+        uid,
+        state,
+        since,
+        queue: None,
+    }
+}
+
+fn judge(timers: &mut Timers, now: Secs, stays: &[Stay<'_>]) -> Vec<(String, bool)> {
+    let mut pass = timers.pass(now);
+    for s in stays {
+        pass.see(s);
+    }
+    pass.end().into_iter().map(|c| (c.uid, c.firing)).collect()
+}
+
+#[test]
+fn a_long_stay_fires_once_and_resolves_when_the_job_moves_on() {
+    let mut timers = Timers::default();
+    timers.set_timers(vec![timer("queued-long", TimedState::Queued, 3600)]);
+    let mut queued = stay("a", TimedState::Queued, 1000);
+    queued.queue = Some("cluster-queue a100");
+    assert_eq!(judge(&mut timers, 4599, &[queued]), [], "not yet");
+    let mut pass = timers.pass(4600);
+    pass.see(&queued);
+    let changes = pass.end();
+    assert_eq!(changes.len(), 1);
+    assert!(changes[0].firing);
+    assert_eq!(
+        changes[0].summary,
+        "ml/a queued 1h in cluster-queue a100 on east (longer than 1h)"
+    );
+    assert_eq!(judge(&mut timers, 9000, &[queued]), [], "once per stay");
+    assert_eq!(
+        timers.firing(),
+        [("queued-long".to_string(), "a".to_string())]
+    );
+    // Admitted: it runs now, so it is no longer queued.
+    let running = stay("a", TimedState::Running, 9100);
+    let mut pass = timers.pass(9200);
+    pass.see(&running);
+    let changes = pass.end();
+    assert_eq!(changes.len(), 1);
+    assert!(!changes[0].firing);
+    assert_eq!(
+        changes[0].summary,
+        "ml/a is no longer queued on east (after 2h 16m)"
+    );
+    assert_eq!(timers.firing_count(), 0);
+    // Requeued later: a new stay, its own firing.
+    let again = stay("a", TimedState::Queued, 20_000);
+    assert_eq!(
+        judge(&mut timers, 23_600, &[again]),
+        [("a".to_string(), true)]
+    );
+}
+
+#[test]
+fn a_job_that_moves_on_in_time_never_fires() {
+    let mut timers = Timers::default();
+    timers.set_timers(vec![timer("pending-long", TimedState::Pending, 60)]);
+    assert_eq!(
+        judge(&mut timers, 159, &[stay("a", TimedState::Pending, 100)]),
+        []
+    );
+    assert_eq!(
+        judge(&mut timers, 170, &[stay("a", TimedState::Running, 165)]),
+        []
+    );
+    assert_eq!(judge(&mut timers, 10_000, &[]), []);
+}
+
+#[test]
+fn a_deleted_job_resolves_its_timer() {
+    let mut timers = Timers::default();
+    timers.set_timers(vec![timer("running-long", TimedState::Running, 10)]);
+    assert_eq!(
+        judge(&mut timers, 100, &[stay("a", TimedState::Running, 1)]),
+        [("a".to_string(), true)]
+    );
+    assert_eq!(judge(&mut timers, 101, &[]), [("a".to_string(), false)]);
+}
+
+/// A process that starts again finds the same long stay and fires it again: what keeps it from
+/// the plugins is the lanes' memory of the subject, so the change must name the same subject
+/// (timer, cluster, uid) and the same `since`.
+#[test]
+fn a_new_process_judges_the_same_stay_the_same_way() {
+    let t = vec![timer("queued-long", TimedState::Queued, 60)];
+    let s = stay("a", TimedState::Queued, 1000);
+    let first = {
+        let mut timers = Timers::default();
+        timers.set_timers(t.clone());
+        let mut pass = timers.pass(2000);
+        pass.see(&s);
+        pass.end()
+    };
+    let again = {
+        let mut timers = Timers::default();
+        timers.set_timers(t);
+        let mut pass = timers.pass(2500);
+        pass.see(&s);
+        pass.end()
+    };
+    assert_eq!(
+        (
+            &first[0].timer,
+            &first[0].cluster,
+            &first[0].uid,
+            first[0].since
+        ),
+        (
+            &again[0].timer,
+            &again[0].cluster,
+            &again[0].uid,
+            again[0].since
+        )
+    );
+}
+
+#[test]
+fn timers_cover_only_their_clusters_namespaces_and_kinds() {
+    let mut scoped = timer("gpu-pending", TimedState::Pending, 10);
+    scoped.clusters = vec!["gpu-*".to_string()];
+    scoped.namespaces = vec!["ml".to_string()];
+    scoped.kinds = vec!["pytorch-job".to_string()];
+    let mut timers = Timers::default();
+    timers.set_timers(vec![scoped]);
+    let mut on_gpu = stay("a", TimedState::Pending, 1);
+    on_gpu.cluster = "gpu-east";
+    let mut other_ns = on_gpu;
+    other_ns.uid = "b";
+    other_ns.namespace = "web";
+    let mut other_kind = on_gpu;
+    other_kind.uid = "c";
+    other_kind.kind = "batch-job";
+    let mut other_cluster = on_gpu;
+    other_cluster.uid = "d";
+    other_cluster.cluster = "cpu-west";
+    assert_eq!(
+        judge(
+            &mut timers,
+            100,
+            &[on_gpu, other_ns, other_kind, other_cluster]
+        ),
+        [("a".to_string(), true)]
+    );
+}
+
+/// A changed main file: an unchanged timer keeps what it fires on (no second firing), a
+/// removed one lets its firings go.
+#[test]
+fn an_unchanged_timer_keeps_its_firings_across_a_reload() {
+    let keep = timer("keep", TimedState::Running, 10);
+    let drop = timer("drop", TimedState::Running, 10);
+    let mut timers = Timers::default();
+    timers.set_timers(vec![drop.clone(), keep.clone()]);
+    let s = stay("a", TimedState::Running, 1);
+    assert_eq!(judge(&mut timers, 100, &[s]).len(), 2);
+    timers.set_timers(vec![keep]);
+    assert_eq!(timers.firing(), [("keep".to_string(), "a".to_string())]);
+    assert_eq!(judge(&mut timers, 200, &[s]), [], "no second firing");
+}
+
+/// Memory is the firing timers alone: of 10,000 jobs under a timer, the 10 that stayed long.
+#[test]
+fn only_firing_timers_are_held() {
+    let mut timers = Timers::default();
+    timers.set_timers(vec![timer("pending-long", TimedState::Pending, 600)]);
+    let uids: Vec<String> = (0..10_000).map(|i| format!("job-{i}")).collect();
+    let mut pass = timers.pass(10_000);
+    for (i, uid) in uids.iter().enumerate() {
+        let since = if i % 1000 == 0 { 1 } else { 9_999 };
+        pass.see(&stay(uid, TimedState::Pending, since));
+    }
+    assert_eq!(pass.end().len(), 10);
+    assert_eq!(timers.firing_count(), 10);
+}
+
+/// Seeded random walks of jobs between states and evaluations: every resolution follows a
+/// firing of the same timer and job, no firing repeats while it stands, and a timer fires
+/// exactly when the job's stay reached its `longer_than` at an evaluation.
+#[test]
+fn random_walks_fire_and_resolve_in_turn() {
+    let states = [TimedState::Pending, TimedState::Queued, TimedState::Running];
+    for seed in 1..=200u64 {
+        let mut rng = seed;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut timers = Timers::default();
+        timers.set_timers(vec![
+            timer("p", TimedState::Pending, 30),
+            timer("q", TimedState::Queued, 50),
+        ]);
+        let uids = ["a", "b", "c"];
+        // Per job: its state (None: finished or gone) and since.
+        let mut jobs: Vec<(Option<TimedState>, Secs)> = vec![(None, 0); uids.len()];
+        let mut open: HashSet<(String, String)> = HashSet::new();
+        let mut now: Secs = 1000;
+        for _ in 0..60 {
+            now += 1 + next(20) as Secs;
+            for job in jobs.iter_mut() {
+                if next(4) == 0 {
+                    let pick = next(4);
+                    let state = (pick < 3).then(|| states[pick as usize]);
+                    if state != job.0 {
+                        *job = (state, now - next(5) as Secs);
+                    }
+                }
+            }
+            let stays: Vec<Stay<'_>> = jobs
+                .iter()
+                .zip(uids)
+                .filter_map(|((state, since), uid)| Some(stay(uid, (*state)?, *since)))
+                .collect();
+            let mut pass = timers.pass(now);
+            for s in &stays {
+                pass.see(s);
+            }
+            for change in pass.end() {
+                let key = (change.timer.clone(), change.uid.clone());
+                if change.firing {
+                    assert!(open.insert(key), "seed {seed}: fired twice");
+                } else {
+                    assert!(open.remove(&key), "seed {seed}: resolved without a firing");
+                }
+            }
+            // What stands is exactly the long stays of this evaluation.
+            let mut want: Vec<(String, String)> = Vec::new();
+            for ((state, since), uid) in jobs.iter().zip(uids) {
+                for t in timers.timers() {
+                    if *state == Some(t.state) && now - since >= t.longer_than {
+                        want.push((t.name.clone(), uid.to_string()));
+                    }
+                }
+            }
+            want.sort();
+            assert_eq!(timers.firing(), want, "seed {seed} at {now}");
+        }
+    }
+}
+
+#[test]
+fn stays_read_as_people_say_them() {
+    assert_eq!(words(40), "40s");
+    assert_eq!(words(185), "3m 5s");
+    assert_eq!(words(7800), "2h 10m");
+    assert_eq!(words(7200), "2h");
+    assert_eq!(words(86_400 * 2 + 3600 * 4 + 5), "2d 4h");
+}
