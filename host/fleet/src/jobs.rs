@@ -352,13 +352,12 @@ impl JobView {
                         _ => continue,
                     }
                 };
-                let uid = uid.to_string();
                 see(&Stay {
                     cluster: &cluster,
                     namespace: text(rec.namespace),
                     name: &rec.name,
                     kind: text(rec.kind),
-                    uid: &uid,
+                    uid,
                     state,
                     since,
                     queue: rec.queue.map(text),

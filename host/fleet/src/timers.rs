@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
 use crate::record::Secs;
+use jobrelay_contract::uid::Uid;
 
 pub mod spec;
 
@@ -72,12 +73,9 @@ pub struct Timer {
 }
 
 impl Timer {
-    fn covers(&self, stay: &Stay<'_>) -> bool {
-        (self.clusters.is_empty()
-            || self
-                .clusters
-                .iter()
-                .any(|p| WildMatch::new(p).matches(stay.cluster)))
+    /// Whether the timer covers `stay`'s job; `clusters` are the timer's patterns, compiled.
+    fn covers(&self, clusters: &[WildMatch], stay: &Stay<'_>) -> bool {
+        (clusters.is_empty() || clusters.iter().any(|p| p.matches(stay.cluster)))
             && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == stay.namespace))
             && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == stay.kind))
     }
@@ -94,8 +92,8 @@ pub struct Stay<'a> {
     pub name: &'a str,
     /// The configured kind's name.
     pub kind: &'a str,
-    /// The job's `metadata.uid`.
-    pub uid: &'a str,
+    /// The job's `metadata.uid` (turned into text only for a change).
+    pub uid: &'a Uid,
     /// The state it is in.
     pub state: TimedState,
     /// When the stay began (seconds since the epoch).
@@ -143,8 +141,10 @@ struct Firing {
 #[derive(Debug, Default)]
 pub struct Timers {
     timers: Vec<Timer>,
+    /// Each timer's cluster patterns, compiled once.
+    patterns: Vec<Vec<WildMatch>>,
     /// (timer index, job uid) → what it fired on.
-    firing: HashMap<(usize, String), Firing>,
+    firing: HashMap<(usize, Uid), Firing>,
 }
 
 impl Timers {
@@ -161,6 +161,10 @@ impl Timers {
         self.firing = std::mem::take(&mut self.firing)
             .into_iter()
             .filter_map(|((old, uid), f)| kept.get(&old).map(|new| ((*new, uid), f)))
+            .collect();
+        self.patterns = timers
+            .iter()
+            .map(|t| t.clusters.iter().map(|p| WildMatch::new(p)).collect())
             .collect();
         self.timers = timers;
     }
@@ -180,7 +184,7 @@ impl Timers {
         let mut all: Vec<(String, String)> = self
             .firing
             .keys()
-            .map(|(t, uid)| (self.timers[*t].name.clone(), uid.clone()))
+            .map(|(t, uid)| (self.timers[*t].name.clone(), uid.to_string()))
             .collect();
         all.sort();
         all
@@ -202,24 +206,39 @@ impl Timers {
 pub struct Pass<'t> {
     timers: &'t mut Timers,
     now: Secs,
-    holding: HashSet<(usize, String)>,
+    holding: HashSet<(usize, Uid)>,
     changes: Vec<TimerChange>,
 }
 
 impl Pass<'_> {
     /// One job in a timed state.
     pub fn see(&mut self, stay: &Stay<'_>) {
-        for (index, timer) in self.timers.timers.iter().enumerate() {
-            if timer.state != stay.state || !timer.covers(stay) {
+        let Pass {
+            timers,
+            now,
+            holding,
+            changes,
+        } = self;
+        let Timers {
+            timers,
+            patterns,
+            firing,
+        } = &mut **timers;
+        for (index, timer) in timers.iter().enumerate() {
+            // Cheapest first: most jobs are in another state, or have not stayed long.
+            if timer.state != stay.state {
                 continue;
             }
-            let stayed = self.now.saturating_sub(stay.since);
-            if stay.since == 0 || stayed < timer.longer_than {
+            let stayed = now.saturating_sub(stay.since);
+            if stay.since == 0
+                || stayed < timer.longer_than
+                || !timer.covers(&patterns[index], stay)
+            {
                 continue;
             }
-            let key = (index, stay.uid.to_string());
-            if !self.timers.firing.contains_key(&key) {
-                self.timers.firing.insert(
+            let key = (index, stay.uid.clone());
+            if !firing.contains_key(&key) {
+                firing.insert(
                     key.clone(),
                     Firing {
                         cluster: stay.cluster.to_string(),
@@ -230,7 +249,7 @@ impl Pass<'_> {
                     },
                 );
                 let queue = stay.queue.map(|q| format!(" in {q}")).unwrap_or_default();
-                self.changes.push(TimerChange {
+                changes.push(TimerChange {
                     timer: timer.name.clone(),
                     cluster: stay.cluster.to_string(),
                     namespace: stay.namespace.to_string(),
@@ -251,7 +270,7 @@ impl Pass<'_> {
                     ),
                 });
             }
-            self.holding.insert(key);
+            holding.insert(key);
         }
     }
 
@@ -264,13 +283,13 @@ impl Pass<'_> {
             holding,
             mut changes,
         } = self;
-        let mut ended: Vec<(usize, String)> = timers
+        let mut ended: Vec<(usize, Uid)> = timers
             .firing
             .keys()
             .filter(|key| !holding.contains(*key))
             .cloned()
             .collect();
-        ended.sort();
+        ended.sort_by_key(|(t, uid)| (*t, uid.to_string()));
         for key in ended {
             let Some(firing) = timers.firing.remove(&key) else {
                 continue;
@@ -290,7 +309,7 @@ impl Pass<'_> {
                 cluster: firing.cluster,
                 namespace: firing.namespace,
                 name: firing.name,
-                uid: key.1,
+                uid: key.1.to_string(),
                 firing: false,
                 since: firing.since,
                 stayed,

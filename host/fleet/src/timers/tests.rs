@@ -11,13 +11,18 @@ fn timer(name: &str, state: TimedState, longer_than: u32) -> Timer {
     }
 }
 
-fn stay<'a>(uid: &'a str, state: TimedState, since: Secs) -> Stay<'a> {
+/// A uid that lives as long as the test: stays borrow theirs from the view.
+fn uid(text: &str) -> &'static Uid {
+    Box::leak(Box::new(Uid::new(text)))
+}
+
+fn stay<'a>(name: &'a str, state: TimedState, since: Secs) -> Stay<'a> {
     Stay {
         cluster: "east",
         namespace: "ml",
-        name: uid,
+        name,
         kind: "pytorch-job",
-        uid,
+        uid: uid(name),
         state,
         since,
         queue: None,
@@ -147,13 +152,13 @@ fn timers_cover_only_their_clusters_namespaces_and_kinds() {
     let mut on_gpu = stay("a", TimedState::Pending, 1);
     on_gpu.cluster = "gpu-east";
     let mut other_ns = on_gpu;
-    other_ns.uid = "b";
+    other_ns.uid = uid("b");
     other_ns.namespace = "web";
     let mut other_kind = on_gpu;
-    other_kind.uid = "c";
+    other_kind.uid = uid("c");
     other_kind.kind = "batch-job";
     let mut other_cluster = on_gpu;
-    other_cluster.uid = "d";
+    other_cluster.uid = uid("d");
     other_cluster.cluster = "cpu-west";
     assert_eq!(
         judge(
