@@ -397,6 +397,31 @@ async fn a_timer_on_a_job_fires_once_as_a_card_and_resolves_when_it_runs() {
     // Many more evaluations: still one firing.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(timer_lines(&setup), ["rule-firing"]);
+    // The job view filters on the firing timer and shows it.
+    let names = |page: &serde_json::Value| -> Vec<(String, serde_json::Value)> {
+        page["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|j| {
+                        (
+                            j["name"].as_str().unwrap_or_default().to_string(),
+                            j["timers"].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (_, page) = get_json(addr, "/api/v1/jobs?timer=pending-long").await;
+    assert_eq!(
+        names(&page),
+        [("stuck".to_string(), serde_json::json!(["pending-long"]))],
+        "{page}"
+    );
+    let (_, page) = get_json(addr, "/api/v1/jobs?timer=no-such-timer").await;
+    assert_eq!(names(&page), [], "{page}");
 
     stuck.running().expect("running");
     wait_for("the timer resolving", || {
@@ -405,6 +430,8 @@ async fn a_timer_on_a_job_fires_once_as_a_card_and_resolves_when_it_runs() {
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(timer_lines(&setup), ["rule-firing", "rule-resolved"]);
+    let (_, page) = get_json(addr, "/api/v1/jobs?timer=*").await;
+    assert_eq!(names(&page), [], "no timer fires any more: {page}");
     let (_, metrics) = http_get(addr, "/metrics").await;
     assert!(
         metrics.contains("jobrelay_fleet_timers_firing{timer=\"pending-long\"} 0"),

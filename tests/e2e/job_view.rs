@@ -282,6 +282,7 @@ async fn one_list_across_clusters_with_what_each_plugin_did() {
             "phase",
             "labelSelector",
             "name",
+            "timer",
             "sort",
             "limit",
             "continue"

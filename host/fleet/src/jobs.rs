@@ -69,6 +69,9 @@ struct ClusterJobs {
     /// When the newest live (watched, not listed) version of the cluster arrived (0: none
     /// yet).
     last_event: Secs,
+    /// The timers firing on each job, as the last evaluation left them ([`JobView::set_firing`]):
+    /// entries only for jobs a timer fires on.
+    firing: std::collections::HashMap<Uid, Vec<String>>,
 }
 
 /// How many records of deleted jobs a cluster holds, and when the oldest went: a sweep passes
@@ -212,6 +215,15 @@ pub struct JobSummary {
     pub duration_seconds: Option<u32>,
     /// How many times it entered `restarting`.
     pub restarts: u16,
+    /// The queue Kueue holds it in for quota (ClusterQueue, else LocalQueue), while it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// RFC 3339: since when Kueue holds it (its last requeue, else the Workload's creation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_since: Option<String>,
+    /// The timers of `fleet.timers` firing on it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<String>,
 }
 
 /// One job with what was observed of it.
@@ -366,6 +378,29 @@ impl JobView {
         }
     }
 
+    /// The timers firing after an evaluation, `(cluster, job uid, timer)` each: what a list
+    /// filters on (`timer=`) and shows. Replaces what the last evaluation left, so a timer
+    /// removed from the main file leaves no mark.
+    pub fn set_firing(&self, firing: Vec<(String, Uid, String)>) {
+        let mut by_cluster: BTreeMap<String, std::collections::HashMap<Uid, Vec<String>>> =
+            BTreeMap::new();
+        for (cluster, uid, timer) in firing {
+            by_cluster
+                .entry(cluster)
+                .or_default()
+                .entry(uid)
+                .or_default()
+                .push(timer);
+        }
+        for (cluster, shard) in self.shards() {
+            let mut marks = by_cluster.remove(&cluster).unwrap_or_default();
+            for timers in marks.values_mut() {
+                timers.sort();
+            }
+            write(&shard).firing = marks;
+        }
+    }
+
     /// One observed version.
     pub fn observe(&self, observed: &Observed) {
         let event = &observed.event;
@@ -377,6 +412,7 @@ impl JobView {
             labels,
             deleted,
             last_event,
+            ..
         } = &mut *guard;
         let uid = Uid::new(&event.uid);
         let now = now_secs();
@@ -631,7 +667,7 @@ impl JobView {
                 let mut verdicts = vec![0u8; jobs.labels.slots()];
                 let part_jobs = (parts..parts + TABLES_PER_HOLD).flat_map(|p| jobs.jobs.part(p));
                 for (uid, rec) in part_jobs {
-                    if !filter.takes(rec, &jobs, &mut verdicts) {
+                    if !filter.takes(uid, rec, &jobs, &mut verdicts) {
                         continue;
                     }
                     let key = KeyRef::of(order.field, &cluster, jobs.text(rec.namespace), rec, uid);
@@ -736,6 +772,9 @@ fn summary(cluster: &str, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, now: S
         deleted: rfc3339(rec.gone),
         duration_seconds: rec.duration(now),
         restarts: rec.restarts,
+        queue: rec.queue.map(|q| jobs.text(q).to_string()),
+        queued_since: rfc3339(rec.queued_since),
+        timers: jobs.firing.get(uid).cloned().unwrap_or_default(),
     }
 }
 
@@ -775,9 +814,20 @@ impl<'q> Filter<'q> {
         })
     }
 
-    fn takes(&self, rec: &JobRecord, jobs: &ClusterJobs, verdicts: &mut [u8]) -> bool {
+    fn takes(&self, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, verdicts: &mut [u8]) -> bool {
         if self.phases & phase_bit(rec.phase) == 0 {
             return false;
+        }
+        if !self.query.timers.is_empty() {
+            let firing = jobs.firing.get(uid).map_or(&[][..], Vec::as_slice);
+            let any = self.query.timers.iter().any(|t| t == "*");
+            if !(if any {
+                !firing.is_empty()
+            } else {
+                firing.iter().any(|t| self.query.timers.contains(t))
+            }) {
+                return false;
+            }
         }
         if let Some(ns) = &self.namespaces
             && !ns.contains(&rec.namespace)

@@ -162,6 +162,8 @@ pub struct JobQuery {
     selector_text: String,
     /// Only jobs whose name starts with this (`name`).
     pub name_prefix: Option<String>,
+    /// Only jobs one of these timers fires on (`timer`); `*`: any timer.
+    pub timers: Vec<String>,
     /// The order asked for; `cluster` when none was.
     pub sort: Option<Sort>,
     /// The most jobs on the page, 1 to [`MAX_LIMIT`].
@@ -187,6 +189,7 @@ impl JobQuery {
                 "cluster" => Some(("cluster", &mut q.clusters)),
                 "namespace" => Some(("namespace", &mut q.namespaces)),
                 "kind" => Some(("kind", &mut q.kinds)),
+                "timer" => Some(("timer", &mut q.timers)),
                 _ => None,
             };
             if let Some((param, values)) = list {
@@ -318,6 +321,7 @@ impl JobQuery {
         feed(&sorted(&phases));
         feed(&self.selector_text);
         feed(self.name_prefix.as_deref().unwrap_or(""));
+        feed(&sorted(&self.timers));
         hash
     }
 }

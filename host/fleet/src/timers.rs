@@ -190,6 +190,14 @@ impl Timers {
         all
     }
 
+    /// The jobs a timer fires on, `(cluster, job uid, timer)`: what the job view marks.
+    pub fn firing_jobs(&self) -> Vec<(String, Uid, String)> {
+        self.firing
+            .iter()
+            .map(|((t, uid), f)| (f.cluster.clone(), uid.clone(), self.timers[*t].name.clone()))
+            .collect()
+    }
+
     /// Starts an evaluation at `now`: feed it every job in a timed state, then
     /// [`end`](Pass::end) it.
     pub fn pass(&mut self, now: Secs) -> Pass<'_> {

@@ -148,7 +148,7 @@ impl LoadError {
 /// a whole number of MiB (a limit set through the library, not a manifest).
 fn mebibytes(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else {
         format!("{bytes} bytes")

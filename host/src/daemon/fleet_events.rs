@@ -245,6 +245,7 @@ pub async fn evaluate_rules(
     announcer: FleetAnnouncer,
     cancel: CancellationToken,
 ) {
+    let mut marked = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(book.interval()) => {}
@@ -261,11 +262,19 @@ pub async fn evaluate_rules(
         let changes = {
             let mut timers = book.timers.lock();
             if timers.timers().is_empty() {
+                // Timers removed from the main file leave no mark on the view's jobs.
+                if marked {
+                    view.set_firing(Vec::new());
+                    marked = false;
+                }
                 continue;
             }
+            marked = true;
             let mut pass = timers.pass(u32::try_from(now.timestamp()).unwrap_or(u32::MAX));
             view.for_each_stay(|stay| pass.see(stay));
-            pass.end()
+            let changes = pass.end();
+            view.set_firing(timers.firing_jobs());
+            changes
         };
         for change in changes {
             announcer.timer(change, now.timestamp_millis());

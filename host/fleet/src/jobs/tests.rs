@@ -727,3 +727,38 @@ fn stays_come_from_the_jobs_objects() {
         ("held".to_string(), TimedState::Running, 1_800_000_700, None)
     );
 }
+
+/// A list filters on the timers firing on each job (`timer=NAME`, `timer=*`) and shows them; a
+/// new evaluation's marks replace the last one's.
+#[test]
+fn lists_filter_on_firing_timers() {
+    let view = JobView::new(ViewSettings::default());
+    for name in ["a", "b", "c"] {
+        view.observe(&job("east", "ml", name).at(Phase::Pending, 1_800_000_100));
+    }
+    let uid = |name: &str| Uid::new(&format!("u-east-{name}"));
+    view.set_firing(vec![
+        ("east".into(), uid("a"), "pending-long".into()),
+        ("east".into(), uid("b"), "other".into()),
+        ("east".into(), uid("a"), "other".into()),
+    ]);
+    let names = |q: &str| -> Vec<(String, Vec<String>)> {
+        view.list(&query(q))
+            .items
+            .into_iter()
+            .map(|j| (j.name, j.timers))
+            .collect()
+    };
+    assert_eq!(
+        names("timer=pending-long"),
+        [(
+            "a".to_string(),
+            vec!["other".to_string(), "pending-long".to_string()]
+        )]
+    );
+    assert_eq!(names("timer=*").len(), 2);
+    assert_eq!(names("timer=nothing"), []);
+    assert_eq!(names("limit=10").len(), 3, "no timer filter: every job");
+    view.set_firing(Vec::new());
+    assert_eq!(names("timer=*"), []);
+}

@@ -36,7 +36,7 @@ pub use self::error::JobsError;
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum JobsCommand {
     /// List jobs of every watched cluster, filtered and ordered, a page at a time.
-    List(ListArgs),
+    List(Box<ListArgs>),
     /// One job: its fields, labels and transitions, what each plugin did of it call by call,
     /// and earlier deleted jobs of the same name.
     Show(ShowArgs),
@@ -64,6 +64,10 @@ pub struct ListArgs {
     /// Only jobs whose name starts with this.
     #[arg(long, value_name = "PREFIX")]
     pub name: Option<String>,
+    /// Only jobs one of these timers (`fleet.timers`) fires on; `*` for any (repeat, or
+    /// commas).
+    #[arg(long, value_name = "TIMER")]
+    pub timer: Vec<String>,
     /// Order: cluster (default), name, created or finished; `-` in front for descending.
     #[arg(long, value_name = "ORDER", allow_hyphen_values = true)]
     pub sort: Option<String>,

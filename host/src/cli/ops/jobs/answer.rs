@@ -52,6 +52,11 @@ pub struct JobSummary {
     pub deleted: Option<String>,
     pub duration_seconds: Option<u64>,
     pub restarts: u64,
+    /// The queue Kueue holds the job in for quota, while it does.
+    pub queue: Option<String>,
+    pub queued_since: Option<String>,
+    /// The timers of `fleet.timers` firing on the job.
+    pub timers: Vec<String>,
 }
 
 /// What one plugin did of one job.

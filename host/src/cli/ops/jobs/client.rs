@@ -140,6 +140,7 @@ pub fn query_string(args: &ListArgs, limit: Option<u64>, token: Option<&str>) ->
         ("namespace", &args.namespace),
         ("kind", &args.kind),
         ("phase", &args.phase),
+        ("timer", &args.timer),
     ] {
         for value in values {
             query.append_pair(param, value);

@@ -27,7 +27,7 @@ pub fn jobs(items: &[JobItem], wide: bool, now: DateTime<Utc>) -> String {
     }
     header.extend(["AGE", "DURATION"]);
     if wide {
-        header.push("RESTARTS");
+        header.extend(["RESTARTS", "QUEUE", "TIMERS"]);
     }
     header.push("PLUGINS");
     if wide {
@@ -64,6 +64,12 @@ pub fn jobs(items: &[JobItem], wide: bool, now: DateTime<Utc>) -> String {
         ));
         if wide {
             row.push(job.restarts.to_string());
+            row.push(job.queue.clone().unwrap_or_else(|| NONE.to_string()));
+            row.push(if job.timers.is_empty() {
+                NONE.to_string()
+            } else {
+                job.timers.join(",")
+            });
         }
         row.push(plugins(&item.plugins));
         if wide {
