@@ -12,7 +12,8 @@
 //! jobs does not grow the view without bound.
 //!
 //! [`spec`] is the main file's `job_view:` section, checked into the [`ViewSettings`] the view
-//! runs with.
+//! runs with; `filter` judges a list's filters on each job; `stays` is what the timers read
+//! of the view and the marks of those firing.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -22,19 +23,21 @@ use compact_str::CompactString;
 use parking_lot::RwLock;
 use serde::Serialize;
 
+use self::filter::Filter;
+use self::stays::set_queued;
 use super::interner::{Interner, Sym};
 use super::order::{KeyRef, compare};
 use super::query::{JobQuery, Position};
 use super::record::{JobRecord, LabelSet, Secs, Transition, now_secs, rfc3339, secs_of};
 use super::sli::{Sample, Slis};
-use super::timers::{Stay, TimedState};
-use jobrelay_contract::event::{JobEvent, Phase};
-use jobrelay_contract::story::QueueState;
+use jobrelay_contract::event::Phase;
 use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::{SHARDS, UidMap};
 use jobrelay_watch::tracker::{Listed, Observed};
 
+mod filter;
 pub mod spec;
+mod stays;
 
 /// How long deleted jobs stay, and how many at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,34 +142,6 @@ impl ClusterJobs {
             }
             false
         });
-    }
-}
-
-/// Notes whether Kueue holds the job for quota, as its event's story says, and since when and
-/// in which queue; a kind that tells no story is never queued.
-fn set_queued(rec: &mut JobRecord, strings: &mut Interner<String>, event: &JobEvent) {
-    let queued = event
-        .story
-        .as_deref()
-        .and_then(|story| story.workload.as_ref())
-        .filter(|w| matches!(w.state, QueueState::Queued { .. }) && event.phase != Phase::Deleted);
-    rec.queued_since = queued.map_or(0, |w| {
-        w.waiting_since
-            .and_then(|t| Secs::try_from(t.timestamp()).ok())
-            .filter(|t| *t != 0)
-            .unwrap_or(rec.created)
-    });
-    let name = queued.and_then(|w| w.cluster_queue.as_deref().or(w.local_queue.as_deref()));
-    let same = match (rec.queue, name) {
-        (Some(sym), Some(name)) => strings.get(sym).map(String::as_str) == Some(name),
-        (None, None) => true,
-        _ => false,
-    };
-    if !same {
-        if let Some(old) = rec.queue.take() {
-            strings.release(old);
-        }
-        rec.queue = name.map(|n| strings.intern(n.to_string()));
     }
 }
 
@@ -335,70 +310,6 @@ impl JobView {
             .iter()
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect()
-    }
-
-    /// Hands `see` every job in a state a timer measures ([`crate::timers`]): queued for
-    /// quota, else pending or running, with when that stay began. One cluster at a time,
-    /// under its read lock.
-    pub fn for_each_stay(&self, mut see: impl FnMut(&Stay<'_>)) {
-        for (cluster, shard) in self.shards() {
-            let guard = read(&shard);
-            let text = |sym| guard.text(sym);
-            for (uid, rec) in guard.jobs.iter() {
-                if rec.gone != 0 {
-                    continue;
-                }
-                let entered = rec
-                    .history
-                    .last()
-                    .filter(|t| t.phase == rec.phase)
-                    .map_or(rec.created, |t| t.at);
-                let (state, since) = if rec.queued_since != 0 {
-                    (TimedState::Queued, rec.queued_since)
-                } else {
-                    match rec.phase {
-                        // A job waits from its creation unless it left pending and came back.
-                        Phase::Pending if rec.started == 0 => (TimedState::Pending, rec.created),
-                        Phase::Pending => (TimedState::Pending, entered),
-                        Phase::Running => (TimedState::Running, entered),
-                        _ => continue,
-                    }
-                };
-                see(&Stay {
-                    cluster: &cluster,
-                    namespace: text(rec.namespace),
-                    name: &rec.name,
-                    kind: text(rec.kind),
-                    uid,
-                    state,
-                    since,
-                    queue: rec.queue.map(text),
-                });
-            }
-        }
-    }
-
-    /// The timers firing after an evaluation, `(cluster, job uid, timer)` each: what a list
-    /// filters on (`timer=`) and shows. Replaces what the last evaluation left, so a timer
-    /// removed from the main file leaves no mark.
-    pub fn set_firing(&self, firing: Vec<(String, Uid, String)>) {
-        let mut by_cluster: BTreeMap<String, std::collections::HashMap<Uid, Vec<String>>> =
-            BTreeMap::new();
-        for (cluster, uid, timer) in firing {
-            by_cluster
-                .entry(cluster)
-                .or_default()
-                .entry(uid)
-                .or_default()
-                .push(timer);
-        }
-        for (cluster, shard) in self.shards() {
-            let mut marks = by_cluster.remove(&cluster).unwrap_or_default();
-            for timers in marks.values_mut() {
-                timers.sort();
-            }
-            write(&shard).firing = marks;
-        }
     }
 
     /// One observed version.
@@ -776,91 +687,6 @@ fn summary(cluster: &str, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, now: S
         queued_since: rfc3339(rec.queued_since),
         timers: jobs.firing.get(uid).cloned().unwrap_or_default(),
     }
-}
-
-/// A query's filters, resolved against one cluster's interned values.
-struct Filter<'q> {
-    namespaces: Option<Vec<Sym>>,
-    kinds: Option<Vec<Sym>>,
-    /// Bit `i` set: phase `Phase::ALL[i]` is taken; all set without a phase filter.
-    phases: u16,
-    query: &'q JobQuery,
-}
-
-impl<'q> Filter<'q> {
-    /// `None`: nothing on this cluster can match (a namespace or kind asked for is not here).
-    fn of(query: &'q JobQuery, jobs: &ClusterJobs) -> Option<Filter<'q>> {
-        let resolve = |values: &[String]| -> Option<Option<Vec<Sym>>> {
-            if values.is_empty() {
-                return Some(None);
-            }
-            let syms: Vec<Sym> = values.iter().filter_map(|v| jobs.strings.find(v)).collect();
-            if syms.is_empty() {
-                None
-            } else {
-                Some(Some(syms))
-            }
-        };
-        let phases = if query.phases.is_empty() {
-            u16::MAX
-        } else {
-            query.phases.iter().fold(0, |mask, p| mask | phase_bit(*p))
-        };
-        Some(Filter {
-            namespaces: resolve(&query.namespaces)?,
-            kinds: resolve(&query.kinds)?,
-            phases,
-            query,
-        })
-    }
-
-    fn takes(&self, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, verdicts: &mut [u8]) -> bool {
-        if self.phases & phase_bit(rec.phase) == 0 {
-            return false;
-        }
-        if !self.query.timers.is_empty() {
-            let firing = jobs.firing.get(uid).map_or(&[][..], Vec::as_slice);
-            let any = self.query.timers.iter().any(|t| t == "*");
-            if !(if any {
-                !firing.is_empty()
-            } else {
-                firing.iter().any(|t| self.query.timers.contains(t))
-            }) {
-                return false;
-            }
-        }
-        if let Some(ns) = &self.namespaces
-            && !ns.contains(&rec.namespace)
-        {
-            return false;
-        }
-        if let Some(kinds) = &self.kinds
-            && !kinds.contains(&rec.kind)
-        {
-            return false;
-        }
-        if let Some(prefix) = &self.query.name_prefix
-            && !rec.name.starts_with(prefix.as_str())
-        {
-            return false;
-        }
-        if let Some(selector) = &self.query.selector {
-            // Each label set is judged once per request, however many jobs share it.
-            let slot = rec.labels.index();
-            if verdicts.get(slot) == Some(&0) {
-                let labels = jobs.labels.get(rec.labels);
-                let yes = labels.is_some_and(|l| selector.matches_with(|key| l.get(key)));
-                verdicts[slot] = if yes { 1 } else { 2 };
-            }
-            return verdicts.get(slot) == Some(&1);
-        }
-        true
-    }
-}
-
-fn phase_bit(phase: Phase) -> u16 {
-    let index = Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0);
-    1 << index
 }
 
 /// A job kept for the page, ordered so the heap's top is the worst kept.
