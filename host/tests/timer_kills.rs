@@ -160,3 +160,77 @@ async fn a_timer_fires_once_per_stay_across_kills_and_resolves_once() {
         "a job that moved on in time never fires: {lines:?}"
     );
 }
+
+/// A take-over: two replicas electing a leader through a Lease, sharing their cursors on
+/// MariaDB. The leader fires a timer on a waiting job and is SIGKILLed; the follower, which
+/// judged the same stay all along but keeps no firing while it delivers nothing, takes the
+/// Lease, fires the stay again on its first pass — and the shared cursor keeps it from the
+/// plugin. Its resolution, when the job runs, is delivered once, by the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_fires_once_across_a_leader_take_over() {
+    use crate::common::store::drop_tables;
+    use crate::common::{mysql_url, unique_prefix};
+    use crate::failover::{TOOK, WAITING, elect};
+    use crate::process::wait_log;
+
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    config_folder(&root, &sim);
+    let prefix = format!("{}_", unique_prefix("timer_takeover"));
+    elect(&root, &sim, &prefix);
+
+    let mut a = Relay::start(&root, "replica a");
+    wait_log(&a, TOOK).await;
+    let b = Relay::start(&root, "replica b");
+    wait_log(&b, WAITING).await;
+    let mut waiting = JobDriver::builder(Flavor::Batch, "ml", "waits")
+        .pace(Pace::Wall)
+        .create(&sim)
+        .expect("create");
+    poll(DEADLINE, || {
+        (!timer_lines(&root).is_empty())
+            .then_some(())
+            .ok_or_else(|| format!("no firing yet\n{}", a.tail()))
+    })
+    .await
+    .unwrap_or_else(|why| panic!("{why}"));
+
+    a.sigkill().await;
+    wait_log(&b, TOOK).await;
+    // Following, it announced nothing; leading, its first passes fire the standing stay
+    // again (were the firing kept from its time as a follower, a stay the dead leader had not
+    // delivered would never be).
+    let took_at = b.log().find(TOOK).expect("took the Lease");
+    assert!(
+        !b.log()[..took_at].contains("timer firing"),
+        "a follower keeps no firing:\n{}",
+        b.tail()
+    );
+    poll(DEADLINE, || {
+        b.log()[took_at..]
+            .contains("timer firing")
+            .then_some(())
+            .ok_or_else(|| format!("the new leader never judged the stay\n{}", b.tail()))
+    })
+    .await
+    .unwrap_or_else(|why| panic!("{why}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(timer_lines(&root).len(), 1, "{:?}", timer_lines(&root));
+
+    waiting.running().expect("running");
+    poll(DEADLINE, || {
+        (timer_lines(&root).len() >= 2)
+            .then_some(())
+            .ok_or_else(|| format!("no resolution yet\n{}", b.tail()))
+    })
+    .await
+    .unwrap_or_else(|why| panic!("{why}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kinds: Vec<String> = timer_lines(&root).into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(kinds, ["rule-firing", "rule-resolved"]);
+    drop(b);
+    drop_tables(&mysql_url(), &prefix)
+        .await
+        .expect("drop the test tables");
+}

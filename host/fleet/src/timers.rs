@@ -169,6 +169,14 @@ impl Timers {
         self.timers = timers;
     }
 
+    /// Lets go of every firing without a resolution: while this replica delivers nothing (a
+    /// follower), so that once it leads, its first pass fires every standing stay again — the
+    /// dead leader may not have delivered one — and the lanes' shared cursors keep those it did
+    /// from repeating.
+    pub fn forget_firings(&mut self) {
+        self.firing.clear();
+    }
+
     /// The timers in force.
     pub fn timers(&self) -> &[Timer] {
         &self.timers

@@ -107,6 +107,11 @@ impl Routes {
         self.delivering.store(on, Ordering::SeqCst);
     }
 
+    /// Whether this replica delivers (it leads, or runs alone).
+    pub fn delivering(&self) -> bool {
+        self.delivering.load(Ordering::SeqCst)
+    }
+
     /// Events observed, by cluster and kind.
     pub fn observed(&self) -> Vec<(String, String, Counts)> {
         self.observed.snapshot()

@@ -95,6 +95,11 @@ impl FleetAnnouncer {
         self.send(timer_event(change, now_ms));
     }
 
+    /// Whether the events announced reach the lanes (this replica leads, or runs alone).
+    pub fn delivering(&self) -> bool {
+        self.routes.delivering()
+    }
+
     /// Routes one event (its id is set from its carrier).
     pub fn send(&self, event: FleetEvent) {
         let carrier = event.into_job_event(self.versions.next());
@@ -261,8 +266,15 @@ pub async fn evaluate_rules(
         }
         let changes = {
             let mut timers = book.timers.lock();
-            if timers.timers().is_empty() {
-                // Timers removed from the main file leave no mark on the view's jobs.
+            // A follower keeps no firing: what it announced reached no plugin, and the leader
+            // it replaces may have died before delivering; its first pass as leader fires
+            // every standing stay again (the shared cursors drop what was delivered).
+            if !announcer.delivering() {
+                timers.forget_firings();
+            }
+            if timers.timers().is_empty() || !announcer.delivering() {
+                // Timers removed from the main file, or a follower's, leave no mark on the
+                // view's jobs.
                 if marked {
                     view.set_firing(Vec::new());
                     marked = false;
