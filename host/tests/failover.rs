@@ -178,3 +178,79 @@ async fn a_killed_leader_is_replaced_by_the_follower_without_losing_a_final_stat
         .await
         .expect("drop the test tables");
 }
+
+/// Fleet events across a take-over: a cluster goes offline while replica a leads, a is
+/// SIGKILLed, and b — which judged the outage too but delivered nothing while following —
+/// tells the standing states again once it leads (the dead leader may not have delivered
+/// them); the shared cursors keep the offline event from the plugin a second time, and the
+/// cluster's return reaches it once, from b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_told_by_a_dead_leader_is_told_once_after_the_take_over() {
+    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let west = SimCluster::start("west").await.expect("simulator");
+    let manifest = "wasm: event-log.wasm\nfleet_events: [clusters, rules]\n\
+         grants:\n  filesystem:\n    - {host: out/log, guest: /data, writable: true}\n\
+         config:\n  file: events.jsonl\n";
+    let dir = config_folder(&sim, "log", manifest);
+    let config = dir.path().to_path_buf();
+    std::fs::write(config.join("clusters/west.yaml"), west.kubeconfig_yaml()).expect("west");
+    let main = config.join("jobrelay.yaml");
+    let mut text = std::fs::read_to_string(&main).expect("main file");
+    text.push_str("cluster_health: {check_interval_ms: 300, offline_after: 3, online_after: 2}\n");
+    std::fs::write(&main, text).expect("main file");
+    let prefix = format!("{}_", unique_prefix("fleet_takeover"));
+    elect(&config, &sim, &prefix);
+    let events = config.join("out/log/events.jsonl");
+    let fleet = || -> Vec<String> {
+        read_lines(&events)
+            .0
+            .iter()
+            .filter(|l| str_of(l, "cluster") == "west" && l.get("fleet").is_some())
+            .map(|l| str_of(l, "fleet").to_string())
+            .collect()
+    };
+
+    let mut a = Relay::start(&config, "replica a");
+    wait_log(&a, TOOK).await;
+    let b = Relay::start(&config, "replica b");
+    wait_log(&b, WAITING).await;
+    west.outage_hard(true).expect("outage");
+    let started = Instant::now();
+    while fleet().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no offline event\n{}",
+            a.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // b has judged west offline too by now (its own checks), and announced nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.sigkill().await;
+    wait_log(&b, TOOK).await;
+    wait_log(&b, "telling each cluster's standing availability again").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        fleet(),
+        ["cluster-offline"],
+        "told once across the take-over\n{}",
+        b.tail()
+    );
+
+    west.outage_hard(false).expect("back");
+    let started = Instant::now();
+    while fleet().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no online event\n{}",
+            b.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fleet(), ["cluster-offline", "cluster-online"]);
+    drop(b);
+    drop_tables(&mysql_url(), &prefix)
+        .await
+        .expect("drop the test tables");
+}

@@ -158,6 +158,19 @@ impl Judge {
         self.since
     }
 
+    /// The standing verdict as a crossing, told again: `Offline` or `Online` since the verdict
+    /// last changed; none before the first verdict.
+    pub fn standing(&self) -> Option<Change> {
+        let since = self.since;
+        self.reachable.map(|reachable| {
+            if reachable {
+                Change::Online { since }
+            } else {
+                Change::Offline { since }
+            }
+        })
+    }
+
     /// When the cluster was last wholly in sync (ms since the epoch); none before the first
     /// time.
     pub fn last_sync(&self) -> Option<i64> {
@@ -337,6 +350,25 @@ mod tests {
         assert_eq!(j.check(true, 6), None);
         assert_eq!(j.state(), Availability::Online);
         assert_eq!(j.last_sync(), Some(6));
+    }
+
+    /// The standing verdict, told again at a take-over: none before the first, then the
+    /// crossing the cluster stands at, since the verdict last changed.
+    #[test]
+    fn the_standing_verdict_is_the_last_crossing() {
+        let mut j = judge(2, 2);
+        assert_eq!(j.standing(), None);
+        j.check(false, 1);
+        j.check(false, 2);
+        assert_eq!(j.standing(), Some(Change::Offline { since: 2 }));
+        j.check(true, 3);
+        assert_eq!(
+            j.standing(),
+            Some(Change::Offline { since: 2 }),
+            "one good check"
+        );
+        j.check(true, 4);
+        assert_eq!(j.standing(), Some(Change::Online { since: 4 }));
     }
 
     /// Failing streams make an answering cluster degraded, never offline; offline ends only

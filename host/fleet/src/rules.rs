@@ -453,6 +453,17 @@ impl Rules {
         changes
     }
 
+    /// Makes the next evaluation tell every verdict again, as a first verdict is told — for a
+    /// replica that has just taken the Lease: what it told while following reached no plugin,
+    /// and the leader it replaces may have died before delivering. A rule keeps how long its
+    /// condition has held, so a standing firing is told at once, not a `for` later; the lanes'
+    /// shared cursors drop what was delivered.
+    pub fn tell_again(&mut self) {
+        for verdict in self.verdicts.values_mut() {
+            verdict.firing = None;
+        }
+    }
+
     /// A cluster is no longer here: its verdicts go (its new holder judges it).
     pub fn forget_cluster(&mut self, cluster: &str) {
         self.verdicts.retain(|(_, c), _| c != cluster);

@@ -167,6 +167,37 @@ impl HealthBoard {
         *self.listener.write() = Some(Arc::new(listener));
     }
 
+    /// Tells each cluster's standing availability again (offline, or reachable) to the
+    /// listener — for a replica that has just taken the Lease: what it judged while following
+    /// reached no plugin, and the leader it replaces may have died before delivering. The lanes'
+    /// shared cursors drop what was delivered, and a reachable cluster is news only after an
+    /// outage a plugin was told of.
+    pub fn tell_standing(&self) {
+        let standing: Vec<AvailabilityChange> = {
+            let map = self.inner.read();
+            map.iter()
+                .filter_map(|(cluster, h)| {
+                    Some(AvailabilityChange {
+                        cluster: cluster.clone(),
+                        change: h.judge.standing()?,
+                        last_error: h.last_error.clone(),
+                        failed_checks: h.failed_checks,
+                    })
+                })
+                .collect()
+        };
+        tracing::info!(
+            clusters = standing.len(),
+            "leading: telling each cluster's standing availability again"
+        );
+        let listener = self.listener.read().clone();
+        if let Some(listener) = listener {
+            for change in standing {
+                listener(change);
+            }
+        }
+    }
+
     /// How clusters are checked from now on; every cluster's judge takes the new thresholds.
     pub fn set_check_settings(&self, settings: CheckSettings) {
         *self.settings.write() = settings;

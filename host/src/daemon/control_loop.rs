@@ -183,6 +183,11 @@ impl ControlLoop {
                     "leading: listing every cluster again and delivering from the shared cursors"
                 );
                 self.routes.set_delivering(true);
+                // What this replica announced while following reached no plugin, and the
+                // leader it replaces may have died before delivering: tell the fleet's
+                // standing states again (timers do so by themselves: a follower keeps none).
+                self.clusters.health().tell_standing();
+                self.fleet_rules.tell_again();
                 self.clusters
                     .activate(self.state.clusters(), self.state.main())
                     .await;

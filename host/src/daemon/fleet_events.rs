@@ -214,6 +214,12 @@ impl RuleBook {
         self.timers.lock().set_timers(settings.timers.clone());
     }
 
+    /// Makes the next evaluation tell every rule's verdict again ([`Rules::tell_again`]): at
+    /// a take-over.
+    pub fn tell_again(&self) {
+        self.lock().tell_again();
+    }
+
     /// Per configured timer, how many jobs it fires on.
     pub fn timers_firing(&self) -> Vec<(String, usize)> {
         let timers = self.timers.lock();

@@ -204,3 +204,44 @@ fn the_kept_evaluations_are_bounded() {
     let readings = rules.readings();
     assert_eq!(readings[0].value, Some(0.0));
 }
+
+/// At a take-over the verdicts are told again: a standing firing at the next evaluation (not a
+/// `for` later, since how long it held is kept), with the start it had; a rule that does not
+/// hold, as resolved.
+#[test]
+fn verdicts_are_told_again_after_a_take_over() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![rule(Measure::FailureRatio, 0.15, 60)]);
+    for succeeded in [false, true, true, true] {
+        end(&slis, "east", "batch-job", succeeded);
+    }
+    for _ in 0..4 {
+        end(&slis, "west", "batch-job", true);
+    }
+    assert!(
+        rules
+            .evaluate(&slis.snapshot(), 30)
+            .iter()
+            .all(|c| !c.firing)
+    );
+    let fired = rules.evaluate(&slis.snapshot(), 90);
+    assert_eq!(fired.len(), 1);
+    assert!(rules.evaluate(&slis.snapshot(), 100).is_empty());
+    rules.tell_again();
+    let told: Vec<(String, bool, i64)> = rules
+        .evaluate(&slis.snapshot(), 110)
+        .into_iter()
+        .map(|c| (c.cluster, c.firing, c.since))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("east".to_string(), true, 30),
+            ("west".to_string(), false, 110)
+        ]
+    );
+    assert!(
+        rules.evaluate(&slis.snapshot(), 120).is_empty(),
+        "once each"
+    );
+}
