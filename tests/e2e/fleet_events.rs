@@ -57,6 +57,21 @@ fn setup_with(main_extra: &str, sims: &[&SimCluster]) -> Setup {
     setup
 }
 
+/// feishu-notify taking rule fleet events (and no job: its filter names no namespace), posting
+/// to `webhook` signed with `secret`.
+fn install_feishu_for_rules(setup: &Setup, webhook: &str, secret: &str) {
+    setup.install_wasm("feishu-notify", "feishu-notify.wasm");
+    setup.write_manifest(
+        "feishu",
+        &format!(
+            "wasm: feishu-notify.wasm\nfleet_events: [rules]\n\
+             filter: {{namespaces: [no-such-namespace]}}\n\
+             grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
+             config:\n  webhook: \"{webhook}\"\n  secret: \"{secret}\"\n"
+        ),
+    );
+}
+
 async fn start(setup: &Setup, sims: &[&SimCluster]) -> Daemon {
     let daemon = Daemon::start(setup.config_dir())
         .await
@@ -232,16 +247,7 @@ async fn a_rule_fires_resolves_and_fires_again_as_feishu_cards() {
         "probe",
         &PROBE.replace("grants:", "config: {fleet_behave: \"flaky:1\"}\ngrants:"),
     );
-    setup.install_wasm("feishu-notify", "feishu-notify.wasm");
-    setup.write_manifest(
-        "feishu",
-        &format!(
-            "wasm: feishu-notify.wasm\nfleet_events: [rules]\n\
-             filter: {{namespaces: [no-such-namespace]}}\n\
-             grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
-             config:\n  webhook: \"{webhook}\"\n  secret: \"SEC-fleet\"\n"
-        ),
-    );
+    install_feishu_for_rules(&setup, &webhook, "SEC-fleet");
     let daemon = start(&setup, &[&east]).await;
     let end_jobs = |prefix: &str, n: usize, fail: bool| {
         for i in 0..n {
@@ -357,16 +363,7 @@ async fn a_timer_on_a_job_fires_once_as_a_card_and_resolves_when_it_runs() {
          \x20   - {name: pending-long, state: pending, longer_than: 2s, kinds: [batch-job]}\n",
         &[&east],
     );
-    setup.install_wasm("feishu-notify", "feishu-notify.wasm");
-    setup.write_manifest(
-        "feishu",
-        &format!(
-            "wasm: feishu-notify.wasm\nfleet_events: [rules]\n\
-             filter: {{namespaces: [no-such-namespace]}}\n\
-             grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
-             config:\n  webhook: \"{webhook}\"\n  secret: \"SEC-timer\"\n"
-        ),
-    );
+    install_feishu_for_rules(&setup, &webhook, "SEC-timer");
     let daemon = start(&setup, &[&east]).await;
     let mut stuck = JobDriver::builder(Flavor::Batch, "ml", "stuck")
         .without_pods()

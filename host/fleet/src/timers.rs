@@ -145,6 +145,8 @@ pub struct Timers {
     patterns: Vec<Vec<WildMatch>>,
     /// (timer index, job uid) → what it fired on.
     firing: HashMap<(usize, Uid), Firing>,
+    /// Grows whenever `firing` changes, so the job view's marks are rewritten only then.
+    generation: u64,
 }
 
 impl Timers {
@@ -162,6 +164,7 @@ impl Timers {
             .into_iter()
             .filter_map(|((old, uid), f)| kept.get(&old).map(|new| ((*new, uid), f)))
             .collect();
+        self.generation += 1;
         self.patterns = timers
             .iter()
             .map(|t| t.clusters.iter().map(|p| WildMatch::new(p)).collect())
@@ -174,7 +177,28 @@ impl Timers {
     /// dead leader may not have delivered one — and the lanes' shared cursors keep those it did
     /// from repeating.
     pub fn forget_firings(&mut self) {
-        self.firing.clear();
+        if !self.firing.is_empty() {
+            self.firing.clear();
+            self.generation += 1;
+        }
+    }
+
+    /// A number that changes whenever the firings do (a firing, a resolution, a reload).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Per timer, in the main file's order, how many jobs it fires on.
+    pub fn counts(&self) -> Vec<(String, usize)> {
+        let mut counts = vec![0usize; self.timers.len()];
+        for (t, _) in self.firing.keys() {
+            counts[*t] += 1;
+        }
+        self.timers
+            .iter()
+            .zip(counts)
+            .map(|(t, n)| (t.name.clone(), n))
+            .collect()
     }
 
     /// The timers in force.
@@ -239,6 +263,7 @@ impl Pass<'_> {
             timers,
             patterns,
             firing,
+            generation,
         } = &mut **timers;
         for (index, timer) in timers.iter().enumerate() {
             // Cheapest first: most jobs are in another state, or have not stayed long.
@@ -254,6 +279,7 @@ impl Pass<'_> {
             }
             let key = (index, stay.uid.clone());
             if !firing.contains_key(&key) {
+                *generation += 1;
                 firing.insert(
                     key.clone(),
                     Firing {
@@ -310,6 +336,7 @@ impl Pass<'_> {
             let Some(firing) = timers.firing.remove(&key) else {
                 continue;
             };
+            timers.generation += 1;
             let timer = &timers.timers[key.0];
             let stayed = now.saturating_sub(firing.since);
             changes.push(TimerChange {

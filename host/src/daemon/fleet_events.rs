@@ -222,16 +222,7 @@ impl RuleBook {
 
     /// Per configured timer, how many jobs it fires on.
     pub fn timers_firing(&self) -> Vec<(String, usize)> {
-        let timers = self.timers.lock();
-        let firing = timers.firing();
-        timers
-            .timers()
-            .iter()
-            .map(|t| {
-                let n = firing.iter().filter(|(name, _)| *name == t.name).count();
-                (t.name.clone(), n)
-            })
-            .collect()
+        self.timers.lock().counts()
     }
 
     pub fn readings(&self) -> Vec<RuleReading> {
@@ -248,15 +239,17 @@ impl RuleBook {
 }
 
 /// Judges the rules on the job view's SLIs and the timers on its jobs every
-/// `fleet.evaluate_interval_ms`, and announces what changed. Runs on a follower too (its verdicts stay current; the routes deliver nothing
-/// there), until `cancel`.
+/// `fleet.evaluate_interval_ms`, and announces what changed, until `cancel`. The rules are
+/// judged on a follower too (their verdicts stay current; the routes deliver nothing there);
+/// the timers only where this replica delivers (see [`Timers::forget_firings`]).
 pub async fn evaluate_rules(
     book: Arc<RuleBook>,
     view: Arc<JobView>,
     announcer: FleetAnnouncer,
     cancel: CancellationToken,
 ) {
-    let mut marked = false;
+    // The firings' generation the job view's marks were last written at (none: no marks).
+    let mut marked: Option<u64> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(book.interval()) => {}
@@ -281,17 +274,20 @@ pub async fn evaluate_rules(
             if timers.timers().is_empty() || !announcer.delivering() {
                 // Timers removed from the main file, or a follower's, leave no mark on the
                 // view's jobs.
-                if marked {
+                if marked.take().is_some() {
                     view.set_firing(Vec::new());
-                    marked = false;
                 }
                 continue;
             }
-            marked = true;
             let mut pass = timers.pass(u32::try_from(now.timestamp()).unwrap_or(u32::MAX));
             view.for_each_stay(|stay| pass.see(stay));
             let changes = pass.end();
-            view.set_firing(timers.firing_jobs());
+            // Rewritten only when the firings changed: each rewrite takes every cluster's
+            // write lock, which the event path waits out.
+            if marked != Some(timers.generation()) {
+                view.set_firing(timers.firing_jobs());
+                marked = Some(timers.generation());
+            }
             changes
         };
         for change in changes {

@@ -79,6 +79,16 @@ const MAX_FLEET_RULES: usize = 100;
 /// The longest `for` or `window` of a rule: a day.
 const MAX_RULE_SECONDS: u64 = 86_400;
 
+/// Whether `name` can name a rule or a timer: 1-63 characters of a-z, 0-9 and `-`, so it is
+/// a label value of its events and metrics.
+pub(crate) fn is_label_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// The `fleet:` section after validation.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FleetSettings {
@@ -202,13 +212,7 @@ impl FleetSpec {
         }
         let mut rules: Vec<Rule> = Vec::new();
         for (rule, spec) in self.rules.iter().enumerate() {
-            let name_ok = !spec.name.is_empty()
-                && spec.name.len() <= 63
-                && spec
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !name_ok {
+            if !is_label_name(&spec.name) {
                 return Err(FleetError::BadName {
                     rule,
                     name: spec.name.clone(),

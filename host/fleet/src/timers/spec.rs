@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{TimedState, Timer};
 use crate::cleanup::{AfterFinished, DurationError};
+use crate::rules::spec::is_label_name;
 
 /// One `fleet.timers` entry as written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,13 +98,7 @@ pub fn validate(
     }
     let mut timers: Vec<Timer> = Vec::new();
     for (timer, spec) in specs.iter().enumerate() {
-        let name_ok = !spec.name.is_empty()
-            && spec.name.len() <= 63
-            && spec
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !name_ok {
+        if !is_label_name(&spec.name) {
             return Err(TimerError::BadName {
                 timer,
                 name: spec.name.clone(),

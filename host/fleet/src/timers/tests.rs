@@ -275,3 +275,47 @@ fn stays_read_as_people_say_them() {
     assert_eq!(words(7200), "2h");
     assert_eq!(words(86_400 * 2 + 3600 * 4 + 5), "2d 4h");
 }
+
+/// The counts per timer, and a generation that moves only when the firings do — what the job
+/// view's marks are rewritten on.
+#[test]
+fn counts_and_generation_follow_the_firings() {
+    let mut timers = Timers::default();
+    timers.set_timers(vec![
+        timer("p", TimedState::Pending, 10),
+        timer("r", TimedState::Running, 10),
+    ]);
+    let start = timers.generation();
+    judge(
+        &mut timers,
+        100,
+        &[
+            stay("a", TimedState::Pending, 1),
+            stay("b", TimedState::Pending, 1),
+        ],
+    );
+    assert_eq!(
+        timers.counts(),
+        [("p".to_string(), 2), ("r".to_string(), 0)]
+    );
+    let fired = timers.generation();
+    assert_ne!(fired, start);
+    judge(
+        &mut timers,
+        115,
+        &[
+            stay("a", TimedState::Pending, 1),
+            stay("b", TimedState::Pending, 1),
+        ],
+    );
+    assert_eq!(timers.generation(), fired, "nothing changed");
+    judge(&mut timers, 130, &[stay("a", TimedState::Pending, 1)]);
+    assert_ne!(timers.generation(), fired, "b resolved");
+    let resolved = timers.generation();
+    timers.forget_firings();
+    assert_ne!(timers.generation(), resolved);
+    assert_eq!(
+        timers.counts(),
+        [("p".to_string(), 0), ("r".to_string(), 0)]
+    );
+}
