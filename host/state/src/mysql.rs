@@ -248,7 +248,9 @@ fn schema_scripts(t: &Tables, collation: &str, has_object: bool) -> Scripts {
             t.inbox_events
         )]
     };
-    [v1, v2, v3, v4, v5, v6]
+    // Version 7 narrows SQLite's inbox (see `sqlite.rs`); a server database keeps its tables.
+    let v7 = Vec::new();
+    [v1, v2, v3, v4, v5, v6, v7]
 }
 
 /// The MySQL and MariaDB dialect; its value is the server (as shown) and the table prefix.

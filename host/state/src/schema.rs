@@ -22,7 +22,7 @@ use super::sql_text::Tables;
 
 /// The schema this build writes. A store with a higher version is refused; a lower one is
 /// migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// A backend's schema scripts, version 1 first, each a list of statements run in order: a
 /// store at version N runs the scripts after the Nth.

@@ -103,8 +103,16 @@ pub struct InboxStatements {
     pub settle_mark: Arc<str>,
     /// Removes a cursor: plugin, cluster, uid.
     pub remove_cursor: Arc<str>,
-    /// Removes events without marks taken more than [`SWEEP_AFTER_SECONDS`] ago.
+    /// Removes events without marks taken more than [`SWEEP_AFTER_SECONDS`] ago (by the age
+    /// index of a server database's events).
     pub sweep: Arc<str>,
+    /// The lowest and highest event `seq` (SQLite, whose events have no age index: its writer
+    /// finds where the young events begin by a binary search over `seq`).
+    pub event_seqs: Arc<str>,
+    /// The first event at or after a `seq`: seq → seq, whether it is too young to sweep.
+    pub event_from: Arc<str>,
+    /// [`sweep`](Self::sweep) limited to the events below a `seq`: seq.
+    pub sweep_below: Arc<str>,
     /// A page of a plugin's marks with their events, oldest first: plugin, after seq, limit →
     /// seq, event id, JSON, object (see [`rows::stored_event`](super::rows::stored_event)).
     pub load: Arc<str>,
@@ -146,6 +154,20 @@ impl InboxStatements {
             sweep: format!(
                 "DELETE FROM {events} WHERE at < {now} - {SWEEP_AFTER_SECONDS} AND NOT EXISTS \
                  (SELECT 1 FROM {marks} WHERE {marks}.event_id = {events}.event_id)",
+                events = t.inbox_events,
+                marks = t.inbox_marks,
+            )
+            .into(),
+            event_seqs: format!("SELECT MIN(seq), MAX(seq) FROM {}", t.inbox_events).into(),
+            event_from: format!(
+                "SELECT seq, at >= {now} - {SWEEP_AFTER_SECONDS} FROM {} WHERE seq >= ? \
+                 ORDER BY seq LIMIT 1",
+                t.inbox_events
+            )
+            .into(),
+            sweep_below: format!(
+                "DELETE FROM {events} WHERE seq < ? AND at < {now} - {SWEEP_AFTER_SECONDS} \
+                 AND NOT EXISTS (SELECT 1 FROM {marks} WHERE {marks}.event_id = {events}.event_id)",
                 events = t.inbox_events,
                 marks = t.inbox_marks,
             )
@@ -574,6 +596,12 @@ mod tests {
             }
         };
         let load = store.sql.inbox.load.to_string();
+        // Since schema 7 no index of the marks leads with the plugin, and the planner finds
+        // the range unled; the hint keeps it so should one come back (as up to version 6).
+        sqlx::query("CREATE UNIQUE INDEX marks_by_plugin ON inbox_marks (plugin, event_id)")
+            .execute(&store.pool)
+            .await
+            .expect("an index leading with the plugin");
         let hinted = plan(load.clone()).await;
         assert!(!hinted.contains("TEMP B-TREE"), "{hinted}");
         // The marks drive the join, by a range of their key; each event found by its id.

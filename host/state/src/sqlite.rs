@@ -149,11 +149,44 @@ DROP TABLE IF EXISTS inbox;
 /// there already (see `schema_scripts`), as on a server database.
 const SCHEMA_V6: &str = "ALTER TABLE inbox_events ADD COLUMN object TEXT;";
 
+/// Version 7 narrows the inbox, whose writes are most of what a trailing lane stores (see
+/// `docs/BENCHMARKS.md`, "A stored take alone"): a take wrote eight B-trees (two rows, four
+/// indexes, two sequence counters) and a settle three; now five and two. The events lose their `AUTOINCREMENT` (their `seq` orders nothing a reader
+/// pages through; a plain rowid still grows with every insert, so the oldest events stay at
+/// the low end) and their age index (the sweep finds the old end by a binary search over the
+/// rowid instead, see `sqlite_writer`); the marks' unique key leads with the event, so it also
+/// answers "is any plugin still marking this event", and their by-event index goes. The marks
+/// keep `AUTOINCREMENT`: a reader pages a plugin's marks by `seq`, and a number handed out
+/// again after the newest mark was settled could fall behind where a reader stands.
+const SCHEMA_V7: &str = "
+CREATE TABLE inbox_events_v7 (
+    seq INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    event_json TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    object TEXT
+);
+INSERT INTO inbox_events_v7 (seq, event_id, event_json, at, object)
+    SELECT seq, event_id, event_json, at, object FROM inbox_events ORDER BY seq;
+DROP TABLE inbox_events;
+ALTER TABLE inbox_events_v7 RENAME TO inbox_events;
+CREATE TABLE inbox_marks_v7 (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    plugin TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    UNIQUE (event_id, plugin)
+);
+INSERT INTO inbox_marks_v7 (seq, plugin, event_id)
+    SELECT seq, plugin, event_id FROM inbox_marks ORDER BY seq;
+DROP TABLE inbox_marks;
+ALTER TABLE inbox_marks_v7 RENAME TO inbox_marks;
+";
+
 /// The schema scripts, version 1 first (see [`schema`]), each one entry of several statements:
 /// they run inside the transaction that holds the file's write lock, so a migration is
 /// written whole or not at all.
 const SCHEMAS: [&str; schema::SCHEMA_VERSION as usize] = [
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
 ];
 
 /// The SQLite dialect; its value is the state file's path.

@@ -28,7 +28,7 @@ use std::sync::mpsc;
 
 use parking_lot::Mutex;
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::cursor::Cursor;
@@ -165,7 +165,7 @@ struct Prepared {
 
 impl Prepared {
     /// Every statement but the load (a read, which the pool does).
-    fn all(&self) -> [&str; 7] {
+    fn all(&self) -> [&str; 9] {
         let i = &self.inbox;
         [
             &self.save,
@@ -174,7 +174,9 @@ impl Prepared {
             &i.take_mark,
             &i.settle_mark,
             &i.remove_cursor,
-            &i.sweep,
+            &i.event_seqs,
+            &i.event_from,
+            &i.sweep_below,
         ]
     }
 }
@@ -287,7 +289,44 @@ fn write_batch(
         }
     }
     if batch.sweep {
-        tx.prepare_cached(&i.sweep)?.execute([])?;
+        let below = first_young_seq(&tx, i)?;
+        tx.prepare_cached(&i.sweep_below)?.execute([below])?;
     }
     tx.commit()
+}
+
+/// Where the events too young to sweep begin: a `seq` below which every event was taken more
+/// than [`SWEEP_AFTER_SECONDS`](crate::inbox::SWEEP_AFTER_SECONDS) ago.
+///
+/// The events have no age index (schema 7: it was a B-tree written and emptied on every
+/// take, read once a minute). A rowid is one more than the highest in the table when a row
+/// is inserted, and an event's `at` is when it was inserted, so the ages fall as `seq` grows
+/// and the old events are a prefix: a binary search finds its end in a few dozen seeks. The
+/// sweep itself still checks each row's age, so a clock stepped back only leaves a few old
+/// events for a later sweep.
+fn first_young_seq(
+    tx: &rusqlite::Transaction<'_>,
+    i: &InboxStatements,
+) -> Result<i64, rusqlite::Error> {
+    let (lowest, highest): (Option<i64>, Option<i64>) = tx
+        .prepare_cached(&i.event_seqs)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let (Some(mut low), Some(highest)) = (lowest, highest) else {
+        return Ok(0); // no events
+    };
+    // The answer lies in low..=high: every event below `low` is old, and `high` is past them all.
+    let mut high = highest.saturating_add(1);
+    let mut from = tx.prepare_cached(&i.event_from)?;
+    while low < high {
+        let middle = low + (high - low) / 2;
+        let first: Option<(i64, bool)> = from
+            .query_row([middle], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        match first {
+            // No event in middle..seq: the young ones may begin at middle already.
+            Some((_, true)) | None => high = middle,
+            Some((seq, false)) => low = seq.saturating_add(1),
+        }
+    }
+    Ok(low)
 }

@@ -36,6 +36,7 @@ on_both_backends! {
     a_plugins_inbox_keeps_the_order_it_took_events_in => contract_inbox_mark_order("inboxorder");
     a_version_4_inbox_keeps_its_order_through_the_migration => contract_inbox_v4("inboxv4");
     events_stored_whole_before_version_6_read_back_after_it => contract_inbox_v5_rows("inboxv5");
+    a_sweep_takes_the_old_unmarked_events_and_nothing_else => contract_inbox_sweep("inboxsweep");
 }
 
 async fn contract_upsert_and_isolation(b: &Backend) {
@@ -927,6 +928,71 @@ async fn contract_inbox_order(b: &Backend) {
         b.raw("UPDATE {p}inbox_events SET at = at + 1", &[]).await,
         0,
         "old events without marks are swept"
+    );
+    store.close().await;
+}
+
+/// The sweep among many events of mixed ages (SQLite finds where the young begin by a binary
+/// search over the events' numbers, a server database by an age index): every old event
+/// without a mark goes, an old one still marked stays, and no young one goes.
+async fn contract_inbox_sweep(b: &Backend) {
+    let store = b.store().await;
+    let events: Vec<_> = (0..40)
+        .map(|i| {
+            event(
+                "c",
+                &format!("s{i}"),
+                &format!("{}", 100 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    store
+        .write(WriteBatch {
+            taken: events.iter().map(|e| taken("p", e)).collect(),
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("take");
+    // The first 23 taken long ago (older the earlier), the rest just now; all settled but s7.
+    for (i, e) in events.iter().enumerate().take(23) {
+        let age = format!("{}", 100_000 - i);
+        b.raw(
+            "UPDATE {p}inbox_events SET at = at - ? WHERE event_id = ?",
+            &[&age, &e.id],
+        )
+        .await;
+    }
+    store
+        .write(WriteBatch {
+            settled: events
+                .iter()
+                .filter(|e| e.uid != "s7")
+                .map(|e| settled("p", e))
+                .collect(),
+            sweep: true,
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("settle and sweep");
+    let mut kept = Vec::new();
+    for e in &events {
+        if b.raw(
+            "UPDATE {p}inbox_events SET at = at + 1 WHERE event_id = ?",
+            &[&e.id],
+        )
+        .await
+            > 0
+        {
+            kept.push(e.uid.clone());
+        }
+    }
+    let mut expected = vec!["s7".to_string()];
+    expected.extend((23..40).map(|i| format!("s{i}")));
+    assert_eq!(kept, expected, "old and unmarked swept, the rest kept");
+    assert_eq!(
+        ids(&store.inbox("p").await.expect("inbox").events),
+        [&events[7].id]
     );
     store.close().await;
 }

@@ -310,3 +310,129 @@ async fn a_version_1_file_is_migrated_and_keeps_its_cursors() {
         .expect("the install table exists again");
     crate::support::assert_inbox_works(&store).await;
 }
+
+/// A file whose inbox is in version 6's shape (events with `AUTOINCREMENT` and an age index,
+/// marks keyed plugin first with a by-event index) is narrowed to version 7's with every event
+/// and mark kept: each plugin's inbox reads back in the order it took its events, a new mark
+/// is numbered after the old ones, and the old indexes are gone.
+#[tokio::test]
+async fn a_version_6_inbox_is_narrowed_with_its_events_and_order() {
+    use jobrelay_state::{Taken, WriteBatch};
+    let (_dir, path) = temp_db();
+    open(&path).await.close().await;
+    let events: Vec<_> = (0..4)
+        .map(|i| {
+            event(
+                "c",
+                &format!("v{i}"),
+                &format!("{}", 80 + i),
+                Phase::Running,
+            )
+        })
+        .collect();
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .expect("raw connection");
+    sqlx::raw_sql(
+        "DROP TABLE inbox_events; DROP TABLE inbox_marks;
+         CREATE TABLE inbox_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+             event_id TEXT NOT NULL UNIQUE, event_json TEXT NOT NULL, at INTEGER NOT NULL,
+             object TEXT);
+         CREATE INDEX inbox_events_by_age ON inbox_events (at);
+         CREATE TABLE inbox_marks (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+             plugin TEXT NOT NULL, event_id TEXT NOT NULL, UNIQUE (plugin, event_id));
+         CREATE INDEX inbox_marks_by_event ON inbox_marks (event_id);
+         UPDATE schema_version SET version = 6;",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("a version 6 inbox");
+    for e in &events {
+        let t = Taken::of("a", e).expect("an event encodes");
+        sqlx::query(
+            "INSERT INTO inbox_events (event_id, event_json, object, at) \
+             VALUES (?, ?, ?, unixepoch())",
+        )
+        .bind(&t.event_id)
+        .bind(&t.head_json)
+        .bind(&*t.object_json)
+        .execute(&mut conn)
+        .await
+        .expect("an event row");
+    }
+    // Plugin a took them in reverse, b only the second: the marks' order, not the events'.
+    for (plugin, e) in [
+        ("a", &events[3]),
+        ("b", &events[1]),
+        ("a", &events[2]),
+        ("a", &events[1]),
+        ("a", &events[0]),
+    ] {
+        sqlx::query("INSERT INTO inbox_marks (plugin, event_id) VALUES (?, ?)")
+            .bind(plugin)
+            .bind(&e.id)
+            .execute(&mut conn)
+            .await
+            .expect("a mark");
+    }
+    conn.close().await.expect("close");
+
+    let store = open(&path).await;
+    let read = |plugin: &'static str| {
+        let store = &store;
+        async move {
+            let inbox = store.inbox(plugin).await.expect("the inbox reads");
+            assert!(inbox.damaged.is_empty(), "{:?}", inbox.damaged);
+            inbox.events
+        }
+    };
+    let a = read("a").await;
+    let expected: Vec<_> = events.iter().rev().cloned().collect();
+    assert_eq!(a, expected, "a's events whole, in the order a took them");
+    assert_eq!(read("b").await, [events[1].clone()]);
+    let late = event("c", "v9", "99", Phase::Succeeded);
+    store
+        .write(WriteBatch {
+            taken: vec![Taken::of("b", &late).expect("an event encodes")],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("a take after the migration");
+    assert_eq!(read("b").await, [events[1].clone(), late]);
+    store.close().await;
+
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .expect("raw connection");
+    let shapes: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT name, sql FROM sqlite_master WHERE tbl_name IN ('inbox_events', 'inbox_marks') \
+         ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the schema");
+    conn.close().await.expect("close");
+    let names: Vec<&str> = shapes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "inbox_events",
+            "inbox_marks",
+            "sqlite_autoindex_inbox_events_1",
+            "sqlite_autoindex_inbox_marks_1"
+        ],
+        "no age index, no by-event index"
+    );
+    let events_sql = shapes[0].1.as_deref().unwrap_or_default();
+    assert!(!events_sql.contains("AUTOINCREMENT"), "{events_sql}");
+    let marks_sql = shapes[1].1.as_deref().unwrap_or_default();
+    assert!(
+        marks_sql.contains("UNIQUE (event_id, plugin)"),
+        "{marks_sql}"
+    );
+    crate::support::assert_inbox_works(&open(&path).await).await;
+}
