@@ -14,7 +14,8 @@
 //! shown with the range.
 //!
 //! Run: `cargo bench -p jobrelay-state --bench inbox` (MariaDB on 127.0.0.1:3306, user root, no
-//! password, database `test`, or `JOBRELAY_BENCH_MYSQL_URL`; `-- --sqlite` for SQLite alone).
+//! password, database `test`, or `JOBRELAY_BENCH_MYSQL_URL`; `-- --sqlite` for SQLite alone,
+//! `-- --mysql` for MariaDB alone).
 
 #![expect(
     clippy::print_stdout,
@@ -35,6 +36,7 @@ const RUNS: usize = 5;
 
 fn main() {
     let sqlite_only = std::env::args().any(|a| a == "--sqlite");
+    let mysql_only = std::env::args().any(|a| a == "--mysql");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -48,7 +50,10 @@ fn main() {
     );
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("a temporary folder");
-        let mut backends = vec![("sqlite", StateBackend::Sqlite(dir.path().join("state.db")))];
+        let mut backends = Vec::new();
+        if !mysql_only {
+            backends.push(("sqlite", StateBackend::Sqlite(dir.path().join("state.db"))));
+        }
         if !sqlite_only {
             let url = std::env::var("JOBRELAY_BENCH_MYSQL_URL")
                 .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_string());

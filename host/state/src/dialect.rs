@@ -40,6 +40,9 @@ use super::sql_text::{Statements, Tables};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     Text(String),
+    /// Text shared with its owner, bound without a copy (an event's object, a kilobyte or more
+    /// a take); never read back as this.
+    Shared(Arc<str>),
     /// A text column that may be NULL (and, bound, NULL when `None`).
     OptText(Option<String>),
     Int(i64),
@@ -92,6 +95,12 @@ impl Statement {
 
     pub fn text(mut self, value: &str) -> Statement {
         self.args.push(Value::Text(value.to_string()));
+        self
+    }
+
+    /// Text bound without copying it into the statement: the owner's own.
+    pub fn shared(mut self, value: &Arc<str>) -> Statement {
+        self.args.push(Value::Shared(value.clone()));
         self
     }
 
@@ -271,26 +280,31 @@ impl Writer for Infallible {
 
 /// `statement` as a sqlx query of driver `DB`, its parameters bound. For the glue of a
 /// dialect, whose concrete driver meets the bounds.
-pub fn query<'q, DB>(statement: &Statement) -> Query<'q, DB, <DB as Database>::Arguments>
+///
+/// The values are bound by reference: the driver encodes each into its arguments as it is
+/// bound, so a copy of each text first (an event's object and head, a take) would be made
+/// only to be dropped.
+pub fn query<'q, DB>(statement: &'q Statement) -> Query<'q, DB, <DB as Database>::Arguments>
 where
     DB: Database + sqlx::database::HasStatementCache,
-    String: Encode<'q, DB> + Type<DB>,
-    Option<String>: Encode<'q, DB> + Type<DB>,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
     i64: Encode<'q, DB> + Type<DB>,
     Option<i64>: Encode<'q, DB> + Type<DB>,
     bool: Encode<'q, DB> + Type<DB>,
-    Vec<u8>: Encode<'q, DB> + Type<DB>,
+    &'q [u8]: Encode<'q, DB> + Type<DB>,
 {
     let mut query =
         sqlx::query(AssertSqlSafe(statement.sql.clone())).persistent(statement.persistent);
     for value in &statement.args {
         query = match value {
-            Value::Text(v) => query.bind(v.clone()),
-            Value::OptText(v) => query.bind(v.clone()),
+            Value::Text(v) => query.bind(v.as_str()),
+            Value::Shared(v) => query.bind(&**v),
+            Value::OptText(v) => query.bind(v.as_deref()),
             Value::Int(v) => query.bind(*v),
             Value::OptInt(v) => query.bind(*v),
             Value::Bool(v) => query.bind(*v),
-            Value::Bytes(v) => query.bind(v.clone()),
+            Value::Bytes(v) => query.bind(v.as_slice()),
         };
     }
     query

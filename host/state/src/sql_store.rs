@@ -229,7 +229,9 @@ impl<D: Dialect> SqlStore<D> {
             let events = chunk
                 .iter()
                 .fold(self.sql.take_events(chunk.len()), |s, t| {
-                    s.text(&t.event_id).text(&t.head_json).text(&t.object_json)
+                    s.text(&t.event_id)
+                        .text(&t.head_json)
+                        .shared(&t.object_json)
                 });
             run(events).await?;
             let marks = chunk.iter().fold(self.sql.take_marks(chunk.len()), |s, t| {
