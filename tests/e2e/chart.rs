@@ -1377,6 +1377,80 @@ fn cluster_rights_only_for_a_watched_home_cluster_under_a_name_that_cannot_colli
     }
 }
 
+/// The Argo CD cluster source (`config.cluster_sources.argocd`) is granted get, list and watch
+/// on Secrets in the namespace it reads, by a Role there bound to the pod's service account:
+/// no other namespace's Secrets, and no ClusterRole on Secrets. Without the source, or when
+/// `cluster_sources.kubeconfig` names other credentials, no such Role is made.
+#[test]
+fn the_argo_cd_source_is_granted_its_secrets_in_its_namespace_only() {
+    let secrets_granted = |objects: &[(String, Value)]| -> Vec<(String, String)> {
+        objects
+            .iter()
+            .map(|(_, o)| o)
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+            .filter(|o| granted(o).contains_key(&(String::new(), "secrets".to_string())))
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    for (source, namespace) in [
+        (json!({"argocd": {}}), "argocd"),
+        (json!({"argocd": {"namespace": "gitops"}}), "gitops"),
+    ] {
+        let objects = render(json!({"config": {"cluster_sources": source}}));
+        let name = "jobrelay-platform-argocd-clusters";
+        let role = named(&objects, "Role", name);
+        assert_eq!(role["metadata"]["namespace"], namespace);
+        assert_eq!(
+            granted(role),
+            BTreeMap::from([(
+                (String::new(), "secrets".to_string()),
+                BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
+            )])
+        );
+        let binding = named(&objects, "RoleBinding", name);
+        assert_eq!(binding["metadata"]["namespace"], namespace);
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["roleRef"]["name"], name);
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "jobrelay", "namespace": "platform"}])
+        );
+        assert_eq!(
+            secrets_granted(&objects),
+            [("Role".to_string(), namespace.to_string())],
+            "Secrets are granted in {namespace} only"
+        );
+        let main = main_file(&objects);
+        let argocd = main.cluster_sources.argocd.expect("the source is on");
+        assert_eq!(argocd.namespace, namespace);
+        assert_eq!(
+            argocd.label_selector,
+            "argocd.argoproj.io/secret-type=cluster"
+        );
+    }
+    for values in [
+        json!({}),
+        json!({"config": {"cluster_sources": {"kubeconfig": "/etc/home/kubeconfig", "argocd": {}}}}),
+        json!({"rbac": {"create": false}, "config": {"cluster_sources": {"argocd": {}}}}),
+    ] {
+        let objects = render(values.clone());
+        assert!(secrets_granted(&objects).is_empty(), "{values}");
+    }
+    let why = refused(json!({"config": {"cluster_sources": {"argocd": {"namespace": "Argo CD"}}}}));
+    assert!(
+        why.contains("config.cluster_sources.argocd.namespace"),
+        "{why}"
+    );
+}
+
 /// The knobs a team sets for production reach the objects: scheduling, pod annotations, image
 /// pull secrets, the service account's annotations (IRSA), and the Prometheus Operator's
 /// ServiceMonitor and PrometheusRule, whose alerts use only metrics docs/telemetry.md lists.

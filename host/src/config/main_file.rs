@@ -26,6 +26,7 @@ use jobrelay_watch::kinds::JobKind;
 use jobrelay_watch::kinds::spec::KindEntry;
 
 use super::sections::cluster_health::ClusterHealthSpec;
+use super::sections::cluster_sources::{ClusterSources, ClusterSourcesSpec};
 use super::{CLUSTERS_DIR, ConfigError, PLUGIN_MANIFESTS_DIR};
 
 /// The main file as written.
@@ -95,6 +96,10 @@ pub struct MainFile {
     /// The cluster jobrelay runs in, watched with the pod's service account (no kubeconfig).
     #[serde(default)]
     pub home_cluster: Option<HomeCluster>,
+    /// Clusters read live from an inventory on the home cluster (Argo CD's cluster Secrets),
+    /// beside the files of `clusters_dir`.
+    #[serde(default)]
+    pub cluster_sources: ClusterSourcesSpec,
     /// How OCI registries are reached for `wasm: oci://…` components. Read once at start.
     #[serde(default)]
     pub oci: OciSettings,
@@ -255,6 +260,8 @@ pub struct MainConfig {
     /// With a relative kubeconfig resolved.
     pub coordination: CoordinationSettings,
     pub home_cluster: Option<HomeCluster>,
+    /// Cluster sources on the home cluster (live: an edit restarts their watch).
+    pub cluster_sources: ClusterSources,
     pub oci: OciSettings,
     pub rescan_seconds: u64,
     pub debounce_ms: u64,
@@ -490,6 +497,10 @@ impl MainFile {
             (Some(p), None) => ArchiveLocation::Local(root.join(p)),
             (None, None) => ArchiveLocation::Local(state.local_dir().join("archive")),
         };
+        let cluster_sources = self
+            .cluster_sources
+            .validate(root)
+            .map_err(|why| ConfigError::Invalid(why.to_string()))?;
         let coordination = self
             .coordination
             .resolve(root)
@@ -557,6 +568,7 @@ impl MainFile {
             telemetry: self.telemetry,
             coordination,
             home_cluster: self.home_cluster,
+            cluster_sources,
             oci: self.oci,
             rescan_seconds: self.rescan_seconds,
             debounce_ms: self.debounce_ms,

@@ -23,14 +23,18 @@
 //! - [`read_once`] — the sections read once at start, judged as the next start will judge
 //!   them (what the parse cannot see: secrets, folders, the home cluster's credentials);
 //! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
+//! - [`argocd_secret`] — an Argo CD cluster Secret made a cluster source;
+//! - [`inventory`] — a cluster source's objects, each with its last good cluster;
 //! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
 //! - [`state`] — the last good version of every file, and what each re-read changed;
 //! - `parse_properties` (tests only) — reading arbitrary and mutated files never panics.
 
+pub mod argocd_secret;
 pub mod config_schema;
 pub mod files;
 pub mod folder_watch;
 pub mod home_cluster;
+pub mod inventory;
 pub mod main_file;
 pub mod manifest;
 #[cfg(test)]

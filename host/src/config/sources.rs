@@ -16,10 +16,13 @@ use jobrelay_lanes::filter::Filter;
 use jobrelay_lanes::settings::{FleetEvents, LaneSettings};
 use jobrelay_runtime::PluginSpec;
 
-/// One cluster: a kubeconfig file whose stem is the cluster's name.
+/// One cluster: a kubeconfig file whose stem is the cluster's name, the home cluster's service
+/// account, or an object of a cluster source (an Argo CD cluster Secret) made a kubeconfig.
 #[derive(Debug, Clone)]
 pub struct ClusterSource {
     pub name: String,
+    /// Where it came from, for messages: the kubeconfig file, the service account's folder,
+    /// or `secret NAMESPACE/NAME`.
     pub path: PathBuf,
     /// Content hash: a cluster is restarted only when this changes.
     pub sha256: String,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::files::{ComponentFiles, FolderScan, Folders, add_clusters, add_manifests, scan};
 use super::folder_watch::WatchedDir;
+use super::inventory::InventorySnapshot;
 use super::main_file::MainConfig;
 use super::read_once;
 use super::sources::{ClusterSource, PluginSource};
@@ -57,6 +58,15 @@ pub struct ConfigState {
     restart_pending: Vec<&'static str>,
     main_sha256: Option<String>,
     clusters: BTreeMap<String, ClusterSource>,
+    /// The cluster files of the last scan by name (refused ones too): a name a file takes is
+    /// never a source's.
+    cluster_files: BTreeMap<String, PathBuf>,
+    /// What each cluster source on the home cluster last said (`cluster_sources:`), by source.
+    inventories: BTreeMap<String, InventorySnapshot>,
+    /// The names in `clusters` that come from a source rather than a file.
+    from_sources: std::collections::BTreeSet<String>,
+    /// Objects of each source refused (`namespace/name` → why), name conflicts included.
+    source_refused: BTreeMap<String, BTreeMap<String, String>>,
     plugins: BTreeMap<String, PluginSource>,
     problems: BTreeMap<PathBuf, String>,
     components: ComponentFiles,
@@ -118,6 +128,10 @@ impl ConfigState {
             main,
             main_sha256,
             clusters: BTreeMap::new(),
+            cluster_files: BTreeMap::new(),
+            inventories: BTreeMap::new(),
+            from_sources: Default::default(),
+            source_refused: BTreeMap::new(),
             plugins: BTreeMap::new(),
             problems: BTreeMap::new(),
             components: ComponentFiles::default(),
@@ -154,6 +168,31 @@ impl ConfigState {
 
     pub fn clusters(&self) -> &BTreeMap<String, ClusterSource> {
         &self.clusters
+    }
+
+    /// The names of the clusters that come from a cluster source rather than a file.
+    pub fn from_sources(&self) -> &std::collections::BTreeSet<String> {
+        &self.from_sources
+    }
+
+    /// Objects of each cluster source refused (`namespace/name` → why), by source; an
+    /// object's last good cluster, if it had one, still runs.
+    pub fn source_refused(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.source_refused
+    }
+
+    /// A cluster source on the home cluster said what it holds now (`None`: the source is no
+    /// longer configured): its clusters are added, restarted (only those whose credentials
+    /// changed) or removed. A name a file or `home_cluster` takes stays theirs, and the object
+    /// is refused naming both.
+    pub fn set_inventory(&mut self, source: &str, snapshot: Option<InventorySnapshot>) -> Update {
+        match snapshot {
+            Some(snapshot) => self.inventories.insert(source.to_string(), snapshot),
+            None => self.inventories.remove(source),
+        };
+        let mut update = Update::default();
+        self.merge_inventories(&mut update);
+        update
     }
 
     pub fn plugins(&self) -> &BTreeMap<String, PluginSource> {
@@ -283,8 +322,17 @@ impl ConfigState {
         let gone: Vec<String> = self
             .clusters
             .keys()
-            .filter(|n| !folder.clusters.contains_key(*n) && home.is_none_or(|h| h.name != **n))
+            .filter(|n| {
+                !folder.clusters.contains_key(*n)
+                    && home.is_none_or(|h| h.name != **n)
+                    && !self.from_sources.contains(*n)
+            })
             .cloned()
+            .collect();
+        self.cluster_files = folder
+            .clusters
+            .iter()
+            .map(|(name, file)| (name.clone(), file.path.clone()))
             .collect();
         for name in gone {
             self.clusters.remove(&name);
@@ -300,6 +348,7 @@ impl ConfigState {
                         } else {
                             Change::Added(source.clone())
                         };
+                        self.from_sources.remove(&source.name);
                         self.clusters.insert(source.name.clone(), source);
                         update.clusters.push(change);
                     }
@@ -333,6 +382,7 @@ impl ConfigState {
                     } else {
                         Change::Added(source.clone())
                     };
+                    self.from_sources.remove(name);
                     self.clusters.insert(name.clone(), source);
                     update.clusters.push(change);
                 }
@@ -341,6 +391,89 @@ impl ConfigState {
                 }
             }
         }
+        self.merge_inventories(update);
+    }
+
+    /// Makes the clusters of the sources what their snapshots say, under the names no file
+    /// and no `home_cluster` takes.
+    fn merge_inventories(&mut self, update: &mut Update) {
+        let home = self.main.home_cluster.as_ref().map(|h| h.name.as_str());
+        let mut wanted: BTreeMap<String, ClusterSource> = BTreeMap::new();
+        let mut refused: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (source_name, snapshot) in &self.inventories {
+            let out = refused.entry(source_name.clone()).or_default();
+            out.extend(snapshot.refused.clone());
+            for (name, (key, cluster)) in &snapshot.clusters {
+                let taken = if let Some(path) = self.cluster_files.get(name) {
+                    Some(format!(
+                        "the cluster name `{name}` is also the file {} (the file's cluster \
+                         runs; rename one of them)",
+                        path.display()
+                    ))
+                } else if home == Some(name.as_str()) {
+                    Some(format!(
+                        "the cluster name `{name}` is taken by `home_cluster`"
+                    ))
+                } else if wanted.contains_key(name) {
+                    Some(format!(
+                        "the cluster name `{name}` is already given by another cluster source"
+                    ))
+                } else {
+                    None
+                };
+                match taken {
+                    Some(why) => {
+                        out.insert(key.clone(), why);
+                    }
+                    None => {
+                        wanted.insert(name.clone(), cluster.clone());
+                    }
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .from_sources
+            .iter()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.from_sources.remove(&name);
+            self.clusters.remove(&name);
+            update.clusters.push(Change::Removed(name));
+        }
+        for (name, cluster) in wanted {
+            let known = self.clusters.get(&name);
+            if known.is_some_and(|k| k.sha256 == cluster.sha256) {
+                continue;
+            }
+            let change = if known.is_some() {
+                Change::Changed(cluster.clone())
+            } else {
+                Change::Added(cluster.clone())
+            };
+            self.from_sources.insert(name.clone());
+            self.clusters.insert(name, cluster);
+            update.clusters.push(change);
+        }
+        for (source, objects) in &refused {
+            let before = self.source_refused.get(source);
+            for (key, why) in objects {
+                if before.and_then(|b| b.get(key)) != Some(why) {
+                    tracing::error!(source = %source, secret = %key, reason = %why,
+                        "cluster source object refused; the cluster's last good credentials, \
+                         if any, stay in force");
+                }
+            }
+            for key in before.into_iter().flat_map(|b| b.keys()) {
+                if !objects.contains_key(key) {
+                    tracing::info!(source = %source, secret = %key,
+                        "cluster source object accepted again, or gone");
+                }
+            }
+        }
+        refused.retain(|_, objects| !objects.is_empty());
+        self.source_refused = refused;
     }
 
     fn apply_plugins(

@@ -1,7 +1,7 @@
 //! The daemon's control loop: the one task that changes what runs. It takes one input at a
-//! time — a config folder change, a change of this replica's role, a shard hand-over, a timer
-//! for dead-letter replays and finalizer holds — and applies it to the plugins and clusters
-//! before taking the next, so no two changes ever interleave.
+//! time — a config folder change, a cluster source's new report, a change of this replica's
+//! role, a shard hand-over, a timer for dead-letter replays and finalizer holds — and applies
+//! it to the plugins and clusters before taking the next, so no two changes ever interleave.
 //!
 //! Events do not pass through here: they flow from the watchers to the dispatcher and lanes on
 //! their own tasks. The loop only decides which watchers, plugins and clusters exist.
@@ -20,8 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::fleet_events::RuleBook;
 use super::plugin_set::PluginSet;
+use crate::clusters::inventory_watch::{self, ARGOCD, InventoryWatch};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
+use crate::config::inventory::SourceStatus;
 use crate::config::state::{Change, ConfigState, Update};
 use jobrelay_coordination::Role;
 use jobrelay_coordination::shards::ShardCommand;
@@ -38,6 +40,8 @@ const HOLD_SWEEP: Duration = Duration::from_secs(5);
 enum Input {
     /// The config folder changed, or its periodic re-scan is due.
     Config(Trigger),
+    /// A cluster source on the home cluster reported what it holds now.
+    Inventory,
     /// Leader election changed this replica's role.
     Role(Role),
     /// Sharding gives this replica a cluster, or takes one away.
@@ -72,6 +76,10 @@ pub(crate) struct ControlLoop {
     pub lost: CancellationToken,
     /// The fleet rules, set from the main file.
     pub fleet_rules: Arc<RuleBook>,
+    /// The watch of the cluster sources (`cluster_sources:`), when any is configured.
+    pub inventory: Option<InventoryWatch>,
+    /// Each cluster source as `/status` shows it, by source.
+    pub sources: Arc<RwLock<BTreeMap<String, SourceStatus>>>,
 }
 
 /// The cluster names of a config state.
@@ -89,6 +97,7 @@ impl ControlLoop {
             let input = self.next_input(&mut replays, &mut sweeps).await;
             let flow = match input {
                 Input::Config(trigger) => self.on_config(trigger).await,
+                Input::Inventory => self.on_inventory().await,
                 Input::Role(role) => self.on_role(role).await,
                 Input::Shard(command) => self.on_shard(command).await,
                 Input::Replays => self.on_replays().await,
@@ -99,6 +108,9 @@ impl ControlLoop {
                 break;
             }
         }
+        if let Some(watch) = self.inventory.take() {
+            watch.stop().await;
+        }
         self.clusters.stop_all().await;
         drop(self.clusters); // closes the last event sender: the dispatcher drains and ends
         let _ = dispatch.await;
@@ -107,6 +119,7 @@ impl ControlLoop {
     async fn next_input(&mut self, replays: &mut Interval, sweeps: &mut Interval) -> Input {
         tokio::select! {
             trigger = self.folder.next() => Input::Config(trigger),
+            () = next_report(&mut self.inventory) => Input::Inventory,
             role = next_role(&mut self.role) => Input::Role(role),
             command = next_command(&mut self.shard_commands) => Input::Shard(command),
             _ = replays.tick() => Input::Replays,
@@ -132,6 +145,7 @@ impl ControlLoop {
             .set_check_settings(self.state.main().cluster_health);
         self.fleet_rules.set(&self.state.main().fleet);
         apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        self.follow_sources().await;
         if relist {
             // Jobs that finished before a rule covered them were passed by: the watch offers
             // each version once. Listing every cluster again shows them to the schedule
@@ -145,14 +159,69 @@ impl ControlLoop {
         }
         self.plugins
             .retain_components(self.state.plugins().values());
+        self.publish_clusters();
+        self.folder.ensure_watched(&self.state.watched_dirs());
+        ControlFlow::Continue(())
+    }
+
+    /// A cluster source's report: its clusters applied (added, restarted where the
+    /// credentials changed, removed), its status published.
+    async fn on_inventory(&mut self) -> ControlFlow<()> {
+        let Some(watch) = self.inventory.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let snapshot = watch.reports.borrow_and_update().snapshot.clone();
+        if let Some(snapshot) = snapshot {
+            let update = self.state.set_inventory(ARGOCD, Some(snapshot));
+            apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        }
+        self.publish_clusters();
+        ControlFlow::Continue(())
+    }
+
+    /// Starts, restarts or stops the cluster sources' watch when `cluster_sources:` changed.
+    /// A restarted watch keeps the clusters as last read until it has listed the objects; a
+    /// source no longer configured takes its clusters with it.
+    async fn follow_sources(&mut self) {
+        let wanted = &self.state.main().cluster_sources;
+        let running = self.inventory.as_ref().map(|w| &w.settings);
+        if running == Some(wanted) || (running.is_none() && !wanted.any()) {
+            return;
+        }
+        if let Some(old) = self.inventory.take() {
+            old.stop().await;
+        }
+        tracing::info!("cluster_sources changed; watching the cluster sources again");
+        self.inventory = inventory_watch::spawn(wanted, &self.cancel);
+        if self.inventory.is_none() {
+            let update = self.state.set_inventory(ARGOCD, None);
+            apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        }
+    }
+
+    /// Tells the coordinator the cluster names (sharding assigns them) and `/status` the
+    /// cluster sources, conflicts with files included.
+    fn publish_clusters(&mut self) {
         let now = cluster_names(&self.state);
         self.cluster_names.send_if_modified(|known| {
             let changed = *known != now;
             *known = now;
             changed
         });
-        self.folder.ensure_watched(&self.state.watched_dirs());
-        ControlFlow::Continue(())
+        let mut sources = BTreeMap::new();
+        if let Some(watch) = &self.inventory {
+            let mut status = watch.reports.borrow().status.clone();
+            status.refused = self
+                .state
+                .source_refused()
+                .get(ARGOCD)
+                .cloned()
+                .unwrap_or_default();
+            let running = self.state.from_sources();
+            status.clusters.retain(|name, _| running.contains(name));
+            sources.insert(ARGOCD.to_string(), status);
+        }
+        *self.sources.write() = sources;
     }
 
     /// Gives the schedule an edited `cleanup:` section; whether its rules changed (the
@@ -235,6 +304,18 @@ impl ControlLoop {
         let max_hold = Duration::from_secs(self.state.main().finalizers.max_hold_seconds);
         self.book.sweep(max_hold);
         ControlFlow::Continue(())
+    }
+}
+
+/// Resolves when the cluster sources' watch has a new report; pending forever without one.
+async fn next_report(watch: &mut Option<InventoryWatch>) {
+    match watch {
+        Some(watch) => {
+            if watch.reports.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

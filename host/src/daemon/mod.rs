@@ -30,6 +30,7 @@ use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::cleanup::Cleaner;
 use crate::clusters::finalizer::FinalizerService;
 use crate::clusters::health::{ClusterHealth, HealthBoard};
+use crate::clusters::inventory_watch;
 use crate::clusters::manager::ClusterManager;
 use crate::clusters::supervisor::ClientUsers;
 use crate::config::folder_watch::FolderWatch;
@@ -133,6 +134,8 @@ impl Daemon {
         let (sink, intake) = dispatcher::channel();
         let problems = Arc::new(RwLock::new(state.problems().clone()));
         let restart_pending = Arc::new(RwLock::new(Vec::new()));
+        let cluster_sources = Arc::new(RwLock::new(BTreeMap::new()));
+        let inventory = inventory_watch::spawn(&main.cluster_sources, &cancel);
 
         for load in plugins.apply(first.plugins) {
             let _ = load.await;
@@ -188,6 +191,8 @@ impl Daemon {
             cancel: cancel.clone(),
             lost: lost.clone(),
             fleet_rules: fleet_rules.clone(),
+            inventory,
+            sources: cluster_sources.clone(),
         };
         let task = tokio::spawn(control.run(dispatch));
         let sources = StatusSources {
@@ -202,6 +207,7 @@ impl Daemon {
             cleanup: cleaner.clone(),
             delivery_store: Some(delivery_store),
             fleet_rules,
+            cluster_sources,
         };
         let telemetry = match main.telemetry.listen {
             Some(listen) => Some(

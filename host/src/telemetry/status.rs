@@ -12,6 +12,7 @@ use super::store_check::{StoreHealth, StoreStatus};
 use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::cleanup::{Cleaner, CleanupStatus};
 use crate::clusters::health::{ClusterHealth, HealthBoard, HealthState};
+use crate::config::inventory::SourceStatus;
 use crate::daemon::plugin_set::{PluginSet, PluginStatus};
 use jobrelay_coordination::Role;
 use jobrelay_lanes::dispatcher::Routes;
@@ -39,6 +40,8 @@ pub struct StatusSources {
     pub delivery_store: Option<Arc<dyn jobrelay_state::DeliveryStore>>,
     /// The fleet rules and their verdicts (read by `/metrics`).
     pub fleet_rules: Arc<crate::daemon::fleet_events::RuleBook>,
+    /// Each cluster source on the home cluster (`cluster_sources:`), by source.
+    pub cluster_sources: Arc<RwLock<BTreeMap<String, SourceStatus>>>,
 }
 
 /// The daemon at one moment.
@@ -63,6 +66,11 @@ pub struct Status {
     pub state_store: StoreStatus,
     /// Config files refused (path → reason); their last good versions stay in force.
     pub problems: BTreeMap<PathBuf, String>,
+    /// Each cluster source on the home cluster (`argocd`): where it reads, the clusters it
+    /// gives, the objects refused and why (their last good credentials stay), and why its
+    /// watch fails, while it does. Absent without `cluster_sources:`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub cluster_sources: BTreeMap<String, SourceStatus>,
     /// Sections of the main file that are read once at start (`sql`, `archive`, `telemetry`,
     /// …) and were edited since: the daemon runs on with the values it started with until it
     /// is restarted.
@@ -122,6 +130,7 @@ impl StatusSources {
             plugins,
             state_store,
             problems,
+            cluster_sources: self.cluster_sources.read().clone(),
             restart_pending: self.restart_pending.read().clone(),
             recent_events: self.routes.recent().snapshot(),
             observed: self
@@ -263,6 +272,20 @@ impl Status {
                 path.display()
             ));
         }
+        for (name, source) in &self.cluster_sources {
+            if let Some(error) = &source.error {
+                lines.push(format!(
+                    "cluster source {name}: cannot read the Secrets in {} ({error}); its \
+                     clusters as last read stay",
+                    source.namespace
+                ));
+            }
+            for (secret, why) in &source.refused {
+                lines.push(format!(
+                    "cluster source {name}: Secret {secret} refused: {why}"
+                ));
+            }
+        }
         if !self.restart_pending.is_empty() {
             lines.push(format!(
                 "main file sections edited that take effect at the next restart: {}",
@@ -313,6 +336,7 @@ mod tests {
             plugins: BTreeMap::new(),
             state_store: store(true),
             problems: BTreeMap::new(),
+            cluster_sources: BTreeMap::new(),
             restart_pending: Vec::new(),
             recent_events: Vec::new(),
             observed: Vec::new(),

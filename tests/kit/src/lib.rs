@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod argocd;
 pub mod chat;
 pub mod configmap;
 pub mod feishu;

@@ -36,7 +36,7 @@ pub async fn command(
     run_init: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut failures = 0usize;
-    let state = match ConfigState::load(config_dir) {
+    let mut state = match ConfigState::load(config_dir) {
         Ok((state, _)) => state,
         Err((path, e)) => {
             println!("FAIL  main     {}: {e}", path.display());
@@ -157,6 +157,7 @@ pub async fn command(
         }
     }
 
+    failures += check_sources(&mut state, cluster_timeout).await;
     for (name, source) in state.clusters() {
         match tokio::time::timeout(
             cluster_timeout,
@@ -198,6 +199,72 @@ pub async fn command(
         println!("{failures} problem(s) found");
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The cluster sources on the home cluster (`cluster_sources:`), read once as the daemon
+/// reads them: each Secret the selector takes is a cluster (probed below with the files') or
+/// a problem named by its `namespace/name`; a name a file takes is a problem naming both.
+/// Returns the problems found.
+async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
+    use crate::clusters::inventory_watch::{self, ARGOCD};
+    use crate::config::inventory::Inventory;
+    let settings = state.main().cluster_sources.clone();
+    let Some(argocd) = &settings.argocd else {
+        return 0;
+    };
+    let what = format!(
+        "Secrets in {} with {}",
+        argocd.namespace, argocd.label_selector
+    );
+    let listed = tokio::time::timeout(timeout, async {
+        let client = inventory_watch::home_client(settings.kubeconfig.as_deref()).await?;
+        let params = ListParams::default().labels(&argocd.label_selector);
+        inventory_watch::secrets(client, argocd)
+            .list(&params)
+            .await
+            .map_err(|e| anyhow!("{}", chain(&e)))
+    })
+    .await;
+    let secrets = match listed {
+        Ok(Ok(list)) => list.items,
+        Ok(Err(e)) => {
+            println!("FAIL  source   {ARGOCD} ({what}): {e}");
+            return 1;
+        }
+        Err(_) => {
+            println!(
+                "FAIL  source   {ARGOCD} ({what}): no answer within {} s",
+                timeout.as_secs()
+            );
+            return 1;
+        }
+    };
+    let mut inventory = Inventory::default();
+    inventory.replace(secrets.iter().map(inventory_watch::parse_secret).collect());
+    let snapshot = inventory.snapshot();
+    let given: Vec<(String, String)> = snapshot
+        .clusters
+        .iter()
+        .map(|(name, (key, _))| (name.clone(), key.clone()))
+        .collect();
+    state.set_inventory(ARGOCD, Some(snapshot));
+    let refused = state
+        .source_refused()
+        .get(ARGOCD)
+        .cloned()
+        .unwrap_or_default();
+    println!(
+        "ok    source   {ARGOCD}: {} Secret(s) in {}",
+        secrets.len(),
+        argocd.namespace
+    );
+    for (name, key) in given.iter().filter(|(_, key)| !refused.contains_key(key)) {
+        println!("ok    source   {ARGOCD} Secret {key}: cluster {name}");
+    }
+    for (key, why) in &refused {
+        println!("FAIL  source   {ARGOCD} Secret {key}: {why}");
+    }
+    refused.len()
 }
 
 /// What one cluster answered: its version and the kinds it listed, and the kinds it does not

@@ -14,6 +14,9 @@
 //!   (`jobrelay-capabilities`) and `runtime:` are checked in the main file, where they meet
 //!   the config folder and the state store;
 //! - [`cluster_health`] — `cluster_health:`, here: how clusters are checked and judged is
-//!   this crate's health board ([`crate::clusters::health`]), whose settings it makes.
+//!   this crate's health board ([`crate::clusters::health`]), whose settings it makes;
+//! - [`cluster_sources`] — `cluster_sources:`, here: the inventories on the home cluster
+//!   this crate watches for clusters ([`crate::clusters::inventory_watch`]).
 
 pub mod cluster_health;
+pub mod cluster_sources;

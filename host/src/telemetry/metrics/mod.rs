@@ -13,6 +13,7 @@
 //! - `lanes`: `jobrelay_events_*`, `jobrelay_lane_*`, `jobrelay_inbox_*`, the plugin calls
 //!   and the delivery time;
 //! - `plugins`: `jobrelay_plugin_*` of the serving version and its loads;
+//! - `sources`: `jobrelay_cluster_source_*`, the cluster sources on the home cluster;
 //! - `daemon`: config files refused, the event memory budget, the build;
 //! - `cleanup`: `jobrelay_cleanup_*`, what clean-up will delete and what it did;
 //! - `store`: readiness, the state store, the dead letters stored;
@@ -31,6 +32,7 @@ mod fleet;
 mod lanes;
 mod plugins;
 mod process;
+mod sources;
 mod store;
 
 use prometheus_client::collector::Collector;
@@ -127,6 +129,7 @@ impl Collector for DaemonCollector {
         let status = self.sources.snapshot();
         let e = &mut encoder;
         clusters::encode(e, &status, &self.sources.meters)?;
+        sources::encode(e, &status)?;
         lanes::encode(e, &status)?;
         plugins::encode(e, &status)?;
         daemon::config_and_memory(e, &status)?;

@@ -144,7 +144,7 @@ fn authenticate(state: &SimState, req: &Request<Incoming>) -> Result<(), SimErro
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    if presented == Some(state.token.as_str()) {
+    if presented.is_some_and(|token| state.accepts(token)) {
         Ok(())
     } else {
         Err(SimError::new(401, "Unauthorized"))

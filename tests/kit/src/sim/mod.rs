@@ -88,6 +88,10 @@ impl Default for SimOptions {
 pub(crate) struct SimState {
     pub name: String,
     pub token: String,
+    /// Tokens accepted besides `token` ([`SimCluster::accept_token`]), and tokens refused
+    /// whatever else says ([`SimCluster::revoke_token`]): a credential rotated.
+    pub other_tokens: parking_lot::RwLock<Vec<String>>,
+    pub revoked_tokens: parking_lot::RwLock<Vec<String>>,
     pub options: SimOptions,
     pub store: Store,
     pub registry: Registry,
@@ -97,6 +101,12 @@ pub(crate) struct SimState {
 }
 
 impl SimState {
+    /// Whether a bearer token is let in.
+    pub(crate) fn accepts(&self, token: &str) -> bool {
+        let revoked = self.revoked_tokens.read().iter().any(|t| t == token);
+        !revoked && (token == self.token || self.other_tokens.read().iter().any(|t| t == token))
+    }
+
     pub(crate) fn server_address(&self) -> String {
         self.addr.get().map(|a| a.to_string()).unwrap_or_default()
     }
@@ -131,6 +141,8 @@ impl SimCluster {
         let state = Arc::new(SimState {
             name: name.to_string(),
             token,
+            other_tokens: Default::default(),
+            revoked_tokens: Default::default(),
             store: Store::new(options.history_limit, options.garbage_collection),
             registry: Registry::with(ResourceKind::builtins(options.namespaces)),
             faults: Faults::new(),
@@ -159,6 +171,17 @@ impl SimCluster {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.server.addr())
+    }
+
+    /// Lets `token` in too, as an API server does once a new credential is issued.
+    pub fn accept_token(&self, token: &str) {
+        self.state().other_tokens.write().push(token.to_string());
+    }
+
+    /// Refuses `token` from now on (401), the cluster's own [`token`](Self::token) included:
+    /// a credential revoked after its rotation.
+    pub fn revoke_token(&self, token: &str) {
+        self.state().revoked_tokens.write().push(token.to_string());
     }
 
     /// The listening address.

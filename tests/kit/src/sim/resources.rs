@@ -45,6 +45,8 @@ impl Gvr {
     pub const JOBSET: Gvr = Gvr::fixed("jobset.x-k8s.io", "v1alpha2", "jobsets");
     /// KubeRay `ray.io/v1 rayjobs`.
     pub const RAY_JOB: Gvr = Gvr::fixed("ray.io", "v1", "rayjobs");
+    /// `v1 secrets` (cluster inventories such as Argo CD's cluster Secrets).
+    pub const SECRET: Gvr = Gvr::fixed("", "v1", "secrets");
     /// `coordination.k8s.io/v1 leases` (leader election).
     pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
 
@@ -178,15 +180,18 @@ impl ResourceKind {
         format!("{}List", self.kind)
     }
 
-    /// The built-in kinds every simulator starts with: pods (and namespaces), batch Jobs,
-    /// leases, and the CRDs of every job kind the lifecycle drivers play, as if installed — so
-    /// a test can drive any [`Flavor`](crate::Flavor) without setting the cluster up first.
-    /// A test that needs one missing removes it with `SimCluster::unregister_kind`.
+    /// The built-in kinds every simulator starts with: pods (and namespaces), Secrets, batch
+    /// Jobs, leases, and the CRDs of every job kind the lifecycle drivers play, as if
+    /// installed — so a test can drive any [`Flavor`](crate::Flavor) without setting the
+    /// cluster up first. A test that needs one missing removes it with `SimCluster::unregister_kind`.
     pub fn builtins(with_namespaces: bool) -> Vec<ResourceKind> {
         let mut kinds = vec![
             ResourceKind::new("", "v1", "Pod", "pods", true)
                 .with_log_subresource(true)
                 .with_short_names(&["po"]),
+            // Secrets have no status; their `data` is stored as written (base64 values), and
+            // `stringData` is not folded into it.
+            ResourceKind::new("", "v1", "Secret", "secrets", true).with_status_subresource(false),
             ResourceKind::new("batch", "v1", "Job", "jobs", true),
             ResourceKind::new("batch.volcano.sh", "v1alpha1", "Job", "jobs", true)
                 .with_short_names(&["vcjob", "vj"]),

@@ -1,0 +1,264 @@
+//! The watch of a cluster source on the home cluster (`cluster_sources:`): Argo CD's cluster
+//! Secrets, listed and then watched through the API with kube-runtime's watcher, so an added,
+//! edited or deleted Secret is a cluster added, restarted or removed within moments.
+//!
+//! Each Secret is made a cluster by [`crate::config::argocd_secret`] and kept, with its last
+//! good version, in an [`Inventory`]; after every change the watch publishes what the source
+//! holds, which the control loop gives to the config state ([`ConfigState::set_inventory`]),
+//! so clusters from Secrets run through the same cluster set as the files. A watch that fails
+//! (no rights, the home cluster down) keeps the clusters as last read, reports why in
+//! `/status`, and is tried again, 0.5 s doubling to 30 s, each attempt a fresh list (Secrets
+//! deleted meanwhile are then gone).
+//!
+//! [`ConfigState::set_inventory`]: crate::config::state::ConfigState::set_inventory
+
+use std::path::Path;
+use std::pin::Pin;
+use std::time::Duration;
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::argocd_secret;
+use crate::config::inventory::{Inventory, InventorySnapshot, ObjectError, Parsed, SourceStatus};
+use crate::config::sections::cluster_sources::{ArgoCdSource, ClusterSources};
+use jobrelay_capabilities::open_error::chain;
+
+/// The name of the Argo CD source in `/status`, the metrics and the log.
+pub const ARGOCD: &str = "argocd";
+
+/// How long a home client that cannot be built waits before it is tried again.
+const CLIENT_RETRY: Duration = Duration::from_secs(10);
+
+/// The wait after the source's watch failed, doubling up to [`RETRY_MAX`] while it fails in
+/// a row, back to this after a list.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What a source holds, and how its watch fares.
+#[derive(Debug, Clone)]
+pub struct SourceReport {
+    /// The clusters, `None` until the first list: a source not yet listed changes nothing.
+    pub snapshot: Option<InventorySnapshot>,
+    /// For `/status` (the conflicts with files are added by the config state).
+    pub status: SourceStatus,
+}
+
+/// A running source watch. Dropping it leaves the task running; [`InventoryWatch::stop`] ends
+/// it.
+pub struct InventoryWatch {
+    /// The settings it runs with: a change of them is a new watch.
+    pub settings: ClusterSources,
+    /// The latest report.
+    pub reports: watch::Receiver<SourceReport>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl InventoryWatch {
+    /// Ends the watch and waits for it.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Why the home cluster cannot be read; never carries a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeClientError {
+    #[error("cluster_sources.kubeconfig {}: {}", path.display(), chain(source))]
+    Kubeconfig {
+        path: std::path::PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "cluster_sources: no `kubeconfig` given and no in-cluster service account: {}",
+        chain(.0)
+    )]
+    InCluster(kube::config::InClusterError),
+    #[error("cluster_sources: cannot build a client for the home cluster: {}", chain(.0))]
+    Client(kube::Error),
+}
+
+/// A client for the home cluster with the section's credentials.
+pub async fn home_client(kubeconfig: Option<&Path>) -> Result<Client, HomeClientError> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let failed = |source| HomeClientError::Kubeconfig {
+                path: path.to_path_buf(),
+                source,
+            };
+            let file = Kubeconfig::read_from(path).map_err(failed)?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(failed)?
+        }
+        None => kube::Config::incluster().map_err(HomeClientError::InCluster)?,
+    };
+    // The watcher retries with its own backoff; the client's retries would only hide a
+    // failing home cluster from the source's status.
+    config.default_retry = false;
+    Client::try_from(config).map_err(HomeClientError::Client)
+}
+
+/// The Secrets of the Argo CD source, as the API serves them.
+pub fn secrets(client: Client, source: &ArgoCdSource) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
+    Api::namespaced_with(client, &source.namespace, &resource)
+}
+
+/// `namespace/name` of an object, and the cluster its current version makes (or why not).
+pub fn parse_secret(object: &DynamicObject) -> (String, Parsed) {
+    let key = format!(
+        "{}/{}",
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
+    );
+    let empty = serde_json::Map::new();
+    let data = object
+        .data
+        .get("data")
+        .and_then(|d| d.as_object())
+        .unwrap_or(&empty);
+    let parsed = argocd_secret::parse(&key, data).map_err(ObjectError::from);
+    (key, parsed)
+}
+
+/// Starts the watch of every configured source (Argo CD's only, so far); `None` when the
+/// section configures none.
+pub fn spawn(settings: &ClusterSources, parent: &CancellationToken) -> Option<InventoryWatch> {
+    let argocd = settings.argocd.clone()?;
+    let status = SourceStatus {
+        namespace: argocd.namespace.clone(),
+        label_selector: argocd.label_selector.clone(),
+        ..SourceStatus::default()
+    };
+    let (tx, reports) = watch::channel(SourceReport {
+        snapshot: None,
+        status,
+    });
+    let cancel = parent.child_token();
+    let task = tokio::spawn(run(settings.kubeconfig.clone(), argocd, tx, cancel.clone()));
+    Some(InventoryWatch {
+        settings: settings.clone(),
+        reports,
+        cancel,
+        task,
+    })
+}
+
+async fn run(
+    kubeconfig: Option<std::path::PathBuf>,
+    source: ArgoCdSource,
+    tx: watch::Sender<SourceReport>,
+    cancel: CancellationToken,
+) {
+    let failed = |error: String| {
+        tx.send_modify(|report| {
+            if report.status.error.as_ref() != Some(&error) {
+                tracing::warn!(source = ARGOCD, namespace = %source.namespace, error = %error,
+                    "cannot read the cluster source; its clusters as last read stay");
+            }
+            report.status.error = Some(error);
+        });
+    };
+    let client = loop {
+        match home_client(kubeconfig.as_deref()).await {
+            Ok(client) => break client,
+            Err(e) => failed(e.to_string()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CLIENT_RETRY) => {}
+            _ = cancel.cancelled() => return,
+        }
+    };
+    let config = watcher::Config::default().labels(&source.label_selector);
+    let api = secrets(client, &source);
+    let mut inventory = Inventory::default();
+    let mut wait = RETRY_FIRST;
+    loop {
+        // A fresh watcher lists before it watches, so each attempt after a failure ends in a
+        // full list: what was deleted meanwhile goes, and the list tells that the source is
+        // read again (a watch resumed in silence would not).
+        let mut stream = Box::pin(watcher::watcher(api.clone(), config.clone()));
+        let mut listing: Option<Vec<_>> = None;
+        let error = loop {
+            let event = tokio::select! {
+                event = next(&mut stream) => event,
+                _ = cancel.cancelled() => return,
+            };
+            let changed = match event {
+                None => break None,
+                Some(Err(e)) => break Some(chain(&e)),
+                Some(Ok(Event::Init)) => {
+                    listing = Some(Vec::new());
+                    false
+                }
+                Some(Ok(Event::InitApply(object))) => {
+                    listing
+                        .get_or_insert_with(Vec::new)
+                        .push(parse_secret(&object));
+                    false
+                }
+                Some(Ok(Event::InitDone)) => {
+                    inventory.replace(listing.take().unwrap_or_default());
+                    wait = RETRY_FIRST;
+                    true
+                }
+                Some(Ok(Event::Apply(object))) => {
+                    let (key, parsed) = parse_secret(&object);
+                    inventory.apply(key, parsed);
+                    true
+                }
+                Some(Ok(Event::Delete(object))) => {
+                    inventory.remove(&parse_secret(&object).0);
+                    true
+                }
+            };
+            if changed {
+                publish(&tx, &inventory);
+            }
+        };
+        if let Some(error) = error {
+            failed(error);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => return,
+        }
+        wait = (wait * 2).min(RETRY_MAX);
+    }
+}
+
+/// Tells the control loop what the source holds now; the source is read again.
+fn publish(tx: &watch::Sender<SourceReport>, inventory: &Inventory) {
+    let snapshot = inventory.snapshot();
+    tx.send_modify(|report| {
+        if report.status.error.take().is_some() {
+            tracing::info!(source = ARGOCD, "the cluster source is read again");
+        }
+        report.status.listed = true;
+        report.status.clusters = snapshot
+            .clusters
+            .iter()
+            .map(|(name, (key, _))| (name.clone(), key.clone()))
+            .collect();
+        report.status.refused = snapshot.refused.clone();
+        report.snapshot = Some(snapshot);
+    });
+}
+
+/// The stream's next item. The watcher's stream is named by its `WatchStreamExt` bound, whose
+/// `Stream` supertrait gives the poll, so no stream crate is needed for it.
+async fn next<S>(stream: &mut Pin<Box<S>>) -> Option<S::Item>
+where
+    S: WatchStreamExt + ?Sized,
+{
+    std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
+}

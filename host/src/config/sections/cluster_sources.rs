@@ -1,0 +1,203 @@
+//! The `cluster_sources:` section: clusters read live from an inventory kept on the home
+//! cluster, beside the kubeconfig files of `clusters_dir` (which stay the default and may be
+//! used together with a source).
+//!
+//! Platform teams already keep their clusters' credentials in such an inventory; reading it
+//! through the home cluster's API sees an edit at once, where a Secret mounted as a volume
+//! lags the kubelet's sync by a minute or more. Only Argo CD's cluster Secrets are read so
+//! far (`argocd:`); the objects are watched by [`crate::clusters::inventory_watch`] and each
+//! is made a cluster by [`crate::config::argocd_secret`].
+//!
+//! ```yaml
+//! cluster_sources:
+//!   argocd: {}            # namespace argocd, label argocd.argoproj.io/secret-type=cluster
+//! ```
+//!
+//! The section is read live: an edit restarts the source's watch (the clusters it gives stay
+//! until the new watch has listed the Secrets); removing it removes its clusters.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The namespace Argo CD keeps its cluster Secrets in, unless it was installed elsewhere.
+pub const ARGOCD_NAMESPACE: &str = "argocd";
+
+/// The label Argo CD gives its cluster Secrets.
+pub const ARGOCD_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
+
+/// The `cluster_sources:` section as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSourcesSpec {
+    /// The credentials the inventory is read with: a kubeconfig file of the home cluster,
+    /// relative to the config folder. Absent: the pod's service account (in-cluster).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Argo CD's cluster Secrets. Absent: not read.
+    #[serde(default)]
+    pub argocd: Option<ArgoCdSpec>,
+}
+
+/// `cluster_sources.argocd:` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgoCdSpec {
+    /// The namespace of the Secrets (default `argocd`).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Which Secrets of the namespace are clusters (default
+    /// `argocd.argoproj.io/secret-type=cluster`, the label Argo CD gives them).
+    #[serde(default = "default_selector")]
+    pub label_selector: String,
+}
+
+fn default_namespace() -> String {
+    ARGOCD_NAMESPACE.to_string()
+}
+
+fn default_selector() -> String {
+    ARGOCD_SELECTOR.to_string()
+}
+
+/// The section after its check: what the source's watch runs with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterSources {
+    /// Absolute; `None`: the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub argocd: Option<ArgoCdSource>,
+}
+
+/// Where Argo CD's cluster Secrets are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgoCdSource {
+    pub namespace: String,
+    pub label_selector: String,
+}
+
+impl ClusterSources {
+    /// Whether any source is configured.
+    pub fn any(&self) -> bool {
+        self.argocd.is_some()
+    }
+}
+
+/// Why the `cluster_sources:` section is refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterSourcesError {
+    #[error(
+        "cluster_sources.argocd.namespace: `{0}` is not a namespace name (1-63 characters of \
+         a-z, 0-9 and `-`, starting and ending with a letter or digit)"
+    )]
+    Namespace(String),
+    #[error(
+        "cluster_sources.argocd.label_selector: must not be empty (it would take every Secret \
+         of the namespace for a cluster); Argo CD's is {ARGOCD_SELECTOR}"
+    )]
+    EmptySelector,
+    #[error("cluster_sources.argocd.label_selector: {0}")]
+    Selector(String),
+    #[error("cluster_sources.kubeconfig: must not be empty")]
+    EmptyKubeconfig,
+}
+
+impl ClusterSourcesSpec {
+    /// Checks the section; relative paths are resolved against `root`, the config folder.
+    pub fn validate(&self, root: &Path) -> Result<ClusterSources, ClusterSourcesError> {
+        let kubeconfig = match &self.kubeconfig {
+            Some(p) if p.as_os_str().is_empty() => {
+                return Err(ClusterSourcesError::EmptyKubeconfig);
+            }
+            Some(p) if p.is_absolute() => Some(p.clone()),
+            Some(p) => Some(root.join(p)),
+            None => None,
+        };
+        let argocd = match &self.argocd {
+            None => None,
+            Some(spec) => {
+                if !is_namespace_name(&spec.namespace) {
+                    return Err(ClusterSourcesError::Namespace(spec.namespace.clone()));
+                }
+                let selector = spec.label_selector.trim();
+                if selector.is_empty() {
+                    return Err(ClusterSourcesError::EmptySelector);
+                }
+                jobrelay_contract::label_selector::check(selector)
+                    .map_err(|e| ClusterSourcesError::Selector(e.to_string()))?;
+                Some(ArgoCdSource {
+                    namespace: spec.namespace.clone(),
+                    label_selector: selector.to_string(),
+                })
+            }
+        };
+        Ok(ClusterSources { kubeconfig, argocd })
+    }
+}
+
+/// A DNS-1123 label, which is what a namespace is named with.
+fn is_namespace_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<ClusterSources, ClusterSourcesError> {
+        let spec: ClusterSourcesSpec = serde_yaml_ng::from_str(yaml).expect("parses");
+        spec.validate(Path::new("/cfg"))
+    }
+
+    #[test]
+    fn argocd_defaults_to_its_own_namespace_and_label() {
+        let sources = parse("argocd: {}").expect("valid");
+        assert_eq!(
+            sources.argocd,
+            Some(ArgoCdSource {
+                namespace: "argocd".into(),
+                label_selector: "argocd.argoproj.io/secret-type=cluster".into(),
+            })
+        );
+        assert_eq!(sources.kubeconfig, None);
+        assert!(sources.any());
+        assert!(!parse("{}").expect("valid").any());
+        let relative = parse("kubeconfig: home.yaml\nargocd: {namespace: gitops}").expect("ok");
+        assert_eq!(relative.kubeconfig, Some(PathBuf::from("/cfg/home.yaml")));
+        assert_eq!(relative.argocd.expect("argocd").namespace, "gitops");
+    }
+
+    #[test]
+    fn a_bad_namespace_or_selector_is_refused_naming_the_field() {
+        for bad in ["Argo", "-argo", "argo-", "", "a_b"] {
+            let e = parse(&format!("argocd: {{namespace: '{bad}'}}"))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.starts_with("cluster_sources.argocd.namespace:"), "{e}");
+        }
+        let e = parse("argocd: {label_selector: ' '}")
+            .expect_err("empty")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.argocd.label_selector:"),
+            "{e}"
+        );
+        let e = parse("argocd: {label_selector: 'a in (b'}")
+            .expect_err("broken")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.argocd.label_selector:"),
+            "{e}"
+        );
+        let e = parse("kubeconfig: ''\nargocd: {}")
+            .expect_err("empty path")
+            .to_string();
+        assert!(e.starts_with("cluster_sources.kubeconfig"), "{e}");
+    }
+}
