@@ -167,6 +167,7 @@ async fn argo_cd_secrets_add_restart_alone_and_remove_clusters_live() {
     // one is revoked.
     let beta_lists = beta.list_requests_for(&Gvr::VOLCANO_JOB);
     alpha.accept_token("rotated-token-0001");
+    let edited = std::time::Instant::now();
     argocd::put_cluster(&home, NS, "alpha", "alpha", &alpha, "rotated-token-0001").expect("put");
     let restarted = poll(DEADLINE, || {
         (starts(&relay, "alpha") == 2)
@@ -175,6 +176,10 @@ async fn argo_cd_secrets_add_restart_alone_and_remove_clusters_live() {
     })
     .await;
     assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    println!(
+        "Secret edited -> alpha restarted in {} ms",
+        edited.elapsed().as_millis()
+    );
     alpha.revoke_token(alpha.token());
     on_alpha.succeeded().expect("succeeded");
     delivered(&relay, &events, "alpha", "succeeded").await;
@@ -195,11 +200,16 @@ async fn argo_cd_secrets_add_restart_alone_and_remove_clusters_live() {
     );
 
     // The Secret is deleted: its cluster goes.
+    let deleted = std::time::Instant::now();
     home.delete(&Gvr::SECRET, NS, "beta").expect("delete");
     let now = status_until(&relay, listen, "beta gone", |s| {
         s["clusters"].get("beta").is_none()
     })
     .await;
+    println!(
+        "Secret deleted -> beta gone from /status in {} ms",
+        deleted.elapsed().as_millis()
+    );
     assert!(synced(&now, "alpha"), "{now:#?}");
     assert!(now["cluster_sources"]["argocd"]["clusters"]["beta"].is_null());
     assert_eq!(
@@ -448,4 +458,57 @@ async fn a_home_cluster_that_stops_answering_keeps_the_clusters_as_last_read() {
     })
     .await;
     assert_eq!(starts(&relay, "alpha"), 1, "nothing restarted");
+}
+
+/// `cluster_sources:` is read live: taken out of the main file, its clusters go; put back with
+/// another selector, the watch starts again with it and takes only the Secrets it selects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_the_section_is_followed_live() {
+    let home = SimCluster::start("home").await.expect("home");
+    let alpha = SimCluster::start("alpha").await.expect("alpha");
+    let beta = SimCluster::start("beta").await.expect("beta");
+    argocd::put_cluster(&home, NS, "alpha", "alpha", &alpha, alpha.token()).expect("secret");
+    let mut team = cluster_secret(
+        NS,
+        "beta",
+        "beta",
+        &beta.url(),
+        &argocd::token_config(beta.token()),
+    );
+    team["metadata"]["labels"]["team"] = "ml".into();
+    argocd::put(&home, team).expect("secret");
+    let listen = free_port();
+    let dir = folder(&home, listen);
+    let relay = Relay::start(dir.path(), "run");
+    status_until(&relay, listen, "both synced", |s| {
+        synced(s, "alpha") && synced(s, "beta")
+    })
+    .await;
+    let main = dir.path().join("jobrelay.yaml");
+    let text = std::fs::read_to_string(&main).expect("main file");
+    let (without, _) = text.split_once("cluster_sources:").expect("the section");
+    write(&main, without);
+    let now = status_until(&relay, listen, "the source's clusters gone", |s| {
+        s["clusters"].as_object().is_some_and(|c| c.is_empty())
+    })
+    .await;
+    assert!(now.get("cluster_sources").is_none(), "{now:#?}");
+    write(
+        &main,
+        &format!(
+            "{without}cluster_sources:\n  kubeconfig: home.yaml\n  argocd:\n    \
+             label_selector: argocd.argoproj.io/secret-type=cluster,team=ml\n"
+        ),
+    );
+    let now = status_until(&relay, listen, "beta back alone", |s| synced(s, "beta")).await;
+    let clusters: Vec<&String> = now["clusters"]
+        .as_object()
+        .expect("clusters")
+        .keys()
+        .collect();
+    assert_eq!(clusters, ["beta"], "{now:#?}");
+    assert_eq!(
+        now["cluster_sources"]["argocd"]["label_selector"],
+        "argocd.argoproj.io/secret-type=cluster,team=ml"
+    );
 }
