@@ -217,6 +217,21 @@ async fn argo_cd_secrets_add_restart_alone_and_remove_clusters_live() {
         2,
         "alpha untouched by beta's removal"
     );
+    // All it asked of the home cluster: lists and watches of Argo CD's Secrets in their
+    // namespace, by the label (what the chart's Role grants, and no other Secret).
+    let asked = home.recent_requests();
+    assert!(!asked.is_empty());
+    for request in &asked {
+        let (path, query) = request.uri.split_once('?').unwrap_or((&request.uri, ""));
+        assert!(
+            request.method == "GET"
+                && path == "/api/v1/namespaces/argocd/secrets"
+                && query.contains("labelSelector=argocd.argoproj.io%2Fsecret-type%3Dcluster"),
+            "the home cluster was asked {} {}",
+            request.method,
+            request.uri
+        );
+    }
     let errors = relay.errors();
     assert!(errors.is_empty(), "{errors:#?}");
 }

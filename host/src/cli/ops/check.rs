@@ -3,7 +3,9 @@
 //! Every config file is validated, every plugin compiled and initialised with its config (with
 //! `--no-init`, compiled and linked only: no plugin code runs), and
 //! every cluster asked for its version and for one item of each watched kind (which proves the
-//! credentials may list it). The state store is tried as the daemon opens it: a MySQL database
+//! credentials may list it). A cluster source on the home cluster (`cluster_sources:`) is read
+//! once: each Secret it selects is a cluster, checked with the files', or a problem named by
+//! its `namespace/name`. The state store is tried as the daemon opens it: a MySQL database
 //! is connected to (its tables made if missing) and asked how many dead letters it holds; an
 //! SQLite file that exists likewise (beside a running daemon, as `jobrelay dead-letters` does);
 //! one that does not is not made, only its folder is proven creatable and writable. The report
