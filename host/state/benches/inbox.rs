@@ -15,7 +15,8 @@
 //!
 //! Run: `cargo bench -p jobrelay-state --bench inbox` (MariaDB on 127.0.0.1:3306, user root, no
 //! password, database `test`, or `JOBRELAY_BENCH_MYSQL_URL`; `-- --sqlite` for SQLite alone,
-//! `-- --mysql` for MariaDB alone).
+//! `-- --mysql` for MariaDB alone; `-- --cursors-only` or `-- --stored-only` for one part, whose
+//! instructions `valgrind --tool=callgrind` counts where the machine is too busy for its time).
 
 #![expect(
     clippy::print_stdout,
@@ -37,6 +38,13 @@ const RUNS: usize = 5;
 fn main() {
     let sqlite_only = std::env::args().any(|a| a == "--sqlite");
     let mysql_only = std::env::args().any(|a| a == "--mysql");
+    let part = if std::env::args().any(|a| a == "--cursors-only") {
+        Some(false)
+    } else if std::env::args().any(|a| a == "--stored-only") {
+        Some(true)
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -67,6 +75,18 @@ fn main() {
         }
         for (name, backend) in backends {
             let store = open_store(&backend).await.expect("the store opens");
+            if let Some(take) = part {
+                // One part alone, for a count of its instructions (`valgrind --tool=callgrind`).
+                let runs = measure(&store, &events, take).await;
+                report(
+                    name,
+                    if take { "take stored" } else { "cursors only" },
+                    &runs,
+                    events.len(),
+                );
+                store.close().await;
+                continue;
+            }
             let cursors = measure(&store, &events, false).await;
             let stored = measure(&store, &events, true).await;
             report(name, "cursors only", &cursors, events.len());
