@@ -25,9 +25,9 @@ use crate::process::{
     DEADLINE, Relay, count_ids, http_get, plugin_dir, poll, read_lines, status, str_of, write,
 };
 
-const NS: &str = "argocd";
+pub(crate) const NS: &str = "argocd";
 
-fn free_port() -> std::net::SocketAddr {
+pub(crate) fn free_port() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -35,7 +35,7 @@ fn free_port() -> std::net::SocketAddr {
 
 /// A config folder reading Argo CD's Secrets from `home`, watching Volcano jobs, with an
 /// event-log plugin writing `out/log/events.jsonl`.
-fn folder(home: &SimCluster, listen: std::net::SocketAddr) -> tempfile::TempDir {
+pub(crate) fn folder(home: &SimCluster, listen: std::net::SocketAddr) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     write(
@@ -58,7 +58,7 @@ fn folder(home: &SimCluster, listen: std::net::SocketAddr) -> tempfile::TempDir 
 }
 
 /// How many times the log says the cluster was started.
-fn starts(relay: &Relay, cluster: &str) -> usize {
+pub(crate) fn starts(relay: &Relay, cluster: &str) -> usize {
     let field = format!("cluster={cluster} ");
     relay
         .log()
@@ -68,7 +68,7 @@ fn starts(relay: &Relay, cluster: &str) -> usize {
 }
 
 /// Waits until `/status` satisfies `check`; the last status otherwise.
-async fn status_until(
+pub(crate) async fn status_until(
     relay: &Relay,
     listen: std::net::SocketAddr,
     what: &str,
@@ -91,12 +91,12 @@ async fn status_until(
     }
 }
 
-fn synced(status: &Value, cluster: &str) -> bool {
+pub(crate) fn synced(status: &Value, cluster: &str) -> bool {
     status["clusters"][cluster]["state"] == "synced"
 }
 
 /// Waits until the event log has an event of `cluster` in `phase`.
-async fn delivered(relay: &Relay, events: &Path, cluster: &str, phase: &str) {
+pub(crate) async fn delivered(relay: &Relay, events: &Path, cluster: &str, phase: &str) {
     let found = poll(DEADLINE, || {
         let (lines, _) = read_lines(events);
         if lines

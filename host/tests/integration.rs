@@ -7,6 +7,7 @@ mod chat_notify;
 mod cleanup_kills;
 mod cleanup_sharded;
 mod cli;
+mod cluster_api_sources;
 mod cluster_sources;
 mod config_folder;
 mod credential_expiry;

@@ -1451,6 +1451,92 @@ fn the_argo_cd_source_is_granted_its_secrets_in_its_namespace_only() {
     );
 }
 
+/// The Cluster API source (`config.cluster_sources.cluster_api`) is granted get, list and
+/// watch on Secrets in the Clusters' namespace it reads, by a Role there bound to the pod's
+/// service account: no other namespace's Secrets, and no ClusterRole on Secrets. With the Argo
+/// CD source too, each gets its own Role in its own namespace. Without the source, or when
+/// `cluster_sources.kubeconfig` names other credentials, no such Role is made; without a
+/// namespace the values are refused.
+#[test]
+fn the_cluster_api_source_is_granted_its_secrets_in_its_namespace_only() {
+    let secrets_granted = |objects: &[(String, Value)]| -> BTreeSet<(String, String)> {
+        objects
+            .iter()
+            .map(|(_, o)| o)
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+            .filter(|o| granted(o).contains_key(&(String::new(), "secrets".to_string())))
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    let name = "jobrelay-platform-cluster-api-clusters";
+    for (sources, expected) in [
+        (
+            json!({"cluster_api": {"namespace": "fleet"}}),
+            vec!["fleet"],
+        ),
+        (
+            json!({"argocd": {}, "cluster_api": {"namespace": "capi-system"}}),
+            vec!["argocd", "capi-system"],
+        ),
+    ] {
+        let objects = render(json!({"config": {"cluster_sources": sources}}));
+        let namespace = expected[expected.len() - 1];
+        let role = named(&objects, "Role", name);
+        assert_eq!(role["metadata"]["namespace"], namespace);
+        assert_eq!(
+            granted(role),
+            BTreeMap::from([(
+                (String::new(), "secrets".to_string()),
+                BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
+            )])
+        );
+        let binding = named(&objects, "RoleBinding", name);
+        assert_eq!(binding["metadata"]["namespace"], namespace);
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["roleRef"]["name"], name);
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "jobrelay", "namespace": "platform"}])
+        );
+        assert_eq!(
+            secrets_granted(&objects),
+            expected
+                .iter()
+                .map(|ns| ("Role".to_string(), ns.to_string()))
+                .collect::<BTreeSet<_>>(),
+            "Secrets are granted in {expected:?} only"
+        );
+        let main = main_file(&objects);
+        let capi = main.cluster_sources.cluster_api.expect("the source is on");
+        assert_eq!(capi.namespace, namespace);
+        assert_eq!(capi.label_selector, "cluster.x-k8s.io/cluster-name");
+    }
+    for values in [
+        json!({}),
+        json!({"config": {"cluster_sources": {"kubeconfig": "/etc/home/kubeconfig", "cluster_api": {"namespace": "fleet"}}}}),
+        json!({"rbac": {"create": false}, "config": {"cluster_sources": {"cluster_api": {"namespace": "fleet"}}}}),
+    ] {
+        let objects = render(values.clone());
+        assert!(secrets_granted(&objects).is_empty(), "{values}");
+    }
+    let why = refused(json!({"config": {"cluster_sources": {"cluster_api": {}}}}));
+    assert!(why.contains("namespace"), "{why}");
+    let why =
+        refused(json!({"config": {"cluster_sources": {"cluster_api": {"namespace": "Fleet"}}}}));
+    assert!(
+        why.contains("config.cluster_sources.cluster_api.namespace"),
+        "{why}"
+    );
+}
+
 /// The knobs a team sets for production reach the objects: scheduling, pod annotations, image
 /// pull secrets, the service account's annotations (IRSA), and the Prometheus Operator's
 /// ServiceMonitor and PrometheusRule, whose alerts use only metrics docs/telemetry.md lists.

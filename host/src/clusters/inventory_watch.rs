@@ -1,14 +1,16 @@
-//! The watch of a cluster source on the home cluster (`cluster_sources:`): Argo CD's cluster
-//! Secrets, listed and then watched through the API with kube-runtime's watcher, so an added,
-//! edited or deleted Secret is a cluster added, restarted or removed within moments.
+//! The watch of the cluster sources on the home cluster (`cluster_sources:`): Argo CD's
+//! cluster Secrets and Cluster API's kubeconfig Secrets, each source listed and then watched
+//! through the API with kube-runtime's watcher on a task of its own, so an added, edited or
+//! deleted Secret is a cluster added, restarted or removed within moments.
 //!
-//! Each Secret is made a cluster by [`crate::config::argocd_secret`] and kept, with its last
-//! good version, in an [`Inventory`]; after every change the watch publishes what the source
-//! holds, which the control loop gives to the config state ([`ConfigState::set_inventory`]),
-//! so clusters from Secrets run through the same cluster set as the files. A watch that fails
-//! (no rights, the home cluster down) keeps the clusters as last read, reports why in
-//! `/status`, and is tried again, 0.5 s doubling to 30 s, each attempt a fresh list (Secrets
-//! deleted meanwhile are then gone).
+//! Each Secret is made a cluster by its source's parser ([`crate::config::argocd_secret`],
+//! [`crate::config::capi_secret`]) and kept, with its last good version, in an
+//! [`Inventory`]; after every change a source's watch publishes what it holds, which the
+//! control loop gives to the config state ([`ConfigState::set_inventory`]), so clusters from
+//! Secrets run through the same cluster set as the files. A watch that fails (no rights, the
+//! home cluster down) keeps the clusters as last read, reports why in `/status`, and is tried
+//! again, 0.5 s doubling to 30 s, each attempt a fresh list (Secrets deleted meanwhile are
+//! then gone).
 //!
 //! [`ConfigState::set_inventory`]: crate::config::state::ConfigState::set_inventory
 
@@ -25,13 +27,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::argocd_secret;
 use crate::config::inventory::{Inventory, InventorySnapshot, ObjectError, Parsed, SourceStatus};
-use crate::config::sections::cluster_sources::{ArgoCdSource, ClusterSources};
+use crate::config::sections::cluster_sources::{ClusterSources, SecretsAt, SourceKind};
+use crate::config::{argocd_secret, capi_secret};
 use jobrelay_capabilities::open_error::chain;
-
-/// The name of the Argo CD source in `/status`, the metrics and the log.
-pub const ARGOCD: &str = "argocd";
 
 /// How long a home client that cannot be built waits before it is tried again.
 const CLIENT_RETRY: Duration = Duration::from_secs(10);
@@ -50,22 +49,27 @@ pub struct SourceReport {
     pub status: SourceStatus,
 }
 
-/// A running source watch. Dropping it leaves the task running; [`InventoryWatch::stop`] ends
-/// it.
+/// The latest report of each source, by its name ([`SourceKind::name`]).
+pub type Reports = std::collections::BTreeMap<&'static str, SourceReport>;
+
+/// The running watches of the configured sources, one task each. Dropping it leaves the tasks
+/// running; [`InventoryWatch::stop`] ends them.
 pub struct InventoryWatch {
-    /// The settings it runs with: a change of them is a new watch.
+    /// The settings they run with: a change of them is a new watch.
     pub settings: ClusterSources,
-    /// The latest report.
-    pub reports: watch::Receiver<SourceReport>,
+    /// The latest report of each source.
+    pub reports: watch::Receiver<Reports>,
     cancel: CancellationToken,
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl InventoryWatch {
-    /// Ends the watch and waits for it.
+    /// Ends the watches and waits for them.
     pub async fn stop(self) {
         self.cancel.cancel();
-        let _ = self.task.await;
+        for task in self.tasks {
+            let _ = task.await;
+        }
     }
 }
 
@@ -107,62 +111,105 @@ pub async fn home_client(kubeconfig: Option<&Path>) -> Result<Client, HomeClient
     Client::try_from(config).map_err(HomeClientError::Client)
 }
 
-/// The Secrets of the Argo CD source, as the API serves them.
-pub fn secrets(client: Client, source: &ArgoCdSource) -> Api<DynamicObject> {
+/// The Secrets a source reads, as the API serves them.
+pub fn secrets(client: Client, source: &SecretsAt) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
     Api::namespaced_with(client, &source.namespace, &resource)
 }
 
-/// `namespace/name` of an object, and the cluster its current version makes (or why not).
-pub fn parse_secret(object: &DynamicObject) -> (String, Parsed) {
-    let key = format!(
-        "{}/{}",
-        object.metadata.namespace.as_deref().unwrap_or_default(),
-        object.metadata.name.as_deref().unwrap_or_default()
-    );
+/// `namespace/name` of an object, and the cluster its current version makes (or why not);
+/// `None` for a Secret the selector takes that is none of the source's clusters (Cluster
+/// API's other Secrets of a cluster), which is passed over.
+pub fn parse_secret(kind: SourceKind, object: &DynamicObject) -> Option<(String, Parsed)> {
+    let key = key_of(object);
     let empty = serde_json::Map::new();
     let data = object
         .data
         .get("data")
         .and_then(|d| d.as_object())
         .unwrap_or(&empty);
-    let parsed = argocd_secret::parse(&key, data).map_err(ObjectError::from);
-    (key, parsed)
+    let parsed = match kind {
+        SourceKind::ArgoCd => argocd_secret::parse(&key, data).map_err(ObjectError::from),
+        SourceKind::ClusterApi => {
+            let labels = object.metadata.labels.clone().unwrap_or_default();
+            let name = object.metadata.name.as_deref().unwrap_or_default();
+            if !capi_secret::is_kubeconfig_secret(name, &labels) {
+                return None;
+            }
+            let secret_type = object.data.get("type").and_then(|t| t.as_str());
+            capi_secret::parse(&key, &labels, secret_type, data).map_err(ObjectError::from)
+        }
+    };
+    Some((key, parsed))
 }
 
-/// Starts the watch of every configured source (Argo CD's only, so far); `None` when the
-/// section configures none.
+/// An object's `namespace/name`.
+pub fn key_of(object: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        object.metadata.namespace.as_deref().unwrap_or_default(),
+        object.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Starts the watch of every configured source; `None` when the section configures none.
 pub fn spawn(settings: &ClusterSources, parent: &CancellationToken) -> Option<InventoryWatch> {
-    let argocd = settings.argocd.clone()?;
-    let status = SourceStatus {
-        namespace: argocd.namespace.clone(),
-        label_selector: argocd.label_selector.clone(),
-        ..SourceStatus::default()
-    };
-    let (tx, reports) = watch::channel(SourceReport {
-        snapshot: None,
-        status,
-    });
+    let configured = settings.configured();
+    if configured.is_empty() {
+        return None;
+    }
+    let initial: Reports = configured
+        .iter()
+        .map(|(kind, at)| {
+            let status = SourceStatus {
+                namespace: at.namespace.clone(),
+                label_selector: at.label_selector.clone(),
+                ..SourceStatus::default()
+            };
+            let report = SourceReport {
+                snapshot: None,
+                status,
+            };
+            (kind.name(), report)
+        })
+        .collect();
+    let (tx, reports) = watch::channel(initial);
     let cancel = parent.child_token();
-    let task = tokio::spawn(run(settings.kubeconfig.clone(), argocd, tx, cancel.clone()));
+    let tasks = configured
+        .into_iter()
+        .map(|(kind, at)| {
+            tokio::spawn(run(
+                settings.kubeconfig.clone(),
+                kind,
+                at.clone(),
+                tx.clone(),
+                cancel.clone(),
+            ))
+        })
+        .collect();
     Some(InventoryWatch {
         settings: settings.clone(),
         reports,
         cancel,
-        task,
+        tasks,
     })
 }
 
 async fn run(
     kubeconfig: Option<std::path::PathBuf>,
-    source: ArgoCdSource,
-    tx: watch::Sender<SourceReport>,
+    kind: SourceKind,
+    source: SecretsAt,
+    tx: watch::Sender<Reports>,
     cancel: CancellationToken,
 ) {
+    let name = kind.name();
     let failed = |error: String| {
-        tx.send_modify(|report| {
+        tx.send_modify(|reports| {
+            let Some(report) = reports.get_mut(name) else {
+                return;
+            };
             if report.status.error.as_ref() != Some(&error) {
-                tracing::warn!(source = ARGOCD, namespace = %source.namespace, error = %error,
+                tracing::warn!(source = name, namespace = %source.namespace, error = %error,
                     "cannot read the cluster source; its clusters as last read stay");
             }
             report.status.error = Some(error);
@@ -201,9 +248,8 @@ async fn run(
                     false
                 }
                 Some(Ok(Event::InitApply(object))) => {
-                    listing
-                        .get_or_insert_with(Vec::new)
-                        .push(parse_secret(&object));
+                    let listed = listing.get_or_insert_with(Vec::new);
+                    listed.extend(parse_secret(kind, &object));
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -212,17 +258,20 @@ async fn run(
                     true
                 }
                 Some(Ok(Event::Apply(object))) => {
-                    let (key, parsed) = parse_secret(&object);
-                    inventory.apply(key, parsed);
+                    match parse_secret(kind, &object) {
+                        Some((key, parsed)) => inventory.apply(key, parsed),
+                        // Relabelled into none of the source's clusters: it is gone.
+                        None => inventory.remove(&key_of(&object)),
+                    }
                     true
                 }
                 Some(Ok(Event::Delete(object))) => {
-                    inventory.remove(&parse_secret(&object).0);
+                    inventory.remove(&key_of(&object));
                     true
                 }
             };
             if changed {
-                publish(&tx, &inventory);
+                publish(&tx, name, &inventory);
             }
         };
         if let Some(error) = error {
@@ -237,11 +286,14 @@ async fn run(
 }
 
 /// Tells the control loop what the source holds now; the source is read again.
-fn publish(tx: &watch::Sender<SourceReport>, inventory: &Inventory) {
+fn publish(tx: &watch::Sender<Reports>, name: &'static str, inventory: &Inventory) {
     let snapshot = inventory.snapshot();
-    tx.send_modify(|report| {
+    tx.send_modify(|reports| {
+        let Some(report) = reports.get_mut(name) else {
+            return;
+        };
         if report.status.error.take().is_some() {
-            tracing::info!(source = ARGOCD, "the cluster source is read again");
+            tracing::info!(source = name, "the cluster source is read again");
         }
         report.status.listed = true;
         report.status.clusters = snapshot

@@ -18,7 +18,6 @@
 //! quotes the value it could not take, which may be the token, so only its place is said.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use kube::config::Kubeconfig;
@@ -26,6 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::files::sha256_hex;
+use super::inventory::origin;
 use super::sources::{ClusterSource, validate_cluster_name};
 
 /// Why a Secret is not a cluster; the message names the key and field at fault.
@@ -112,12 +112,6 @@ struct ExecProviderConfig {
     api_version: Option<String>,
     #[serde(default)]
     install_hint: Option<String>,
-}
-
-/// Where a cluster from a Secret came from, as its source's `path` says it (the log's
-/// `file=` and `check`'s lines): `secret NAMESPACE/NAME`.
-pub fn origin(key: &str) -> PathBuf {
-    PathBuf::from(format!("secret {key}"))
 }
 
 /// The cluster an Argo CD cluster Secret describes. `key` is the Secret's `namespace/name`;
@@ -274,6 +268,7 @@ mod tests {
     use super::*;
     use base64::Engine as _;
     use secrecy::ExposeSecret as _;
+    use std::path::PathBuf;
 
     fn b64(text: &str) -> String {
         base64::engine::general_purpose::STANDARD.encode(text)

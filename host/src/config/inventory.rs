@@ -8,11 +8,19 @@
 //! `namespace/name` gives it, the other is refused naming both.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::argocd_secret::ArgoSecretError;
+use super::capi_secret::CapiSecretError;
 use super::sources::ClusterSource;
+
+/// Where a cluster from a Secret came from, as its source's `path` says it (the log's
+/// `file=` and `check`'s lines): `secret NAMESPACE/NAME`.
+pub fn origin(key: &str) -> PathBuf {
+    PathBuf::from(format!("secret {key}"))
+}
 
 /// Why an object of a source is no cluster, by the source it is of.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +28,9 @@ pub enum ObjectError {
     /// An Argo CD cluster Secret.
     #[error(transparent)]
     ArgoCd(#[from] ArgoSecretError),
+    /// A Cluster API kubeconfig Secret.
+    #[error(transparent)]
+    ClusterApi(#[from] CapiSecretError),
 }
 
 /// What one object's current version makes: its cluster, or why it is none.
@@ -134,7 +145,7 @@ mod tests {
         );
         ClusterSource {
             name: name.into(),
-            path: super::super::argocd_secret::origin(name),
+            path: origin(name),
             sha256: sha.into(),
             kubeconfig: std::sync::Arc::new(
                 kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig"),

@@ -17,7 +17,8 @@ use jobrelay_lanes::settings::{FleetEvents, LaneSettings};
 use jobrelay_runtime::PluginSpec;
 
 /// One cluster: a kubeconfig file whose stem is the cluster's name, the home cluster's service
-/// account, or an object of a cluster source (an Argo CD cluster Secret) made a kubeconfig.
+/// account, or an object of a cluster source (an Argo CD cluster Secret, a Cluster API
+/// kubeconfig Secret) made a kubeconfig.
 #[derive(Debug, Clone)]
 pub struct ClusterSource {
     pub name: String,
@@ -57,8 +58,22 @@ impl ClusterSource {
         let text = content
             .text()
             .map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let mut kubeconfig =
+        let kubeconfig =
             Kubeconfig::from_yaml(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        Self::from_kubeconfig(name, file.path.clone(), content.sha256.clone(), kubeconfig)
+    }
+
+    /// The cluster a parsed kubeconfig describes, judged as its connection will use it: the
+    /// current context (the only one when none is named) must exist and its cluster have a
+    /// `server`, and the client configuration must build (CA data that is not base64 is
+    /// refused). The kubeconfig files and the Cluster API source's Secrets both pass here.
+    /// The messages name entries and fields, never a credential.
+    pub fn from_kubeconfig(
+        name: &str,
+        path: PathBuf,
+        sha256: String,
+        mut kubeconfig: Kubeconfig,
+    ) -> Result<ClusterSource, ConfigError> {
         if kubeconfig.clusters.is_empty() {
             return Err(ConfigError::Invalid("kubeconfig has no clusters".into()));
         }
@@ -94,8 +109,8 @@ impl ClusterSource {
             .map_err(|e| ConfigError::Invalid(format!("kubeconfig: {e}")))?;
         Ok(ClusterSource {
             name: name.to_string(),
-            path: file.path.clone(),
-            sha256: content.sha256.clone(),
+            path,
+            sha256,
             kubeconfig: Arc::new(kubeconfig),
         })
     }

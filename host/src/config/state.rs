@@ -65,6 +65,8 @@ pub struct ConfigState {
     inventories: BTreeMap<String, InventorySnapshot>,
     /// The names in `clusters` that come from a source rather than a file.
     from_sources: std::collections::BTreeSet<String>,
+    /// Cluster name → the source and the Secret (`namespace/name`) it runs from.
+    given_by: BTreeMap<String, (String, String)>,
     /// Objects of each source refused (`namespace/name` → why), name conflicts included.
     source_refused: BTreeMap<String, BTreeMap<String, String>>,
     plugins: BTreeMap<String, PluginSource>,
@@ -131,6 +133,7 @@ impl ConfigState {
             cluster_files: BTreeMap::new(),
             inventories: BTreeMap::new(),
             from_sources: Default::default(),
+            given_by: BTreeMap::new(),
             source_refused: BTreeMap::new(),
             plugins: BTreeMap::new(),
             problems: BTreeMap::new(),
@@ -173,6 +176,12 @@ impl ConfigState {
     /// The names of the clusters that come from a cluster source rather than a file.
     pub fn from_sources(&self) -> &std::collections::BTreeSet<String> {
         &self.from_sources
+    }
+
+    /// Cluster name → the cluster source and its Secret (`namespace/name`) the cluster runs
+    /// from, for each cluster a source gives.
+    pub fn given_by(&self) -> &BTreeMap<String, (String, String)> {
+        &self.given_by
     }
 
     /// Objects of each cluster source refused (`namespace/name` → why), by source; an
@@ -399,6 +408,8 @@ impl ConfigState {
     fn merge_inventories(&mut self, update: &mut Update) {
         let home = self.main.home_cluster.as_ref().map(|h| h.name.as_str());
         let mut wanted: BTreeMap<String, ClusterSource> = BTreeMap::new();
+        // Cluster name → the source and Secret that give it, to name both in a conflict.
+        let mut given_by: BTreeMap<String, (String, String)> = BTreeMap::new();
         let mut refused: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for (source_name, snapshot) in &self.inventories {
             let out = refused.entry(source_name.clone()).or_default();
@@ -414,9 +425,10 @@ impl ConfigState {
                     Some(format!(
                         "the cluster name `{name}` is taken by `home_cluster`"
                     ))
-                } else if wanted.contains_key(name) {
+                } else if let Some((other, secret)) = given_by.get(name) {
                     Some(format!(
-                        "the cluster name `{name}` is already given by another cluster source"
+                        "the cluster name `{name}` is already given by Secret {secret} of \
+                         the cluster source {other} (its cluster runs; rename one of them)"
                     ))
                 } else {
                     None
@@ -427,6 +439,7 @@ impl ConfigState {
                     }
                     None => {
                         wanted.insert(name.clone(), cluster.clone());
+                        given_by.insert(name.clone(), (source_name.clone(), key.clone()));
                     }
                 }
             }
@@ -474,6 +487,7 @@ impl ConfigState {
         }
         refused.retain(|_, objects| !objects.is_empty());
         self.source_refused = refused;
+        self.given_by = given_by;
     }
 
     fn apply_plugins(

@@ -20,10 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::fleet_events::RuleBook;
 use super::plugin_set::PluginSet;
-use crate::clusters::inventory_watch::{self, ARGOCD, InventoryWatch};
+use crate::clusters::inventory_watch::{self, InventoryWatch};
 use crate::clusters::manager::ClusterManager;
 use crate::config::folder_watch::{FolderWatch, Trigger};
 use crate::config::inventory::SourceStatus;
+use crate::config::sections::cluster_sources::SourceKind;
 use crate::config::state::{Change, ConfigState, Update};
 use jobrelay_coordination::Role;
 use jobrelay_coordination::shards::ShardCommand;
@@ -170,9 +171,14 @@ impl ControlLoop {
         let Some(watch) = self.inventory.as_mut() else {
             return ControlFlow::Continue(());
         };
-        let snapshot = watch.reports.borrow_and_update().snapshot.clone();
-        if let Some(snapshot) = snapshot {
-            let update = self.state.set_inventory(ARGOCD, Some(snapshot));
+        let listed: Vec<_> = watch
+            .reports
+            .borrow_and_update()
+            .iter()
+            .filter_map(|(name, report)| Some((*name, report.snapshot.clone()?)))
+            .collect();
+        for (name, snapshot) in listed {
+            let update = self.state.set_inventory(name, Some(snapshot));
             apply(&self.state, update, &self.plugins, &mut self.clusters).await;
         }
         self.publish_clusters();
@@ -192,10 +198,14 @@ impl ControlLoop {
             old.stop().await;
         }
         tracing::info!("cluster_sources changed; watching the cluster sources again");
+        let configured: Vec<SourceKind> =
+            wanted.configured().iter().map(|(kind, _)| *kind).collect();
         self.inventory = inventory_watch::spawn(wanted, &self.cancel);
-        if self.inventory.is_none() {
-            let update = self.state.set_inventory(ARGOCD, None);
-            apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+        for kind in SourceKind::ALL {
+            if !configured.contains(&kind) {
+                let update = self.state.set_inventory(kind.name(), None);
+                apply(&self.state, update, &self.plugins, &mut self.clusters).await;
+            }
         }
     }
 
@@ -210,16 +220,24 @@ impl ControlLoop {
         });
         let mut sources = BTreeMap::new();
         if let Some(watch) = &self.inventory {
-            let mut status = watch.reports.borrow().status.clone();
-            status.refused = self
-                .state
-                .source_refused()
-                .get(ARGOCD)
-                .cloned()
-                .unwrap_or_default();
-            let running = self.state.from_sources();
-            status.clusters.retain(|name, _| running.contains(name));
-            sources.insert(ARGOCD.to_string(), status);
+            let reports = watch.reports.borrow().clone();
+            for (name, report) in reports {
+                let mut status = report.status;
+                status.refused = self
+                    .state
+                    .source_refused()
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default();
+                // A cluster the source names that a file or another source gives is not its.
+                let given_by = self.state.given_by();
+                status.clusters.retain(|cluster, secret| {
+                    given_by
+                        .get(cluster)
+                        .is_some_and(|(source, by)| source == name && by == secret)
+                });
+                sources.insert(name.to_string(), status);
+            }
         }
         *self.sources.write() = sources;
     }

@@ -66,7 +66,7 @@ pub struct Status {
     pub state_store: StoreStatus,
     /// Config files refused (path → reason); their last good versions stay in force.
     pub problems: BTreeMap<PathBuf, String>,
-    /// Each cluster source on the home cluster (`argocd`): where it reads, the clusters it
+    /// Each cluster source on the home cluster (`argocd`, `cluster_api`): where it reads, the clusters it
     /// gives, the objects refused and why (their last good credentials stay), and why its
     /// watch fails, while it does. Absent without `cluster_sources:`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod argocd;
+pub mod capi;
 pub mod chat;
 pub mod configmap;
 pub mod feishu;

@@ -23,6 +23,7 @@ use kube::{Api, Client};
 
 use crate::clusters::supervisor::build_client;
 use crate::config::config_schema::ConfigSchema;
+use crate::config::inventory::Inventory;
 use crate::config::main_file::MainConfig;
 use crate::config::read_once::writable_folder;
 use crate::config::state::ConfigState;
@@ -204,69 +205,84 @@ pub async fn command(
 }
 
 /// The cluster sources on the home cluster (`cluster_sources:`), read once as the daemon
-/// reads them: each Secret the selector takes is a cluster (probed below with the files') or
-/// a problem named by its `namespace/name`; a name a file takes is a problem naming both.
-/// Returns the problems found.
+/// reads them: each Secret a source's selector takes is a cluster (probed below with the
+/// files') or a problem named by its `namespace/name`; a name a file or another source takes
+/// is a problem naming both. Returns the problems found.
 async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
-    use crate::clusters::inventory_watch::{self, ARGOCD};
-    use crate::config::inventory::Inventory;
+    use crate::clusters::inventory_watch;
     let settings = state.main().cluster_sources.clone();
-    let Some(argocd) = &settings.argocd else {
+    let configured = settings.configured();
+    if configured.is_empty() {
         return 0;
-    };
-    let what = format!(
-        "Secrets in {} with {}",
-        argocd.namespace, argocd.label_selector
-    );
-    let listed = tokio::time::timeout(timeout, async {
-        let client = inventory_watch::home_client(settings.kubeconfig.as_deref()).await?;
-        let params = ListParams::default().labels(&argocd.label_selector);
-        inventory_watch::secrets(client, argocd)
-            .list(&params)
-            .await
-            .map_err(|e| anyhow!("{}", chain(&e)))
-    })
-    .await;
-    let secrets = match listed {
-        Ok(Ok(list)) => list.items,
-        Ok(Err(e)) => {
-            println!("FAIL  source   {ARGOCD} ({what}): {e}");
-            return 1;
-        }
-        Err(_) => {
-            println!(
-                "FAIL  source   {ARGOCD} ({what}): no answer within {} s",
-                timeout.as_secs()
-            );
-            return 1;
-        }
-    };
-    let mut inventory = Inventory::default();
-    inventory.replace(secrets.iter().map(inventory_watch::parse_secret).collect());
-    let snapshot = inventory.snapshot();
-    let given: Vec<(String, String)> = snapshot
-        .clusters
-        .iter()
-        .map(|(name, (key, _))| (name.clone(), key.clone()))
-        .collect();
-    state.set_inventory(ARGOCD, Some(snapshot));
-    let refused = state
-        .source_refused()
-        .get(ARGOCD)
-        .cloned()
-        .unwrap_or_default();
-    println!(
-        "ok    source   {ARGOCD}: {} Secret(s) in {}",
-        secrets.len(),
-        argocd.namespace
-    );
-    for (name, key) in given.iter().filter(|(_, key)| !refused.contains_key(key)) {
-        println!("ok    source   {ARGOCD} Secret {key}: cluster {name}");
     }
-    for (key, why) in &refused {
-        println!("FAIL  source   {ARGOCD} Secret {key}: {why}");
+    let mut failures = 0;
+    let mut given = Vec::new();
+    for (kind, at) in &configured {
+        let source = kind.name();
+        let what = format!("Secrets in {} with {}", at.namespace, at.label_selector);
+        let listed = tokio::time::timeout(timeout, async {
+            let client = inventory_watch::home_client(settings.kubeconfig.as_deref()).await?;
+            let params = ListParams::default().labels(&at.label_selector);
+            inventory_watch::secrets(client, at)
+                .list(&params)
+                .await
+                .map_err(|e| anyhow!("{}", chain(&e)))
+        })
+        .await;
+        let secrets = match listed {
+            Ok(Ok(list)) => list.items,
+            Ok(Err(e)) => {
+                println!("FAIL  source   {source} ({what}): {e}");
+                failures += 1;
+                continue;
+            }
+            Err(_) => {
+                println!(
+                    "FAIL  source   {source} ({what}): no answer within {} s",
+                    timeout.as_secs()
+                );
+                failures += 1;
+                continue;
+            }
+        };
+        let mut inventory = Inventory::default();
+        inventory.replace(
+            secrets
+                .iter()
+                .filter_map(|s| inventory_watch::parse_secret(*kind, s))
+                .collect(),
+        );
+        let snapshot = inventory.snapshot();
+        given.extend(
+            snapshot
+                .clusters
+                .iter()
+                .map(|(name, (key, _))| (source, name.clone(), key.clone())),
+        );
+        state.set_inventory(source, Some(snapshot));
+        println!(
+            "ok    source   {source}: {} Secret(s) in {}",
+            secrets.len(),
+            at.namespace
+        );
     }
-    refused.len()
+    // Judged once every source is in: a name two sources give is refused in the second.
+    for (source, name, key) in &given {
+        let refused = state
+            .source_refused()
+            .get(*source)
+            .is_some_and(|r| r.contains_key(key));
+        if !refused {
+            println!("ok    source   {source} Secret {key}: cluster {name}");
+        }
+    }
+    for (source, refused) in state.source_refused() {
+        for (key, why) in refused {
+            println!("FAIL  source   {source} Secret {key}: {why}");
+            failures += 1;
+        }
+    }
+    failures
 }
 
 /// What one cluster answered: its version and the kinds it listed, and the kinds it does not

@@ -4,13 +4,16 @@
 //!
 //! Platform teams already keep their clusters' credentials in such an inventory; reading it
 //! through the home cluster's API sees an edit at once, where a Secret mounted as a volume
-//! lags the kubelet's sync by a minute or more. Only Argo CD's cluster Secrets are read so
-//! far (`argocd:`); the objects are watched by [`crate::clusters::inventory_watch`] and each
-//! is made a cluster by [`crate::config::argocd_secret`].
+//! lags the kubelet's sync by a minute or more. Two inventories are read: Argo CD's cluster
+//! Secrets (`argocd:`) and Cluster API's kubeconfig Secrets (`cluster_api:`); the objects are
+//! watched by [`crate::clusters::inventory_watch`] and each is made a cluster by
+//! [`crate::config::argocd_secret`] or [`crate::config::capi_secret`].
 //!
 //! ```yaml
 //! cluster_sources:
 //!   argocd: {}            # namespace argocd, label argocd.argoproj.io/secret-type=cluster
+//!   cluster_api:
+//!     namespace: fleet    # required: Cluster API keeps them in each Cluster's namespace
 //! ```
 //!
 //! The section is read live: an edit restarts the source's watch (the clusters it gives stay
@@ -26,6 +29,9 @@ pub const ARGOCD_NAMESPACE: &str = "argocd";
 /// The label Argo CD gives its cluster Secrets.
 pub const ARGOCD_SELECTOR: &str = "argocd.argoproj.io/secret-type=cluster";
 
+/// The label Cluster API gives its Secrets; the default selector is that it exists.
+pub const CLUSTER_API_SELECTOR: &str = "cluster.x-k8s.io/cluster-name";
+
 /// The `cluster_sources:` section as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +43,22 @@ pub struct ClusterSourcesSpec {
     /// Argo CD's cluster Secrets. Absent: not read.
     #[serde(default)]
     pub argocd: Option<ArgoCdSpec>,
+    /// Cluster API's kubeconfig Secrets. Absent: not read.
+    #[serde(default)]
+    pub cluster_api: Option<ClusterApiSpec>,
+}
+
+/// `cluster_sources.cluster_api:` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterApiSpec {
+    /// The namespace of the Clusters and their Secrets: no default, Cluster API has no
+    /// namespace of its own, and a Role is granted in one.
+    pub namespace: String,
+    /// Which Secrets of the namespace are read (default `cluster.x-k8s.io/cluster-name`: the
+    /// label exists); of those, each `<cluster>-kubeconfig` is a cluster.
+    #[serde(default = "default_capi_selector")]
+    pub label_selector: String,
 }
 
 /// `cluster_sources.argocd:` as written.
@@ -60,17 +82,46 @@ fn default_selector() -> String {
     ARGOCD_SELECTOR.to_string()
 }
 
+fn default_capi_selector() -> String {
+    CLUSTER_API_SELECTOR.to_string()
+}
+
 /// The section after its check: what the source's watch runs with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterSources {
     /// Absolute; `None`: the in-cluster service account.
     pub kubeconfig: Option<PathBuf>,
-    pub argocd: Option<ArgoCdSource>,
+    pub argocd: Option<SecretsAt>,
+    pub cluster_api: Option<SecretsAt>,
 }
 
-/// Where Argo CD's cluster Secrets are read.
+/// The kinds of inventory read, each with its name in `/status`, the metrics' `source`
+/// label, the log and `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceKind {
+    /// Argo CD's cluster Secrets (`argocd`).
+    ArgoCd,
+    /// Cluster API's kubeconfig Secrets (`cluster_api`).
+    ClusterApi,
+}
+
+impl SourceKind {
+    /// Every kind, in the order their names sort (and a cluster name both give goes to the
+    /// first).
+    pub const ALL: [SourceKind; 2] = [SourceKind::ArgoCd, SourceKind::ClusterApi];
+
+    /// The name: the section's key.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::ArgoCd => "argocd",
+            SourceKind::ClusterApi => "cluster_api",
+        }
+    }
+}
+
+/// Where one source's Secrets are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArgoCdSource {
+pub struct SecretsAt {
     pub namespace: String,
     pub label_selector: String,
 }
@@ -78,7 +129,19 @@ pub struct ArgoCdSource {
 impl ClusterSources {
     /// Whether any source is configured.
     pub fn any(&self) -> bool {
-        self.argocd.is_some()
+        !self.configured().is_empty()
+    }
+
+    /// The sources configured, by kind.
+    pub fn configured(&self) -> Vec<(SourceKind, &SecretsAt)> {
+        let mut out = Vec::new();
+        if let Some(at) = &self.argocd {
+            out.push((SourceKind::ArgoCd, at));
+        }
+        if let Some(at) = &self.cluster_api {
+            out.push((SourceKind::ClusterApi, at));
+        }
+        out
     }
 }
 
@@ -86,17 +149,17 @@ impl ClusterSources {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterSourcesError {
     #[error(
-        "cluster_sources.argocd.namespace: `{0}` is not a namespace name (1-63 characters of \
+        "cluster_sources.{0}.namespace: `{1}` is not a namespace name (1-63 characters of \
          a-z, 0-9 and `-`, starting and ending with a letter or digit)"
     )]
-    Namespace(String),
+    Namespace(&'static str, String),
     #[error(
-        "cluster_sources.argocd.label_selector: must not be empty (it would take every Secret \
-         of the namespace for a cluster); Argo CD's is {ARGOCD_SELECTOR}"
+        "cluster_sources.{0}.label_selector: must not be empty (it would take every Secret \
+         of the namespace for a cluster); the default is {1}"
     )]
-    EmptySelector,
-    #[error("cluster_sources.argocd.label_selector: {0}")]
-    Selector(String),
+    EmptySelector(&'static str, &'static str),
+    #[error("cluster_sources.{0}.label_selector: {1}")]
+    Selector(&'static str, String),
     #[error("cluster_sources.kubeconfig: must not be empty")]
     EmptyKubeconfig,
 }
@@ -114,24 +177,53 @@ impl ClusterSourcesSpec {
         };
         let argocd = match &self.argocd {
             None => None,
-            Some(spec) => {
-                if !is_namespace_name(&spec.namespace) {
-                    return Err(ClusterSourcesError::Namespace(spec.namespace.clone()));
-                }
-                let selector = spec.label_selector.trim();
-                if selector.is_empty() {
-                    return Err(ClusterSourcesError::EmptySelector);
-                }
-                jobrelay_contract::label_selector::check(selector)
-                    .map_err(|e| ClusterSourcesError::Selector(e.to_string()))?;
-                Some(ArgoCdSource {
-                    namespace: spec.namespace.clone(),
-                    label_selector: selector.to_string(),
-                })
-            }
+            Some(spec) => Some(secrets_at(
+                SourceKind::ArgoCd,
+                &spec.namespace,
+                &spec.label_selector,
+                ARGOCD_SELECTOR,
+            )?),
         };
-        Ok(ClusterSources { kubeconfig, argocd })
+        let cluster_api = match &self.cluster_api {
+            None => None,
+            Some(spec) => Some(secrets_at(
+                SourceKind::ClusterApi,
+                &spec.namespace,
+                &spec.label_selector,
+                CLUSTER_API_SELECTOR,
+            )?),
+        };
+        Ok(ClusterSources {
+            kubeconfig,
+            argocd,
+            cluster_api,
+        })
     }
+}
+
+/// One source's namespace and selector, checked.
+fn secrets_at(
+    kind: SourceKind,
+    namespace: &str,
+    selector: &str,
+    default: &'static str,
+) -> Result<SecretsAt, ClusterSourcesError> {
+    if !is_namespace_name(namespace) {
+        return Err(ClusterSourcesError::Namespace(
+            kind.name(),
+            namespace.to_string(),
+        ));
+    }
+    let selector = selector.trim();
+    if selector.is_empty() {
+        return Err(ClusterSourcesError::EmptySelector(kind.name(), default));
+    }
+    jobrelay_contract::label_selector::check(selector)
+        .map_err(|e| ClusterSourcesError::Selector(kind.name(), e.to_string()))?;
+    Ok(SecretsAt {
+        namespace: namespace.to_string(),
+        label_selector: selector.to_string(),
+    })
 }
 
 /// A DNS-1123 label, which is what a namespace is named with.
@@ -160,7 +252,7 @@ mod tests {
         let sources = parse("argocd: {}").expect("valid");
         assert_eq!(
             sources.argocd,
-            Some(ArgoCdSource {
+            Some(SecretsAt {
                 namespace: "argocd".into(),
                 label_selector: "argocd.argoproj.io/secret-type=cluster".into(),
             })
@@ -199,5 +291,45 @@ mod tests {
             .expect_err("empty path")
             .to_string();
         assert!(e.starts_with("cluster_sources.kubeconfig"), "{e}");
+    }
+
+    #[test]
+    fn cluster_api_needs_its_namespace_and_defaults_to_its_label() {
+        let sources = parse("cluster_api: {namespace: fleet}").expect("valid");
+        assert_eq!(
+            sources.cluster_api,
+            Some(SecretsAt {
+                namespace: "fleet".into(),
+                label_selector: "cluster.x-k8s.io/cluster-name".into(),
+            })
+        );
+        assert!(sources.any());
+        assert_eq!(
+            sources
+                .configured()
+                .iter()
+                .map(|(kind, _)| kind.name())
+                .collect::<Vec<_>>(),
+            ["cluster_api"]
+        );
+        let missing = serde_yaml_ng::from_str::<ClusterSourcesSpec>("cluster_api: {}")
+            .expect_err("no namespace")
+            .to_string();
+        assert!(missing.contains("namespace"), "{missing}");
+        let e = parse("cluster_api: {namespace: Fleet}")
+            .expect_err("bad")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.cluster_api.namespace:"),
+            "{e}"
+        );
+        let e = parse("cluster_api: {namespace: fleet, label_selector: ''}")
+            .expect_err("empty")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.cluster_api.label_selector:")
+                && e.contains("cluster.x-k8s.io/cluster-name"),
+            "{e}"
+        );
     }
 }
