@@ -11,8 +11,9 @@
 //! deleted Secret takes its cluster away; a `value` edited into a kubeconfig that cannot work
 //! keeps the cluster on its last good credentials and is reported by the Secret's name in
 //! `/status`, the metrics and the log, the token in none of them; a cluster name a file or the
-//! Argo CD source already gives is refused naming both; and `jobrelay check` reads the
-//! Secrets as the daemon does.
+//! Argo CD source already gives is refused naming both; `cluster_api` taken out of the main
+//! file takes its clusters with it and leaves Argo CD's running; and `jobrelay check` reads
+//! the Secrets as the daemon does.
 
 use std::time::Duration;
 
@@ -299,6 +300,29 @@ async fn a_kubeconfig_that_cannot_work_keeps_the_last_good_and_a_taken_name_is_n
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(starts(&relay, "alpha"), 1);
+
+    // `cluster_api` taken out of the main file: its cluster goes, Argo CD's stays unrestarted.
+    // (gamma may have started twice: from Cluster API's Secret when its watch was first,
+    // then from Argo CD's, which takes the name whichever came first.)
+    let gamma_starts = starts(&relay, "gamma");
+    let main = dir.path().join("jobrelay.yaml");
+    let text = std::fs::read_to_string(&main).expect("main file");
+    let (without, _) = text.split_once("  cluster_api:").expect("the source");
+    write(&main, without);
+    let now = status_until(&relay, listen, "the source's clusters gone", |s| {
+        s["clusters"].get("alpha").is_none()
+    })
+    .await;
+    assert!(
+        now["cluster_sources"].get("cluster_api").is_none(),
+        "{now:#?}"
+    );
+    assert!(synced(&now, "gamma") && synced(&now, "beta"), "{now:#?}");
+    assert_eq!(
+        starts(&relay, "gamma"),
+        gamma_starts,
+        "Argo CD's cluster was not restarted"
+    );
 }
 
 /// `jobrelay check` reads the Cluster API Secrets once as the daemon does: the cluster of
