@@ -8,6 +8,7 @@ mod cleanup_kills;
 mod cleanup_sharded;
 mod cli;
 mod cluster_api_sources;
+mod cluster_profile_sources;
 mod cluster_sources;
 mod config_folder;
 mod credential_expiry;

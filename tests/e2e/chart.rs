@@ -1537,6 +1537,103 @@ fn the_cluster_api_source_is_granted_its_secrets_in_its_namespace_only() {
     );
 }
 
+/// The ClusterProfile source (issue 51, item 2): a Role in the profiles' namespace granting
+/// get, list and watch on `clusterprofiles` of `multicluster.x-k8s.io` and nothing else (no
+/// Secret: a profile holds no credential), bound to the ServiceAccount; the access-provider
+/// file mounted from a Secret with `extraVolumes`; no Role with `cluster_sources.kubeconfig`
+/// or `rbac.create: false`; the namespace and the file required.
+#[test]
+fn the_cluster_profile_source_is_granted_its_clusterprofiles_in_its_namespace_only() {
+    let name = "jobrelay-platform-cluster-profiles";
+    let profiles = |objects: &[(String, Value)]| -> Vec<String> {
+        objects
+            .iter()
+            .map(|(_, o)| o)
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+            .filter(|o| {
+                granted(o).contains_key(&(
+                    "multicluster.x-k8s.io".to_string(),
+                    "clusterprofiles".to_string(),
+                ))
+            })
+            .map(|o| {
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let source = json!({"namespace": "fleet-inventory",
+        "access_providers": "/etc/jobrelay-providers/providers.json"});
+    let objects = render(json!({
+        "config": {"cluster_sources": {"cluster_profile": source}},
+        "extraVolumes": [{"name": "providers", "secret": {"secretName": "jobrelay-providers"}}],
+        "extraVolumeMounts": [{"name": "providers", "mountPath": "/etc/jobrelay-providers",
+            "readOnly": true}],
+    }));
+    let role = named(&objects, "Role", name);
+    assert_eq!(role["metadata"]["namespace"], "fleet-inventory");
+    assert_eq!(
+        granted(role),
+        BTreeMap::from([(
+            (
+                "multicluster.x-k8s.io".to_string(),
+                "clusterprofiles".to_string()
+            ),
+            BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
+        )])
+    );
+    let binding = named(&objects, "RoleBinding", name);
+    assert_eq!(binding["metadata"]["namespace"], "fleet-inventory");
+    assert_eq!(binding["roleRef"]["name"], name);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "jobrelay", "namespace": "platform"}])
+    );
+    assert_eq!(profiles(&objects), ["fleet-inventory"]);
+    // No Secret is granted for this source: no Role on Secrets is rendered at all.
+    assert!(
+        !objects
+            .iter()
+            .map(|(_, o)| o)
+            .any(|o| (o["kind"] == "Role" || o["kind"] == "ClusterRole")
+                && granted(o).contains_key(&(String::new(), "secrets".to_string()))),
+        "a Secret granted"
+    );
+    let pod = &object(&objects, "Deployment")["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .any(|v| v["name"] == "providers" && v["secret"]["secretName"] == "jobrelay-providers"),
+        "{pod:#}"
+    );
+    assert!(
+        pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["mountPath"] == "/etc/jobrelay-providers"),
+        "{pod:#}"
+    );
+    for values in [
+        json!({"config": {"cluster_sources": {"kubeconfig": "/etc/home/kubeconfig", "cluster_profile": source}}}),
+        json!({"rbac": {"create": false}, "config": {"cluster_sources": {"cluster_profile": source}}}),
+    ] {
+        assert!(profiles(&render(values.clone())).is_empty(), "{values}");
+    }
+    let why = refused(
+        json!({"config": {"cluster_sources": {"cluster_profile": {"access_providers": "p.json"}}}}),
+    );
+    assert!(why.contains("namespace"), "{why}");
+    let why = refused(
+        json!({"config": {"cluster_sources": {"cluster_profile": {"namespace": "fleet"}}}}),
+    );
+    assert!(why.contains("access_providers"), "{why}");
+}
+
 /// The knobs a team sets for production reach the objects: scheduling, pod annotations, image
 /// pull secrets, the service account's annotations (IRSA), and the Prometheus Operator's
 /// ServiceMonitor and PrometheusRule, whose alerts use only metrics docs/telemetry.md lists.

@@ -1,10 +1,10 @@
 //! The watch of the cluster sources on the home cluster (`cluster_sources:`): Argo CD's
-//! cluster Secrets and Cluster API's kubeconfig Secrets, each source listed and then watched
+//! cluster Secrets, Cluster API's kubeconfig Secrets and ClusterProfiles, each source listed and then watched
 //! through the API with kube-runtime's watcher on a task of its own, so an added, edited or
 //! deleted Secret is a cluster added, restarted or removed within moments.
 //!
-//! Each Secret is made a cluster by its source's parser ([`crate::config::argocd_secret`],
-//! [`crate::config::capi_secret`]) and kept, with its last good version, in an
+//! Each object is made a cluster by its source's parser ([`crate::config::argocd_secret`],
+//! [`crate::config::capi_secret`], [`crate::config::cluster_profile`]) and kept, with its last good version, in an
 //! [`Inventory`]; after every change a source's watch publishes what it holds, which the
 //! control loop gives to the config state ([`ConfigState::set_inventory`]), so clusters from
 //! Secrets run through the same cluster set as the files. A watch that fails (no rights, the
@@ -27,9 +27,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::access_providers::AccessProviders;
 use crate::config::inventory::{Inventory, InventorySnapshot, ObjectError, Parsed, SourceStatus};
 use crate::config::sections::cluster_sources::{ClusterSources, SecretsAt, SourceKind};
-use crate::config::{argocd_secret, capi_secret};
+use crate::config::{argocd_secret, capi_secret, cluster_profile};
 use jobrelay_capabilities::open_error::chain;
 
 /// How long a home client that cannot be built waits before it is tried again.
@@ -111,16 +112,29 @@ pub async fn home_client(kubeconfig: Option<&Path>) -> Result<Client, HomeClient
     Client::try_from(config).map_err(HomeClientError::Client)
 }
 
-/// The Secrets a source reads, as the API serves them.
-pub fn secrets(client: Client, source: &SecretsAt) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
+/// The objects a source reads (Secrets, or ClusterProfiles), as the API serves them.
+pub fn objects(client: Client, kind: SourceKind, source: &SecretsAt) -> Api<DynamicObject> {
+    let gvk = match kind {
+        SourceKind::ArgoCd | SourceKind::ClusterApi => GroupVersionKind::gvk("", "v1", "Secret"),
+        SourceKind::ClusterProfile => GroupVersionKind::gvk(
+            cluster_profile::GROUP,
+            cluster_profile::VERSION,
+            "ClusterProfile",
+        ),
+    };
+    let resource = ApiResource::from_gvk(&gvk);
     Api::namespaced_with(client, &source.namespace, &resource)
 }
 
 /// `namespace/name` of an object, and the cluster its current version makes (or why not);
 /// `None` for a Secret the selector takes that is none of the source's clusters (Cluster
-/// API's other Secrets of a cluster), which is passed over.
-pub fn parse_secret(kind: SourceKind, object: &DynamicObject) -> Option<(String, Parsed)> {
+/// API's other Secrets of a cluster), which is passed over. `providers` are the
+/// ClusterProfile source's (empty for the others).
+pub fn parse_object(
+    kind: SourceKind,
+    providers: &AccessProviders,
+    object: &DynamicObject,
+) -> Option<(String, Parsed)> {
     let key = key_of(object);
     let empty = serde_json::Map::new();
     let data = object
@@ -138,6 +152,10 @@ pub fn parse_secret(kind: SourceKind, object: &DynamicObject) -> Option<(String,
             }
             let secret_type = object.data.get("type").and_then(|t| t.as_str());
             capi_secret::parse(&key, &labels, secret_type, data).map_err(ObjectError::from)
+        }
+        SourceKind::ClusterProfile => {
+            let name = object.metadata.name.as_deref().unwrap_or_default();
+            cluster_profile::parse(&key, name, &object.data, providers).map_err(ObjectError::from)
         }
     };
     Some((key, parsed))
@@ -180,6 +198,7 @@ pub fn spawn(settings: &ClusterSources, parent: &CancellationToken) -> Option<In
         .map(|(kind, at)| {
             tokio::spawn(run(
                 settings.kubeconfig.clone(),
+                settings.providers().cloned().unwrap_or_default(),
                 kind,
                 at.clone(),
                 tx.clone(),
@@ -197,6 +216,7 @@ pub fn spawn(settings: &ClusterSources, parent: &CancellationToken) -> Option<In
 
 async fn run(
     kubeconfig: Option<std::path::PathBuf>,
+    providers: AccessProviders,
     kind: SourceKind,
     source: SecretsAt,
     tx: watch::Sender<Reports>,
@@ -225,8 +245,11 @@ async fn run(
             _ = cancel.cancelled() => return,
         }
     };
-    let config = watcher::Config::default().labels(&source.label_selector);
-    let api = secrets(client, &source);
+    let mut config = watcher::Config::default();
+    if !source.label_selector.is_empty() {
+        config = config.labels(&source.label_selector);
+    }
+    let api = objects(client, kind, &source);
     let mut inventory = Inventory::default();
     let mut wait = RETRY_FIRST;
     loop {
@@ -249,7 +272,7 @@ async fn run(
                 }
                 Some(Ok(Event::InitApply(object))) => {
                     let listed = listing.get_or_insert_with(Vec::new);
-                    listed.extend(parse_secret(kind, &object));
+                    listed.extend(parse_object(kind, &providers, &object));
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
@@ -258,7 +281,7 @@ async fn run(
                     true
                 }
                 Some(Ok(Event::Apply(object))) => {
-                    match parse_secret(kind, &object) {
+                    match parse_object(kind, &providers, &object) {
                         Some((key, parsed)) => inventory.apply(key, parsed),
                         // Relabelled into none of the source's clusters: it is gone.
                         None => inventory.remove(&key_of(&object)),

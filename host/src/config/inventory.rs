@@ -3,7 +3,7 @@
 //!
 //! The same rule as for files: an object (a Secret) whose current version cannot be made a
 //! cluster keeps the cluster its last good version described, and is reported by its
-//! `namespace/name` until it is fixed or deleted; only a deleted object (or one the selector
+//! `namespace/name` until it is fixed or deleted (a ClusterProfile alike); only a deleted object (or one the selector
 //! no longer takes) removes its cluster. Two objects that name the same cluster: the first by
 //! `namespace/name` gives it, the other is refused naming both.
 
@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::argocd_secret::ArgoSecretError;
 use super::capi_secret::CapiSecretError;
+use super::cluster_profile::ProfileError;
 use super::sources::ClusterSource;
 
 /// Where a cluster from a Secret came from, as its source's `path` says it (the log's
@@ -31,6 +32,9 @@ pub enum ObjectError {
     /// A Cluster API kubeconfig Secret.
     #[error(transparent)]
     ClusterApi(#[from] CapiSecretError),
+    /// A ClusterProfile.
+    #[error(transparent)]
+    ClusterProfile(#[from] ProfileError),
 }
 
 /// What one object's current version makes: its cluster, or why it is none.

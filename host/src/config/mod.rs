@@ -24,14 +24,18 @@
 //!   them (what the parse cannot see: secrets, folders, the home cluster's credentials);
 //! - [`home_cluster`] — the `home_cluster:` section made a cluster source;
 //! - [`argocd_secret`] — an Argo CD cluster Secret made a cluster source;
+//! - [`access_providers`] — the ClusterProfile source's access-provider file;
 //! - [`capi_secret`] — a Cluster API kubeconfig Secret made a cluster source;
+//! - [`cluster_profile`] — a SIG-Multicluster ClusterProfile made a cluster source;
 //! - [`inventory`] — a cluster source's objects, each with its last good cluster;
 //! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
 //! - [`state`] — the last good version of every file, and what each re-read changed;
 //! - `parse_properties` (tests only) — reading arbitrary and mutated files never panics.
 
+pub mod access_providers;
 pub mod argocd_secret;
 pub mod capi_secret;
+pub mod cluster_profile;
 pub mod config_schema;
 pub mod files;
 pub mod folder_watch;

@@ -427,8 +427,9 @@ impl ConfigState {
                     ))
                 } else if let Some((other, secret)) = given_by.get(name) {
                     Some(format!(
-                        "the cluster name `{name}` is already given by Secret {secret} of \
-                         the cluster source {other} (its cluster runs; rename one of them)"
+                        "the cluster name `{name}` is already given by {} {secret} of the \
+                         cluster source {other} (its cluster runs; rename one of them)",
+                        super::sections::cluster_sources::object_of(other)
                     ))
                 } else {
                     None

@@ -273,16 +273,17 @@ impl Status {
             ));
         }
         for (name, source) in &self.cluster_sources {
+            let object = crate::config::sections::cluster_sources::object_of(name);
             if let Some(error) = &source.error {
                 lines.push(format!(
-                    "cluster source {name}: cannot read the Secrets in {} ({error}); its \
+                    "cluster source {name}: cannot read the {object}s in {} ({error}); its \
                      clusters as last read stay",
                     source.namespace
                 ));
             }
             for (secret, why) in &source.refused {
                 lines.push(format!(
-                    "cluster source {name}: Secret {secret} refused: {why}"
+                    "cluster source {name}: {object} {secret} refused: {why}"
                 ));
             }
         }

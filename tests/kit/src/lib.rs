@@ -17,6 +17,7 @@
 pub mod argocd;
 pub mod capi;
 pub mod chat;
+pub mod cluster_profile;
 pub mod configmap;
 pub mod feishu;
 pub mod kubeconfig;

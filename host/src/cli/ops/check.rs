@@ -210,6 +210,7 @@ pub async fn command(
 /// is a problem naming both. Returns the problems found.
 async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
     use crate::clusters::inventory_watch;
+    use crate::config::sections::cluster_sources::object_of;
     let settings = state.main().cluster_sources.clone();
     let configured = settings.configured();
     if configured.is_empty() {
@@ -217,13 +218,22 @@ async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
     }
     let mut failures = 0;
     let mut given = Vec::new();
+    let providers = settings.providers().cloned().unwrap_or_default();
     for (kind, at) in &configured {
         let source = kind.name();
-        let what = format!("Secrets in {} with {}", at.namespace, at.label_selector);
+        let object = kind.object();
+        let what = if at.label_selector.is_empty() {
+            format!("{object}s in {}", at.namespace)
+        } else {
+            format!("{object}s in {} with {}", at.namespace, at.label_selector)
+        };
         let listed = tokio::time::timeout(timeout, async {
             let client = inventory_watch::home_client(settings.kubeconfig.as_deref()).await?;
-            let params = ListParams::default().labels(&at.label_selector);
-            inventory_watch::secrets(client, at)
+            let mut params = ListParams::default();
+            if !at.label_selector.is_empty() {
+                params = params.labels(&at.label_selector);
+            }
+            inventory_watch::objects(client, *kind, at)
                 .list(&params)
                 .await
                 .map_err(|e| anyhow!("{}", chain(&e)))
@@ -249,7 +259,7 @@ async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
         inventory.replace(
             secrets
                 .iter()
-                .filter_map(|s| inventory_watch::parse_secret(*kind, s))
+                .filter_map(|s| inventory_watch::parse_object(*kind, &providers, s))
                 .collect(),
         );
         let snapshot = inventory.snapshot();
@@ -261,7 +271,7 @@ async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
         );
         state.set_inventory(source, Some(snapshot));
         println!(
-            "ok    source   {source}: {} Secret(s) in {}",
+            "ok    source   {source}: {} {object}(s) in {}",
             secrets.len(),
             at.namespace
         );
@@ -273,12 +283,14 @@ async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
             .get(*source)
             .is_some_and(|r| r.contains_key(key));
         if !refused {
-            println!("ok    source   {source} Secret {key}: cluster {name}");
+            let object = object_of(source);
+            println!("ok    source   {source} {object} {key}: cluster {name}");
         }
     }
     for (source, refused) in state.source_refused() {
         for (key, why) in refused {
-            println!("FAIL  source   {source} Secret {key}: {why}");
+            let object = object_of(source);
+            println!("FAIL  source   {source} {object} {key}: {why}");
             failures += 1;
         }
     }

@@ -4,16 +4,21 @@
 //!
 //! Platform teams already keep their clusters' credentials in such an inventory; reading it
 //! through the home cluster's API sees an edit at once, where a Secret mounted as a volume
-//! lags the kubelet's sync by a minute or more. Two inventories are read: Argo CD's cluster
-//! Secrets (`argocd:`) and Cluster API's kubeconfig Secrets (`cluster_api:`); the objects are
-//! watched by [`crate::clusters::inventory_watch`] and each is made a cluster by
-//! [`crate::config::argocd_secret`] or [`crate::config::capi_secret`].
+//! lags the kubelet's sync by a minute or more. Three inventories are read: Argo CD's cluster
+//! Secrets (`argocd:`), Cluster API's kubeconfig Secrets (`cluster_api:`) and SIG-Multicluster
+//! ClusterProfiles with an access-provider file (`cluster_profile:`); the objects are watched
+//! by [`crate::clusters::inventory_watch`] and each is made a cluster by
+//! [`crate::config::argocd_secret`], [`crate::config::capi_secret`] or
+//! [`crate::config::cluster_profile`].
 //!
 //! ```yaml
 //! cluster_sources:
 //!   argocd: {}            # namespace argocd, label argocd.argoproj.io/secret-type=cluster
 //!   cluster_api:
 //!     namespace: fleet    # required: Cluster API keeps them in each Cluster's namespace
+//!   cluster_profile:
+//!     namespace: fleet-inventory          # required
+//!     access_providers: providers.json    # required: the consumer's provider file
 //! ```
 //!
 //! The section is read live: an edit restarts the source's watch (the clusters it gives stay
@@ -22,6 +27,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::config::access_providers::{self, AccessProviders, AccessProvidersError};
 
 /// The namespace Argo CD keeps its cluster Secrets in, unless it was installed elsewhere.
 pub const ARGOCD_NAMESPACE: &str = "argocd";
@@ -46,6 +53,24 @@ pub struct ClusterSourcesSpec {
     /// Cluster API's kubeconfig Secrets. Absent: not read.
     #[serde(default)]
     pub cluster_api: Option<ClusterApiSpec>,
+    /// SIG-Multicluster ClusterProfiles. Absent: not read.
+    #[serde(default)]
+    pub cluster_profile: Option<ClusterProfileSpec>,
+}
+
+/// `cluster_sources.cluster_profile:` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterProfileSpec {
+    /// The namespace of the ClusterProfiles: no default (the cluster manager chooses it), and
+    /// a Role is granted in one.
+    pub namespace: String,
+    /// Which ClusterProfiles of the namespace are read (default: every one).
+    #[serde(default)]
+    pub label_selector: Option<String>,
+    /// The access-provider file (JSON or YAML, upstream's shape), relative to the config
+    /// folder: the providers this consumer can use, each with its exec plugin.
+    pub access_providers: PathBuf,
 }
 
 /// `cluster_sources.cluster_api:` as written.
@@ -93,6 +118,18 @@ pub struct ClusterSources {
     pub kubeconfig: Option<PathBuf>,
     pub argocd: Option<SecretsAt>,
     pub cluster_api: Option<SecretsAt>,
+    pub cluster_profile: Option<ProfilesAt>,
+}
+
+/// Where the ClusterProfiles are read, and the providers of the access-provider file as read
+/// with the main file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfilesAt {
+    /// The namespace, and the selector (empty: every profile).
+    pub at: SecretsAt,
+    /// The file, absolute.
+    pub file: PathBuf,
+    pub providers: AccessProviders,
 }
 
 /// The kinds of inventory read, each with its name in `/status`, the metrics' `source`
@@ -103,23 +140,49 @@ pub enum SourceKind {
     ArgoCd,
     /// Cluster API's kubeconfig Secrets (`cluster_api`).
     ClusterApi,
+    /// SIG-Multicluster ClusterProfiles (`cluster_profile`).
+    ClusterProfile,
 }
 
 impl SourceKind {
     /// Every kind, in the order their names sort (and a cluster name both give goes to the
     /// first).
-    pub const ALL: [SourceKind; 2] = [SourceKind::ArgoCd, SourceKind::ClusterApi];
+    pub const ALL: [SourceKind; 3] = [
+        SourceKind::ArgoCd,
+        SourceKind::ClusterApi,
+        SourceKind::ClusterProfile,
+    ];
 
     /// The name: the section's key.
     pub fn name(self) -> &'static str {
         match self {
             SourceKind::ArgoCd => "argocd",
             SourceKind::ClusterApi => "cluster_api",
+            SourceKind::ClusterProfile => "cluster_profile",
         }
+    }
+
+    /// What its objects are called in messages: `Secret` or `ClusterProfile`.
+    pub fn object(self) -> &'static str {
+        match self {
+            SourceKind::ArgoCd | SourceKind::ClusterApi => "Secret",
+            SourceKind::ClusterProfile => "ClusterProfile",
+        }
+    }
+
+    /// The kind of that name ([`SourceKind::name`]).
+    pub fn by_name(name: &str) -> Option<SourceKind> {
+        SourceKind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
-/// Where one source's Secrets are read.
+/// What the objects of the source named `name` are called (`Secret` for a name no kind has).
+pub fn object_of(name: &str) -> &'static str {
+    SourceKind::by_name(name).map_or("Secret", SourceKind::object)
+}
+
+/// Where one source's objects are read (an empty selector: every object of the namespace,
+/// which only the ClusterProfile source allows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretsAt {
     pub namespace: String,
@@ -141,7 +204,15 @@ impl ClusterSources {
         if let Some(at) = &self.cluster_api {
             out.push((SourceKind::ClusterApi, at));
         }
+        if let Some(profiles) = &self.cluster_profile {
+            out.push((SourceKind::ClusterProfile, &profiles.at));
+        }
         out
+    }
+
+    /// The providers of the ClusterProfile source's file (none without that source).
+    pub fn providers(&self) -> Option<&AccessProviders> {
+        self.cluster_profile.as_ref().map(|p| &p.providers)
     }
 }
 
@@ -162,6 +233,10 @@ pub enum ClusterSourcesError {
     Selector(&'static str, String),
     #[error("cluster_sources.kubeconfig: must not be empty")]
     EmptyKubeconfig,
+    #[error("cluster_sources.cluster_profile.access_providers: must not be empty")]
+    EmptyProviders,
+    #[error("cluster_sources.cluster_profile.access_providers: {0}")]
+    Providers(#[from] AccessProvidersError),
 }
 
 impl ClusterSourcesSpec {
@@ -193,12 +268,49 @@ impl ClusterSourcesSpec {
                 CLUSTER_API_SELECTOR,
             )?),
         };
+        let cluster_profile = match &self.cluster_profile {
+            None => None,
+            Some(spec) => Some(profiles_at(spec, root)?),
+        };
         Ok(ClusterSources {
             kubeconfig,
             argocd,
             cluster_api,
+            cluster_profile,
         })
     }
+}
+
+/// The ClusterProfile source checked, its provider file read.
+fn profiles_at(spec: &ClusterProfileSpec, root: &Path) -> Result<ProfilesAt, ClusterSourcesError> {
+    let kind = SourceKind::ClusterProfile;
+    if !is_namespace_name(&spec.namespace) {
+        return Err(ClusterSourcesError::Namespace(
+            kind.name(),
+            spec.namespace.clone(),
+        ));
+    }
+    let selector = match spec.label_selector.as_deref().map(str::trim) {
+        None | Some("") => String::new(),
+        Some(selector) => {
+            jobrelay_contract::label_selector::check(selector)
+                .map_err(|e| ClusterSourcesError::Selector(kind.name(), e.to_string()))?;
+            selector.to_string()
+        }
+    };
+    if spec.access_providers.as_os_str().is_empty() {
+        return Err(ClusterSourcesError::EmptyProviders);
+    }
+    let file = root.join(&spec.access_providers);
+    let providers = access_providers::read(&file)?;
+    Ok(ProfilesAt {
+        at: SecretsAt {
+            namespace: spec.namespace.clone(),
+            label_selector: selector,
+        },
+        file,
+        providers,
+    })
 }
 
 /// One source's namespace and selector, checked.
@@ -331,5 +443,54 @@ mod tests {
                 && e.contains("cluster.x-k8s.io/cluster-name"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn cluster_profile_needs_its_namespace_and_reads_its_provider_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("providers.json");
+        std::fs::write(
+            &file,
+            r#"{"providers":[{"name":"token","execConfig":{"command":"/bin/t"}}]}"#,
+        )
+        .expect("write");
+        let spec: ClusterSourcesSpec = serde_yaml_ng::from_str(
+            "cluster_profile: {namespace: inventory, access_providers: providers.json}",
+        )
+        .expect("parses");
+        let sources = spec.validate(dir.path()).expect("valid");
+        let profiles = sources.cluster_profile.clone().expect("profiles");
+        assert_eq!(profiles.at.namespace, "inventory");
+        assert_eq!(profiles.at.label_selector, "");
+        assert_eq!(profiles.file, file);
+        assert_eq!(profiles.providers["token"].command, "/bin/t");
+        assert_eq!(
+            sources
+                .configured()
+                .iter()
+                .map(|(k, _)| k.name())
+                .collect::<Vec<_>>(),
+            ["cluster_profile"]
+        );
+        let e = serde_yaml_ng::from_str::<ClusterSourcesSpec>("cluster_profile: {namespace: a}")
+            .expect_err("no file")
+            .to_string();
+        assert!(e.contains("access_providers"), "{e}");
+        let e = parse("cluster_profile: {namespace: a, access_providers: gone.json}")
+            .expect_err("no file")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.cluster_profile.access_providers: /cfg/gone.json:"),
+            "{e}"
+        );
+        let e = parse("cluster_profile: {namespace: A, access_providers: p.json}")
+            .expect_err("bad")
+            .to_string();
+        assert!(
+            e.starts_with("cluster_sources.cluster_profile.namespace:"),
+            "{e}"
+        );
+        assert_eq!(object_of("cluster_profile"), "ClusterProfile");
+        assert_eq!(object_of("argocd"), "Secret");
     }
 }

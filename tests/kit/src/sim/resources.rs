@@ -47,6 +47,10 @@ impl Gvr {
     pub const RAY_JOB: Gvr = Gvr::fixed("ray.io", "v1", "rayjobs");
     /// `v1 secrets` (cluster inventories such as Argo CD's cluster Secrets).
     pub const SECRET: Gvr = Gvr::fixed("", "v1", "secrets");
+    /// SIG-Multicluster ClusterProfiles, a CRD not served until registered
+    /// (`cluster_profile::register`).
+    pub const CLUSTER_PROFILE: Gvr =
+        Gvr::fixed("multicluster.x-k8s.io", "v1alpha1", "clusterprofiles");
     /// `coordination.k8s.io/v1 leases` (leader election).
     pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
 
