@@ -124,3 +124,38 @@ pub fn provider_file(name: &str, command: &Path, provide_cluster_info: bool) -> 
     }] })
     .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plugin is what makes the integration test able to fail: without the cluster in
+    /// `KUBERNETES_EXEC_INFO` it prints no credential and exits non-zero.
+    #[test]
+    fn the_exec_plugin_needs_the_cluster_when_asked_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let plugin = dir.path().join("plugin.sh");
+        let calls = dir.path().join("calls");
+        write_exec_plugin(&plugin, "tok-1", &calls, true).expect("plugin");
+        let run = |info: Option<&str>| {
+            let mut cmd = std::process::Command::new(&plugin);
+            cmd.env_remove("KUBERNETES_EXEC_INFO");
+            if let Some(info) = info {
+                cmd.env("KUBERNETES_EXEC_INFO", info);
+            }
+            cmd.output().expect("runs")
+        };
+        let refused = run(None);
+        assert!(!refused.status.success());
+        assert!(refused.stdout.is_empty());
+        let info = r#"{"kind":"ExecCredential","spec":{"interactive":false,"cluster":{"server":"http://127.0.0.1:1"}}}"#;
+        let given = run(Some(info));
+        assert!(given.status.success());
+        let credential: Value = serde_json::from_slice(&given.stdout).expect("json");
+        assert_eq!(credential["status"]["token"], "tok-1");
+        assert_eq!(
+            std::fs::read_to_string(&calls).expect("calls"),
+            "none\nhttp://127.0.0.1:1\n"
+        );
+    }
+}
