@@ -26,8 +26,9 @@
 //! share a time. Entries before `last_time` were delivered. Entries at exactly `last_time` were
 //! too up to the entry of `last_phase` among them (the order says what came later); when the
 //! history holds `last_phase` more than once in that second, up to the first of them; when it
-//! holds none (`last_time` is jobrelay's own clock, for a status without a transition time,
-//! or a time recorded elsewhere), none of them counts as delivered. The cursor is placed among
+//! holds none (`last_time` is jobrelay's own clock, for a status without a transition time —
+//! except in the stay a job was created in, which began at its `creationTimestamp` — or a
+//! time recorded elsewhere), none of them counts as delivered. The cursor is placed among
 //! the entries as recorded, before folding: a status rewritten in the same phase moves its
 //! state time on (the time a cursor keeps) and records an entry that folds into the stay, and
 //! that entry, not a later stay of the phase in the same second, is the cursor's. In every

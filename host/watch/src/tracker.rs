@@ -243,12 +243,21 @@ impl Tracker {
         } else {
             catch_up::recorded(&self.kind.normalizer, tree, &n)
         };
+        let in_created_stay = recorded == catch_up::Recorded::Created;
         let stay = Stay::next(previous, phase, recorded, &rv);
         let transition_key = stay.key(&self.cluster, &uid);
-        let transition_time = if phase == Phase::Deleted {
-            now_rfc3339()
-        } else {
-            n.transition_time.unwrap_or_else(now_rfc3339)
+        // A stay whose status records no time: the one the job was created in began at its
+        // creation (the API server's clock, which the controllers' later entries follow); any
+        // other, when jobrelay saw it. The cursor keeps this time, and a catch-up counts the
+        // recorded entries before it as delivered — jobrelay's clock, a second ahead of a
+        // controller that wrote the next phase in the creation's second, would lose it.
+        let transition_time = match (phase, n.transition_time) {
+            (Phase::Deleted, _) => now_rfc3339(),
+            (_, Some(time)) => time,
+            (_, None) => match created_of(&obj) {
+                Some(created) if in_created_stay => seconds_rfc3339(created),
+                _ => now_rfc3339(),
+            },
         };
         let metadata = std::mem::take(&mut obj.metadata);
         let text = self.typed_text(obj);
@@ -316,6 +325,13 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Seconds since the epoch as RFC 3339 text, as statuses write their times.
+fn seconds_rfc3339(seconds: i64) -> String {
+    chrono::DateTime::from_timestamp(seconds, 0).map_or_else(now_rfc3339, |t| {
+        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    })
 }
 
 /// The event with its object read: `None` when nothing can be made of it. The second part is
@@ -438,6 +454,45 @@ mod tests {
         assert!(!b.object_json.contains("managedFields"));
         assert_eq!(b.generation, Some(1));
         assert!(!b.synthetic);
+    }
+
+    /// A job no controller has written a status for yet is in the stay it was created in
+    /// since its creation: the event says so, by the API server's clock and not jobrelay's
+    /// (whose later second would make a catch-up count a phase the controller recorded in
+    /// the creation's second as delivered). A status that records no time for another stay
+    /// is stamped when seen.
+    #[test]
+    fn a_job_without_a_status_is_pending_since_its_creation() {
+        let mut t = tracker();
+        let fresh = JobObject::from_json(
+            &json!({
+                "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "metadata": {"name": "job-u9", "namespace": "ml", "uid": "u9",
+                             "resourceVersion": "5", "creationTimestamp": "2020-03-04T05:06:07Z"}
+            })
+            .to_string(),
+        )
+        .expect("valid object");
+        let seen = versions(t.observe(Event::Apply(fresh)));
+        assert_eq!(seen[0].0.phase, Phase::Pending);
+        assert_eq!(seen[0].0.transition_time, "2020-03-04T05:06:07Z");
+        let untimed = JobObject::from_json(
+            &json!({
+                "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "metadata": {"name": "job-u9", "namespace": "ml", "uid": "u9",
+                             "resourceVersion": "6", "creationTimestamp": "2020-03-04T05:06:07Z"},
+                "status": {"state": {"phase": "Running"}}
+            })
+            .to_string(),
+        )
+        .expect("valid object");
+        let running = versions(t.observe(Event::Apply(untimed)));
+        assert_eq!(running[0].0.phase, Phase::Running);
+        assert!(
+            running[0].0.transition_time.as_str() > "2026",
+            "{}",
+            running[0].0.transition_time
+        );
     }
 
     #[test]

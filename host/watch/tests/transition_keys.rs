@@ -526,6 +526,46 @@ fn keys_tell_every_transition_apart_through_gaps_kills_and_fast_reentries() {
     }
 }
 
+/// A job first seen a second or more after its creation, before any controller wrote its
+/// status, then missed while it ran and restarted in its creation's second: the catch-up
+/// from that first version rebuilds the run. The cursor's time is the creation's (the API
+/// server's clock), not when jobrelay saw it — which, a second on, would count the run as
+/// delivered. (The generated lives above hit this only when a second boundary fell between
+/// creating a job and seeing it.)
+#[test]
+fn a_run_missed_after_a_late_first_sight_is_rebuilt() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let sim = runtime
+        .block_on(SimCluster::start("east"))
+        .expect("simulator");
+    let kind = Arc::new(JobKind::builtin("volcano-job").expect("kind"));
+    let mut driver = JobDriver::builder(Flavor::Volcano, "ml", "late")
+        .without_pods()
+        .pace(Pace::Manual)
+        .create(&sim)
+        .expect("create");
+    let created = driver.object().expect("object");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let mut faulty = tracker(&kind);
+    let first = observe(&mut faulty, &created.to_string(), false).expect("a first version");
+    assert_eq!(first.phase, Phase::Pending);
+    assert_eq!(
+        Some(first.transition_time.as_str()),
+        created["metadata"]["creationTimestamp"].as_str()
+    );
+    driver.running().expect("running");
+    driver.restarting().expect("restarting");
+    let now = driver.object().expect("object");
+    let missed = missed_transitions(
+        &kind.normalizer,
+        &now,
+        first.phase,
+        Some(&first.transition_time),
+    );
+    let phases: Vec<Phase> = missed.iter().map(|m| m.phase).collect();
+    assert_eq!(phases, [Phase::Running], "{missed:?}");
+}
+
 /// An event without a key (a hand-written event file, a dead letter stored before keys
 /// existed) gets one from its version; a deletion's is the job's single deletion key.
 #[test]
