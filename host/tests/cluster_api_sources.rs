@@ -20,7 +20,9 @@ use std::time::Duration;
 use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, argocd, capi};
 use serde_json::Value;
 
-use crate::cluster_sources::{delivered, free_port, starts, status_until, synced};
+use crate::cluster_sources::{
+    checked_often, delivered, fleet_told, fleet_until, free_port, starts, status_until, synced,
+};
 use crate::process::{Relay, count_ids, http_get, poll, read_lines, write};
 
 const NS: &str = "fleet";
@@ -160,20 +162,33 @@ async fn cluster_api_secrets_add_restart_alone_and_remove_clusters_live() {
         "alpha untouched by beta's removal"
     );
     // All it asked of the home cluster: lists and watches of the Secrets in their namespace
-    // by the label (what the chart's Role grants, and no other Secret).
+    // by the label (what the chart's Role grants, and no other Secret), and of the Clusters
+    // there — which this home cluster does not serve (an older Cluster API): the clusters
+    // run on, the source's status says why their control planes are not read.
     let asked = home.recent_requests();
     assert!(!asked.is_empty());
     for request in &asked {
         let (path, query) = request.uri.split_once('?').unwrap_or((&request.uri, ""));
         assert!(
             request.method == "GET"
-                && path == "/api/v1/namespaces/fleet/secrets"
-                && query.contains("labelSelector=cluster.x-k8s.io%2Fcluster-name"),
+                && ((path == "/api/v1/namespaces/fleet/secrets"
+                    && query.contains("labelSelector=cluster.x-k8s.io%2Fcluster-name"))
+                    || path == "/apis/cluster.x-k8s.io/v1beta2/namespaces/fleet/clusters"),
             "the home cluster was asked {} {}",
             request.method,
             request.uri
         );
     }
+    let (_, body) = http_get(listen, "/status").await.expect("status");
+    let now: Value = serde_json::from_str(&body).expect("status JSON");
+    let why = source(&now)["control_planes_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("404") || why.contains("could not find"),
+        "{:#}",
+        source(&now)
+    );
     let errors = relay.errors();
     assert!(errors.is_empty(), "{errors:#?}");
 }
@@ -369,4 +384,64 @@ async fn check_lists_the_cluster_api_secrets_and_names_the_one_refused() {
     for token in ["leaky-capi-token-42", alpha.token()] {
         assert!(!report.contains(token), "{report}");
     }
+}
+
+/// A cluster Cluster API is still building — its kubeconfig Secret written, its `Cluster`'s
+/// control plane not initialised — fails its health checks without an outage: it stays
+/// `connecting`, its `/status` entry quoting the Cluster, and no plugin hears of it. Once the
+/// Cluster says the control plane is initialised, the checks it failed are the outage at
+/// once; the cluster answering, it comes online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_still_being_built_is_connecting_not_offline() {
+    let home = SimCluster::start("home").await.expect("home");
+    capi::register(&home);
+    let alpha = SimCluster::start("alpha").await.expect("alpha");
+    alpha.outage_hard(true).expect("not up yet");
+    capi::put_cluster_object(&home, NS, "alpha", false).expect("cluster");
+    capi::put_cluster(&home, NS, "alpha", &alpha, alpha.token()).expect("secret");
+    let listen = free_port();
+    let dir = folder(&home, listen, false);
+    checked_often(dir.path(), 3);
+    let events = dir.path().join("out/log/events.jsonl");
+    let relay = Relay::start(dir.path(), "run");
+    let now = status_until(&relay, listen, "alpha failing its checks", |s| {
+        s["clusters"]["alpha"]["failed_checks"].as_u64() >= Some(6)
+    })
+    .await;
+    let entry = &now["clusters"]["alpha"];
+    assert_eq!(entry["availability"], "connecting", "{entry:#}");
+    assert_eq!(entry["source_says"]["state"], "provisioning", "{entry:#}");
+    assert_eq!(
+        entry["source_says"]["detail"],
+        "Cluster API Cluster fleet/alpha: control plane not initialised yet (phase Provisioning)"
+    );
+    assert_eq!(source(&now)["control_planes_error"], Value::Null);
+    assert!(fleet_told(&events).is_empty(), "{:?}", fleet_told(&events));
+
+    capi::put_cluster_object(&home, NS, "alpha", true).expect("initialised");
+    let offline = fleet_until(&relay, &events, 1).await;
+    let (kind, summary) = &offline[0];
+    assert_eq!(kind, "cluster-offline");
+    let failed: u32 = summary
+        .strip_prefix("cluster alpha is offline: ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        failed >= 6,
+        "the checks failed while being built count: {summary}"
+    );
+    assert!(!summary.contains("its source says"), "{summary}");
+
+    alpha.outage_hard(false).expect("up");
+    let now = status_until(&relay, listen, "alpha online", |s| {
+        s["clusters"]["alpha"]["availability"] == "online"
+    })
+    .await;
+    assert!(
+        now["clusters"]["alpha"].get("source_says").is_none(),
+        "{now:#}"
+    );
+    let told: Vec<String> = fleet_told(&events).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(told, ["cluster-offline", "cluster-online"]);
 }

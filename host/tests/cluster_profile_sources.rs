@@ -19,7 +19,9 @@ use std::path::Path;
 use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, argocd, cluster_profile};
 use serde_json::{Value, json};
 
-use crate::cluster_sources::{delivered, free_port, starts, status_until, synced};
+use crate::cluster_sources::{
+    checked_often, delivered, fleet_told, fleet_until, free_port, starts, status_until, synced,
+};
 use crate::process::{Relay, count_ids, http_get, poll, read_lines, write};
 
 const NS: &str = "inventory";
@@ -372,4 +374,78 @@ async fn check_lists_the_cluster_profiles_and_names_the_one_refused() {
         "the profile's cluster is checked with the plugin's token:\n{report}"
     );
     assert!(!report.contains(TOKEN), "{report}");
+}
+
+/// A manager that reports the control plane unhealthy (`ControlPlaneHealthy` False) feeds
+/// the cluster's availability, without restarting it: while the cluster answers it is
+/// `degraded`, its `/status` entry quoting the manager; one failed check is then the outage
+/// (here 20 would be needed otherwise), told to the plugins with the manager's words; the
+/// manager healthy again and the cluster answering, it is back online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_reported_unhealthy_feeds_the_clusters_availability() {
+    let home = SimCluster::start("home").await.expect("home");
+    cluster_profile::register(&home);
+    let alpha = cluster("alpha").await;
+    cluster_profile::put_cluster(&home, NS, "alpha", PROVIDER, &alpha).expect("profile");
+    let listen = free_port();
+    let dir = folder(&home, listen, false);
+    checked_often(dir.path(), 20);
+    let events = dir.path().join("out/log/events.jsonl");
+    let relay = Relay::start(dir.path(), "run");
+    status_until(&relay, listen, "alpha online", |s| {
+        s["clusters"]["alpha"]["availability"] == "online"
+    })
+    .await;
+
+    let with_health = |status: &str, reason: &str| {
+        let mut object = cluster_profile::profile(
+            NS,
+            "alpha",
+            json!([cluster_profile::access(PROVIDER, &alpha.url())]),
+        );
+        object["status"]["conditions"][0]["status"] = json!(status);
+        object["status"]["conditions"][0]["reason"] = json!(reason);
+        object["status"]["conditions"][0]["message"] = json!("2 of 3 control plane nodes down");
+        object
+    };
+    cluster_profile::put(&home, with_health("False", "ApiServerDown")).expect("put");
+    let said = "ClusterProfile inventory/alpha: ControlPlaneHealthy is False (ApiServerDown): 2 \
+                of 3 control plane nodes down";
+    let now = status_until(&relay, listen, "alpha degraded by its source", |s| {
+        s["clusters"]["alpha"]["availability"] == "degraded"
+    })
+    .await;
+    let entry = &now["clusters"]["alpha"];
+    assert_eq!(entry["source_says"]["state"], "unhealthy", "{entry:#}");
+    assert_eq!(entry["source_says"]["detail"], said);
+    assert_eq!(entry["failed_checks"], 0, "it answers: {entry:#}");
+    assert_eq!(starts(&relay, "alpha"), 1, "a condition restarts nothing");
+
+    alpha.outage_hard(true).expect("outage");
+    let offline = fleet_until(&relay, &events, 1).await;
+    assert_eq!(offline.len(), 1, "{offline:?}");
+    let (kind, summary) = &offline[0];
+    assert_eq!(kind, "cluster-offline");
+    assert!(
+        summary.starts_with("cluster alpha is offline: 1 health checks failed in a row"),
+        "offline at the first failed check: {summary}"
+    );
+    assert!(
+        summary.ends_with(&format!("; its source says: {said}")),
+        "{summary}"
+    );
+
+    cluster_profile::put(&home, with_health("True", "Healthy")).expect("put");
+    alpha.outage_hard(false).expect("back");
+    let now = status_until(&relay, listen, "alpha online again", |s| {
+        s["clusters"]["alpha"]["availability"] == "online"
+    })
+    .await;
+    assert!(
+        now["clusters"]["alpha"].get("source_says").is_none(),
+        "{now:#}"
+    );
+    let told: Vec<String> = fleet_told(&events).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(told, ["cluster-offline", "cluster-online"]);
+    assert_eq!(starts(&relay, "alpha"), 1);
 }

@@ -95,6 +95,52 @@ pub(crate) fn synced(status: &Value, cluster: &str) -> bool {
     status["clusters"][cluster]["state"] == "synced"
 }
 
+/// Checks the folder's clusters every 300 ms, offline after `offline_after` failed in a
+/// row, online after 2 good; and gives the event-log plugin the clusters' fleet events.
+pub(crate) fn checked_often(dir: &Path, offline_after: u32) {
+    let main = dir.join("jobrelay.yaml");
+    let text = std::fs::read_to_string(&main).expect("main file");
+    write(
+        &main,
+        &format!(
+            "{text}cluster_health: {{check_interval_ms: 300, offline_after: {offline_after}, \
+             online_after: 2}}\n"
+        ),
+    );
+    let manifest = dir.join("plugins/log.yaml");
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    write(&manifest, &format!("fleet_events: [clusters]\n{text}"));
+}
+
+/// The fleet events in the event log, oldest first: (kind, summary).
+pub(crate) fn fleet_told(events: &Path) -> Vec<(String, String)> {
+    read_lines(events)
+        .0
+        .iter()
+        .filter(|l| l.get("fleet").is_some())
+        .map(|l| {
+            (
+                str_of(l, "fleet").to_string(),
+                str_of(l, "summary").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the event log holds `n` fleet events; they are returned.
+pub(crate) async fn fleet_until(relay: &Relay, events: &Path, n: usize) -> Vec<(String, String)> {
+    let told = poll(DEADLINE, || {
+        let told = fleet_told(events);
+        if told.len() >= n {
+            Ok(told)
+        } else {
+            Err(format!("{told:?}"))
+        }
+    })
+    .await;
+    told.unwrap_or_else(|e| panic!("not {n} fleet events: {e}\n{}", relay.tail()))
+}
+
 /// Waits until the event log has an event of `cluster` in `phase`.
 pub(crate) async fn delivered(relay: &Relay, events: &Path, cluster: &str, phase: &str) {
     let found = poll(DEADLINE, || {

@@ -1452,7 +1452,8 @@ fn the_argo_cd_source_is_granted_its_secrets_in_its_namespace_only() {
 }
 
 /// The Cluster API source (`config.cluster_sources.cluster_api`) is granted get, list and
-/// watch on Secrets in the Clusters' namespace it reads, by a Role there bound to the pod's
+/// watch on Secrets and Cluster API's Clusters in the Clusters' namespace it reads (and on
+/// nothing else), by a Role there bound to the pod's
 /// service account: no other namespace's Secrets, and no ClusterRole on Secrets. With the Argo
 /// CD source too, each gets its own Role in its own namespace. Without the source, or when
 /// `cluster_sources.kubeconfig` names other credentials, no such Role is made; without a
@@ -1491,12 +1492,16 @@ fn the_cluster_api_source_is_granted_its_secrets_in_its_namespace_only() {
         let namespace = expected[expected.len() - 1];
         let role = named(&objects, "Role", name);
         assert_eq!(role["metadata"]["namespace"], namespace);
+        let read = BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()]);
         assert_eq!(
             granted(role),
-            BTreeMap::from([(
-                (String::new(), "secrets".to_string()),
-                BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
-            )])
+            BTreeMap::from([
+                ((String::new(), "secrets".to_string()), read.clone()),
+                (
+                    ("cluster.x-k8s.io".to_string(), "clusters".to_string()),
+                    read
+                ),
+            ])
         );
         let binding = named(&objects, "RoleBinding", name);
         assert_eq!(binding["metadata"]["namespace"], namespace);

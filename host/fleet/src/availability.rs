@@ -20,6 +20,13 @@
 //! and the lanes, which remember what each plugin was told, turn a first "online" into news
 //! only when it ends an outage announced before. Degraded is a state to look at, not news.
 //!
+//! A cluster from an inventory (`cluster_sources`) has a second opinion: what its object says
+//! of the control plane ([`Source`]). A Cluster API cluster whose control plane is not
+//! initialised yet is being built — its failing checks are expected, page no one and leave it
+//! `connecting`; a ClusterProfile whose manager reports the control plane unhealthy keeps an
+//! answering cluster `degraded` and takes a failing one offline at its first failed check,
+//! the source confirming what the hysteresis would wait for.
+//!
 //! A pure state machine: no I/O, no clock; the caller passes the time.
 
 use serde::{Deserialize, Serialize};
@@ -53,6 +60,22 @@ pub enum Streams {
     SomeFailing,
     /// Every stream that is not a missing kind is failing.
     AllFailing,
+}
+
+/// What the inventory object a cluster comes from says of its control plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Nothing against it, or the cluster is not from a source that tells.
+    #[default]
+    Ready,
+    /// Being built: its control plane is not initialised yet (Cluster API). Failed checks
+    /// make no outage while it is.
+    Provisioning,
+    /// Its manager reports the control plane unhealthy (ClusterProfile
+    /// `ControlPlaneHealthy` False): never online while it says so, offline at the first
+    /// failed check.
+    Unhealthy,
 }
 
 /// The verdict people and metrics read.
@@ -123,6 +146,7 @@ pub struct Judge {
     /// When the verdict last changed.
     since: i64,
     state: Availability,
+    source: Source,
 }
 
 impl Judge {
@@ -139,6 +163,7 @@ impl Judge {
             last_sync: None,
             since: now,
             state: Availability::Connecting,
+            source: Source::Ready,
         }
     }
 
@@ -215,19 +240,43 @@ impl Judge {
             }
             self.failed_in_a_row = self.failed_in_a_row.saturating_add(1);
             self.good_in_a_row = 0;
-            if self.reachable != Some(false)
-                && self.failed_in_a_row >= self.thresholds.offline_after.max(1)
-            {
-                self.reachable = Some(false);
-                Some(Change::Offline {
-                    since: self.run_started,
-                })
-            } else {
-                None
-            }
+            self.go_offline_if_due()
         };
         self.settle(now);
         change
+    }
+
+    /// What the cluster's inventory object says now (see [`Source`]). Turning unhealthy
+    /// while a check fails, or ready after failed checks a provisioning cluster was spared,
+    /// is the offline crossing at once.
+    pub fn source(&mut self, source: Source, now: i64) -> Option<Change> {
+        self.source = source;
+        let change = self.go_offline_if_due();
+        self.settle(now);
+        change
+    }
+
+    /// What the cluster's inventory object says, as last told.
+    pub fn source_says(&self) -> Source {
+        self.source
+    }
+
+    /// The offline crossing, when the failed checks in a row call for it: `offline_after`,
+    /// or one while the source reports the control plane unhealthy; never while it says
+    /// the cluster is still being built.
+    fn go_offline_if_due(&mut self) -> Option<Change> {
+        let needed = match self.source {
+            Source::Ready => self.thresholds.offline_after.max(1),
+            Source::Unhealthy => 1,
+            Source::Provisioning => return None,
+        };
+        if self.reachable == Some(false) || self.failed_in_a_row < needed {
+            return None;
+        }
+        self.reachable = Some(false);
+        Some(Change::Offline {
+            since: self.run_started,
+        })
     }
 
     /// The streams changed. A cluster whose every stream came into sync is reachable, checked
@@ -250,7 +299,9 @@ impl Judge {
         let state = match self.reachable {
             None => Availability::Connecting,
             Some(false) => Availability::Offline,
-            Some(true) if self.failed_in_a_row > 0 => Availability::Degraded,
+            Some(true) if self.failed_in_a_row > 0 || self.source == Source::Unhealthy => {
+                Availability::Degraded
+            }
             Some(true) => match self.streams {
                 Streams::Synced | Streams::Starting => Availability::Online,
                 Streams::SomeFailing | Streams::AllFailing => Availability::Degraded,
@@ -401,6 +452,57 @@ mod tests {
         assert_eq!(j.check(true, 0), Some(Change::Online { since: 0 }));
         assert_eq!(j.check(false, 1), Some(Change::Offline { since: 1 }));
         assert_eq!(j.check(true, 2), Some(Change::Online { since: 2 }));
+    }
+
+    /// A cluster being built fails its checks without an outage; once its source says it
+    /// is built, the failures it had are the outage at once. A cluster that answered before
+    /// it was provisioning keeps its verdict.
+    #[test]
+    fn a_cluster_being_built_is_connecting_not_offline() {
+        let mut j = judge(2, 2);
+        assert_eq!(j.source(Source::Provisioning, 0), None);
+        for t in 1..10 {
+            assert_eq!(j.check(false, t), None, "check {t}");
+            assert_eq!(j.state(), Availability::Connecting);
+        }
+        assert_eq!(
+            j.source(Source::Ready, 10),
+            Some(Change::Offline { since: 1 })
+        );
+        assert_eq!(j.state(), Availability::Offline);
+        // Built and answering: the first verdict is online, as for any cluster.
+        let mut j = judge(2, 2);
+        j.source(Source::Provisioning, 0);
+        assert_eq!(j.check(false, 1), None);
+        assert_eq!(j.check(true, 2), Some(Change::Online { since: 2 }));
+        assert_eq!(j.source(Source::Ready, 3), None);
+        assert_eq!(j.state(), Availability::Online);
+    }
+
+    /// A control plane its manager reports unhealthy: an answering cluster is degraded, not
+    /// online; one failed check is the outage; healthy again, online once checks pass.
+    #[test]
+    fn an_unhealthy_control_plane_degrades_and_goes_offline_at_once() {
+        let mut j = judge(3, 2);
+        j.streams(Streams::Synced, 0);
+        assert_eq!(j.source(Source::Unhealthy, 1), None);
+        assert_eq!(j.state(), Availability::Degraded);
+        assert_eq!(j.check(true, 2), None);
+        assert_eq!(j.state(), Availability::Degraded);
+        assert_eq!(j.check(false, 3), Some(Change::Offline { since: 3 }));
+        assert_eq!(j.state(), Availability::Offline);
+        assert_eq!(j.source(Source::Ready, 4), None, "an outage is news once");
+        assert_eq!(j.check(true, 5), None);
+        assert_eq!(j.check(true, 6), Some(Change::Online { since: 5 }));
+        assert_eq!(j.state(), Availability::Online);
+        // A check already failing when the report comes: offline then.
+        let mut j = judge(3, 2);
+        j.streams(Streams::Synced, 0);
+        assert_eq!(j.check(false, 1), None);
+        assert_eq!(
+            j.source(Source::Unhealthy, 2),
+            Some(Change::Offline { since: 1 })
+        );
     }
 
     proptest! {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::credentials::CredentialExpiry;
-use jobrelay_fleet::availability::{Availability, Change, Judge, Streams, Thresholds};
+use crate::config::inventory::Readiness;
+use jobrelay_fleet::availability::{Availability, Change, Judge, Source, Streams, Thresholds};
 use jobrelay_watch::watcher::Progress;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,6 +68,10 @@ pub struct ClusterHealth {
     pub failed_checks: u32,
     /// RFC 3339 time the cluster was last wholly in sync (every stream listed or watching).
     pub last_sync: Option<String>,
+    /// What the cluster's inventory object says against its control plane, while it does
+    /// (`cluster_sources`; it feeds `availability`, see [`jobrelay_fleet::availability`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_says: Option<Readiness>,
     #[serde(skip)]
     stream_state: Vec<StreamState>,
     /// Kept across restarts of the cluster (a new kubeconfig), like the counters.
@@ -83,6 +88,8 @@ pub struct AvailabilityChange {
     pub last_error: Option<String>,
     /// How many checks failed in a row (the threshold crossed, or more).
     pub failed_checks: u32,
+    /// What its inventory object says against its control plane, if anything.
+    pub source_says: Option<String>,
 }
 
 /// How clusters are checked (main file `cluster_health`).
@@ -134,6 +141,9 @@ enum StreamState {
 #[derive(Clone, Default)]
 pub struct HealthBoard {
     inner: Arc<RwLock<BTreeMap<String, ClusterHealth>>>,
+    /// What the inventory objects say against their clusters' control planes, kept apart
+    /// so a cluster (re)started after the report still hears it.
+    sources: Arc<RwLock<BTreeMap<String, Readiness>>>,
     settings: Arc<RwLock<CheckSettings>>,
     listener: Arc<RwLock<Option<Listener>>>,
 }
@@ -182,6 +192,7 @@ impl HealthBoard {
                         change: h.judge.standing()?,
                         last_error: h.last_error.clone(),
                         failed_checks: h.failed_checks,
+                        source_says: h.source_says.as_ref().map(|r| r.detail.clone()),
                     })
                 })
                 .collect()
@@ -237,6 +248,7 @@ impl HealthBoard {
                 change,
                 last_error: h.last_error.clone(),
                 failed_checks: h.failed_checks,
+                source_says: h.source_says.as_ref().map(|r| r.detail.clone()),
             })
         };
         if let Some(change) = change {
@@ -250,6 +262,7 @@ impl HealthBoard {
             Change::Offline { .. } => tracing::warn!(cluster = %change.cluster,
                 failed_checks = change.failed_checks,
                 last_error = change.last_error.as_deref().unwrap_or(""),
+                source_says = change.source_says.as_deref().unwrap_or(""),
                 "cluster offline: its health checks failed in a row"),
             Change::Online { .. } => {
                 tracing::info!(cluster = %change.cluster, "cluster back online")
@@ -274,9 +287,15 @@ impl HealthBoard {
             .map(|h| h.credentials_expire.clone())
             .unwrap_or_default();
         let thresholds = self.settings.read().thresholds;
+        let source_says = self.sources.read().get(cluster).cloned();
         let judge = match old {
             Some(h) => h.judge.clone(),
-            None => Judge::new(thresholds, now_ms()),
+            None => {
+                let mut judge = Judge::new(thresholds, now_ms());
+                // Nothing failed yet, so no crossing can come of it.
+                let _ = judge.source(said(source_says.as_ref()), now_ms());
+                judge
+            }
         };
         let mut health = ClusterHealth {
             state: HealthState::Connecting,
@@ -294,6 +313,7 @@ impl HealthBoard {
             availability_since: String::new(),
             failed_checks: 0,
             last_sync: None,
+            source_says,
             stream_state: vec![StreamState::Waiting; streams],
             judge,
         };
@@ -347,6 +367,33 @@ impl HealthBoard {
         });
     }
 
+    /// What the inventory objects say against their clusters' control planes now (a
+    /// cluster not in `said`: nothing); each cluster's judge hears it, and a crossing it
+    /// makes is told as any other.
+    pub fn set_sources(&self, said: BTreeMap<String, Readiness>) {
+        *self.sources.write() = said.clone();
+        let clusters: Vec<String> = self.inner.read().keys().cloned().collect();
+        for cluster in clusters {
+            let readiness = said.get(&cluster).cloned();
+            self.change(&cluster, |h| {
+                if h.source_says == readiness {
+                    return None;
+                }
+                match &readiness {
+                    Some(r) => tracing::warn!(cluster = %cluster, source_says = %r.detail,
+                        "the cluster's source reports its control plane unhealthy"),
+                    None if h.source_says.is_some() => tracing::info!(cluster = %cluster,
+                        "the cluster's source no longer reports against its control plane"),
+                    None => {}
+                }
+                h.source_says = readiness;
+                let change = h.judge.source(said_of(h), now_ms());
+                h.publish_availability();
+                change
+            });
+        }
+    }
+
     pub fn remove(&self, cluster: &str) {
         let mut map = self.inner.write();
         map.remove(cluster);
@@ -368,6 +415,15 @@ impl HealthBoard {
             h.settle()
         });
     }
+}
+
+/// The judge's view of what a source says.
+fn said(readiness: Option<&Readiness>) -> Source {
+    readiness.map_or(Source::Ready, |r| r.state)
+}
+
+fn said_of(h: &ClusterHealth) -> Source {
+    said(h.source_says.as_ref())
 }
 
 impl ClusterHealth {

@@ -28,18 +28,20 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::access_providers::AccessProviders;
-use crate::config::inventory::{Inventory, InventorySnapshot, ObjectError, Parsed, SourceStatus};
+use crate::config::inventory::{
+    Inventory, InventorySnapshot, ObjectError, Parsed, Readiness, SourceStatus,
+};
 use crate::config::sections::cluster_sources::{ClusterSources, SecretsAt, SourceKind};
 use crate::config::{argocd_secret, capi_secret, cluster_profile};
 use jobrelay_capabilities::open_error::chain;
 
 /// How long a home client that cannot be built waits before it is tried again.
-const CLIENT_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const CLIENT_RETRY: Duration = Duration::from_secs(10);
 
 /// The wait after the source's watch failed, doubling up to [`RETRY_MAX`] while it fails in
 /// a row, back to this after a list.
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a source holds, and how its watch fares.
 #[derive(Debug, Clone)]
@@ -48,6 +50,9 @@ pub struct SourceReport {
     pub snapshot: Option<InventorySnapshot>,
     /// For `/status` (the conflicts with files are added by the config state).
     pub status: SourceStatus,
+    /// Cluster name → what its Cluster API `Cluster` says against its control plane (the
+    /// `cluster_api` source only: [`super::control_plane_watch`]).
+    pub control_planes: std::collections::BTreeMap<String, Readiness>,
 }
 
 /// The latest report of each source, by its name ([`SourceKind::name`]).
@@ -161,6 +166,15 @@ pub fn parse_object(
     Some((key, parsed))
 }
 
+/// What an object says against its cluster's control plane (a ClusterProfile's
+/// `ControlPlaneHealthy`); Secrets say nothing of it.
+pub fn readiness_of(kind: SourceKind, object: &DynamicObject) -> Option<Readiness> {
+    match kind {
+        SourceKind::ClusterProfile => cluster_profile::readiness(&key_of(object), &object.data),
+        SourceKind::ArgoCd | SourceKind::ClusterApi => None,
+    }
+}
+
 /// An object's `namespace/name`.
 pub fn key_of(object: &DynamicObject) -> String {
     format!(
@@ -187,25 +201,37 @@ pub fn spawn(settings: &ClusterSources, parent: &CancellationToken) -> Option<In
             let report = SourceReport {
                 snapshot: None,
                 status,
+                control_planes: Default::default(),
             };
             (kind.name(), report)
         })
         .collect();
     let (tx, reports) = watch::channel(initial);
     let cancel = parent.child_token();
-    let tasks = configured
-        .into_iter()
+    let mut tasks: Vec<JoinHandle<()>> = configured
+        .iter()
         .map(|(kind, at)| {
             tokio::spawn(run(
                 settings.kubeconfig.clone(),
                 settings.providers().cloned().unwrap_or_default(),
-                kind,
-                at.clone(),
+                *kind,
+                (*at).clone(),
                 tx.clone(),
                 cancel.clone(),
             ))
         })
         .collect();
+    if let Some((_, at)) = configured
+        .iter()
+        .find(|(k, _)| *k == SourceKind::ClusterApi)
+    {
+        tasks.push(tokio::spawn(super::control_plane_watch::run(
+            settings.kubeconfig.clone(),
+            (*at).clone(),
+            tx.clone(),
+            cancel.clone(),
+        )));
+    }
     Some(InventoryWatch {
         settings: settings.clone(),
         reports,
@@ -258,6 +284,7 @@ async fn run(
         // read again (a watch resumed in silence would not).
         let mut stream = Box::pin(watcher::watcher(api.clone(), config.clone()));
         let mut listing: Option<Vec<_>> = None;
+        let mut said: Vec<(String, Readiness)> = Vec::new();
         let error = loop {
             let event = tokio::select! {
                 event = next(&mut stream) => event,
@@ -268,19 +295,27 @@ async fn run(
                 Some(Err(e)) => break Some(chain(&e)),
                 Some(Ok(Event::Init)) => {
                     listing = Some(Vec::new());
+                    said.clear();
                     false
                 }
                 Some(Ok(Event::InitApply(object))) => {
                     let listed = listing.get_or_insert_with(Vec::new);
                     listed.extend(parse_object(kind, &providers, &object));
+                    if let Some(readiness) = readiness_of(kind, &object) {
+                        said.push((key_of(&object), readiness));
+                    }
                     false
                 }
                 Some(Ok(Event::InitDone)) => {
                     inventory.replace(listing.take().unwrap_or_default());
+                    for (key, readiness) in said.drain(..) {
+                        inventory.set_readiness(&key, Some(readiness));
+                    }
                     wait = RETRY_FIRST;
                     true
                 }
                 Some(Ok(Event::Apply(object))) => {
+                    inventory.set_readiness(&key_of(&object), readiness_of(kind, &object));
                     match parse_object(kind, &providers, &object) {
                         Some((key, parsed)) => inventory.apply(key, parsed),
                         // Relabelled into none of the source's clusters: it is gone.
@@ -331,7 +366,7 @@ fn publish(tx: &watch::Sender<Reports>, name: &'static str, inventory: &Inventor
 
 /// The stream's next item. The watcher's stream is named by its `WatchStreamExt` bound, whose
 /// `Stream` supertrait gives the poll, so no stream crate is needed for it.
-async fn next<S>(stream: &mut Pin<Box<S>>) -> Option<S::Item>
+pub(crate) async fn next<S>(stream: &mut Pin<Box<S>>) -> Option<S::Item>
 where
     S: WatchStreamExt + ?Sized,
 {

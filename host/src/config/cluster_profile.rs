@@ -12,6 +12,8 @@
 //! ([`ClusterSource::from_kubeconfig`]); with `provideClusterInfo` kube-rs hands the plugin
 //! that cluster in `KUBERNETES_EXEC_INFO`. Its hash is that kubeconfig's: a new server, CA or
 //! plugin restarts the cluster, a change of the profile's labels, spec or conditions does not.
+//! Its `ControlPlaneHealthy` condition is read apart ([`readiness`]): `False` feeds the
+//! cluster's availability (degraded while it answers, offline at the first failed check).
 //!
 //! Errors name the profile's field, never a value from it or from the plugin's env.
 
@@ -20,7 +22,9 @@ use serde_json::{Value, json};
 use super::ConfigError;
 use super::access_providers::{AccessProviders, ProviderExec};
 use super::files::sha256_hex;
+use super::inventory::{Readiness, clipped};
 use super::sources::ClusterSource;
+use jobrelay_fleet::availability::Source;
 
 /// The API group of ClusterProfiles.
 pub const GROUP: &str = "multicluster.x-k8s.io";
@@ -120,6 +124,35 @@ pub fn parse(
         })
 }
 
+/// The condition in which the cluster manager reports the control plane's health.
+pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
+
+/// What the profile `key` says against its cluster's control plane: unhealthy while its
+/// `ControlPlaneHealthy` condition is `False`. `True`, `Unknown` or no such condition say
+/// nothing against it (a manager that does not report health must not make its clusters
+/// look down).
+pub fn readiness(key: &str, object: &Value) -> Option<Readiness> {
+    let condition = object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == CONTROL_PLANE_HEALTHY)?;
+    if condition["status"] != "False" {
+        return None;
+    }
+    let text = |field: &str| condition[field].as_str().filter(|t| !t.is_empty());
+    let mut detail = format!("ClusterProfile {key}: {CONTROL_PLANE_HEALTHY} is False");
+    if let Some(reason) = text("reason") {
+        detail.push_str(&format!(" ({})", clipped(reason)));
+    }
+    if let Some(message) = text("message") {
+        detail.push_str(&format!(": {}", clipped(message)));
+    }
+    Some(Readiness {
+        state: Source::Unhealthy,
+        detail,
+    })
+}
+
 /// The kubeconfig of the profile's cluster and the provider's exec plugin, as JSON text.
 fn kubeconfig_text(
     name: &str,
@@ -186,6 +219,40 @@ mod tests {
             "spec": { "displayName": "Prod EU", "clusterManager": { "name": "ocm" } },
             "status": { "accessProviders": access },
         })
+    }
+
+    /// Only a `False` ControlPlaneHealthy says the control plane is unhealthy, in the
+    /// manager's words; any other status, or none, says nothing against it.
+    #[test]
+    fn a_false_control_plane_healthy_condition_is_an_unhealthy_control_plane() {
+        let with = |conditions: Value| {
+            let mut object = profile(json!([]));
+            object["status"]["conditions"] = conditions;
+            readiness("inv/prod", &object)
+        };
+        let unhealthy = with(json!([
+            { "type": "Joined", "status": "False" },
+            { "type": "ControlPlaneHealthy", "status": "False", "reason": "ApiServerDown",
+              "message": "2 of 3 control plane nodes are not ready" },
+        ]))
+        .expect("unhealthy");
+        assert_eq!(unhealthy.state, Source::Unhealthy);
+        assert_eq!(
+            unhealthy.detail,
+            "ClusterProfile inv/prod: ControlPlaneHealthy is False (ApiServerDown): 2 of 3 \
+             control plane nodes are not ready"
+        );
+        for status in ["True", "Unknown", ""] {
+            let said = with(json!([{ "type": "ControlPlaneHealthy", "status": status }]));
+            assert_eq!(said, None, "{status}");
+        }
+        assert_eq!(with(json!([{ "type": "Joined", "status": "False" }])), None);
+        assert_eq!(with(json!("not a list")), None);
+        assert_eq!(readiness("inv/prod", &profile(json!([]))), None);
+        let long = with(json!([{ "type": "ControlPlaneHealthy", "status": "False",
+                                 "message": "x".repeat(5000) }]))
+        .expect("unhealthy");
+        assert!(long.detail.len() < 300, "{}", long.detail.len());
     }
 
     #[test]

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use jobrelay_fleet::availability::Source;
+
 use super::argocd_secret::ArgoSecretError;
 use super::capi_secret::CapiSecretError;
 use super::cluster_profile::ProfileError;
@@ -40,6 +42,27 @@ pub enum ObjectError {
 /// What one object's current version makes: its cluster, or why it is none.
 pub type Parsed = Result<ClusterSource, ObjectError>;
 
+/// What an object says of its cluster's control plane, when it says something against it
+/// (fed to the cluster's availability: [`jobrelay_fleet::availability::Source`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub state: Source,
+    /// The object and its words: `ClusterProfile NS/NAME: ControlPlaneHealthy is False
+    /// (REASON): MESSAGE`, the message cut to [`DETAIL_MAX`] characters.
+    pub detail: String,
+}
+
+/// The most characters of an object's own message a [`Readiness`] keeps.
+pub const DETAIL_MAX: usize = 200;
+
+/// `text` cut to [`DETAIL_MAX`] characters, with `…` where it was cut.
+pub fn clipped(text: &str) -> String {
+    match text.char_indices().nth(DETAIL_MAX) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// One object's standing.
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -53,6 +76,9 @@ struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct Inventory {
     entries: BTreeMap<String, Entry>,
+    /// What each object's current version says of its control plane, where it says
+    /// something against it; read from every version, a refused one too (it is the news).
+    readiness: BTreeMap<String, Readiness>,
 }
 
 /// The clusters of one source at one moment, and the objects refused.
@@ -62,6 +88,9 @@ pub struct InventorySnapshot {
     pub clusters: BTreeMap<String, (String, ClusterSource)>,
     /// `namespace/name` → why it is refused (its last good cluster, if any, stays).
     pub refused: BTreeMap<String, String>,
+    /// Cluster name → what its object says against its control plane (clusters whose
+    /// object says nothing against it are not here).
+    pub readiness: BTreeMap<String, Readiness>,
 }
 
 impl Inventory {
@@ -77,15 +106,30 @@ impl Inventory {
         }
     }
 
+    /// What an object's current version says of its control plane (`None`: nothing
+    /// against it).
+    pub fn set_readiness(&mut self, key: &str, readiness: Option<Readiness>) {
+        match readiness {
+            Some(readiness) => {
+                self.readiness.insert(key.to_string(), readiness);
+            }
+            None => {
+                self.readiness.remove(key);
+            }
+        }
+    }
+
     /// An object was deleted: its cluster goes with it.
     pub fn remove(&mut self, key: &str) {
         self.entries.remove(key);
+        self.readiness.remove(key);
     }
 
     /// A full list: objects not in it are gone, those in it are applied.
     pub fn replace(&mut self, listed: Vec<(String, Parsed)>) {
         let keep: std::collections::BTreeSet<&String> = listed.iter().map(|(k, _)| k).collect();
         self.entries.retain(|key, _| keep.contains(key));
+        self.readiness.retain(|key, _| keep.contains(key));
         for (key, parsed) in listed {
             self.apply(key, parsed);
         }
@@ -114,6 +158,9 @@ impl Inventory {
                 );
                 continue;
             }
+            if let Some(readiness) = self.readiness.get(key) {
+                out.readiness.insert(source.name.clone(), readiness.clone());
+            }
             out.clusters
                 .insert(source.name.clone(), (key.clone(), source.clone()));
         }
@@ -136,6 +183,10 @@ pub struct SourceStatus {
     /// Why the watch fails, while it does (the clusters as last read stay).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why Cluster API's Clusters cannot be read, while they cannot (the `cluster_api`
+    /// source; its clusters then are judged by their health checks alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_planes_error: Option<String>,
 }
 
 #[cfg(test)]
@@ -188,6 +239,39 @@ mod tests {
         let snap = inventory.snapshot();
         assert_eq!(snap.clusters.keys().collect::<Vec<_>>(), ["c"]);
         assert!(snap.refused.is_empty(), "b is gone with the new list");
+    }
+
+    /// What an object says of its control plane follows its current version (a refused
+    /// one too) and names the cluster its last good version gave; it goes with the object.
+    #[test]
+    fn readiness_follows_the_object_and_goes_with_it() {
+        let unhealthy = Readiness {
+            state: Source::Unhealthy,
+            detail: "ClusterProfile fleet/a: ControlPlaneHealthy is False".into(),
+        };
+        let mut inventory = Inventory::default();
+        inventory.apply("fleet/a".into(), Ok(source("a", "1")));
+        inventory.set_readiness("fleet/a", Some(unhealthy.clone()));
+        assert_eq!(inventory.snapshot().readiness["a"], unhealthy);
+        inventory.apply(
+            "fleet/a".into(),
+            Err(ArgoSecretError::Missing("config").into()),
+        );
+        assert_eq!(inventory.snapshot().readiness["a"], unhealthy);
+        inventory.set_readiness("fleet/a", None);
+        assert!(inventory.snapshot().readiness.is_empty());
+        inventory.set_readiness("fleet/a", Some(unhealthy.clone()));
+        inventory.replace(vec![("fleet/b".into(), Ok(source("b", "2")))]);
+        inventory.apply("fleet/a".into(), Ok(source("a", "1")));
+        assert!(
+            inventory.snapshot().readiness.is_empty(),
+            "gone with the list that lacked it"
+        );
+        assert_eq!(
+            clipped(&"é".repeat(DETAIL_MAX + 5)).chars().count(),
+            DETAIL_MAX + 1
+        );
+        assert_eq!(clipped("short"), "short");
     }
 
     #[test]

@@ -26,14 +26,17 @@
 //! - [`argocd_secret`] — an Argo CD cluster Secret made a cluster source;
 //! - [`access_providers`] — the ClusterProfile source's access-provider file;
 //! - [`capi_secret`] — a Cluster API kubeconfig Secret made a cluster source;
+//! - [`capi_cluster`] — what a Cluster API Cluster says of its control plane;
 //! - [`cluster_profile`] — a SIG-Multicluster ClusterProfile made a cluster source;
-//! - [`inventory`] — a cluster source's objects, each with its last good cluster;
+//! - [`inventory`] — a cluster source's objects, each with its last good cluster and what
+//!   it says of the cluster's control plane;
 //! - [`folder_watch`] — noticing changes: inotify on the folders, debounced, and re-scans;
 //! - [`state`] — the last good version of every file, and what each re-read changed;
 //! - `parse_properties` (tests only) — reading arbitrary and mutated files never panics.
 
 pub mod access_providers;
 pub mod argocd_secret;
+pub mod capi_cluster;
 pub mod capi_secret;
 pub mod cluster_profile;
 pub mod config_schema;

@@ -219,9 +219,23 @@ impl ControlLoop {
             changed
         });
         let mut sources = BTreeMap::new();
+        let mut said = BTreeMap::new();
         if let Some(watch) = &self.inventory {
             let reports = watch.reports.borrow().clone();
             for (name, report) in reports {
+                // What a source says of a cluster's control plane counts where the source
+                // is the one that gives the cluster.
+                let given_by = self.state.given_by();
+                let objects = report.snapshot.iter().flat_map(|s| &s.readiness);
+                for (cluster, readiness) in objects.chain(&report.control_planes) {
+                    let key = report.status.clusters.get(cluster);
+                    if given_by
+                        .get(cluster)
+                        .is_some_and(|(source, by)| source == name && Some(by) == key)
+                    {
+                        said.insert(cluster.clone(), readiness.clone());
+                    }
+                }
                 let mut status = report.status;
                 status.refused = self
                     .state
@@ -240,6 +254,7 @@ impl ControlLoop {
             }
         }
         *self.sources.write() = sources;
+        self.clusters.health().set_sources(said);
     }
 
     /// Gives the schedule an edited `cleanup:` section; whether its rules changed (the

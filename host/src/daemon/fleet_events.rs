@@ -116,11 +116,16 @@ pub fn availability_event(change: AvailabilityChange, now_ms: i64) -> FleetEvent
             since,
             format!(
                 "cluster {} is offline: {} health checks failed in a row since {}; last \
-                 error: {}",
+                 error: {}{}",
                 change.cluster,
                 change.failed_checks,
                 rfc3339(since),
-                change.last_error.as_deref().unwrap_or("none recorded")
+                change.last_error.as_deref().unwrap_or("none recorded"),
+                change
+                    .source_says
+                    .as_deref()
+                    .map(|says| format!("; its source says: {says}"))
+                    .unwrap_or_default()
             ),
         ),
         Change::Online { since } => (

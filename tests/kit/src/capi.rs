@@ -4,11 +4,15 @@
 //! holding a whole kubeconfig), so a test can put a simulated cluster into that inventory on
 //! another simulated cluster, the home cluster, and rotate or delete it there as Cluster API
 //! would. [`crate::argocd::put`] creates or replaces any of these Secrets.
+//!
+//! Beside them, the `Cluster` objects (`cluster.x-k8s.io/v1beta2`, a CRD: [`register`]) whose
+//! `status.initialization.controlPlaneInitialized` tells whether the cluster is still being
+//! built ([`put_cluster_object`]).
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::sim::{SimCluster, SimError};
+use crate::sim::{Gvr, ResourceKind, SimCluster, SimError};
 
 /// The label Cluster API gives a cluster's Secrets: the cluster's name.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -55,4 +59,40 @@ pub fn put_cluster(
 ) -> Result<Value, SimError> {
     let kubeconfig = target.kubeconfig_yaml_with_token(token);
     crate::argocd::put(home, kubeconfig_secret(namespace, cluster, &kubeconfig))
+}
+
+/// Makes `home` serve Cluster API's Clusters, as installing its CRDs does.
+pub fn register(home: &SimCluster) {
+    home.register_kind(ResourceKind::new(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+        "clusters",
+        true,
+    ));
+}
+
+/// Creates or replaces the Cluster `namespace/name`, its control plane initialised or not
+/// (its status written through the status subresource, as Cluster API's controller does).
+pub fn put_cluster_object(
+    home: &SimCluster,
+    namespace: &str,
+    name: &str,
+    initialised: bool,
+) -> Result<Value, SimError> {
+    let gvr = Gvr::CAPI_CLUSTER;
+    let status = json!({
+        "phase": if initialised { "Provisioned" } else { "Provisioning" },
+        "initialization": { "controlPlaneInitialized": initialised },
+    });
+    let object = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": { "name": name, "namespace": namespace },
+        "spec": { "controlPlaneRef": { "kind": "KubeadmControlPlane", "name": name } },
+    });
+    if home.get(&gvr, namespace, name).is_err() {
+        home.create(&gvr, object)?;
+    }
+    home.update_status(&gvr, namespace, name, status)
 }

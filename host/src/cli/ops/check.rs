@@ -262,7 +262,18 @@ async fn check_sources(state: &mut ConfigState, timeout: Duration) -> usize {
                 .filter_map(|s| inventory_watch::parse_object(*kind, &providers, s))
                 .collect(),
         );
+        for object in &secrets {
+            let readiness = inventory_watch::readiness_of(*kind, object);
+            inventory.set_readiness(&inventory_watch::key_of(object), readiness);
+        }
         let snapshot = inventory.snapshot();
+        // Not a fault of the configuration: the cluster is judged degraded or offline by it.
+        for (cluster, readiness) in &snapshot.readiness {
+            println!(
+                "note  source   {source}: cluster {cluster}: {}",
+                readiness.detail
+            );
+        }
         given.extend(
             snapshot
                 .clusters

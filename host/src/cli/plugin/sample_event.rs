@@ -102,6 +102,7 @@ pub fn sample_fleet_event(kind: FleetEventKind, cluster: &str, rule: &str) -> Fl
         change,
         last_error: Some("connection refused (tcp connect to 10.0.0.1:6443)".into()),
         failed_checks: 3,
+        source_says: None,
     };
     let example = Rule {
         name: rule.to_string(),

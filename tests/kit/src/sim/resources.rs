@@ -51,6 +51,8 @@ impl Gvr {
     /// (`cluster_profile::register`).
     pub const CLUSTER_PROFILE: Gvr =
         Gvr::fixed("multicluster.x-k8s.io", "v1alpha1", "clusterprofiles");
+    /// Cluster API's Clusters, a CRD not served until registered (`capi::register`).
+    pub const CAPI_CLUSTER: Gvr = Gvr::fixed("cluster.x-k8s.io", "v1beta2", "clusters");
     /// `coordination.k8s.io/v1 leases` (leader election).
     pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
 
