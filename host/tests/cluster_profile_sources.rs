@@ -449,3 +449,71 @@ async fn a_control_plane_reported_unhealthy_feeds_the_clusters_availability() {
     assert_eq!(told, ["cluster-offline", "cluster-online"]);
     assert_eq!(starts(&relay, "alpha"), 1);
 }
+
+/// An edit of the access-provider file alone — the main file untouched — is followed: a
+/// provider moved to another plugin restarts the clusters it reaches, on the new plugin's
+/// credential; a provider file edited into one that cannot be read is refused naming it,
+/// and the clusters run on with the last good providers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_the_provider_file_alone_is_followed_and_a_bad_one_refused() {
+    let home = SimCluster::start("home").await.expect("home");
+    cluster_profile::register(&home);
+    let alpha = cluster("alpha").await;
+    cluster_profile::put_cluster(&home, NS, "alpha", PROVIDER, &alpha).expect("profile");
+    let mut job = JobDriver::create(&alpha, Flavor::Volcano, "ml", "a1").expect("job");
+    job.running().expect("running");
+    let listen = free_port();
+    let dir = folder(&home, listen, false);
+    let root = dir.path();
+    let events = root.join("out/log/events.jsonl");
+    let relay = Relay::start(root, "run");
+    status_until(&relay, listen, "alpha synced", |s| synced(s, "alpha")).await;
+    delivered(&relay, &events, "alpha", "running").await;
+
+    // Another plugin, another token: the cluster takes only the new one once it is in use.
+    let second = root.join("kit-token-2.sh");
+    let rotated = "profile-plugin-token-rotated-77";
+    cluster_profile::write_exec_plugin(&second, rotated, &root.join("second-calls"), true)
+        .expect("plugin");
+    alpha.accept_token(rotated);
+    write(
+        &root.join("providers.json"),
+        &cluster_profile::provider_file(PROVIDER, &second, true),
+    );
+    let restarted = poll(crate::process::DEADLINE, || {
+        (starts(&relay, "alpha") == 2)
+            .then_some(())
+            .ok_or_else(String::new)
+    })
+    .await;
+    assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    alpha.revoke_token(TOKEN);
+    job.succeeded().expect("succeeded");
+    delivered(&relay, &events, "alpha", "succeeded").await;
+    let second_calls = std::fs::read_to_string(root.join("second-calls")).unwrap_or_default();
+    assert!(
+        second_calls.lines().any(|l| l == alpha.url()),
+        "the new plugin gave the credential: {second_calls:?}"
+    );
+
+    write(&root.join("providers.json"), "{ not a provider file");
+    let main_key = root.join("jobrelay.yaml").display().to_string();
+    let now = status_until(&relay, listen, "the provider file refused", |s| {
+        s["problems"][&main_key]
+            .as_str()
+            .is_some_and(|why| why.contains("providers.json"))
+    })
+    .await;
+    let why = now["problems"][&main_key].as_str().unwrap_or_default();
+    assert!(
+        why.contains("cluster_sources.cluster_profile.access_providers"),
+        "{why}"
+    );
+    assert!(synced(&now, "alpha"), "{now:#}");
+    assert_eq!(starts(&relay, "alpha"), 2, "the last good providers stay");
+    let errors = relay.errors();
+    assert!(
+        errors.iter().all(|e| e.contains("config file refused")),
+        "{errors:#?}"
+    );
+}

@@ -216,7 +216,8 @@ impl ConfigState {
 
     /// Folders whose changes matter: the config folder, the plugin, manifest and cluster
     /// folders when they lie outside it, and — only their own entries — the folders of
-    /// components named by an absolute `wasm:` path outside all of those.
+    /// components named by an absolute `wasm:` path and of the access-provider file outside
+    /// all of those.
     pub fn watched_dirs(&self) -> Vec<WatchedDir> {
         let mut dirs = vec![WatchedDir::tree(&self.root)];
         for dir in [
@@ -229,8 +230,16 @@ impl ConfigState {
             }
         }
         let trees: Vec<PathBuf> = dirs.iter().map(|d| d.path.clone()).collect();
-        for source in self.plugins.values().filter(|p| p.oci.is_none()) {
-            let Some(folder) = source.wasm_path.parent() else {
+        let wasm = self
+            .plugins
+            .values()
+            .filter(|p| p.oci.is_none())
+            .map(|p| p.wasm_path.as_path());
+        // The access-provider file may sit outside the folder (a mounted Secret): its edit is
+        // then noticed at once too.
+        let providers = self.main.cluster_sources.cluster_profile.as_ref();
+        for file in wasm.chain(providers.map(|p| p.file.as_path())) {
+            let Some(folder) = file.parent() else {
                 continue;
             };
             let covered = trees.iter().any(|t| folder.starts_with(t));
@@ -278,7 +287,15 @@ impl ConfigState {
             None => MainConfig::parse("", &self.root).map(|m| (m, None)),
             Some(file) => match &file.content {
                 Err(e) => Err(ConfigError::Read(e.to_string())),
-                Ok(c) if Some(&c.sha256) == self.main_sha256.as_ref() => return,
+                // A main file that names a file of its own to read (the access-provider
+                // file) is read again at every scan, so an edit of that file alone is
+                // followed; unchanged, the parse equals the last and nothing happens.
+                Ok(c)
+                    if Some(&c.sha256) == self.main_sha256.as_ref()
+                        && !self.main.cluster_sources.reads_files() =>
+                {
+                    return;
+                }
                 Ok(c) => c
                     .text()
                     .map_err(|e| ConfigError::Parse(e.to_string()))

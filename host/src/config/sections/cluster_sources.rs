@@ -210,6 +210,12 @@ impl ClusterSources {
         out
     }
 
+    /// Whether the section reads a file of its own (the ClusterProfile source's provider
+    /// file), which an edit can change without the main file changing.
+    pub fn reads_files(&self) -> bool {
+        self.cluster_profile.is_some()
+    }
+
     /// The providers of the ClusterProfile source's file (none without that source).
     pub fn providers(&self) -> Option<&AccessProviders> {
         self.cluster_profile.as_ref().map(|p| &p.providers)
