@@ -330,6 +330,10 @@ async fn check_says_why_a_cluster_cannot_be_reached() {
         .unwrap_or_else(|| panic!("no line for the dead cluster:\n{report}"));
     assert!(line.contains("dead.yaml"), "{line}");
     assert!(
+        line.contains(&format!("http://127.0.0.1:{port}")),
+        "the server is named: {line}"
+    );
+    assert!(
         line.to_lowercase().contains("connection refused"),
         "the cause beneath kube's error is said: {line}"
     );

@@ -183,7 +183,7 @@ async fn plugin_dev_builds_runs_and_picks_up_an_edit() {
     let first = text();
     assert_eq!(first.matches("── building").count(), 1, "{first}");
     assert!(first.contains("── all passed"), "{first}");
-    assert!(first.contains("1 cases: 1 passed"), "{first}");
+    assert!(first.contains("1 case: 1 passed"), "{first}");
 
     std::fs::write(
         dir.join("tests/cases/first/expect.yaml"),

@@ -343,7 +343,7 @@ async fn plugin_dev_uses_the_dev_manifest_it_is_given() {
         report.contains("skipped: plugin dev on event example/u/1: filter.phases"),
         "{report}"
     );
-    assert!(report.contains("1 cases: 1 passed"), "{report}");
+    assert!(report.contains("1 case: 1 passed"), "{report}");
     assert!(report.contains("── all passed"), "{report}");
     // The dev manifest's grant and file: the failures of the samples and of the case.
     assert_eq!(

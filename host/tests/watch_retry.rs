@@ -221,3 +221,41 @@ async fn watched(
     }));
     (stream, events, synced)
 }
+
+/// A refused token's failure is said as the API server's answer — what `/status` shows as the
+/// cluster's `last_error` and the log as the stream's error — not as kube's text for it,
+/// which appends the whole `Status` in Rust's debug notation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_is_said_as_the_answer_without_a_debug_dump() {
+    let sim = SimCluster::start("refusing").await.expect("sim");
+    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
+    sim.revoke_token(sim.token());
+    let client = build_client(&kubeconfig, None).await.expect("client");
+    let (sink, mut events) = mpsc::channel(64);
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let (said, mut heard) = mpsc::unbounded_channel();
+    let kind = JobKind::builtin("volcano-job").expect("kind");
+    let stream = tokio::spawn(watcher::run(
+        client,
+        target("refusing", kind),
+        sink,
+        move |progress| {
+            if let Progress::Error(text) = progress {
+                let _ = said.send(text);
+            }
+        },
+    ));
+    let text = tokio::time::timeout(Duration::from_secs(20), heard.recv())
+        .await
+        .expect("an error within 20 s")
+        .expect("an error");
+    stream.abort();
+    assert!(
+        text.contains("the API server answered 401 Unauthorized"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("Status {") && !text.contains("ApiError"),
+        "{text}"
+    );
+}

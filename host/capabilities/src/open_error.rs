@@ -63,24 +63,7 @@ pub enum OpenError {
     },
 }
 
-/// An error and every source beneath it, joined by `: ` — the one line a log, a plugin's
-/// error value or `check` prints. A client's error often says only its kind (kube's
-/// `ServiceError: client error (Connect)`) and keeps the cause beneath it (`tcp connect
-/// error: Connection refused`), which is what the reader can act on. A source whose text the
-/// line already ends with (an error that prints its source itself) is not said twice.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(source) = next {
-        let said = source.to_string();
-        if !text.ends_with(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        next = source.source();
-    }
-    text
-}
+pub use jobrelay_watch::error_text::chain;
 
 #[cfg(test)]
 mod tests {

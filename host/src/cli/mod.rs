@@ -43,6 +43,7 @@ pub enum Command {
     /// cluster; exit 1 on any problem. Loading a plugin runs its load-time `init` against what it is granted, as the
     /// daemon would: a plugin may create its tables there (see `--no-init`).
     Check {
+        /// The config folder (main file, clusters/, plugins/).
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
         /// Compile and link every plugin and check its grants, but run no plugin code: no

@@ -114,8 +114,13 @@ impl Default for CheckSettings {
 pub enum CheckFailure {
     /// The probe (`GET /version`) failed: the API server answered with an error, or could
     /// not be reached.
-    #[error("health check: {0}")]
-    Probe(#[source] kube::Error),
+    #[error("health check of {server}: {source}")]
+    Probe {
+        /// The API server asked, as [`crate::config::sources::server_of`] names it.
+        server: String,
+        #[source]
+        source: kube::Error,
+    },
     /// The API server did not answer the probe in time.
     #[error("health check: no answer from the API server within {} ms", .within.as_millis())]
     NoAnswer { within: Duration },

@@ -206,7 +206,11 @@ async fn supervise(
     for source in story_sources {
         streams.spawn(source);
     }
-    streams.spawn(check_health(client.clone(), name.clone(), health.clone()));
+    // The kube client's own lines about a failed probe name the cluster too.
+    let span = tracing::info_span!("health_check", cluster = %name);
+    let server = crate::config::sources::server_of(&kubeconfig).unwrap_or_default();
+    let check = check_health(client.clone(), name.clone(), server, health.clone());
+    streams.spawn(check.instrument(span));
     tracing::info!(cluster = %name, streams = streams.len() - 1, "cluster watched");
     cancel.cancelled().await;
     streams.shutdown().await;
@@ -265,14 +269,17 @@ fn story_sources(cluster: &str, client: &Client, targets: &[WatchTarget]) -> Vec
 /// streams' state (see [`jobrelay_fleet::availability`]). The wait for an answer is the
 /// interval, between 1 and 10 seconds: a server that does not answer in that time fails the
 /// check.
-async fn check_health(client: Client, cluster: String, health: HealthBoard) {
+async fn check_health(client: Client, cluster: String, server: String, health: HealthBoard) {
     loop {
         let interval = health.check_settings().interval;
         tokio::time::sleep(interval).await;
         let patience = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
         let answered = match tokio::time::timeout(patience, client.apiserver_version()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(CheckFailure::Probe(e)),
+            Ok(Err(source)) => Err(CheckFailure::Probe {
+                server: server.clone(),
+                source,
+            }),
             Err(_) => Err(CheckFailure::NoAnswer { within: patience }),
         };
         health.check(&cluster, answered);

@@ -116,6 +116,27 @@ impl ClusterSource {
     }
 }
 
+/// The API server's URL of the kubeconfig's current context, as messages name it: without
+/// any user and password a URL could hold (`https://user:pass@host` becomes `https://host`).
+pub fn server_of(kubeconfig: &Kubeconfig) -> Option<String> {
+    let server = current_cluster(kubeconfig)?
+        .cluster
+        .as_ref()?
+        .server
+        .as_deref()?
+        .trim();
+    Some(match server.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            format!("{scheme}://{host}{path}")
+        }
+        None => server.to_string(),
+    })
+}
+
 /// The cluster entry the current context names, if both are there.
 fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&kube::config::NamedCluster> {
     let current = kubeconfig.current_context.as_deref()?;
@@ -331,5 +352,37 @@ impl PluginSource {
                 fleet_events,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(server: &str) -> Kubeconfig {
+        Kubeconfig::from_yaml(&format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+             {server}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\nusers:\n- name: u\n  user: {{token: t}}\n"
+        ))
+        .expect("kubeconfig")
+    }
+
+    /// A message names the server, never a user or password written into its URL.
+    #[test]
+    fn the_server_is_named_without_its_credentials() {
+        for (written, shown) in [
+            ("https://10.0.0.1:6443", "https://10.0.0.1:6443"),
+            (
+                "https://admin:s3cret@10.0.0.1:6443/k8s",
+                "https://10.0.0.1:6443/k8s",
+            ),
+            ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/"),
+        ] {
+            assert_eq!(server_of(&kubeconfig(written)).as_deref(), Some(shown));
+        }
+        let mut none = kubeconfig("https://h");
+        none.current_context = None;
+        assert_eq!(server_of(&none), None);
     }
 }

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 pub mod catch_up;
+pub mod error_text;
 pub mod finalizer;
 mod json_pointer;
 pub mod kinds;

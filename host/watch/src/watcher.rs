@@ -158,7 +158,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 ///
 /// Errors never end the stream: kube's watcher re-lists on `410 Gone` and resumes from the
 /// last version otherwise; [`Retry`] spaces the attempts (0.8 s doubling to 30 s after
-/// failures, 2 s doubling to 3 minutes for a kind the cluster does not serve), starting again
+/// failures, 2 s doubling to 3 minutes for a kind the cluster does not serve, each wait plus
+/// a random part of up to as much again), starting again
 /// once the API answers with data, or the stream ran 10 s past its last wait without failing.
 pub async fn run(
     client: Client,
@@ -324,10 +325,11 @@ pub async fn run(
                 progress(Progress::NotInstalled(target.kind.name.clone()));
             }
             Err(e) => {
-                tracing::warn!(stream = %target.label(), error = %e,
+                let error = crate::error_text::chain(&e);
+                tracing::warn!(stream = %target.label(), error = %error,
                     retry_in_ms = waited.as_millis() as u64, "watch error; retrying");
                 healthy = false;
-                progress(Progress::Error(e.to_string()));
+                progress(Progress::Error(error));
             }
         }
     }

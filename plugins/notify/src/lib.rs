@@ -286,16 +286,14 @@ impl<P: Provider> Notifier<P> {
                 host_log::write(Level::Info, &message);
                 defer(seconds, &message)
             }
-            Outcome::Retry(message) => {
-                let message = target.scrub(&format!("{bot}: {message}"));
-                host_log::write(Level::Warn, &message);
-                Err(HandlerError::Retry(message))
-            }
-            Outcome::GiveUp(message) => {
-                let message = target.scrub(&format!("{bot}: {message}"));
-                host_log::write(Level::Error, &message);
-                Err(HandlerError::GiveUp(message))
-            }
+            // Not logged here: the host logs each retry (a warning) and each dead letter
+            // (an error) with this very message, so saying it here too would say it twice.
+            Outcome::Retry(message) => Err(HandlerError::Retry(
+                target.scrub(&format!("{bot}: {message}")),
+            )),
+            Outcome::GiveUp(message) => Err(HandlerError::GiveUp(
+                target.scrub(&format!("{bot}: {message}")),
+            )),
         }
     }
 

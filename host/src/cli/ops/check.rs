@@ -183,7 +183,13 @@ pub async fn command(
             }
             Ok(Err(e)) => {
                 failures += 1;
-                println!("FAIL  cluster  {name} ({}): {e}", source.path.display());
+                let server = crate::config::sources::server_of(&source.kubeconfig)
+                    .map(|s| format!(", {s}"))
+                    .unwrap_or_default();
+                println!(
+                    "FAIL  cluster  {name} ({}{server}): {e}",
+                    source.path.display()
+                );
             }
             Err(_) => {
                 failures += 1;

@@ -17,6 +17,7 @@ use jobrelay_watch::finalizer;
 pub enum FinalizersCommand {
     /// Remove jobrelay's finalizer from every job of every cluster (for uninstalling).
     Release {
+        /// The config folder (main file, clusters/): the clusters whose jobs are released.
         #[arg(long, short, env = "JOBRELAY_CONFIG")]
         config: PathBuf,
         /// Seconds allowed per cluster.

@@ -165,10 +165,13 @@ impl fmt::Display for SuiteResult {
             }
         }
         let failed = self.cases.iter().filter(|c| !c.passed()).count();
+        let cases = match self.cases.len() {
+            1 => "1 case".to_string(),
+            n => format!("{n} cases"),
+        };
         write!(
             f,
-            "{} cases: {} passed, {failed} failed",
-            self.cases.len(),
+            "{cases}: {} passed, {failed} failed",
             self.cases.len() - failed
         )
     }
