@@ -12,10 +12,22 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use super::{Labels, family, gauge};
 use jobrelay_coordination::Role;
 
+/// Whether this replica delivers, as `jobrelay_leader` says: a shard delivers the clusters it
+/// holds, so one that holds none delivers nothing (there being clusters to hold), whatever
+/// its role's name says.
+fn delivers(role: &Role) -> bool {
+    match role {
+        Role::Sharded {
+            owned, clusters, ..
+        } => !owned.is_empty() || clusters.is_empty(),
+        _ => role.delivers(),
+    }
+}
+
 /// This replica's part in delivering (`role`): the clusters it holds and the replicas it sees
 /// when sharded, and whether it delivers.
 pub(super) fn encode(e: &mut DescriptorEncoder, role: &Role) -> Result<(), std::fmt::Error> {
-    let leading = vec![(Labels::new(), ConstGauge::new(i64::from(role.delivers())))];
+    let leading = vec![(Labels::new(), ConstGauge::new(i64::from(delivers(role))))];
     if let Role::Sharded {
         owned,
         members,
@@ -54,8 +66,29 @@ pub(super) fn encode(e: &mut DescriptorEncoder, role: &Role) -> Result<(), std::
     family(
         e,
         "jobrelay_leader",
-        "1 while this replica delivers (the only replica, or the holder of the Lease)",
+        "1 while this replica delivers (the only replica, the holder of the Lease, or a shard \
+         holding a cluster's Lease)",
         MetricType::Gauge,
         leading,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_holding_no_cluster_does_not_deliver() {
+        let shard = |owned: &[&str], clusters: &[&str]| Role::Sharded {
+            owned: owned.iter().map(|c| c.to_string()).collect(),
+            members: vec!["a".into(), "b".into()],
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            identity: "a".into(),
+        };
+        assert!(delivers(&shard(&["east"], &["east", "west"])));
+        assert!(!delivers(&shard(&[], &["east", "west"])));
+        assert!(delivers(&shard(&[], &[])), "nothing to hold");
+        assert!(delivers(&Role::Single) && delivers(&Role::Leader));
+        assert!(!delivers(&Role::Lost));
+    }
 }
