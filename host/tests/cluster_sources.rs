@@ -573,3 +573,52 @@ async fn an_edit_of_the_section_is_followed_live() {
         "argocd.argoproj.io/secret-type=cluster,team=ml"
     );
 }
+
+/// A cluster whose token is revoked is offline as one whose API server is down is, but says
+/// why apart: `unauthorized` in `/status` and `jobrelay_cluster_unauthorized` 1 (which its own
+/// alert reads), its `last_error` the API server's answer in words, not kube's debug dump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_is_unauthorized_and_a_dead_server_is_not() {
+    let home = SimCluster::start("home").await.expect("home");
+    let alpha = SimCluster::start("alpha").await.expect("alpha");
+    let beta = SimCluster::start("beta").await.expect("beta");
+    argocd::put_cluster(&home, NS, "alpha", "alpha", &alpha, alpha.token()).expect("secret");
+    argocd::put_cluster(&home, NS, "beta", "beta", &beta, beta.token()).expect("secret");
+    let listen = free_port();
+    let dir = folder(&home, listen);
+    checked_often(dir.path(), 2);
+    let relay = Relay::start(dir.path(), "run");
+    status_until(&relay, listen, "both online", |s| {
+        s["clusters"]["alpha"]["availability"] == "online"
+            && s["clusters"]["beta"]["availability"] == "online"
+    })
+    .await;
+
+    alpha.revoke_token(alpha.token());
+    beta.outage_hard(true).expect("outage");
+    let now = status_until(&relay, listen, "both offline", |s| {
+        s["clusters"]["alpha"]["availability"] == "offline"
+            && s["clusters"]["beta"]["availability"] == "offline"
+    })
+    .await;
+    let alpha_now = &now["clusters"]["alpha"];
+    assert_eq!(alpha_now["unauthorized"], true, "{alpha_now:#}");
+    let why = alpha_now["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("the API server answered 401 Unauthorized"),
+        "{why}"
+    );
+    assert!(why.contains(&alpha.url()), "the server is named: {why}");
+    assert!(
+        !why.contains("Status {") && !why.contains("ApiError"),
+        "{why}"
+    );
+    assert_eq!(now["clusters"]["beta"]["unauthorized"], false, "{now:#}");
+    let (_, metrics) = http_get(listen, "/metrics").await.expect("metrics");
+    for line in [
+        "jobrelay_cluster_unauthorized{cluster=\"alpha\"} 1",
+        "jobrelay_cluster_unauthorized{cluster=\"beta\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+}

@@ -66,6 +66,10 @@ pub struct ClusterHealth {
     pub availability_since: String,
     /// Health checks failed in a row (0 once one passes).
     pub failed_checks: u32,
+    /// The last health check was refused for the cluster's credentials: the API server
+    /// answered `401 Unauthorized` (a revoked or expired token). Offline for that, not for
+    /// an API server that does not answer: `jobrelay_cluster_unauthorized` and its alert.
+    pub unauthorized: bool,
     /// RFC 3339 time the cluster was last wholly in sync (every stream listed or watching).
     pub last_sync: Option<String>,
     /// What the cluster's inventory object says against its control plane, while it does
@@ -128,6 +132,14 @@ pub enum CheckFailure {
     /// the client's error says it.
     #[error("{0}")]
     NoClient(String),
+}
+
+impl CheckFailure {
+    /// Whether the API server refused the credentials (`401 Unauthorized`).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, CheckFailure::Probe { source: kube::Error::Api(status), .. }
+            if status.code == 401)
+    }
 }
 
 type Listener = Arc<dyn Fn(AvailabilityChange) + Send + Sync>;
@@ -235,6 +247,7 @@ impl HealthBoard {
                 // The cause beneath a client's error is what an operator can act on.
                 h.last_error = Some(jobrelay_capabilities::open_error::chain(error));
             }
+            h.unauthorized = answered.as_ref().is_err_and(CheckFailure::is_unauthorized);
             let change = h.judge.check(answered.is_ok(), now_ms());
             h.publish_availability();
             change
@@ -317,6 +330,7 @@ impl HealthBoard {
             availability: Availability::Connecting,
             availability_since: String::new(),
             failed_checks: 0,
+            unauthorized: false,
             last_sync: None,
             source_says,
             stream_state: vec![StreamState::Waiting; streams],

@@ -197,6 +197,23 @@ fn cluster_availability(e: &mut DescriptorEncoder, status: &Status) -> Result<()
             })
             .collect(),
     )?;
+    family(
+        e,
+        "jobrelay_cluster_unauthorized",
+        "1 while the cluster's last health check was refused for its credentials (401 \
+         Unauthorized: a revoked or expired token)",
+        MetricType::Gauge,
+        status
+            .clusters
+            .iter()
+            .map(|(name, c)| {
+                (
+                    vec![("cluster", name.clone())],
+                    gauge(u64::from(c.unauthorized)),
+                )
+            })
+            .collect(),
+    )?;
     let synced = status
         .clusters
         .iter()
