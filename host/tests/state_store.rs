@@ -49,6 +49,10 @@ async fn contract_cli(b: &Backend) {
         "{table}"
     );
     assert!(
+        lines[0].contains(" JOB ") && lines[1].contains("prod/team-a/train-u1"),
+        "the job by its name: {table}"
+    );
+    assert!(
         lines[1].contains("failed") && lines[1].contains("webhook said 500…"),
         "{table}"
     );

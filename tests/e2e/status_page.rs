@@ -51,7 +51,13 @@ async fn the_status_page_reads_like_a_dashboard_in_a_real_browser() {
         "alpha",
         "down",
         "page-train",
-        "PyTorchJob",
+        // The configured kind's name, as the main file and the job view name it.
+        "<td>pytorch-job</td>",
+        // Availability beside the streams' health, the last sync and credential expiry.
+        "<th>availability</th>",
+        ">online<",
+        "<th>last sync</th>",
+        "<th>credentials expire</th>",
         ">synced<",
         ">error<",
         ">log<",

@@ -156,7 +156,7 @@ impl Routes {
                 let event = &observed.event;
                 tracing::debug!(event = %event.id, phase = %event.phase, name = %event.name,
                     from_list = observed.from_list, "observed");
-                self.recent.record(event);
+                self.recent.record(event, &observed.kind.name);
                 self.observed
                     .add_named(event, &observed.kind.name, Count::Observed);
                 if let Some(view) = &self.view {

@@ -20,7 +20,9 @@ pub struct RecentEvent {
     pub id: String,
     /// The job's cluster.
     pub cluster: String,
-    /// The object's `kind` (`Job`), not the configured kind's name.
+    /// The configured kind's name (`volcano-job`, `trainjob`), as the main file, filters and
+    /// the job view name it: the object's `kind` alone (`Job`) does not tell a Volcano Job
+    /// from a batch one.
     pub kind: String,
     /// The job's namespace.
     pub namespace: String,
@@ -39,8 +41,9 @@ pub struct RecentEvents {
 }
 
 impl RecentEvents {
-    /// Keeps `event`, stamped now, dropping the oldest past [`KEPT`].
-    pub fn record(&self, event: &JobEvent) {
+    /// Keeps `event` of the configured kind `kind`, stamped now, dropping the oldest past
+    /// [`KEPT`].
+    pub fn record(&self, event: &JobEvent, kind: &str) {
         let mut ring = self.inner.lock();
         if ring.len() == KEPT {
             ring.pop_front();
@@ -49,7 +52,7 @@ impl RecentEvents {
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             id: event.id.clone(),
             cluster: event.cluster.clone(),
-            kind: event.kind.clone(),
+            kind: kind.to_string(),
             namespace: event.namespace.clone(),
             name: event.name.clone(),
             phase: event.phase.to_string(),

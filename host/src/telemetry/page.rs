@@ -11,6 +11,7 @@ use super::status::Status;
 use crate::clusters::cleanup::Outcome;
 use crate::clusters::health::HealthState;
 use jobrelay_coordination::Role;
+use jobrelay_fleet::availability::Availability;
 
 /// Seconds between automatic refreshes.
 const REFRESH_SECONDS: u32 = 5;
@@ -64,6 +65,16 @@ fn health_badge(state: HealthState) -> String {
         HealthState::Error => ("bad", "error"),
     };
     badge(class, text)
+}
+
+fn availability_badge(availability: Availability) -> String {
+    let class = match availability {
+        Availability::Online => "ok",
+        Availability::Connecting => "idle",
+        Availability::Degraded => "warn",
+        Availability::Offline => "bad",
+    };
+    badge(class, availability.as_str())
 }
 
 pub(super) fn phase_badge(phase: &str) -> String {
@@ -157,21 +168,30 @@ pub fn render(status: &Status) -> String {
     );
 
     attention(&mut html, status);
-    html.push_str("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>health</th><th class=\"num\">streams</th><th>since</th><th>last error</th></tr>");
+    html.push_str("<section><h2>Clusters</h2><table><tr><th>cluster</th><th>availability</th><th>health</th><th class=\"num\">streams</th><th>since</th><th>last sync</th><th>credentials expire</th><th>last error</th></tr>");
     for (name, cluster) in &status.clusters {
+        let expires = cluster
+            .credentials_expire
+            .iter()
+            .map(|c| format!("{}: {}", c.credential, c.expires_at))
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = write!(
             html,
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{} / {}</td><td class=\"muted\">{}</td><td class=\"err\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{} / {}</td><td class=\"muted\">{}</td><td class=\"muted\">{}</td><td class=\"muted\">{}</td><td class=\"err\">{}</td></tr>",
             escape(name),
+            availability_badge(cluster.availability),
             health_badge(cluster.state),
             cluster.streams_synced,
             cluster.streams,
             escape(&cluster.since),
+            escape(cluster.last_sync.as_deref().unwrap_or("never")),
+            escape(if expires.is_empty() { "-" } else { &expires }),
             escape(cluster.last_error.as_deref().unwrap_or("")),
         );
     }
     if status.clusters.is_empty() {
-        html.push_str("<tr><td colspan=\"5\" class=\"muted\">no cluster configured</td></tr>");
+        html.push_str("<tr><td colspan=\"8\" class=\"muted\">no cluster configured</td></tr>");
     }
     html.push_str("</table></section>");
 

@@ -223,14 +223,19 @@ fn missing_note(matched: u64, ids: &[i64], plugin: Option<&str>) -> String {
 
 fn table(letters: &[DeadLetter]) -> String {
     let header = [
-        "SEQ", "PLUGIN", "EVENT", "PHASE", "ATTEMPTS", "AT", "REPLAY", "ERROR",
+        "SEQ", "PLUGIN", "JOB", "EVENT", "PHASE", "ATTEMPTS", "AT", "REPLAY", "ERROR",
     ];
-    let rows: Vec<[String; 8]> = letters
+    let rows: Vec<[String; 9]> = letters
         .iter()
         .map(|l| {
             [
                 l.seq.to_string(),
                 one_line(&l.plugin, usize::MAX),
+                // The job as people name it: the event id's uid says nothing to them.
+                one_line(
+                    &format!("{}/{}/{}", l.event.cluster, l.event.namespace, l.event.name),
+                    usize::MAX,
+                ),
                 one_line(&l.event.id, usize::MAX),
                 l.event.phase.to_string(),
                 l.attempts.to_string(),
