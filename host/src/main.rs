@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 #[cfg(feature = "demo")]
 use jobrelay::cli::ops::demo;
-use jobrelay::cli::ops::{check, dead_letters, finalizers, jobs, run};
+use jobrelay::cli::ops::{check, dead_letters, finalizers, jobs, run, state};
 use jobrelay::cli::plugin::{PluginCommand, new, push, sample_event, test};
 use jobrelay::cli::{self, Cli, Command};
 use jobrelay::telemetry::logging;
@@ -61,6 +61,7 @@ async fn main() -> ExitCode {
             dead_letters::command(config.as_deref(), &command).await
         }
         Command::Finalizers { command } => finalizers::command(&command).await,
+        Command::State { config, command } => state::command(config.as_deref(), &command),
         Command::Jobs { server, command } => jobs::command(&server, &command).await,
     };
     cli::exit_code(outcome, log_format)

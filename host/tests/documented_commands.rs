@@ -158,7 +158,12 @@ fn invocation(line: &str) -> Option<String> {
         }
         None
     })?;
-    let args = words[start..].join(" ");
+    // A shell's redirection (`> FILE`) is the shell's, not an argument.
+    let end = words[start..]
+        .iter()
+        .position(|w| matches!(*w, ">" | ">>" | "<" | "2>" | "2>&1"))
+        .map_or(words.len(), |k| start + k);
+    let args = words[start..end].join(" ");
     // An arrow or a box-drawing line is a diagram, not a command.
     (!args.is_empty() && !args.contains('─') && !args.contains('(')).then_some(args)
 }

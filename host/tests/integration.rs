@@ -39,6 +39,7 @@ mod record_replay;
 mod runtime;
 mod sandbox;
 mod sharding;
+mod state_backup;
 mod state_store;
 mod story_watch;
 mod timer_kills;

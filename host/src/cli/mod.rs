@@ -103,6 +103,15 @@ pub enum Command {
         #[command(subcommand)]
         command: ops::dead_letters::DeadLettersCommand,
     },
+    /// The state store: `backup` writes a consistent copy of the SQLite state file, beside a
+    /// running daemon.
+    State {
+        /// The config folder; accepted before or after `backup`.
+        #[arg(long, short, global = true, env = "JOBRELAY_CONFIG")]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ops::state::StateCommand,
+    },
     /// Where every job of every watched cluster is and what each plugin did of it, asked of a
     /// running daemon's job view API.
     Jobs {

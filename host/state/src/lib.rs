@@ -32,11 +32,13 @@
 //!   file and runs the lanes' writes over statements it keeps prepared.
 //! - `rows.rs`: reading cursors and dead letters back from rows, alike on both.
 //! - `error.rs`: [`StoreError`], every error naming the file or the database.
+//! - `backup.rs`: a consistent copy of the SQLite file, taken beside a running daemon.
 
 // A layer crate: every public item says what it is for, since the next layer up reads its
 // API (the lint is on in each layer crate; see the root Cargo.toml's [workspace.lints]).
 #![warn(missing_docs)]
 
+pub mod backup;
 mod cursor;
 mod dead_letter;
 mod dialect;

@@ -5,6 +5,7 @@
 //! - [`dead_letters`] — `dead-letters list|replay|drop`, beside a running daemon;
 //! - [`finalizers`] — `finalizers release`: jobrelay's finalizer removed from every job;
 //! - [`jobs`] — `jobs list|show`: a running daemon's job view, over HTTP;
+//! - [`state`] — `state backup`: a consistent copy of the SQLite state file;
 //! - [`demo`] — `demo`: the whole product on a simulated cluster (the `demo` feature only).
 
 pub mod check;
@@ -14,3 +15,4 @@ pub mod demo;
 pub mod finalizers;
 pub mod jobs;
 pub mod run;
+pub mod state;
