@@ -27,7 +27,17 @@ async fn main() -> ExitCode {
             config,
             cluster_timeout,
             no_init,
-        } => check::command(&config, Duration::from_secs(cluster_timeout), !no_init).await,
+            offline,
+        } => {
+            let how = if offline {
+                check::Reach::Offline
+            } else if no_init {
+                check::Reach::NoInit
+            } else {
+                check::Reach::Full
+            };
+            check::command(&config, Duration::from_secs(cluster_timeout), how).await
+        }
         Command::Plugin(PluginCommand::Run { args, json }) => {
             cli::plugin::run::command(&args, json).await
         }

@@ -1300,3 +1300,77 @@ async fn every_sinks_readme_manifest_checks_as_written() {
         );
     }
 }
+
+/// `check --offline` dials nothing and resolves no secret — the state store and an SQL
+/// connection behind environment variables that are not set, a cluster nobody listens for —
+/// and still judges the files and compiles and links every plugin, SQL grant included; the
+/// full check of the same folder fails on exactly what the offline one leaves out. A bad
+/// manifest fails offline too, naming the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_offline_judges_the_files_and_dials_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    write(
+        &root.join("jobrelay.yaml"),
+        &format!(
+            "plugin_dir: {}\nkinds: [{{name: volcano-job}}]\n\
+             state: {{url: \"env:JOBRELAY_TEST_OFFLINE_STATE_UNSET\"}}\n\
+             sql:\n  connections:\n    warehouse: {{url: \"env:JOBRELAY_TEST_OFFLINE_SQL_UNSET\"}}\n",
+            repo().join("target/plugins").display()
+        ),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    write(
+        &root.join("clusters/dead.yaml"),
+        &jobrelay_testkit::kubeconfig::render(&jobrelay_testkit::kubeconfig::KubeconfigSpec {
+            name: "dead",
+            server: &format!("http://127.0.0.1:{port}"),
+            token: "t",
+            namespace: None,
+        }),
+    );
+    write(
+        &root.join("plugins/log.yaml"),
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out, guest: /data, writable: true}\n",
+    );
+    write(
+        &root.join("plugins/sync.yaml"),
+        "wasm: mysql-sync.wasm\ngrants: {sql: [warehouse]}\nconfig: {connection: warehouse}\n",
+    );
+    let config = root.to_string_lossy().to_string();
+    let offline = jobrelay(&["check", "--offline", "--config", &config]).await;
+    let report = text(&offline);
+    assert_eq!(offline.status.code(), Some(0), "{report}");
+    for line in [
+        "skip  state    ",
+        "skip  clusters 1 cluster(s)",
+        "ok    plugin   log",
+        "ok    plugin   sync",
+        "all checks passed",
+    ] {
+        assert!(report.contains(line), "{line} missing:\n{report}");
+    }
+    assert!(!report.contains("FAIL"), "{report}");
+
+    let full = jobrelay(&["check", "--config", &config, "--cluster-timeout", "5"]).await;
+    let report = text(&full);
+    assert_eq!(full.status.code(), Some(1), "{report}");
+    assert!(report.contains("FAIL  state"), "{report}");
+
+    write(
+        &root.join("plugins/log.yaml"),
+        "wasm: event-log.wasm\ndeliveryy: every-version\n",
+    );
+    let bad = jobrelay(&["check", "--offline", "--config", &config]).await;
+    let report = text(&bad);
+    assert_eq!(bad.status.code(), Some(1), "{report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("log.yaml") && l.contains("deliveryy")),
+        "{report}"
+    );
+}

@@ -54,6 +54,12 @@ pub enum Command {
         /// Seconds to wait for each cluster to answer.
         #[arg(long, default_value_t = 10)]
         cluster_timeout: u64,
+        /// Dial nothing: no cluster, cluster source, state store, database or registry is
+        /// asked and no secret reference is resolved; the files are judged as the daemon
+        /// judges them and each plugin compiled and linked without `init` (as `--no-init`).
+        /// For a CI job or a pre-upgrade hook, where those are out of reach.
+        #[arg(long)]
+        offline: bool,
     },
     /// Run the whole product on a simulated cluster: the three shipped plugins on local
     /// defaults, live progress, and the status endpoint. Needs `plugins/build.sh` first.

@@ -12,12 +12,18 @@
 //! names each file; the exit code is 1 on any problem. A kind a cluster does not serve (its
 //! CRD is not installed there) is a warning naming the cluster, not a problem: `run` watches
 //! it once the CRD appears.
+//!
+//! With `--offline` nothing is dialled and no secret resolved — for a CI job or a pre-upgrade
+//! hook where clusters, databases and registries are out of reach: the files are judged as
+//! the daemon judges them, each plugin's config against its schema, and each plugin compiled
+//! and linked (no `init`); the state store, the clusters, the cluster sources and plugins
+//! from a registry are named as not tried (`skip`).
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use anyhow::{Context as _, anyhow};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 
@@ -28,16 +34,32 @@ use crate::config::main_file::MainConfig;
 use crate::config::read_once::writable_folder;
 use crate::config::state::ConfigState;
 use crate::oci::{OCI_CACHE_DIR, Registries};
+use jobrelay_capabilities::archive::ArchiveLocation;
 use jobrelay_capabilities::open_error::chain;
+use jobrelay_capabilities::sql::SqlSettings;
 use jobrelay_runtime::Runtime;
 use jobrelay_state::{StateBackend, open_store};
 
-/// Runs the checks; `run_init` runs each plugin's load-time `init` as the daemon would.
+/// How far a check reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Everything, each plugin's load-time `init` run as the daemon would.
+    Full,
+    /// Everything but the plugins' code (`--no-init`).
+    NoInit,
+    /// Nothing beyond the files (`--offline`): no cluster, cluster source, state store,
+    /// database or registry dialled and no secret resolved; plugins compiled and linked only.
+    Offline,
+}
+
+/// Runs the checks, as far as `reach` says.
 pub async fn command(
     config_dir: &Path,
     cluster_timeout: Duration,
-    run_init: bool,
+    reach: Reach,
 ) -> anyhow::Result<ExitCode> {
+    let run_init = reach == Reach::Full;
+    let offline = reach == Reach::Offline;
     let mut failures = 0usize;
     let mut state = match ConfigState::load(config_dir) {
         Ok((state, _)) => state,
@@ -59,11 +81,15 @@ pub async fn command(
     }
     // Its Display names the file, or the database without its password; the resolved URL of a
     // secret reference is never printed.
-    match check_state(&main.state, cluster_timeout).await {
-        Ok(report) => println!("ok    state    {}{report}", main.state),
-        Err(e) => {
-            failures += 1;
-            println!("FAIL  state    {}: {e}", main.state);
+    if offline {
+        println!("skip  state    {} (offline: not opened)", main.state);
+    } else {
+        match check_state(&main.state, cluster_timeout).await {
+            Ok(report) => println!("ok    state    {}{report}", main.state),
+            Err(e) => {
+                failures += 1;
+                println!("FAIL  state    {}: {e}", main.state);
+            }
         }
     }
 
@@ -72,10 +98,27 @@ pub async fn command(
     // A connection or runtime setting the host cannot use is a problem of the main file like
     // any other: reported, with exit code 1, not an error of the command.
     let main_path = config_dir.join(crate::config::MAIN_FILE);
+    // Offline, the plugins link against stand-ins that are never dialled (no plugin code
+    // runs): each SQL connection a pool of a URL nobody resolves, the archive and the
+    // embedded databases in a folder of this check's own.
+    let scratch = tempfile::tempdir().context("a scratch folder for the check")?;
+    let (sql, archive, local_dir) = if offline {
+        (
+            offline_sql(&main.sql),
+            ArchiveLocation::Local(scratch.path().join("archive")),
+            scratch.path().to_path_buf(),
+        )
+    } else {
+        (
+            main.sql.clone(),
+            main.archive.clone(),
+            main.state.local_dir(),
+        )
+    };
     let services = match jobrelay_capabilities::Services::open(
-        &main.sql,
-        &main.archive,
-        &main.state.local_dir(),
+        &sql,
+        &archive,
+        &local_dir,
         &main.kinds,
         None,
     ) {
@@ -124,6 +167,13 @@ pub async fn command(
                 continue;
             }
         }
+        if offline && source.oci.is_some() {
+            println!(
+                "skip  plugin   {name} ({}): from a registry (offline: not pulled)",
+                source.manifest_path.display()
+            );
+            continue;
+        }
         let started = Instant::now();
         let spec = match source.loadable(&registries).await {
             Ok(spec) => spec,
@@ -160,6 +210,15 @@ pub async fn command(
         }
     }
 
+    if offline {
+        let clusters = state.clusters().len();
+        let sources = main.cluster_sources.configured().len();
+        println!(
+            "skip  clusters {clusters} cluster(s) and {sources} cluster source(s) (offline: not \
+             asked)"
+        );
+        return Ok(summary(failures));
+    }
     failures += check_sources(&mut state, cluster_timeout).await;
     for (name, source) in state.clusters() {
         match tokio::time::timeout(
@@ -201,13 +260,29 @@ pub async fn command(
             }
         }
     }
+    Ok(summary(failures))
+}
+
+/// The last line, and the exit status: 1 on any problem.
+fn summary(failures: usize) -> ExitCode {
     if failures == 0 {
         println!("all checks passed");
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     } else {
         println!("{failures} problem(s) found");
-        Ok(ExitCode::FAILURE)
+        ExitCode::FAILURE
     }
+}
+
+/// The SQL connections as an offline check links plugins against them: each named as
+/// configured, its URL one that is never resolved nor dialled (pools connect lazily, and no
+/// plugin code runs), so a secret reference out of reach is no problem here.
+fn offline_sql(sql: &SqlSettings) -> SqlSettings {
+    let mut offline = sql.clone();
+    for connection in offline.connections.values_mut() {
+        connection.url = "mysql://offline.invalid/offline".to_string();
+    }
+    offline
 }
 
 /// The cluster sources on the home cluster (`cluster_sources:`), read once as the daemon
