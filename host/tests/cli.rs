@@ -1161,6 +1161,36 @@ async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
     // A kubeconfig is any visible file of clusters/, named by its stem, as the daemon reads
     // the folder.
     write(&source.join("clusters/west"), "not read either\n");
+    // What would touch the user's world: a plugin posting to a real service, one writing a
+    // folder outside the demo, the archive and an SQL connection of the user's. None of it
+    // is reached: the plugins are not run, the archive and the connection are the demo's.
+    let outside = dir.path().join("real-archive");
+    let hook = crate::common::receiver::Receiver::start().await;
+    write(
+        &source.join("plugins/hook.yaml"),
+        &format!(
+            "wasm: webhook-notify.wasm\ngrants:\n  http:\n    allow: [\"{}\"]\nconfig:\n  \
+             url: \"{}/hook\"\n",
+            hook.url, hook.url
+        ),
+    );
+    write(
+        &source.join("plugins/away.yaml"),
+        &format!(
+            "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {{host: {}, guest: /data, \
+             writable: true}}\nconfig:\n  file: events.jsonl\n",
+            outside.join("log").display()
+        ),
+    );
+    let main_text = std::fs::read_to_string(source.join("jobrelay.yaml")).expect("main");
+    write(
+        &source.join("jobrelay.yaml"),
+        &format!(
+            "{main_text}archive: {{local: {}}}\nsql:\n  connections:\n    warehouse: {{url: \
+             \"mysql://nobody:secret@127.0.0.1:1/real\"}}\n",
+            outside.display()
+        ),
+    );
     let before: Vec<_> = std::fs::read_dir(&source)
         .expect("list")
         .flatten()
@@ -1199,6 +1229,17 @@ async fn demo_runs_a_users_config_folder_on_simulated_clusters() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(before, after, "the user's folder is untouched");
+    for plugin in ["hook", "away"] {
+        assert!(
+            report.contains(&format!("not run:  plugin {plugin}: ")),
+            "{plugin} left out and said: {report}"
+        );
+    }
+    assert!(!outside.exists(), "nothing written outside the demo folder");
+    assert!(
+        hook.requests().is_empty(),
+        "nothing posted to the real service"
+    );
 }
 
 /// `check --no-init` refuses a manifest whose config breaks the plugin's declared schema

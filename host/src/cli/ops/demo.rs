@@ -12,8 +12,10 @@
 //! simulated cluster is started per file of its `clusters/` folder, under that name, and the
 //! main file is adjusted to run here: `plugin_dir` made absolute (so the components are found
 //! where they are), the state in the demo folder, the telemetry endpoint on `--listen`, and no
-//! coordination or home cluster (one replica). Everything else — kinds, plugins, grants,
-//! config, SQL connections — is the user's.
+//! coordination or home cluster (one replica). Nothing of the user's is touched: the archive
+//! and each SQL connection (by its name) become files of the demo folder, and a plugin
+//! granted HTTP or a host folder outside the demo folder is not run (each named at start).
+//! Everything else — kinds, plugins, grants, config — is the user's.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -154,13 +156,41 @@ async fn demo_of(args: &DemoArgs, source: &Path) -> anyhow::Result<()> {
         "plugin_dir".into(),
         settings.plugin_dir.display().to_string().into(),
     );
-    if main.contains_key("plugin_manifests_dir") {
-        let absolute = settings.plugin_manifests_dir.display().to_string();
-        main.insert("plugin_manifests_dir".into(), absolute.into());
-    }
     for key in ["clusters_dir", "coordination", "home_cluster"] {
         main.remove(key);
     }
+    // Nothing of the user's is touched: the archive and every SQL connection are files of
+    // the demo folder, and a plugin that could reach beyond it (HTTP, or a host folder
+    // outside) is not run.
+    main.insert(
+        "archive".into(),
+        serde_yaml_ng::from_str(&format!(
+            "{{local: \"{}\"}}",
+            args.dir.join("archive").display()
+        ))?,
+    );
+    if !settings.sql.connections.is_empty() {
+        std::fs::create_dir_all(args.dir.join("sql"))?;
+        let mut connections = serde_yaml_ng::Mapping::new();
+        for name in settings.sql.connections.keys() {
+            let file = args.dir.join("sql").join(format!("{name}.db"));
+            connections.insert(
+                name.clone().into(),
+                serde_yaml_ng::from_str(&format!(
+                    "{{url: \"sqlite://{}?mode=rwc\"}}",
+                    file.display()
+                ))?,
+            );
+        }
+        let mut sql = serde_yaml_ng::Mapping::new();
+        sql.insert("connections".into(), connections.into());
+        main.insert("sql".into(), sql.into());
+    }
+    let manifests = args.dir.join("plugins");
+    for (plugin, why) in keep_inside(&settings.plugin_manifests_dir, &manifests, &args.dir)? {
+        println!("  not run:  plugin {plugin}: {why}");
+    }
+    main.remove("plugin_manifests_dir");
     main.insert(
         "state".into(),
         serde_yaml_ng::from_str("{path: state/jobrelay.db}")?,
@@ -273,6 +303,68 @@ fn copy_folder(from: &Path, to: &Path, skip: &[PathBuf]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Writes into `to` the manifests of `from` whose plugins stay inside the demo folder `dir`,
+/// and removes the others from `to` (a copy of the user's folder may hold them); returns the
+/// plugins left out, each with why. A plugin granted HTTP could post to a real service, and
+/// one granted a host folder outside `dir` could write the user's files: neither runs here.
+/// A manifest that does not parse is kept, for the daemon to refuse as it would.
+fn keep_inside(from: &Path, to: &Path, dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut left_out = Vec::new();
+    std::fs::create_dir_all(to)?;
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return Ok(left_out);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_manifest = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+        let Some(file) = path.file_name().filter(|_| is_manifest) else {
+            continue;
+        };
+        let plugin = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let target = to.join(file);
+        match reaches_out(&text, dir) {
+            Some(why) => {
+                left_out.push((plugin, why));
+                let _ = std::fs::remove_file(&target);
+            }
+            None if path != target => {
+                std::fs::write(&target, &text)
+                    .with_context(|| format!("cannot write {}", target.display()))?;
+            }
+            None => {}
+        }
+    }
+    left_out.sort();
+    Ok(left_out)
+}
+
+/// Why the manifest `text` lets its plugin reach beyond the demo folder `dir`, if it does.
+fn reaches_out(text: &str, dir: &Path) -> Option<String> {
+    let manifest: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).ok()?;
+    let grants = manifest.get("grants")?;
+    if grants.get("http").is_some() {
+        return Some("granted HTTP: it could reach a real service".into());
+    }
+    for mount in grants.get("filesystem")?.as_sequence()? {
+        let host = Path::new(mount.get("host")?.as_str()?);
+        let climbs = host
+            .components()
+            .any(|c| c == std::path::Component::ParentDir);
+        if climbs || (host.is_absolute() && !host.starts_with(dir)) {
+            return Some(format!(
+                "granted the host folder {}, outside the demo folder",
+                host.display()
+            ));
+        }
+    }
+    None
 }
 
 /// Waits (up to 30 s) until every lane is empty, calling `meanwhile` at each look.
