@@ -3466,15 +3466,16 @@ fn topology_labels_name_probes_grace_and_service_knobs_reach_the_objects() {
         "true"
     );
     assert_eq!(env(container, "JOBRELAY_SERVER"), "http://127.0.0.1:9500");
-    // The command line reads them: `--config` of run, check and dead-letters (cli/mod.rs)
-    // and of finalizers release (cli/ops/finalizers.rs) falls back on JOBRELAY_CONFIG, and
+    // The command line reads them: `--config` of run, check, dead-letters and state
+    // (cli/mod.rs) and of finalizers release (cli/ops/finalizers.rs) falls back on
+    // JOBRELAY_CONFIG, and
     // `jobs --server` on JOBRELAY_SERVER (their parsing is host/src/cli's own tests').
     let cli = |file: &str| {
         std::fs::read_to_string(repo_root().join("host/src/cli").join(file)).expect("cli source")
     };
     assert_eq!(
         cli("mod.rs").matches(r#"env = "JOBRELAY_CONFIG""#).count(),
-        3
+        4
     );
     assert!(cli("ops/finalizers.rs").contains(r#"env = "JOBRELAY_CONFIG""#));
     assert!(cli("mod.rs").contains(r#"env = "JOBRELAY_SERVER""#));
