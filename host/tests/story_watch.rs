@@ -116,6 +116,7 @@ async fn a_jobs_events_carry_its_workload_and_its_failing_pod() {
         timeout_seconds: 30,
         finalizer: None,
         stories: Some(stories.clone()),
+        back: None,
     };
     let telling = target(batch_job(StorySources {
         kueue: true,

@@ -23,6 +23,7 @@ fn target(cluster: &str, kind: JobKind) -> WatchTarget {
         timeout_seconds: 30,
         finalizer: None,
         stories: None,
+        back: None,
     }
 }
 
@@ -258,4 +259,55 @@ async fn a_refused_token_is_said_as_the_answer_without_a_debug_dump() {
         !text.contains("Status {") && !text.contains("ApiError"),
         "{text}"
     );
+}
+
+/// A stream waiting out its backoff after failures is told when the cluster answers again
+/// (the supervisor's health check does it) and tries at once: watched again within a moment,
+/// not at the end of a wait that has grown to several seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_told_the_cluster_is_back_tries_at_once() {
+    let sim = SimCluster::start("back").await.expect("sim");
+    sim.set_outage(true);
+    let kubeconfig = Kubeconfig::from_yaml(&sim.kubeconfig_yaml()).expect("kubeconfig");
+    let client = build_client(&kubeconfig, None).await.expect("client");
+    let (sink, mut events) = mpsc::channel(64);
+    tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let back = Arc::new(tokio::sync::Notify::new());
+    let mut target = target("back", JobKind::builtin("volcano-job").expect("kind"));
+    target.back = Some(back.clone());
+    let (said, mut synced) = mpsc::unbounded_channel();
+    let stream = tokio::spawn(watcher::run(client, target, sink, move |p| {
+        if p == Progress::Synced {
+            let _ = said.send(());
+        }
+    }));
+    // Four failed lists: the next wait is at least 6.4 s (0.8 s doubling, plus a random part).
+    let failed = || {
+        sim.recent_requests()
+            .iter()
+            // Only the stream asks this cluster anything.
+            .filter(|r| r.status == 503)
+            .count()
+    };
+    let started = std::time::Instant::now();
+    while failed() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} failures",
+            failed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the stream settle into its wait (a notice reaches only those waiting, as the
+    // health check's reaches the streams in backoff).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sim.set_outage(false);
+    let told = std::time::Instant::now();
+    back.notify_waiters();
+    tokio::time::timeout(Duration::from_secs(3), synced.recv())
+        .await
+        .expect("in sync within 3 s of being told, not at the end of its wait")
+        .expect("synced");
+    println!("in sync {:?} after being told", told.elapsed());
+    stream.abort();
 }

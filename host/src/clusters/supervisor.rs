@@ -167,6 +167,7 @@ fn targets(cluster: &str, main: &MainConfig, passive: bool) -> Vec<WatchTarget> 
                 timeout_seconds: main.watch.timeout_seconds,
                 finalizer: (kind.finalizer && !passive).then(|| main.finalizers.name.clone()),
                 stories: stories.clone(),
+                back: None,
             });
         }
     }
@@ -190,7 +191,10 @@ async fn supervise(
     users.register(&name, &client);
     let mut streams = JoinSet::new();
     let story_sources = story_sources(&name, &client, &targets);
-    for (index, target) in targets.into_iter().enumerate() {
+    // The health check tells the streams when the cluster answers again.
+    let back = Arc::new(tokio::sync::Notify::new());
+    for (index, mut target) in targets.into_iter().enumerate() {
+        target.back = Some(back.clone());
         let health = health.clone();
         let cluster = name.clone();
         // Every line logged inside the stream, the kube client's own included (which name no
@@ -209,7 +213,7 @@ async fn supervise(
     // The kube client's own lines about a failed probe name the cluster too.
     let span = tracing::info_span!("health_check", cluster = %name);
     let server = crate::config::sources::server_of(&kubeconfig).unwrap_or_default();
-    let check = check_health(client.clone(), name.clone(), server, health.clone());
+    let check = check_health(client.clone(), name.clone(), server, health.clone(), back);
     streams.spawn(check.instrument(span));
     tracing::info!(cluster = %name, streams = streams.len() - 1, "cluster watched");
     cancel.cancelled().await;
@@ -269,7 +273,14 @@ fn story_sources(cluster: &str, client: &Client, targets: &[WatchTarget]) -> Vec
 /// streams' state (see [`jobrelay_fleet::availability`]). The wait for an answer is the
 /// interval, between 1 and 10 seconds: a server that does not answer in that time fails the
 /// check.
-async fn check_health(client: Client, cluster: String, server: String, health: HealthBoard) {
+async fn check_health(
+    client: Client,
+    cluster: String,
+    server: String,
+    health: HealthBoard,
+    back: Arc<tokio::sync::Notify>,
+) {
+    let mut failing = false;
     loop {
         let interval = health.check_settings().interval;
         tokio::time::sleep(interval).await;
@@ -282,6 +293,11 @@ async fn check_health(client: Client, cluster: String, server: String, health: H
             }),
             Err(_) => Err(CheckFailure::NoAnswer { within: patience }),
         };
+        // Back after failing: the streams waiting out their backoff try at once.
+        if answered.is_ok() && std::mem::replace(&mut failing, false) {
+            back.notify_waiters();
+        }
+        failing |= answered.is_err();
         health.check(&cluster, answered);
     }
 }

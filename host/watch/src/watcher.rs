@@ -55,6 +55,10 @@ pub struct WatchTarget {
     /// stream links its jobs to their owners there, and takes the book's snapshot onto each
     /// event when its own kind tells stories (`kind.story`).
     pub stories: Option<Arc<Stories>>,
+    /// Notified when the cluster's health check passes again after failing: a stream that
+    /// waits out its backoff (up to a minute) tries again at once, so a cluster back is
+    /// watched again within moments of its API server answering.
+    pub back: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl WatchTarget {
@@ -147,6 +151,14 @@ impl Adders {
     }
 }
 
+/// Waits for the cluster to be back (never, without a notifier).
+async fn back_again(back: Option<&tokio::sync::Notify>) {
+    match back {
+        Some(back) => back.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Sleeps until `at` (never polled without one: its arm is guarded).
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     if let Some(at) = at {
@@ -202,6 +214,11 @@ pub async fn run(
     loop {
         let item = tokio::select! {
             item = stream.next(), if resume_at.is_none() => item,
+            () = back_again(target.back.as_deref()), if resume_at.is_some() => {
+                // The cluster answers again: the wait is over now.
+                resume_at = Some(tokio::time::Instant::now());
+                continue;
+            }
             () = sleep_until(resume_at), if resume_at.is_some() => {
                 resume_at = None;
                 if !healthy {
