@@ -272,6 +272,12 @@ async fn deferrals_spend_no_attempt_and_survive_a_restart() {
         (lane.deferred >= 3).then_some(())
     })
     .await;
+    // A job waiting out its deferral is counted apart, and not as the lane's lag.
+    wait_for("a job waiting out a deferral", || {
+        let lane = daemon.plugins().get("probe")?.lane.clone()?;
+        (lane.deferred_waiting >= 1).then_some(())
+    })
+    .await;
     let before = daemon.plugins()["probe"].lane.clone().expect("lane");
     assert_eq!(
         before.failed_calls, 0,

@@ -376,7 +376,7 @@ impl Lane {
     /// The lane's counters and what it holds now.
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;
-        let (jobs, oldest, pending, spilled) = {
+        let (jobs, (oldest, deferred_waiting), pending, spilled) = {
             let queues = i.queues.lock();
             let jobs = queues.jobs() as u64;
             (jobs, queues.oldest(), queues.pending(), queues.spilled())
@@ -389,6 +389,7 @@ impl Lane {
             inbox_written: i.writer.written(),
             jobs,
             oldest_pending_seconds: oldest.map_or(0.0, |at| at.elapsed().as_secs_f64()),
+            deferred_waiting,
             memory_high_water_bytes: plugin.memory_high_water_bytes(),
             timeout_seconds: plugin.timeout().map(|t| t.as_secs_f64()),
             kinds: settings.kinds.clone(),

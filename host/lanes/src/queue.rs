@@ -197,18 +197,37 @@ impl Queues {
         self.clusters.values().map(UidMap::len).sum()
     }
 
-    /// When the oldest event still waiting (or in flight) was queued. Walks the jobs with
-    /// the lane's lock held, so not at all when nothing is queued: a lane at rest tracking a
-    /// million jobs answers `/status` and `/metrics` without touching them.
-    pub fn oldest(&self) -> Option<Instant> {
+    /// When the oldest event still waiting (or in flight) was queued, but for the jobs whose
+    /// head the plugin deferred (they wait on purpose; [`deferred`](Self::deferred) counts
+    /// them); and how many jobs wait so. Walks the jobs with the lane's lock held, so not at
+    /// all when nothing is queued: a lane at rest tracking a million jobs answers `/status`
+    /// and `/metrics` without touching them.
+    pub fn oldest(&self) -> (Option<Instant>, u64) {
         if self.pending() == 0 {
-            return None;
+            return (None, 0);
         }
-        self.clusters
+        let mut deferred = 0;
+        let oldest = self
+            .clusters
             .values()
             .flat_map(UidMap::values)
-            .filter_map(|job| job.queue.front().map(|item| item.queued_at))
-            .min()
+            .filter_map(|job| {
+                let head = job.queue.front()?;
+                if job.deferred {
+                    deferred += 1;
+                    return None;
+                }
+                Some(head.queued_at)
+            })
+            .min();
+        (oldest, deferred)
+    }
+
+    /// The plugin deferred the head of `key`'s queue (`on`), or its next attempt begins.
+    pub fn set_deferred(&mut self, key: &JobKey, on: bool) {
+        if let Some(job) = self.job_mut(key) {
+            job.deferred = on;
+        }
     }
 
     fn job_mut(&mut self, key: &JobKey) -> Option<&mut JobState> {
@@ -532,6 +551,7 @@ impl Queues {
             .get_mut(key.cluster.as_str())
             .and_then(|jobs| jobs.get_mut(&Uid::new(&key.uid)))?;
         job.in_flight = false;
+        job.deferred = false;
         let queued_at = job.queue.front().map(|item| item.queued_at);
         if let Some(head) = job.queue.front() {
             self.ledger.gone(head);

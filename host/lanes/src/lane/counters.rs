@@ -98,8 +98,12 @@ pub struct LaneStats {
     /// Call durations and failures by kind.
     pub calls: CallSnapshot,
     /// Seconds the oldest event still waiting (or in flight) has been in the lane; 0 when
-    /// nothing waits. Grows when a plugin is down or too slow.
+    /// nothing waits. Grows when a plugin is down or too slow; an event the plugin deferred
+    /// waits on purpose and is left out (see `deferred_waiting`).
     pub oldest_pending_seconds: f64,
+    /// Jobs whose next event waits because the plugin deferred it (quiet hours, a digest, a
+    /// service's `Retry-After`): not lag.
+    pub deferred_waiting: u64,
     /// The most memory one call of the serving version has used, in bytes (wasm plugins).
     pub memory_high_water_bytes: Option<u64>,
     /// The serving version's time limit per call, in seconds (wasm plugins).

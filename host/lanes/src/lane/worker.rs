@@ -206,7 +206,12 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
                 add(&inner.counters.deferred, 1);
                 tracing::debug!(plugin = %inner.name, version = %plugin.version(),
                     event = %event.id, defer_s = after.as_secs(), reason = %reason, "deferred");
-                if !inner.stops.wait(&event.cluster, after).await {
+                // Waiting on purpose: not the lane's lag until the next attempt.
+                let key = event.job_key();
+                inner.queues.lock().set_deferred(&key, true);
+                let waited = inner.stops.wait(&event.cluster, after).await;
+                inner.queues.lock().set_deferred(&key, false);
+                if !waited {
                     return None;
                 }
                 continue;

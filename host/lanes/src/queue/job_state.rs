@@ -81,6 +81,9 @@ pub(super) struct JobState {
     pub(super) in_flight: bool,
     /// The lane's filter no longer takes the job: it is forgotten once its queue is done.
     pub(super) let_go: bool,
+    /// The plugin deferred the head (`deferral.defer`): it waits on purpose until its next
+    /// attempt, so the lane's lag leaves it out.
+    pub(super) deferred: bool,
     pub(super) origin: Arc<Origin>,
     pub(super) name: CompactString,
 }
@@ -96,6 +99,7 @@ impl JobState {
             ready: false,
             in_flight: false,
             let_go: false,
+            deferred: false,
             origin,
             name: CompactString::new(&event.name),
         }
@@ -117,6 +121,7 @@ impl JobState {
             ready: false,
             in_flight: false,
             let_go: false,
+            deferred: false,
             origin,
             name: CompactString::new(&c.name),
         }

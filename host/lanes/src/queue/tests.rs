@@ -372,7 +372,7 @@ impl Run {
         let queued: u64 = self.q.each().map(|(_, j)| j.queue.len() as u64).sum();
         prop_assert_eq!(self.q.pending(), queued, "pending is what the queues hold");
         // So `oldest` may skip the walk when nothing is pending.
-        prop_assert_eq!(self.q.oldest().is_some(), queued > 0);
+        prop_assert_eq!(self.q.oldest().0.is_some(), queued > 0);
         let observed = self
             .q
             .each()
@@ -655,6 +655,37 @@ fn a_version_out_for_its_call_is_still_known() {
         panic!("the next version is not called");
     };
     assert_eq!(next.resource_version, "2");
+}
+
+/// A head the plugin deferred waits on purpose: the lane's oldest waiting event is then the
+/// next job's, and the deferred job is counted apart — until its next attempt, or its end.
+#[test]
+fn a_deferred_head_is_not_the_lanes_lag() {
+    let mut q = Queues::default();
+    let early = Instant::now();
+    let later = early + std::time::Duration::from_secs(30);
+    assert!(offer_plain(&mut q, event(0, "1", Phase::Running), early).start);
+    assert!(offer_plain(&mut q, event(1, "1", Phase::Running), later).start);
+    assert_eq!(q.oldest(), (Some(early), 0));
+    q.set_deferred(&key(0), true);
+    assert_eq!(q.oldest(), (Some(later), 1), "the deferred job is left out");
+    q.set_deferred(&key(0), false);
+    assert_eq!(
+        q.oldest(),
+        (Some(early), 0),
+        "its next attempt is lag again"
+    );
+    q.set_deferred(&key(0), true);
+    let Next::Call { event: out, .. } = q.next(&key(0), false) else {
+        panic!("the version is not called");
+    };
+    q.pop_head(&key(0), false, out.phase);
+    q.set_deferred(&key(1), true);
+    assert_eq!(
+        q.oldest(),
+        (None, 1),
+        "settled, the first job counts no more"
+    );
 }
 
 /// The lane's writer shares each taken event until its cursor settles it, and a shared event

@@ -46,9 +46,17 @@ pub(super) fn encode(e: &mut DescriptorEncoder, status: &Status) -> Result<(), s
     family(
         e,
         "jobrelay_lane_oldest_pending_seconds",
-        "Age of the oldest event waiting in the plugin's lane (0: none)",
+        "Age of the oldest event waiting in the plugin's lane, but for those it deferred (0: none)",
         MetricType::Gauge,
         oldest,
+    )?;
+    let deferred = per_plugin(status, |p| Some(gauge(p.lane.as_ref()?.deferred_waiting)));
+    family(
+        e,
+        "jobrelay_lane_deferred_waiting",
+        "Jobs whose next event waits because the plugin deferred it (not lag)",
+        MetricType::Gauge,
+        deferred,
     )?;
     let memory = per_plugin(status, |p| {
         Some(gauge(p.lane.as_ref()?.memory_high_water_bytes?))
