@@ -442,3 +442,73 @@ async fn six_clusters_over_three_replicas_through_a_death_and_a_return() {
         .await
         .expect("drop the test tables");
 }
+
+/// A sharded replica whose Leases cannot be written (the home cluster refuses every write)
+/// holds no cluster and delivers nothing — and says so: `attention` names why, and
+/// `jobrelay_leader` reads 0. Once writes go through again it takes its cluster and the line
+/// goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_cannot_write_its_leases_says_so() {
+    let home = SimCluster::start("home").await.expect("home");
+    home.fail_writes(true);
+    let sim = SimCluster::start("c0").await.expect("cluster");
+    let prefix = unique_prefix("lease_refused");
+    let listen = crate::cluster_sources::free_port();
+    let dir = sharded_folder(
+        &home,
+        std::slice::from_ref(&sim),
+        ("refused", "r1"),
+        &format!("{prefix}_"),
+        &format!("telemetry: {{listen: \"{listen}\"}}\n"),
+        "wasm: event-log.wasm\ngrants:\n  filesystem:\n    - {host: out/log, guest: /data, \
+         writable: true}\nconfig:\n  file: events.jsonl\n",
+    );
+    let relay = Relay::start(dir.path(), "r1");
+    let said = |s: &Value| {
+        s["attention"].as_array().and_then(|lines| {
+            lines
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|l| l.starts_with("coordination: cannot read or write"))
+                .map(str::to_string)
+        })
+    };
+    let started = Instant::now();
+    let line = loop {
+        if let Some(line) = crate::process::status(listen).await.as_ref().and_then(said) {
+            break line;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no attention line\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(line.ends_with("this replica holds 0 cluster(s)"), "{line}");
+    let (_, metrics) = crate::process::http_get(listen, "/metrics")
+        .await
+        .expect("metrics");
+    assert!(metrics.contains("\njobrelay_leader 0"), "{metrics}");
+
+    home.fail_writes(false);
+    let started = Instant::now();
+    loop {
+        if let Some(s) = crate::process::status(listen).await
+            && s["coordination"]["owned"].as_array().map(Vec::len) == Some(1)
+            && said(&s).is_none()
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the cluster never taken\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(relay);
+    drop_tables(&mysql_url(), &format!("{prefix}_"))
+        .await
+        .expect("drop the test tables");
+}

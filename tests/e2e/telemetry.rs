@@ -455,8 +455,18 @@ async fn leader_follower_and_shard_show_in_metrics_status_and_readiness() {
     );
     let (_, page) = http_get(b_addr, "/metrics").await;
     assert_eq!(sample(&page, "jobrelay_leader"), Some(0.0), "{page}");
+    // The standby saw the job end too, but its job SLIs are the leader's to export: a
+    // standby's copies would only double every series.
+    assert!(
+        !page.contains("jobrelay_jobs_finished_total{"),
+        "a standby exports no job SLIs: {page}"
+    );
     let (_, page) = http_get(a.telemetry_addr().expect("telemetry"), "/metrics").await;
     assert_eq!(sample(&page, "jobrelay_leader"), Some(1.0), "{page}");
+    assert!(
+        page.contains("jobrelay_jobs_finished_total{cluster=\"alpha\""),
+        "the leader exports them: {page}"
+    );
     let (_, html) = http_get(b_addr, "/").await;
     assert!(html.contains("follower"), "the status page says so");
     b.shutdown(Duration::from_secs(5)).await;

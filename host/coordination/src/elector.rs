@@ -41,6 +41,11 @@ pub enum Role {
         clusters: Vec<String>,
         /// This replica's identity among `members`.
         identity: String,
+        /// Why this replica's Leases (its member Lease, or a cluster's) could not be read or
+        /// written at its last attempt, while that lasts: a replica that cannot write Leases
+        /// holds no cluster and delivers nothing, which it says here.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lease_error: Option<String>,
     },
     /// Was leader and could not renew in time: must stop delivering.
     Lost,

@@ -63,6 +63,7 @@ impl Sharding {
             members: Vec::new(),
             clusters: clusters.borrow().iter().cloned().collect(),
             identity: setup.identity.clone(),
+            lease_error: None,
         });
         let (commands, received) = mpsc::channel(16);
         let task = tokio::spawn(coordinate(setup, clusters, role_tx, commands, cancel));
@@ -105,8 +106,11 @@ async fn coordinate(
     tracing::info!(identity = %setup.identity, "sharding: joining the replicas");
 
     'run: loop {
+        // The last failure to read or write a Lease in this round, for the role.
+        let mut lease_error: Option<String> = None;
         if let Err(e) = bounded(t.renew_deadline, members.renew()).await {
             tracing::warn!(error = %e, "cannot renew this replica's member Lease");
+            lease_error = Some(format!("its member Lease: {e}"));
         }
         let names = clusters.borrow().clone();
         // One lock per configured cluster, so every cluster Lease is watched for expiry from
@@ -213,7 +217,8 @@ async fn coordinate(
                 }
                 Ok(Holding::Other(_)) => {} // the previous owner hands over or expires
                 Err(e) => {
-                    tracing::warn!(%cluster, error = %e, "cannot read or write the cluster's Lease")
+                    tracing::warn!(%cluster, error = %e, "cannot read or write the cluster's Lease");
+                    lease_error = Some(format!("the Lease of cluster {cluster}: {e}"));
                 }
             }
         }
@@ -228,6 +233,7 @@ async fn coordinate(
                 members: alive.clone(),
                 clusters: names.iter().cloned().collect(),
                 identity: setup.identity.clone(),
+                lease_error: lease_error.clone(),
             };
             let changed = *r != next;
             *r = next;

@@ -254,6 +254,7 @@ fn coverage(sources: &StatusSources, asked: &[String]) -> (Vec<String>, BTreeMap
         members,
         clusters,
         identity,
+        ..
     } = &role
     {
         for cluster in clusters {

@@ -186,6 +186,23 @@ impl Status {
         reasons
     }
 
+    /// A shard that cannot read or write its Leases: not readiness (the home cluster's API
+    /// may be back in a moment, and every replica would go at once), but it delivers
+    /// nothing meanwhile, which `attention` says.
+    fn lease_trouble(&self) -> Option<String> {
+        match &self.coordination {
+            Role::Sharded {
+                lease_error: Some(error),
+                owned,
+                ..
+            } => Some(format!(
+                "coordination: cannot read or write {error}; this replica holds {} cluster(s)",
+                owned.len()
+            )),
+            _ => None,
+        }
+    }
+
     /// Plugins without a serving version: not readiness (see [`Status::ready`]), but said on
     /// `/readyz` under its answer, and in [`Status::attention`].
     pub fn plugins_not_serving(&self) -> Vec<String> {
@@ -215,6 +232,7 @@ impl Status {
     /// See [`Status::attention`].
     fn needs_attention(&self) -> Vec<String> {
         let mut lines = self.not_ready_reasons();
+        lines.extend(self.lease_trouble());
         lines.extend(self.plugins_not_serving());
         for (name, plugin) in &self.plugins {
             if let (Some(_), Some(reload)) = (&plugin.serving, &plugin.last_reload)

@@ -15,7 +15,7 @@ use jobrelay_coordination::Role;
 /// Whether this replica delivers, as `jobrelay_leader` says: a shard delivers the clusters it
 /// holds, so one that holds none delivers nothing (there being clusters to hold), whatever
 /// its role's name says.
-fn delivers(role: &Role) -> bool {
+pub(super) fn delivers(role: &Role) -> bool {
     match role {
         Role::Sharded {
             owned, clusters, ..
@@ -84,6 +84,7 @@ mod tests {
             members: vec!["a".into(), "b".into()],
             clusters: clusters.iter().map(|c| c.to_string()).collect(),
             identity: "a".into(),
+            lease_error: None,
         };
         assert!(delivers(&shard(&["east"], &["east", "west"])));
         assert!(!delivers(&shard(&[], &["east", "west"])));

@@ -137,7 +137,11 @@ impl Collector for DaemonCollector {
         store::encode(e, &status)?;
         daemon::build_info(e)?;
         if let Some(view) = self.sources.routes.view() {
-            fleet::job_slis(e, &view.slis().snapshot())?;
+            // A standby sees the same jobs as the replica that delivers, and would export
+            // the same SLIs again: only a replica that delivers exports them.
+            if coordination::delivers(&status.coordination) {
+                fleet::job_slis(e, &view.slis().snapshot())?;
+            }
             clusters::watch_lag(e, view)?;
         }
         fleet::rules(e, &self.sources.fleet_rules.readings())?;
