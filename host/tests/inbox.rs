@@ -18,12 +18,13 @@ use crate::process::{CONCURRENCY, DEADLINE, Relay, plugin_dir, read_lines, str_o
 const TOKEN: &str = "inbox";
 const JOBS: usize = 150;
 
-fn config_folder(root: &Path, sim: &SimCluster, webhook: &str) {
+fn config_folder(root: &Path, sim: &SimCluster, webhook: &str, listen: std::net::SocketAddr) {
     write(
         &root.join("jobrelay.yaml"),
         &format!(
             "plugin_dir: {}\nstate: {{path: state/jobrelay.db}}\ndebounce_ms: 100\n\
-             rescan_seconds: 2\nkinds:\n  - {{name: volcano-job}}\n",
+             rescan_seconds: 2\nkinds:\n  - {{name: volcano-job}}\n\
+             telemetry: {{listen: \"{listen}\"}}\n",
             plugin_dir().display()
         ),
     );
@@ -92,7 +93,8 @@ async fn backlog_across(stop: &str) -> (BTreeMap<String, usize>, usize) {
     feishu.set_rate_limit(TOKEN, false);
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().to_path_buf();
-    config_folder(&config, &sim, &webhook);
+    let listen = crate::cluster_sources::free_port();
+    config_folder(&config, &sim, &webhook, listen);
 
     let mut relay = Relay::start(&config, "before the stop");
     until("the plugins' lanes", &relay, || {
@@ -137,8 +139,35 @@ async fn backlog_across(stop: &str) -> (BTreeMap<String, usize>, usize) {
     for driver in &mut drivers {
         driver.delete().expect("delete while the daemon is down");
     }
+    // Down a while: the cards waiting in the inbox were taken before it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     let relay = Relay::start(&config, "after the stop");
+    let restarted = Instant::now();
+    // The lane's age counts from when each card was taken, by the process before: over the
+    // 3 s down, not from the restart.
+    let age = loop {
+        let lane = crate::process::status(listen)
+            .await
+            .and_then(|s| s["plugins"]["feishu-notify"]["lane"].as_object().cloned());
+        if let Some(lane) = lane
+            && lane["pending"].as_u64().unwrap_or(0) > 0
+        {
+            break lane["oldest_pending_seconds"].as_f64().unwrap_or(0.0);
+        }
+        assert!(
+            restarted.elapsed() < DEADLINE,
+            "no backlog\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let since_restart = restarted.elapsed().as_secs_f64();
+    assert!(
+        age >= since_restart + 2.0,
+        "the backlog's age {age:.1} s counts from the restart ({since_restart:.1} s ago), not \
+         from when its events were taken"
+    );
     let deadline = Instant::now() + DEADLINE * 2;
     while cards(&feishu).len() < JOBS {
         assert!(

@@ -92,8 +92,12 @@ pub mod writer;
 enum Provenance {
     /// Seen by a watch (or made from what one saw): taken into the inbox when queued.
     Observed,
-    /// Read back from the inbox: already there.
-    Resumed,
+    /// Read back from the inbox: already there, waiting since it was taken (by this
+    /// process or an earlier one), which the lane's age counts from.
+    Resumed {
+        /// When it was taken into the inbox, on this process's clock.
+        since: Instant,
+    },
 }
 
 /// A lane's state, shared by its handle, its workers and its tasks.
@@ -253,19 +257,17 @@ impl Lane {
         let key = event.job_key();
         // A resumed event the mode does not queue again (a delivery mode changed since, say)
         // has nothing left to wait for: its mark goes, or it would come back at every start.
-        let resumed_id = (provenance == Provenance::Resumed).then(|| event.id.clone());
+        let resumed_id = matches!(provenance, Provenance::Resumed { .. }).then(|| event.id.clone());
         let taking = provenance == Provenance::Observed;
+        let queued_at = match provenance {
+            Provenance::Observed => Instant::now(),
+            Provenance::Resumed { since } => since,
+        };
         let offered = {
             let mut queues = self.inner.queues.lock();
             let mut to_writer = ToWriter(&self.inner.writer);
-            let mut offered = queues.offer(
-                event,
-                bounds,
-                Instant::now(),
-                taking,
-                &mut to_writer,
-                before,
-            );
+            let mut offered =
+                queues.offer(event, bounds, queued_at, taking, &mut to_writer, before);
             if let Some(id) = resumed_id
                 && offered.queued == 0
                 && !offered.overflow.iter().any(|(e, _)| e.id == id)

@@ -108,6 +108,9 @@ impl WriteBatch {
 pub struct Inbox {
     /// The page's events, in the order the plugin took them.
     pub events: Vec<JobEvent>,
+    /// When each of `events` was taken into the inbox (seconds since the epoch, the store's
+    /// clock), in the same order: how long it has waited, across restarts.
+    pub taken_at: Vec<i64>,
     /// The page's marks that gave no event.
     pub damaged: Vec<Damaged>,
     /// Where the next page starts (pass it as `after`); `None` once the end was read.

@@ -481,7 +481,7 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
         let rows = self
             .fetch(
                 statement,
-                &[Kind::Int, Kind::Text, Kind::Text, Kind::OptText],
+                &[Kind::Int, Kind::Text, Kind::Text, Kind::OptText, Kind::Int],
                 "read a plugin's inbox",
                 "inbox entry",
             )
@@ -515,13 +515,23 @@ impl<D: Dialect> DeliveryStore for SqlStore<D> {
                 Some(Value::Text(event_id)),
                 Some(Value::Text(json)),
                 Some(Value::OptText(object)),
-            ) = (values.next(), values.next(), values.next(), values.next())
+                Some(Value::Int(taken_at)),
+            ) = (
+                values.next(),
+                values.next(),
+                values.next(),
+                values.next(),
+                values.next(),
+            )
             else {
                 continue; // the shape was checked by `fetch`
             };
             last = seq;
             match rows::stored_event(&json, object.as_deref()) {
-                Ok(event) => inbox.events.push(event),
+                Ok(event) => {
+                    inbox.events.push(event);
+                    inbox.taken_at.push(taken_at);
+                }
                 Err(e) => inbox.damaged.push(Damaged {
                     event_id,
                     reason: format!("its event does not decode: {e}"),

@@ -173,7 +173,7 @@ impl InboxStatements {
             )
             .into(),
             load: format!(
-                "SELECT m.seq, m.event_id, e.event_json, e.object FROM {} m {} JOIN {} e \
+                "SELECT m.seq, m.event_id, e.event_json, e.object, e.at FROM {} m {} JOIN {} e \
                  ON e.event_id = m.event_id WHERE m.plugin = ? AND m.seq > ? \
                  ORDER BY m.seq LIMIT ?",
                 t.inbox_marks,

@@ -90,6 +90,7 @@ pub trait DeliveryStore: Send + Sync {
         loop {
             let page = self.inbox_page(plugin, after, INBOX_PAGE).await?;
             whole.events.extend(page.events);
+            whole.taken_at.extend(page.taken_at);
             whole.damaged.extend(page.damaged);
             match page.next {
                 Some(next) => after = next,

@@ -3,6 +3,7 @@
 //! first, and judged by the mode against what the cursors say was delivered.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{Lane, Provenance};
 use jobrelay_contract::event::JobKey;
@@ -49,7 +50,14 @@ impl Lane {
         let (mut after, mut resumed) = (0, 0u64);
         loop {
             let page = read_inbox_page(&self.inner.name, self.inner.store.as_ref(), after).await?;
-            for event in page.events {
+            // Each event's wait counts from when it was taken, by whichever process: a lane
+            // stuck across restarts shows its age, not the time since the last start.
+            let (now, unix_now) = (Instant::now(), unix_seconds());
+            let taken = page.taken_at.iter().map(|at| {
+                let waited = u64::try_from(unix_now.saturating_sub(*at)).unwrap_or(0);
+                now.checked_sub(Duration::from_secs(waited)).unwrap_or(now)
+            });
+            for (event, since) in page.events.into_iter().zip(taken) {
                 if !of(&event.cluster)
                     || self.inner.stops.excludes(&event.cluster)
                     || (!busy.is_empty() && busy.contains(&event.job_key()))
@@ -57,7 +65,7 @@ impl Lane {
                     continue;
                 }
                 resumed += 1;
-                self.offer(event, Provenance::Resumed, |_, _| Vec::new());
+                self.offer(event, Provenance::Resumed { since }, |_, _| Vec::new());
             }
             match page.next {
                 Some(next) => after = next,
@@ -88,4 +96,11 @@ async fn read_inbox_page(
             "an inbox entry cannot be read; it is left in the store and not delivered");
     }
     Ok(page)
+}
+
+/// Seconds since the epoch now, as the store stamps an event it takes.
+fn unix_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -811,6 +811,7 @@ fn ids(events: &[jobrelay_contract::event::JobEvent]) -> Vec<&str> {
 
 async fn contract_inbox_order(b: &Backend) {
     let store = b.store().await;
+    let before = unix_now() - 2;
     let e1 = event("c", "u1", "10", Phase::Running);
     let e2 = event("c", "u2", "11", Phase::Running);
     let e3 = event("c", "u1", "12", Phase::Succeeded);
@@ -839,6 +840,14 @@ async fn contract_inbox_order(b: &Backend) {
     let a = store.inbox("a").await.expect("a's inbox");
     assert_eq!(ids(&a.events), [&e1.id, &e2.id, &e3.id], "oldest first");
     assert_eq!(a.events[2], e3, "an event comes back exactly");
+    // When each was taken, by the store's clock: what a restarted lane counts its age from.
+    assert_eq!(a.taken_at.len(), a.events.len());
+    let after = unix_now() + 2;
+    assert!(
+        a.taken_at.iter().all(|at| (before..=after).contains(at)),
+        "{:?} not within {before}..={after}",
+        a.taken_at
+    );
     assert!(a.damaged.is_empty());
     assert_eq!(ids(&store.inbox("b").await.expect("b").events), [&e1.id]);
     // Stored once however many plugins took it.
@@ -1374,4 +1383,11 @@ async fn contract_inbox_v5_rows(b: &Backend) {
     );
     crate::support::assert_inbox_works(store.as_ref()).await;
     store.close().await;
+}
+
+/// Seconds since the epoch now.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
