@@ -37,6 +37,8 @@ pub struct Routes {
     cleanup: Option<Arc<Schedule>>,
     /// The fleet's job view, fed with every observation, delivered here or not.
     view: Option<Arc<JobView>>,
+    /// Clusters judged offline, told to every lane (one opened later too).
+    offline: Arc<RwLock<std::collections::BTreeSet<String>>>,
 }
 
 impl Default for Routes {
@@ -51,6 +53,7 @@ impl Default for Routes {
             budget: MemoryBudget::unbounded(),
             cleanup: None,
             view: None,
+            offline: Arc::default(),
         }
     }
 }
@@ -125,8 +128,27 @@ impl Routes {
     /// Routes plugin `name`'s observations to `lane` from the next one on, in place of any
     /// lane it had.
     pub fn insert(&self, name: &str, lane: Lane) {
+        for cluster in self.offline.read().iter() {
+            lane.set_cluster_offline(cluster, true);
+        }
         let mut lanes = self.inner.write();
         lanes.insert(name.to_string(), lane);
+    }
+
+    /// `cluster` is judged offline (its health checks failed), or back: every lane waits out
+    /// its events' retryable failures meanwhile instead of spending their attempts.
+    pub fn set_cluster_offline(&self, cluster: &str, offline: bool) {
+        {
+            let mut known = self.offline.write();
+            if offline {
+                known.insert(cluster.to_string());
+            } else {
+                known.remove(cluster);
+            }
+        }
+        for lane in self.inner.read().values() {
+            lane.set_cluster_offline(cluster, offline);
+        }
     }
 
     /// Stops routing to plugin `name` and hands its lane back, for the caller to close.

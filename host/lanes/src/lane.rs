@@ -375,6 +375,13 @@ impl Lane {
         self.inner.trace.last_errors(keys)
     }
 
+    /// `cluster` is judged offline, or back: while it is, a retryable failure of one of its
+    /// events spends no attempt (a plugin that reads the cluster — log-archive — cannot
+    /// succeed before it is back, and must not dead-letter the event meanwhile).
+    pub fn set_cluster_offline(&self, cluster: &str, offline: bool) {
+        self.inner.stops.set_offline(cluster, offline);
+    }
+
     /// The lane's counters and what it holds now.
     pub fn stats(&self) -> LaneStats {
         let i = &self.inner;

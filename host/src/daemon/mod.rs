@@ -130,7 +130,17 @@ impl Daemon {
             announcer.clone(),
             cancel.clone(),
         ));
-        health.on_change(move |change| announcer.availability(change));
+        // An offline cluster's events wait out their plugins' failures without spending
+        // attempts; its crossings are fleet events.
+        let offline_to = routes.clone();
+        health.on_change(move |change| {
+            let offline = matches!(
+                change.change,
+                jobrelay_fleet::availability::Change::Offline { .. }
+            );
+            offline_to.set_cluster_offline(&change.cluster, offline);
+            announcer.availability(change);
+        });
         let (sink, intake) = dispatcher::channel();
         let problems = Arc::new(RwLock::new(state.problems().clone()));
         let restart_pending = Arc::new(RwLock::new(Vec::new()));

@@ -22,6 +22,9 @@ pub(super) struct Stops {
     /// Clusters this lane no longer delivers: their versions are dropped on arrival and their
     /// retries cut short, unacknowledged.
     excluded: RwLock<HashSet<String>>,
+    /// Clusters judged offline (their health checks fail): a retryable failure of one of
+    /// their events is waited out, not counted against the event's attempts.
+    offline: RwLock<HashSet<String>>,
     /// Woken when the lane closes or lets go of a cluster, to cut waits short.
     closing: Notify,
     /// False while the plugin has no version yet (its first load failed for a reason that may
@@ -40,6 +43,7 @@ impl Stops {
         Stops {
             closed: AtomicBool::new(false),
             excluded: RwLock::default(),
+            offline: RwLock::default(),
             closing: Notify::new(),
             serving: AtomicBool::new(serving),
             version_installed: Notify::new(),
@@ -73,6 +77,20 @@ impl Stops {
     /// Takes `cluster` back.
     pub(super) fn include(&self, cluster: &str) {
         self.excluded.write().remove(cluster);
+    }
+
+    /// `cluster` is judged offline (`true`), or back.
+    pub(super) fn set_offline(&self, cluster: &str, offline: bool) {
+        if offline {
+            self.offline.write().insert(cluster.to_string());
+        } else {
+            self.offline.write().remove(cluster);
+        }
+    }
+
+    /// Whether `cluster` is judged offline.
+    pub(super) fn offline(&self, cluster: &str) -> bool {
+        self.offline.read().contains(cluster)
     }
 
     /// Whether a call or retry for `cluster` must stop: the lane closed or let it go.

@@ -218,8 +218,21 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             }
             Err(e) => e,
         };
-        attempts += 1;
         add(&inner.counters.failed_calls, 1);
+        if error.is_retryable() && inner.stops.offline(&event.cluster) {
+            // The event's cluster is offline: waited out, no attempt spent, so an outage
+            // longer than the retries dead-letters nothing. Tried again at the policy's
+            // longest wait (the attempts' own schedule is bounded by their number).
+            let delay = std::time::Duration::from_millis(settings.retry.max_delay_ms.max(1));
+            tracing::debug!(plugin = %inner.name, event = %event.id, error = %error,
+                retry_in_ms = delay.as_millis() as u64,
+                "plugin call failed while its cluster is offline; waiting, no attempt spent");
+            if !inner.stops.wait(&event.cluster, delay).await {
+                return None;
+            }
+            continue;
+        }
+        attempts += 1;
         let delay = if error.is_retryable() {
             delays.next()
         } else {

@@ -567,3 +567,55 @@ impl Handler for GivesUp {
         Err(CallError::GiveUp("not this one".into()))
     }
 }
+
+/// While an event's cluster is offline, its plugin's retryable failures are waited out and
+/// spend no attempt: an outage longer than the retries dead-letters nothing. Back online, the
+/// attempts count again (and run out here, the plugin being down for that cluster for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_clusters_failures_spend_no_attempt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(&StateBackend::Sqlite(dir.path().join("state.db")))
+        .await
+        .expect("store");
+    let mut settings = slow_retries(1, 5);
+    settings.retry = RetryPolicy {
+        max_attempts: 2,
+        min_delay_ms: 20,
+        max_delay_ms: 40,
+    };
+    let down = Arc::new(DownFor {
+        cluster: "east",
+        delivered: Default::default(),
+    });
+    let lane = Lane::open("down", down, settings, store.clone(), None)
+        .await
+        .expect("lane");
+    lane.set_cluster_offline("east", true);
+    let kind = Arc::new(JobKind::builtin("batch-job").expect("kind"));
+    lane.push(Observed {
+        event: event("u-1", "1", Phase::Running, None, "2026-11-21T10:00:00Z"),
+        kind,
+        from_list: false,
+        created: None,
+    });
+    // Many failed calls, far past the two attempts, and no dead letter.
+    common_wait(|| async { (lane.stats().failed_calls >= 10).then_some(()) }).await;
+    assert!(
+        store
+            .dead_letters(Some("down"))
+            .await
+            .expect("letters")
+            .is_empty(),
+        "nothing dead-lettered while the cluster is offline"
+    );
+    assert_eq!(lane.stats().pending, 1, "the event still waits");
+
+    lane.set_cluster_offline("east", false);
+    let letters = common_wait(|| async {
+        let letters = store.dead_letters(Some("down")).await.ok()?;
+        (!letters.is_empty()).then_some(letters)
+    })
+    .await;
+    assert_eq!(letters[0].attempts, 2, "{:?}", letters[0]);
+    lane.close().await;
+}
