@@ -2642,8 +2642,9 @@ fn pod_volume<'a>(objects: &'a [(String, Value)], name: &str) -> &'a Value {
 
 /// The Grafana dashboard: off by default; on, one ConfigMap labelled for the dashboard sidecar
 /// holding valid dashboard JSON with a cluster variable, whose every query is PromQL that
-/// `promtool` accepts, filters by the cluster variable or is per plugin, and reads only
-/// metrics docs/telemetry.md lists.
+/// `promtool` accepts, filters by the cluster variable or is per plugin or per replica (pod),
+/// and reads only metrics docs/telemetry.md lists; jobrelay itself has its panels (replicas
+/// ready and delivering, plugins serving, delivery p99, memory, CPU).
 #[test]
 fn the_grafana_dashboard_is_a_valid_dashboard_of_documented_metrics() {
     let objects = render(json!({}));
@@ -2674,14 +2675,30 @@ fn the_grafana_dashboard_is_a_valid_dashboard_of_documented_metrics() {
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     let panels = dashboard["panels"].as_array().expect("panels");
     assert!(panels.len() >= 8, "{}", panels.len());
+    let queries: String = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    for itself in [
+        "jobrelay_ready",
+        "jobrelay_state_store_up",
+        "jobrelay_leader",
+        "jobrelay_plugin_up",
+        "jobrelay_event_delivery_seconds_bucket",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(queries.contains(itself), "no panel reads {itself}");
+    }
     for panel in panels {
         let targets = panel["targets"].as_array().expect("targets");
         assert!(!targets.is_empty(), "{panel}");
         for (i, target) in targets.iter().enumerate() {
             let expr = target["expr"].as_str().expect("expr");
             assert!(
-                expr.contains("$cluster") || expr.contains("plugin"),
-                "{}: neither per cluster nor per plugin: {expr}",
+                expr.contains("$cluster") || expr.contains("plugin") || expr.contains("by (pod)"),
+                "{}: neither per cluster, per plugin nor per replica: {expr}",
                 panel["title"]
             );
             for metric in expr
