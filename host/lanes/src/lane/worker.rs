@@ -219,10 +219,14 @@ async fn call(inner: &Arc<Inner>, event: &JobEvent) -> Option<Outcome> {
             Err(e) => e,
         };
         add(&inner.counters.failed_calls, 1);
-        if error.is_retryable() && inner.stops.offline(&event.cluster) {
-            // The event's cluster is offline: waited out, no attempt spent, so an outage
+        if error.is_retryable()
+            && !jobrelay_contract::fleet::is_fleet(event)
+            && inner.stops.offline(&event.cluster)
+        {
+            // The job's cluster is offline: waited out, no attempt spent, so an outage
             // longer than the retries dead-letters nothing. Tried again at the policy's
-            // longest wait (the attempts' own schedule is bounded by their number).
+            // longest wait (the attempts' own schedule is bounded by their number). A fleet
+            // event (the outage's own news) reads nothing of the cluster: its attempts count.
             let delay = std::time::Duration::from_millis(settings.retry.max_delay_ms.max(1));
             tracing::debug!(plugin = %inner.name, event = %event.id, error = %error,
                 retry_in_ms = delay.as_millis() as u64,
