@@ -256,11 +256,6 @@ impl Judge {
         change
     }
 
-    /// What the cluster's inventory object says, as last told.
-    pub fn source_says(&self) -> Source {
-        self.source
-    }
-
     /// The offline crossing, when the failed checks in a row call for it: `offline_after`,
     /// or one while the source reports the control plane unhealthy; never while it says
     /// the cluster is still being built.

@@ -14,17 +14,14 @@ use std::path::PathBuf;
 
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::inventory_watch::{
-    CLIENT_RETRY, RETRY_FIRST, RETRY_MAX, Reports, home_client, key_of, next,
-};
+use super::inventory_watch::{Heard, Reports, client_until, follow, key_of};
 use crate::config::capi_cluster;
 use crate::config::inventory::Readiness;
 use crate::config::sections::cluster_sources::{SecretsAt, SourceKind};
-use jobrelay_capabilities::open_error::chain;
 
 /// Watches the Clusters of the source's namespace until `cancel`, publishing into the
 /// `cluster_api` report.
@@ -48,79 +45,34 @@ pub async fn run(
             report.status.control_planes_error = Some(error);
         });
     };
-    let client = loop {
-        match home_client(kubeconfig.as_deref()).await {
-            Ok(client) => break client,
-            Err(e) => failed(e.to_string()),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(CLIENT_RETRY) => {}
-            _ = cancel.cancelled() => return,
-        }
+    let Some(client) = client_until(kubeconfig.as_deref(), &cancel, &failed).await else {
+        return;
     };
     let gvk = GroupVersionKind::gvk(capi_cluster::GROUP, capi_cluster::VERSION, "Cluster");
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, &source.namespace, &ApiResource::from_gvk(&gvk));
     let mut said: BTreeMap<String, Readiness> = BTreeMap::new();
-    let mut wait = RETRY_FIRST;
-    loop {
-        let mut stream = Box::pin(watcher::watcher(api.clone(), watcher::Config::default()));
-        let mut listing: Option<BTreeMap<String, Readiness>> = None;
-        let error = loop {
-            let event = tokio::select! {
-                event = next(&mut stream) => event,
-                _ = cancel.cancelled() => return,
-            };
-            let changed = match event {
-                None => break None,
-                Some(Err(e)) => break Some(chain(&e)),
-                Some(Ok(Event::Init)) => {
-                    listing = Some(BTreeMap::new());
-                    false
-                }
-                Some(Ok(Event::InitApply(object))) => {
-                    let listed = listing.get_or_insert_with(BTreeMap::new);
-                    if let Some((cluster, readiness)) = read(&object) {
-                        listed.insert(cluster, readiness);
-                    }
-                    false
-                }
-                Some(Ok(Event::InitDone)) => {
-                    said = listing.take().unwrap_or_default();
-                    wait = RETRY_FIRST;
-                    true
-                }
-                Some(Ok(Event::Apply(object))) => {
-                    let cluster = object.metadata.name.clone().unwrap_or_default();
-                    match read(&object) {
-                        Some((cluster, readiness)) => said.insert(cluster, readiness),
-                        None => said.remove(&cluster),
-                    };
-                    true
-                }
-                Some(Ok(Event::Delete(object))) => {
-                    said.remove(object.metadata.name.as_deref().unwrap_or_default());
-                    true
-                }
-            };
-            if changed {
-                tx.send_modify(|reports| {
-                    if let Some(report) = reports.get_mut(name) {
-                        report.status.control_planes_error = None;
-                        report.control_planes = said.clone();
-                    }
-                });
+    let heard = |change: Heard| {
+        match change {
+            Heard::Listed(objects) => said = objects.iter().filter_map(read).collect(),
+            Heard::Applied(object) => {
+                match read(&object) {
+                    Some((cluster, readiness)) => said.insert(cluster, readiness),
+                    None => said.remove(object.metadata.name.as_deref().unwrap_or_default()),
+                };
             }
-        };
-        if let Some(error) = error {
-            failed(error);
+            Heard::Deleted(object) => {
+                said.remove(object.metadata.name.as_deref().unwrap_or_default());
+            }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = cancel.cancelled() => return,
-        }
-        wait = (wait * 2).min(RETRY_MAX);
-    }
+        tx.send_modify(|reports| {
+            if let Some(report) = reports.get_mut(name) {
+                report.status.control_planes_error = None;
+                report.control_planes = said.clone();
+            }
+        });
+    };
+    follow(api, watcher::Config::default(), &cancel, heard, &failed).await;
 }
 
 /// The cluster a Cluster object is of (its name: the kubeconfig Secret's label), and what it

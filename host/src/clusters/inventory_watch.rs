@@ -36,12 +36,12 @@ use crate::config::{argocd_secret, capi_secret, cluster_profile};
 use jobrelay_capabilities::open_error::chain;
 
 /// How long a home client that cannot be built waits before it is tried again.
-pub(crate) const CLIENT_RETRY: Duration = Duration::from_secs(10);
+const CLIENT_RETRY: Duration = Duration::from_secs(10);
 
 /// The wait after the source's watch failed, doubling up to [`RETRY_MAX`] while it fails in
 /// a row, back to this after a list.
-pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(500);
-pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a source holds, and how its watch fares.
 #[derive(Debug, Clone)]
@@ -261,75 +261,112 @@ async fn run(
             report.status.error = Some(error);
         });
     };
-    let client = loop {
-        match home_client(kubeconfig.as_deref()).await {
-            Ok(client) => break client,
-            Err(e) => failed(e.to_string()),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(CLIENT_RETRY) => {}
-            _ = cancel.cancelled() => return,
-        }
+    let Some(client) = client_until(kubeconfig.as_deref(), &cancel, &failed).await else {
+        return;
     };
     let mut config = watcher::Config::default();
     if !source.label_selector.is_empty() {
         config = config.labels(&source.label_selector);
     }
-    let api = objects(client, kind, &source);
     let mut inventory = Inventory::default();
+    let heard = |change: Heard| {
+        match change {
+            Heard::Listed(objects) => {
+                inventory.replace(
+                    objects
+                        .iter()
+                        .filter_map(|o| parse_object(kind, &providers, o))
+                        .collect(),
+                );
+                for object in &objects {
+                    inventory.set_readiness(&key_of(object), readiness_of(kind, object));
+                }
+            }
+            Heard::Applied(object) => {
+                inventory.set_readiness(&key_of(&object), readiness_of(kind, &object));
+                match parse_object(kind, &providers, &object) {
+                    Some((key, parsed)) => inventory.apply(key, parsed),
+                    // Relabelled into none of the source's clusters: it is gone.
+                    None => inventory.remove(&key_of(&object)),
+                }
+            }
+            Heard::Deleted(object) => inventory.remove(&key_of(&object)),
+        }
+        publish(&tx, name, &inventory);
+    };
+    follow(
+        objects(client, kind, &source),
+        config,
+        &cancel,
+        heard,
+        &failed,
+    )
+    .await;
+}
+
+/// A change of the objects a watch follows.
+pub(crate) enum Heard {
+    /// A full list: these are all there are.
+    Listed(Vec<DynamicObject>),
+    /// One was added or changed.
+    Applied(DynamicObject),
+    /// One was deleted.
+    Deleted(DynamicObject),
+}
+
+/// A client for the home cluster, tried again every [`CLIENT_RETRY`] (each failure told to
+/// `failed`) until one is built; `None` once `cancel` fires.
+pub(crate) async fn client_until(
+    kubeconfig: Option<&Path>,
+    cancel: &CancellationToken,
+    failed: &impl Fn(String),
+) -> Option<Client> {
+    loop {
+        match home_client(kubeconfig).await {
+            Ok(client) => return Some(client),
+            Err(e) => failed(e.to_string()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CLIENT_RETRY) => {}
+            _ = cancel.cancelled() => return None,
+        }
+    }
+}
+
+/// Lists and then watches `api` with kube-runtime's watcher until `cancel`, telling `heard`
+/// each change. A watch that fails (no rights, the home cluster down) is told to `failed` and
+/// tried again, [`RETRY_FIRST`] doubling to [`RETRY_MAX`] while it fails in a row, back to the
+/// first after a list; each attempt is a fresh list, so what was deleted meanwhile goes, and
+/// the list tells that the objects are read again (a watch resumed in silence would not).
+pub(crate) async fn follow(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    cancel: &CancellationToken,
+    mut heard: impl FnMut(Heard),
+    failed: &impl Fn(String),
+) {
     let mut wait = RETRY_FIRST;
     loop {
-        // A fresh watcher lists before it watches, so each attempt after a failure ends in a
-        // full list: what was deleted meanwhile goes, and the list tells that the source is
-        // read again (a watch resumed in silence would not).
         let mut stream = Box::pin(watcher::watcher(api.clone(), config.clone()));
-        let mut listing: Option<Vec<_>> = None;
-        let mut said: Vec<(String, Readiness)> = Vec::new();
+        let mut listing: Option<Vec<DynamicObject>> = None;
         let error = loop {
             let event = tokio::select! {
                 event = next(&mut stream) => event,
                 _ = cancel.cancelled() => return,
             };
-            let changed = match event {
+            match event {
                 None => break None,
                 Some(Err(e)) => break Some(chain(&e)),
-                Some(Ok(Event::Init)) => {
-                    listing = Some(Vec::new());
-                    said.clear();
-                    false
-                }
+                Some(Ok(Event::Init)) => listing = Some(Vec::new()),
                 Some(Ok(Event::InitApply(object))) => {
-                    let listed = listing.get_or_insert_with(Vec::new);
-                    listed.extend(parse_object(kind, &providers, &object));
-                    if let Some(readiness) = readiness_of(kind, &object) {
-                        said.push((key_of(&object), readiness));
-                    }
-                    false
+                    listing.get_or_insert_with(Vec::new).push(object);
                 }
                 Some(Ok(Event::InitDone)) => {
-                    inventory.replace(listing.take().unwrap_or_default());
-                    for (key, readiness) in said.drain(..) {
-                        inventory.set_readiness(&key, Some(readiness));
-                    }
                     wait = RETRY_FIRST;
-                    true
+                    heard(Heard::Listed(listing.take().unwrap_or_default()));
                 }
-                Some(Ok(Event::Apply(object))) => {
-                    inventory.set_readiness(&key_of(&object), readiness_of(kind, &object));
-                    match parse_object(kind, &providers, &object) {
-                        Some((key, parsed)) => inventory.apply(key, parsed),
-                        // Relabelled into none of the source's clusters: it is gone.
-                        None => inventory.remove(&key_of(&object)),
-                    }
-                    true
-                }
-                Some(Ok(Event::Delete(object))) => {
-                    inventory.remove(&key_of(&object));
-                    true
-                }
-            };
-            if changed {
-                publish(&tx, name, &inventory);
+                Some(Ok(Event::Apply(object))) => heard(Heard::Applied(object)),
+                Some(Ok(Event::Delete(object))) => heard(Heard::Deleted(object)),
             }
         };
         if let Some(error) = error {
@@ -366,7 +403,7 @@ fn publish(tx: &watch::Sender<Reports>, name: &'static str, inventory: &Inventor
 
 /// The stream's next item. The watcher's stream is named by its `WatchStreamExt` bound, whose
 /// `Stream` supertrait gives the poll, so no stream crate is needed for it.
-pub(crate) async fn next<S>(stream: &mut Pin<Box<S>>) -> Option<S::Item>
+async fn next<S>(stream: &mut Pin<Box<S>>) -> Option<S::Item>
 where
     S: WatchStreamExt + ?Sized,
 {

@@ -222,10 +222,11 @@ impl ControlLoop {
         let mut said = BTreeMap::new();
         if let Some(watch) = &self.inventory {
             let reports = watch.reports.borrow().clone();
+            // Which source object gives each cluster (a file or another source may take it).
+            let given_by = self.state.given_by();
             for (name, report) in reports {
                 // What a source says of a cluster's control plane counts where the source
                 // is the one that gives the cluster.
-                let given_by = self.state.given_by();
                 let objects = report.snapshot.iter().flat_map(|s| &s.readiness);
                 for (cluster, readiness) in objects.chain(&report.control_planes) {
                     let key = report.status.clusters.get(cluster);
@@ -244,7 +245,6 @@ impl ControlLoop {
                     .cloned()
                     .unwrap_or_default();
                 // A cluster the source names that a file or another source gives is not its.
-                let given_by = self.state.given_by();
                 status.clusters.retain(|cluster, secret| {
                     given_by
                         .get(cluster)

@@ -12,7 +12,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::{Labels, family, gauge, with_inf};
+use super::{Labels, family, gauge, per_cluster, with_inf};
 use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::health::HealthState;
 use crate::telemetry::status::Status;
@@ -186,16 +186,7 @@ fn cluster_availability(e: &mut DescriptorEncoder, status: &Status) -> Result<()
         "jobrelay_cluster_health_checks_failed",
         "Health checks of the cluster failed in a row (0 once one passes)",
         MetricType::Gauge,
-        status
-            .clusters
-            .iter()
-            .map(|(name, c)| {
-                (
-                    vec![("cluster", name.clone())],
-                    gauge(u64::from(c.failed_checks)),
-                )
-            })
-            .collect(),
+        per_cluster(status, |c| gauge(u64::from(c.failed_checks))),
     )?;
     family(
         e,
@@ -203,16 +194,7 @@ fn cluster_availability(e: &mut DescriptorEncoder, status: &Status) -> Result<()
         "1 while the cluster's last health check was refused for its credentials (401 \
          Unauthorized: a revoked or expired token)",
         MetricType::Gauge,
-        status
-            .clusters
-            .iter()
-            .map(|(name, c)| {
-                (
-                    vec![("cluster", name.clone())],
-                    gauge(u64::from(c.unauthorized)),
-                )
-            })
-            .collect(),
+        per_cluster(status, |c| gauge(u64::from(c.unauthorized))),
     )?;
     let synced = status
         .clusters

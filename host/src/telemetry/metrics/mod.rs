@@ -42,6 +42,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use super::status::{Status, StatusSources};
+use crate::clusters::health::ClusterHealth;
 use crate::daemon::plugin_set::PluginStatus;
 
 /// Reads the daemon's counters on every scrape.
@@ -116,6 +117,15 @@ fn per_plugin<M>(status: &Status, read: impl Fn(&PluginStatus) -> Option<M>) -> 
         .plugins
         .iter()
         .filter_map(|(name, p)| Some((vec![("plugin", name.clone())], read(p)?)))
+        .collect()
+}
+
+/// One sample per cluster, labelled `cluster`, from what `read` finds in its health.
+fn per_cluster<M>(status: &Status, read: impl Fn(&ClusterHealth) -> M) -> Vec<(Labels, M)> {
+    status
+        .clusters
+        .iter()
+        .map(|(name, c)| (vec![("cluster", name.clone())], read(c)))
         .collect()
 }
 
