@@ -21,9 +21,10 @@ use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, argocd, capi};
 use serde_json::Value;
 
 use crate::cluster_sources::{
-    checked_often, delivered, fleet_told, fleet_until, free_port, starts, status_until, synced,
+    back_online, checked_often, delivered, fleet_told, fleet_until, free_port, restarted, starts,
+    status_until, synced,
 };
-use crate::process::{Relay, count_ids, http_get, poll, read_lines, write};
+use crate::process::{Relay, count_ids, http_get, read_lines, write};
 
 const NS: &str = "fleet";
 
@@ -121,13 +122,7 @@ async fn cluster_api_secrets_add_restart_alone_and_remove_clusters_live() {
     let beta_lists = beta.list_requests_for(&Gvr::VOLCANO_JOB);
     alpha.accept_token("rotated-capi-token-0001");
     capi::put_cluster(&home, NS, "alpha", &alpha, "rotated-capi-token-0001").expect("put");
-    let restarted = poll(crate::process::DEADLINE, || {
-        (starts(&relay, "alpha") == 2)
-            .then_some(())
-            .ok_or_else(String::new)
-    })
-    .await;
-    assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    restarted(&relay, "alpha", 2).await;
     alpha.revoke_token(alpha.token());
     on_alpha.succeeded().expect("succeeded");
     delivered(&relay, &events, "alpha", "succeeded").await;
@@ -434,14 +429,5 @@ async fn a_cluster_still_being_built_is_connecting_not_offline() {
     assert!(!summary.contains("its source says"), "{summary}");
 
     alpha.outage_hard(false).expect("up");
-    let now = status_until(&relay, listen, "alpha online", |s| {
-        s["clusters"]["alpha"]["availability"] == "online"
-    })
-    .await;
-    assert!(
-        now["clusters"]["alpha"].get("source_says").is_none(),
-        "{now:#}"
-    );
-    let told: Vec<String> = fleet_told(&events).into_iter().map(|(k, _)| k).collect();
-    assert_eq!(told, ["cluster-offline", "cluster-online"]);
+    back_online(&relay, listen, &events, "alpha").await;
 }

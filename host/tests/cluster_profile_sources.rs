@@ -20,9 +20,10 @@ use jobrelay_testkit::{Flavor, Gvr, JobDriver, SimCluster, argocd, cluster_profi
 use serde_json::{Value, json};
 
 use crate::cluster_sources::{
-    checked_often, delivered, fleet_told, fleet_until, free_port, starts, status_until, synced,
+    back_online, checked_often, delivered, fleet_until, free_port, restarted, starts, status_until,
+    synced,
 };
-use crate::process::{Relay, count_ids, http_get, poll, read_lines, write};
+use crate::process::{Relay, count_ids, http_get, read_lines, write};
 
 const NS: &str = "inventory";
 const PROVIDER: &str = "kit-token";
@@ -135,13 +136,7 @@ async fn cluster_profiles_add_run_the_plugin_restart_alone_and_remove_clusters_l
         ),
     )
     .expect("put");
-    let restarted = poll(crate::process::DEADLINE, || {
-        (starts(&relay, "alpha") == 2)
-            .then_some(())
-            .ok_or_else(String::new)
-    })
-    .await;
-    assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    restarted(&relay, "alpha", 2).await;
     on_alpha.succeeded().expect("succeeded");
     delivered(&relay, &events, "alpha", "succeeded").await;
     on_beta.succeeded().expect("succeeded");
@@ -437,16 +432,7 @@ async fn a_control_plane_reported_unhealthy_feeds_the_clusters_availability() {
 
     cluster_profile::put(&home, with_health("True", "Healthy")).expect("put");
     alpha.outage_hard(false).expect("back");
-    let now = status_until(&relay, listen, "alpha online again", |s| {
-        s["clusters"]["alpha"]["availability"] == "online"
-    })
-    .await;
-    assert!(
-        now["clusters"]["alpha"].get("source_says").is_none(),
-        "{now:#}"
-    );
-    let told: Vec<String> = fleet_told(&events).into_iter().map(|(k, _)| k).collect();
-    assert_eq!(told, ["cluster-offline", "cluster-online"]);
+    back_online(&relay, listen, &events, "alpha").await;
     assert_eq!(starts(&relay, "alpha"), 1);
 }
 
@@ -480,13 +466,7 @@ async fn an_edit_of_the_provider_file_alone_is_followed_and_a_bad_one_refused() 
         &root.join("providers.json"),
         &cluster_profile::provider_file(PROVIDER, &second, true),
     );
-    let restarted = poll(crate::process::DEADLINE, || {
-        (starts(&relay, "alpha") == 2)
-            .then_some(())
-            .ok_or_else(String::new)
-    })
-    .await;
-    assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    restarted(&relay, "alpha", 2).await;
     alpha.revoke_token(TOKEN);
     job.succeeded().expect("succeeded");
     delivered(&relay, &events, "alpha", "succeeded").await;

@@ -141,6 +141,43 @@ pub(crate) async fn fleet_until(relay: &Relay, events: &Path, n: usize) -> Vec<(
     told.unwrap_or_else(|e| panic!("not {n} fleet events: {e}\n{}", relay.tail()))
 }
 
+/// Waits until the log says `cluster` was started `n` times; panics with its log after the
+/// deadline.
+pub(crate) async fn restarted(relay: &Relay, cluster: &str, n: usize) {
+    let started = poll(DEADLINE, || {
+        (starts(relay, cluster) == n)
+            .then_some(())
+            .ok_or_else(String::new)
+    })
+    .await;
+    assert!(
+        started.is_ok(),
+        "{cluster} never restarted\n{}",
+        relay.tail()
+    );
+}
+
+/// Waits until `cluster` is online again after an outage its source spoke of: its source
+/// says nothing against it any more, and the event log holds the outage and its end, once
+/// each.
+pub(crate) async fn back_online(
+    relay: &Relay,
+    listen: std::net::SocketAddr,
+    events: &Path,
+    cluster: &str,
+) {
+    let now = status_until(relay, listen, &format!("{cluster} online again"), |s| {
+        s["clusters"][cluster]["availability"] == "online"
+    })
+    .await;
+    assert!(
+        now["clusters"][cluster].get("source_says").is_none(),
+        "{now:#}"
+    );
+    let told: Vec<String> = fleet_told(events).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(told, ["cluster-offline", "cluster-online"]);
+}
+
 /// Waits until the event log has an event of `cluster` in `phase`.
 pub(crate) async fn delivered(relay: &Relay, events: &Path, cluster: &str, phase: &str) {
     let found = poll(DEADLINE, || {
@@ -215,13 +252,7 @@ async fn argo_cd_secrets_add_restart_alone_and_remove_clusters_live() {
     alpha.accept_token("rotated-token-0001");
     let edited = std::time::Instant::now();
     argocd::put_cluster(&home, NS, "alpha", "alpha", &alpha, "rotated-token-0001").expect("put");
-    let restarted = poll(DEADLINE, || {
-        (starts(&relay, "alpha") == 2)
-            .then_some(())
-            .ok_or_else(String::new)
-    })
-    .await;
-    assert!(restarted.is_ok(), "alpha never restarted\n{}", relay.tail());
+    restarted(&relay, "alpha", 2).await;
     println!(
         "Secret edited -> alpha restarted in {} ms",
         edited.elapsed().as_millis()

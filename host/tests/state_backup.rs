@@ -12,9 +12,16 @@ use jobrelay_testkit::{Flavor, JobDriver, SimCluster};
 use crate::cluster_sources::delivered;
 use crate::process::{Relay, config_folder, count_ids, read_lines};
 
-async fn jobrelay(args: &[&std::ffi::OsStr]) -> std::process::Output {
+/// `jobrelay state backup --config ROOT OUT`, as an operator runs it.
+async fn backup(root: &std::path::Path, out: &std::ffi::OsStr) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_jobrelay"))
-        .args(args)
+        .args([
+            "state".as_ref(),
+            "backup".as_ref(),
+            "--config".as_ref(),
+            root.as_os_str(),
+            out,
+        ])
         .env("RUST_LOG", "warn")
         .output()
         .await
@@ -35,46 +42,38 @@ async fn a_backup_taken_beside_the_daemon_restores_without_repeats() {
     first.running().expect("running");
     first.succeeded().expect("succeeded");
     delivered(&relay, &events, "alpha", "succeeded").await;
-    // The lane writes its cursor just after the call returns.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The lane writes its cursor just after the call returns: the backup is taken once the
+    // job's cursor stands at its end.
+    let state = crate::process::state_file(root);
+    let started = std::time::Instant::now();
+    while !crate::process::cursors(&state, "log")
+        .await
+        .iter()
+        .any(|c| c.uid == first.uid() && c.phase == jobrelay_contract::event::Phase::Succeeded)
+    {
+        assert!(
+            started.elapsed() < crate::process::DEADLINE,
+            "no cursor\n{}",
+            relay.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
-    let backup = root.join("backup.db");
-    let config = root.as_os_str();
-    let out = jobrelay(&[
-        "state".as_ref(),
-        "backup".as_ref(),
-        "--config".as_ref(),
-        config,
-        backup.as_os_str(),
-    ])
-    .await;
+    let copy = root.join("backup.db");
+    let out = backup(root, copy.as_os_str()).await;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let again = jobrelay(&[
-        "state".as_ref(),
-        "backup".as_ref(),
-        "--config".as_ref(),
-        config,
-        backup.as_os_str(),
-    ])
-    .await;
+    let again = backup(root, copy.as_os_str()).await;
     assert_eq!(again.status.code(), Some(2), "an error, as every command's");
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("exists"),
         "a backup never replaces a file: {}",
         String::from_utf8_lossy(&again.stderr)
     );
-    let piped = jobrelay(&[
-        "state".as_ref(),
-        "backup".as_ref(),
-        "--config".as_ref(),
-        config,
-        "-".as_ref(),
-    ])
-    .await;
+    let piped = backup(root, "-".as_ref()).await;
     assert!(
         piped.status.success(),
         "{}",
@@ -98,7 +97,7 @@ async fn a_backup_taken_beside_the_daemon_restores_without_repeats() {
             std::fs::remove_file(&path).expect("remove");
         }
     }
-    std::fs::copy(&backup, state.join("jobrelay.db")).expect("restore");
+    std::fs::copy(&copy, state.join("jobrelay.db")).expect("restore");
 
     let relay = Relay::start(root, "after the restore");
     let mut second = JobDriver::create(&sim, Flavor::Volcano, "ml", "after").expect("job");
