@@ -750,6 +750,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         local_queue: Some("team-a".into()),
         waiting_since: at("2026-11-21T10:00:00Z"),
         admitted_at: admitted.and_then(at),
+        evicted_at: None,
         past_execution_seconds: 0,
         evictions: Counts::from([("Preempted".into(), 1)]),
         requeues: 1,

@@ -388,6 +388,7 @@ async fn a_plugin_reads_its_events_story_through_the_story_interface() {
             local_queue: Some("team-a".into()),
             waiting_since: chrono::DateTime::parse_from_rfc3339("2026-12-02T10:00:00Z").ok(),
             admitted_at: None,
+            evicted_at: None,
             past_execution_seconds: 3595,
             evictions: Counts::from([("Preempted".into(), 2)]),
             requeues: 2,

@@ -115,9 +115,14 @@ pub struct WorkloadFacts {
     /// Workload's creation. `None` when neither is written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_since: Option<DateTime<FixedOffset>>,
-    /// When it was admitted last (`Admitted=True`'s transition), while admitted.
+    /// When it was admitted last (`Admitted=True`'s transition), while admitted and once
+    /// finished from an admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_at: Option<DateTime<FixedOffset>>,
+    /// When it was last evicted (`Evicted=True`'s transition), while Kueue says so: until it
+    /// is admitted again. Not in the WIT record (the job view stamps its marks with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted_at: Option<DateTime<FixedOffset>>,
     /// Seconds admitted in earlier admit–evict cycles (`accumulatedPastExecutionTimeSeconds`).
     #[serde(default)]
     pub past_execution_seconds: i64,
@@ -260,6 +265,7 @@ mod tests {
                 local_queue: Some("team-a".into()),
                 waiting_since: DateTime::parse_from_rfc3339("2026-12-01T10:00:00+00:00").ok(),
                 admitted_at: None,
+                evicted_at: None,
                 past_execution_seconds: 3595,
                 evictions: Counts::from([("Preempted".into(), 1)]),
                 requeues: 1,

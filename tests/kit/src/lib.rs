@@ -1,7 +1,7 @@
 //! Test kit for jobrelay: a Kubernetes API simulator that speaks the real HTTP protocol, the
 //! kubeconfig files that point clients at it, and drivers that move training jobs through
-//! realistic lifecycles; and a stand-in for Feishu's custom-bot webhook ([`FeishuReceiver`]) for
-//! notifier plugins.
+//! realistic lifecycles (with Kueue's part in them: [`SimKueue`]); and a stand-in for Feishu's
+//! custom-bot webhook ([`FeishuReceiver`]) for notifier plugins.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -21,6 +21,7 @@ pub mod cluster_profile;
 pub mod configmap;
 pub mod feishu;
 pub mod kubeconfig;
+pub mod kueue;
 pub mod lifecycle;
 pub mod mariadb;
 pub mod registry;
@@ -31,7 +32,8 @@ pub mod sim;
 pub use chat::{ChatReceiver, Provider, Received};
 pub use feishu::{FeishuReceiver, ReceivedMessage};
 pub use kubeconfig::{KubeconfigSpec, render as render_kubeconfig, write_atomic};
-pub use lifecycle::{Flavor, JobBuilder, JobDriver, Pace};
+pub use kueue::{KueueStep, SimKueue, Workload};
+pub use lifecycle::{Flavor, JobBuilder, JobDriver, Pace, PodFailure};
 pub use mariadb::PrivateMariaDb;
 pub use registry::LocalRegistry;
 pub use scenario::Scenario;

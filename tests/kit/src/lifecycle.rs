@@ -28,7 +28,9 @@
 //! | `aborted` | error | `Aborting`, then `Aborted` | error |
 //! | `terminated(r)` | error | `Terminating`, then `Terminated` | error |
 //! | `stopped` | error | error | error |
-//! | `created_suspended` + `admitted` | error | error | error |
+//! | `created_suspended` (builder) | `spec.suspend=true`, `Suspended=True/JobSuspended`, no pods | error | error |
+//! | `admitted` | `resumed`, the pods created, `running` | error | error |
+//! | `pod_fails(c)` | the first pod's status as the kubelet writes it for `c` ([`PodFailure`]) | same | same |
 //! | `delete` | DELETE (marked if finalizers; pods garbage-collected on removal) | same | same |
 //!
 //! The AI kinds have no phase field: a `TrainJob` ([`trainjob`]) and a `JobSet` ([`jobset`])
@@ -48,19 +50,25 @@
 //! | `resumed` | `spec.suspend=false`, then `C:Suspended=False/Resumed` (only if it was True), node `{active:1}` | `spec.suspend=false`, then `C:Suspended=False/ResumeJobs`, `{active}` (in order: leader first with `C:StartupPolicyInProgress=True`) | `spec.suspend=false`, then `""`, then `Initializing`, new `startTime` |
 //! | `created_suspended` (builder) | `spec.suspend=true`, no status, no pods | `spec.suspend=true`, `C:Suspended=True/SuspendedJobs`, `{suspended}`, no pods | `spec.suspend=true`, `Initializing`, `Suspending`, `Suspended`, no pods |
 //! | `admitted` | `resumed`, the pods created, `running` | same | same |
+//! | `pod_fails(c)` | the first pod's status as the kubelet writes it for `c` | same | same |
 //! | other steps | error | error | error |
 //!
 //! Pods are left alone by `suspended`/`resumed` (real controllers delete and recreate them),
 //! and a restart restarts the first pod's container in place for every flavour (JobSet and
-//! KubeRay recreate the pods instead).
+//! KubeRay recreate the pods instead). A pod [`JobDriver::pod_fails`] terminated (`OOMKilled`)
+//! keeps its status when a later step finishes the pods, as a dead container stays dead.
+//!
+//! Kueue's side of a job it manages (its `Workload`: queued, admitted, preempted, requeued)
+//! is played by [`crate::kueue`], which suspends and admits the job through these steps.
 
 mod batch;
 mod builder;
-mod conditions;
+pub(crate) mod conditions;
 mod driver;
 pub mod jobset;
 mod kubeflow;
 mod play;
+mod pod_failure;
 mod pods;
 pub mod rayjob;
 mod spec;
@@ -72,6 +80,7 @@ use crate::sim::Gvr;
 
 pub use builder::JobBuilder;
 pub use driver::{JobDriver, Pace};
+pub use pod_failure::PodFailure;
 pub use pods::PodInfo;
 
 /// The kinds of training job the driver can play.
@@ -142,6 +151,13 @@ impl Flavor {
     /// One of [`Flavor::AI_KINDS`].
     pub fn is_ai_kind(self) -> bool {
         Flavor::AI_KINDS.contains(&self)
+    }
+
+    /// Whether the driver plays a job of this kind created suspended until Kueue admits it
+    /// ([`JobBuilder::created_suspended`], [`JobDriver::admitted`]): the batch Job and the
+    /// AI kinds.
+    pub fn waits_for_admission(self) -> bool {
+        self == Flavor::Batch || self.is_ai_kind()
     }
 
     /// Replica type names in `replicaStatuses` (Kubeflow), leader first.

@@ -666,6 +666,7 @@ fn stays_come_from_the_jobs_objects() {
                 local_queue: Some("team-a".into()),
                 waiting_since: Some(waiting),
                 admitted_at: None,
+                evicted_at: None,
                 past_execution_seconds: 0,
                 evictions: Default::default(),
                 requeues: 0,

@@ -47,7 +47,11 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
             reason: text(Some(done), |c| &c.reason),
             message: text(Some(done), |c| &c.message),
         }
-    } else if let Some(evicted) = holds("Evicted") {
+    } else if let Some(evicted) = holds("Evicted")
+        // Kueue keeps `Evicted=True` until it reserves quota again: an evicted Workload it
+        // has requeued (`Requeued=True`) and that holds no quota is back in its queue.
+        .filter(|_| holds("Requeued").is_none() || holds("QuotaReserved").is_some())
+    {
         QueueState::Evicted {
             reason: text(Some(evicted), |c| &c.reason),
             message: text(Some(evicted), |c| &c.message),
@@ -109,9 +113,11 @@ pub fn read(json: &str) -> Result<WorkloadFacts, WorkloadError> {
         cluster_queue: admission.cluster_queue,
         local_queue: w.spec.and_then(|s| s.queue_name),
         waiting_since: when(condition("Requeued").filter(|c| c.status == "True")).or(created),
-        admitted_at: matches!(state, QueueState::Admitted)
+        // Kept once finished, so the last admission's run can be counted to the end.
+        admitted_at: matches!(state, QueueState::Admitted | QueueState::Finished { .. })
             .then(|| when(holds("Admitted")))
             .flatten(),
+        evicted_at: when(holds("Evicted")),
         past_execution_seconds: status.accumulated_past_execution_time_seconds.unwrap_or(0),
         evictions: status
             .scheduling_stats

@@ -72,13 +72,13 @@ impl JobBuilder {
         self
     }
 
-    /// TrainJob, JobSet and RayJob only: created with `spec.suspend: true`, as Kueue's
-    /// webhook submits every job it manages, and without pods until
+    /// batch/v1 Job, TrainJob, JobSet and RayJob only: created with `spec.suspend: true`, as
+    /// Kueue's webhook submits every job it manages, and without pods until
     /// [`JobDriver::admitted`]. What the controller writes before admission differs per kind
-    /// (see the module table): nothing at all for a TrainJob (Kueue admitted it before the
-    /// trainer reconciled it, the case that is easy to misread as running; play
-    /// [`JobDriver::suspended`] to have the condition written). Creating any other flavour
-    /// with it is an error.
+    /// (see the module table): `Suspended=True/JobSuspended` for a batch Job; nothing at all
+    /// for a TrainJob (Kueue admitted it before the trainer reconciled it, the case that is
+    /// easy to misread as running; play [`JobDriver::suspended`] to have the condition
+    /// written). Creating any other flavour with it is an error.
     pub fn created_suspended(mut self) -> Self {
         self.created_suspended = true;
         self
@@ -89,9 +89,9 @@ impl JobBuilder {
         if self.in_order_startup && self.flavor != Flavor::JobSet {
             bail!("only JobSets have an in-order startup policy");
         }
-        if self.created_suspended && !self.flavor.is_ai_kind() {
+        if self.created_suspended && !self.flavor.waits_for_admission() {
             bail!(
-                "{} cannot be created suspended (only TrainJob, JobSet and RayJob)",
+                "{} cannot be created suspended (only batch Job, TrainJob, JobSet and RayJob)",
                 self.flavor.kind()
             );
         }
@@ -149,6 +149,7 @@ impl JobBuilder {
             in_order: self.in_order_startup,
             deferred_pods: Vec::new(),
             ray_cluster,
+            dead_pods: Vec::new(),
         };
         if self.created_suspended {
             if self.with_pods {

@@ -48,6 +48,9 @@ pub struct JobDriver {
     pub(super) deferred_pods: Vec<PodInfo>,
     /// RayJob: the RayCluster its pods are named after.
     pub(super) ray_cluster: String,
+    /// Pods whose container [`JobDriver::pod_fails`] terminated: later steps that finish the
+    /// pods leave them as they are (a dead container stays dead).
+    pub(super) dead_pods: Vec<String>,
 }
 
 impl JobDriver {
@@ -108,6 +111,12 @@ impl JobDriver {
     /// The job's pods (empty when built `without_pods`).
     pub fn pods(&self) -> &[PodInfo] {
         &self.pods
+    }
+
+    /// The pods the job runs when all are up: those of [`JobDriver::pods`], and those a job
+    /// created suspended gets once admitted (what Kueue counts in the Workload's pod sets).
+    pub fn pod_count(&self) -> u32 {
+        self.total
     }
 
     pub fn pod_names(&self) -> Vec<String> {
@@ -301,6 +310,9 @@ impl JobDriver {
             .clone();
         let restarts = self.restarts;
         self.write_pods(|i, p| {
+            if self.dead_pods.contains(&p.name) {
+                return None;
+            }
             let exit = match (failure, i) {
                 (false, _) => Exit::Completed,
                 (true, 0) => Exit::Error,

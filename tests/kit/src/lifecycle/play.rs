@@ -1,12 +1,12 @@
 //! The AI kinds' side of the steps: each step in `steps.rs` hands a TrainJob, JobSet or RayJob
 //! to its kind's module as a [`Step`], because their controllers write different things for
 //! the same phase (conditions and child-Job counts vs. two enums) and a step often takes
-//! several writes. Also here: the steps only these kinds have — Kueue's admission of a job
-//! created suspended, and RayJob's `stopped`.
+//! several writes. Also here: the steps only these kinds (and the batch Job) have — Kueue's
+//! admission of a job created suspended — and RayJob's `stopped`.
 
 use anyhow::bail;
 
-use super::{Flavor, JobDriver, jobset, rayjob, trainjob};
+use super::{Flavor, JobDriver, batch, jobset, rayjob, trainjob};
 
 /// A lifecycle step as a kind's module plays it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,10 @@ impl JobDriver {
     /// Right after creation with `spec.suspend: true`: whatever the controller writes for it.
     pub(super) fn settle_created_suspended(&mut self) -> anyhow::Result<String> {
         let now = self.tick();
+        if self.flavor == Flavor::Batch {
+            // The job controller says so at once: `Suspended=True/JobSuspended`.
+            return self.write_status(&now, batch::suspended);
+        }
         self.play(Step::CreatedSuspended, now)
     }
 
@@ -57,12 +61,12 @@ impl JobDriver {
     /// [`created_suspended`](super::JobBuilder::created_suspended), or suspended since):
     /// `spec.suspend=false` and what the controller writes on resume (as
     /// [`JobDriver::resumed`]), then the pods are created and start (as
-    /// [`JobDriver::running`]). Returns the RV after the last write. TrainJob, JobSet and
-    /// RayJob only; an error when the job is not suspended.
+    /// [`JobDriver::running`]). Returns the RV after the last write. batch Job, TrainJob,
+    /// JobSet and RayJob only; an error when the job is not suspended.
     pub fn admitted(&mut self) -> anyhow::Result<String> {
-        if !self.flavor.is_ai_kind() {
+        if !self.flavor.waits_for_admission() {
             bail!(
-                "only TrainJob, JobSet and RayJob wait for admission, not a {}",
+                "only batch Job, TrainJob, JobSet and RayJob wait for admission, not a {}",
                 self.flavor.kind()
             );
         }

@@ -213,7 +213,7 @@ pub(crate) fn pod_object(
     })
 }
 
-fn condition(kind: &str, status: bool, now: &str) -> Value {
+pub(crate) fn condition(kind: &str, status: bool, now: &str) -> Value {
     json!({ "type": kind, "status": if status { "True" } else { "False" }, "lastProbeTime": null, "lastTransitionTime": now })
 }
 

@@ -39,6 +39,8 @@ pub use stats::{DeletionRecord, RequestRecord};
 pub use status::SimError;
 pub use store::EventType;
 
+pub(crate) use meta::new_uid;
+
 use faults::Faults;
 use list::ListQuery;
 use patch::PatchBody;
@@ -234,6 +236,11 @@ impl SimCluster {
     /// registered.
     pub fn unregister_kind(&self, gvr: &Gvr) -> bool {
         self.state().registry.unregister(gvr)
+    }
+
+    /// Whether a resource is registered (served), as discovery would list it.
+    pub fn serves(&self, gvr: &Gvr) -> bool {
+        self.state().registry.get(gvr).is_some()
     }
 
     fn kind(&self, gvr: &Gvr) -> Result<Arc<ResourceKind>, SimError> {

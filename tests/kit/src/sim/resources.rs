@@ -53,6 +53,9 @@ impl Gvr {
         Gvr::fixed("multicluster.x-k8s.io", "v1alpha1", "clusterprofiles");
     /// Cluster API's Clusters, a CRD not served until registered (`capi::register`).
     pub const CAPI_CLUSTER: Gvr = Gvr::fixed("cluster.x-k8s.io", "v1beta2", "clusters");
+    /// Kueue's Workloads, `kueue.x-k8s.io/v1beta2 workloads`, a CRD not served until
+    /// installed (`kueue::SimKueue::install`).
+    pub const KUEUE_WORKLOAD: Gvr = Gvr::fixed("kueue.x-k8s.io", "v1beta2", "workloads");
     /// `coordination.k8s.io/v1 leases` (leader election).
     pub const LEASE: Gvr = Gvr::fixed("coordination.k8s.io", "v1", "leases");
 

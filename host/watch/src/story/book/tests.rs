@@ -24,6 +24,7 @@ fn facts(job: &str, reason: &str) -> WorkloadFacts {
         local_queue: Some("team-ml".into()),
         waiting_since: None,
         admitted_at: None,
+        evicted_at: None,
         past_execution_seconds: 0,
         evictions: Counts::default(),
         requeues: 0,

@@ -152,7 +152,11 @@ fn a_finished_workload_is_finished_whatever_else_it_says() {
             message: "Job failed: BackoffLimitExceeded".into()
         }
     );
-    assert_eq!(facts.admitted_at, None, "not admitted now");
+    // The admission it finished from stays, so its last run can be counted to the end.
+    assert_eq!(
+        facts.admitted_at.map(|t| t.to_rfc3339()),
+        Some("2026-12-01T09:00:05+00:00".to_string())
+    );
 }
 
 #[test]
@@ -197,4 +201,40 @@ fn a_huge_message_is_kept_bounded() {
         }
         other => panic!("queued, not {other:?}"),
     }
+}
+
+/// Kueue keeps `Evicted=True` until it reserves quota again: once it requeued the Workload
+/// and holds no quota for it, the Workload waits in its queue again; while quota is still held
+/// (the eviction's first write), it is evicted.
+#[test]
+fn a_requeued_eviction_waits_in_its_queue() {
+    let evicted = condition(
+        "Evicted",
+        "True",
+        "Preempted",
+        "Preempted to accommodate",
+        "2026-12-01T10:00:00Z",
+    );
+    let facts = read(&workload(json!({"conditions": [
+        evicted.clone(),
+        condition("QuotaReserved", "True", "QuotaReserved", "", "2026-12-01T09:00:00Z"),
+        condition("Requeued", "True", "BackoffFinished", "", "2026-12-01T08:00:00Z")]})))
+    .expect("reads");
+    assert!(
+        matches!(facts.state, QueueState::Evicted { .. }),
+        "{:?}",
+        facts.state
+    );
+    let facts = read(&workload(json!({"conditions": [
+        evicted,
+        condition("QuotaReserved", "False", "Pending", "insufficient quota", "2026-12-01T10:00:01Z"),
+        condition("Requeued", "True", "Preempted", "", "2026-12-01T10:00:01Z")]})))
+    .expect("reads");
+    assert_eq!(
+        facts.state,
+        QueueState::Queued {
+            reason: "Pending".into(),
+            message: "insufficient quota".into()
+        }
+    );
 }
