@@ -188,6 +188,7 @@ fn fleet_event(kind: FleetEventKind, cluster: &str, rule: Option<&str>) -> Fleet
         cluster: cluster.into(),
         rule: rule.map(str::to_string),
         job_uid: None,
+        group: None,
         value: rule.map(|_| 0.31),
         threshold: rule.map(|_| 0.15),
         since: "2026-11-28T10:00:00Z".into(),

@@ -96,6 +96,11 @@ pub struct FleetEvent {
     /// the WIT record: plugins read the job from the summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_uid: Option<String>,
+    /// For a rule judged per cluster queue or per cause (`admission_wait_p95`,
+    /// `preemptions_per_hour`, `failures_per_hour`), which one: each is a subject of its own.
+    /// Not in the WIT record: plugins read it from the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// The rule's measured value when it was judged (a ratio, or seconds), for rule events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -137,6 +142,7 @@ impl FleetEvent {
             &self.cluster,
             self.rule.as_deref().filter(|_| self.kind.is_rule()),
             self.job_uid.as_deref().filter(|_| self.kind.is_rule()),
+            self.group.as_deref().filter(|_| self.kind.is_rule()),
         )
     }
 
@@ -192,11 +198,19 @@ impl FleetEvent {
 
 /// A UUID-shaped uid made from the subject's name: two 64-bit FNV-1a hashes of it (different
 /// offsets), with the version nibble set to 8 (a custom UUID) so it reads as one.
-fn subject_uid(cluster: &str, rule: Option<&str>, job: Option<&str>) -> String {
-    let subject = match (rule, job) {
-        (Some(rule), Some(job)) => format!("timer\u{0}{rule}\u{0}{cluster}\u{0}{job}"),
-        (Some(rule), None) => format!("rule\u{0}{rule}\u{0}{cluster}"),
-        (None, _) => format!("cluster\u{0}{cluster}"),
+fn subject_uid(
+    cluster: &str,
+    rule: Option<&str>,
+    job: Option<&str>,
+    group: Option<&str>,
+) -> String {
+    let subject = match (rule, job, group) {
+        (Some(rule), Some(job), _) => format!("timer\u{0}{rule}\u{0}{cluster}\u{0}{job}"),
+        (Some(rule), None, Some(group)) => {
+            format!("group\u{0}{rule}\u{0}{cluster}\u{0}{group}")
+        }
+        (Some(rule), None, None) => format!("rule\u{0}{rule}\u{0}{cluster}"),
+        (None, _, _) => format!("cluster\u{0}{cluster}"),
     };
     let fnv = |offset: u64| {
         subject.bytes().fold(offset, |h, b| {
@@ -231,6 +245,7 @@ mod tests {
             cluster: cluster.into(),
             rule: None,
             job_uid: None,
+            group: None,
             value: None,
             threshold: None,
             since: "2026-11-28T10:00:00Z".into(),
@@ -259,12 +274,16 @@ mod tests {
             rule.subject_uid(),
             rule_west.subject_uid(),
             // Names that join to the same text without the separator.
-            subject_uid("ea", Some("st"), None),
-            subject_uid("st", Some("ea"), None),
+            subject_uid("ea", Some("st"), None, None),
+            subject_uid("st", Some("ea"), None, None),
             // A timer on two jobs, and on a job whose uid is another's cluster.
-            subject_uid("east", Some("east"), Some("u1")),
-            subject_uid("east", Some("east"), Some("u2")),
-            subject_uid("u1", Some("east"), Some("east")),
+            subject_uid("east", Some("east"), Some("u1"), None),
+            subject_uid("east", Some("east"), Some("u2"), None),
+            subject_uid("u1", Some("east"), Some("east"), None),
+            // A rule on two cluster queues, and on a queue named as a job's uid.
+            subject_uid("east", Some("east"), None, Some("a100")),
+            subject_uid("east", Some("east"), None, Some("cpu")),
+            subject_uid("east", Some("east"), None, Some("u1")),
         ];
         let distinct: std::collections::HashSet<_> = uids.iter().collect();
         assert_eq!(distinct.len(), uids.len(), "{uids:?}");

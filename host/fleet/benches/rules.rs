@@ -60,6 +60,7 @@ fn main() {
                         Sample::Ended {
                             succeeded: !n.is_multiple_of(7),
                             ran: Some((n % 20_000) as f64),
+                            cause: None,
                         },
                     );
                 }
@@ -74,6 +75,7 @@ fn main() {
     ];
     let rules: Vec<Rule> = (0..100)
         .map(|i| Rule {
+            groups: vec![],
             name: format!("rule-{i}"),
             measure: measures[i % 3],
             above: if i % 3 == 0 { 0.1 } else { 600.0 },

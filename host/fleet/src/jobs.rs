@@ -36,8 +36,12 @@ use jobrelay_contract::uid_map::{SHARDS, UidMap};
 use jobrelay_watch::tracker::{Listed, Observed};
 
 mod filter;
+mod samples;
 pub mod spec;
 mod stays;
+#[cfg(test)]
+mod test_support;
+pub mod timeline;
 
 /// How long deleted jobs stay, and how many at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +163,9 @@ pub struct JobView {
     settings: RwLock<ViewSettings>,
     /// The SLIs of the transitions seen live.
     slis: Slis,
+    /// When the view began (seconds since the epoch): a Kueue admission before it is not
+    /// counted in the SLIs, as it was not seen happen.
+    began: Secs,
 }
 
 /// One job in a list.
@@ -196,9 +203,19 @@ pub struct JobSummary {
     /// RFC 3339: since when Kueue holds it (its last requeue, else the Workload's creation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued_since: Option<String>,
+    /// Times Kueue preempted its Workload, as its story last said.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub preemptions: u32,
+    /// The first failure cause its pods showed (`OOMKilled`, `ImagePullBackOff`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     /// The timers of `fleet.timers` firing on it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timers: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One job with what was observed of it.
@@ -211,6 +228,9 @@ pub struct JobDetail {
     pub labels: BTreeMap<String, String>,
     /// The phases it entered, oldest first (the first, then the latest ones).
     pub transitions: Vec<TransitionView>,
+    /// Those phases and what Kueue did with its Workload, oldest first (only phases for a
+    /// kind that tells no story): [`timeline`].
+    pub timeline: Vec<timeline::TimelineEntry>,
 }
 
 /// One phase a job entered, as the API shows it.
@@ -243,6 +263,7 @@ impl JobView {
             clusters: RwLock::default(),
             slis: Slis::new(settings.metrics_namespaces),
             settings: RwLock::new(settings),
+            began: now_secs(),
         }
     }
 
@@ -373,8 +394,10 @@ impl JobView {
                 lag(rec.phase != event.phase);
                 rec.enter(transition);
                 set_queued(rec, strings, event);
+                let news = timeline::note(rec, event, now, self.began);
+                self.sample_kueue(&event.cluster, strings, rec, news);
                 if !observed.from_list {
-                    self.sample(&event.cluster, strings, rec, before);
+                    self.sample(&event.cluster, strings, rec, before, event);
                 }
             }
             None => {
@@ -405,43 +428,18 @@ impl JobView {
                     history: Box::default(),
                     queued_since: 0,
                     queue: None,
+                    trail: None,
                 };
                 rec.enter(transition);
                 set_queued(&mut rec, strings, event);
+                let news = timeline::note(&mut rec, event, now, self.began);
+                self.sample_kueue(&event.cluster, strings, &rec, news);
                 if !observed.from_list {
-                    self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0));
+                    self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0), event);
                 }
                 jobs.insert(uid, rec);
             }
         }
-    }
-
-    /// Records what a live transition means for the SLIs: `before` is the job's phase and
-    /// start before it.
-    fn sample(
-        &self,
-        cluster: &str,
-        strings: &Interner<String>,
-        rec: &JobRecord,
-        (was, started_before): (Phase, Secs),
-    ) {
-        if rec.phase == was {
-            return;
-        }
-        let sample = match rec.phase {
-            Phase::Running if started_before == 0 && rec.started != 0 => Sample::Started {
-                waited: f64::from(rec.started) - f64::from(rec.created),
-            },
-            Phase::Succeeded | Phase::Failed => Sample::Ended {
-                succeeded: rec.phase == Phase::Succeeded,
-                ran: (rec.started != 0).then(|| f64::from(rec.finished) - f64::from(rec.started)),
-            },
-            Phase::Restarting => Sample::Restarted,
-            _ => return,
-        };
-        let text = |sym| strings.get(sym).map_or("", String::as_str);
-        self.slis
-            .record(cluster, text(rec.namespace), text(rec.kind), sample);
     }
 
     /// A (re-)list ended: the stream's jobs that were not listed are gone (no deletion event
@@ -650,6 +648,7 @@ impl JobView {
                             synthetic: t.synthetic,
                         })
                         .collect(),
+                    timeline: timeline::timeline(rec),
                 };
                 (rec.gone, detail)
             })
@@ -685,6 +684,12 @@ fn summary(cluster: &str, uid: &Uid, rec: &JobRecord, jobs: &ClusterJobs, now: S
         restarts: rec.restarts,
         queue: rec.queue.map(|q| jobs.text(q).to_string()),
         queued_since: rfc3339(rec.queued_since),
+        preemptions: rec.trail.as_ref().map_or(0, |t| t.preemptions),
+        cause: rec
+            .trail
+            .as_ref()
+            .and_then(|t| t.cause.as_deref())
+            .map(str::to_string),
         timers: jobs.firing.get(uid).cloned().unwrap_or_default(),
     }
 }

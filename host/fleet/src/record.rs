@@ -104,6 +104,9 @@ pub struct JobRecord {
     pub queued_since: Secs,
     /// The queue it waits in while queued (the ClusterQueue, else the LocalQueue), interned.
     pub queue: Option<Sym>,
+    /// What its story said over time (kinds that tell one; `None` until a version carries a
+    /// story).
+    pub trail: Option<Box<crate::jobs::timeline::Trail>>,
 }
 
 impl JobRecord {

@@ -4,7 +4,9 @@
 //!
 //! A rule measures one SLI over a trailing `window` on each cluster, from the jobs of the
 //! kinds and namespaces it names: the share of ended jobs that failed, or the 95th percentile
-//! of queue wait or run time. The SLIs are counters that only grow ([`crate::sli`]), so the
+//! of queue wait or run time. The measures a job's story makes possible are judged per group
+//! within a cluster, each group a verdict of its own: Kueue's admission wait and the
+//! preemptions per hour per ClusterQueue, the failures per hour per first failure cause. The SLIs are counters that only grow ([`crate::sli`]), so the
 //! window's figure is the difference between the counters now and at the evaluation closest
 //! to `window` ago; percentiles come from the difference of the histograms' buckets,
 //! interpolated within the bucket as Prometheus's `histogram_quantile` does. Fewer than
@@ -40,6 +42,24 @@ pub enum Measure {
     QueueWaitP95,
     /// 95th percentile of the time from first running to the end, seconds.
     RunTimeP95,
+    /// 95th percentile of Kueue's wait to admission (from the last requeue, else the
+    /// Workload's creation), seconds, per ClusterQueue.
+    AdmissionWaitP95,
+    /// Preemptions of Workloads per hour, per ClusterQueue.
+    PreemptionsPerHour,
+    /// Failed jobs per hour, per first failure cause (`OOMKilled`, `ImagePullBackOff`, …).
+    FailuresPerHour,
+}
+
+/// What a measure is judged per within a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Per {
+    /// The whole cluster: one verdict.
+    Cluster,
+    /// Each Kueue ClusterQueue.
+    ClusterQueue,
+    /// Each first failure cause.
+    Cause,
 }
 
 impl Measure {
@@ -49,7 +69,32 @@ impl Measure {
             Measure::FailureRatio => "job failure ratio",
             Measure::QueueWaitP95 => "p95 queue wait (s)",
             Measure::RunTimeP95 => "p95 run time (s)",
+            Measure::AdmissionWaitP95 => "p95 Kueue admission wait (s)",
+            Measure::PreemptionsPerHour => "preemptions per hour",
+            Measure::FailuresPerHour => "failures per hour",
         }
+    }
+
+    /// What the measure is judged per.
+    pub fn per(self) -> Per {
+        match self {
+            Measure::FailureRatio | Measure::QueueWaitP95 | Measure::RunTimeP95 => Per::Cluster,
+            Measure::AdmissionWaitP95 | Measure::PreemptionsPerHour => Per::ClusterQueue,
+            Measure::FailuresPerHour => Per::Cause,
+        }
+    }
+
+    /// Whether the measure is a count per hour: it has a value over any window, jobs or
+    /// not, so `min_jobs` does not apply and a quiet window reads 0 (and resolves).
+    fn is_rate(self) -> bool {
+        matches!(self, Measure::PreemptionsPerHour | Measure::FailuresPerHour)
+    }
+
+    fn has_histogram(self) -> bool {
+        matches!(
+            self,
+            Measure::QueueWaitP95 | Measure::RunTimeP95 | Measure::AdmissionWaitP95
+        )
     }
 }
 
@@ -76,9 +121,81 @@ pub struct Rule {
     pub namespaces: Vec<String>,
     /// Configured kind names (empty: all).
     pub kinds: Vec<String>,
+    /// For a measure judged per cluster queue, queue name patterns (`*` and `?`); per cause,
+    /// the causes. Empty: every one, each judged on its own.
+    pub groups: Vec<String>,
+}
+
+/// What one SLI row adds to a rule's tally of one group: ends, a histogram, a count.
+struct Part<'r> {
+    succeeded: u64,
+    failed: u64,
+    histogram: Option<&'r crate::sli::HistogramSnapshot>,
+    events: u64,
 }
 
 impl Rule {
+    /// What `row` adds to each group the rule judges: one part for the whole cluster (group
+    /// `""`), else one per cluster queue or cause the row has that the rule names.
+    fn parts<'r>(&self, row: &'r SliRow) -> Vec<(&'r str, Part<'r>)> {
+        let named = |group: &str| {
+            self.groups.is_empty()
+                || match self.measure.per() {
+                    Per::ClusterQueue => {
+                        self.groups.iter().any(|p| WildMatch::new(p).matches(group))
+                    }
+                    _ => self.groups.iter().any(|g| g == group),
+                }
+        };
+        match self.measure {
+            Measure::FailureRatio | Measure::QueueWaitP95 | Measure::RunTimeP95 => {
+                let histogram = match self.measure {
+                    Measure::QueueWaitP95 => Some(&row.queue_wait),
+                    Measure::RunTimeP95 => Some(&row.run),
+                    _ => None,
+                };
+                vec![(
+                    "",
+                    Part {
+                        succeeded: row.succeeded,
+                        failed: row.failed,
+                        histogram,
+                        events: 0,
+                    },
+                )]
+            }
+            Measure::AdmissionWaitP95 | Measure::PreemptionsPerHour => row
+                .queues
+                .iter()
+                .filter(|q| named(&q.queue))
+                .map(|q| {
+                    let wait = self.measure == Measure::AdmissionWaitP95;
+                    let part = Part {
+                        succeeded: 0,
+                        failed: 0,
+                        histogram: wait.then_some(&q.admission_wait),
+                        events: if wait { 0 } else { q.preemptions },
+                    };
+                    (q.queue.as_str(), part)
+                })
+                .collect(),
+            Measure::FailuresPerHour => row
+                .failed_by_cause
+                .iter()
+                .filter(|(cause, _)| named(cause))
+                .map(|(cause, n)| {
+                    let part = Part {
+                        succeeded: 0,
+                        failed: 0,
+                        histogram: None,
+                        events: *n,
+                    };
+                    (cause.as_str(), part)
+                })
+                .collect(),
+        }
+    }
+
     fn covers(&self, row: &SliRow) -> bool {
         (self.clusters.is_empty()
             || self
@@ -90,10 +207,15 @@ impl Rule {
     }
 
     /// The one line a fleet event carries, e.g. `job failure ratio 0.31 > 0.15 for 120s
-    /// over 600s on east`.
-    pub fn summary(&self, cluster: &str, value: f64, firing: bool) -> String {
+    /// over 600s on east`; `group` is the cluster queue or cause judged ("" for none).
+    pub fn summary(&self, cluster: &str, group: &str, value: f64, firing: bool) -> String {
         let relation = if firing { ">" } else { "<=" };
         let mut scope = String::new();
+        match self.measure.per() {
+            Per::Cluster => {}
+            Per::ClusterQueue => scope.push_str(&format!(", cluster queue {group}")),
+            Per::Cause => scope.push_str(&format!(", cause {group}")),
+        }
         if !self.kinds.is_empty() {
             scope.push_str(&format!(", kinds: {}", self.kinds.join(", ")));
         }
@@ -134,6 +256,8 @@ pub struct RuleChange {
     pub rule: String,
     /// The cluster it was judged on.
     pub cluster: String,
+    /// The cluster queue or cause it was judged on, for a measure judged per one.
+    pub group: Option<String>,
     /// Firing (true) or resolved.
     pub firing: bool,
     /// The measure at this evaluation.
@@ -152,6 +276,8 @@ pub struct RuleChange {
 struct Tally {
     succeeded: u64,
     failed: u64,
+    /// For a count per hour: the count.
+    events: u64,
     /// For a percentile: cumulative counts per [`BUCKETS`] bound, as in
     /// [`crate::sli::HistogramSnapshot`], and the total.
     histogram: Option<Box<Histogram>>,
@@ -168,7 +294,8 @@ impl Tally {
         Tally {
             succeeded: 0,
             failed: 0,
-            histogram: (measure != Measure::FailureRatio).then(|| {
+            events: 0,
+            histogram: measure.has_histogram().then(|| {
                 Box::new(Histogram {
                     cumulative: [0; BUCKETS.len()],
                     count: 0,
@@ -177,13 +304,12 @@ impl Tally {
         }
     }
 
-    fn add(&mut self, row: &SliRow, measure: Measure) {
-        self.succeeded += row.succeeded;
-        self.failed += row.failed;
-        let source = match measure {
-            Measure::FailureRatio => return,
-            Measure::QueueWaitP95 => &row.queue_wait,
-            Measure::RunTimeP95 => &row.run,
+    fn add(&mut self, part: &Part) {
+        self.succeeded += part.succeeded;
+        self.failed += part.failed;
+        self.events += part.events;
+        let Some(source) = part.histogram else {
+            return;
         };
         if let Some(h) = &mut self.histogram {
             for (slot, (_, n)) in h.cumulative.iter_mut().zip(&source.buckets) {
@@ -199,6 +325,7 @@ impl Tally {
         let count = |t: &Tally| t.histogram.as_ref().map_or(0, |h| h.count);
         let grew = self.succeeded >= base.succeeded
             && self.failed >= base.failed
+            && self.events >= base.events
             && count(self) >= count(base);
         if !grew {
             return self.clone();
@@ -217,19 +344,24 @@ impl Tally {
         Tally {
             succeeded: self.succeeded - base.succeeded,
             failed: self.failed - base.failed,
+            events: self.events - base.events,
             histogram,
         }
     }
 
     /// The rule's measure over this (windowed) tally, if there are enough jobs.
-    fn measure(&self, measure: Measure, min_jobs: u64) -> Option<f64> {
-        let min_jobs = min_jobs.max(1);
+    fn measure(&self, rule: &Rule) -> Option<f64> {
+        let (measure, min_jobs) = (rule.measure, rule.min_jobs.max(1));
+        if measure.is_rate() {
+            let window = f64::from(rule.window_seconds.max(1));
+            return Some(self.events as f64 * 3_600.0 / window);
+        }
         match measure {
             Measure::FailureRatio => {
                 let ended = self.succeeded + self.failed;
                 (ended >= min_jobs).then(|| self.failed as f64 / ended as f64)
             }
-            Measure::QueueWaitP95 | Measure::RunTimeP95 => {
+            _ => {
                 let h = self.histogram.as_ref()?;
                 quantile(0.95, &h.cumulative, h.count, min_jobs)
             }
@@ -265,10 +397,11 @@ fn quantile(q: f64, cumulative: &[u64], count: u64, min_jobs: u64) -> Option<f64
 /// About how many evaluations the rules keep for their windows' bases.
 const KEPT_EVALUATIONS: i64 = 32;
 
-/// A rule's name and a cluster's, shared by every evaluation that keeps a tally of them.
-type Key = (Arc<str>, Arc<str>);
+/// A rule's name, a cluster's and the group's within it (`""` for none), shared by every
+/// evaluation that keeps a tally of them.
+type Key = (Arc<str>, Arc<str>, Arc<str>);
 
-/// One evaluation's tallies, sorted by (rule, cluster).
+/// One evaluation's tallies, sorted by (rule, cluster, group).
 type Tallies = Vec<(Key, Tally)>;
 
 /// What a rule said on one cluster.
@@ -286,7 +419,8 @@ struct Verdict {
 #[derive(Debug, Default)]
 pub struct Rules {
     rules: Vec<Rule>,
-    verdicts: BTreeMap<(String, String), Verdict>,
+    /// By (rule, cluster, group).
+    verdicts: BTreeMap<(String, String, String), Verdict>,
     /// Each evaluation's tallies (time, (rule, cluster) → tally), oldest first, back to the
     /// longest window.
     history: VecDeque<(i64, Tallies)>,
@@ -299,6 +433,8 @@ pub struct RuleReading {
     pub rule: String,
     /// The cluster it was judged on.
     pub cluster: String,
+    /// The cluster queue or cause, for a measure judged per one (else empty).
+    pub group: String,
     /// Whether the rule fires there; false also before its first verdict.
     pub firing: bool,
     /// The last measure taken; none while no evaluation had enough jobs.
@@ -323,7 +459,7 @@ impl Rules {
             .map(|r| r.name.as_str())
             .collect();
         self.verdicts
-            .retain(|(rule, _), _| kept.contains(&rule.as_str()));
+            .retain(|(rule, _, _), _| kept.contains(&rule.as_str()));
         self.rules = rules;
     }
 
@@ -337,30 +473,35 @@ impl Rules {
     pub fn evaluate(&mut self, rows: &[SliRow], now: i64) -> Vec<RuleChange> {
         // Names shared with the last evaluation's keys where they are the same, so the
         // history holds each name once, not once per evaluation.
-        let known = |name: &str, of_rule: bool| -> Arc<str> {
-            self.history
-                .back()
-                .and_then(|(_, last)| {
-                    last.iter().find_map(|((rule, cluster), _)| {
-                        let have = if of_rule { rule } else { cluster };
-                        (&**have == name).then(|| have.clone())
-                    })
-                })
-                .unwrap_or_else(|| Arc::from(name))
+        let mut names: BTreeMap<String, Arc<str>> = BTreeMap::new();
+        if let Some((_, last)) = self.history.back() {
+            for ((rule, cluster, group), _) in last {
+                for name in [rule, cluster, group] {
+                    names
+                        .entry(name.to_string())
+                        .or_insert_with(|| name.clone());
+                }
+            }
+        }
+        let mut shared = |name: &str| -> Arc<str> {
+            if let Some(name) = names.get(name) {
+                return name.clone();
+            }
+            let arc: Arc<str> = Arc::from(name);
+            names.insert(name.to_string(), arc.clone());
+            arc
         };
         let mut by_key: BTreeMap<Key, Tally> = BTreeMap::new();
-        let mut names: BTreeMap<&str, Arc<str>> = BTreeMap::new();
         for rule in &self.rules {
-            let rule_name = known(&rule.name, true);
+            let rule_name = shared(&rule.name);
             for row in rows.iter().filter(|r| rule.covers(r)) {
-                let cluster = names
-                    .entry(row.cluster.as_str())
-                    .or_insert_with(|| known(&row.cluster, false))
-                    .clone();
-                by_key
-                    .entry((rule_name.clone(), cluster))
-                    .or_insert_with(|| Tally::new(rule.measure))
-                    .add(row, rule.measure);
+                let cluster = shared(&row.cluster);
+                for (group, part) in rule.parts(row) {
+                    by_key
+                        .entry((rule_name.clone(), cluster.clone(), shared(group)))
+                        .or_insert_with(|| Tally::new(rule.measure))
+                        .add(&part);
+                }
             }
         }
         let tallies: Tallies = by_key.into_iter().collect();
@@ -382,7 +523,7 @@ impl Rules {
             self.history.pop_back();
         }
         let mut changes = Vec::new();
-        for ((rule_name, cluster), tally) in &tallies {
+        for ((rule_name, cluster, group), tally) in &tallies {
             let Some(rule) = self.rules.iter().find(|r| *r.name == **rule_name) else {
                 continue;
             };
@@ -397,8 +538,8 @@ impl Rules {
                 .find(|(t, _)| *t <= start)
                 .and_then(|(_, tallies)| {
                     let at = tallies
-                        .binary_search_by(|((r, c), _)| {
-                            (&**r, &**c).cmp(&(&**rule_name, &**cluster))
+                        .binary_search_by(|((r, c, g), _)| {
+                            (&**r, &**c, &**g).cmp(&(&**rule_name, &**cluster, &**group))
                         })
                         .ok()?;
                     Some(&tallies[at].1)
@@ -409,11 +550,16 @@ impl Rules {
             };
             let verdict = self
                 .verdicts
-                .entry((rule_name.to_string(), cluster.to_string()))
+                .entry((
+                    rule_name.to_string(),
+                    cluster.to_string(),
+                    group.to_string(),
+                ))
                 .or_default();
-            let Some(value) = windowed.measure(rule.measure, rule.min_jobs) else {
+            let Some(value) = windowed.measure(rule) else {
                 continue;
             };
+            let group_name = (!group.is_empty()).then(|| group.to_string());
             verdict.value = Some(value);
             if value > rule.above {
                 let since = *verdict.holding_since.get_or_insert(now);
@@ -422,11 +568,12 @@ impl Rules {
                     changes.push(RuleChange {
                         rule: rule.name.clone(),
                         cluster: cluster.to_string(),
+                        group: group_name,
                         firing: true,
                         value,
                         threshold: rule.above,
                         since,
-                        summary: rule.summary(cluster, value, true),
+                        summary: rule.summary(cluster, group, value, true),
                     });
                 }
             } else {
@@ -436,11 +583,12 @@ impl Rules {
                     changes.push(RuleChange {
                         rule: rule.name.clone(),
                         cluster: cluster.to_string(),
+                        group: group_name,
                         firing: false,
                         value,
                         threshold: rule.above,
                         since: now,
-                        summary: rule.summary(cluster, value, false),
+                        summary: rule.summary(cluster, group, value, false),
                     });
                 }
             }
@@ -448,7 +596,7 @@ impl Rules {
         // A cluster with no SLIs left was let go (removed, or handed to another replica):
         // its verdicts go with it.
         self.verdicts
-            .retain(|(_, cluster), _| rows.iter().any(|r| &r.cluster == cluster));
+            .retain(|(_, cluster, _), _| rows.iter().any(|r| &r.cluster == cluster));
         self.history.push_back((now, tallies));
         changes
     }
@@ -466,7 +614,7 @@ impl Rules {
 
     /// A cluster is no longer here: its verdicts go (its new holder judges it).
     pub fn forget_cluster(&mut self, cluster: &str) {
-        self.verdicts.retain(|(_, c), _| c != cluster);
+        self.verdicts.retain(|(_, c, _), _| c != cluster);
     }
 
     /// How many evaluations are kept for the windows' bases.
@@ -478,9 +626,10 @@ impl Rules {
     pub fn readings(&self) -> Vec<RuleReading> {
         self.verdicts
             .iter()
-            .map(|((rule, cluster), v)| RuleReading {
+            .map(|((rule, cluster, group), v)| RuleReading {
                 rule: rule.clone(),
                 cluster: cluster.clone(),
+                group: group.clone(),
                 firing: v.firing == Some(true),
                 value: v.value,
             })

@@ -1,6 +1,8 @@
 //! Job SLIs per cluster × namespace × kind, from the transitions the view sees as they
 //! happen: how long jobs wait to run (created → first running), how long they run (first
-//! running → succeeded or failed), how many end each way, and how often they restart.
+//! running → succeeded or failed), how many end each way, and how often they restart; and,
+//! for kinds that tell a story, per Kueue ClusterQueue how long jobs waited to be admitted and
+//! how often they were preempted, and the failed jobs by their first failure cause.
 //!
 //! Only live observations count, not the versions a (re-)list gives: after a restart every
 //! job is listed again, and counting those would report every long-finished job anew. The
@@ -8,7 +10,9 @@
 //!
 //! Namespaces are labels, and a fleet can have thousands: each cluster labels its first
 //! `max_namespaces` by name and counts the rest under `other`, so the series stay bounded
-//! (clusters × (max_namespaces + 1) × kinds).
+//! (clusters × (max_namespaces + 1) × kinds). Cluster queues and causes are labels too, and
+//! a cause is text a kubelet (or anyone who can write a pod's status) chose: each cluster names
+//! its first [`MAX_NAMED`] of each and counts the rest under `other`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +32,9 @@ pub const OTHER: &str = "other";
 /// live transition is 37 series (two histograms of 17, three counters), so 10 bound a
 /// cluster with 3 kinds at 1,221 series.
 pub const DEFAULT_MAX_NAMESPACES: usize = 10;
+
+/// Cluster queues, and failure causes, named per cluster; the rest count under [`OTHER`].
+pub const MAX_NAMED: usize = 20;
 
 /// Samples per bucket (not cumulative; the last counts those above every bound), and their
 /// sum.
@@ -83,6 +90,40 @@ struct Series {
     succeeded: u64,
     failed: u64,
     restarts: u64,
+    /// By cluster queue, sorted by name (a story's kinds only; most series have none).
+    queues: Vec<(String, QueueSeries)>,
+    /// Failed jobs by their first failure cause, sorted by cause.
+    causes: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct QueueSeries {
+    admission_wait: Histogram,
+    preemptions: u64,
+}
+
+/// The entry for `name` in a small vector sorted by name, made when missing.
+fn entry<'v, V: Default>(items: &'v mut Vec<(String, V)>, name: &str) -> &'v mut V {
+    let at = match items.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+        Ok(at) => at,
+        Err(at) => {
+            items.insert(at, (name.to_string(), V::default()));
+            at
+        }
+    };
+    &mut items[at].1
+}
+
+/// `name` if `named` holds it or has room for it (and then holds it), else [`OTHER`].
+fn label<'a>(named: &mut BTreeSet<String>, name: &'a str, max: usize) -> &'a str {
+    if named.contains(name) {
+        name
+    } else if named.len() < max {
+        named.insert(name.to_string());
+        name
+    } else {
+        OTHER
+    }
 }
 
 /// One cluster × namespace × kind.
@@ -105,11 +146,29 @@ pub struct SliRow {
     pub failed: u64,
     /// Times a job entered `restarting`.
     pub restarts: u64,
+    /// Per Kueue ClusterQueue its jobs were admitted to or preempted in, by name ([`OTHER`]
+    /// past the cluster's [`MAX_NAMED`]).
+    pub queues: Vec<QueueSli>,
+    /// Failed jobs by their first failure cause (`OOMKilled`, `ImagePullBackOff`, …; [`OTHER`]
+    /// past the cluster's [`MAX_NAMED`]); failures with no cause known are in `failed` only.
+    pub failed_by_cause: Vec<(String, u64)>,
+}
+
+/// One cluster queue's SLIs in one series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueSli {
+    /// The ClusterQueue (the LocalQueue when no cluster queue is known).
+    pub queue: String,
+    /// Seconds from the start of a wait (Kueue's rule: the last requeue, else the Workload's
+    /// creation) to the admission that ended it, per admission seen live.
+    pub admission_wait: HistogramSnapshot,
+    /// Preemptions of its jobs seen live.
+    pub preemptions: u64,
 }
 
 /// What one live transition means for the SLIs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sample {
+pub enum Sample<'a> {
     /// First running, after waiting this long since creation.
     Started {
         /// Seconds from the job's creation to its first running.
@@ -121,9 +180,25 @@ pub enum Sample {
         succeeded: bool,
         /// Seconds from its first running to this end.
         ran: Option<f64>,
+        /// A failure's first cause, when its story tells one.
+        cause: Option<&'a str>,
     },
     /// Entered `restarting`.
     Restarted,
+    /// Kueue admitted its Workload to `queue` after a wait of `waited` seconds.
+    Admitted {
+        /// The cluster queue (else the local queue).
+        queue: &'a str,
+        /// Seconds from the wait's start to the admission.
+        waited: f64,
+    },
+    /// Kueue preempted its Workload `times` more times, last in `queue`.
+    Preempted {
+        /// The cluster queue (else the local queue).
+        queue: &'a str,
+        /// Preemptions since the last seen.
+        times: u32,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -131,6 +206,10 @@ struct Inner {
     series: BTreeMap<(String, String, String), Series>,
     /// The namespaces labelled by name, per cluster.
     named: BTreeMap<String, BTreeSet<String>>,
+    /// The cluster queues labelled by name, per cluster.
+    named_queues: BTreeMap<String, BTreeSet<String>>,
+    /// The failure causes labelled by name, per cluster.
+    named_causes: BTreeMap<String, BTreeSet<String>>,
     /// Watch lag per cluster (see [`Slis::record_lag`]).
     lag: BTreeMap<String, Histogram>,
 }
@@ -170,31 +249,47 @@ impl Slis {
         let max = self
             .max_namespaces
             .load(std::sync::atomic::Ordering::Relaxed);
-        let mut inner = self.inner.lock();
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
         let named = inner.named.entry(cluster.to_string()).or_default();
-        let label = if named.contains(namespace) {
-            namespace
-        } else if named.len() < max {
-            named.insert(namespace.to_string());
-            namespace
-        } else {
-            OTHER
-        };
-        let key = (cluster.to_string(), label.to_string(), kind.to_string());
+        let namespace = label(named, namespace, max);
+        let key = (cluster.to_string(), namespace.to_string(), kind.to_string());
         let series = inner.series.entry(key).or_default();
+        let mut queue_label = |queue: &'_ str| -> String {
+            let named = inner.named_queues.entry(cluster.to_string()).or_default();
+            label(named, queue, MAX_NAMED).to_string()
+        };
         match sample {
             Sample::Started { waited } => series.queue_wait.record(waited.max(0.0)),
-            Sample::Ended { succeeded, ran } => {
+            Sample::Ended {
+                succeeded,
+                ran,
+                cause,
+            } => {
                 if succeeded {
                     series.succeeded += 1;
                 } else {
                     series.failed += 1;
+                    if let Some(cause) = cause {
+                        let named = inner.named_causes.entry(cluster.to_string()).or_default();
+                        *entry(&mut series.causes, label(named, cause, MAX_NAMED)) += 1;
+                    }
                 }
                 if let Some(ran) = ran {
                     series.run.record(ran.max(0.0));
                 }
             }
             Sample::Restarted => series.restarts += 1,
+            Sample::Admitted { queue, waited } => {
+                let queue = queue_label(queue);
+                entry(&mut series.queues, &queue)
+                    .admission_wait
+                    .record(waited.max(0.0));
+            }
+            Sample::Preempted { queue, times } => {
+                let queue = queue_label(queue);
+                entry(&mut series.queues, &queue).preemptions += u64::from(times);
+            }
         }
     }
 
@@ -227,6 +322,8 @@ impl Slis {
         let mut inner = self.inner.lock();
         inner.series.retain(|(c, _, _), _| c != cluster);
         inner.named.remove(cluster);
+        inner.named_queues.remove(cluster);
+        inner.named_causes.remove(cluster);
         inner.lag.remove(cluster);
     }
 
@@ -246,6 +343,16 @@ impl Slis {
                 succeeded: s.succeeded,
                 failed: s.failed,
                 restarts: s.restarts,
+                queues: s
+                    .queues
+                    .iter()
+                    .map(|(queue, q)| QueueSli {
+                        queue: queue.clone(),
+                        admission_wait: q.admission_wait.snapshot(),
+                        preemptions: q.preemptions,
+                    })
+                    .collect(),
+                failed_by_cause: s.causes.clone(),
             })
             .collect()
     }
@@ -267,6 +374,7 @@ mod tests {
             Sample::Ended {
                 succeeded: false,
                 ran: Some(90_000.0),
+                cause: None,
             },
         );
         slis.record(
@@ -276,6 +384,7 @@ mod tests {
             Sample::Ended {
                 succeeded: true,
                 ran: None,
+                cause: None,
             },
         );
         slis.record("c", "ml", "batch-job", Sample::Restarted);
@@ -325,5 +434,77 @@ mod tests {
         );
         slis.forget_cluster("c1");
         assert_eq!(slis.snapshot().len(), 1);
+    }
+
+    #[test]
+    fn admissions_preemptions_and_causes_land_by_queue_and_cause() {
+        let slis = Slis::default();
+        let record = |sample| slis.record("c", "ml", "k", sample);
+        record(Sample::Admitted {
+            queue: "a100",
+            waited: 100.0,
+        });
+        record(Sample::Admitted {
+            queue: "a100",
+            waited: 4_000.0,
+        });
+        record(Sample::Admitted {
+            queue: "cpu",
+            waited: 2.0,
+        });
+        record(Sample::Preempted {
+            queue: "a100",
+            times: 2,
+        });
+        for cause in [Some("OOMKilled"), Some("OOMKilled"), None] {
+            record(Sample::Ended {
+                succeeded: false,
+                ran: None,
+                cause,
+            });
+        }
+        let rows = slis.snapshot();
+        let row = &rows[0];
+        assert_eq!(row.failed, 3, "every failure counts, caused or not");
+        assert_eq!(row.failed_by_cause, [("OOMKilled".to_string(), 2)]);
+        let queues: Vec<(&str, u64, u64)> = row
+            .queues
+            .iter()
+            .map(|q| (q.queue.as_str(), q.admission_wait.count, q.preemptions))
+            .collect();
+        assert_eq!(queues, [("a100", 2, 2), ("cpu", 1, 0)]);
+        assert_eq!(row.queues[0].admission_wait.sum_seconds, 4_100.0);
+    }
+
+    #[test]
+    fn queues_and_causes_past_the_cap_are_counted_as_other() {
+        let slis = Slis::default();
+        for i in 0..MAX_NAMED + 5 {
+            slis.record(
+                "c",
+                "ml",
+                "k",
+                Sample::Preempted {
+                    queue: &format!("q{i}"),
+                    times: 1,
+                },
+            );
+            slis.record(
+                "c",
+                "ml",
+                "k",
+                Sample::Ended {
+                    succeeded: false,
+                    ran: None,
+                    cause: Some(&format!("cause-{i}")),
+                },
+            );
+        }
+        let row = &slis.snapshot()[0];
+        assert_eq!(row.queues.len(), MAX_NAMED + 1);
+        let other = row.queues.iter().find(|q| q.queue == OTHER).expect("other");
+        assert_eq!(other.preemptions, 5);
+        assert_eq!(row.failed_by_cause.len(), MAX_NAMED + 1);
+        assert!(row.failed_by_cause.contains(&(OTHER.to_string(), 5)));
     }
 }

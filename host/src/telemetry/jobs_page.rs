@@ -20,13 +20,14 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 
-use super::jobs_api::{self, JobItem, JobList, JobShown, PluginDelivery, Refused};
-use super::page::{STYLE, badge, escape, nav, phase_badge};
+use super::jobs_api::{self, JobItem, JobList, PluginDelivery, Refused};
+use super::page::{STYLE, escape, nav, phase_badge};
 use super::status::StatusSources;
 use jobrelay_contract::event::Phase;
-use jobrelay_fleet::jobs::{JobDetail, JobSummary};
+use jobrelay_fleet::jobs::JobSummary;
 use jobrelay_fleet::query::{DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTES};
-use jobrelay_lanes::trace::{TraceEntry, TraceOutcome};
+
+mod job;
 
 /// What the Jobs view adds to the status page's style. `.dead` (dead letters) is a red of its
 /// own, darker than a failed phase's, so the two read apart.
@@ -121,7 +122,7 @@ pub async fn show(
     );
     let status = match jobs_api::show_job(&sources, &cluster, &namespace, &name).await {
         Ok(shown) => {
-            render_job(&mut body, &shown);
+            job::render_job(&mut body, &shown);
             StatusCode::OK
         }
         Err(refused) => {
@@ -412,193 +413,6 @@ fn delivery_badge(plugin: Option<&str>, delivery: &PluginDelivery) -> String {
             .unwrap_or_default(),
         escape(&state),
     )
-}
-
-fn render_job(html: &mut String, shown: &JobShown) {
-    warnings_section(html, &shown.warnings);
-    let job = &shown.job;
-    let s = &job.summary;
-    let _ = write!(
-        html,
-        "<section id=\"job\"><h2>Job <span class=\"name\">{}</span> {}</h2><dl class=\"fields\">",
-        escape(&s.name),
-        phase_badge(s.phase.as_str())
-    );
-    summary_fields(html, s);
-    html.push_str("</dl></section>");
-
-    html.push_str(
-        "<section id=\"labels\"><h2>Labels</h2><table><tr><th>label</th><th>value</th></tr>",
-    );
-    for (key, value) in &job.labels {
-        let _ = write!(
-            html,
-            "<tr><td><code>{}</code></td><td><code>{}</code></td></tr>",
-            escape(key),
-            escape(value)
-        );
-    }
-    if job.labels.is_empty() {
-        html.push_str("<tr><td colspan=\"2\" class=\"muted\">none</td></tr>");
-    }
-    html.push_str("</table></section>");
-
-    html.push_str("<section id=\"transitions\"><h2>Transitions <span class=\"muted\">· the phases it was observed to enter, oldest first</span></h2><table><tr><th>at (UTC)</th><th>phase</th><th></th></tr>");
-    for t in &job.transitions {
-        let _ = write!(
-            html,
-            "<tr><td class=\"muted\">{}</td><td>{}</td><td class=\"muted\">{}</td></tr>",
-            escape(&t.at.as_deref().map(short_time).unwrap_or_default()),
-            phase_badge(t.phase.as_str()),
-            if t.synthetic {
-                "reconstructed from the job's status"
-            } else {
-                ""
-            },
-        );
-    }
-    html.push_str("</table></section>");
-
-    html.push_str("<section id=\"plugins\"><h2>Plugins <span class=\"muted\">· the job's outcomes among each plugin's latest calls</span></h2>");
-    for (plugin, trace) in &shown.plugins {
-        let d = &trace.delivery;
-        let lane = d.lane.as_ref();
-        let _ = write!(
-            html,
-            "<h3 id=\"plugin-{}\">{} {}</h3><dl class=\"fields\">\
-             <dt>delivered phase</dt><dd>{}</dd><dt>accepted version</dt><dd>{}</dd>\
-             <dt>pending</dt><dd>{}{}</dd><dt>dead letters</dt><dd>{}</dd>",
-            escape(plugin),
-            escape(plugin),
-            delivery_badge(None, d),
-            lane.and_then(|l| l.delivered_phase)
-                .map(|p| phase_badge(p.as_str()))
-                .unwrap_or_else(|| "<span class=\"muted\">none</span>".into()),
-            escape(
-                lane.and_then(|l| l.accepted_version.as_deref())
-                    .unwrap_or("—")
-            ),
-            lane.map_or(0, |l| l.pending),
-            if lane.is_some_and(|l| l.in_flight) {
-                " <span class=\"muted\">(one being called now)</span>"
-            } else {
-                ""
-            },
-            if d.dead_letters > 0 {
-                format!(
-                    "{} <span class=\"muted\"><code>jobrelay dead-letters list --plugin {}</code> shows them; <code>replay</code> sends them again</span>",
-                    badge("dead", &d.dead_letters.to_string()),
-                    escape(plugin)
-                )
-            } else {
-                "0".to_string()
-            },
-        );
-        if lane.is_none() {
-            html.push_str("<dt>lane</dt><dd class=\"muted\">does not know the job (its kinds or filter do not take it, or the plugin is not loaded)</dd>");
-        }
-        if let Some(error) = &d.last_error {
-            let _ = write!(
-                html,
-                "<dt>last error</dt><dd class=\"err\">{}</dd>",
-                escape(error)
-            );
-        }
-        html.push_str("</dl>");
-        trace_table(html, &trace.trace);
-    }
-    if shown.plugins.is_empty() {
-        html.push_str("<p class=\"muted\">No plugin keeps state of this job: none takes it, or every plugin is done with it (a deleted job), and none has a dead letter of it.</p>");
-    }
-    html.push_str("</section>");
-
-    if !shown.earlier.is_empty() {
-        html.push_str("<section id=\"earlier\"><h2>Earlier jobs of this name <span class=\"muted\">· deleted, newest first</span></h2><table><tr><th>uid</th><th>phase</th><th>created (UTC)</th><th>finished (UTC)</th><th>deleted (UTC)</th><th class=\"num\">duration</th><th>transitions</th></tr>");
-        for earlier in &shown.earlier {
-            earlier_row(html, earlier);
-        }
-        html.push_str("</table></section>");
-    }
-}
-
-fn summary_fields(html: &mut String, s: &JobSummary) {
-    let time = |t: &Option<String>| escape(&t.as_deref().map(short_time).unwrap_or("—".into()));
-    let _ = write!(
-        html,
-        "<dt>cluster</dt><dd>{}</dd><dt>namespace</dt><dd>{}</dd><dt>name</dt><dd>{}</dd>\
-         <dt>kind</dt><dd>{}</dd><dt>uid</dt><dd><code>{}</code></dd>\
-         <dt>phase</dt><dd>{} <span class=\"muted\">{}</span></dd>\
-         <dt>created</dt><dd>{}</dd><dt>started</dt><dd>{}</dd><dt>finished</dt><dd>{}</dd>{}\
-         <dt>duration</dt><dd>{}</dd><dt>restarts</dt><dd>{}</dd>",
-        escape(&s.cluster),
-        escape(&s.namespace),
-        escape(&s.name),
-        escape(&s.kind),
-        escape(&s.uid),
-        phase_badge(s.phase.as_str()),
-        escape(&s.raw_phase),
-        time(&s.created),
-        time(&s.started),
-        time(&s.finished),
-        s.deleted
-            .as_ref()
-            .map(|_| format!("<dt>deleted</dt><dd>{}</dd>", time(&s.deleted)))
-            .unwrap_or_default(),
-        s.duration_seconds
-            .map(human_duration)
-            .unwrap_or_else(|| "—".into()),
-        s.restarts,
-    );
-}
-
-fn trace_table(html: &mut String, trace: &[TraceEntry]) {
-    if trace.is_empty() {
-        html.push_str(
-            "<p class=\"muted\">No outcome of this job among the plugin's latest calls.</p>",
-        );
-        return;
-    }
-    html.push_str("<table class=\"trace\"><tr><th>at (UTC)</th><th>version</th><th>phase</th><th>outcome</th><th class=\"num\">attempt</th><th>error</th></tr>");
-    for entry in trace {
-        let outcome = match entry.outcome {
-            TraceOutcome::Delivered => badge("ok", "delivered"),
-            TraceOutcome::Retrying => badge("warn", "retrying"),
-            TraceOutcome::DeadLettered => badge("dead", "dead-lettered"),
-        };
-        let _ = write!(
-            html,
-            "<tr><td class=\"muted\">{}</td><td><code>{}</code></td><td>{}</td><td>{outcome}</td>\
-             <td class=\"num\">{}</td><td class=\"err\">{}</td></tr>",
-            escape(&short_time(&entry.at)),
-            escape(&entry.resource_version),
-            phase_badge(entry.phase.as_str()),
-            if entry.attempt == 0 {
-                "unsent".to_string()
-            } else {
-                entry.attempt.to_string()
-            },
-            escape(entry.error.as_deref().unwrap_or("")),
-        );
-    }
-    html.push_str("</table>");
-}
-
-fn earlier_row(html: &mut String, job: &JobDetail) {
-    let s = &job.summary;
-    let phases: Vec<&str> = job.transitions.iter().map(|t| t.phase.as_str()).collect();
-    let time = |t: &Option<String>| escape(&t.as_deref().map(short_time).unwrap_or_default());
-    let _ = write!(
-        html,
-        "<tr><td><code>{}</code></td><td>{}</td><td class=\"muted\">{}</td><td class=\"muted\">{}</td>\
-         <td class=\"muted\">{}</td><td class=\"num\">{}</td><td class=\"muted\">{}</td></tr>",
-        escape(&s.uid),
-        phase_badge(s.phase.as_str()),
-        time(&s.created),
-        time(&s.finished),
-        time(&s.deleted),
-        s.duration_seconds.map(human_duration).unwrap_or_default(),
-        escape(&phases.join(" → ")),
-    );
 }
 
 /// A job's page, each part percent-encoded.

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Measure, Rule};
+use super::{Measure, Per, Rule};
 use crate::cleanup::{AfterFinished, DurationError};
 use crate::timers::spec::{TimerError, TimerSpec};
 use crate::timers::{self, Timer};
@@ -68,6 +68,13 @@ pub struct FleetRuleSpec {
     /// Configured kind names (empty: all).
     #[serde(default)]
     pub kinds: Vec<String>,
+    /// For `admission_wait_p95` and `preemptions_per_hour`: the ClusterQueue name patterns
+    /// judged (empty: every one, each on its own).
+    #[serde(default)]
+    pub cluster_queues: Vec<String>,
+    /// For `failures_per_hour`: the failure causes judged (empty: every one, each on its own).
+    #[serde(default)]
+    pub causes: Vec<String>,
 }
 
 fn default_min_jobs() -> u64 {
@@ -191,6 +198,16 @@ pub enum FleetError {
         /// The kind as written.
         kind: String,
     },
+    /// `cluster_queues` or `causes` on a measure not judged per cluster queue or per cause.
+    #[error("fleet.rules[{rule}].{field}: only for {measures}")]
+    GroupsNotJudged {
+        /// The rule's index.
+        rule: usize,
+        /// `cluster_queues` or `causes`.
+        field: &'static str,
+        /// The measures that take it.
+        measures: &'static str,
+    },
     /// A timer is refused (the message names its field).
     #[error(transparent)]
     Timer(#[from] TimerError),
@@ -271,7 +288,28 @@ impl FleetSpec {
                     kind: kind.clone(),
                 });
             }
+            let per = spec.measure.per();
+            if !spec.cluster_queues.is_empty() && per != Per::ClusterQueue {
+                return Err(FleetError::GroupsNotJudged {
+                    rule,
+                    field: "cluster_queues",
+                    measures: "admission_wait_p95 and preemptions_per_hour",
+                });
+            }
+            if !spec.causes.is_empty() && per != Per::Cause {
+                return Err(FleetError::GroupsNotJudged {
+                    rule,
+                    field: "causes",
+                    measures: "failures_per_hour",
+                });
+            }
+            let groups = match per {
+                Per::Cluster => Vec::new(),
+                Per::ClusterQueue => spec.cluster_queues.clone(),
+                Per::Cause => spec.causes.clone(),
+            };
             rules.push(Rule {
+                groups,
                 name: spec.name.clone(),
                 measure: spec.measure,
                 above: spec.above,
@@ -290,5 +328,42 @@ impl FleetSpec {
             rules,
             timers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet(yaml: &str) -> Result<FleetSettings, FleetError> {
+        let spec: FleetSpec = serde_yaml_ng::from_str(yaml).expect("the section parses");
+        spec.validate(&["batch-job"])
+    }
+
+    #[test]
+    fn groups_go_with_the_measures_judged_per_one() {
+        let settings = fleet(
+            "rules:\n\
+             - {name: a100-wait, measure: admission_wait_p95, above: 3600, cluster_queues: [a100*]}\n\
+             - {name: oom, measure: failures_per_hour, above: 5, causes: [OOMKilled]}\n",
+        )
+        .expect("valid");
+        assert_eq!(settings.rules[0].groups, ["a100*"]);
+        assert_eq!(settings.rules[1].groups, ["OOMKilled"]);
+        let refused =
+            fleet("rules:\n- {name: r, measure: failure_ratio, above: 0.1, cluster_queues: [a]}\n")
+                .expect_err("no queues on a ratio");
+        assert_eq!(
+            refused.to_string(),
+            "fleet.rules[0].cluster_queues: only for admission_wait_p95 and preemptions_per_hour"
+        );
+        let refused = fleet(
+            "rules:\n- {name: r, measure: preemptions_per_hour, above: 1, causes: [OOMKilled]}\n",
+        )
+        .expect_err("no causes on preemptions");
+        assert_eq!(
+            refused.to_string(),
+            "fleet.rules[0].causes: only for failures_per_hour"
+        );
     }
 }

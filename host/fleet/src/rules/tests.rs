@@ -12,6 +12,7 @@ fn rule(measure: Measure, above: f64, for_seconds: u32) -> Rule {
         clusters: vec![],
         namespaces: vec![],
         kinds: vec!["batch-job".into()],
+        groups: vec![],
     }
 }
 
@@ -23,6 +24,7 @@ fn end(slis: &Slis, cluster: &str, kind: &str, succeeded: bool) {
         Sample::Ended {
             succeeded,
             ran: Some(10.0),
+            cause: None,
         },
     );
 }
@@ -244,4 +246,135 @@ fn verdicts_are_told_again_after_a_take_over() {
         rules.evaluate(&slis.snapshot(), 120).is_empty(),
         "once each"
     );
+}
+
+fn admitted(slis: &Slis, cluster: &str, queue: &str, waited: f64) {
+    slis.record(
+        cluster,
+        "ml",
+        "batch-job",
+        Sample::Admitted { queue, waited },
+    );
+}
+
+fn preempted(slis: &Slis, cluster: &str, queue: &str) {
+    slis.record(
+        cluster,
+        "ml",
+        "batch-job",
+        Sample::Preempted { queue, times: 1 },
+    );
+}
+
+fn failed_with(slis: &Slis, cause: Option<&str>) {
+    slis.record(
+        "east",
+        "ml",
+        "batch-job",
+        Sample::Ended {
+            succeeded: false,
+            ran: None,
+            cause,
+        },
+    );
+}
+
+/// Kueue's admission wait is judged per ClusterQueue: a slow queue fires, a fast one beside
+/// it does not, each a verdict of its own with the queue in its change and summary.
+#[test]
+fn admission_wait_is_judged_per_cluster_queue() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        min_jobs: 2,
+        ..rule(Measure::AdmissionWaitP95, 600.0, 0)
+    }]);
+    for _ in 0..3 {
+        admitted(&slis, "east", "a100", 3_000.0);
+        admitted(&slis, "east", "cpu", 5.0);
+    }
+    let mut changes = rules.evaluate(&slis.snapshot(), 0);
+    changes.sort_by(|a, b| a.group.cmp(&b.group));
+    let told: Vec<(Option<&str>, bool)> = changes
+        .iter()
+        .map(|c| (c.group.as_deref(), c.firing))
+        .collect();
+    assert_eq!(told, [(Some("a100"), true), (Some("cpu"), false)]);
+    assert!(changes[0].value > 1_800.0 && changes[0].value <= 3_600.0);
+    assert!(
+        changes[0].summary.contains("on east, cluster queue a100"),
+        "{}",
+        changes[0].summary
+    );
+    let readings = rules.readings();
+    assert_eq!(readings.len(), 2);
+    assert!(readings.iter().any(|r| r.group == "a100" && r.firing));
+    // One queue named by the rule: only it is judged.
+    let mut only = Rules::new(vec![Rule {
+        min_jobs: 2,
+        groups: vec!["cp?".into()],
+        ..rule(Measure::AdmissionWaitP95, 600.0, 0)
+    }]);
+    let changes = only.evaluate(&slis.snapshot(), 0);
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].group.as_deref(), Some("cpu"));
+}
+
+/// Preemptions per hour over the window fire without `min_jobs` and resolve once the window
+/// has moved past them (a quiet window reads 0).
+#[test]
+fn preemptions_per_hour_fire_and_resolve_as_the_window_moves() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        window_seconds: 3_600,
+        min_jobs: 100,
+        ..rule(Measure::PreemptionsPerHour, 2.0, 0)
+    }]);
+    preempted(&slis, "east", "a100");
+    let c = rules.evaluate(&slis.snapshot(), 0);
+    assert_eq!((c.len(), c[0].firing, c[0].value), (1, false, 1.0));
+    preempted(&slis, "east", "a100");
+    preempted(&slis, "east", "a100");
+    let c = rules.evaluate(&slis.snapshot(), 60);
+    assert_eq!((c.len(), c[0].firing, c[0].value), (1, true, 3.0));
+    // Nothing more: once the window has moved past the first, 2 an hour is not above 2, and
+    // an hour and a step after the last the window holds none.
+    let mut resolved = Vec::new();
+    for t in (120..=7_200).step_by(60) {
+        resolved.extend(rules.evaluate(&slis.snapshot(), t));
+    }
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert!(!resolved[0].firing);
+    assert_eq!(resolved[0].value, 2.0);
+    assert_eq!(rules.readings()[0].value, Some(0.0));
+}
+
+/// Failures per hour per cause: OOMKilled over its threshold fires, a rarer cause does not, and
+/// failures with no cause known are no group at all.
+#[test]
+fn failures_per_hour_are_judged_per_cause() {
+    let slis = Slis::default();
+    let mut rules = Rules::new(vec![Rule {
+        window_seconds: 600,
+        ..rule(Measure::FailuresPerHour, 10.0, 0)
+    }]);
+    for _ in 0..3 {
+        failed_with(&slis, Some("OOMKilled"));
+        failed_with(&slis, None);
+    }
+    failed_with(&slis, Some("ImagePullBackOff"));
+    let mut c = rules.evaluate(&slis.snapshot(), 0);
+    c.sort_by(|a, b| a.group.cmp(&b.group));
+    let told: Vec<(Option<&str>, bool, f64)> = c
+        .iter()
+        .map(|c| (c.group.as_deref(), c.firing, c.value))
+        .collect();
+    // 3 in 10 minutes is 18 an hour; 1 is 6.
+    assert_eq!(
+        told,
+        [
+            (Some("ImagePullBackOff"), false, 6.0),
+            (Some("OOMKilled"), true, 18.0)
+        ]
+    );
+    assert!(c[1].summary.contains("cause OOMKilled"), "{}", c[1].summary);
 }

@@ -114,15 +114,17 @@ pub fn sample_fleet_event(kind: FleetEventKind, cluster: &str, rule: &str) -> Fl
         clusters: Vec::new(),
         namespaces: Vec::new(),
         kinds: vec!["batch-job".into()],
+        groups: Vec::new(),
     };
     let rule_change = |firing: bool, value: f64| RuleChange {
         rule: rule.to_string(),
         cluster: cluster.to_string(),
+        group: None,
         firing,
         value,
         threshold: example.above,
         since: since / 1000,
-        summary: example.summary(cluster, value, firing),
+        summary: example.summary(cluster, "", value, firing),
     };
     let mut event = match kind {
         FleetEventKind::ClusterOffline => {

@@ -79,7 +79,76 @@ pub(super) fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(),
         rows.iter()
             .map(|r| (labels(r), ConstCounter::new(r.restarts)))
             .collect(),
-    )
+    )?;
+    story_slis(e, rows, &labels)
+}
+
+/// The SLIs of the kinds that tell a story: Kueue's admission wait and preemptions per
+/// ClusterQueue, failures per first cause. Written only once a row has one.
+fn story_slis(
+    e: &mut DescriptorEncoder,
+    rows: &[SliRow],
+    labels: &dyn Fn(&SliRow) -> Labels,
+) -> Result<(), std::fmt::Error> {
+    let with = |r: &SliRow, name: &'static str, value: &str| {
+        let mut l = labels(r);
+        l.push((name, value.to_string()));
+        l
+    };
+    if rows.iter().any(|r| !r.queues.is_empty()) {
+        let mut metric = e.encode_descriptor(
+            "jobrelay_job_admission_wait_seconds",
+            "Kueue's wait to admission (from the last requeue, else the Workload's creation), per \
+             admission seen live, by ClusterQueue",
+            None,
+            MetricType::Histogram,
+        )?;
+        for row in rows {
+            for q in &row.queues {
+                let h = &q.admission_wait;
+                metric
+                    .encode_family(&with(row, "cluster_queue", &q.queue))?
+                    .encode_histogram::<Labels>(
+                        h.sum_seconds,
+                        h.count,
+                        &with_inf(&h.buckets, h.count),
+                        None,
+                    )?;
+            }
+        }
+        family(
+            e,
+            "jobrelay_job_preemptions",
+            "Preemptions of jobs' Kueue Workloads seen live, by ClusterQueue",
+            MetricType::Counter,
+            rows.iter()
+                .flat_map(|r| {
+                    r.queues.iter().map(move |q| {
+                        (
+                            with(r, "cluster_queue", &q.queue),
+                            ConstCounter::new(q.preemptions),
+                        )
+                    })
+                })
+                .collect(),
+        )?;
+    }
+    if rows.iter().any(|r| !r.failed_by_cause.is_empty()) {
+        family(
+            e,
+            "jobrelay_jobs_failed_by_cause",
+            "Jobs seen failing live whose story names a first failure cause, by cause",
+            MetricType::Counter,
+            rows.iter()
+                .flat_map(|r| {
+                    r.failed_by_cause
+                        .iter()
+                        .map(move |(cause, n)| (with(r, "cause", cause), ConstCounter::new(*n)))
+                })
+                .collect(),
+        )?;
+    }
+    Ok(())
 }
 
 /// How many jobs each timer fires on (every configured timer, 0 included).
@@ -109,8 +178,14 @@ pub(super) fn rules(
     e: &mut DescriptorEncoder,
     readings: &[RuleReading],
 ) -> Result<(), std::fmt::Error> {
+    // `group` only on the rules judged per cluster queue or cause, so a rule judged per
+    // cluster keeps the series it always had.
     let labels = |r: &RuleReading| -> Labels {
-        vec![("rule", r.rule.clone()), ("cluster", r.cluster.clone())]
+        let mut labels = vec![("rule", r.rule.clone()), ("cluster", r.cluster.clone())];
+        if !r.group.is_empty() {
+            labels.push(("group", r.group.clone()));
+        }
+        labels
     };
     family(
         e,

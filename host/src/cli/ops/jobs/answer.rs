@@ -55,6 +55,10 @@ pub struct JobSummary {
     /// The queue Kueue holds the job in for quota, while it does.
     pub queue: Option<String>,
     pub queued_since: Option<String>,
+    /// Times Kueue preempted the job's Workload.
+    pub preemptions: u64,
+    /// The first failure cause its pods showed.
+    pub cause: Option<String>,
     /// The timers of `fleet.timers` firing on the job.
     pub timers: Vec<String>,
 }
@@ -91,6 +95,20 @@ pub struct JobDetail {
     pub summary: JobSummary,
     pub labels: BTreeMap<String, String>,
     pub transitions: Vec<Transition>,
+    /// The phases and what Kueue did with its Workload, oldest first.
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// One line of a job's timeline: a phase entered (`event: phase`) or a Kueue mark
+/// (`event: kueue`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct TimelineEntry {
+    pub at: Option<String>,
+    pub event: String,
+    pub phase: Option<String>,
+    pub mark: Option<String>,
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::answer::{JobDetail, JobShown, PluginTrace};
+use super::answer::{JobDetail, JobShown, PluginTrace, TimelineEntry};
 use super::table::{NONE, aligned, human, since, state, time};
 
 /// The whole report, relative to `now` for the job's age.
@@ -79,6 +79,18 @@ fn job(out: &mut String, detail: &JobDetail, now: DateTime<Utc>) {
         ),
     ));
     fields.push(("Restarts:", s.restarts.to_string()));
+    if let Some(queue) = &s.queue {
+        fields.push((
+            "Queued:",
+            format!("in {queue} since {}", time(s.queued_since.as_deref())),
+        ));
+    }
+    if s.preemptions > 0 {
+        fields.push(("Preemptions:", s.preemptions.to_string()));
+    }
+    if let Some(cause) = &s.cause {
+        fields.push(("Failure cause:", cause.clone()));
+    }
     let rows: Vec<Vec<String>> = fields
         .into_iter()
         .map(|(k, v)| vec![k.to_string(), v])
@@ -108,6 +120,23 @@ fn job(out: &mut String, detail: &JobDetail, now: DateTime<Utc>) {
                 } else {
                     "observed".into()
                 },
+            ]);
+        }
+        out.push_str(&aligned(&rows, "  "));
+    }
+    let kueue: Vec<&TimelineEntry> = detail
+        .timeline
+        .iter()
+        .filter(|e| e.event == "kueue")
+        .collect();
+    if !kueue.is_empty() {
+        out.push_str("Kueue:\n");
+        let mut rows = vec![vec!["TIME".to_string(), "WORKLOAD".into(), "QUEUE".into()]];
+        for e in kueue {
+            rows.push(vec![
+                time(e.at.as_deref()),
+                e.mark.clone().unwrap_or_default(),
+                e.queue.clone().unwrap_or_else(|| NONE.to_string()),
             ]);
         }
         out.push_str(&aligned(&rows, "  "));
@@ -177,6 +206,7 @@ mod tests {
             job: JobDetail {
                 summary: summary.clone(),
                 labels: BTreeMap::from([("team".to_string(), "nlp".to_string())]),
+                timeline: Vec::new(),
                 transitions: vec![
                     Transition {
                         at: Some("2026-11-28T01:50:00Z".into()),

@@ -204,6 +204,7 @@ fn fleet_event(kind: &str, cluster: &str, rv: u64) -> JobEvent {
         cluster: cluster.into(),
         rule,
         job_uid: None,
+        group: None,
         value: None,
         threshold: None,
         since: "2026-01-01T00:00:00Z".into(),
