@@ -733,6 +733,8 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         "preemptions",
         "requeues",
         "accelerators_json",
+        "admitted_seconds",
+        "accelerator_seconds_json",
         "failure_reason",
         "failure_exit_code",
         "failure_container",
@@ -773,8 +775,11 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         workload: Some(workload(QueueState::Admitted, Some("2026-11-21T10:05:00Z"))),
         failure: None,
     }));
+    // Admitted for 10 minutes before an eviction, then from 10:05:00 to the end at 11:00:10.
+    let mut last = workload(QueueState::Admitted, Some("2026-11-21T10:05:00Z"));
+    last.past_execution_seconds = 600;
     events[2].story = Some(Arc::new(Story {
-        workload: Some(workload(QueueState::Admitted, Some("2026-11-21T10:05:00Z"))),
+        workload: Some(last),
         failure: Some(FailureCause {
             container: "trainer".into(),
             init: false,
@@ -805,6 +810,8 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         Option<String>,
         Option<String>,
         Option<i64>,
+        Option<i64>,
+        Option<String>,
     );
     let time = |c: &str| match &db {
         Db::Maria(_) => format!("CAST({c} AS CHAR)"),
@@ -813,7 +820,8 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
     let query = |uid: &str| {
         format!(
             "SELECT local_queue, cluster_queue, queue_state, {}, queued_seconds, preemptions, \
-             accelerators_json, failure_reason, failure_exit_code FROM {prefix}_jobs \
+             accelerators_json, failure_reason, failure_exit_code, admitted_seconds, \
+             accelerator_seconds_json FROM {prefix}_jobs \
              WHERE uid = '{uid}'",
             time("queued_since")
         )
@@ -846,11 +854,15 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
             Some(r#"{"nvidia.com/gpu":8}"#.into()),
             Some("OOMKilled".into()),
             Some(137),
+            Some(600 + 3_310),
+            Some(r#"{"nvidia.com/gpu":31280}"#.into()),
         )
     );
     assert_eq!(
         row("u-before").await,
-        (None, None, None, None, None, None, None, None, None),
+        (
+            None, None, None, None, None, None, None, None, None, None, None
+        ),
         "a row written before the story keeps its values, the new columns empty"
     );
     assert_eq!(db.job(&prefix, "u-before").await.0, "succeeded");
@@ -879,7 +891,8 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
             (hours.0.as_str(), hours.1.as_deref()),
             ("team-a", Some("2026-11-21"))
         );
-        assert!((hours.2 - 8.0 * 3605.0 / 3600.0).abs() < 1e-9, "{hours:?}");
+        // Eight GPUs over the 3,910 s admitted, not over the run from start to finish.
+        assert!((hours.2 - 8.0 * 3_910.0 / 3600.0).abs() < 1e-9, "{hours:?}");
         let p95: (String, i64) = sqlx::query_as(sqlx::AssertSqlSafe(queries[1].clone()))
             .fetch_one(pool)
             .await

@@ -242,14 +242,17 @@ mod plugin {
                     .then(|| row::sql_time(&event.transition_time).unwrap_or_else(|| now.into())),
             ),
         ]);
-        values.extend(story_values(jobrelay_guest::story::get().as_ref()));
+        let end = finish.as_deref().unwrap_or(&event.transition_time);
+        values.extend(story_values(jobrelay_guest::story::get().as_ref(), end));
         values.extend([Value::Int(version.minor), Value::Int(version.major)]);
         values
     }
 
     /// The story columns (`statements::STORY_COLUMNS`, in order): what the job's Kueue
     /// Workload and pods said, NULL for what the event does not know (the stored value stays).
-    fn story_values(story: Option<&JobStory>) -> Vec<Value> {
+    /// `end` is the job's finish, else the event's time: where the current admission's run
+    /// is counted to.
+    fn story_values(story: Option<&JobStory>, end: &str) -> Vec<Value> {
         let workload = story.and_then(|s| s.workload.as_ref());
         let failure = story.and_then(|s| s.failure.as_ref());
         let int = |n: Option<i64>| n.map_or(Value::Null, Value::Int);
@@ -271,6 +274,21 @@ mod plugin {
         let accelerators = workload
             .filter(|w| !w.accelerators.is_empty())
             .map(|w| row::accelerators_json(&w.accelerators));
+        // Kueue's own count of the time admitted: the earlier admissions' (which it adds up
+        // at each eviction) and the current one's, to the job's end or to this event.
+        let admitted = workload.map(|w| {
+            let current = match (w.state, &w.admitted_at) {
+                (QueueState::Admitted | QueueState::Finished, Some(at)) => {
+                    row::seconds_between(at, end).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            w.past_execution_seconds.max(0).saturating_add(current)
+        });
+        let accelerator_seconds = workload
+            .zip(admitted)
+            .filter(|(w, _)| !w.accelerators.is_empty())
+            .map(|(w, seconds)| row::accelerator_seconds_json(&w.accelerators, seconds));
         vec![
             optional(workload.and_then(|w| w.local_queue.as_deref().map(|q| row::cut(q, 253)))),
             optional(workload.and_then(|w| w.cluster_queue.as_deref().map(|q| row::cut(q, 253)))),
@@ -281,6 +299,8 @@ mod plugin {
             int(workload.map(|w| i64::from(jobrelay_guest::story::preemptions(&w.evictions)))),
             int(workload.map(|w| i64::from(w.requeues))),
             optional(accelerators),
+            int(admitted),
+            optional(accelerator_seconds),
             optional(failure.map(|f| row::cut(&f.reason, 128))),
             int(failure.and_then(|f| f.exit_code).map(i64::from)),
             optional(failure.map(|f| row::cut(&f.container, 253))),

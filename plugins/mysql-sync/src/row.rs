@@ -120,6 +120,16 @@ pub fn accelerators_json(accelerators: &[(String, u64)]) -> String {
 }
 
 /// Labels as a JSON object text, or a marker when they are too large to keep.
+/// `{"nvidia.com/gpu": 28800}`: each accelerator's count times `seconds` admitted.
+pub fn accelerator_seconds_json(accelerators: &[(String, u64)], seconds: i64) -> String {
+    let seconds = u64::try_from(seconds).unwrap_or(0);
+    let map: serde_json::Map<String, Json> = accelerators
+        .iter()
+        .map(|(name, n)| (name.clone(), Json::from(n.saturating_mul(seconds))))
+        .collect();
+    Json::Object(map).to_string()
+}
+
 pub fn labels_json(labels: &[(String, String)]) -> String {
     let map: serde_json::Map<String, Json> = labels
         .iter()

@@ -105,6 +105,8 @@ pub const JOBS: &[Column] = &[
     Column::story("preemptions", "BIGINT NULL", "INTEGER"),
     Column::story("requeues", "BIGINT NULL", "INTEGER"),
     Column::story("accelerators_json", "TEXT NULL", "TEXT"),
+    Column::story("admitted_seconds", "BIGINT NULL", "INTEGER"),
+    Column::story("accelerator_seconds_json", "TEXT NULL", "TEXT"),
     Column::story("failure_reason", "VARCHAR(128) NULL", "TEXT"),
     Column::story("failure_exit_code", "BIGINT NULL", "INTEGER"),
     Column::story("failure_container", "VARCHAR(253) NULL", "TEXT"),
