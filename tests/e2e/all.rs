@@ -13,6 +13,7 @@ mod image;
 mod job_view;
 mod job_writes;
 mod jobs_page;
+mod kueue_story;
 mod oci_plugins;
 mod pipeline;
 mod python_plugin;
