@@ -76,12 +76,14 @@ async fn a_jobs_events_carry_its_workload_and_its_failing_pod() {
         None,
         stories.clone(),
         cluster.clone(),
+        None,
     ));
     let pods = tokio::spawn(sources::watch_pods(
         client.clone(),
         None,
         stories.clone(),
         cluster.clone(),
+        None,
     ));
 
     // The job exists, its Workload is seen, and only then the job stream starts: the
@@ -410,8 +412,14 @@ impl Readers {
         };
         let (c, s) = (client.clone(), stories.clone());
         let tasks = vec![
-            tokio::spawn(sources::watch_workloads(c, None, s, cluster.clone())),
-            tokio::spawn(sources::watch_pods(client.clone(), None, stories, cluster)),
+            tokio::spawn(sources::watch_workloads(c, None, s, cluster.clone(), None)),
+            tokio::spawn(sources::watch_pods(
+                client.clone(),
+                None,
+                stories,
+                cluster,
+                None,
+            )),
             tokio::spawn(watcher::run(client, target, sink, |_| {})),
         ];
         Readers {

@@ -128,7 +128,9 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
          sql:\n  connections:\n    main: {url: \"env:JOBRELAY_E2E_STORY_MYSQL_URL\", max_connections: 4}\n\
          fleet:\n  evaluate_interval_ms: 200\n  rules:\n\
          \x20   - {name: preemptions, measure: preemptions_per_hour, above: 0, window: 1h}\n\
-         \x20   - {name: oom, measure: failures_per_hour, above: 0, window: 1h, causes: [OOMKilled]}\n",
+         \x20   - {name: oom, measure: failures_per_hour, above: 0, window: 1h, causes: [OOMKilled]}\n\
+         \x20 timers:\n\
+         \x20   - {name: queued-long, state: queued, longer_than: 1s, namespaces: [idle]}\n",
     );
     setup.install_wasm("mysql-sync", "mysql-sync.wasm");
     setup.install_wasm("feishu-notify", "feishu-notify.wasm");
@@ -169,6 +171,20 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         move |job: &Value| marks(job).iter().any(|(m, t, _)| m == mark && *t == at)
     };
     let gpus = [("nvidia.com/gpu", 8)];
+
+    // --- waiting: submitted after the job was seen, and never touched again — Kueue's
+    // Workload alone says it waits, and the queued timer fires on it all the same.
+    let waiting = JobDriver::builder(Flavor::Batch, "idle", "waiting")
+        .workers(1)
+        .created_suspended()
+        .create(&sim)
+        .expect("a suspended job");
+    until("the job view to hold idle/waiting", || async {
+        let (code, _) = get_json(addr, "/api/v1/jobs/east/idle/waiting").await;
+        (code == 200).then_some(())
+    })
+    .await;
+    let _waiting_wl = kueue.submit(&waiting, "team-c").expect("submitted");
 
     // --- llama-ft: queued, admitted, preempted, requeued, admitted again, OOM-killed.
     let mut llama = suspended("llama-ft");
@@ -343,16 +359,27 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
 
     // --- Feishu: each failed card names its cause; each rule fires, per queue and cause.
     let cards = feishu
-        .wait_for_messages(&token, 5, Duration::from_secs(60))
+        .wait_for_messages(&token, 6, Duration::from_secs(60))
         .await
-        .expect("three failed cards and two rule cards");
+        .expect("three failed cards, two rule cards and a timer's");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let texts: Vec<String> = feishu
         .messages(&token)
         .iter()
         .map(|c| c.body.to_string())
         .collect();
-    assert_eq!(texts.len(), cards.len().max(5), "no card twice: {texts:#?}");
+    assert_eq!(
+        (texts.len(), cards.len()),
+        (6, 6),
+        "no card twice: {texts:#?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("Rule queued-long is firing on east")
+                && t.contains("idle/waiting queued")),
+        "the timer on the job whose Workload alone said it waits: {texts:#?}"
+    );
     for (name, cause) in [
         ("llama-ft", "OOMKilled"),
         ("pull-bad", "ImagePullBackOff"),

@@ -39,6 +39,7 @@ mod filter;
 mod samples;
 pub mod spec;
 mod stays;
+mod story_news;
 #[cfg(test)]
 mod test_support;
 pub mod timeline;
@@ -393,8 +394,8 @@ impl JobView {
                 let before = (rec.phase, rec.started);
                 lag(rec.phase != event.phase);
                 rec.enter(transition);
-                set_queued(rec, strings, event);
-                let news = timeline::note(rec, event, now, self.began);
+                set_queued(rec, strings, event.story.as_deref(), event.phase);
+                let news = timeline::note(rec, event.story.as_deref(), now, self.began);
                 self.sample_kueue(&event.cluster, strings, rec, news);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, rec, before, event);
@@ -431,8 +432,8 @@ impl JobView {
                     trail: None,
                 };
                 rec.enter(transition);
-                set_queued(&mut rec, strings, event);
-                let news = timeline::note(&mut rec, event, now, self.began);
+                set_queued(&mut rec, strings, event.story.as_deref(), event.phase);
+                let news = timeline::note(&mut rec, event.story.as_deref(), now, self.began);
                 self.sample_kueue(&event.cluster, strings, &rec, news);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0), event);

@@ -216,6 +216,12 @@ impl Routes {
                     last.push(observed);
                 }
             }
+            Observation::Story(news) => {
+                // The view's alone: plugins get the story on the job's next version.
+                if let Some(view) = &self.view {
+                    view.story_changed(&news);
+                }
+            }
             Observation::Listed(listed) => {
                 if let Some(view) = &self.view {
                     view.listed(&listed);

@@ -190,7 +190,7 @@ async fn supervise(
     };
     users.register(&name, &client);
     let mut streams = JoinSet::new();
-    let story_sources = story_sources(&name, &client, &targets);
+    let story_sources = story_sources(&name, &client, &targets, &sink);
     // The health check tells the streams when the cluster answers again.
     let back = Arc::new(tokio::sync::Notify::new());
     for (index, mut target) in targets.into_iter().enumerate() {
@@ -229,7 +229,12 @@ type StorySource = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 /// (`kinds[].story`): one Workload stream and one pod stream per watched namespace (or for
 /// all), whichever kinds ask. Not counted among the job streams of the cluster's health: a
 /// cluster without Kueue is no less healthy for it.
-fn story_sources(cluster: &str, client: &Client, targets: &[WatchTarget]) -> Vec<StorySource> {
+fn story_sources(
+    cluster: &str,
+    client: &Client,
+    targets: &[WatchTarget],
+    sink: &Sink,
+) -> Vec<StorySource> {
     let mut kueue = BTreeSet::new();
     let mut pods = BTreeSet::new();
     let mut book = None;
@@ -256,13 +261,26 @@ fn story_sources(cluster: &str, client: &Client, targets: &[WatchTarget]) -> Vec
     let mut sources: Vec<StorySource> = Vec::new();
     for namespace in kueue {
         let span = tracing::info_span!("story", cluster = %cluster, source = "workloads");
-        let run =
-            sources::watch_workloads(client.clone(), namespace, book.clone(), cluster.clone());
+        let news = Some(sink.clone());
+        let run = sources::watch_workloads(
+            client.clone(),
+            namespace,
+            book.clone(),
+            cluster.clone(),
+            news,
+        );
         sources.push(Box::pin(run.instrument(span)));
     }
     for namespace in pods {
         let span = tracing::info_span!("story", cluster = %cluster, source = "pods");
-        let run = sources::watch_pods(client.clone(), namespace, book.clone(), cluster.clone());
+        let news = Some(sink.clone());
+        let run = sources::watch_pods(
+            client.clone(),
+            namespace,
+            book.clone(),
+            cluster.clone(),
+            news,
+        );
         sources.push(Box::pin(run.instrument(span)));
     }
     sources

@@ -45,6 +45,22 @@ pub enum Observation {
     Version(Observed),
     /// A (re-)list finished.
     Listed(Listed),
+    /// What the objects around a job say changed, with no version of the job.
+    Story(StoryNews),
+}
+
+/// A job's story changed through one of its objects alone (a Workload admitted, requeued or
+/// evicted, a pod failing) — for the job view, whose queue, timeline and timers follow it
+/// at once. Not for plugins: an event is a version of the job, and carries the story as it
+/// was when that version was seen ([`crate::story::sources`]).
+#[derive(Debug, Clone)]
+pub struct StoryNews {
+    /// The cluster's name in jobrelay.
+    pub cluster: Arc<str>,
+    /// The job's `metadata.uid`.
+    pub uid: String,
+    /// Its story now.
+    pub story: Arc<jobrelay_contract::story::Story>,
 }
 
 /// One version of one job, as its stream saw it: what the lanes are offered, unchanged.
@@ -431,7 +447,7 @@ mod tests {
                 Observation::Version(Observed {
                     event, from_list, ..
                 }) => Some((event, from_list)),
-                Observation::Listed(_) => None,
+                Observation::Listed(_) | Observation::Story(_) => None,
             })
             .collect()
     }

@@ -247,7 +247,7 @@ fn observe(tracker: &mut Tracker, text: &str, list: bool) -> Option<JobEvent> {
     }
     events.into_iter().find_map(|o| match o {
         Observation::Version(observed) => Some(observed.event),
-        Observation::Listed(_) => None,
+        Observation::Listed(_) | Observation::Story(_) => None,
     })
 }
 

@@ -6,7 +6,8 @@
 //! Run: `plugins/build.sh && cargo build --release -p jobrelay && cargo bench -p jobrelay-e2e
 //! --bench event_path` (options after `--`: `--jobs N`, `--versions N`, `--memory-jobs N`,
 //! `--memory-object full|small`, `--backlog-rate N`, `--only stream|memory|backlog|latency`, `--rate N`, `--seconds N`, `--clusters N`,
-//! `--plugin stamp|noop`, `--perf FILE` to record a profile of the daemon over each run).
+//! `--plugin stamp|noop`, `--perf FILE` to record a profile of the daemon over each run,
+//! `--story` to have the kind tell its story: see [`Story`]).
 //!
 //! - **stream**: the daemon watches Volcano jobs on one simulated cluster, with the `noop`
 //!   plugin in `every-version` mode. Once it is ready, this bench creates `--jobs` jobs (about
@@ -56,6 +57,9 @@ struct Options {
     /// `stamp` (latency and CPU) or `noop` (CPU only: the plugin does nothing).
     plugin: String,
     only: Option<String>,
+    /// `--story`: the stream and memory runs watch the kind with `story: {kueue: true, pods:
+    /// true}`, and give each job an admitted Kueue Workload and an OOM-killed pod.
+    story: bool,
 }
 
 fn options() -> Options {
@@ -86,6 +90,57 @@ fn options() -> Options {
         clusters: number("--clusters", 10),
         plugin: value("--plugin").unwrap_or_else(|| "stamp".to_string()),
         only: value("--only"),
+        story: args.iter().any(|a| a == "--story"),
+    }
+}
+
+/// What `--story` adds: the Workload kind served by the simulator, and for each job created its
+/// Workload (admitted to a cluster queue, 8 GPUs, one preemption behind it) and one pod of it
+/// whose container was OOM-killed — the story's every source, each read and joined.
+struct Story;
+
+impl Story {
+    const KIND: &'static str = "kinds: [{name: volcano-job, story: {kueue: true, pods: true}}]";
+
+    fn serve(sim: &SimCluster) {
+        jobrelay_testkit::SimKueue::install(sim);
+    }
+
+    /// The Workload and pod of the job `created` (the simulator's answer to its creation).
+    fn tell(sim: &SimCluster, created: &Value) {
+        let name = created["metadata"]["name"].as_str().expect("a name");
+        let uid = created["metadata"]["uid"].as_str().expect("a uid");
+        let owner = serde_json::json!([{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "name": name, "uid": uid, "controller": true}]);
+        sim.create(
+            &Gvr::KUEUE_WORKLOAD,
+            serde_json::json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": format!("job-{name}"), "namespace": "ml",
+                    "labels": {"kueue.x-k8s.io/job-uid": uid}, "ownerReferences": owner},
+                "spec": {"queueName": "team-a"},
+                "status": {
+                    "admission": {"clusterQueue": "a100", "podSetAssignments": [
+                        {"name": "main", "count": 1, "resourceUsage": {"nvidia.com/gpu": "8"}}]},
+                    "conditions": [
+                        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                         "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"},
+                        {"type": "Admitted", "status": "True", "reason": "Admitted",
+                         "message": "", "lastTransitionTime": "2026-12-01T10:00:00Z"}],
+                    "schedulingStats": {"evictions": [
+                        {"reason": "Preempted", "underlyingCause": "", "count": 1}]},
+                    "accumulatedPastExecutionTimeSeconds": 600}}),
+        )
+        .expect("a Workload");
+        sim.create(
+            &Gvr::POD,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-0"), "namespace": "ml", "ownerReferences": owner},
+                "spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]},
+                "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer",
+                    "image": "trainer:1", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}),
+        )
+        .expect("a pod");
     }
 }
 
@@ -171,6 +226,9 @@ impl Profile {
     }
 }
 
+/// The main file's kinds without a story.
+const KINDS: &str = "kinds: [{name: volcano-job}]";
+
 /// A daemon process on a config folder of its own.
 struct Running {
     child: tokio::process::Child,
@@ -180,14 +238,25 @@ struct Running {
 }
 
 impl Running {
-    async fn start(sim: &SimCluster, instance_reuse: u32) -> Running {
+    async fn start(sim: &SimCluster, instance_reuse: u32, story: bool) -> Running {
         let manifest =
             format!("wasm: noop.wasm\ndelivery: every-version\ninstance_reuse: {instance_reuse}\n");
-        Running::start_with(&[sim], "noop", &manifest).await
+        let kinds = if story {
+            Story::serve(sim);
+            Story::KIND
+        } else {
+            KINDS
+        };
+        Running::start_kinds(&[sim], "noop", &manifest, kinds).await
     }
 
     /// A daemon watching Volcano jobs on `sims`, with one plugin `name` of `manifest`.
     async fn start_with(sims: &[&SimCluster], name: &str, manifest: &str) -> Running {
+        Running::start_kinds(sims, name, manifest, KINDS).await
+    }
+
+    /// As [`Running::start_with`], with the main file's `kinds` line.
+    async fn start_kinds(sims: &[&SimCluster], name: &str, manifest: &str, kinds: &str) -> Running {
         let dir = tempfile::tempdir().expect("tempdir");
         // As the chart lays it out: the state on a volume of its own, not in the config folder.
         let state = dir.path().join("state/jobrelay.db");
@@ -198,7 +267,7 @@ impl Running {
         write_atomic(
             &root.join("jobrelay.yaml"),
             format!(
-                "plugin_dir: {}\nstate: {{path: {}}}\nkinds: [{{name: volcano-job}}]\n\
+                "plugin_dir: {}\nstate: {{path: {}}}\n{kinds}\n\
                  telemetry: {{listen: \"127.0.0.1:{port}\"}}\n",
                 plugin_dir.display(),
                 state.display()
@@ -495,7 +564,7 @@ async fn latency(options: &Options) {
 
 async fn stream(options: &Options, instance_reuse: u32) {
     let sim = SimCluster::start("alpha").await.expect("simulator");
-    let daemon = Running::start(&sim, instance_reuse).await;
+    let daemon = Running::start(&sim, instance_reuse, options.story).await;
     let gvr = Gvr::VOLCANO_JOB;
     let events = (options.jobs * options.versions) as u64;
 
@@ -506,7 +575,10 @@ async fn stream(options: &Options, instance_reuse: u32) {
     let cpu_before = cpu_seconds(daemon.pid);
     let started = Instant::now();
     for i in 0..options.jobs {
-        sim.create(&gvr, volcano_job(i)).expect("create");
+        let created = sim.create(&gvr, volcano_job(i)).expect("create");
+        if options.story {
+            Story::tell(&sim, &created);
+        }
     }
     for step in 1..options.versions {
         for i in 0..options.jobs {
@@ -532,9 +604,10 @@ async fn stream(options: &Options, instance_reuse: u32) {
         perf.stop();
     }
     println!(
-        "stream  instance_reuse {instance_reuse:>3}: {events} events in {:.2} s (written in {:.2} s) \
+        "stream{}  instance_reuse {instance_reuse:>3}: {events} events in {:.2} s (written in {:.2} s) \
          = {:.0} events/s; daemon CPU {cpu:.2} s = {:.1} µs per event; RSS {:.1} MiB; \
          {} written to the inbox, {} read back from it",
+        if options.story { " (story)" } else { "" },
         elapsed.as_secs_f64(),
         written.as_secs_f64(),
         events as f64 / elapsed.as_secs_f64(),
@@ -563,7 +636,7 @@ async fn memory(options: &Options) {
     let sim = SimCluster::start_with("alpha", history)
         .await
         .expect("simulator");
-    let daemon = Running::start(&sim, 1).await;
+    let daemon = Running::start(&sim, 1, options.story).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = rss_bytes(daemon.pid);
     let gvr = Gvr::VOLCANO_JOB;
@@ -575,7 +648,10 @@ async fn memory(options: &Options) {
         other => panic!("--memory-object takes full or small, not {other}"),
     };
     for i in 0..jobs {
-        sim.create(&gvr, job(i)).expect("create");
+        let created = sim.create(&gvr, job(i)).expect("create");
+        if options.story {
+            Story::tell(&sim, &created);
+        }
         if (i + 1) % MEMORY_CHUNK == 0 {
             let behind = (i + 1 - MEMORY_CHUNK) as u64;
             daemon
@@ -608,7 +684,8 @@ async fn memory(options: &Options) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = rss_bytes(daemon.pid);
     println!(
-        "memory  {jobs} tracked jobs ({} objects, delivered in {:.1} s): RSS {:.1} MiB → {:.1} MiB = {:.0} bytes per job (this bench process, simulator included: {:.0} MiB)",
+        "memory{}  {jobs} tracked jobs ({} objects, delivered in {:.1} s): RSS {:.1} MiB → {:.1} MiB = {:.0} bytes per job (this bench process, simulator included: {:.0} MiB)",
+        if options.story { " (story)" } else { "" },
         options.memory_object,
         loaded.as_secs_f64(),
         before as f64 / (1 << 20) as f64,

@@ -8,8 +8,8 @@ use super::{JobView, read, write};
 use crate::interner::Interner;
 use crate::record::{JobRecord, Secs};
 use crate::timers::{Stay, TimedState};
-use jobrelay_contract::event::{JobEvent, Phase};
-use jobrelay_contract::story::QueueState;
+use jobrelay_contract::event::Phase;
+use jobrelay_contract::story::{QueueState, Story};
 use jobrelay_contract::uid::Uid;
 
 impl JobView {
@@ -79,12 +79,15 @@ impl JobView {
 
 /// Notes whether Kueue holds the job for quota, as its event's story says, and since when and
 /// in which queue; a kind that tells no story is never queued.
-pub(super) fn set_queued(rec: &mut JobRecord, strings: &mut Interner<String>, event: &JobEvent) {
-    let queued = event
-        .story
-        .as_deref()
+pub(super) fn set_queued(
+    rec: &mut JobRecord,
+    strings: &mut Interner<String>,
+    story: Option<&Story>,
+    phase: Phase,
+) {
+    let queued = story
         .and_then(|story| story.workload.as_ref())
-        .filter(|w| matches!(w.state, QueueState::Queued { .. }) && event.phase != Phase::Deleted);
+        .filter(|w| matches!(w.state, QueueState::Queued { .. }) && phase != Phase::Deleted);
     rec.queued_since = queued.map_or(0, |w| {
         w.waiting_since
             .and_then(|t| Secs::try_from(t.timestamp()).ok())

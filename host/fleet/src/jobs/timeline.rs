@@ -16,8 +16,8 @@
 use serde::Serialize;
 
 use crate::record::{JobRecord, Secs, rfc3339};
-use jobrelay_contract::event::{JobEvent, Phase};
-use jobrelay_contract::story::QueueState;
+use jobrelay_contract::event::Phase;
+use jobrelay_contract::story::{QueueState, Story};
 
 /// Most marks kept per job: the first and the latest ones.
 pub const MAX_MARKS: usize = 8;
@@ -99,11 +99,11 @@ pub struct KueueNews {
 /// nothing.
 pub(super) fn note(
     rec: &mut JobRecord,
-    event: &JobEvent,
+    story: Option<&Story>,
     now: Secs,
     began: Secs,
 ) -> Option<KueueNews> {
-    let story = event.story.as_deref()?;
+    let story = story?;
     let old = rec.created < began;
     let trail = rec.trail.get_or_insert_with(|| {
         let preemptions = story.workload.as_ref().filter(|_| old);
@@ -269,7 +269,17 @@ mod tests {
     use super::*;
     use crate::jobs::test_support::*;
     use crate::record::Transition;
+    use jobrelay_contract::event::JobEvent;
     use jobrelay_contract::story::{FailureCause, Story};
+
+    fn note_event(
+        rec: &mut JobRecord,
+        event: &JobEvent,
+        now: Secs,
+        began: Secs,
+    ) -> Option<KueueNews> {
+        note(rec, event.story.as_deref(), now, began)
+    }
 
     fn marks(rec: &JobRecord) -> Vec<(Secs, QueueMark, Option<&str>)> {
         let trail = rec.trail.as_ref().expect("a trail");
@@ -319,7 +329,7 @@ mod tests {
             ),
         ];
         for (event, now) in &versions {
-            news.extend(note(&mut rec, event, *now, BEGAN));
+            news.extend(note_event(&mut rec, event, *now, BEGAN));
         }
         assert_eq!(
             marks(&rec),
@@ -377,13 +387,13 @@ mod tests {
     fn what_happened_before_the_view_began_is_not_news() {
         let mut rec = record(BEGAN - 500);
         let old = version(QueueState::Admitted, Some(BEGAN - 100), BEGAN - 400, 2);
-        assert_eq!(note(&mut rec, &old, BEGAN + 1, BEGAN), None);
+        assert_eq!(note_event(&mut rec, &old, BEGAN + 1, BEGAN), None);
         assert_eq!(
             marks(&rec),
             [(BEGAN - 100, QueueMark::Admitted, Some("a100"))]
         );
         let third = evicted_at(version(evicted(), None, BEGAN - 400, 3), BEGAN + 8);
-        let news = note(&mut rec, &third, BEGAN + 9, BEGAN).expect("a preemption");
+        let news = note_event(&mut rec, &third, BEGAN + 9, BEGAN).expect("a preemption");
         assert_eq!((&*news.queue, news.preempted), ("a100", 1));
     }
 
@@ -392,7 +402,7 @@ mod tests {
     #[test]
     fn another_eviction_is_marked_once() {
         let mut rec = record(BEGAN + 1);
-        note(
+        note_event(
             &mut rec,
             &version(QueueState::Admitted, Some(BEGAN + 5), BEGAN + 1, 0),
             BEGAN + 6,
@@ -404,7 +414,7 @@ mod tests {
             preempted: None,
         };
         for now in [BEGAN + 30, BEGAN + 31] {
-            let news = note(
+            let news = note_event(
                 &mut rec,
                 &evicted_at(version(timeout.clone(), None, BEGAN + 1, 0), BEGAN + 29),
                 now,
@@ -427,7 +437,7 @@ mod tests {
         let mut rec = record(BEGAN + 1);
         for i in 0..50 {
             let at = BEGAN + 10 + i * 10;
-            note(
+            note_event(
                 &mut rec,
                 &version(QueueState::Admitted, Some(at), at - 5, 0),
                 at,
@@ -445,7 +455,7 @@ mod tests {
     #[test]
     fn the_first_cause_stays_and_no_queue_is_no_news() {
         let mut rec = record(BEGAN + 1);
-        assert_eq!(note(&mut rec, &bare(), BEGAN + 2, BEGAN), None);
+        assert_eq!(note_event(&mut rec, &bare(), BEGAN + 2, BEGAN), None);
         assert!(rec.trail.is_none());
         let failing = |reason: &str| {
             let mut event = bare();
@@ -462,8 +472,8 @@ mod tests {
             }));
             event
         };
-        note(&mut rec, &failing("OOMKilled"), BEGAN + 3, BEGAN);
-        note(&mut rec, &failing("Error"), BEGAN + 4, BEGAN);
+        note_event(&mut rec, &failing("OOMKilled"), BEGAN + 3, BEGAN);
+        note_event(&mut rec, &failing("Error"), BEGAN + 4, BEGAN);
         assert_eq!(
             rec.trail.as_ref().and_then(|t| t.cause.as_deref()),
             Some("OOMKilled")
@@ -475,6 +485,6 @@ mod tests {
             w.cluster_queue = None;
             w.local_queue = None;
         }
-        assert_eq!(note(&mut rec, &no_queue, BEGAN + 6, BEGAN), None);
+        assert_eq!(note_event(&mut rec, &no_queue, BEGAN + 6, BEGAN), None);
     }
 }

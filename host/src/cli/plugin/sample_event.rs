@@ -203,7 +203,7 @@ pub fn sample_event(
         .into_iter()
         .find_map(|o| match o {
             Observation::Version(observed) => Some(observed.event),
-            Observation::Listed(_) => None,
+            Observation::Listed(_) | Observation::Story(_) => None,
         })
         .context("the watch tracker made no event of the sample")?;
     event.previous_phase = previous;

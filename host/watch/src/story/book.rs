@@ -195,7 +195,7 @@ impl StoryBook {
     }
 
     /// The uid `uid`'s links lead to: the first known job on the way, or the last uid reached.
-    fn root_of(&self, uid: &str) -> String {
+    pub fn root_of(&self, uid: &str) -> String {
         let mut at = uid;
         for _ in 0..MAX_DEPTH {
             if self.jobs.contains_key(at) {

@@ -10,6 +10,10 @@
 //! Workload change seen after the job's own (separate streams keep no order between them)
 //! reaches the job's next version, not the one before.
 //!
+//! The job view is told at once, though ([`StoryNews`] through the stream's sink, to the
+//! view only): a Workload that went back to waiting, with no version of its job, is queued
+//! there, and the timers judge it so.
+//!
 //! A source the cluster does not serve (Kueue not installed) is retried with kube's backoff
 //! and said once in the log; the job streams go on without its facts.
 
@@ -25,9 +29,12 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::story::Story;
 
-use super::book::{BookLimits, StoryBook};
+use super::book::{BookLimits, Noted, StoryBook};
 use super::{pod_cause, workload};
+use crate::tracker::{Observation, StoryNews};
+use crate::watcher::Sink;
 
 /// The API group, version and plural of Kueue's Workloads as read here.
 pub const WORKLOAD: (&str, &str, &str, &str) =
@@ -77,19 +84,32 @@ impl Stories {
         (book.dropped(), book.orphans())
     }
 
-    /// A version of a Workload read.
-    pub fn workload(&self, facts: workload::WorkloadFacts) {
-        self.book.lock().workload(facts);
+    /// A version of a Workload read: the uid of the job whose story it changed, and that
+    /// story, if it changed a known job's.
+    pub fn workload(&self, facts: workload::WorkloadFacts) -> Option<(String, Arc<Story>)> {
+        let named = facts.job_uid.clone()?;
+        let mut book = self.book.lock();
+        match book.workload(facts) {
+            Noted::Changed => {
+                let root = book.root_of(&named);
+                book.story(&root).map(|story| (root, story))
+            }
+            Noted::Unchanged => None,
+        }
     }
 
-    /// A version of a pod: its failure cause, if it has one, for the job its owner leads to.
-    pub fn pod(&self, pod: &Pod) {
-        let Some(owner) = controller(&pod.metadata) else {
-            return;
-        };
-        let cause = pod_cause::failure_cause(pod);
-        if cause.is_some() {
-            self.book.lock().pod(owner, cause);
+    /// A version of a pod: its failure cause, if it has one, for the job its owner leads to;
+    /// as [`Stories::workload`], the job and its story when that changed.
+    pub fn pod(&self, pod: &Pod) -> Option<(String, Arc<Story>)> {
+        let owner = controller(&pod.metadata)?;
+        let cause = pod_cause::failure_cause(pod)?;
+        let mut book = self.book.lock();
+        match book.pod(owner, Some(cause)) {
+            Noted::Changed => {
+                let root = book.root_of(owner);
+                book.story(&root).map(|story| (root, story))
+            }
+            Noted::Unchanged => None,
         }
     }
 }
@@ -104,12 +124,27 @@ pub fn controller(metadata: &ObjectMeta) -> Option<&str> {
         .map(|o| o.uid.as_str())
 }
 
-/// Watches Kueue's Workloads (of one namespace, or all) into `stories` until cancelled.
+/// Tells `news` (the job view, through the dispatcher) that a job's story changed.
+async fn tell(news: Option<&Sink>, cluster: &Arc<str>, changed: Option<(String, Arc<Story>)>) {
+    if let (Some(sink), Some((uid, story))) = (news, changed) {
+        let news = StoryNews {
+            cluster: cluster.clone(),
+            uid,
+            story,
+        };
+        // Closed only when the daemon stops.
+        let _ = sink.send(Observation::Story(news)).await;
+    }
+}
+
+/// Watches Kueue's Workloads (of one namespace, or all) into `stories` until cancelled, telling
+/// `news` of each story a Workload changed.
 pub async fn watch_workloads(
     client: Client,
     namespace: Option<String>,
     stories: Arc<Stories>,
     cluster: Arc<str>,
+    news: Option<Sink>,
 ) {
     let (group, version, kind, plural) = WORKLOAD;
     let resource =
@@ -129,7 +164,7 @@ pub async fn watch_workloads(
                     .map_err(workload::WorkloadError::from)
                     .and_then(|text| workload::read(&text));
                 match facts {
-                    Ok(facts) => stories.workload(facts),
+                    Ok(facts) => tell(news.as_ref(), &cluster, stories.workload(facts)).await,
                     Err(e) => tracing::warn!(cluster = %cluster,
                         workload = %crate::lenient::label(&object.metadata), error = %e,
                         "a Kueue Workload cannot be read; its job's story goes without it"),
@@ -147,12 +182,14 @@ pub async fn watch_workloads(
     }
 }
 
-/// Watches the pods (of one namespace, or all) into `stories` until cancelled.
+/// Watches the pods (of one namespace, or all) into `stories` until cancelled, telling `news`
+/// of each story a pod changed.
 pub async fn watch_pods(
     client: Client,
     namespace: Option<String>,
     stories: Arc<Stories>,
     cluster: Arc<str>,
+    news: Option<Sink>,
 ) {
     let api: Api<Pod> = match &namespace {
         Some(ns) => Api::namespaced(client, ns),
@@ -165,7 +202,7 @@ pub async fn watch_pods(
         match item {
             Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
                 failing = false;
-                stories.pod(&pod);
+                tell(news.as_ref(), &cluster, stories.pod(&pod)).await;
             }
             Ok(_) => failing = false,
             Err(e) => {
