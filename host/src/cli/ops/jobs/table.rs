@@ -27,7 +27,7 @@ pub fn jobs(items: &[JobItem], wide: bool, now: DateTime<Utc>) -> String {
     }
     header.extend(["AGE", "DURATION"]);
     if wide {
-        header.extend(["RESTARTS", "QUEUE", "TIMERS"]);
+        header.extend(["RESTARTS", "PREEMPTIONS", "QUEUE", "CAUSE", "TIMERS"]);
     }
     header.push("PLUGINS");
     if wide {
@@ -64,7 +64,9 @@ pub fn jobs(items: &[JobItem], wide: bool, now: DateTime<Utc>) -> String {
         ));
         if wide {
             row.push(job.restarts.to_string());
+            row.push(job.preemptions.to_string());
             row.push(job.queue.clone().unwrap_or_else(|| NONE.to_string()));
+            row.push(job.cause.clone().unwrap_or_else(|| NONE.to_string()));
             row.push(if job.timers.is_empty() {
                 NONE.to_string()
             } else {
@@ -274,6 +276,8 @@ mod tests {
                 finished: Some("2026-11-28T01:58:02Z".into()),
                 duration_seconds: Some(335),
                 restarts: 1,
+                preemptions: 2,
+                cause: Some("OOMKilled".into()),
                 ..JobSummary::default()
             },
             plugins: BTreeMap::from([(
@@ -295,6 +299,15 @@ mod tests {
         assert!(lines[0].starts_with("CLUSTER"), "{wide}");
         assert!(
             lines[0].contains("RAW PHASE") && lines[0].ends_with("LAST ERRORS"),
+            "{wide}"
+        );
+        let cell = |column: &str| {
+            let at = lines[0].find(column).expect("the column");
+            lines[1][at..].split_whitespace().next().unwrap_or_default()
+        };
+        assert_eq!(
+            (cell("PREEMPTIONS"), cell("CAUSE")),
+            ("2", "OOMKilled"),
             "{wide}"
         );
         for cell in [
