@@ -57,6 +57,7 @@ async fn load(rt: &Runtime, connection: &str, prefix: &str) -> Arc<PluginVersion
         ("connection", connection),
         ("jobs_table", jobs.as_str()),
         ("transitions_table", transitions.as_str()),
+        ("team_label", "team"),
     ];
     rt.load(spec(
         "mysql-sync",
@@ -732,6 +733,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         "queued_seconds",
         "preemptions",
         "requeues",
+        "team",
         "accelerators_json",
         "admitted_seconds",
         "accelerator_seconds_json",
@@ -789,6 +791,11 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
             message: None,
         }),
     }));
+    // Only the last event names the job's team by the configured label (`team_label: team`);
+    // the LocalQueue is its team before.
+    for early in &mut events[..2] {
+        early.labels.remove("team");
+    }
     handle_all(&plugin, &events).await;
     // A later event without a story (a deletion noticed on a re-list) blanks none of it.
     plugin
@@ -812,6 +819,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         Option<i64>,
         Option<i64>,
         Option<String>,
+        Option<String>,
     );
     let time = |c: &str| match &db {
         Db::Maria(_) => format!("CAST({c} AS CHAR)"),
@@ -821,7 +829,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         format!(
             "SELECT local_queue, cluster_queue, queue_state, {}, queued_seconds, preemptions, \
              accelerators_json, failure_reason, failure_exit_code, admitted_seconds, \
-             accelerator_seconds_json FROM {prefix}_jobs \
+             accelerator_seconds_json, team FROM {prefix}_jobs \
              WHERE uid = '{uid}'",
             time("queued_since")
         )
@@ -856,12 +864,14 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
             Some(137),
             Some(600 + 3_310),
             Some(r#"{"nvidia.com/gpu":31280}"#.into()),
+            // The label's, kept by the deletion that had none.
+            Some("nlp".into()),
         )
     );
     assert_eq!(
         row("u-before").await,
         (
-            None, None, None, None, None, None, None, None, None, None, None
+            None, None, None, None, None, None, None, None, None, None, None, None
         ),
         "a row written before the story keeps its values, the new columns empty"
     );
@@ -889,7 +899,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         .expect("the GPU-hours query runs");
         assert_eq!(
             (hours.0.as_str(), hours.1.as_deref()),
-            ("team-a", Some("2026-11-21"))
+            ("nlp", Some("2026-11-21"))
         );
         // Eight GPUs over the 3,910 s admitted, not over the run from start to finish.
         assert!((hours.2 - 8.0 * 3_910.0 / 3600.0).abs() < 1e-9, "{hours:?}");

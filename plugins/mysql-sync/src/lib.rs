@@ -41,6 +41,7 @@ mod plugin {
         insert_transition: String,
         transition_by_key: String,
         upsert_job: String,
+        team_label: Option<String>,
     }
 
     struct MysqlSync;
@@ -79,6 +80,7 @@ mod plugin {
                 ),
                 transition_by_key: statements::transition_by_key(&settings.transitions_table),
                 upsert_job: statements::upsert_job(dialect, &settings.jobs_table),
+                team_label: settings.team_label,
                 connection: settings.connection,
             });
             Ok(())
@@ -107,7 +109,7 @@ mod plugin {
             }
             let statement = Statement {
                 sql: prepared.upsert_job.clone(),
-                params: job_values(&event, &object, &now),
+                params: job_values(&event, &object, &now, prepared.team_label.as_deref()),
             };
             sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
             Ok(())
@@ -206,7 +208,12 @@ mod plugin {
         ]
     }
 
-    fn job_values(event: &JobEvent, object: &serde_json::Value, now: &str) -> Vec<Value> {
+    fn job_values(
+        event: &JobEvent,
+        object: &serde_json::Value,
+        now: &str,
+        team_label: Option<&str>,
+    ) -> Vec<Value> {
         let terminal = is_terminal(event.phase);
         let start = row::start_time(object)
             .or_else(|| (event.phase == Phase::Running).then(|| event.transition_time.clone()));
@@ -243,7 +250,22 @@ mod plugin {
             ),
         ]);
         let end = finish.as_deref().unwrap_or(&event.transition_time);
-        values.extend(story_values(jobrelay_guest::story::get().as_ref(), end));
+        let story = jobrelay_guest::story::get();
+        // The team: the configured label's value, else the Kueue LocalQueue; NULL (the stored
+        // value kept) when neither is known.
+        let label = team_label.and_then(|key| {
+            event
+                .labels
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        });
+        let local_queue = story
+            .as_ref()
+            .and_then(|s| s.workload.as_ref())
+            .and_then(|w| w.local_queue.clone());
+        values.push(optional(label.or(local_queue).map(|t| row::cut(&t, 253))));
+        values.extend(story_values(story.as_ref(), end));
         values.extend([Value::Int(version.minor), Value::Int(version.major)]);
         values
     }

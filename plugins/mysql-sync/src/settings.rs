@@ -12,6 +12,9 @@ pub struct Settings {
     pub jobs_table: String,
     /// Table with one row per delivered transition.
     pub transitions_table: String,
+    /// The job label naming its team (`team_label: team`), for the `team` column; without it
+    /// (or without the label on a job), the team is the job's Kueue LocalQueue.
+    pub team_label: Option<String>,
 }
 
 impl Default for Settings {
@@ -20,6 +23,7 @@ impl Default for Settings {
             connection: "embedded".into(),
             jobs_table: "jobs".into(),
             transitions_table: "job_transitions".into(),
+            team_label: None,
         }
     }
 }
@@ -37,6 +41,9 @@ impl Settings {
             ("transitions_table", &settings.transitions_table),
         ] {
             check_identifier(name).map_err(|why| format!("config `{key}`: {why}"))?;
+        }
+        if settings.team_label.as_deref().is_some_and(str::is_empty) {
+            return Err("config `team_label` must not be empty".into());
         }
         if settings.jobs_table == settings.transitions_table {
             return Err("config `jobs_table` and `transitions_table` must differ".into());

@@ -96,6 +96,7 @@ pub const JOBS: &[Column] = &[
     Column::first("updated_at", "DATETIME(3) NOT NULL", "TEXT NOT NULL"),
     Column::added("outcome", "VARCHAR(16) NULL", "TEXT"),
     Column::added("deleted_at", "DATETIME(3) NULL", "TEXT"),
+    Column::story("team", "VARCHAR(253) NULL", "TEXT"),
     Column::story("local_queue", "VARCHAR(253) NULL", "TEXT"),
     Column::story("cluster_queue", "VARCHAR(253) NULL", "TEXT"),
     Column::story("queue_state", "VARCHAR(16) NULL", "TEXT"),
