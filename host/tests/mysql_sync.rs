@@ -352,6 +352,20 @@ async fn mariadb_transactions_and_value_types() {
 }
 
 /// Where a test's tables live: the shared MariaDB, or the `embedded` SQLite file.
+/// mysql-sync loaded on a connection, its tables named after the test, and that database
+/// read directly: (the folder, held so it and the embedded database in it live as long as the
+/// test; the runtime; the tables' prefix; the plugin; the database).
+struct Loaded(tempfile::TempDir, Runtime, String, Arc<PluginVersion>, Db);
+
+async fn loaded(connection: &str, name: &str) -> Loaded {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(services(dir.path()));
+    let prefix = unique_prefix(name);
+    let plugin = load(&rt, connection, &prefix).await;
+    let db = Db::open(connection, dir.path()).await;
+    Loaded(dir, rt, prefix, plugin, db)
+}
+
 enum Db {
     Maria(MySqlPool),
     Lite(sqlx::SqlitePool),
@@ -386,21 +400,45 @@ impl Db {
         .expect("statement");
     }
 
-    /// (event_id, transition_key, to_phase) of every transition row, by event id.
-    async fn transitions(&self, prefix: &str) -> Vec<(String, Option<String>, String)> {
-        let text = format!(
-            "SELECT event_id, transition_key, to_phase FROM {prefix}_transitions ORDER BY event_id"
-        );
+    /// The rows `sql` selects, on whichever database.
+    async fn all<T>(&self, sql: String) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + Send
+            + Unpin,
+    {
         match self {
-            Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+            Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .fetch_all(pool)
                 .await
                 .expect("rows"),
-            Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
+            Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .fetch_all(pool)
                 .await
                 .expect("rows"),
         }
+    }
+
+    /// The one row `sql` selects.
+    async fn one<T>(&self, sql: String) -> T
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + Send
+            + Unpin,
+    {
+        let mut rows = self.all(sql).await;
+        assert_eq!(rows.len(), 1, "one row");
+        rows.remove(0)
+    }
+
+    /// (event_id, transition_key, to_phase) of every transition row, by event id.
+    async fn transitions(&self, prefix: &str) -> Vec<(String, Option<String>, String)> {
+        self.all(format!(
+            "SELECT event_id, transition_key, to_phase FROM {prefix}_transitions ORDER BY event_id"
+        ))
+        .await
     }
 
     /// phase, raw_phase, outcome, finish_time, duration_seconds, deleted_at, labels_json.
@@ -451,11 +489,7 @@ fn deletion_noticed_on_relist(uid: &str, rv: &str, at: &str) -> JobEvent {
 }
 
 async fn deletion_keeps_the_outcome(connection: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(services(dir.path()));
-    let prefix = unique_prefix("keep");
-    let plugin = load(&rt, connection, &prefix).await;
-    let db = Db::open(connection, dir.path()).await;
+    let Loaded(_dir, _rt, prefix, plugin, db) = loaded(connection, "keep").await;
 
     handle_all(&plugin, &lifecycle("u-k", 300, Phase::Failed)).await;
     plugin
@@ -493,11 +527,7 @@ async fn sqlite_a_status_less_deletion_keeps_what_was_learned() {
 /// A Volcano job (no `completionTime`) that failed, then was deleted: the finish time is the
 /// failed transition's, and neither `terminating` nor `deleted` loses it.
 async fn finish_survives_deletion(connection: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(services(dir.path()));
-    let prefix = unique_prefix("vc");
-    let plugin = load(&rt, connection, &prefix).await;
-    let db = Db::open(connection, dir.path()).await;
+    let Loaded(_dir, _rt, prefix, plugin, db) = loaded(connection, "vc").await;
 
     let status = r#"{"status":{"conditions":[
         {"status":"Pending","lastTransitionTime":"2026-11-21T10:00:00Z"},
@@ -574,11 +604,7 @@ async fn sqlite_finish_time_survives_terminating_and_deleted() {
 /// job's row blanked): loading this release adds the columns and fills them from the
 /// transitions table, keeping every row.
 async fn old_tables_are_migrated(connection: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(services(dir.path()));
-    let prefix = unique_prefix("mig");
-    let plugin = load(&rt, connection, &prefix).await;
-    let db = Db::open(connection, dir.path()).await;
+    let Loaded(_dir, rt, prefix, plugin, db) = loaded(connection, "mig").await;
     handle_all(&plugin, &lifecycle("u-live", 10, Phase::Succeeded)).await;
     handle_all(&plugin, &lifecycle("u-gone", 20, Phase::Failed)).await;
     drop(plugin);
@@ -658,11 +684,7 @@ async fn sqlite_an_old_jobs_table_is_migrated() {
 /// again from another phase (two transitions given one key) keeps the stored row and is
 /// reported: a warning, counted per plugin.
 async fn one_row_per_transition(connection: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(services(dir.path()));
-    let prefix = unique_prefix("key");
-    let plugin = load(&rt, connection, &prefix).await;
-    let db = Db::open(connection, dir.path()).await;
+    let Loaded(_dir, rt, prefix, plugin, db) = loaded(connection, "key").await;
     let mut events = lifecycle("u-k", 30, Phase::Failed);
     for e in &mut events {
         e.transition_key = format!("east/u-k/{}@{}", e.phase, e.transition_time);
@@ -701,6 +723,51 @@ async fn one_row_per_transition(connection: &str) {
     );
 }
 
+/// `restarts` counts the restarting transitions stored: a replayed event and the same
+/// transition rebuilt after a gap (another id, the same key) count once each.
+async fn restarts_are_counted_from_the_transition_rows(connection: &str) {
+    let Loaded(_dir, _rt, prefix, plugin, db) = loaded(connection, "restarts").await;
+    let steps = [
+        (Phase::Pending, None),
+        (Phase::Running, Some(Phase::Pending)),
+        (Phase::Restarting, Some(Phase::Running)),
+        (Phase::Running, Some(Phase::Restarting)),
+        (Phase::Restarting, Some(Phase::Running)),
+        (Phase::Running, Some(Phase::Restarting)),
+    ];
+    let events: Vec<JobEvent> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (phase, previous))| {
+            let time = format!("2026-11-21T10:00:{:02}Z", i * 5);
+            let mut e = event("u-r", &(50 + i).to_string(), *phase, *previous, &time);
+            e.transition_key = format!("east/u-r/{phase}@{time}");
+            e
+        })
+        .collect();
+    handle_all(&plugin, &events).await;
+    // The first restart replayed, the second rebuilt after a gap.
+    plugin.handle(&events[2]).await.expect("handled");
+    let mut rebuilt = events[4].clone();
+    rebuilt.id = "east/u-r/60~restarting~2".into();
+    rebuilt.resource_version = "60~restarting~2".into();
+    rebuilt.synthetic = true;
+    plugin.handle(&rebuilt).await.expect("handled");
+    let sql = format!("SELECT restarts FROM {prefix}_jobs WHERE uid = 'u-r'");
+    let restarts: (Option<i64>,) = db.one(sql).await;
+    assert_eq!(restarts, (Some(2),));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restarts_are_counted_from_the_transition_rows() {
+    restarts_are_counted_from_the_transition_rows("main").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_restarts_are_counted_from_the_transition_rows() {
+    restarts_are_counted_from_the_transition_rows("embedded").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_one_row_per_transition() {
     one_row_per_transition("main").await;
@@ -717,11 +784,7 @@ async fn sqlite_one_row_per_transition() {
 /// story from then on.
 async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
     use jobrelay_contract::story::{Counts, FailureCause, QueueState, Story, WorkloadFacts};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(services(dir.path()));
-    let prefix = unique_prefix("story");
-    let plugin = load(&rt, connection, &prefix).await;
-    let db = Db::open(connection, dir.path()).await;
+    let Loaded(_dir, rt, prefix, plugin, db) = loaded(connection, "story").await;
     handle_all(&plugin, &lifecycle("u-before", 10, Phase::Succeeded)).await;
     drop(plugin);
     for column in [
@@ -734,6 +797,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
         "preemptions",
         "requeues",
         "team",
+        "restarts",
         "accelerators_json",
         "admitted_seconds",
         "accelerator_seconds_json",
@@ -836,19 +900,7 @@ async fn the_story_fills_its_columns_on_a_migrated_table(connection: &str) {
     };
     let row = |uid: &str| {
         let text = query(uid);
-        async {
-            let row: StoryRow = match &db {
-                Db::Maria(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
-                    .fetch_one(pool)
-                    .await
-                    .expect("row"),
-                Db::Lite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(text))
-                    .fetch_one(pool)
-                    .await
-                    .expect("row"),
-            };
-            row
-        }
+        async { db.one::<StoryRow>(text).await }
     };
     assert_eq!(
         row("u-story").await,

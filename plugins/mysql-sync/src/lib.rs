@@ -41,6 +41,7 @@ mod plugin {
         insert_transition: String,
         transition_by_key: String,
         upsert_job: String,
+        count_restarts: String,
         team_label: Option<String>,
     }
 
@@ -80,6 +81,10 @@ mod plugin {
                 ),
                 transition_by_key: statements::transition_by_key(&settings.transitions_table),
                 upsert_job: statements::upsert_job(dialect, &settings.jobs_table),
+                count_restarts: statements::count_restarts(
+                    &settings.jobs_table,
+                    &settings.transitions_table,
+                ),
                 team_label: settings.team_label,
                 connection: settings.connection,
             });
@@ -112,6 +117,14 @@ mod plugin {
                 params: job_values(&event, &object, &now, prepared.team_label.as_deref()),
             };
             sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+            if event.phase == Phase::Restarting {
+                let job = [text(&event.cluster), text(&event.uid)];
+                let statement = Statement {
+                    sql: prepared.count_restarts.clone(),
+                    params: [job.clone(), job].concat(),
+                };
+                sql::execute(&prepared.connection, &statement).map_err(handler_error)?;
+            }
             Ok(())
         }
 
@@ -265,6 +278,7 @@ mod plugin {
             .and_then(|s| s.workload.as_ref())
             .and_then(|w| w.local_queue.clone());
         values.push(optional(label.or(local_queue).map(|t| row::cut(&t, 253))));
+        values.push(Value::Null); // restarts: counted by `count_restarts`
         values.extend(story_values(story.as_ref(), end));
         values.extend([Value::Int(version.minor), Value::Int(version.major)]);
         values

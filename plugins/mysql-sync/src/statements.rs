@@ -97,6 +97,8 @@ pub const JOBS: &[Column] = &[
     Column::added("outcome", "VARCHAR(16) NULL", "TEXT"),
     Column::added("deleted_at", "DATETIME(3) NULL", "TEXT"),
     Column::story("team", "VARCHAR(253) NULL", "TEXT"),
+    // Set by `count_restarts`, never by the upsert (which writes NULL: the stored count stays).
+    Column::story("restarts", "BIGINT NULL", "INTEGER"),
     Column::story("local_queue", "VARCHAR(253) NULL", "TEXT"),
     Column::story("cluster_queue", "VARCHAR(253) NULL", "TEXT"),
     Column::story("queue_state", "VARCHAR(16) NULL", "TEXT"),
@@ -280,6 +282,16 @@ pub fn insert_transition(dialect: Dialect, table: &str) -> String {
 /// The event id and origin (`from_phase`) of the transition row with a given key.
 pub fn transition_by_key(table: &str) -> String {
     format!("SELECT event_id, from_phase FROM {table} WHERE transition_key = ?")
+}
+
+/// Sets a job's `restarts` to the restarting transitions stored for it: counted from the
+/// rows, so a replayed or repeated event (whose row is not inserted twice) counts once, and a
+/// write lost to a crash is made good by the job's next restart.
+pub fn count_restarts(jobs: &str, transitions: &str) -> String {
+    format!(
+        "UPDATE {jobs} SET restarts = (SELECT COUNT(*) FROM {transitions} \
+         WHERE cluster = ? AND uid = ? AND to_phase = 'restarting') WHERE cluster = ? AND uid = ?"
+    )
 }
 
 /// Inserts the job row, or updates it if the event is newer than what is stored.
