@@ -114,6 +114,18 @@ fn entry<'v, V: Default>(items: &'v mut Vec<(String, V)>, name: &str) -> &'v mut
     &mut items[at].1
 }
 
+/// Whether a cluster queue or cause can be a label value as it is: at most 63 characters of
+/// letters, digits and `-_.:/`. Both are text from the cluster — a pod's status, which anyone
+/// who may write it sets, or a Workload's — and the exposition writes label values unescaped,
+/// so a quote or a line break would forge samples; such a name counts as [`OTHER`].
+fn label_safe(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b))
+}
+
 /// `name` if `named` holds it or has room for it (and then holds it), else [`OTHER`].
 fn label<'a>(named: &mut BTreeSet<String>, name: &'a str, max: usize) -> &'a str {
     if named.contains(name) {
@@ -257,6 +269,7 @@ impl Slis {
         let series = inner.series.entry(key).or_default();
         let mut queue_label = |queue: &'_ str| -> String {
             let named = inner.named_queues.entry(cluster.to_string()).or_default();
+            let queue = if label_safe(queue) { queue } else { OTHER };
             label(named, queue, MAX_NAMED).to_string()
         };
         match sample {
@@ -271,6 +284,7 @@ impl Slis {
                 } else {
                     series.failed += 1;
                     if let Some(cause) = cause {
+                        let cause = if label_safe(cause) { cause } else { OTHER };
                         let named = inner.named_causes.entry(cluster.to_string()).or_default();
                         *entry(&mut series.causes, label(named, cause, MAX_NAMED)) += 1;
                     }
@@ -474,6 +488,42 @@ mod tests {
             .collect();
         assert_eq!(queues, [("a100", 2, 2), ("cpu", 1, 0)]);
         assert_eq!(row.queues[0].admission_wait.sum_seconds, 4_100.0);
+    }
+
+    /// A cause or queue that cannot be a label value as it is (a pod's status can say anything)
+    /// counts as `other`, so it cannot forge a sample on `/metrics`.
+    #[test]
+    fn a_cause_or_queue_no_label_can_hold_counts_as_other() {
+        let slis = Slis::default();
+        let forged = "x\"} 1\njobrelay_leader 1\n#";
+        for cause in [forged, "", &"a".repeat(64), "OOMKilled"] {
+            slis.record(
+                "c",
+                "ml",
+                "k",
+                Sample::Ended {
+                    succeeded: false,
+                    ran: None,
+                    cause: Some(cause),
+                },
+            );
+        }
+        slis.record(
+            "c",
+            "ml",
+            "k",
+            Sample::Preempted {
+                queue: forged,
+                times: 1,
+            },
+        );
+        let row = &slis.snapshot()[0];
+        assert_eq!(
+            row.failed_by_cause,
+            [("OOMKilled".to_string(), 1), (OTHER.to_string(), 3)]
+        );
+        assert_eq!(row.queues.len(), 1);
+        assert_eq!(row.queues[0].queue, OTHER);
     }
 
     #[test]
