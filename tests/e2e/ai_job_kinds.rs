@@ -75,7 +75,6 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
     );
     for (built, file) in [
         ("event-log", "event-log.wasm"),
-        ("mysql-sync", "mysql-sync.wasm"),
         ("feishu-notify", "feishu-notify.wasm"),
     ] {
         setup.install_wasm(built, file);
@@ -89,14 +88,7 @@ async fn train_jobs_jobsets_and_ray_jobs_reach_mysql_sync_and_chat_once_each() {
             "delivery: transitions\n",
         ),
     );
-    let (jobs_table, transitions_table) = (format!("{prefix}_jobs"), format!("{prefix}_tr"));
-    setup.write_manifest(
-        "mysql-sync",
-        &format!(
-            "wasm: mysql-sync.wasm\ndelivery: transitions\ngrants: {{sql: [main]}}\n\
-             config: {{connection: main, jobs_table: {jobs_table}, transitions_table: {transitions_table}}}\n"
-        ),
-    );
+    let (jobs_table, transitions_table) = setup.install_mysql_sync(&prefix);
     setup.write_manifest(
         "feishu-notify",
         &format!(

@@ -132,16 +132,8 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
          \x20 timers:\n\
          \x20   - {name: queued-long, state: queued, longer_than: 1s, namespaces: [idle]}\n",
     );
-    setup.install_wasm("mysql-sync", "mysql-sync.wasm");
     setup.install_wasm("feishu-notify", "feishu-notify.wasm");
-    let (jobs_table, transitions_table) = (format!("{prefix}_jobs"), format!("{prefix}_tr"));
-    setup.write_manifest(
-        "mysql-sync",
-        &format!(
-            "wasm: mysql-sync.wasm\ndelivery: transitions\ngrants: {{sql: [main]}}\n\
-             config: {{connection: main, jobs_table: {jobs_table}, transitions_table: {transitions_table}}}\n"
-        ),
-    );
+    let (jobs_table, transitions_table) = setup.install_mysql_sync(&prefix);
     setup.write_manifest(
         "feishu-notify",
         &format!(

@@ -121,6 +121,21 @@ impl Setup {
         write_atomic(&self.path(&format!("plugins/{name}.yaml")), yaml.as_bytes());
     }
 
+    /// mysql-sync installed, taking transitions through the granted connection `main`, into
+    /// the tables `PREFIX_jobs` and `PREFIX_tr`: their names.
+    pub fn install_mysql_sync(&self, prefix: &str) -> (String, String) {
+        self.install_wasm("mysql-sync", "mysql-sync.wasm");
+        let (jobs, transitions) = (format!("{prefix}_jobs"), format!("{prefix}_tr"));
+        self.write_manifest(
+            "mysql-sync",
+            &format!(
+                "wasm: mysql-sync.wasm\ndelivery: transitions\ngrants: {{sql: [main]}}\n\
+                 config: {{connection: main, jobs_table: {jobs}, transitions_table: {transitions}}}\n"
+            ),
+        );
+        (jobs, transitions)
+    }
+
     /// An event-log style manifest writing into `out/<out_sub>/<file>`.
     pub fn log_manifest(wasm_file: &str, out_sub: &str, file: &str, extra: &str) -> String {
         format!(

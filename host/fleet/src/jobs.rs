@@ -24,7 +24,6 @@ use parking_lot::RwLock;
 use serde::Serialize;
 
 use self::filter::Filter;
-use self::stays::set_queued;
 use super::interner::{Interner, Sym};
 use super::order::{KeyRef, compare};
 use super::query::{JobQuery, Position};
@@ -394,9 +393,7 @@ impl JobView {
                 let before = (rec.phase, rec.started);
                 lag(rec.phase != event.phase);
                 rec.enter(transition);
-                set_queued(rec, strings, event.story.as_deref(), event.phase);
-                let news = timeline::note(rec, event.story.as_deref(), now, self.began);
-                self.sample_kueue(&event.cluster, strings, rec, news);
+                self.take_story(&event.cluster, strings, rec, event.story.as_deref(), now);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, rec, before, event);
                 }
@@ -432,9 +429,8 @@ impl JobView {
                     trail: None,
                 };
                 rec.enter(transition);
-                set_queued(&mut rec, strings, event.story.as_deref(), event.phase);
-                let news = timeline::note(&mut rec, event.story.as_deref(), now, self.began);
-                self.sample_kueue(&event.cluster, strings, &rec, news);
+                let story = event.story.as_deref();
+                self.take_story(&event.cluster, strings, &mut rec, story, now);
                 if !observed.from_list {
                     self.sample(&event.cluster, strings, &rec, (Phase::Unknown, 0), event);
                 }

@@ -6,11 +6,30 @@
 
 use super::stays::set_queued;
 use super::{ClusterJobs, JobView, timeline, write};
-use crate::record::now_secs;
+use crate::interner::Interner;
+use crate::record::{JobRecord, Secs, now_secs};
+use jobrelay_contract::story::Story;
 use jobrelay_contract::uid::Uid;
 use jobrelay_watch::tracker::StoryNews;
 
 impl JobView {
+    /// What `story` says, taken onto `rec` — whether Kueue holds the job and where, its trail
+    /// — and the SLIs' news of it; from a version of the job (after its phase is entered) or
+    /// from the story alone. `now` stamps what Kueue writes no time for.
+    pub(super) fn take_story(
+        &self,
+        cluster: &str,
+        strings: &mut Interner<String>,
+        rec: &mut JobRecord,
+        story: Option<&Story>,
+        now: Secs,
+    ) {
+        let phase = rec.phase;
+        set_queued(rec, strings, story, phase);
+        let news = timeline::note(rec, story, now, self.began);
+        self.sample_kueue(cluster, strings, rec, news);
+    }
+
     /// A job's story changed through one of its objects alone. A job the view does not hold
     /// (not seen yet, or let go) or holds as deleted is left as it is.
     pub fn story_changed(&self, news: &StoryNews) {
@@ -25,10 +44,7 @@ impl JobView {
         if rec.gone != 0 {
             return;
         }
-        let phase = rec.phase;
-        set_queued(rec, strings, Some(&news.story), phase);
-        let kueue = timeline::note(rec, Some(&news.story), now_secs(), self.began);
-        self.sample_kueue(&news.cluster, strings, rec, kueue);
+        self.take_story(&news.cluster, strings, rec, Some(&news.story), now_secs());
     }
 }
 

@@ -120,23 +120,22 @@ pub(super) fn note(
     }
     let facts = story.workload.as_ref()?;
     let secs = |t: chrono::DateTime<chrono::FixedOffset>| Secs::try_from(t.timestamp()).ok();
-    let local = facts.local_queue.as_deref().map(Box::from);
-    let admitted_queue = facts
-        .cluster_queue
-        .as_deref()
-        .map(Box::from)
-        .or(local.clone());
+    // Names are borrowed from the facts and copied only into a mark or news: most versions
+    // repeat what the trail holds, and cost no allocation.
+    let local = facts.local_queue.as_deref();
+    let admitted_queue = facts.cluster_queue.as_deref().or(local);
+    let boxed = |name: Option<&str>| name.map(Box::from);
     let mut admitted_after = None;
     if let (QueueState::Admitted, Some(at)) = (&facts.state, facts.admitted_at.and_then(secs))
         && at != trail.admitted_at
     {
         trail.admitted_at = at;
-        trail.admitted_in = admitted_queue.clone();
+        trail.admitted_in = boxed(admitted_queue);
         if !trail.has(QueueMark::Admitted, at) {
             trail.push(Mark {
                 at,
                 what: QueueMark::Admitted,
-                queue: admitted_queue.clone(),
+                queue: boxed(admitted_queue),
             });
         }
         if at >= began {
@@ -145,20 +144,24 @@ pub(super) fn note(
         }
     }
     // Where a preemption or eviction happened: the admission it ended.
-    let ended = facts
-        .cluster_queue
-        .as_deref()
-        .map(Box::from)
-        .or(trail.admitted_in.clone())
-        .or(local.clone());
+    let ended = |trail: &Trail| {
+        boxed(
+            facts
+                .cluster_queue
+                .as_deref()
+                .or(trail.admitted_in.as_deref())
+                .or(local),
+        )
+    };
     let evicted_at = facts.evicted_at.and_then(secs).unwrap_or(now);
     let count = facts.preemptions();
     let preempted = count.saturating_sub(trail.preemptions);
     if preempted > 0 {
+        let queue = ended(trail);
         trail.push(Mark {
             at: evicted_at,
             what: QueueMark::Preempted,
-            queue: ended.clone(),
+            queue,
         });
     }
     // A count that went down is a re-created Workload's: noted, not news.
@@ -170,7 +173,7 @@ pub(super) fn note(
                 trail.push(Mark {
                     at: since,
                     what: QueueMark::Queued,
-                    queue: local.clone().or(admitted_queue.clone()),
+                    queue: boxed(local.or(admitted_queue)),
                 });
             }
         }
@@ -179,23 +182,28 @@ pub(super) fn note(
         } if !trail.has(QueueMark::Evicted, evicted_at)
             && trail.marks.last().map(|m| m.what) != Some(QueueMark::Evicted) =>
         {
+            let queue = ended(trail);
             trail.push(Mark {
                 at: evicted_at,
                 what: QueueMark::Evicted,
-                queue: ended.clone(),
+                queue,
             });
         }
         _ => {}
     }
-    let queue = if preempted > 0 { ended } else { admitted_queue };
-    match queue {
-        Some(queue) if admitted_after.is_some() || preempted > 0 => Some(KueueNews {
-            queue,
-            admitted_after,
-            preempted,
-        }),
-        _ => None,
+    if admitted_after.is_none() && preempted == 0 {
+        return None;
     }
+    let queue = if preempted > 0 {
+        ended(trail)
+    } else {
+        boxed(admitted_queue)
+    };
+    Some(KueueNews {
+        queue: queue?,
+        admitted_after,
+        preempted,
+    })
 }
 
 /// One line of a job's timeline.

@@ -12,7 +12,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::{Labels, family, gauge, per_cluster, with_inf};
+use super::{Labels, family, gauge, histograms, per_cluster};
 use crate::clusters::api_meter::ApiMeters;
 use crate::clusters::health::HealthState;
 use crate::telemetry::status::Status;
@@ -219,25 +219,15 @@ fn cluster_availability(e: &mut DescriptorEncoder, status: &Status) -> Result<()
 /// newest live version arrived.
 pub(super) fn watch_lag(e: &mut DescriptorEncoder, view: &JobView) -> Result<(), std::fmt::Error> {
     let lags = view.slis().lags();
-    if !lags.is_empty() {
-        let mut metric = e.encode_descriptor(
-            "jobrelay_cluster_watch_lag_seconds",
-            "Time from a transition as the job's status records it to its arrival here, for \
-             live transitions (whole seconds; clock skew between the cluster and jobrelay counts \
-             in)",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (cluster, h) in &lags {
-            let labels: Labels = vec![("cluster", cluster.clone())];
-            metric.encode_family(&labels)?.encode_histogram::<Labels>(
-                h.sum_seconds,
-                h.count,
-                &with_inf(&h.buckets, h.count),
-                None,
-            )?;
-        }
-    }
+    histograms(
+        e,
+        "jobrelay_cluster_watch_lag_seconds",
+        "Time from a transition as the job's status records it to its arrival here, for \
+         live transitions (whole seconds; clock skew between the cluster and jobrelay counts \
+         in)",
+        lags.iter()
+            .map(|(cluster, h)| (vec![("cluster", cluster.clone())], h)),
+    )?;
     family(
         e,
         "jobrelay_cluster_last_event_timestamp_seconds",

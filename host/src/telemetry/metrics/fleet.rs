@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use super::{Labels, family, with_inf};
+use super::{Labels, family, histograms};
 use jobrelay_fleet::rules::RuleReading;
 use jobrelay_fleet::sli::{HistogramSnapshot, SliRow};
 
@@ -41,18 +41,7 @@ pub(super) fn job_slis(e: &mut DescriptorEncoder, rows: &[SliRow]) -> Result<(),
             |r: &SliRow| &r.run,
         ),
     ] {
-        let mut metric = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
-        for row in rows {
-            let h = read(row);
-            metric
-                .encode_family(&labels(row))?
-                .encode_histogram::<Labels>(
-                    h.sum_seconds,
-                    h.count,
-                    &with_inf(&h.buckets, h.count),
-                    None,
-                )?;
-        }
+        histograms(e, name, help, rows.iter().map(|r| (labels(r), read(r))))?;
     }
     let finished = rows
         .iter()
@@ -96,26 +85,17 @@ fn story_slis(
         l
     };
     if rows.iter().any(|r| !r.queues.is_empty()) {
-        let mut metric = e.encode_descriptor(
+        histograms(
+            e,
             "jobrelay_job_admission_wait_seconds",
             "Kueue's wait to admission (from the last requeue, else the Workload's creation), per \
              admission seen live, by ClusterQueue",
-            None,
-            MetricType::Histogram,
+            rows.iter().flat_map(|r| {
+                r.queues
+                    .iter()
+                    .map(move |q| (with(r, "cluster_queue", &q.queue), &q.admission_wait))
+            }),
         )?;
-        for row in rows {
-            for q in &row.queues {
-                let h = &q.admission_wait;
-                metric
-                    .encode_family(&with(row, "cluster_queue", &q.queue))?
-                    .encode_histogram::<Labels>(
-                        h.sum_seconds,
-                        h.count,
-                        &with_inf(&h.buckets, h.count),
-                        None,
-                    )?;
-            }
-        }
         family(
             e,
             "jobrelay_job_preemptions",

@@ -41,6 +41,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use jobrelay_fleet::sli::HistogramSnapshot;
+
 use super::status::{Status, StatusSources};
 use crate::clusters::health::ClusterHealth;
 use crate::daemon::plugin_set::PluginStatus;
@@ -83,6 +85,30 @@ fn with_inf(cumulative: &[(f64, u64)], count: u64) -> Vec<(f64, u64)> {
     }
     out.push((f64::MAX, count - below));
     out
+}
+
+/// One histogram family of the job view's snapshots (`jobrelay_fleet::sli`): name, help and
+/// each series' labels with its snapshot. Nothing is written without a series.
+fn histograms<'h>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, &'h HistogramSnapshot)>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        metric.encode_family(&labels)?.encode_histogram::<Labels>(
+            h.sum_seconds,
+            h.count,
+            &with_inf(&h.buckets, h.count),
+            None,
+        )?;
+    }
+    Ok(())
 }
 
 /// One metric family: name, help, type, and its labelled values.
