@@ -20,6 +20,8 @@
 #   intruder.wasm      reaches for what it was not granted (sandbox tests)
 #   stamp.wasm         appends each event id and the time of its call, for the latency benchmark
 #   older.wasm         built against jobrelay:plugin@0.2.0 (wit/0.2.0/), the world before handle-fleet
+#   before-queued.wasm built against jobrelay:plugin@0.2.1 (wit/0.2.1/), the world before the
+#                      queued and preempted phases
 #   probe-debug.wasm   probe in the dev profile: a larger component for compile-time benchmarks
 # Runnable from any directory. Needs rustup (adds the wasm32-wasip2 target if missing) and
 # Python 3 with pip (installs componentize-py, pinned below, if missing).
@@ -123,12 +125,13 @@ copy "$release/noop.wasm" noop.wasm
 copy "$release/intruder.wasm" intruder.wasm
 copy "$release/stamp.wasm" stamp.wasm
 copy "$release/older.wasm" older.wasm
+copy "$release/before_queued.wasm" before-queued.wasm
 copy "$debug/probe.wasm" probe-debug.wasm
 # Each shipped plugin's config schema beside its component, where `check` looks for it.
 for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive webhook-notify; do
     copy "$repo/plugins/$name/config.schema.json" "$name.schema.json"
 done
 
-for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive job-snapshot webhook-notify probe not-a-plugin bulky noop intruder stamp older probe-debug; do
+for name in event-log feishu-notify dingtalk-notify wecom-notify slack-notify mysql-sync log-archive job-snapshot webhook-notify probe not-a-plugin bulky noop intruder stamp older before-queued probe-debug; do
     printf '%10d bytes  %s\n' "$(wc -c <"$out/$name.wasm")" "$out/$name.wasm"
 done

@@ -206,17 +206,17 @@ fn fleet_lines(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A fleet event reaches a 0.2.1 plugin through `handle-fleet`, not `handle`: the carrier the
+/// A fleet event reaches a current plugin through `handle-fleet`, not `handle`: the carrier the
 /// lanes deliver is unwrapped by the runtime, and the probe records the fleet event it got.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_events_reach_a_current_plugin_through_handle_fleet() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime();
     let inspected = rt.inspect(wasm("probe")).await.expect("inspects");
-    assert_eq!(inspected.world.ok(), Some("jobrelay:plugin@0.2.1"));
+    assert_eq!(inspected.world.ok(), Some("jobrelay:plugin@0.2.2"));
     assert!(inspected.exports.iter().any(|e| e == "handle-fleet"));
     let probe = load_probe(&rt, dir.path(), "fleet").await;
-    assert_eq!(probe.package(), "jobrelay:plugin@0.2.1");
+    assert_eq!(probe.package(), "jobrelay:plugin@0.2.2");
     assert!(probe.takes_fleet_events());
 
     let offline = fleet_event(FleetEventKind::ClusterOffline, "east", None).into_job_event(7);
@@ -983,4 +983,69 @@ async fn reused_instances_serve_a_bounded_number_of_calls_and_retire_on_failure(
         Err(CallError::Timeout(_)) => {}
         other => panic!("expected a timeout, got {other:?}"),
     }
+}
+
+/// 0.2.2 gave `phase` the cases `queued` and `preempted`. A current plugin (`event-log`) gets
+/// them as they are; one built against 0.2.1 (`before-queued`) still loads — its imports link
+/// to the 0.2.2 definitions by semver, its exports are bound with its own nine-case `phase` —,
+/// still takes fleet events, and is given `pending` for `queued` and `suspended` for
+/// `preempted`, in `phase` and `previous-phase` alike; every other phase as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_phases_reach_current_plugins_and_older_ones_get_the_phases_they_know() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime();
+    let mut queued = event(1, None);
+    queued.phase = Phase::Queued;
+    queued.previous_phase = Some(Phase::Preempted);
+    queued.transition_key = "c1/u-1/queued@2026-12-07T10:00:00Z".into();
+
+    let mut s = spec("event-log", "event-log", data_grant(dir.path()));
+    s.config.insert("file".into(), "jobs.jsonl".into());
+    let current = rt.load(s).await.expect("event-log loads");
+    assert_eq!(current.package(), "jobrelay:plugin@0.2.2");
+    current.handle(&queued).await.expect("handled");
+    let logged: serde_json::Value = serde_json::from_str(
+        &lines(&dir.path().join("jobs.jsonl"))
+            .first()
+            .cloned()
+            .expect("a line"),
+    )
+    .expect("JSON");
+    assert_eq!(logged["phase"], "queued");
+    assert_eq!(logged["previous_phase"], "preempted");
+    assert_eq!(
+        logged["transition_key"],
+        "c1/u-1/queued@2026-12-07T10:00:00Z"
+    );
+
+    let inspected = rt.inspect(wasm("before-queued")).await.expect("inspects");
+    assert_eq!(inspected.world.ok(), Some("jobrelay:plugin@0.2.1"));
+    let older = rt
+        .load(spec(
+            "before-queued",
+            "before-queued",
+            data_grant(dir.path()),
+        ))
+        .await
+        .expect("a 0.2.1 plugin loads");
+    assert_eq!(older.package(), "jobrelay:plugin@0.2.1");
+    assert!(older.takes_fleet_events());
+    older.handle(&queued).await.expect("handled");
+    let mut preempted = event(2, None);
+    preempted.phase = Phase::Preempted;
+    preempted.previous_phase = Some(Phase::Running);
+    preempted.transition_key = "c1/u-1/preempted@2026-12-07T11:30:00Z".into();
+    older.handle(&preempted).await.expect("handled");
+    older.handle(&event(3, None)).await.expect("handled");
+    let offline = fleet_event(FleetEventKind::ClusterOffline, "east", None).into_job_event(4);
+    older.handle(&offline).await.expect("a fleet event handled");
+    assert_eq!(
+        lines(&dir.path().join("before-queued.txt")),
+        [
+            "c1/u-1/1 pending suspended c1/u-1/queued@2026-12-07T10:00:00Z".to_string(),
+            "c1/u-1/2 suspended running c1/u-1/preempted@2026-12-07T11:30:00Z".to_string(),
+            "c1/u-1/3 running pending c1/u-1/running@rv=3".to_string(),
+            format!("fleet {}", offline.id),
+        ]
+    );
 }

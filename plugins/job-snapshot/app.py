@@ -26,6 +26,8 @@ PHASES = {
     "terminating": types.Phase.TERMINATING,
     "deleted": types.Phase.DELETED,
     "unknown": types.Phase.UNKNOWN,
+    "queued": types.Phase.QUEUED,
+    "preempted": types.Phase.PREEMPTED,
 }
 NAMES = {phase: name for name, phase in PHASES.items()}
 

@@ -22,6 +22,8 @@ PHASES = (
     "terminating",
     "deleted",
     "unknown",
+    "queued",
+    "preempted",
 )
 
 # The event fields `template` and `source` may name as `${field}`.

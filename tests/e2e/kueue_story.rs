@@ -139,7 +139,7 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         &format!(
             "wasm: feishu-notify.wasm\ndelivery: transitions\nfleet_events: [rules]\n\
              grants:\n  http: {{allow: [\"http://127.0.0.1:*\"], allow_private: true}}\n  kv: true\n\
-             config:\n  webhook: \"{webhook}\"\n  phases: \"failed\"\n"
+             config:\n  webhook: \"{webhook}\"\n  phases: \"failed,preempted\"\n"
         ),
     );
     setup.add_cluster(&sim);
@@ -348,12 +348,35 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         Some("failed"),
         "{keys:?}"
     );
+    // Its stays in Kueue's queue are transitions of their own, each keyed by Kueue's time:
+    // queued from the Workload's creation, preempted from the eviction, queued again from
+    // the requeue.
+    let stay = |phase: &str, at: DateTime<Utc>| {
+        (
+            phase.to_string(),
+            format!("east/{}/{phase}@{}", llama.uid(), rfc3339(at)),
+        )
+    };
+    let in_queue: Vec<(String, String)> = keys
+        .iter()
+        .filter(|(p, _)| p == "queued" || p == "preempted")
+        .cloned()
+        .collect();
+    assert_eq!(
+        in_queue,
+        [
+            stay("queued", created),
+            stay("preempted", preempted),
+            stay("queued", requeued),
+        ],
+        "{keys:?}"
+    );
 
     // --- Feishu: each failed card names its cause; each rule fires, per queue and cause.
     let cards = feishu
-        .wait_for_messages(&token, 6, Duration::from_secs(60))
+        .wait_for_messages(&token, 7, Duration::from_secs(60))
         .await
-        .expect("three failed cards, two rule cards and a timer's");
+        .expect("three failed cards, a preempted one, two rule cards and a timer's");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let texts: Vec<String> = feishu
         .messages(&token)
@@ -362,7 +385,7 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         .collect();
     assert_eq!(
         (texts.len(), cards.len()),
-        (6, 6),
+        (7, 7),
         "no card twice: {texts:#?}"
     );
     assert!(
@@ -371,6 +394,13 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
             .any(|t| t.contains("Rule queued-long is firing on east")
                 && t.contains("idle/waiting queued")),
         "the timer on the job whose Workload alone said it waits: {texts:#?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.contains("llama-ft")
+            && t.contains("preempted")
+            && t.contains("InClusterQueue")
+            && t.contains("uid-of-the-preemptor")),
+        "a preempted card for llama-ft naming Kueue's reason and the preemptor: {texts:#?}"
     );
     for (name, cause) in [
         ("llama-ft", "OOMKilled"),

@@ -1,5 +1,6 @@
-//! Host-side bindings of the `plugin` world in `wit/plugin.wit` (`jobrelay:plugin@0.2.1`); the
-//! older worlds the host still serves are submodules ([`v0_2`] for 0.2.0, [`v0_1`] for 0.1.0).
+//! Host-side bindings of the `plugin` world in `wit/plugin.wit` (`jobrelay:plugin@0.2.2`); the
+//! older worlds the host still serves are submodules ([`v0_2_1`] for 0.2.1, [`v0_2`] for 0.2.0,
+//! [`v0_1`] for 0.1.0).
 //!
 //! - Exports (`init`, `handle`, `handle-fleet`) are async, so a call runs on a fiber that can
 //!   yield to tokio at every epoch tick and be dropped when the wall-clock backstop fires.
@@ -18,6 +19,7 @@
 
 pub mod v0_1;
 pub mod v0_2;
+pub mod v0_2_1;
 
 /// What `bindgen!` makes of the current world, re-exported at the crate root: a module of
 /// its own, so that missing docs are excused in generated code only.
@@ -55,6 +57,8 @@ impl From<jobrelay_contract::event::Phase> for Phase {
             Host::Terminating => Phase::Terminating,
             Host::Deleted => Phase::Deleted,
             Host::Unknown => Phase::Unknown,
+            Host::Queued => Phase::Queued,
+            Host::Preempted => Phase::Preempted,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! once, with their grants and limits, whichever world a plugin targets.
 
 use super::jobrelay::plugin as now;
-use super::{HandlerError as HandlerErrorNow, Level, Phase};
+use super::{HandlerError as HandlerErrorNow, Level};
 
 /// What `bindgen!` makes of the 0.1.0 world, re-exported here (see the crate root's
 /// `generated` for why a module of its own).
@@ -56,8 +56,6 @@ use then::sql::{Dialect as DialectThen, Error as SqlErrorThen, Value as ValueThe
 use then::types::{HandlerError as HandlerErrorThen, Phase as PhaseThen};
 
 same_cases!(LevelThen => Level: Trace, Debug, Info, Warn, Error);
-same_cases!(Phase => PhaseThen: Pending, Running, Restarting, Suspended, Succeeded, Failed,
-    Terminating, Deleted, Unknown);
 same_cases!(HandlerErrorThen => HandlerErrorNow: Retry(m), GiveUp(m));
 same_cases!(DialectNow => DialectThen: Mysql, Sqlite);
 same_cases!(SqlErrorNow => SqlErrorThen: Denied(m), Unavailable(m), Rejected(m));
@@ -65,6 +63,25 @@ same_cases!(ValueThen => ValueNow: Null, Int(v), Float(v), Text(v), Blob(v));
 same_cases!(ValueNow => ValueThen: Null, Int(v), Float(v), Text(v), Blob(v));
 same_cases!(LogErrorNow => LogErrorThen: Denied(m), NotFound(m), Unavailable(m));
 same_cases!(ArchiveErrorNow => ArchiveErrorThen: InvalidKey(m), TooLarge(m), Unavailable(m));
+
+/// A host phase as a 0.1.0 plugin is given it: as 0.2.1's (see
+/// [`super::v0_2_1`]), whose nine cases are 0.1.0's.
+impl From<jobrelay_contract::event::Phase> for PhaseThen {
+    fn from(phase: jobrelay_contract::event::Phase) -> PhaseThen {
+        use super::v0_2_1::jobrelay::plugin::types::Phase as Nine;
+        match Nine::from(phase) {
+            Nine::Pending => PhaseThen::Pending,
+            Nine::Running => PhaseThen::Running,
+            Nine::Restarting => PhaseThen::Restarting,
+            Nine::Suspended => PhaseThen::Suspended,
+            Nine::Succeeded => PhaseThen::Succeeded,
+            Nine::Failed => PhaseThen::Failed,
+            Nine::Terminating => PhaseThen::Terminating,
+            Nine::Deleted => PhaseThen::Deleted,
+            Nine::Unknown => PhaseThen::Unknown,
+        }
+    }
+}
 
 impl From<then::sql::Statement> for now::sql::Statement {
     fn from(s: then::sql::Statement) -> now::sql::Statement {

@@ -35,11 +35,17 @@ pub enum Phase {
     Deleted,
     /// The status could not be interpreted: missing, partial or unknown to the normalizer.
     Unknown,
+    /// Waiting for quota in a Kueue queue (its Workload has `QuotaReserved=False`): what the
+    /// job's own status calls pending or suspended, for a kind whose story reads Workloads.
+    Queued,
+    /// Kueue preempted the job (its Workload evicted with `Preempted=True`) and it has not
+    /// been requeued yet: what its own status calls suspended, pending or still running.
+    Preempted,
 }
 
 impl Phase {
     /// Every phase, in the order of the WIT enum.
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 11] = [
         Phase::Pending,
         Phase::Running,
         Phase::Restarting,
@@ -49,6 +55,8 @@ impl Phase {
         Phase::Terminating,
         Phase::Deleted,
         Phase::Unknown,
+        Phase::Queued,
+        Phase::Preempted,
     ];
 
     /// Succeeded and failed end a job's run; deletion ends its life.
@@ -68,6 +76,20 @@ impl Phase {
             Phase::Terminating => "terminating",
             Phase::Deleted => "deleted",
             Phase::Unknown => "unknown",
+            Phase::Queued => "queued",
+            Phase::Preempted => "preempted",
+        }
+    }
+
+    /// The phase a plugin built against a world before 0.2.2 is given, whose enum lacks
+    /// `queued` and `preempted`: each as the older enum's own words describe it (`pending`
+    /// is "queued, scheduling, pulling images"; `suspended` is "suspended by a queueing
+    /// system"). Every other phase is itself.
+    pub fn before_0_2_2(self) -> Phase {
+        match self {
+            Phase::Queued => Phase::Pending,
+            Phase::Preempted => Phase::Suspended,
+            other => other,
         }
     }
 }

@@ -134,7 +134,9 @@ impl JobRecord {
                 self.finished = 0;
             }
             Phase::Succeeded | Phase::Failed => self.finished = at,
-            Phase::Pending | Phase::Suspended => self.finished = 0,
+            Phase::Pending | Phase::Suspended | Phase::Queued | Phase::Preempted => {
+                self.finished = 0
+            }
             Phase::Terminating | Phase::Deleted | Phase::Unknown => {}
         }
         self.phase = transition.phase;

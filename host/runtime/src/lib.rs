@@ -77,7 +77,7 @@ pub struct Inspection {
     pub imports: Vec<String>,
     /// The names it exports, sorted.
     pub exports: Vec<String>,
-    /// The world package it targets (`jobrelay:plugin@0.2.1`), or why it is no plugin of a
+    /// The world package it targets (`jobrelay:plugin@0.2.2`), or why it is no plugin of a
     /// world this host serves.
     pub world: Result<&'static str, world::WorldError>,
 }

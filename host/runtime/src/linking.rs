@@ -12,10 +12,10 @@ use jobrelay_capabilities::{
 
 /// Links the plugin worlds' imports: the type-only interfaces, then every capability.
 ///
-/// Everything is defined under the current package version (0.2.1) and, where 0.1.0 differs,
+/// Everything is defined under the current package version (0.2.2) and, where 0.1.0 differs,
 /// under 0.1.0 too. A 0.2.0 plugin's imports (`jobrelay:plugin/log@0.2.0`, ...) need no
 /// definitions of their own: the linker resolves an import to a definition of a
-/// semver-compatible version, and 0.2.0 and 0.2.1 are one `0.2` track.
+/// semver-compatible version, and 0.2.0, 0.2.1 and 0.2.2 are one `0.2` track.
 pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     bindings::jobrelay::plugin::types::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
     bindings::jobrelay::plugin::fleet::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;

@@ -127,7 +127,7 @@ impl PluginVersion {
         &self.wasm_sha256
     }
 
-    /// The package of the plugin world the component targets (`jobrelay:plugin@0.2.1`).
+    /// The package of the plugin world the component targets (`jobrelay:plugin@0.2.2`).
     pub fn package(&self) -> &'static str {
         self.pre.package()
     }

@@ -1,11 +1,13 @@
 //! The plugin worlds this host serves, and which one a component was built for.
 //!
-//! A component targets one version of the `plugin` world: 0.2.1 (`wit/plugin.wit`, current),
-//! 0.2.0 (`wit/0.2.0/plugin.wit`) or 0.1.0 (`wit/0.1.0/plugin.wit`). All of them export `init`
-//! and `handle` and import the same capability interfaces. 0.2.1 added the `handle-fleet`
-//! export (fleet events); a 0.2.0 plugin has everything else, its `job-event` field for field.
-//! 0.1.0's event record lacks `transition-key`, so a 0.1.0 plugin gets the same event mapped
-//! down. The version is found by type-checking the component's exports against each world,
+//! A component targets one version of the `plugin` world: 0.2.2 (`wit/plugin.wit`, current),
+//! 0.2.1 (`wit/0.2.1/plugin.wit`), 0.2.0 (`wit/0.2.0/plugin.wit`) or 0.1.0
+//! (`wit/0.1.0/plugin.wit`). All of them export `init` and `handle` and import the same
+//! capability interfaces. 0.2.2 gave `phase` the cases `queued` and `preempted`: a plugin of an
+//! older world gets `pending` and `suspended` for them
+//! ([`Phase::before_0_2_2`](jobrelay_contract::event::Phase::before_0_2_2)), its `job-event`
+//! otherwise field for field. 0.2.1 added the `handle-fleet` export (fleet events), which 0.2.0
+//! lacks. 0.1.0's event record lacks `transition-key` too. The version is found by type-checking the component's exports against each world,
 //! newest first, so a plugin needs no declaration of its own; the rest of the runtime sees one
 //! [`WorldPre`] and one [`WorldInstance`] and passes the host's event.
 
@@ -13,12 +15,13 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use super::HostState;
-use jobrelay_bindings::{self as bindings, HandlerError, v0_1, v0_2};
+use jobrelay_bindings::{self as bindings, HandlerError, v0_1, v0_2, v0_2_1};
 use jobrelay_contract::event::JobEvent;
 use jobrelay_contract::fleet::{self, FleetEvent};
 
 /// The world packages this host serves, newest first.
-pub const SERVED: [&str; 3] = [
+pub const SERVED: [&str; 4] = [
+    "jobrelay:plugin@0.2.2",
     "jobrelay:plugin@0.2.1",
     "jobrelay:plugin@0.2.0",
     "jobrelay:plugin@0.1.0",
@@ -50,9 +53,11 @@ pub enum WorldError {
 
 /// A component pre-instantiated against the world it was built for.
 pub enum WorldPre {
-    /// `jobrelay:plugin@0.2.1`, the current world.
-    V0_2_1(bindings::PluginPre<HostState>),
-    /// `jobrelay:plugin@0.2.0`: no `handle-fleet`.
+    /// `jobrelay:plugin@0.2.2`, the current world.
+    V0_2_2(bindings::PluginPre<HostState>),
+    /// `jobrelay:plugin@0.2.1`: no `queued` and `preempted` phases.
+    V0_2_1(v0_2_1::PluginPre<HostState>),
+    /// `jobrelay:plugin@0.2.0`: as 0.2.1, and no `handle-fleet`.
     V0_2_0(v0_2::PluginPre<HostState>),
     /// `jobrelay:plugin@0.1.0`: no `handle-fleet`, and a job event without `transition-key`.
     V0_1_0(v0_1::PluginPre<HostState>),
@@ -60,8 +65,10 @@ pub enum WorldPre {
 
 /// One instance of a plugin, in its world.
 pub enum WorldInstance {
+    /// Of a `jobrelay:plugin@0.2.2` component.
+    V0_2_2(bindings::Plugin),
     /// Of a `jobrelay:plugin@0.2.1` component.
-    V0_2_1(bindings::Plugin),
+    V0_2_1(v0_2_1::Plugin),
     /// Of a `jobrelay:plugin@0.2.0` component.
     V0_2_0(v0_2::Plugin),
     /// Of a `jobrelay:plugin@0.1.0` component.
@@ -73,9 +80,12 @@ impl WorldPre {
     /// world's mismatch (what a plugin author should build against).
     pub fn new(pre: InstancePre<HostState>) -> Result<WorldPre, WorldError> {
         let current_error = match bindings::PluginPre::new(pre.clone()) {
-            Ok(current) => return Ok(WorldPre::V0_2_1(current)),
+            Ok(current) => return Ok(WorldPre::V0_2_2(current)),
             Err(e) => e,
         };
+        if let Ok(older) = v0_2_1::PluginPre::new(pre.clone()) {
+            return Ok(WorldPre::V0_2_1(older));
+        }
         if let Ok(older) = v0_2::PluginPre::new(pre.clone()) {
             return Ok(WorldPre::V0_2_0(older));
         }
@@ -88,9 +98,10 @@ impl WorldPre {
     /// The package of the world the component targets.
     pub fn package(&self) -> &'static str {
         match self {
-            WorldPre::V0_2_1(_) => SERVED[0],
-            WorldPre::V0_2_0(_) => SERVED[1],
-            WorldPre::V0_1_0(_) => SERVED[2],
+            WorldPre::V0_2_2(_) => SERVED[0],
+            WorldPre::V0_2_1(_) => SERVED[1],
+            WorldPre::V0_2_0(_) => SERVED[2],
+            WorldPre::V0_1_0(_) => SERVED[3],
         }
     }
 
@@ -98,7 +109,7 @@ impl WorldPre {
     /// routes fleet events only to such a plugin.
     pub fn takes_fleet_events(&self) -> bool {
         match self {
-            WorldPre::V0_2_1(_) => true,
+            WorldPre::V0_2_2(_) | WorldPre::V0_2_1(_) => true,
             WorldPre::V0_2_0(_) | WorldPre::V0_1_0(_) => false,
         }
     }
@@ -106,6 +117,7 @@ impl WorldPre {
     /// The engine the component was compiled with, which every store for it must use.
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
+            WorldPre::V0_2_2(pre) => pre.engine(),
             WorldPre::V0_2_1(pre) => pre.engine(),
             WorldPre::V0_2_0(pre) => pre.engine(),
             WorldPre::V0_1_0(pre) => pre.engine(),
@@ -118,6 +130,7 @@ impl WorldPre {
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<WorldInstance> {
         Ok(match self {
+            WorldPre::V0_2_2(pre) => WorldInstance::V0_2_2(pre.instantiate_async(store).await?),
             WorldPre::V0_2_1(pre) => WorldInstance::V0_2_1(pre.instantiate_async(store).await?),
             WorldPre::V0_2_0(pre) => WorldInstance::V0_2_0(pre.instantiate_async(store).await?),
             WorldPre::V0_1_0(pre) => WorldInstance::V0_1_0(pre.instantiate_async(store).await?),
@@ -129,9 +142,10 @@ impl WorldInstance {
     /// The package of the world the instance's component targets.
     fn package(&self) -> &'static str {
         match self {
-            WorldInstance::V0_2_1(_) => SERVED[0],
-            WorldInstance::V0_2_0(_) => SERVED[1],
-            WorldInstance::V0_1_0(_) => SERVED[2],
+            WorldInstance::V0_2_2(_) => SERVED[0],
+            WorldInstance::V0_2_1(_) => SERVED[1],
+            WorldInstance::V0_2_0(_) => SERVED[2],
+            WorldInstance::V0_1_0(_) => SERVED[3],
         }
     }
 
@@ -143,6 +157,7 @@ impl WorldInstance {
         config: &[(&str, &str)],
     ) -> wasmtime::Result<Result<(), String>> {
         match self {
+            WorldInstance::V0_2_2(plugin) => plugin.call_init(store, config).await,
             WorldInstance::V0_2_1(plugin) => plugin.call_init(store, config).await,
             WorldInstance::V0_2_0(plugin) => plugin.call_init(store, config).await,
             WorldInstance::V0_1_0(plugin) => plugin.call_init(store, config).await,
@@ -178,13 +193,13 @@ impl WorldInstance {
                     uid: &event.uid,
                     resource_version: &event.resource_version,
                     generation: event.generation,
-                    phase: WorldPhase::from(bindings::Phase::from(event.phase)),
+                    phase: WorldPhase::from(event.phase),
                     raw_phase: &event.raw_phase,
                     reason: event.reason.as_deref(),
                     message: event.message.as_deref(),
                     previous_phase: event
                         .previous_phase
-                        .map(|p| WorldPhase::from(bindings::Phase::from(p))),
+                        .map(WorldPhase::from),
                     transition_time: &event.transition_time,
                     labels: &labels,
                     annotations: &annotations,
@@ -195,20 +210,29 @@ impl WorldInstance {
             };
         }
         match self {
-            WorldInstance::V0_2_1(plugin) => {
+            WorldInstance::V0_2_2(plugin) => {
                 use bindings::{JobEvent as Record, Phase as WorldPhase};
                 let key = event.transition_key();
                 plugin
                     .call_handle(store, record!(transition_key: &key))
                     .await
             }
+            WorldInstance::V0_2_1(plugin) => {
+                use v0_2_1::jobrelay::plugin::types::{JobEvent as Record, Phase as WorldPhase};
+                let key = event.transition_key();
+                let handled = plugin
+                    .call_handle(store, record!(transition_key: &key))
+                    .await?;
+                Ok(handled.map_err(Into::into))
+            }
             // 0.2.0's `job-event` is 0.2.1's: the bindings share the type.
             WorldInstance::V0_2_0(plugin) => {
-                use bindings::{JobEvent as Record, Phase as WorldPhase};
+                use v0_2_1::jobrelay::plugin::types::{JobEvent as Record, Phase as WorldPhase};
                 let key = event.transition_key();
-                plugin
+                let handled = plugin
                     .call_handle(store, record!(transition_key: &key))
-                    .await
+                    .await?;
+                Ok(handled.map_err(Into::into))
             }
             WorldInstance::V0_1_0(plugin) => {
                 use v0_1::jobrelay::plugin::types::{JobEvent as Record, Phase as WorldPhase};
@@ -224,24 +248,29 @@ impl WorldInstance {
         store: &mut Store<HostState>,
         event: &JobEvent,
     ) -> wasmtime::Result<Result<(), HandlerError>> {
-        let WorldInstance::V0_2_1(plugin) = self else {
+        let fleet_event = match FleetEvent::of(event) {
+            Ok(fleet_event) => fleet_event,
+            Err(unreadable) => return Ok(Err(HandlerError::GiveUp(unreadable.to_string()))),
+        };
+        // 0.2.1's `fleet-event` is 0.2.2's: its bindings share the type.
+        let record = bindings::FleetEvent::from(&fleet_event);
+        match self {
+            WorldInstance::V0_2_2(plugin) => plugin.call_handle_fleet(store, record).await,
+            WorldInstance::V0_2_1(plugin) => {
+                let handled = plugin.call_handle_fleet(store, record).await?;
+                Ok(handled.map_err(Into::into))
+            }
             // The host routes fleet events only to plugins that take them
             // (`PluginVersion::takes_fleet_events`); this is the answer if one got here anyway.
-            return Ok(Err(HandlerError::GiveUp(format!(
-                "fleet event {}: the plugin is built against {}, which has no handle-fleet; \
-                 only a plugin built against {} or later takes fleet events",
-                event.id,
-                self.package(),
-                SERVED[0]
-            ))));
-        };
-        match FleetEvent::of(event) {
-            Ok(fleet_event) => {
-                plugin
-                    .call_handle_fleet(store, bindings::FleetEvent::from(&fleet_event))
-                    .await
+            WorldInstance::V0_2_0(_) | WorldInstance::V0_1_0(_) => {
+                Ok(Err(HandlerError::GiveUp(format!(
+                    "fleet event {}: the plugin is built against {}, which has no handle-fleet; \
+                     only a plugin built against {} or later takes fleet events",
+                    event.id,
+                    self.package(),
+                    SERVED[1]
+                ))))
             }
-            Err(unreadable) => Ok(Err(HandlerError::GiveUp(unreadable.to_string()))),
         }
     }
 }

@@ -15,10 +15,13 @@
 //!   in whatever order they come, bounded (a pure state machine).
 //! - [`sources`]: the Workload and pod watches of one cluster, and [`sources::Stories`], the
 //!   book they share with the job streams.
+//! - [`queue_phase`]: the phases the Workload says and the job's status cannot — `queued`
+//!   and `preempted` — with when each began, for the job's event and its transition key.
 //! - [`pod_cause`]: the first failing container of a pod and why: `OOMKilled` and its exit
 //!   code, `ImagePullBackOff`, `CrashLoopBackOff`, or the pod's own reason (an eviction).
 
 pub mod book;
 pub mod pod_cause;
+pub mod queue_phase;
 pub mod sources;
 pub mod workload;

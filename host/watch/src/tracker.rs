@@ -28,8 +28,10 @@ use super::kinds::JobKind;
 use super::lenient::{self, LenientObject, Unreadable};
 use super::normalize::{Normalized, normalize};
 use super::object::JobObject;
+use super::story::queue_phase;
 use super::transition_key::Stay;
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::story::Story;
 use jobrelay_contract::uid::Uid;
 use jobrelay_contract::uid_map::UidMap;
 
@@ -149,6 +151,18 @@ impl Tracker {
 
     /// Feed one watcher event; returns what it means, in order.
     pub fn observe(&mut self, event: Event<JobObject>) -> Vec<Observation> {
+        self.observe_with(event, None)
+    }
+
+    /// [`Tracker::observe`] for a kind that tells its story: `story` is the job's as its
+    /// version is seen ([`crate::story::sources::Stories::for_version`]). The event carries
+    /// it, and takes from its Workload the phases the job's status cannot say (`queued`,
+    /// `preempted`: [`crate::story::queue_phase`]), each a stay with its own key.
+    pub fn observe_with(
+        &mut self,
+        event: Event<JobObject>,
+        story: Option<Arc<Story>>,
+    ) -> Vec<Observation> {
         let (event, from_list) = match event {
             Event::Init => {
                 self.listing = Some(HashSet::new());
@@ -161,10 +175,10 @@ impl Tracker {
                 {
                     listing.insert(Uid::new(uid));
                 }
-                (self.apply(obj), true)
+                (self.apply(obj, story), true)
             }
-            Event::Apply(obj) => (self.apply(obj), false),
-            Event::Delete(obj) => (self.delete(obj), false),
+            Event::Apply(obj) => (self.apply(obj, story), false),
+            Event::Delete(obj) => (self.delete(obj, story), false),
         };
         event
             .map(|(event, created)| {
@@ -179,7 +193,11 @@ impl Tracker {
             .collect()
     }
 
-    fn apply(&mut self, mut obj: JobObject) -> Option<(JobEvent, Option<i64>)> {
+    fn apply(
+        &mut self,
+        mut obj: JobObject,
+        story: Option<Arc<Story>>,
+    ) -> Option<(JobEvent, Option<i64>)> {
         let created = created_of(&obj);
         let uid = obj.metadata.uid.take()?;
         let rv = obj.metadata.resource_version.take()?;
@@ -189,7 +207,7 @@ impl Tracker {
             Some(seen) if seen.resource_version == rv => return None,
             seen => seen.map(|s| &s.stay),
         };
-        let (event, stay) = self.build(obj, uid, rv, None, previous);
+        let (event, stay) = self.build(obj, uid, rv, None, previous, story);
         let resource_version = CompactString::from(event.resource_version.as_str());
         self.jobs.insert(
             key,
@@ -201,7 +219,11 @@ impl Tracker {
         Some((event, created))
     }
 
-    fn delete(&mut self, mut obj: JobObject) -> Option<(JobEvent, Option<i64>)> {
+    fn delete(
+        &mut self,
+        mut obj: JobObject,
+        story: Option<Arc<Story>>,
+    ) -> Option<(JobEvent, Option<i64>)> {
         let created = created_of(&obj);
         let uid = obj.metadata.uid.take()?;
         let previous = self.jobs.remove(&Uid::new(&uid));
@@ -212,7 +234,7 @@ impl Tracker {
             // Keep ids unique even if the server reused the last version for the deletion.
             rv = format!("{rv}-deleted");
         }
-        let (event, _) = self.build(obj, uid, rv, Some(Phase::Deleted), None);
+        let (event, _) = self.build(obj, uid, rv, Some(Phase::Deleted), None, story);
         Some((event, created))
     }
 
@@ -239,6 +261,7 @@ impl Tracker {
         rv: String,
         force: Option<Phase>,
         previous: Option<&Stay>,
+        story: Option<Arc<Story>>,
     ) -> (JobEvent, Stay) {
         // The status view, or the whole object for a field rule reading elsewhere (decoded
         // when the object was read, see `readable`).
@@ -253,9 +276,21 @@ impl Tracker {
                 transition_time: None,
             },
         };
-        let phase = force.unwrap_or(n.phase);
+        let mut n = n;
+        let mut phase = force.unwrap_or(n.phase);
+        // The Workload's phase, when it says one the status cannot: its stay is keyed and
+        // timed by the Workload, and Kueue's reason and message say why.
+        let queue = queue_phase::queue_stay(phase, story.as_deref());
         let recorded = if phase == Phase::Deleted {
             catch_up::Recorded::Unrecorded
+        } else if let Some(queue) = queue {
+            phase = queue.phase;
+            n.reason = Some(queue.reason).filter(|r| !r.is_empty());
+            n.message = Some(queue.message).filter(|m| !m.is_empty());
+            n.transition_time = queue.since.clone();
+            queue.since.map_or(catch_up::Recorded::Unrecorded, |at| {
+                catch_up::Recorded::Entered { at, n: 1 }
+            })
         } else {
             catch_up::recorded(&self.kind.normalizer, tree, &n)
         };
@@ -308,7 +343,7 @@ impl Tracker {
             annotations,
             object_json: text,
             synthetic: false,
-            story: None,
+            story,
         };
         (event, stay)
     }
@@ -450,6 +485,136 @@ mod tests {
                 Observation::Listed(_) | Observation::Story(_) => None,
             })
             .collect()
+    }
+
+    /// A Workload's story gives a Kueue-managed job the stays its status cannot say: queued
+    /// from when its wait began, running once admitted, preempted from its eviction, queued
+    /// again from its requeue — each its own transition key, timed by the Workload, with
+    /// Kueue's reason and message; a version seen again with the same story keeps its stay.
+    #[test]
+    fn a_workloads_story_makes_queued_and_preempted_stays() {
+        use jobrelay_contract::story::{Preemption, QueueState, WorkloadFacts};
+        let story = |state: QueueState, since: &str, evicted: Option<&str>| {
+            let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+            Some(Arc::new(Story {
+                workload: Some(WorkloadFacts {
+                    job_uid: None,
+                    state,
+                    cluster_queue: Some("a100".into()),
+                    local_queue: None,
+                    waiting_since: at(since),
+                    admitted_at: None,
+                    evicted_at: evicted.and_then(at),
+                    past_execution_seconds: 0,
+                    evictions: Default::default(),
+                    requeues: 0,
+                    accelerators: Default::default(),
+                }),
+                failure: None,
+            }))
+        };
+        let waiting = || QueueState::Queued {
+            reason: "Pending".into(),
+            message: "couldn't assign flavors: insufficient quota".into(),
+        };
+        let mut t = tracker();
+        let mut seen = |rv: &str, phase: &str, story: Option<Arc<Story>>| {
+            let mut e = versions(t.observe_with(Event::Apply(job("u1", rv, phase)), story));
+            assert_eq!(e.len(), 1, "rv {rv}");
+            e.remove(0).0
+        };
+        // Seen before its Workload was, suspended since a time after the Workload's wait
+        // began: the queued stay is still dated by the Workload, not taken for an earlier
+        // visit (which a stay the job's status dated so would be, and keyed by its version).
+        let first = seen("0", "Aborted", None);
+        assert_eq!(first.phase, Phase::Suspended);
+        assert_eq!(
+            first.transition_key,
+            "alpha/u1/suspended@2026-05-01T00:00:00Z"
+        );
+        let queued = seen(
+            "1",
+            "Pending",
+            story(waiting(), "2026-04-30T10:00:00Z", None),
+        );
+        assert_eq!(queued.phase, Phase::Queued);
+        assert_eq!(
+            queued.transition_key,
+            "alpha/u1/queued@2026-04-30T10:00:00Z"
+        );
+        assert_eq!(queued.transition_time, "2026-04-30T10:00:00Z");
+        assert_eq!(queued.reason.as_deref(), Some("Pending"));
+        assert!(queued.story.is_some(), "the event carries its story");
+        let again = seen(
+            "2",
+            "Pending",
+            story(waiting(), "2026-04-30T10:00:00Z", None),
+        );
+        assert_eq!(again.transition_key, queued.transition_key, "the same stay");
+
+        let running = seen(
+            "3",
+            "Running",
+            story(QueueState::Admitted, "2026-04-30T10:00:00Z", None),
+        );
+        assert_eq!(running.phase, Phase::Running);
+        assert_eq!(
+            running.transition_key,
+            "alpha/u1/running@2026-05-01T00:00:00Z"
+        );
+
+        let evicted = QueueState::Evicted {
+            reason: "Preempted".into(),
+            message: "Preempted to accommodate a workload".into(),
+            preempted: Some(Preemption {
+                reason: "InClusterQueue".into(),
+                message: "Preempted to accommodate a workload (UID: w-2)".into(),
+            }),
+        };
+        let preempted = seen(
+            "4",
+            "Running",
+            story(
+                evicted,
+                "2026-04-30T10:00:00Z",
+                Some("2026-05-01T11:30:00Z"),
+            ),
+        );
+        assert_eq!(preempted.phase, Phase::Preempted);
+        assert_eq!(
+            preempted.transition_key,
+            "alpha/u1/preempted@2026-05-01T11:30:00Z"
+        );
+        assert_eq!(preempted.reason.as_deref(), Some("InClusterQueue"));
+        assert!(
+            preempted
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("w-2"))
+        );
+
+        let requeued = seen(
+            "5",
+            "Pending",
+            story(waiting(), "2026-05-01T11:31:00Z", None),
+        );
+        assert_eq!(requeued.phase, Phase::Queued);
+        assert_eq!(
+            requeued.transition_key,
+            "alpha/u1/queued@2026-05-01T11:31:00Z"
+        );
+        assert_ne!(
+            requeued.transition_key, queued.transition_key,
+            "a stay of its own"
+        );
+
+        // A finished job is what its status says, whatever its Workload still shows.
+        let done = seen(
+            "6",
+            "Completed",
+            story(waiting(), "2026-05-01T11:31:00Z", None),
+        );
+        assert_eq!(done.phase, Phase::Succeeded);
     }
 
     #[test]

@@ -182,8 +182,12 @@ impl Stay {
 
     /// The stay that begins after this one, in `phase`, named `derived` by its status.
     fn then(&self, phase: Phase, derived: Mark, resource_version: &str) -> Stay {
-        // A deletion timestamp is set once per job: it names its stay alone.
-        if phase == Phase::Terminating {
+        // A deletion timestamp is set once per job: it names its stay alone. So does a stay
+        // in Kueue's queue, dated by the Workload, not the job's status: its time is when that
+        // wait (or eviction) began as Kueue counts it — one stay however it is seen, and no
+        // record of an earlier visit when the job's own status dates a stay after it (a job
+        // seen suspended a second after its Workload began to wait).
+        if matches!(phase, Phase::Terminating | Phase::Queued | Phase::Preempted) {
             return Stay::alone(phase, derived);
         }
         let Mark::Entered { at, n } = derived else {

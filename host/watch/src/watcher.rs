@@ -301,20 +301,24 @@ pub async fn run(
                     Event::Apply(_) | Event::Delete(_) => listed_once && !healthy,
                     Event::Init | Event::InitApply(_) => false,
                 };
-                // The job's controlling owner, for its story (a JobSet's TrainJob).
-                let owner = match (&target.stories, &event) {
-                    (Some(_), Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj)) => {
-                        sources::controller(&obj.metadata).map(str::to_string)
-                    }
+                // The job's story (its Workload, its pods), and its controlling owner linked
+                // so that a child's objects reach it (a JobSet's TrainJob).
+                let story = match (&target.stories, &event) {
+                    (
+                        Some(stories),
+                        Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj),
+                    ) => match obj.metadata.uid.as_deref() {
+                        Some(uid) => stories.for_version(
+                            uid,
+                            sources::controller(&obj.metadata),
+                            !target.kind.story.is_off(),
+                            matches!(event, Event::Delete(_)),
+                        ),
+                        None => None,
+                    },
                     _ => None,
                 };
-                for mut observation in tracker.observe(event) {
-                    if let (Some(stories), Observation::Version(seen)) =
-                        (&target.stories, &mut observation)
-                    {
-                        let tells = !target.kind.story.is_off();
-                        stories.job_version(&mut seen.event, owner.as_deref(), tells);
-                    }
+                for observation in tracker.observe_with(event, story) {
                     if sink.send(observation).await.is_err() {
                         return; // the dispatcher is gone: shutting down
                     }

@@ -361,8 +361,9 @@ pub fn colour(phase: Phase) -> &'static str {
         Phase::Running => "blue",
         Phase::Succeeded => "green",
         Phase::Failed => "red",
-        Phase::Restarting => "orange",
+        Phase::Restarting | Phase::Preempted => "orange",
         Phase::Pending
+        | Phase::Queued
         | Phase::Suspended
         | Phase::Unknown
         | Phase::Terminating
@@ -624,8 +625,10 @@ mod tests {
         assert_eq!(colour(Phase::Succeeded), "green");
         assert_eq!(colour(Phase::Failed), "red");
         assert_eq!(colour(Phase::Restarting), "orange");
+        assert_eq!(colour(Phase::Preempted), "orange");
         for grey in [
             Phase::Pending,
+            Phase::Queued,
             Phase::Suspended,
             Phase::Unknown,
             Phase::Terminating,

@@ -90,7 +90,7 @@ macro_rules! export_plugin {
 }
 
 /// Every phase, in the WIT enum's order.
-pub const PHASES: [Phase; 9] = [
+pub const PHASES: [Phase; 11] = [
     Phase::Pending,
     Phase::Running,
     Phase::Restarting,
@@ -100,6 +100,8 @@ pub const PHASES: [Phase; 9] = [
     Phase::Terminating,
     Phase::Deleted,
     Phase::Unknown,
+    Phase::Queued,
+    Phase::Preempted,
 ];
 
 /// The WIT name of a phase (`running`, `succeeded`, ...): the word plugins use in config keys,
@@ -115,6 +117,8 @@ pub fn phase_name(phase: Phase) -> &'static str {
         Phase::Terminating => "terminating",
         Phase::Deleted => "deleted",
         Phase::Unknown => "unknown",
+        Phase::Queued => "queued",
+        Phase::Preempted => "preempted",
     }
 }
 

@@ -93,7 +93,7 @@ class ConfigTests(unittest.TestCase):
     def test_defaults(self):
         s = settings()
         self.assertEqual(s.mode, "structured")
-        self.assertEqual(len(s.phases), 9)
+        self.assertEqual(len(s.phases), 11)
         self.assertIsNone(s.key)
         self.assertEqual(s.target.shown, "https://hooks.example.com")
         self.assertEqual(s.target.path_with_query, "/hooks/t0ken-abcdef?key=q5ery-s3cret")

@@ -55,7 +55,7 @@ pub struct ListArgs {
     #[arg(long, value_name = "KIND")]
     pub kind: Vec<String>,
     /// Only these phases: pending, running, restarting, suspended, succeeded, failed,
-    /// terminating, deleted, unknown (repeat, or commas).
+    /// terminating, deleted, unknown, queued, preempted (repeat, or commas).
     #[arg(long, value_name = "PHASE")]
     pub phase: Vec<String>,
     /// Only jobs whose labels match this Kubernetes label selector (`team=nlp,!spot`).

@@ -27,9 +27,12 @@ use jobrelay_watch::normalize::normalize;
 use jobrelay_watch::object::JobObject;
 use jobrelay_watch::watcher::{Observation, Tracker};
 
-/// Every phase a sample can be made for: all but `unknown`.
+/// Every phase a sample can be made for: all but `unknown`, and but `queued` and `preempted`,
+/// which a job's Kueue Workload says, not its object.
 fn phases() -> impl Iterator<Item = Phase> {
-    Phase::ALL.into_iter().filter(|p| *p != Phase::Unknown)
+    Phase::ALL
+        .into_iter()
+        .filter(|p| !matches!(p, Phase::Unknown | Phase::Queued | Phase::Preempted))
 }
 
 const TIME: &str = "2026-01-15T08:30:00Z";

@@ -1,7 +1,8 @@
 //! The watches that feed one cluster's [`StoryBook`]: Kueue's Workloads and the pods, each
 //! one stream for the cluster (or per watched namespace), shared by every kind that asks for
 //! it ([`StorySources`](crate::kinds::StorySources)). The job streams tell the book which jobs
-//! exist ([`Stories::job_version`]) and take its snapshot onto each event they make.
+//! exist ([`Stories::for_version`]) and take its snapshot onto each event they make, reading
+//! from it the phases only the Workload says ([`super::queue_phase`]).
 //!
 //! Why the story is a snapshot taken when the job's version is seen, and a change of the
 //! story alone makes no event: an event is one version of the job (its id is the job's
@@ -60,21 +61,36 @@ impl Stories {
     /// of a child reach the root; a kind that tells its story is tracked by the book and its
     /// event takes the story's snapshot; a deletion ends the story after its last event took it.
     pub fn job_version(&self, event: &mut JobEvent, owner: Option<&str>, tells: bool) {
+        let deleted = event.phase == Phase::Deleted;
+        event.story = self.for_version(&event.uid, owner, tells, deleted);
+    }
+
+    /// [`Stories::job_version`] before the version's event is made: the story of job `uid`
+    /// for its version (a deletion, with `deleted`), which the stream's tracker puts on the
+    /// event and reads its queue phase from ([`super::queue_phase`]).
+    pub fn for_version(
+        &self,
+        uid: &str,
+        owner: Option<&str>,
+        tells: bool,
+        deleted: bool,
+    ) -> Option<Arc<Story>> {
         if owner.is_none() && !tells {
-            return; // nothing to link, nothing to take: the book's lock is not taken
+            return None; // nothing to link, nothing to take: the book's lock is not taken
         }
         let mut book = self.book.lock();
         if let Some(owner) = owner {
-            book.link(&event.uid, owner);
+            book.link(uid, owner);
         }
         if !tells {
-            return;
+            return None;
         }
-        if event.phase == Phase::Deleted {
-            event.story = book.story(&event.uid);
-            book.job_gone(&event.uid);
+        if deleted {
+            let story = book.story(uid);
+            book.job_gone(uid);
+            story
         } else {
-            event.story = book.seen(&event.uid);
+            book.seen(uid)
         }
     }
 
