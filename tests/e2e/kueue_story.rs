@@ -11,7 +11,9 @@
 //!
 //! The story rides the job's versions, and Workloads and pods are separate streams: after each
 //! Kueue step the test touches the job (a label) until the job view shows the step, so every
-//! step reaches a version of the job before the next.
+//! step reaches a version of the job before the next — except the requeue after the
+//! preemption, which Kueue makes with no change of the job: its `queued` stay must reach
+//! mysql-sync from the Workload alone, the job untouched.
 //!
 //! Needs MariaDB at `JOBRELAY_TEST_MYSQL_URL` (default root@127.0.0.1:3306/test); fails
 //! without it.
@@ -204,14 +206,26 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
     .await;
     llama_wl.requeue().expect("requeued");
     let requeued = logged(&llama_wl, |s| *s == KueueStep::Requeued);
-    touch_until(
-        addr,
-        &sim,
-        &llama,
-        "requeued",
-        has("queued", rfc3339(requeued)),
-    )
+    // Kueue leaves the job as it is when it requeues it (suspended since the preemption): the
+    // queued stay reaches plugins from the Workload alone, the job read again, untouched.
+    let requeued_key = format!("east/{}/queued@{}", llama.uid(), rfc3339(requeued));
+    until("mysql-sync to hold the requeued stay, the job untouched", || {
+        let (db, key) = (db.clone(), requeued_key.clone());
+        let query = format!(
+            "SELECT COUNT(*) FROM {transitions_table} WHERE transition_key = ? AND to_phase = 'queued'"
+        );
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(query))
+                .bind(&key)
+                .fetch_one(&db)
+                .await
+                .expect("transitions");
+            (n == 1).then_some(())
+        }
+    })
     .await;
+    let shown = detail(addr, llama.name()).await;
+    assert!(has("queued", rfc3339(requeued))(&shown), "{shown}");
     llama_wl
         .admit(&mut llama, "a100", &gpus)
         .expect("admitted again");

@@ -91,6 +91,18 @@ impl DeliveryMode {
         if accepted.resource_version.as_deref() == Some(rv) || queued(rv) {
             return Decision::Skip(SkipReason::Duplicate);
         }
+        // A version accepted in a stay its story gave it alone (`1234~queued@…`, see
+        // `Tracker::restory`), seen again plain in that same stay (a re-list after a
+        // restart, whose book has the story by then): the same version, not news.
+        if accepted.phase == Some(event.phase)
+            && accepted
+                .resource_version
+                .as_deref()
+                .and_then(|accepted| accepted.split_once('~'))
+                .is_some_and(|(version, _)| version == rv)
+        {
+            return Decision::Skip(SkipReason::Duplicate);
+        }
         let deleted = event.phase == Phase::Deleted;
         let decision = match self {
             _ if deleted && self != DeliveryMode::Latest => Decision::Append,

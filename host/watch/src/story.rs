@@ -17,11 +17,14 @@
 //!   book they share with the job streams.
 //! - [`queue_phase`]: the phases the Workload says and the job's status cannot — `queued`
 //!   and `preempted` — with when each began, for the job's event and its transition key.
+//! - [`rereads`]: a job stream's reads of the jobs whose story a Workload changed alone into
+//!   a stay of Kueue's queue, so that stay reaches plugins as an event of its own.
 //! - [`pod_cause`]: the first failing container of a pod and why: `OOMKilled` and its exit
 //!   code, `ImagePullBackOff`, `CrashLoopBackOff`, or the pod's own reason (an eviction).
 
 pub mod book;
 pub mod pod_cause;
 pub mod queue_phase;
+pub mod rereads;
 pub mod sources;
 pub mod workload;

@@ -219,6 +219,73 @@ impl Tracker {
         Some((event, created))
     }
 
+    /// Whether `story`, changed with no version of job `uid`, puts the job into a stay in
+    /// Kueue's queue (`queued`, `preempted`) other than the one its last version is in: then
+    /// [`Tracker::restory`] with its object makes the event the job's own stream would not.
+    /// Leaving such a stay needs none: Kueue unsuspends a job it admits, which is a version.
+    pub fn wants_story(&self, uid: &str, story: &Story) -> bool {
+        let Some(seen) = self.jobs.get(&Uid::new(uid)) else {
+            return false;
+        };
+        // What its status said is not kept (a tracked job's record stays small): a job in a
+        // queue stay was suspended or pending, or running as a preemption stopped it, and
+        // `suspended` is what the story could refine either way. The job read again decides.
+        let said = match seen.stay.phase() {
+            Phase::Queued | Phase::Preempted => Phase::Suspended,
+            phase => phase,
+        };
+        queue_phase::queue_stay(said, Some(story))
+            .is_some_and(|queue| queue.phase != seen.stay.phase())
+    }
+
+    /// The event of a job's story changed alone (see [`Tracker::wants_story`]): `obj` is the
+    /// job read again, `story` its story now. Only for the very version the tracker last saw —
+    /// a newer one comes through the watch, with the story it then has, and an older one (a
+    /// read that crossed a watch event) is no news. The event is that version in its new
+    /// stay, its resourceVersion marked with the stay (`1234~queued@2026-12-07T10:00:00Z`) so
+    /// its id is its own, and the same stay gives the same id after a restart.
+    pub fn restory(&mut self, mut obj: JobObject, story: Option<Arc<Story>>) -> Vec<Observation> {
+        let created = created_of(&obj);
+        let (Some(uid), Some(rv)) = (
+            obj.metadata.uid.take(),
+            obj.metadata.resource_version.take(),
+        ) else {
+            return Vec::new();
+        };
+        let key = Uid::new(&uid);
+        let Some(seen) = self.jobs.get(&key).filter(|s| s.resource_version == rv) else {
+            return Vec::new();
+        };
+        let said = match obj.unreadable() {
+            None => normalize(&self.kind.normalizer, obj.view()).phase,
+            Some(_) => Phase::Unknown,
+        };
+        let Some(queue) = queue_phase::queue_stay(said, story.as_deref())
+            .filter(|queue| queue.phase != seen.stay.phase())
+        else {
+            return Vec::new();
+        };
+        let marked = match &queue.since {
+            Some(since) => format!("{rv}~{}@{since}", queue.phase),
+            None => format!("{rv}~{}", queue.phase),
+        };
+        let previous = seen.stay.clone();
+        let (event, stay) = self.build(obj, uid, marked, None, Some(&previous), story);
+        self.jobs.insert(
+            key,
+            Seen {
+                resource_version: CompactString::from(rv),
+                stay,
+            },
+        );
+        vec![Observation::Version(Observed {
+            event,
+            kind: self.kind.clone(),
+            from_list: false,
+            created,
+        })]
+    }
+
     fn delete(
         &mut self,
         mut obj: JobObject,
@@ -615,6 +682,73 @@ mod tests {
             story(waiting(), "2026-05-01T11:31:00Z", None),
         );
         assert_eq!(done.phase, Phase::Succeeded);
+    }
+
+    /// A Workload that puts a job into a stay of Kueue's queue with no version of the job (a
+    /// requeue while it stays suspended) is wanted, and the job read again makes that stay's
+    /// event: the version marked with the stay, so its id is its own. Once in the stay, the
+    /// same story wants nothing; the version seen again plain is dropped; a read older than
+    /// the version last seen, or of a job not tracked, makes nothing.
+    #[test]
+    fn a_story_changed_alone_makes_the_event_of_its_stay() {
+        use jobrelay_contract::story::{QueueState, WorkloadFacts};
+        let queued = Story {
+            workload: Some(WorkloadFacts {
+                job_uid: None,
+                state: QueueState::Queued {
+                    reason: "Pending".into(),
+                    message: "waiting for quota".into(),
+                },
+                cluster_queue: None,
+                local_queue: Some("team-a".into()),
+                waiting_since: chrono::DateTime::parse_from_rfc3339("2026-05-01T11:31:00Z").ok(),
+                admitted_at: None,
+                evicted_at: None,
+                past_execution_seconds: 0,
+                evictions: Default::default(),
+                requeues: 1,
+                accelerators: Default::default(),
+            }),
+            failure: None,
+        };
+        let mut t = tracker();
+        assert!(!t.wants_story("u1", &queued), "not tracked");
+        assert!(
+            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone())))
+                .is_empty()
+        );
+        let seen = versions(t.observe(Event::Apply(job("u1", "4", "Aborted"))));
+        assert_eq!(seen[0].0.phase, Phase::Suspended);
+
+        assert!(t.wants_story("u1", &queued));
+        let e = versions(t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone()))));
+        assert_eq!(e.len(), 1);
+        let e = &e[0].0;
+        assert_eq!(e.phase, Phase::Queued);
+        assert_eq!(e.resource_version, "4~queued@2026-05-01T11:31:00Z");
+        assert_eq!(e.id, "alpha/u1/4~queued@2026-05-01T11:31:00Z");
+        assert_eq!(e.transition_key, "alpha/u1/queued@2026-05-01T11:31:00Z");
+        assert!(e.story.is_some());
+
+        assert!(!t.wants_story("u1", &queued), "already in that stay");
+        assert!(
+            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone())))
+                .is_empty()
+        );
+        assert!(
+            t.observe(Event::Apply(job("u1", "4", "Aborted")))
+                .is_empty()
+        );
+        let later = versions(t.observe_with(
+            Event::Apply(job("u1", "5", "Running")),
+            Some(Arc::new(Story::default())),
+        ));
+        assert_eq!(later[0].0.phase, Phase::Running);
+        assert!(
+            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued)))
+                .is_empty(),
+            "a read older than the version seen"
+        );
     }
 
     #[test]

@@ -86,6 +86,11 @@ impl Recent {
 }
 
 impl Stay {
+    /// The phase of this stay.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
     /// The stay of a version in `phase` whose status records `recorded`, observed as
     /// `resource_version`; `previous` is the stay of the job's version seen before it (`None`
     /// at first sight).

@@ -19,13 +19,14 @@ use kube::api::{ApiResource, GroupVersionKind};
 use kube::core::ObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use super::finalizer;
 use super::kinds::JobKind;
 use super::lenient::LenientObject;
 use super::retry::{self, Failure, Retry};
-use super::story::sources::{self, Stories};
+use super::story::rereads::Rereads;
+use super::story::sources::{self, Restory, Stories};
 use super::tracker::readable;
 
 pub use super::tracker::{Listed, Observation, Observed, Tracker};
@@ -205,6 +206,12 @@ pub async fn run(
     let mut resume_at: Option<tokio::time::Instant> = None;
     // The wait chosen after the last failure, for its log line.
     let mut waited = std::time::Duration::ZERO;
+    // Story changes made by Workloads alone, for a kind whose story reads them, and the reads
+    // of the jobs they put in a stay of Kueue's queue.
+    let mut restories = (target.kind.story.kueue)
+        .then(|| target.stories.as_ref().map(|s| s.restories()))
+        .flatten();
+    let mut rereads = Rereads::new(&target.kind);
     let (failures, mut failed) = mpsc::unbounded_channel();
     let mut adders = Adders {
         running: tokio::task::JoinSet::new(),
@@ -243,6 +250,37 @@ pub async fn run(
             }
             Some(error) = failed.recv() => {
                 progress(Progress::FinalizerFailed(error.to_string()));
+                continue;
+            }
+            changed = next_restory(restories.as_mut()), if restories.is_some() => {
+                match changed {
+                    Ok(restory) => {
+                        let wanted = target
+                            .stories
+                            .as_ref()
+                            .and_then(|s| s.now(&restory.uid))
+                            .is_some_and(|story| tracker.wants_story(&restory.uid, &story));
+                        if wanted {
+                            rereads.read(&client, restory);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!(stream = %target.label(), missed = n,
+                            "story changes let go; their jobs' next versions carry them");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => restories = None,
+                }
+                continue;
+            }
+            read = rereads.next(&client), if rereads.busy() => {
+                if let Some(object) = read {
+                    let observations = restoried(object, &mut tracker, target.stories.as_deref());
+                    for observation in observations {
+                        if sink.send(observation).await.is_err() {
+                            return; // the dispatcher is gone: shutting down
+                        }
+                    }
+                }
                 continue;
             }
         };
@@ -354,6 +392,33 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The next story change, for a stream that listens to them (its arm is guarded).
+async fn next_restory(
+    restories: Option<&mut broadcast::Receiver<Arc<Restory>>>,
+) -> Result<Arc<Restory>, broadcast::error::RecvError> {
+    match restories {
+        Some(restories) => restories.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The event of a job read again because its story changed alone: through the same reading
+/// as a watched version, then the tracker's [`Tracker::restory`] with the story as it is now.
+fn restoried(
+    object: LenientObject,
+    tracker: &mut Tracker,
+    stories: Option<&Stories>,
+) -> Vec<Observation> {
+    let (Some(Event::Apply(object)), _) = readable(Event::Apply(object), tracker) else {
+        return Vec::new();
+    };
+    let Some(uid) = object.metadata.uid.clone() else {
+        return Vec::new();
+    };
+    let story = stories.and_then(|s| s.now(&uid));
+    tracker.restory(object, story)
 }
 
 /// How long a stream that resumed watching after a failure must go without failing to count

@@ -14,7 +14,10 @@ pub const MAX_LABELS_BYTES: usize = 256 * 1024;
 /// Where a version stands in a job's history: later versions compare greater. Taken from the
 /// resourceVersion, which the API server makes increasing (an etcd revision):
 /// `1234` → (1234, REAL); a synthetic transition `1234~running~2` → (1234, 2), before the real
-/// version it was read from; a deletion `1234-deleted` → (1234, DELETED), after it.
+/// version it was read from; the version in a stay of Kueue's queue its story gave it alone
+/// (`1234~preempted@…`, `1234~queued@…`) → (1234, REAL + 1) and (1234, REAL + 2), after it (a
+/// preempted job is requeued, not the other way round, while its object stays as it was); a
+/// deletion `1234-deleted` → (1234, DELETED), after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct VersionKey {
     pub major: i64,
@@ -34,12 +37,16 @@ impl VersionKey {
         let rest = &resource_version[digits.len()..];
         let minor = if deleted || rest.starts_with("-deleted") {
             DELETED
-        } else if let Some(synthetic) = rest.strip_prefix('~') {
-            synthetic
-                .rsplit('~')
-                .next()
-                .and_then(|n| n.parse::<i64>().ok())
-                .map_or(0, |n| n.clamp(0, REAL - 1))
+        } else if let Some(marked) = rest.strip_prefix('~') {
+            match marked.split('@').next() {
+                Some("preempted") => REAL + 1,
+                Some("queued") => REAL + 2,
+                _ => marked
+                    .rsplit('~')
+                    .next()
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .map_or(0, |n| n.clamp(0, REAL - 1)),
+            }
         } else {
             REAL
         };
@@ -156,6 +163,10 @@ mod tests {
         let later = VersionKey::parse("121", false);
         assert!(synthetic < synthetic2);
         assert!(synthetic2 < real);
+        let preempted = VersionKey::parse("120~preempted@2026-12-07T11:30:00Z", false);
+        let queued = VersionKey::parse("120~queued@2026-12-07T11:31:00Z", false);
+        assert!(real < preempted && preempted < queued && queued < deleted);
+        assert!(real < VersionKey::parse("120~queued", false));
         assert!(real < deleted);
         assert!(deleted < later);
         assert_eq!(VersionKey::parse("500", true).minor, DELETED);

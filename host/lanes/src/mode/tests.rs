@@ -44,6 +44,8 @@ fn phase() -> impl Strategy<Value = Phase> {
         Just(Phase::Terminating),
         Just(Phase::Deleted),
         Just(Phase::Unknown),
+        Just(Phase::Queued),
+        Just(Phase::Preempted),
     ]
 }
 
@@ -150,6 +152,54 @@ proptest! {
     fn latest_keeps_only_the_newest_waiting_version(obs in observations()) {
         let out = run(DeliveryMode::Latest, &obs);
         prop_assert!(out.len() <= 1);
+    }
+}
+
+/// A version delivered in the stay its story gave it alone (`7~queued@…`) is news against the
+/// plain version before it, and the plain version seen again in that stay (a re-list after a
+/// restart) is not: no mode delivers it again. Seen plain in another stay it is news.
+#[test]
+fn a_version_restoried_is_delivered_once_in_its_stay() {
+    let restoried = |rv: &str, phase: Phase| {
+        let mut e = event(7, phase);
+        e.resource_version = rv.to_string();
+        e.id = format!("c/u/{rv}");
+        e
+    };
+    for mode in [
+        DeliveryMode::EveryVersion,
+        DeliveryMode::Transitions,
+        DeliveryMode::Latest,
+    ] {
+        let mut accepted = Accepted::default();
+        let none = |_: &str| false;
+        let decide = |accepted: &mut Accepted, e: &JobEvent| mode.decide(accepted, e, none);
+        assert_ne!(
+            decide(&mut accepted, &event(7, Phase::Suspended)),
+            Decision::Skip(SkipReason::Duplicate)
+        );
+        let queued = restoried("7~queued@2026-12-07T10:00:00Z", Phase::Queued);
+        assert!(
+            !matches!(decide(&mut accepted, &queued), Decision::Skip(_)),
+            "{mode:?}: the stay is news"
+        );
+        assert_eq!(
+            decide(&mut accepted, &event(7, Phase::Queued)),
+            Decision::Skip(SkipReason::Duplicate),
+            "{mode:?}: the same version in the same stay"
+        );
+        assert_eq!(
+            decide(&mut accepted, &queued),
+            Decision::Skip(SkipReason::Duplicate),
+            "{mode:?}"
+        );
+        assert!(
+            !matches!(
+                decide(&mut accepted, &event(7, Phase::Pending)),
+                Decision::Skip(SkipReason::Duplicate)
+            ),
+            "{mode:?}: the same version in another stay is news"
+        );
     }
 }
 

@@ -4,16 +4,23 @@
 //! exist ([`Stories::for_version`]) and take its snapshot onto each event they make, reading
 //! from it the phases only the Workload says ([`super::queue_phase`]).
 //!
-//! Why the story is a snapshot taken when the job's version is seen, and a change of the
-//! story alone makes no event: an event is one version of the job (its id is the job's
-//! resourceVersion), and the moments teams ask about move the job itself — Kueue suspends a
-//! job it evicts and unsuspends one it admits — so the next version carries the new facts. A
-//! Workload change seen after the job's own (separate streams keep no order between them)
-//! reaches the job's next version, not the one before.
+//! Why the story is a snapshot taken when the job's version is seen: an event is one version
+//! of the job (its id is the job's resourceVersion), and most moments teams ask about move the
+//! job itself — Kueue suspends a job it evicts and unsuspends one it admits — so the next
+//! version carries the new facts. A Workload change seen after the job's own (separate streams
+//! keep no order between them) reaches the job's next version, not the one before.
 //!
-//! The job view is told at once, though ([`StoryNews`] through the stream's sink, to the
-//! view only): a Workload that went back to waiting, with no version of its job, is queued
-//! there, and the timers judge it so.
+//! Two moments do not move the job: a requeue (the job stays suspended while it waits again),
+//! and an eviction the Workload stream reports after the job's suspension. Both put the job in
+//! a stay of Kueue's queue (`queued`, `preempted`), a transition of its own, so a Workload
+//! change that does so is told to the job streams ([`Restory`]); the job's stream reads the
+//! job again and makes the event of that stay ([`super::rereads`],
+//! [`crate::tracker::Tracker::restory`]). Any other change of the story alone (an admission
+//! not yet seen on the job, a failing pod) makes no event: the job's next version carries it.
+//!
+//! The job view is told of every change at once ([`StoryNews`] through the stream's sink, to
+//! the view only): a Workload that went back to waiting is queued there, and the timers judge
+//! it so.
 //!
 //! A source the cluster does not serve (Kueue not installed) is retried with kube's backoff
 //! and said once in the log; the job streams go on without its facts.
@@ -28,6 +35,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use parking_lot::Mutex;
+use tokio::sync::broadcast;
 
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::story::Story;
@@ -46,14 +54,44 @@ pub const WORKLOAD: (&str, &str, &str, &str) =
 #[derive(Debug)]
 pub struct Stories {
     book: Mutex<StoryBook>,
+    changed: broadcast::Sender<Arc<Restory>>,
 }
+
+/// A Workload changed a known job's story with no version of the job: told to the cluster's
+/// job streams, whose own stream of that job reads it again when the change puts it in a stay
+/// of Kueue's queue ([`crate::tracker::Tracker::wants_story`]). The job is named as its
+/// Workload names its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restory {
+    /// The job's uid.
+    pub uid: String,
+    /// Its namespace (the Workload's).
+    pub namespace: String,
+    /// Its name (the Workload's controlling owner's).
+    pub name: String,
+}
+
+/// Story changes kept for job streams that have not read them yet; past it, a stream lagging
+/// that far skips the oldest (their jobs' next versions carry the story).
+const RESTORY_BACKLOG: usize = 1024;
 
 impl Stories {
     /// An empty book for one cluster.
     pub fn new(limits: BookLimits) -> Arc<Stories> {
         Arc::new(Stories {
             book: Mutex::new(StoryBook::new(limits)),
+            changed: broadcast::channel(RESTORY_BACKLOG).0,
         })
+    }
+
+    /// The story changes made by Workloads alone, from now on (see [`Restory`]).
+    pub fn restories(&self) -> broadcast::Receiver<Arc<Restory>> {
+        self.changed.subscribe()
+    }
+
+    /// The story of job `uid` as it is now, for a job read again on a [`Restory`].
+    pub fn now(&self, uid: &str) -> Option<Arc<Story>> {
+        self.book.lock().story(uid)
     }
 
     /// A version of a job was seen, by a stream whose kind tells its story (`tells`) or not.
@@ -91,6 +129,25 @@ impl Stories {
             story
         } else {
             book.seen(uid)
+        }
+    }
+
+    /// Tells the job streams that the story of job `uid` changed through `workload` (its
+    /// metadata) alone, when the Workload's controlling owner is that job: its name and
+    /// namespace are the job's. No stream listening costs nothing.
+    fn restory(&self, uid: &str, workload: &ObjectMeta) {
+        let owner = workload
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.uid == uid);
+        if let (Some(owner), Some(namespace)) = (owner, &workload.namespace) {
+            // An error only means no stream listens.
+            let _ = self.changed.send(Arc::new(Restory {
+                uid: uid.to_string(),
+                namespace: namespace.clone(),
+                name: owner.name.clone(),
+            }));
         }
     }
 
@@ -180,7 +237,13 @@ pub async fn watch_workloads(
                     .map_err(workload::WorkloadError::from)
                     .and_then(|text| workload::read(&text));
                 match facts {
-                    Ok(facts) => tell(news.as_ref(), &cluster, stories.workload(facts)).await,
+                    Ok(facts) => {
+                        let changed = stories.workload(facts);
+                        if let Some((uid, _)) = &changed {
+                            stories.restory(uid, &object.metadata);
+                        }
+                        tell(news.as_ref(), &cluster, changed).await;
+                    }
                     Err(e) => tracing::warn!(cluster = %cluster,
                         workload = %crate::lenient::label(&object.metadata), error = %e,
                         "a Kueue Workload cannot be read; its job's story goes without it"),

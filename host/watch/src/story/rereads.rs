@@ -1,0 +1,99 @@
+//! A job stream's reads of jobs whose story changed alone: a Workload that put a job into a
+//! stay of Kueue's queue (`queued`, `preempted`) with no version of the job — a requeue while
+//! the job stays suspended, or an eviction seen after the job's own suspension — makes no
+//! event through the job's watch, so the stream reads the job again and hands it to its
+//! tracker ([`Tracker::restory`](crate::tracker::Tracker::restory)).
+//!
+//! Bounded: at most [`IN_FLIGHT`] reads at once, at most [`WAITING`] jobs waiting for one
+//! (each once); past that a change is let go, and the job's next version carries its story.
+//! A read that fails is let go the same way (logged at debug): the story is a snapshot the
+//! next version takes in any case, so nothing here holds up the stream.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use kube::Api;
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::client::Client;
+use tokio::task::JoinSet;
+
+use super::sources::Restory;
+use crate::kinds::JobKind;
+use crate::lenient::LenientObject;
+
+/// Reads at once, per stream.
+pub const IN_FLIGHT: usize = 4;
+
+/// Jobs waiting for a read, per stream.
+pub const WAITING: usize = 1024;
+
+/// The reads of one stream.
+pub struct Rereads {
+    resource: ApiResource,
+    running: JoinSet<Option<LenientObject>>,
+    waiting: VecDeque<Arc<Restory>>,
+    queued: HashSet<String>,
+    /// Changes let go for room since the stream began.
+    pub dropped: u64,
+}
+
+impl Rereads {
+    /// No reads yet, for jobs of `kind`.
+    pub fn new(kind: &JobKind) -> Rereads {
+        let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+        Rereads {
+            resource: ApiResource::from_gvk_with_plural(&gvk, &kind.plural),
+            running: JoinSet::new(),
+            waiting: VecDeque::new(),
+            queued: HashSet::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Reads the job `restory` names, now or once a read is free.
+    pub fn read(&mut self, client: &Client, restory: Arc<Restory>) {
+        if self.queued.contains(&restory.uid) {
+            return;
+        }
+        if self.running.len() < IN_FLIGHT {
+            self.start(client, restory);
+        } else if self.waiting.len() < WAITING {
+            self.queued.insert(restory.uid.clone());
+            self.waiting.push_back(restory);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// Whether a read is under way.
+    pub fn busy(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// The next read done: the job as read, `None` when it is gone or the read failed. The
+    /// next waiting job's read starts.
+    pub async fn next(&mut self, client: &Client) -> Option<LenientObject> {
+        let done = self.running.join_next().await;
+        if let Some(next) = self.waiting.pop_front() {
+            self.queued.remove(&next.uid);
+            self.start(client, next);
+        }
+        done.and_then(Result::ok).flatten()
+    }
+
+    fn start(&mut self, client: &Client, restory: Arc<Restory>) {
+        let api: Api<LenientObject> =
+            Api::namespaced_with(client.clone(), &restory.namespace, &self.resource);
+        self.running.spawn(async move {
+            match api.get_opt(&restory.name).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::debug!(namespace = %restory.namespace, job = %restory.name,
+                        error = %e, "cannot read a job whose story changed; its next version \
+                        carries the story");
+                    None
+                }
+            }
+        });
+    }
+}
