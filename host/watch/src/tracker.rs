@@ -530,6 +530,31 @@ mod tests {
         Tracker::new(Arc::from("alpha"), Arc::new(kind), None)
     }
 
+    /// A story of a Workload alone in `state`, waiting since `since`, evicted at `evicted`.
+    fn workload_story(
+        state: jobrelay_contract::story::QueueState,
+        since: &str,
+        evicted: Option<&str>,
+    ) -> Arc<Story> {
+        let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+        Arc::new(Story {
+            workload: Some(jobrelay_contract::story::WorkloadFacts {
+                job_uid: None,
+                state,
+                cluster_queue: Some("a100".into()),
+                local_queue: None,
+                waiting_since: at(since),
+                admitted_at: None,
+                evicted_at: evicted.and_then(at),
+                past_execution_seconds: 0,
+                evictions: Default::default(),
+                requeues: 0,
+                accelerators: Default::default(),
+            }),
+            failure: None,
+        })
+    }
+
     fn job(uid: &str, rv: &str, phase: &str) -> JobObject {
         JobObject::from_json(&json!({
             "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
@@ -560,26 +585,8 @@ mod tests {
     /// Kueue's reason and message; a version seen again with the same story keeps its stay.
     #[test]
     fn a_workloads_story_makes_queued_and_preempted_stays() {
-        use jobrelay_contract::story::{Preemption, QueueState, WorkloadFacts};
-        let story = |state: QueueState, since: &str, evicted: Option<&str>| {
-            let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-            Some(Arc::new(Story {
-                workload: Some(WorkloadFacts {
-                    job_uid: None,
-                    state,
-                    cluster_queue: Some("a100".into()),
-                    local_queue: None,
-                    waiting_since: at(since),
-                    admitted_at: None,
-                    evicted_at: evicted.and_then(at),
-                    past_execution_seconds: 0,
-                    evictions: Default::default(),
-                    requeues: 0,
-                    accelerators: Default::default(),
-                }),
-                failure: None,
-            }))
-        };
+        use jobrelay_contract::story::{Preemption, QueueState};
+        let story = |state, since, evicted| Some(workload_story(state, since, evicted));
         let waiting = || QueueState::Queued {
             reason: "Pending".into(),
             message: "couldn't assign flavors: insufficient quota".into(),
@@ -691,37 +698,23 @@ mod tests {
     /// the version last seen, or of a job not tracked, makes nothing.
     #[test]
     fn a_story_changed_alone_makes_the_event_of_its_stay() {
-        use jobrelay_contract::story::{QueueState, WorkloadFacts};
-        let queued = Story {
-            workload: Some(WorkloadFacts {
-                job_uid: None,
-                state: QueueState::Queued {
-                    reason: "Pending".into(),
-                    message: "waiting for quota".into(),
-                },
-                cluster_queue: None,
-                local_queue: Some("team-a".into()),
-                waiting_since: chrono::DateTime::parse_from_rfc3339("2026-05-01T11:31:00Z").ok(),
-                admitted_at: None,
-                evicted_at: None,
-                past_execution_seconds: 0,
-                evictions: Default::default(),
-                requeues: 1,
-                accelerators: Default::default(),
-            }),
-            failure: None,
+        use jobrelay_contract::story::QueueState;
+        let waiting = QueueState::Queued {
+            reason: "Pending".into(),
+            message: "waiting for quota".into(),
         };
+        let queued = workload_story(waiting, "2026-05-01T11:31:00Z", None);
         let mut t = tracker();
         assert!(!t.wants_story("u1", &queued), "not tracked");
         assert!(
-            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone())))
+            t.restory(job("u1", "4", "Aborted"), Some(queued.clone()))
                 .is_empty()
         );
         let seen = versions(t.observe(Event::Apply(job("u1", "4", "Aborted"))));
         assert_eq!(seen[0].0.phase, Phase::Suspended);
 
         assert!(t.wants_story("u1", &queued));
-        let e = versions(t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone()))));
+        let e = versions(t.restory(job("u1", "4", "Aborted"), Some(queued.clone())));
         assert_eq!(e.len(), 1);
         let e = &e[0].0;
         assert_eq!(e.phase, Phase::Queued);
@@ -732,7 +725,7 @@ mod tests {
 
         assert!(!t.wants_story("u1", &queued), "already in that stay");
         assert!(
-            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued.clone())))
+            t.restory(job("u1", "4", "Aborted"), Some(queued.clone()))
                 .is_empty()
         );
         assert!(
@@ -745,7 +738,7 @@ mod tests {
         ));
         assert_eq!(later[0].0.phase, Phase::Running);
         assert!(
-            t.restory(job("u1", "4", "Aborted"), Some(Arc::new(queued)))
+            t.restory(job("u1", "4", "Aborted"), Some(queued))
                 .is_empty(),
             "a read older than the version seen"
         );
