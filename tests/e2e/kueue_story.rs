@@ -208,7 +208,8 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
     let requeued = logged(&llama_wl, |s| *s == KueueStep::Requeued);
     // Kueue leaves the job as it is when it requeues it (suspended since the preemption): the
     // queued stay reaches plugins from the Workload alone, the job read again, untouched.
-    let requeued_key = format!("east/{}/queued@{}", llama.uid(), rfc3339(requeued));
+    // The wait after the first eviction is the second, by Kueue's count (`#2`).
+    let requeued_key = format!("east/{}/queued@{}#2", llama.uid(), rfc3339(requeued));
     until("mysql-sync to hold the requeued stay, the job untouched", || {
         let (db, key) = (db.clone(), requeued_key.clone());
         let query = format!(
@@ -362,13 +363,13 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         Some("failed"),
         "{keys:?}"
     );
-    // Its stays in Kueue's queue are transitions of their own, each keyed by Kueue's time:
-    // queued from the Workload's creation, preempted from the eviction, queued again from
-    // the requeue.
-    let stay = |phase: &str, at: DateTime<Utc>| {
+    // Its stays in Kueue's queue are transitions of their own, each keyed by Kueue's time and
+    // count: queued from the Workload's creation, preempted from the eviction, queued again
+    // from the requeue (the wait after one eviction: the second).
+    let stay = |phase: &str, at: DateTime<Utc>, n: &str| {
         (
             phase.to_string(),
-            format!("east/{}/{phase}@{}", llama.uid(), rfc3339(at)),
+            format!("east/{}/{phase}@{}{n}", llama.uid(), rfc3339(at)),
         )
     };
     let in_queue: Vec<(String, String)> = keys
@@ -379,9 +380,9 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
     assert_eq!(
         in_queue,
         [
-            stay("queued", created),
-            stay("preempted", preempted),
-            stay("queued", requeued),
+            stay("queued", created, ""),
+            stay("preempted", preempted, ""),
+            stay("queued", requeued, "#2"),
         ],
         "{keys:?}"
     );

@@ -242,8 +242,9 @@ impl Tracker {
     /// job read again, `story` its story now. Only for the very version the tracker last saw —
     /// a newer one comes through the watch, with the story it then has, and an older one (a
     /// read that crossed a watch event) is no news. The event is that version in its new
-    /// stay, its resourceVersion marked with the stay (`1234~queued@2026-12-07T10:00:00Z`) so
-    /// its id is its own, and the same stay gives the same id after a restart.
+    /// stay, its resourceVersion marked with the stay as its key names it
+    /// (`1234~queued@2026-12-07T10:00:00Z#2`), so its id is its own, and the same stay gives
+    /// the same id after a restart.
     pub fn restory(&mut self, mut obj: JobObject, story: Option<Arc<Story>>) -> Vec<Observation> {
         let created = created_of(&obj);
         let (Some(uid), Some(rv)) = (
@@ -265,9 +266,13 @@ impl Tracker {
         else {
             return Vec::new();
         };
+        let number = match queue.n {
+            1 => String::new(),
+            n => format!("#{n}"),
+        };
         let marked = match &queue.since {
-            Some(since) => format!("{rv}~{}@{since}", queue.phase),
-            None => format!("{rv}~{}", queue.phase),
+            Some(since) => format!("{rv}~{}@{since}{number}", queue.phase),
+            None => format!("{rv}~{}{number}", queue.phase),
         };
         let previous = seen.stay.clone();
         let (event, stay) = self.build(obj, uid, marked, None, Some(&previous), story);
@@ -355,8 +360,9 @@ impl Tracker {
             n.reason = Some(queue.reason).filter(|r| !r.is_empty());
             n.message = Some(queue.message).filter(|m| !m.is_empty());
             n.transition_time = queue.since.clone();
+            let number = queue.n;
             queue.since.map_or(catch_up::Recorded::Unrecorded, |at| {
-                catch_up::Recorded::Entered { at, n: 1 }
+                catch_up::Recorded::Entered { at, n: number }
             })
         } else {
             catch_up::recorded(&self.kind.normalizer, tree, &n)

@@ -187,14 +187,17 @@ impl Stay {
 
     /// The stay that begins after this one, in `phase`, named `derived` by its status.
     fn then(&self, phase: Phase, derived: Mark, resource_version: &str) -> Stay {
-        // A deletion timestamp is set once per job: it names its stay alone. So does a stay
-        // in Kueue's queue, dated by the Workload, not the job's status: its time is when that
-        // wait (or eviction) began as Kueue counts it — one stay however it is seen, and no
-        // record of an earlier visit when the job's own status dates a stay after it (a job
-        // seen suspended a second after its Workload began to wait).
-        if matches!(phase, Phase::Terminating | Phase::Queued | Phase::Preempted) {
+        // A deletion timestamp is set once per job: it names its stay alone.
+        if phase == Phase::Terminating {
             return Stay::alone(phase, derived);
         }
+        // A stay in Kueue's queue is named by its Workload: when the wait (or the eviction)
+        // began and Kueue's own count of them ([`crate::story::queue_phase`]), which no other
+        // stay of the job repeats. So it is never renumbered, nor taken for an earlier visit
+        // when the job's status dated a stay after it (a job seen suspended a second after its
+        // Workload began to wait); it is only noted among the stays seen begin, so the job's
+        // own stays around it are still numbered past those of their second.
+        let in_queue = matches!(phase, Phase::Queued | Phase::Preempted);
         let Mark::Entered { at, n } = derived else {
             // Nothing dates this stay: what was seen begin before it still counts for the next.
             return Stay {
@@ -210,7 +213,11 @@ impl Stay {
             // Dated in the same second as the latest stay seen begin: past every stay of this
             // phase seen begin in it.
             Some(Ordering::Equal) => {
-                let n = n.max(recent.highest(phase) + 1);
+                let n = if in_queue {
+                    n
+                } else {
+                    n.max(recent.highest(phase) + 1)
+                };
                 let mut recent = recent;
                 recent.note(phase, n);
                 Stay {
@@ -219,6 +226,12 @@ impl Stay {
                     recent: Some(recent),
                 }
             }
+            // Dated by its Workload before a stay seen begin: its own time, the memory kept.
+            Some(Ordering::Less) if in_queue => Stay {
+                phase,
+                mark: Mark::Entered { at, n },
+                recent: Some(recent),
+            },
             // Dated before a stay already seen begin: the record is of an earlier visit.
             Some(Ordering::Less) => Stay {
                 phase,

@@ -15,9 +15,9 @@ pub const MAX_LABELS_BYTES: usize = 256 * 1024;
 /// resourceVersion, which the API server makes increasing (an etcd revision):
 /// `1234` → (1234, REAL); a synthetic transition `1234~running~2` → (1234, 2), before the real
 /// version it was read from; the version in a stay of Kueue's queue its story gave it alone
-/// (`1234~preempted@…`, `1234~queued@…`) → (1234, REAL + 1) and (1234, REAL + 2), after it (a
-/// preempted job is requeued, not the other way round, while its object stays as it was); a
-/// deletion `1234-deleted` → (1234, DELETED), after them.
+/// (`1234~queued@…#n`, `1234~preempted@…#n`, no `#n` for 1) → (1234, REAL + 2n - 1) and
+/// (1234, REAL + 2n), after it: a job's n-th wait comes before its n-th preemption, which
+/// comes before its (n+1)-th wait, while its object stays as it was; a deletion `1234-deleted` → (1234, DELETED), after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct VersionKey {
     pub major: i64,
@@ -38,9 +38,17 @@ impl VersionKey {
         let minor = if deleted || rest.starts_with("-deleted") {
             DELETED
         } else if let Some(marked) = rest.strip_prefix('~') {
+            // The n-th wait, the n-th preemption, the (n+1)-th wait: 2n - 1, 2n, 2n + 1.
+            let n = || {
+                marked
+                    .rsplit_once('#')
+                    .and_then(|(_, n)| n.parse::<i64>().ok())
+                    .unwrap_or(1)
+                    .clamp(1, (DELETED - REAL) / 2 - 1)
+            };
             match marked.split('@').next() {
-                Some("preempted") => REAL + 1,
-                Some("queued") => REAL + 2,
+                Some("preempted") => REAL + 2 * n(),
+                Some("queued") => REAL + 2 * n() - 1,
                 _ => marked
                     .rsplit('~')
                     .next()
@@ -164,8 +172,11 @@ mod tests {
         assert!(synthetic < synthetic2);
         assert!(synthetic2 < real);
         let preempted = VersionKey::parse("120~preempted@2026-12-07T11:30:00Z", false);
-        let queued = VersionKey::parse("120~queued@2026-12-07T11:31:00Z", false);
-        assert!(real < preempted && preempted < queued && queued < deleted);
+        let queued = VersionKey::parse("120~queued@2026-12-07T11:31:00Z#2", false);
+        let preempted2 = VersionKey::parse("120~preempted@2026-12-07T11:31:00Z#2", false);
+        let queued3 = VersionKey::parse("120~queued@2026-12-07T11:31:00Z#3", false);
+        assert!(real < preempted && preempted < queued && queued < preempted2);
+        assert!(preempted2 < queued3 && queued3 < deleted);
         assert!(real < VersionKey::parse("120~queued", false));
         assert!(real < deleted);
         assert!(deleted < later);

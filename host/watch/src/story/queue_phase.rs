@@ -13,7 +13,10 @@
 //! ever `preempted` (its pods are being stopped), never `queued`. When each stay began comes
 //! from the Workload, as Kueue writes it, so the same stay seen after a restart has the same
 //! key: a wait from the last `Requeued` (else the Workload's creation), a preemption from its
-//! `Evicted` condition.
+//! `Evicted` condition. Kueue writes those times in whole seconds, and a job can be preempted,
+//! requeued, admitted and preempted again within one; so each stay is also numbered by
+//! Kueue's own count (`schedulingStats.evictions`): the n-th preemption, the wait after the
+//! n-th eviction. Time and count together repeat for no two stays, and survive a restart.
 //!
 //! A pure function of the job's phase and its story.
 
@@ -30,6 +33,10 @@ pub struct QueueStay {
     pub phase: Phase,
     /// When the stay began.
     pub since: Option<String>,
+    /// Which stay of its phase it is, by Kueue's count: 1 for the first wait (no eviction
+    /// yet) and the first preemption, n + 1 for the wait after n evictions, n for the n-th
+    /// preemption.
+    pub n: u32,
     /// Kueue's reason (`QuotaReserved=False`'s, or `Preempted=True`'s).
     pub reason: String,
     /// Kueue's message, which names the preemptor where Kueue says it.
@@ -49,6 +56,7 @@ pub fn queue_stay(phase: Phase, story: Option<&Story>) -> Option<QueueStay> {
             Some(QueueStay {
                 phase: Phase::Queued,
                 since: text(&workload.waiting_since),
+                n: 1 + workload.evictions.iter().map(|(_, n)| *n).sum::<u32>(),
                 reason: reason.clone(),
                 message: message.clone(),
             })
@@ -64,6 +72,7 @@ pub fn queue_stay(phase: Phase, story: Option<&Story>) -> Option<QueueStay> {
             Some(QueueStay {
                 phase: Phase::Preempted,
                 since: text(&workload.evicted_at),
+                n: workload.preemptions().max(1),
                 reason: preemption.reason.clone(),
                 message: preemption.message.clone(),
             })
@@ -189,6 +198,38 @@ mod tests {
         // No story, or one of pods alone.
         assert_eq!(queue_stay(Phase::Pending, None), None);
         assert_eq!(queue_stay(Phase::Pending, Some(&Story::default())), None);
+    }
+
+    /// Kueue's count numbers the stays: the wait after two evictions is the third, the second
+    /// preemption the second.
+    #[test]
+    fn each_stay_is_numbered_by_kueues_count() {
+        let count = |state, evictions: [(String, u32); 2]| {
+            let mut story = story(state);
+            if let Some(w) = story.workload.as_mut() {
+                w.evictions = evictions.into();
+            }
+            story
+        };
+        let evictions = || {
+            [
+                ("Preempted".to_string(), 2),
+                ("PodsReadyTimeout".to_string(), 1),
+            ]
+        };
+        let waiting = queue_stay(Phase::Suspended, Some(&count(queued(), evictions())));
+        assert_eq!(waiting.map(|s| s.n), Some(4));
+        let again = queue_stay(Phase::Suspended, Some(&count(preempted(), evictions())));
+        assert_eq!(again.map(|s| s.n), Some(2));
+        assert_eq!(
+            queue_stay(Phase::Pending, Some(&story(queued()))).map(|s| s.n),
+            Some(1)
+        );
+        assert_eq!(
+            queue_stay(Phase::Running, Some(&story(preempted()))).map(|s| s.n),
+            Some(1),
+            "a preemption Kueue has not counted yet is the first"
+        );
     }
 
     #[test]
