@@ -1,6 +1,7 @@
 //! What telling a job's story costs: the book's memory per job (seen only, and with a
 //! Workload's facts and a failure cause), the time one job event takes to link its job and
-//! take the book's snapshot, and the time to read one Workload and one pod version.
+//! take the book's snapshot, the time to read the queue phase from it (`queue_stay`), and the
+//! time to read one Workload and one pod version.
 //!
 //! Run: `cargo bench -p jobrelay-watch --bench story` (`-- --jobs N` for another size).
 //! Results and method: docs/BENCHMARKS.md, "A job's story".
@@ -18,6 +19,7 @@ use std::time::Instant;
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_watch::story::book::BookLimits;
 use jobrelay_watch::story::sources::Stories;
+use jobrelay_watch::story::queue_phase::queue_stay;
 use jobrelay_watch::story::{pod_cause, workload};
 
 // The fleet crate's counting allocator, shared rather than copied.
@@ -179,6 +181,36 @@ fn main() {
             ""
         };
         println!("job event, story taken{linked}: {per_event:.0} ns each");
+    }
+
+    // The queue phase each event of such a kind reads from its story: nothing to refine for
+    // an admitted Workload and a running job; for a queued one, the stay with Kueue's reason
+    // and message copied out for the event.
+    let admitted = events[0].story.clone().expect("a story");
+    let mut waiting = (*admitted).clone();
+    if let Some(w) = waiting.workload.as_mut() {
+        w.state = workload::QueueState::Queued {
+            reason: "Pending".into(),
+            message: "couldn't assign flavors to pod set main: insufficient quota for                       nvidia.com/gpu in flavor a100, 8 more needed"
+                .into(),
+        };
+    }
+    for (label, phase, story) in [
+        ("admitted, the job running", Phase::Running, &*admitted),
+        ("queued, the job suspended", Phase::Suspended, &waiting),
+    ] {
+        let n = 1_000_000;
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(queue_stay(
+                std::hint::black_box(phase),
+                Some(std::hint::black_box(story)),
+            ));
+        }
+        println!(
+            "queue phase read ({label}): {:.0} ns each",
+            start.elapsed().as_secs_f64() * 1e9 / n as f64
+        );
     }
 
     let text = pod_json();
