@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_watch::story::book::BookLimits;
-use jobrelay_watch::story::sources::Stories;
 use jobrelay_watch::story::queue_phase::queue_stay;
+use jobrelay_watch::story::sources::Stories;
 use jobrelay_watch::story::{pod_cause, workload};
 
 // The fleet crate's counting allocator, shared rather than copied.

@@ -30,8 +30,9 @@ pub const WAITING: usize = 1024;
 /// The reads of one stream.
 pub struct Rereads {
     resource: ApiResource,
-    running: JoinSet<Option<LenientObject>>,
+    running: JoinSet<(String, Option<LenientObject>)>,
     waiting: VecDeque<Arc<Restory>>,
+    /// The jobs being read or waiting for a read: each once.
     queued: HashSet<String>,
     /// Changes let go for room since the stream began.
     pub dropped: u64,
@@ -56,6 +57,7 @@ impl Rereads {
             return;
         }
         if self.running.len() < IN_FLIGHT {
+            self.queued.insert(restory.uid.clone());
             self.start(client, restory);
         } else if self.waiting.len() < WAITING {
             self.queued.insert(restory.uid.clone());
@@ -73,19 +75,21 @@ impl Rereads {
     /// The next read done: the job as read, `None` when it is gone or the read failed. The
     /// next waiting job's read starts.
     pub async fn next(&mut self, client: &Client) -> Option<LenientObject> {
-        let done = self.running.join_next().await;
+        let done = self.running.join_next().await.and_then(Result::ok);
+        if let Some((uid, _)) = &done {
+            self.queued.remove(uid);
+        }
         if let Some(next) = self.waiting.pop_front() {
-            self.queued.remove(&next.uid);
             self.start(client, next);
         }
-        done.and_then(Result::ok).flatten()
+        done.and_then(|(_, read)| read)
     }
 
     fn start(&mut self, client: &Client, restory: Arc<Restory>) {
         let api: Api<LenientObject> =
             Api::namespaced_with(client.clone(), &restory.namespace, &self.resource);
         self.running.spawn(async move {
-            match api.get_opt(&restory.name).await {
+            let read = match api.get_opt(&restory.name).await {
                 Ok(found) => found,
                 Err(e) => {
                     tracing::debug!(namespace = %restory.namespace, job = %restory.name,
@@ -93,7 +97,54 @@ impl Rereads {
                         carries the story");
                     None
                 }
-            }
+            };
+            (restory.uid.clone(), read)
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restory(n: usize) -> Arc<Restory> {
+        Arc::new(Restory {
+            uid: format!("u-{n}"),
+            namespace: "ml".into(),
+            name: format!("job-{n}"),
+        })
+    }
+
+    /// A flood of story changes holds at most [`IN_FLIGHT`] reads and [`WAITING`] jobs, each
+    /// job once; the rest is let go and counted. A read that fails (nothing listens at the
+    /// address) gives nothing, and the next waiting job's read starts.
+    #[tokio::test]
+    async fn reads_are_bounded_and_each_job_waits_once() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let kind = JobKind::builtin("batch-job").expect("built-in");
+        let mut rereads = Rereads::new(&kind);
+        let flood = IN_FLIGHT + WAITING + 10;
+        for n in 0..flood {
+            rereads.read(&client, restory(n));
+        }
+        for n in 0..flood {
+            rereads.read(&client, restory(n));
+        }
+        assert_eq!(rereads.running.len(), IN_FLIGHT);
+        assert_eq!(rereads.waiting.len(), WAITING);
+        assert_eq!(rereads.dropped, 20, "the overflow, on each of two floods");
+        assert_eq!(rereads.queued.len(), IN_FLIGHT + WAITING, "each job once");
+        assert!(rereads.busy());
+        assert!(
+            rereads.next(&client).await.is_none(),
+            "a failed read gives nothing"
+        );
+        assert_eq!(
+            rereads.running.len(),
+            IN_FLIGHT,
+            "the next waiting read started"
+        );
+        assert_eq!(rereads.waiting.len(), WAITING - 1);
     }
 }
