@@ -135,6 +135,18 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
          \x20   - {name: queued-long, state: queued, longer_than: 1s, namespaces: [idle]}\n",
     );
     setup.install_wasm("feishu-notify", "feishu-notify.wasm");
+    // Every transition delivered, as delivered (mysql-sync keeps one row per key, so a stay
+    // told twice shows only here).
+    setup.install_wasm("event-log", "event-log.wasm");
+    setup.write_manifest(
+        "log",
+        &Setup::log_manifest(
+            "event-log.wasm",
+            "log",
+            "events.jsonl",
+            "delivery: transitions\n",
+        ),
+    );
     let (jobs_table, transitions_table) = setup.install_mysql_sync(&prefix);
     setup.write_manifest(
         "feishu-notify",
@@ -483,6 +495,72 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         );
         assert_eq!(sample(&metrics, &name), Some(1.0), "{name}: {metrics}");
     }
+    // --- idle/waiting: submitted after its job was seen, never touched — its queued stay
+    // reached mysql-sync from the Workload alone. After a restart the job streams list once
+    // the Workloads have, so the job is seen queued at once: no flap through its status's
+    // phase (suspended, then queued again) reaches mysql-sync.
+    let rows = |uid: String| {
+        let db = db.clone();
+        let query = format!(
+            "SELECT to_phase, transition_key FROM {transitions_table} WHERE uid = ? \
+             ORDER BY recorded_at, transition_time"
+        );
+        async move {
+            let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(query))
+                .bind(&uid)
+                .fetch_all(&db)
+                .await
+                .expect("transitions");
+            rows
+        }
+    };
+    let waited = until("idle/waiting's queued stay in mysql-sync", || {
+        let rows = rows(waiting.uid().to_string());
+        async move {
+            let rows = rows.await;
+            rows.iter().any(|(p, _)| p == "queued").then_some(rows)
+        }
+    })
+    .await;
+    let delivered = |uid: &str| {
+        setup
+            .lines("log/events.jsonl")
+            .into_iter()
+            .filter(|l| l["uid"] == uid)
+            .map(|l| (l["phase"].to_string(), l["transition_key"].to_string()))
+            .collect::<Vec<_>>()
+    };
+    let told = delivered(waiting.uid());
+    assert!(told.iter().any(|(p, _)| p == "\"queued\""), "{told:?}");
+    daemon.shutdown(Duration::from_secs(5)).await;
+    // The Workloads listed well after the jobs would be (a large list, a busy apiserver).
+    sim.answer_late("/workloads", Duration::from_secs(2));
+    let daemon = Daemon::start(setup.config_dir())
+        .await
+        .expect("the daemon starts again");
+    wait_synced(&daemon, "east").await;
+    let addr = daemon.telemetry_addr().expect("telemetry");
+    until(
+        "the job view to hold idle/waiting again, queued",
+        || async {
+            let (code, job) = get_json(addr, "/api/v1/jobs/east/idle/waiting").await;
+            (code == 200 && job["job"]["phase"] == "queued").then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sim.answer_promptly();
+    assert_eq!(
+        rows(waiting.uid().to_string()).await,
+        waited,
+        "a restart adds no transition"
+    );
+    assert_eq!(
+        delivered(waiting.uid()),
+        told,
+        "nor tells one: the job is seen queued at once"
+    );
+
     for (_, (_, mut wl, _)) in others {
         wl.finish(false, "Job failed").expect("finished");
     }

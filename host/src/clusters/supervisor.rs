@@ -257,6 +257,8 @@ fn story_sources(
     let Some(book) = book else {
         return Vec::new();
     };
+    // Before any stream starts: the job streams that read Workloads wait for these lists.
+    book.expect_workload_lists(kueue.len());
     let cluster: Arc<str> = Arc::from(cluster);
     let mut sources: Vec<StorySource> = Vec::new();
     for namespace in kueue {

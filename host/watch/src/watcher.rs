@@ -180,6 +180,14 @@ pub async fn run(
     sink: Sink,
     progress: impl Fn(Progress) + Send,
 ) {
+    // A kind that reads Workloads lists its jobs once their Workloads are known, so a job is
+    // first seen in its queue stay, not in its status's phase and then queued ([`Stories::
+    // until_workloads_listed`]).
+    if target.kind.story.kueue
+        && let Some(stories) = &target.stories
+    {
+        stories.until_workloads_listed(WORKLOADS_FIRST).await;
+    }
     let mut config = watcher::Config::default().timeout(target.timeout_seconds);
     if let Some(sel) = &target.label_selector {
         config = config.labels(sel);
@@ -420,6 +428,10 @@ fn restoried(
     let story = stories.and_then(|s| s.now(&uid));
     tracker.restory(object, story)
 }
+
+/// The longest a job stream of a kind that reads Workloads waits, at its start, for the
+/// cluster's Workload streams to list.
+pub const WORKLOADS_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long a stream that resumed watching after a failure must go without failing to count
 /// as in sync again when nothing arrives: a refused or unreachable API server fails the

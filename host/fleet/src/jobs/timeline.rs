@@ -164,8 +164,11 @@ pub(super) fn note(
             queue,
         });
     }
-    // A count that went down is a re-created Workload's: noted, not news.
-    trail.preemptions = count;
+    // Never lowered: a story can reach the view after a newer one (a job's version made just
+    // before its Workload changed, and told after the change's news), and a count taken back
+    // would make the next one a preemption twice. A Workload re-created for the job (its count
+    // from 0 again) so adds marks only past the old count.
+    trail.preemptions = trail.preemptions.max(count);
     match &facts.state {
         QueueState::Queued { .. } => {
             let since = facts.waiting_since.and_then(secs).unwrap_or(rec.created);
@@ -440,6 +443,40 @@ mod tests {
     }
 
     /// The trail is bounded: the first mark and the latest ones.
+    /// A story older than one already noted (a job's version made just before its Workload
+    /// was preempted, reaching the view after the preemption's news) takes no count back:
+    /// the preemption is marked and told once.
+    #[test]
+    fn a_stale_story_after_a_newer_one_marks_nothing_twice() {
+        let t0 = BEGAN + 100;
+        let mut rec = record(t0);
+        let mut news = Vec::new();
+        let versions = [
+            (version(QueueState::Admitted, Some(t0 + 60), t0, 0), t0 + 61),
+            (
+                evicted_at(version(evicted(), None, t0, 1), t0 + 295),
+                t0 + 300,
+            ),
+            (
+                version(QueueState::Admitted, Some(t0 + 60), t0, 0),
+                t0 + 301,
+            ),
+            (
+                evicted_at(version(evicted(), None, t0, 1), t0 + 295),
+                t0 + 302,
+            ),
+        ];
+        for (event, now) in &versions {
+            news.extend(note_event(&mut rec, event, *now, BEGAN));
+        }
+        let preempted = marks(&rec)
+            .iter()
+            .filter(|(_, what, _)| *what == QueueMark::Preempted)
+            .count();
+        assert_eq!(preempted, 1, "{:?}", marks(&rec));
+        assert_eq!(news.iter().map(|n| n.preempted).sum::<u32>(), 1);
+    }
+
     #[test]
     fn the_trail_is_bounded() {
         let mut rec = record(BEGAN + 1);

@@ -35,7 +35,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use jobrelay_contract::event::{JobEvent, Phase};
 use jobrelay_contract::story::Story;
@@ -55,6 +55,8 @@ pub const WORKLOAD: (&str, &str, &str, &str) =
 pub struct Stories {
     book: Mutex<StoryBook>,
     changed: broadcast::Sender<Arc<Restory>>,
+    /// The Workload streams that have not finished their first list (nor failed it).
+    unlisted: watch::Sender<usize>,
 }
 
 /// A Workload changed a known job's story with no version of the job: told to the cluster's
@@ -81,7 +83,30 @@ impl Stories {
         Arc::new(Stories {
             book: Mutex::new(StoryBook::new(limits)),
             changed: broadcast::channel(RESTORY_BACKLOG).0,
+            unlisted: watch::channel(0).0,
         })
+    }
+
+    /// The cluster runs `sources` Workload streams (one per watched namespace, or one for
+    /// all), none of which has listed yet: set before they and the job streams start.
+    pub fn expect_workload_lists(&self, sources: usize) {
+        self.unlisted.send_replace(sources);
+    }
+
+    /// Waits until every Workload stream finished its first list or failed it, at most
+    /// `limit`. Why a job stream of a kind that reads Workloads waits for it before its own
+    /// first list: a job listed before its Workload is seen in its status's phase
+    /// (`suspended`), then read again as `queued` once the Workload comes — after a restart,
+    /// a flap its plugins would be told as two transitions. Bounded, so a slow or broken
+    /// Workload stream holds the jobs back no longer than `limit`.
+    pub async fn until_workloads_listed(&self, limit: std::time::Duration) {
+        let mut unlisted = self.unlisted.subscribe();
+        let _ = tokio::time::timeout(limit, unlisted.wait_for(|n| *n == 0)).await;
+    }
+
+    /// One Workload stream finished its first list, or failed it (Kueue not installed).
+    fn workloads_listed(&self) {
+        self.unlisted.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// The story changes made by Workloads alone, from now on (see [`Restory`]).
@@ -229,7 +254,13 @@ pub async fn watch_workloads(
     let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     pin_mut!(stream);
     let mut failing = false;
+    // Whether the first list ended (or failed): the job streams that wait for it are told once.
+    let mut listed = false;
     while let Some(item) = stream.next().await {
+        if !listed && matches!(item, Ok(Event::InitDone) | Err(_)) {
+            listed = true;
+            stories.workloads_listed();
+        }
         match item {
             Ok(Event::Apply(object) | Event::InitApply(object)) => {
                 failing = false;
@@ -292,5 +323,50 @@ pub async fn watch_pods(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A job stream waits for every Workload stream's first list, and no longer than its
+    /// limit; with none to wait for it goes at once.
+    #[tokio::test]
+    async fn job_streams_wait_for_the_workload_lists_within_a_limit() {
+        let long = Duration::from_secs(60);
+        let stories = Stories::new(BookLimits::default());
+        let start = std::time::Instant::now();
+        stories.until_workloads_listed(long).await;
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "nothing to wait for"
+        );
+
+        stories.expect_workload_lists(2);
+        let waiting = {
+            let stories = stories.clone();
+            tokio::spawn(async move { stories.until_workloads_listed(long).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stories.workloads_listed();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "one of two lists is not enough");
+        stories.workloads_listed();
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("released by the second list, long before the limit")
+            .expect("the waiter");
+
+        stories.expect_workload_lists(1);
+        let start = std::time::Instant::now();
+        stories
+            .until_workloads_listed(Duration::from_millis(300))
+            .await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(300),
+            "waited out the limit"
+        );
     }
 }

@@ -8,6 +8,8 @@
 //! * `outage_hard` (in `server.rs`) — nothing listens on the port at all.
 //! * `stall_watches` — a connection that stays open but delivers nothing (a half-dead TCP
 //!   path), which only a client-side idle timeout can detect.
+//! * `slow_paths` — requests for one resource answered late (a large list, a busy
+//!   apiserver): what tells one stream's order from another's.
 //!
 //! Compaction (`compact`) lives with the store, since it is a store operation.
 
@@ -29,6 +31,8 @@ pub(crate) struct Faults {
     drop_epoch: watch::Sender<u64>,
     /// While true, watch streams send nothing.
     stalled: watch::Sender<bool>,
+    /// Requests whose path contains the text wait this long before they are served.
+    slow: Mutex<Option<(String, Duration)>>,
 }
 
 impl Faults {
@@ -41,6 +45,20 @@ impl Faults {
             writes_fail: AtomicBool::new(false),
             drop_epoch: watch::channel(0).0,
             stalled: watch::channel(false).0,
+            slow: Mutex::new(None),
+        }
+    }
+
+    /// Requests whose path contains `part` wait `delay` before they are served; `None` ends it.
+    pub(crate) fn slow_paths(&self, slow: Option<(String, Duration)>) {
+        *self.slow.lock() = slow;
+    }
+
+    /// How long a request for `path` waits first.
+    pub(crate) fn delay_of(&self, path: &str) -> Option<Duration> {
+        match &*self.slow.lock() {
+            Some((part, delay)) if path.contains(part.as_str()) => Some(*delay),
+            _ => None,
         }
     }
 

@@ -70,6 +70,9 @@ async fn serve(state: &Arc<SimState>, req: Request<Incoming>) -> Result<Response
     if let Some(code) = state.faults.take_failure() {
         return Err(SimError::new(code, format!("injected failure ({code})")));
     }
+    if let Some(delay) = state.faults.delay_of(req.uri().path()) {
+        tokio::time::sleep(delay).await;
+    }
     let reads = [Method::GET, Method::HEAD, Method::OPTIONS];
     if state.faults.writes_fail() && !reads.contains(req.method()) {
         return Err(SimError::new(503, "injected write failure (503)"));

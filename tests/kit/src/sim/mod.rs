@@ -512,6 +512,19 @@ impl SimCluster {
         self.state().faults.fail_burst(n, status_code, window);
     }
 
+    /// Every request whose path contains `part` (`/workloads`) is answered `delay` late, until
+    /// [`SimCluster::answer_promptly`]: one resource's lists and watches come after others'.
+    pub fn answer_late(&self, part: &str, delay: Duration) {
+        self.state()
+            .faults
+            .slow_paths(Some((part.to_string(), delay)));
+    }
+
+    /// Ends [`SimCluster::answer_late`].
+    pub fn answer_promptly(&self) {
+        self.state().faults.slow_paths(None);
+    }
+
     /// While on, every write over HTTP (POST, PUT, PATCH, DELETE) gets 503; reads and watches
     /// go on. Changes made through this handle are not affected.
     pub fn fail_writes(&self, on: bool) {
