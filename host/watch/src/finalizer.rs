@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::ObjectMeta;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -56,9 +56,7 @@ pub fn has_finalizer(object_json: &str, finalizer: &str) -> bool {
 }
 
 fn api(client: Client, kind: &JobKind, namespace: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-    let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
-    Api::namespaced_with(client, namespace, &ar)
+    Api::namespaced_with(client, namespace, &kind.api_resource())
 }
 
 fn patch_of(ops: Value) -> Result<Patch<()>, serde_json::Error> {

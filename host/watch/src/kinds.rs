@@ -168,6 +168,12 @@ impl JobKind {
         self.clusters.is_empty() || self.clusters.iter().any(|p| name_matches(p, cluster))
     }
 
+    /// The kind's resource, as a dynamic API of kube addresses it.
+    pub fn api_resource(&self) -> kube::api::ApiResource {
+        let gvk = kube::api::GroupVersionKind::gvk(&self.group, &self.version, &self.kind);
+        kube::api::ApiResource::from_gvk_with_plural(&gvk, &self.plural)
+    }
+
     /// `group/version`, or just `version` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

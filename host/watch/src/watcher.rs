@@ -15,7 +15,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::{StreamExt, pin_mut};
-use kube::api::{ApiResource, GroupVersionKind};
 use kube::core::ObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
@@ -64,8 +63,7 @@ pub struct WatchTarget {
 
 impl WatchTarget {
     fn api(&self, client: Client) -> Api<LenientObject> {
-        let gvk = GroupVersionKind::gvk(&self.kind.group, &self.kind.version, &self.kind.kind);
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &self.kind.plural);
+        let ar = self.kind.api_resource();
         match &self.namespace {
             Some(ns) => Api::namespaced_with(client, ns, &ar),
             None => Api::all_with(client, &ar),

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use crate::clusters::supervisor::build_client;
@@ -409,8 +409,7 @@ async fn probe_cluster(
     let mut listed = Vec::new();
     let mut not_served = Vec::new();
     for kind in main.kinds.iter().filter(|k| k.watched_on(name)) {
-        let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
+        let ar = kind.api_resource();
         let api: Api<DynamicObject> = match main.watch.namespaces.first() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),

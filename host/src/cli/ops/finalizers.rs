@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{DynamicObject, ListParams};
 
 use crate::clusters::supervisor::build_client;
 use crate::config::state::ConfigState;
@@ -47,37 +47,36 @@ pub async fn release(config_dir: &Path, timeout: Duration) -> anyhow::Result<(St
     let mut report = String::new();
     let mut ok = true;
     for (cluster, source) in state.clusters() {
-        let work =
-            async {
-                let client = build_client(&source.kubeconfig, None).await?;
-                let mut removed = 0usize;
-                // Every kind, not only those with `finalizer: true` now: the setting may have been
-                // turned off after jobs got the finalizer.
-                for kind in &main.kinds {
-                    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-                    let ar = ApiResource::from_gvk_with_plural(&gvk, &kind.plural);
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                    let jobs = api
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", kind.name))?;
-                    for job in jobs.items.iter().filter(|j| {
-                        !finalizer::needs_finalizer_ignoring_deletion(&j.metadata, name)
-                    }) {
-                        let (Some(ns), Some(job_name), Some(uid)) = (
-                            job.metadata.namespace.as_deref(),
-                            job.metadata.name.as_deref(),
-                            job.metadata.uid.as_deref(),
-                        ) else {
-                            continue;
-                        };
-                        if finalizer::remove(client.clone(), kind, ns, job_name, uid, name).await? {
-                            removed += 1;
-                        }
+        let work = async {
+            let client = build_client(&source.kubeconfig, None).await?;
+            let mut removed = 0usize;
+            // Every kind, not only those with `finalizer: true` now: the setting may have been
+            // turned off after jobs got the finalizer.
+            for kind in &main.kinds {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+                let jobs = api
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", kind.name))?;
+                for job in jobs
+                    .items
+                    .iter()
+                    .filter(|j| !finalizer::needs_finalizer_ignoring_deletion(&j.metadata, name))
+                {
+                    let (Some(ns), Some(job_name), Some(uid)) = (
+                        job.metadata.namespace.as_deref(),
+                        job.metadata.name.as_deref(),
+                        job.metadata.uid.as_deref(),
+                    ) else {
+                        continue;
+                    };
+                    if finalizer::remove(client.clone(), kind, ns, job_name, uid, name).await? {
+                        removed += 1;
                     }
                 }
-                anyhow::Ok(removed)
-            };
+            }
+            anyhow::Ok(removed)
+        };
         match tokio::time::timeout(timeout, work).await {
             Ok(Ok(n)) => report.push_str(&format!(
                 "ok    cluster  {cluster}: finalizer removed from {n} job(s)\n"
