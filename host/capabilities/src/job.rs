@@ -140,7 +140,10 @@ fn check_prefix(prefix: &str) -> Result<(), PrefixProblem> {
     let Some((domain, _)) = prefix.split_once('/') else {
         return Err(PrefixProblem::NoDomain);
     };
-    if domain.is_empty() || domain.len() > 253 || !is_dns_subdomain(domain) {
+    if domain.is_empty()
+        || domain.len() > 253
+        || !jobrelay_contract::object_name::is_dns_subdomain(domain)
+    {
         return Err(PrefixProblem::NotDnsSubdomain);
     }
     if domain == "kubernetes.io"
@@ -151,18 +154,6 @@ fn check_prefix(prefix: &str) -> Result<(), PrefixProblem> {
         return Err(PrefixProblem::KubernetesOwn);
     }
     Ok(())
-}
-
-fn is_dns_subdomain(text: &str) -> bool {
-    text.split('.').all(|part| {
-        !part.is_empty()
-            && part.len() <= 63
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !part.starts_with('-')
-            && !part.ends_with('-')
-    })
 }
 
 /// A qualified name's name part, or a label value: up to 63 characters of `[A-Za-z0-9-_.]`,

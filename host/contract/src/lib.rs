@@ -13,6 +13,7 @@ pub mod event;
 pub mod event_head;
 pub mod fleet;
 pub mod label_selector;
+pub mod object_name;
 pub mod secret;
 pub mod story;
 pub mod text;

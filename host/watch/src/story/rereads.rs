@@ -5,15 +5,16 @@
 //! tracker ([`Tracker::restory`](crate::tracker::Tracker::restory)).
 //!
 //! Bounded: at most [`IN_FLIGHT`] reads at once, at most [`WAITING`] jobs waiting for one
-//! (each once); past that a change is let go, and the job's next version carries its story.
-//! A read that fails is let go the same way (logged at debug): the story is a snapshot the
-//! next version takes in any case, so nothing here holds up the stream.
+//! (each once); past that a change is let go (logged, counted), as is a read that fails
+//! (logged at debug). Then the stay reaches plugins only if the job changes during it (its
+//! next version carries the story), and the job view has it all the same; nothing here holds
+//! up the stream.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use kube::Api;
-use kube::api::{ApiResource, GroupVersionKind};
+use kube::api::ApiResource;
 use kube::client::Client;
 use tokio::task::JoinSet;
 
@@ -35,15 +36,14 @@ pub struct Rereads {
     /// The jobs being read or waiting for a read: each once.
     queued: HashSet<String>,
     /// Changes let go for room since the stream began.
-    pub dropped: u64,
+    dropped: u64,
 }
 
 impl Rereads {
     /// No reads yet, for jobs of `kind`.
     pub fn new(kind: &JobKind) -> Rereads {
-        let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
         Rereads {
-            resource: ApiResource::from_gvk_with_plural(&gvk, &kind.plural),
+            resource: kind.api_resource(),
             running: JoinSet::new(),
             waiting: VecDeque::new(),
             queued: HashSet::new(),
@@ -64,6 +64,14 @@ impl Rereads {
             self.waiting.push_back(restory);
         } else {
             self.dropped += 1;
+            // Said on the first and then at each power of two, so a flood is seen in the log
+            // without a line per change.
+            if self.dropped.is_power_of_two() {
+                tracing::warn!(job = %restory.name, namespace = %restory.namespace,
+                    dropped = self.dropped, "too many jobs to read again for their queue stays; \
+                    this one is let go (its stay reaches plugins only if the job changes during \
+                    it; the job view has it)");
+            }
         }
     }
 

@@ -38,10 +38,11 @@ use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 
 use jobrelay_contract::event::{JobEvent, Phase};
+use jobrelay_contract::object_name::is_dns_subdomain;
 use jobrelay_contract::story::Story;
 
 use super::book::{BookLimits, Noted, StoryBook};
-use super::{pod_cause, workload};
+use super::{pod_cause, queue_phase, workload};
 use crate::tracker::{Observation, StoryNews};
 use crate::watcher::Sink;
 
@@ -74,7 +75,8 @@ pub struct Restory {
 }
 
 /// Story changes kept for job streams that have not read them yet; past it, a stream lagging
-/// that far skips the oldest (their jobs' next versions carry the story).
+/// that far skips the oldest (logged at debug: those stays reach plugins only if their jobs
+/// change during them; the job view has them).
 const RESTORY_BACKLOG: usize = 1024;
 
 impl Stories {
@@ -166,6 +168,9 @@ impl Stories {
             .iter()
             .flatten()
             .find(|o| o.controller == Some(true) && o.uid == uid);
+        // The owner's name is the Workload writer's text, and kube puts it in the read's URL
+        // as it is: only a name Kubernetes could have given a job is read.
+        let owner = owner.filter(|o| is_dns_subdomain(&o.name));
         if let (Some(owner), Some(namespace)) = (owner, &workload.namespace) {
             // An error only means no stream listens.
             let _ = self.changed.send(Arc::new(Restory {
@@ -270,7 +275,13 @@ pub async fn watch_workloads(
                 match facts {
                     Ok(facts) => {
                         let changed = stories.workload(facts);
-                        if let Some((uid, _)) = &changed {
+                        // Only a Workload now holding its job for quota or preempted can put
+                        // the job into a stay its stream has not made (`suspended` is the
+                        // phase such a job's status may say, whatever it is): the job
+                        // streams hear of nothing else.
+                        if let Some((uid, story)) = &changed
+                            && queue_phase::queue_stay(Phase::Suspended, Some(story)).is_some()
+                        {
                             stories.restory(uid, &object.metadata);
                         }
                         tell(news.as_ref(), &cluster, changed).await;
@@ -330,6 +341,43 @@ pub async fn watch_pods(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// A Workload names its job by its controlling owner, whose name its writer chose: only a
+    /// name Kubernetes could give a job is passed on to be read (kube puts it in the URL as it
+    /// is), and only for the owner that is the job.
+    #[test]
+    fn a_restory_names_only_a_job_kubernetes_could_have_named() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let stories = Stories::new(BookLimits::default());
+        let mut told = stories.restories();
+        let workload = |name: &str, uid: &str| ObjectMeta {
+            namespace: Some("ml".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                name: name.into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        };
+        for hostile in [
+            "../../api/v1/namespaces/ml/secrets/token",
+            "a?watch=true",
+            "A",
+        ] {
+            stories.restory("u1", &workload(hostile, "u1"));
+        }
+        stories.restory("u1", &workload("llama-ft", "u2"));
+        assert!(told.try_recv().is_err(), "nothing to read");
+        stories.restory("u1", &workload("llama-ft", "u1"));
+        let restory = told.try_recv().expect("the job to read");
+        assert_eq!(
+            (restory.namespace.as_str(), restory.name.as_str()),
+            ("ml", "llama-ft")
+        );
+    }
 
     /// A job stream waits for every Workload stream's first list, and no longer than its
     /// limit; with none to wait for it goes at once.
