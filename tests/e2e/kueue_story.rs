@@ -132,7 +132,8 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
          \x20   - {name: preemptions, measure: preemptions_per_hour, above: 0, window: 1h}\n\
          \x20   - {name: oom, measure: failures_per_hour, above: 0, window: 1h, causes: [OOMKilled]}\n\
          \x20 timers:\n\
-         \x20   - {name: queued-long, state: queued, longer_than: 1s, namespaces: [idle]}\n",
+         \x20   - {name: queued-long, state: queued, longer_than: 1s, namespaces: [idle]}\n\
+         \x20   - {name: preempted-often, counts: preempted, more_than: 0, within: 1h, namespaces: [ml]}\n",
     );
     setup.install_wasm("feishu-notify", "feishu-notify.wasm");
     // Every transition delivered, as delivered (mysql-sync keeps one row per key, so a stay
@@ -401,9 +402,9 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
 
     // --- Feishu: each failed card names its cause; each rule fires, per queue and cause.
     let cards = feishu
-        .wait_for_messages(&token, 7, Duration::from_secs(60))
+        .wait_for_messages(&token, 9, Duration::from_secs(60))
         .await
-        .expect("three failed cards, a preempted one, two rule cards and a timer's");
+        .expect("three failed cards, a preempted one, two rule cards and three of timers");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let texts: Vec<String> = feishu
         .messages(&token)
@@ -412,7 +413,7 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
         .collect();
     assert_eq!(
         (texts.len(), cards.len()),
-        (7, 7),
+        (9, 9),
         "no card twice: {texts:#?}"
     );
     assert!(
@@ -421,6 +422,22 @@ async fn a_kueue_story_and_pod_causes_reach_mysql_sync_chat_the_view_and_the_rul
             .any(|t| t.contains("Rule queued-long is firing on east")
                 && t.contains("idle/waiting queued")),
         "the timer on the job whose Workload alone said it waits: {texts:#?}"
+    );
+    // The counting timer: llama-ft's one preemption, dated at Kueue's eviction, fires it; the
+    // job's failure resolves it.
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("Rule preempted-often is firing on east")
+                && t.contains("ml/llama-ft preempted 1 time in 1h on east (more than 0)")),
+        "the counting timer on llama-ft: {texts:#?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("Rule preempted-often resolved on east")
+                && t.contains("ml/llama-ft is no longer preempted more than 0 times in 1h")),
+        "its resolution once llama-ft failed: {texts:#?}"
     );
     assert!(
         texts.iter().any(|t| t.contains("llama-ft")

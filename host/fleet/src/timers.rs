@@ -1,5 +1,7 @@
 //! Timers: a job that stays too long in one state — pending, queued for quota, running —
-//! fires its timer once, and resolves it when it moves on.
+//! fires its timer once, and resolves it when it moves on; and a job preempted or restarted
+//! more than N times within a window fires a counting timer, resolved when the window holds
+//! N or fewer again (or the job finished or went).
 //!
 //! Nothing is scheduled per job. Each evaluation walks the job view once (a pass): a job whose
 //! stay in a timer's state began at least `longer_than` ago holds the timer; a holding timer
@@ -19,6 +21,13 @@
 //! remembered in the state store (see `jobrelay_contract::fleet`). A new process finds the
 //! stay still long and fires again; the lanes keep it from the plugins that had it.
 //!
+//! A counting timer needs times no object keeps ([`counted`]): the caller stores the counted
+//! times this state hands it ([`Timers::unsaved_counts`]), reads them back at start and at a
+//! take-over ([`Timers::load_counts`]), and a counting timer fires only on times stored, so a
+//! process killed after announcing a firing finds what it fired on. Memory is one entry per
+//! job a counting timer covers with a counted time in its window, at most `more_than` + 1
+//! times each.
+//!
 //! A pure state machine: no I/O, no clock; the caller passes the time and the jobs.
 
 use std::collections::{HashMap, HashSet};
@@ -26,10 +35,14 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use wildmatch::WildMatch;
 
-use crate::record::Secs;
+use crate::record::{Secs, Transition};
+use jobrelay_contract::event::Phase;
 use jobrelay_contract::uid::Uid;
 
+pub mod counted;
 pub mod spec;
+
+pub use counted::{Counted, Occurrences};
 
 /// The state a timer measures a job's stay in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -55,15 +68,34 @@ impl TimedState {
     }
 }
 
+/// What a timer fires on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// A stay in `state` longer than `longer_than` seconds.
+    Stay {
+        /// The state.
+        state: TimedState,
+        /// Seconds a stay may last before the timer fires.
+        longer_than: u32,
+    },
+    /// More than `more_than` of `counted` within the last `within` seconds.
+    Count {
+        /// What is counted.
+        counted: Counted,
+        /// How many the window may hold before the timer fires.
+        more_than: u32,
+        /// The window, seconds.
+        within: u32,
+    },
+}
+
 /// One timer, checked (main file `fleet.timers`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timer {
     /// The timer's name; its fleet events carry it as their rule.
     pub name: String,
-    /// The state it measures.
-    pub state: TimedState,
-    /// Seconds a stay may last before the timer fires.
-    pub longer_than: u32,
+    /// What it fires on.
+    pub measure: Measure,
     /// Cluster name patterns (`*` and `?`); empty: every cluster.
     pub clusters: Vec<String>,
     /// Namespaces (empty: all).
@@ -73,17 +105,17 @@ pub struct Timer {
 }
 
 impl Timer {
-    /// Whether the timer covers `stay`'s job; `clusters` are the timer's patterns, compiled.
-    fn covers(&self, clusters: &[WildMatch], stay: &Stay<'_>) -> bool {
-        (clusters.is_empty() || clusters.iter().any(|p| p.matches(stay.cluster)))
-            && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == stay.namespace))
-            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == stay.kind))
+    /// Whether the timer covers the job; `clusters` are the timer's patterns, compiled.
+    fn covers(&self, clusters: &[WildMatch], job: &JobKey<'_>) -> bool {
+        (clusters.is_empty() || clusters.iter().any(|p| p.matches(job.cluster)))
+            && (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == job.namespace))
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == job.kind))
     }
 }
 
-/// A job in a timed state, as the view holds it.
+/// Which job, as the view names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stay<'a> {
+pub struct JobKey<'a> {
     /// The cluster's name in jobrelay.
     pub cluster: &'a str,
     /// The job's namespace.
@@ -94,12 +126,35 @@ pub struct Stay<'a> {
     pub kind: &'a str,
     /// The job's `metadata.uid` (turned into text only for a change).
     pub uid: &'a Uid,
+}
+
+/// A job in a timed state, as the view holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stay<'a> {
+    /// The job.
+    pub job: JobKey<'a>,
     /// The state it is in.
     pub state: TimedState,
     /// When the stay began (seconds since the epoch).
     pub since: Secs,
     /// The queue it waits in (the ClusterQueue, else the LocalQueue), when Kueue holds it.
     pub queue: Option<&'a str>,
+}
+
+/// What the view knows of an unfinished job's preemptions and restarts, for the counting
+/// timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally<'a> {
+    /// The job.
+    pub job: JobKey<'a>,
+    /// The job's creation.
+    pub created: Secs,
+    /// Kueue's count of the Workload's preemptions (0 for a kind that tells no story).
+    pub preemptions: u32,
+    /// When the last of them evicted it (0: not known).
+    pub preempted_at: Secs,
+    /// The phases the view saw it enter: its `restarting` ones are the restarts.
+    pub history: &'a [Transition],
 }
 
 /// A timer that started or stopped firing on a job.
@@ -117,12 +172,12 @@ pub struct TimerChange {
     pub uid: String,
     /// Whether it fires (else it resolves).
     pub firing: bool,
-    /// When the stay began.
+    /// When the stay began, or the first counted time in the window.
     pub since: Secs,
-    /// Seconds the job had stayed when the change was judged.
-    pub stayed: u32,
-    /// The timer's `longer_than`, seconds.
-    pub longer_than: u32,
+    /// Seconds the job had stayed, or how many the window held, when the change was judged.
+    pub value: u32,
+    /// The timer's `longer_than` in seconds, or its `more_than`.
+    pub threshold: u32,
     /// One line for people: `ml/llama-ft queued 2h 10m in cluster-queue a100 (longer than 2h)`.
     pub summary: String,
 }
@@ -134,7 +189,15 @@ struct Firing {
     namespace: String,
     name: String,
     since: Secs,
-    state: TimedState,
+}
+
+/// One job's counted times, as this process holds them.
+#[derive(Debug)]
+struct Counts {
+    cluster: String,
+    occurrences: Occurrences,
+    /// Changed since last stored: no timer fires on them until they are.
+    unsaved: bool,
 }
 
 /// The timers and which are firing on which jobs.
@@ -147,6 +210,28 @@ pub struct Timers {
     firing: HashMap<(usize, Uid), Firing>,
     /// Grows whenever `firing` changes, so the job view's marks are rewritten only then.
     generation: u64,
+    /// Per [`Counted`]: the counted times of jobs a counting timer covers that have some in
+    /// its window.
+    counts: [HashMap<Uid, Counts>; 2],
+    /// Per [`Counted`]: the widest window of the timers counting it and the most times any of
+    /// them needs (`more_than` + 1); `None` when no timer counts it.
+    windows: [Option<(u32, usize)>; 2],
+    /// Whether `counts` holds what the state store holds (see [`Timers::load_counts`]):
+    /// until then no counting timer is judged.
+    counts_loaded: bool,
+}
+
+/// One stored entry of counted times: its key in the state store and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCounts {
+    /// What it counts, of which job.
+    pub of: (Counted, Uid),
+    /// `counted/cluster/uid`.
+    pub key: String,
+    /// [`Occurrences::to_text`].
+    pub text: String,
+    /// Seconds it is worth keeping: until its last time leaves the widest window.
+    pub keep_for: u32,
 }
 
 impl Timers {
@@ -170,17 +255,116 @@ impl Timers {
             .map(|t| t.clusters.iter().map(|p| WildMatch::new(p)).collect())
             .collect();
         self.timers = timers;
+        self.windows = Counted::ALL.map(|counted| self.widest(counted));
+        if !self.counting() {
+            self.counts = Default::default();
+            self.counts_loaded = false;
+        }
     }
 
     /// Lets go of every firing without a resolution: while this replica delivers nothing (a
     /// follower), so that once it leads, its first pass fires every standing stay again — the
     /// dead leader may not have delivered one — and the lanes' shared cursors keep those it did
-    /// from repeating.
+    /// from repeating. The counted times go too: the leader stores newer ones, read again at
+    /// the take-over.
     pub fn forget_firings(&mut self) {
         if !self.firing.is_empty() {
             self.firing.clear();
             self.generation += 1;
         }
+        self.counts = Default::default();
+        self.counts_loaded = false;
+    }
+
+    /// Whether a counting timer is configured.
+    pub fn counting(&self) -> bool {
+        self.timers
+            .iter()
+            .any(|t| matches!(t.measure, Measure::Count { .. }))
+    }
+
+    /// Whether the counted times must be read from the state store before the next pass
+    /// judges a counting timer.
+    pub fn needs_counts(&self) -> bool {
+        self.counting() && !self.counts_loaded
+    }
+
+    /// The counted times the state store holds (`(key, text)` of [`StoredCounts`]), from now
+    /// on; a damaged entry is skipped (its job is counted afresh).
+    pub fn load_counts(&mut self, entries: Vec<(String, String)>) -> usize {
+        self.counts = Default::default();
+        let mut skipped = 0;
+        for (key, text) in entries {
+            let parsed = (|| {
+                let mut parts = key.splitn(3, '/');
+                let counted = Counted::parse(parts.next()?)?;
+                let cluster = parts.next()?.to_string();
+                let uid = Uid::new(parts.next()?);
+                Some(((counted, uid), cluster, Occurrences::from_text(&text)?))
+            })();
+            match parsed {
+                Some(((counted, uid), cluster, occurrences)) => {
+                    self.counts[counted.slot()].insert(
+                        uid,
+                        Counts {
+                            cluster,
+                            occurrences,
+                            unsaved: false,
+                        },
+                    );
+                }
+                None => skipped += 1,
+            }
+        }
+        self.counts_loaded = true;
+        skipped
+    }
+
+    /// The counted times changed since they were last stored.
+    pub fn unsaved_counts(&self) -> Vec<StoredCounts> {
+        Counted::ALL
+            .into_iter()
+            .flat_map(|counted| {
+                let keep_for = self.windows[counted.slot()].map_or(0, |(within, _)| within);
+                self.counts[counted.slot()]
+                    .iter()
+                    .filter(|(_, c)| c.unsaved)
+                    .map(move |(uid, c)| StoredCounts {
+                        of: (counted, uid.clone()),
+                        key: format!("{}/{}/{uid}", counted.as_str(), c.cluster),
+                        text: c.occurrences.to_text(),
+                        keep_for,
+                    })
+            })
+            .collect()
+    }
+
+    /// Notes that `saved` reached the state store: the timers may fire on them.
+    pub fn counts_saved(&mut self, saved: &[StoredCounts]) {
+        for entry in saved {
+            // Still as written: a pass between the write and now may have added more.
+            if let Some(c) = self.counts[entry.of.0.slot()].get_mut(&entry.of.1)
+                && c.unsaved
+                && entry.text == c.occurrences.to_text()
+            {
+                c.unsaved = false;
+            }
+        }
+    }
+
+    /// The widest window and the most times worth keeping, over the timers counting `counted`.
+    fn widest(&self, counted: Counted) -> Option<(u32, usize)> {
+        self.timers
+            .iter()
+            .filter_map(|t| match t.measure {
+                Measure::Count {
+                    counted: c,
+                    more_than,
+                    within,
+                } if c == counted => Some((within, more_than as usize + 1)),
+                _ => None,
+            })
+            .reduce(|(w, k), (w2, k2)| (w.max(w2), k.max(k2)))
     }
 
     /// A number that changes whenever the firings do (a firing, a resolution, a reload).
@@ -199,6 +383,11 @@ impl Timers {
             .zip(counts)
             .map(|(t, n)| (t.name.clone(), n))
             .collect()
+    }
+
+    /// How many jobs' counted times this process holds.
+    pub fn counted_jobs(&self) -> usize {
+        self.counts.iter().map(HashMap::len).sum()
     }
 
     /// The timers in force.
@@ -230,8 +419,8 @@ impl Timers {
             .collect()
     }
 
-    /// Starts an evaluation at `now`: feed it every job in a timed state, then
-    /// [`end`](Pass::end) it.
+    /// Starts an evaluation at `now`: feed it every job in a timed state and every unfinished
+    /// job's tally, then [`end`](Pass::end) it.
     pub fn pass(&mut self, now: Secs) -> Pass<'_> {
         Pass {
             timers: self,
@@ -251,73 +440,208 @@ pub struct Pass<'t> {
 }
 
 impl Pass<'_> {
+    /// Whether a counting timer is judged in this pass (else tallies need not be made).
+    pub fn counting(&self) -> bool {
+        self.timers.counts_loaded && self.timers.counting()
+    }
+
     /// One job in a timed state.
     pub fn see(&mut self, stay: &Stay<'_>) {
-        let Pass {
-            timers,
-            now,
-            holding,
-            changes,
-        } = self;
-        let Timers {
-            timers,
-            patterns,
-            firing,
-            generation,
-        } = &mut **timers;
-        for (index, timer) in timers.iter().enumerate() {
+        let now = self.now;
+        for index in 0..self.timers.timers.len() {
+            let timer = &self.timers.timers[index];
             // Cheapest first: most jobs are in another state, or have not stayed long.
-            if timer.state != stay.state {
+            let Measure::Stay { state, longer_than } = timer.measure else {
+                continue;
+            };
+            if state != stay.state {
                 continue;
             }
             let stayed = now.saturating_sub(stay.since);
             if stay.since == 0
-                || stayed < timer.longer_than
-                || !timer.covers(&patterns[index], stay)
+                || stayed < longer_than
+                || !timer.covers(&self.timers.patterns[index], &stay.job)
             {
                 continue;
             }
-            let key = (index, stay.uid.clone());
-            if !firing.contains_key(&key) {
-                *generation += 1;
-                firing.insert(
-                    key.clone(),
-                    Firing {
-                        cluster: stay.cluster.to_string(),
-                        namespace: stay.namespace.to_string(),
-                        name: stay.name.to_string(),
-                        since: stay.since,
-                        state: stay.state,
-                    },
-                );
-                let queue = stay.queue.map(|q| format!(" in {q}")).unwrap_or_default();
-                changes.push(TimerChange {
-                    timer: timer.name.clone(),
-                    cluster: stay.cluster.to_string(),
-                    namespace: stay.namespace.to_string(),
-                    name: stay.name.to_string(),
-                    uid: stay.uid.to_string(),
-                    firing: true,
-                    since: stay.since,
-                    stayed,
-                    longer_than: timer.longer_than,
-                    summary: format!(
-                        "{}/{} {} {}{queue} on {} (longer than {})",
-                        stay.namespace,
-                        stay.name,
-                        stay.state.as_str(),
-                        words(stayed),
-                        stay.cluster,
-                        words(timer.longer_than)
-                    ),
-                });
-            }
-            holding.insert(key);
+            let queue = stay.queue.map(|q| format!(" in {q}")).unwrap_or_default();
+            let job = stay.job;
+            self.hold(index, &job, stay.since, stayed, || {
+                format!(
+                    "{}/{} {} {}{queue} on {} (longer than {})",
+                    job.namespace,
+                    job.name,
+                    state.as_str(),
+                    words(stayed),
+                    job.cluster,
+                    words(longer_than)
+                )
+            });
         }
     }
 
-    /// Ends the evaluation: the firing timers no job held in it resolve. The changes, firings
-    /// first in the order seen, then resolutions by timer and job.
+    /// One unfinished job's preemptions and restarts, for the counting timers.
+    pub fn tally(&mut self, tally: &Tally<'_>) {
+        if !self.timers.counts_loaded {
+            return;
+        }
+        let now = self.now;
+        for counted in Counted::ALL {
+            let Some((widest, keep)) = self.timers.windows[counted.slot()] else {
+                continue;
+            };
+            let covered = self.timers.timers.iter().enumerate().any(|(i, t)| {
+                matches!(t.measure, Measure::Count { counted: c, .. } if c == counted)
+                    && t.covers(&self.timers.patterns[i], &tally.job)
+            });
+            if !covered || !self.note(counted, tally, widest, keep) {
+                continue;
+            }
+            for index in 0..self.timers.timers.len() {
+                let timer = &self.timers.timers[index];
+                let Measure::Count {
+                    counted: c,
+                    more_than,
+                    within,
+                } = timer.measure
+                else {
+                    continue;
+                };
+                if c != counted || !timer.covers(&self.timers.patterns[index], &tally.job) {
+                    continue;
+                }
+                let Some(counts) = self.timers.counts[counted.slot()].get(tally.job.uid) else {
+                    continue;
+                };
+                let (n, first) = counts.occurrences.within(now, within);
+                if n <= more_than {
+                    continue;
+                }
+                // Fired only on stored times: a process killed after announcing it finds them.
+                let firing = self
+                    .timers
+                    .firing
+                    .contains_key(&(index, tally.job.uid.clone()));
+                if counts.unsaved && !firing {
+                    continue;
+                }
+                let job = tally.job;
+                self.hold(index, &job, first, n, || {
+                    format!(
+                        "{}/{} {} {n} time{} in {} on {} (more than {more_than})",
+                        job.namespace,
+                        job.name,
+                        counted.as_str(),
+                        if n == 1 { "" } else { "s" },
+                        words(within),
+                        job.cluster,
+                    )
+                });
+            }
+        }
+    }
+
+    /// Notes the tally's `counted` in the job's counted times; whether it has any left.
+    fn note(&mut self, counted: Counted, tally: &Tally<'_>, widest: u32, keep: usize) -> bool {
+        let from = self.now.saturating_sub(widest);
+        let restarts = || {
+            tally
+                .history
+                .iter()
+                .filter(|t| t.phase == Phase::Restarting && t.at > from)
+                .map(|t| t.at)
+        };
+        let map = &mut self.timers.counts[counted.slot()];
+        let known = !map.is_empty() && map.contains_key(tally.job.uid);
+        // Nothing in the window and nothing held: no entry (most jobs).
+        let anything = match counted {
+            Counted::Preempted => tally.preemptions > 0 && (known || tally.preempted_at > from),
+            Counted::Restarted => known || restarts().next().is_some(),
+        };
+        if !anything {
+            return false;
+        }
+        if !known {
+            map.insert(
+                tally.job.uid.clone(),
+                Counts {
+                    cluster: tally.job.cluster.to_string(),
+                    occurrences: Occurrences::default(),
+                    unsaved: false,
+                },
+            );
+        }
+        let Some(counts) = map.get_mut(tally.job.uid) else {
+            return false;
+        };
+        let o = &mut counts.occurrences;
+        let added = match counted {
+            Counted::Preempted => {
+                o.note_count(tally.preemptions, tally.preempted_at, tally.created)
+            }
+            Counted::Restarted => {
+                // Once as many are held as any timer counts, only newer ones matter.
+                let seen_from = match o.times.first() {
+                    Some(first) if o.times.len() >= keep => (*first).max(from + 1),
+                    _ => from + 1,
+                };
+                let seen: Vec<Secs> = restarts().collect();
+                o.note_times(&seen, seen_from)
+            }
+        };
+        o.trim(from, keep);
+        if o.times.is_empty() {
+            // All before the window: let go (a preemption count let go is dated again from
+            // the job's creation, before the window, so nothing is counted twice).
+            map.remove(tally.job.uid);
+            return false;
+        }
+        counts.unsaved |= added;
+        true
+    }
+
+    /// The job holds timer `index`: fires it unless it fires already.
+    fn hold(
+        &mut self,
+        index: usize,
+        job: &JobKey<'_>,
+        since: Secs,
+        value: u32,
+        summary: impl FnOnce() -> String,
+    ) {
+        let timers = &mut *self.timers;
+        let key = (index, job.uid.clone());
+        if !timers.firing.contains_key(&key) {
+            timers.generation += 1;
+            timers.firing.insert(
+                key.clone(),
+                Firing {
+                    cluster: job.cluster.to_string(),
+                    namespace: job.namespace.to_string(),
+                    name: job.name.to_string(),
+                    since,
+                },
+            );
+            let timer = &timers.timers[index];
+            self.changes.push(TimerChange {
+                timer: timer.name.clone(),
+                cluster: job.cluster.to_string(),
+                namespace: job.namespace.to_string(),
+                name: job.name.to_string(),
+                uid: job.uid.to_string(),
+                firing: true,
+                since,
+                value,
+                threshold: threshold(&timer.measure),
+                summary: summary(),
+            });
+        }
+        self.holding.insert(key);
+    }
+
+    /// Ends the evaluation: the firing timers no job held in it resolve, and the counted
+    /// times no window holds any more are let go. The changes, firings first in the order
+    /// seen, then resolutions by timer and job.
     pub fn end(self) -> Vec<TimerChange> {
         let Pass {
             timers,
@@ -325,6 +649,14 @@ impl Pass<'_> {
             holding,
             mut changes,
         } = self;
+        // Kept while a time is in the widest window, whether or not the pass saw the job: a
+        // process just started has times stored for jobs its view has not listed yet.
+        for counted in Counted::ALL {
+            let widest = timers.windows[counted.slot()].map_or(0, |(within, _)| within);
+            let from = now.saturating_sub(widest);
+            timers.counts[counted.slot()]
+                .retain(|_, c| c.occurrences.times.last().is_some_and(|last| *last > from));
+        }
         let mut ended: Vec<(usize, Uid)> = timers
             .firing
             .keys()
@@ -338,28 +670,60 @@ impl Pass<'_> {
             };
             timers.generation += 1;
             let timer = &timers.timers[key.0];
-            let stayed = now.saturating_sub(firing.since);
+            let (value, summary) = match timer.measure {
+                Measure::Stay { state, .. } => {
+                    let stayed = now.saturating_sub(firing.since);
+                    let summary = format!(
+                        "{}/{} is no longer {} on {} (after {})",
+                        firing.namespace,
+                        firing.name,
+                        state.as_str(),
+                        firing.cluster,
+                        words(stayed)
+                    );
+                    (stayed, summary)
+                }
+                Measure::Count {
+                    counted,
+                    more_than,
+                    within,
+                } => {
+                    let n = timers.counts[counted.slot()]
+                        .get(&key.1)
+                        .map_or(0, |c| c.occurrences.within(now, within).0);
+                    let summary = format!(
+                        "{}/{} is no longer {} more than {more_than} times in {} on {} ({n} now)",
+                        firing.namespace,
+                        firing.name,
+                        counted.as_str(),
+                        words(within),
+                        firing.cluster,
+                    );
+                    (n, summary)
+                }
+            };
             changes.push(TimerChange {
                 timer: timer.name.clone(),
-                summary: format!(
-                    "{}/{} is no longer {} on {} (after {})",
-                    firing.namespace,
-                    firing.name,
-                    firing.state.as_str(),
-                    firing.cluster,
-                    words(stayed)
-                ),
+                summary,
                 cluster: firing.cluster,
                 namespace: firing.namespace,
                 name: firing.name,
                 uid: key.1.to_string(),
                 firing: false,
                 since: firing.since,
-                stayed,
-                longer_than: timer.longer_than,
+                value,
+                threshold: threshold(&timer.measure),
             });
         }
         changes
+    }
+}
+
+/// A timer's threshold as its events carry it: `longer_than` in seconds, or `more_than`.
+fn threshold(measure: &Measure) -> u32 {
+    match *measure {
+        Measure::Stay { longer_than, .. } => longer_than,
+        Measure::Count { more_than, .. } => more_than,
     }
 }
 

@@ -18,6 +18,7 @@ use jobrelay_fleet::rules::spec::FleetSettings;
 use jobrelay_fleet::rules::{RuleChange, RuleReading, Rules};
 use jobrelay_fleet::timers::{TimerChange, Timers};
 use jobrelay_lanes::dispatcher::Routes;
+use jobrelay_state::PluginKv;
 
 /// Makes and routes fleet events.
 #[derive(Clone)]
@@ -85,7 +86,7 @@ impl FleetAnnouncer {
     pub fn timer(&self, change: TimerChange, now_ms: i64) {
         if change.firing {
             tracing::warn!(timer = %change.timer, cluster = %change.cluster,
-                namespace = %change.namespace, job = %change.name, stayed_seconds = change.stayed,
+                namespace = %change.namespace, job = %change.name, value = change.value,
                 "timer firing: {}", change.summary);
         } else {
             tracing::info!(timer = %change.timer, cluster = %change.cluster,
@@ -188,8 +189,8 @@ pub fn timer_event(change: TimerChange, now_ms: i64) -> FleetEvent {
         rule: Some(change.timer),
         job_uid: Some(change.uid),
         group: None,
-        value: Some(f64::from(change.stayed)),
-        threshold: Some(f64::from(change.longer_than)),
+        value: Some(f64::from(change.value)),
+        threshold: Some(f64::from(change.threshold)),
         since: rfc3339(i64::from(change.since).saturating_mul(1000)),
         time: rfc3339(now_ms),
         summary: change.summary,
@@ -246,18 +247,28 @@ impl RuleBook {
     }
 }
 
+/// The owner the counting timers' times are kept under in the state store's key-value table:
+/// a name no plugin can have (a plugin is named by its manifest's file, and a file whose name
+/// begins with a dot is hidden and never read).
+pub const COUNTED_TIMES_OWNER: &str = ".timers";
+
 /// Judges the rules on the job view's SLIs and the timers on its jobs every
 /// `fleet.evaluate_interval_ms`, and announces what changed, until `cancel`. The rules are
 /// judged on a follower too (their verdicts stay current; the routes deliver nothing there);
-/// the timers only where this replica delivers (see [`Timers::forget_firings`]).
+/// the timers only where this replica delivers (see [`Timers::forget_firings`]). The counting
+/// timers' times are read from `kv` before the first pass that judges one, and what a pass
+/// counted is written back before any timer fires on it ([`jobrelay_fleet::timers`]).
 pub async fn evaluate_rules(
     book: Arc<RuleBook>,
     view: Arc<JobView>,
     announcer: FleetAnnouncer,
+    kv: Arc<dyn PluginKv>,
     cancel: CancellationToken,
 ) {
     // The firings' generation the job view's marks were last written at (none: no marks).
     let mut marked: Option<u64> = None;
+    // Failed reads and writes of the counted times, warned at powers of two.
+    let mut store_failures: u64 = 0;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(book.interval()) => {}
@@ -269,6 +280,25 @@ pub async fn evaluate_rules(
             let changes = book.lock().evaluate(&rows, now.timestamp());
             for change in changes {
                 announcer.rule(change, now.timestamp_millis());
+            }
+        }
+        if announcer.delivering() && book.timers.lock().needs_counts() {
+            match kv.kv_entries(COUNTED_TIMES_OWNER).await {
+                Ok(entries) => {
+                    let entries = entries
+                        .into_iter()
+                        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                        .collect();
+                    let skipped = book.timers.lock().load_counts(entries);
+                    if skipped > 0 {
+                        tracing::warn!(
+                            skipped,
+                            "counted times in the state store that could \
+                            not be read were skipped: those jobs are counted afresh"
+                        );
+                    }
+                }
+                Err(e) => warn_store(&mut store_failures, "read", &e),
             }
         }
         let changes = {
@@ -288,7 +318,7 @@ pub async fn evaluate_rules(
                 continue;
             }
             let mut pass = timers.pass(u32::try_from(now.timestamp()).unwrap_or(u32::MAX));
-            view.for_each_stay(|stay| pass.see(stay));
+            view.judge_timers(&mut pass);
             let changes = pass.end();
             // Rewritten only when the firings changed: each rewrite takes every cluster's
             // write lock, which the event path waits out.
@@ -301,6 +331,36 @@ pub async fn evaluate_rules(
         for change in changes {
             announcer.timer(change, now.timestamp_millis());
         }
+        let unsaved = book.timers.lock().unsaved_counts();
+        let mut saved = Vec::with_capacity(unsaved.len());
+        for entry in unsaved {
+            let kept = kv
+                .kv_set(
+                    COUNTED_TIMES_OWNER,
+                    &entry.key,
+                    entry.text.as_bytes(),
+                    Some(entry.keep_for.max(1)),
+                )
+                .await;
+            match kept {
+                Ok(()) => saved.push(entry),
+                Err(e) => {
+                    warn_store(&mut store_failures, "write", &e);
+                    break;
+                }
+            }
+        }
+        book.timers.lock().counts_saved(&saved);
+    }
+}
+
+/// Warns of a failed read or write of the counted times, at the first and then at powers of
+/// two: the store's own health is on `/readyz`; a counting timer fires once it is back.
+fn warn_store(failures: &mut u64, what: &str, e: &jobrelay_state::StoreError) {
+    *failures += 1;
+    if failures.is_power_of_two() {
+        tracing::warn!(failures = *failures, error = %e, "could not {what} the counting timers' \
+            times in the state store: no counting timer fires on times not stored");
     }
 }
 

@@ -89,7 +89,7 @@ impl Daemon {
             &main.archive,
             &main.state.local_dir(),
             &main.kinds,
-            Some(kv),
+            Some(kv.clone()),
         )?;
         let directory = services.clusters.clone();
         let runtime = Runtime::with_services(main.runtime.clone(), services)
@@ -128,6 +128,7 @@ impl Daemon {
             fleet_rules.clone(),
             view.clone(),
             announcer.clone(),
+            kv,
             cancel.clone(),
         ));
         // An offline cluster's events wait out their plugins' failures without spending

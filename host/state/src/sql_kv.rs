@@ -77,6 +77,25 @@ impl<D: Dialect> PluginKv for SqlStore<D> {
         }
     }
 
+    async fn kv_entries(&self, plugin: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let statement = Statement::new(&self.sql.kv_entries).text(plugin);
+        let rows = self
+            .fetch(
+                statement,
+                &[Kind::Text, Kind::Bytes],
+                "read the host's keys",
+                "plugin key",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| match <[Value; 2]>::try_from(row) {
+                Ok([Value::Text(key), Value::Bytes(value)]) => Some((key, value)),
+                _ => None,
+            })
+            .collect())
+    }
+
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
         let statement = Statement::new(&self.sql.kv_delete).text(plugin).text(key);
         let done = retry_deadlocks!(self.execute(statement.clone(), "delete a plugin key").await)?;

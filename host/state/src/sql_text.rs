@@ -84,6 +84,7 @@ pub struct Statements<D> {
     pub kv_sweep: Arc<str>,
     pub kv_delete: Arc<str>,
     pub kv_usage: Arc<str>,
+    pub kv_entries: Arc<str>,
     pub count_dead_letters: Arc<str>,
     pub dead_lettered_plugins: Arc<str>,
     pub check: Arc<str>,
@@ -289,6 +290,10 @@ impl<D: Dialect> Statements<D> {
                     "COALESCE(SUM({} + LENGTH(value)), 0)",
                     D::byte_length("`key`")
                 )),
+                t.plugin_kv
+            )),
+            kv_entries: sql(format!(
+                "SELECT `key`, value FROM {} WHERE plugin = ? AND {live} ORDER BY `key`",
                 t.plugin_kv
             )),
             count_dead_letters: sql(format!(

@@ -241,6 +241,11 @@ pub trait PluginKv: Send + Sync {
 
     /// Removes `key`; whether a live entry was there.
     async fn kv_delete(&self, plugin: &str, key: &str) -> Result<bool, StoreError>;
+
+    /// Every live entry of `plugin`, `(key, value)`, in key order. Not offered to plugins: the
+    /// host reads its own entries with it (the counting timers' times, kept under an owner no
+    /// plugin can be named; see `jobrelay::daemon::fleet_events`).
+    async fn kv_entries(&self, plugin: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 }
 
 /// The dead letters of one job for one plugin (see

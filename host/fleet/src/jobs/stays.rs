@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::{JobView, read, write};
 use crate::interner::Interner;
 use crate::record::{JobRecord, Secs};
-use crate::timers::{Stay, TimedState};
+use crate::timers::{JobKey, Pass, Stay, Tally, TimedState};
 use jobrelay_contract::event::Phase;
 use jobrelay_contract::story::{QueueState, Story};
 use jobrelay_contract::uid::Uid;
@@ -17,6 +17,30 @@ impl JobView {
     /// quota, else pending or running, with when that stay began. One cluster at a time,
     /// under its read lock.
     pub fn for_each_stay(&self, mut see: impl FnMut(&Stay<'_>)) {
+        self.for_each_timed(|stay, _| {
+            if let Some(stay) = stay {
+                see(stay)
+            }
+        });
+    }
+
+    /// Judges the timers' `pass` on every job: its stay, and, when a counting timer is
+    /// configured, the preemptions and restarts of every unfinished job.
+    pub fn judge_timers(&self, pass: &mut Pass<'_>) {
+        let counting = pass.counting();
+        self.for_each_timed(|stay, tally| {
+            if let Some(stay) = stay {
+                pass.see(stay);
+            }
+            if counting && let Some(tally) = tally {
+                pass.tally(tally);
+            }
+        });
+    }
+
+    /// Hands `see` each job's stay in a timed state (if any) and, unless it finished, its
+    /// tally.
+    fn for_each_timed(&self, mut see: impl FnMut(Option<&Stay<'_>>, Option<&Tally<'_>>)) {
         for (cluster, shard) in self.shards() {
             let guard = read(&shard);
             let text = |sym| guard.text(sym);
@@ -24,32 +48,47 @@ impl JobView {
                 if rec.gone != 0 {
                     continue;
                 }
-                let entered = rec
-                    .history
-                    .last()
-                    .filter(|t| t.phase == rec.phase)
-                    .map_or(rec.created, |t| t.at);
-                let (state, since) = if rec.queued_since != 0 {
-                    (TimedState::Queued, rec.queued_since)
-                } else {
-                    match rec.phase {
-                        // A job waits from its creation unless it left pending and came back.
-                        Phase::Pending if rec.started == 0 => (TimedState::Pending, rec.created),
-                        Phase::Pending => (TimedState::Pending, entered),
-                        Phase::Running => (TimedState::Running, entered),
-                        _ => continue,
-                    }
-                };
-                see(&Stay {
+                let job = JobKey {
                     cluster: &cluster,
                     namespace: text(rec.namespace),
                     name: &rec.name,
                     kind: text(rec.kind),
                     uid,
+                };
+                let entered = rec
+                    .history
+                    .last()
+                    .filter(|t| t.phase == rec.phase)
+                    .map_or(rec.created, |t| t.at);
+                let stay = if rec.queued_since != 0 {
+                    Some((TimedState::Queued, rec.queued_since))
+                } else {
+                    match rec.phase {
+                        // A job waits from its creation unless it left pending and came back.
+                        Phase::Pending if rec.started == 0 => {
+                            Some((TimedState::Pending, rec.created))
+                        }
+                        Phase::Pending => Some((TimedState::Pending, entered)),
+                        Phase::Running => Some((TimedState::Running, entered)),
+                        _ => None,
+                    }
+                };
+                let stay = stay.map(|(state, since)| Stay {
+                    job,
                     state,
                     since,
                     queue: rec.queue.map(text),
                 });
+                let finished =
+                    matches!(rec.phase, Phase::Succeeded | Phase::Failed | Phase::Deleted);
+                let tally = (!finished).then(|| Tally {
+                    job,
+                    created: rec.created,
+                    preemptions: rec.trail.as_ref().map_or(0, |t| t.preemptions),
+                    preempted_at: rec.trail.as_ref().map_or(0, |t| t.preempted_at),
+                    history: &rec.history,
+                });
+                see(stay.as_ref(), tally.as_ref());
             }
         }
     }

@@ -690,7 +690,7 @@ fn stays_come_from_the_jobs_objects() {
         let mut all = Vec::new();
         view.for_each_stay(|s| {
             all.push((
-                s.name.to_string(),
+                s.job.name.to_string(),
                 s.state,
                 s.since,
                 s.queue.map(str::to_string),

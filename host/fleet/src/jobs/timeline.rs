@@ -57,6 +57,9 @@ pub struct Trail {
     /// view began, from its first story: those before are not news, when they happened is
     /// not known).
     pub preemptions: u32,
+    /// When the last preemption counted evicted it, as Kueue dates it (0: not known): what a
+    /// counting timer dates it by.
+    pub preempted_at: Secs,
     /// When Kueue last admitted it, as the story last said (0: never read), so an admission is
     /// news once however many versions carry it.
     pub admitted_at: Secs,
@@ -107,8 +110,23 @@ pub(super) fn note(
     let old = rec.created < began;
     let trail = rec.trail.get_or_insert_with(|| {
         let preemptions = story.workload.as_ref().filter(|_| old);
+        // The last preemption's time is known only while the Workload is still evicted by it.
+        let preempted_at = preemptions
+            .filter(|w| {
+                matches!(
+                    w.state,
+                    QueueState::Evicted {
+                        preempted: Some(_),
+                        ..
+                    }
+                )
+            })
+            .and_then(|w| w.evicted_at)
+            .and_then(|t| Secs::try_from(t.timestamp()).ok())
+            .unwrap_or(0);
         Box::new(Trail {
             preemptions: preemptions.map_or(0, |w| w.preemptions()),
+            preempted_at,
             ..Trail::default()
         })
     });
@@ -157,6 +175,7 @@ pub(super) fn note(
     let count = facts.preemptions();
     let preempted = count.saturating_sub(trail.preemptions);
     if preempted > 0 {
+        trail.preempted_at = evicted_at;
         let queue = ended(trail);
         trail.push(Mark {
             at: evicted_at,

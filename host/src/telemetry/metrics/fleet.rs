@@ -139,7 +139,8 @@ pub(super) fn timers(
     family(
         e,
         "jobrelay_fleet_timers_firing",
-        "Jobs the timer fires on: they stayed in its state longer than its `longer_than`",
+        "Jobs the timer fires on: they stayed in its state longer than its `longer_than`, or \
+         its window holds more than its `more_than`",
         MetricType::Gauge,
         firing
             .iter()

@@ -684,6 +684,15 @@ async fn contract_kv_usage(b: &Backend) {
     assert_eq!(kv.kv_usage("a", "x").await.expect("usage"), (2, 20));
     assert_eq!(kv.kv_usage("a", "k22").await.expect("usage"), (1, 7));
     assert_eq!(kv.kv_usage("b", "x").await.expect("usage"), (1, 102));
+    // The host's read of an owner's entries: live ones only, in key order, of that owner.
+    assert_eq!(
+        kv.kv_entries("a").await.expect("entries"),
+        [
+            ("k1".to_string(), b"12345".to_vec()),
+            ("k22".to_string(), b"1234567890".to_vec())
+        ]
+    );
+    assert_eq!(kv.kv_entries("none").await.expect("entries"), []);
     store.close().await;
 }
 
