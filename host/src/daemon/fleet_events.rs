@@ -333,7 +333,14 @@ pub async fn evaluate_rules(
         }
         let unsaved = book.timers.lock().unsaved_counts();
         let mut saved = Vec::with_capacity(unsaved.len());
+        // One entry the store refuses (a key too long for its column) must not hold back the
+        // others; three refusals in a row are taken for a store that is down, until the next
+        // evaluation.
+        let mut refused_in_a_row = 0;
         for entry in unsaved {
+            if refused_in_a_row == 3 {
+                break;
+            }
             let kept = kv
                 .kv_set(
                     COUNTED_TIMES_OWNER,
@@ -343,10 +350,13 @@ pub async fn evaluate_rules(
                 )
                 .await;
             match kept {
-                Ok(()) => saved.push(entry),
+                Ok(()) => {
+                    refused_in_a_row = 0;
+                    saved.push(entry);
+                }
                 Err(e) => {
+                    refused_in_a_row += 1;
                     warn_store(&mut store_failures, "write", &e);
-                    break;
                 }
             }
         }
