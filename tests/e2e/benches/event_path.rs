@@ -563,10 +563,20 @@ async fn latency(options: &Options) {
 }
 
 async fn stream(options: &Options, instance_reuse: u32) {
-    let sim = SimCluster::start("alpha").await.expect("simulator");
+    let events = (options.jobs * options.versions) as u64;
+    // The whole burst stays in the simulator's history, as it would in an API server's (etcd
+    // keeps some five minutes of changes): with the kit's default of 10,000, a watch that
+    // trails a 66,000-event burst by more than that is told its version expired and lists
+    // again, its jobs' skipped versions are never delivered, and the wait below never ends.
+    let history = SimOptions {
+        history_limit: events as usize + 10_000,
+        ..SimOptions::default()
+    };
+    let sim = SimCluster::start_with("alpha", history)
+        .await
+        .expect("simulator");
     let daemon = Running::start(&sim, instance_reuse, options.story).await;
     let gvr = Gvr::VOLCANO_JOB;
-    let events = (options.jobs * options.versions) as u64;
 
     let perf = options
         .perf
